@@ -1,0 +1,295 @@
+/**
+ * The broker facade: routing through the topic tree, retained messages, sessions, wills, and the in-process
+ * publish/subscribe API that connectors, the edge node and bridges use instead of TCP connections to themselves.
+ */
+import type { Message, QoS } from '../protocol/message.js';
+import { isExpired } from '../protocol/message.js';
+import { PublishEncodings } from '../protocol/codec.js';
+import { parseSharedFilter } from '../protocol/topics.js';
+import { Reason } from '../protocol/reason-codes.js';
+import { ProtocolError, StoreError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import type { Store, SubscriptionRecord } from '../store/types.js';
+import { RetainedIndex } from './retained.js';
+import { NEVER_EXPIRES, Session } from './session.js';
+import type { DropReason, SessionEvents, SessionLimits } from './session.js';
+import { SharedGroup, TopicTree } from './topic-tree.js';
+import type { Subscriber, Subscription } from './topic-tree.js';
+import { WillScheduler } from './wills.js';
+
+export interface SubscribeOptions {
+  qos: QoS;
+  /** The subscriber's identity: with `noLocal`, messages whose origin equals it are not delivered. */
+  origin: string;
+  noLocal?: boolean;
+  retainAsPublished?: boolean;
+  retainHandling?: 0 | 1 | 2;
+}
+
+/** An in-process subscriber's callback; a returned promise makes the publisher wait for it (durability). */
+export type Deliver = (msg: Message) => void | Promise<void>;
+
+export type BrokerDropReason = DropReason | 'not_authorized';
+
+/** Plain counters, read by `$SYS` and the metrics endpoint on demand. */
+export class BrokerStats {
+  readonly startedAtMs = Date.now();
+  clientsConnected = 0;
+  clientsMaximum = 0;
+  connectionsTotal = 0;
+  readonly messagesReceived = [0, 0, 0];
+  readonly messagesSent = [0, 0, 0];
+  bytesReceived = 0;
+  bytesSent = 0;
+  readonly dropped: Record<BrokerDropReason, number> = {
+    queue_full: 0,
+    expired: 0,
+    too_large: 0,
+    slow_client: 0,
+    not_authorized: 0,
+  };
+  /** Connections closed by the broker, by MQTT 5 reason name. */
+  readonly disconnects: Record<string, number> = {};
+}
+
+export interface BrokerOptions {
+  readonly limits: SessionLimits;
+  readonly store: Store;
+  readonly log: Logger;
+}
+
+export class Broker {
+  readonly stats = new BrokerStats();
+  readonly sessions = new Map<string, Session>();
+  readonly retained: RetainedIndex;
+  readonly wills: WillScheduler;
+  private readonly tree = new TopicTree();
+  private readonly expiryTimers = new Map<string, NodeJS.Timeout>();
+  private readonly sessionEvents: SessionEvents;
+  private routeGeneration = 0;
+  private readonly log: Logger;
+
+  constructor(private readonly options: BrokerOptions) {
+    this.log = options.log;
+    this.retained = new RetainedIndex(options.store.retained);
+    this.wills = new WillScheduler((msg) => this.publishWill(msg));
+    this.sessionEvents = {
+      dropped: (reason) => {
+        this.stats.dropped[reason]++;
+      },
+      sent: (qos) => {
+        this.stats.messagesSent[qos]++;
+      },
+      redeliverShared: (group, d, from) => {
+        const member = group.pick(from);
+        if (member) member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
+      },
+    };
+  }
+
+  get subscriptionCount(): { normal: number; shared: number } {
+    return this.tree.count;
+  }
+
+  /** In-process publish: same routing, retained and durability path as a client's PUBLISH. */
+  publish(msg: Message): Promise<void> {
+    return this.route(msg) ?? Promise.resolve();
+  }
+
+  /**
+   * Routes one message to every matching subscriber, once per subscriber at the highest matching QoS with every
+   * matching subscription identifier [MQTT-3.3.4-2/3/5]. Returns a promise only when some subscriber (a bridge
+   * outbox, the retained store) made the publisher wait, so the common path allocates no promise.
+   */
+  route(msg: Message): Promise<void> | undefined {
+    let waits: Promise<void>[] | undefined;
+    if (msg.retain) (waits ??= []).push(this.retained.set(msg));
+    const generation = ++this.routeGeneration;
+    const targets: Subscriber[] = [];
+    let groups: SharedGroup[] | undefined;
+    this.tree.match(
+      msg.topic,
+      (sub) => {
+        const s = sub.subscriber;
+        if (sub.noLocal && msg.origin === s.id) return; // [MQTT-3.8.3-3]
+        const qos = (sub.qos < msg.qos ? sub.qos : msg.qos) as QoS;
+        if (s.routeMark !== generation) {
+          s.routeMark = generation;
+          s.routeQos = qos;
+          s.routeRetainAsPublished = sub.retainAsPublished;
+          s.routeSubscriptionIds = sub.subscriptionId === undefined ? undefined : [sub.subscriptionId];
+          targets.push(s);
+        } else {
+          if (qos > s.routeQos) s.routeQos = qos;
+          if (sub.retainAsPublished) s.routeRetainAsPublished = true;
+          if (sub.subscriptionId !== undefined) (s.routeSubscriptionIds ??= []).push(sub.subscriptionId);
+        }
+      },
+      (group) => (groups ??= []).push(group),
+    );
+    if (targets.length === 0 && !groups) return settle(waits);
+    const encodings = new PublishEncodings(msg);
+    for (let i = 0; i < targets.length; i++) {
+      const s = targets[i];
+      // Without Retain As Published the retain flag is cleared on normal delivery [MQTT-3.3.1-12].
+      const wait = s.deliver(msg, s.routeQos, s.routeRetainAsPublished && msg.retain, s.routeSubscriptionIds, encodings);
+      if (wait) (waits ??= []).push(wait);
+    }
+    if (groups) {
+      for (const group of groups) {
+        const member = group.pick();
+        if (!member) continue;
+        if (member.noLocal && msg.origin === member.subscriber.id) continue;
+        const qos = (member.qos < msg.qos ? member.qos : msg.qos) as QoS;
+        const ids = member.subscriptionId === undefined ? undefined : [member.subscriptionId];
+        const wait = member.subscriber.deliver(msg, qos, member.retainAsPublished && msg.retain, ids, encodings, group);
+        if (wait) (waits ??= []).push(wait);
+      }
+    }
+    return settle(waits);
+  }
+
+  /** In-process subscription; returns its unsubscribe function. */
+  subscribe(filter: string, opts: SubscribeOptions, deliver: Deliver): () => void {
+    const subscriber = new InProcessSubscriber(opts.origin, deliver);
+    const record: SubscriptionRecord = {
+      filter,
+      qos: opts.qos,
+      noLocal: opts.noLocal ?? false,
+      retainAsPublished: opts.retainAsPublished ?? false,
+      retainHandling: opts.retainHandling ?? 0,
+    };
+    this.addSubscription(subscriber, record);
+    return () => this.removeSubscription(subscriber, filter);
+  }
+
+  /**
+   * Adds a subscription for a session or in-process subscriber and sends matching retained messages as the
+   * retain handling option says [MQTT-3.3.1-9/10/11]. Returns true if it replaced an existing one.
+   */
+  addSubscription(subscriber: Subscriber, record: SubscriptionRecord): boolean {
+    const shared = parseSharedFilter(record.filter);
+    if (shared === 'invalid') throw new ProtocolError(Reason.TopicFilterInvalid, `invalid shared filter ${record.filter}`);
+    const sub: Subscription = {
+      subscriber,
+      filter: shared ? shared.filter : record.filter,
+      qos: record.qos,
+      noLocal: record.noLocal,
+      retainAsPublished: record.retainAsPublished,
+      retainHandling: record.retainHandling,
+      subscriptionId: record.subscriptionId,
+      group: shared ? shared.group : undefined,
+    };
+    const replaced = this.tree.add(sub);
+    // No retained messages for shared subscriptions (MQTT 5 §4.8.2); retain handling 1: only for new ones.
+    const sendRetained = !shared && (record.retainHandling === 0 || (record.retainHandling === 1 && !replaced));
+    if (sendRetained) {
+      for (const msg of this.retained.matching(sub.filter)) {
+        if (sub.noLocal && msg.origin === subscriber.id) continue;
+        const qos = (sub.qos < msg.qos ? sub.qos : msg.qos) as QoS;
+        const ids = sub.subscriptionId === undefined ? undefined : [sub.subscriptionId];
+        const wait = subscriber.deliver(msg, qos, true, ids, undefined);
+        if (wait) wait.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'retained delivery to an in-process subscriber failed'));
+      }
+    }
+    return replaced;
+  }
+
+  removeSubscription(subscriber: Subscriber, filter: string): boolean {
+    const shared = parseSharedFilter(filter);
+    if (shared === 'invalid') return false;
+    return shared ? this.tree.remove(subscriber, shared.filter, shared.group) : this.tree.remove(subscriber, filter);
+  }
+
+  /**
+   * Finds or creates the session for a connecting client. With clean start an existing session is discarded
+   * (its pending will fires) [MQTT-3.1.2-4]. Returns whether a session was present [MQTT-3.2.2-2/3].
+   */
+  openSession(clientId: string, cleanStart: boolean): { session: Session; present: boolean } {
+    this.cancelExpiry(clientId);
+    const existing = this.sessions.get(clientId);
+    if (existing && !cleanStart) {
+      this.wills.cancel(clientId);
+      return { session: existing, present: true };
+    }
+    if (existing) this.endSession(existing);
+    const session = new Session(clientId, this.options.limits, this.sessionEvents);
+    this.sessions.set(clientId, session);
+    return { session, present: false };
+  }
+
+  /** The connection of `session` closed: keep the session for its expiry interval, or end it now. */
+  sessionDisconnected(session: Session): void {
+    session.detach();
+    if (this.sessions.get(session.id) !== session) return;
+    const expiryS = session.expiryIntervalS;
+    if (expiryS === 0) return this.endSession(session);
+    if (expiryS === NEVER_EXPIRES) return;
+    const timer = setTimeout(() => this.endSession(session), Math.min(expiryS * 1000, 2 ** 31 - 1));
+    timer.unref();
+    this.expiryTimers.set(session.id, timer);
+  }
+
+  /** The session ends: subscriptions go, and a delayed will still pending is published now [MQTT-3.1.3-9]. */
+  endSession(session: Session): void {
+    this.cancelExpiry(session.id);
+    for (const filter of session.subscriptions.keys()) this.removeSubscription(session, filter);
+    session.detach();
+    session.clear();
+    if (this.sessions.get(session.id) === session) this.sessions.delete(session.id);
+    this.wills.fire(session.id);
+  }
+
+  /** Shutdown: the in-memory sessions end with the process, so delayed wills go out now. */
+  close(): void {
+    for (const timer of this.expiryTimers.values()) clearTimeout(timer);
+    this.expiryTimers.clear();
+    this.wills.fireAll();
+  }
+
+  private cancelExpiry(clientId: string): void {
+    const timer = this.expiryTimers.get(clientId);
+    if (timer) {
+      clearTimeout(timer);
+      this.expiryTimers.delete(clientId);
+    }
+  }
+
+  private publishWill(msg: Message): void {
+    if (isExpired(msg)) return;
+    this.stats.messagesReceived[msg.qos]++;
+    this.route(msg)?.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'will message could not be stored'));
+  }
+}
+
+/** Waits for every subscriber that asked to be waited for; a full outbox becomes 0x97 Quota exceeded. */
+function settle(waits: Promise<void>[] | undefined): Promise<void> | undefined {
+  if (!waits) return undefined;
+  const all = waits.length === 1 ? waits[0] : Promise.all(waits).then(() => undefined);
+  return all.catch((err: unknown) => {
+    if (err instanceof StoreError && err.code === 'EF_STORE_FULL') {
+      throw new ProtocolError(Reason.QuotaExceeded, 'store-and-forward queue is full', { cause: err });
+    }
+    throw err;
+  });
+}
+
+class InProcessSubscriber implements Subscriber {
+  routeMark = 0;
+  routeQos: QoS = 0;
+  routeRetainAsPublished = false;
+  routeSubscriptionIds: number[] | undefined;
+
+  constructor(
+    readonly id: string,
+    private readonly callback: Deliver,
+  ) {}
+
+  isOnline(): boolean {
+    return true;
+  }
+
+  deliver(msg: Message, qos: QoS, retain: boolean): void | Promise<void> {
+    return this.callback(qos === msg.qos && retain === msg.retain ? msg : { ...msg, qos, retain });
+  }
+}

@@ -1,0 +1,37 @@
+/** The retained-message index, kept in memory and written through to the store. */
+import type { Message } from '../protocol/message.js';
+import { isExpired } from '../protocol/message.js';
+import { topicMatches } from '../protocol/topics.js';
+import type { RetainedStore } from '../store/types.js';
+
+export class RetainedIndex {
+  private readonly byTopic = new Map<string, Message>();
+
+  constructor(private readonly store: RetainedStore) {
+    for (const msg of store.loadAll()) this.byTopic.set(msg.topic, msg);
+  }
+
+  get count(): number {
+    return this.byTopic.size;
+  }
+
+  /** Stores, replaces or (empty payload) deletes the retained message of `msg.topic` [MQTT-3.3.1-5/6/10/11]. */
+  set(msg: Message): Promise<void> {
+    if (msg.payload.length === 0) this.byTopic.delete(msg.topic);
+    else this.byTopic.set(msg.topic, msg);
+    return this.store.set(msg);
+  }
+
+  /** Retained messages matching `filter`, dropping any that expired meanwhile. */
+  *matching(filter: string): Iterable<Message> {
+    const now = performance.now();
+    for (const msg of this.byTopic.values()) {
+      if (!topicMatches(filter, msg.topic)) continue;
+      if (isExpired(msg, now)) {
+        this.byTopic.delete(msg.topic);
+        continue;
+      }
+      yield msg;
+    }
+  }
+}

@@ -1,0 +1,244 @@
+/**
+ * One client id's session: its subscriptions, outgoing QoS 1/2 flows, the queue of messages waiting for an
+ * inflight slot or for the client to come back, and incoming QoS 2 packet ids awaiting PUBREL. Survives the
+ * connection when the session is persistent; the connection is attached as a `ClientLink`.
+ */
+import type { Message, QoS } from '../protocol/message.js';
+import { isExpired } from '../protocol/message.js';
+import type { PublishEncodings, ProtocolVersion } from '../protocol/codec.js';
+import type { SubscriptionRecord } from '../store/types.js';
+import type { SharedGroup, Subscriber } from './topic-tree.js';
+
+/** What a session needs from the connection currently attached to it (implemented by server/connection.ts). */
+export interface ClientLink {
+  readonly version: ProtocolVersion;
+  /** The client's Receive Maximum (v5), else 65535. */
+  readonly receiveMaximum: number;
+  /** False while the connection's write buffer is over its limit: QoS 0 is then dropped for this client. */
+  canTakeQoS0(): boolean;
+  /** Sends a PUBLISH; returns false if it could not be sent at all (too large for the client). */
+  sendPublish(
+    msg: Message,
+    qos: QoS,
+    retain: boolean,
+    dup: boolean,
+    packetId: number,
+    subscriptionIds: readonly number[] | undefined,
+    encodings: PublishEncodings | undefined,
+  ): boolean;
+  sendPubrel(packetId: number): void;
+}
+
+interface Delivery {
+  readonly msg: Message;
+  readonly qos: QoS;
+  readonly retain: boolean;
+  readonly subscriptionIds: readonly number[] | undefined;
+  /** Set when delivered through a shared subscription, so an unacknowledged message can go to another member. */
+  readonly group: SharedGroup | undefined;
+}
+
+interface Inflight extends Delivery {
+  state: 'publish' | 'pubrel';
+}
+
+export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client';
+
+/** Hooks from the session back to the broker: counters and shared-subscription redelivery. */
+export interface SessionEvents {
+  dropped(reason: DropReason, msg: Message): void;
+  sent(qos: QoS): void;
+  redeliverShared(group: SharedGroup, delivery: Delivery, from: Subscriber): void;
+}
+
+export interface SessionLimits {
+  readonly maxInflight: number;
+  readonly maxQueuedMessages: number; // 0 = unlimited
+  readonly maxQueuedBytes: number; // 0 = unlimited
+}
+
+export const NEVER_EXPIRES = 0xffffffff;
+
+export class Session implements Subscriber {
+  readonly subscriptions = new Map<string, SubscriptionRecord>();
+  /** Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH is not routed twice [MQTT-4.3.3-9]. */
+  readonly inboundQoS2 = new Set<number>();
+  link: ClientLink | undefined;
+  expiryIntervalS = 0;
+  /** performance.now() when the session was last disconnected. */
+  disconnectedAtMs = 0;
+
+  routeMark = 0;
+  routeQos: QoS = 0;
+  routeRetainAsPublished = false;
+  routeSubscriptionIds: number[] | undefined;
+
+  private readonly inflight = new Map<number, Inflight>();
+  private queue: Delivery[] = [];
+  private queueHead = 0;
+  private queuedBytes = 0;
+  private nextPacketId = 1;
+
+  constructor(
+    readonly id: string,
+    private readonly limits: SessionLimits,
+    private readonly events: SessionEvents,
+  ) {}
+
+  get queuedCount(): number {
+    return this.queue.length - this.queueHead;
+  }
+
+  get inflightCount(): number {
+    return this.inflight.size;
+  }
+
+  isOnline(): boolean {
+    return this.link !== undefined;
+  }
+
+  private get window(): number {
+    return Math.min(this.limits.maxInflight, this.link?.receiveMaximum ?? this.limits.maxInflight);
+  }
+
+  deliver(
+    msg: Message,
+    qos: QoS,
+    retain: boolean,
+    subscriptionIds: readonly number[] | undefined,
+    encodings: PublishEncodings | undefined,
+    group?: SharedGroup,
+  ): void {
+    const link = this.link;
+    if (qos === 0) {
+      // QoS 0 is not queued for offline clients (Mosquitto's default) and is the first thing shed by a slow one.
+      if (!link) return;
+      if (!link.canTakeQoS0()) return this.events.dropped('slow_client', msg);
+      if (link.sendPublish(msg, 0, retain, false, 0, subscriptionIds, encodings)) this.events.sent(0);
+      else this.events.dropped('too_large', msg);
+      return;
+    }
+    const delivery: Delivery = { msg, qos, retain, subscriptionIds, group };
+    if (link && this.queuedCount === 0 && this.inflight.size < this.window) {
+      this.sendNew(link, delivery, encodings);
+    } else {
+      this.enqueue(delivery);
+    }
+  }
+
+  /** Attaches a connection; on resume, unacknowledged messages are sent again first, with DUP [MQTT-4.4.0-1]. */
+  attach(link: ClientLink): void {
+    this.link = link;
+    for (const [packetId, f] of this.inflight) {
+      if (f.state === 'pubrel') link.sendPubrel(packetId);
+      else if (!isExpired(f.msg)) link.sendPublish(f.msg, f.qos, f.retain, true, packetId, f.subscriptionIds, undefined);
+      else this.inflight.delete(packetId);
+    }
+    this.pump();
+  }
+
+  /** Detaches the connection. Unacknowledged shared-subscription messages go to another member of the group. */
+  detach(): void {
+    this.link = undefined;
+    this.disconnectedAtMs = performance.now();
+    for (const [packetId, f] of this.inflight) {
+      if (f.group && f.state === 'publish') {
+        this.inflight.delete(packetId);
+        this.events.redeliverShared(f.group, f, this);
+      }
+    }
+    if (this.queuedCount > 0) {
+      const kept: Delivery[] = [];
+      for (let i = this.queueHead; i < this.queue.length; i++) {
+        const d = this.queue[i];
+        if (d.group) {
+          this.queuedBytes -= d.msg.payload.length;
+          this.events.redeliverShared(d.group, d, this);
+        } else kept.push(d);
+      }
+      this.queue = kept;
+      this.queueHead = 0;
+    }
+  }
+
+  /** PUBACK (QoS 1) or PUBCOMP (QoS 2) completed a flow. Returns false for an unknown packet id. */
+  complete(packetId: number): boolean {
+    if (!this.inflight.delete(packetId)) return false;
+    this.pump();
+    return true;
+  }
+
+  /** PUBREC: a QoS 2 message reached the client; an error reason (>= 0x80) ends the flow (MQTT 5 §4.3.3). */
+  received(packetId: number, reasonCode: number): boolean {
+    const f = this.inflight.get(packetId);
+    if (!f || f.qos !== 2) return false;
+    if (reasonCode >= 0x80) {
+      this.inflight.delete(packetId);
+      this.pump();
+      return true;
+    }
+    f.state = 'pubrel';
+    this.link?.sendPubrel(packetId);
+    return true;
+  }
+
+  /** Forgets everything but the identity (clean start of a new connection on an existing session). */
+  clear(): void {
+    this.subscriptions.clear();
+    this.inboundQoS2.clear();
+    this.inflight.clear();
+    this.queue = [];
+    this.queueHead = 0;
+    this.queuedBytes = 0;
+  }
+
+  private enqueue(d: Delivery): void {
+    const max = this.limits.maxQueuedMessages;
+    const maxBytes = this.limits.maxQueuedBytes;
+    if ((max > 0 && this.queuedCount >= max) || (maxBytes > 0 && this.queuedBytes + d.msg.payload.length > maxBytes)) {
+      return this.events.dropped('queue_full', d.msg);
+    }
+    this.queue.push(d);
+    this.queuedBytes += d.msg.payload.length;
+  }
+
+  private pump(): void {
+    const link = this.link;
+    if (!link) return;
+    const window = this.window;
+    while (this.queueHead < this.queue.length && this.inflight.size < window) {
+      const d = this.queue[this.queueHead];
+      this.queue[this.queueHead++] = undefined as unknown as Delivery;
+      this.queuedBytes -= d.msg.payload.length;
+      if (isExpired(d.msg)) {
+        this.events.dropped('expired', d.msg);
+        continue;
+      }
+      this.sendNew(link, d, undefined);
+    }
+    // Compact the array once the consumed head dominates it, keeping shift() O(1) amortized.
+    if (this.queueHead > 1024 && this.queueHead * 2 > this.queue.length) {
+      this.queue = this.queue.slice(this.queueHead);
+      this.queueHead = 0;
+    }
+  }
+
+  private sendNew(link: ClientLink, d: Delivery, encodings: PublishEncodings | undefined): void {
+    const packetId = this.allocatePacketId();
+    if (!link.sendPublish(d.msg, d.qos, d.retain, false, packetId, d.subscriptionIds, encodings)) {
+      // Too large for this client: not sent, and not kept [MQTT-3.1.2-25].
+      this.events.dropped('too_large', d.msg);
+      return;
+    }
+    this.inflight.set(packetId, { ...d, state: 'publish' });
+    this.events.sent(d.qos);
+  }
+
+  private allocatePacketId(): number {
+    // The window is far below 65535, so a free id is always found quickly.
+    while (this.inflight.has(this.nextPacketId)) this.nextPacketId = (this.nextPacketId % 65535) + 1;
+    const id = this.nextPacketId;
+    this.nextPacketId = (this.nextPacketId % 65535) + 1;
+    return id;
+  }
+}

@@ -1,0 +1,190 @@
+/**
+ * The subscription index: a trie over topic levels with `+` and `#` children, plus shared-subscription groups
+ * hanging off the node of their inner filter. One walk per published topic.
+ */
+import type { Message, QoS } from '../protocol/message.js';
+import type { PublishEncodings } from '../protocol/codec.js';
+
+/** Anything that receives messages: a client session or an in-process subscriber. */
+export interface Subscriber {
+  /** Identity compared with `Message.origin` for no-local. */
+  readonly id: string;
+  /** Shared groups prefer members that can take a message now. */
+  isOnline(): boolean;
+  deliver(
+    msg: Message,
+    qos: QoS,
+    retain: boolean,
+    subscriptionIds: readonly number[] | undefined,
+    encodings: PublishEncodings | undefined,
+    group?: SharedGroup,
+  ): void | Promise<void>;
+  /** Scratch fields for de-duplicating overlapping subscriptions within one routing pass without allocating. */
+  routeMark: number;
+  routeQos: QoS;
+  routeRetainAsPublished: boolean;
+  routeSubscriptionIds: number[] | undefined;
+}
+
+export interface Subscription {
+  readonly subscriber: Subscriber;
+  /** The filter matched against topics (without any `$share/<group>/` prefix). */
+  readonly filter: string;
+  readonly qos: QoS;
+  readonly noLocal: boolean;
+  readonly retainAsPublished: boolean;
+  readonly retainHandling: 0 | 1 | 2;
+  readonly subscriptionId?: number;
+  readonly group?: string;
+}
+
+/** Members of `$share/<name>/<filter>`; each message goes to one of them, round robin. */
+export class SharedGroup {
+  readonly members: Subscription[] = [];
+  private next = 0;
+
+  constructor(
+    readonly name: string,
+    readonly filter: string,
+  ) {}
+
+  /** The next member in turn, preferring online ones; `exclude` skips a member that just went away. */
+  pick(exclude?: Subscriber): Subscription | undefined {
+    const n = this.members.length;
+    let fallback: Subscription | undefined;
+    for (let i = 0; i < n; i++) {
+      const candidate = this.members[(this.next + i) % n];
+      if (candidate.subscriber === exclude) continue;
+      if (candidate.subscriber.isOnline()) {
+        this.next = (this.next + i + 1) % n;
+        return candidate;
+      }
+      fallback ??= candidate;
+    }
+    return fallback;
+  }
+}
+
+class TopicNode {
+  readonly children = new Map<string, TopicNode>();
+  readonly subscriptions: Subscription[] = [];
+  shared: Map<string, SharedGroup> | undefined;
+
+  isEmpty(): boolean {
+    return this.children.size === 0 && this.subscriptions.length === 0 && !this.shared?.size;
+  }
+}
+
+export class TopicTree {
+  private readonly root = new TopicNode();
+  private normalCount = 0;
+  private sharedCount = 0;
+
+  get count(): { normal: number; shared: number } {
+    return { normal: this.normalCount, shared: this.sharedCount };
+  }
+
+  /** Adds or replaces (same subscriber, filter and group) a subscription. Returns true if it replaced one. */
+  add(sub: Subscription): boolean {
+    let node = this.root;
+    for (const level of sub.filter.split('/')) {
+      let child = node.children.get(level);
+      if (!child) {
+        child = new TopicNode();
+        node.children.set(level, child);
+      }
+      node = child;
+    }
+    const list = sub.group === undefined ? node.subscriptions : this.groupOf(node, sub.group, sub.filter).members;
+    const i = list.findIndex((s) => s.subscriber === sub.subscriber);
+    if (i >= 0) {
+      list[i] = sub;
+      return true;
+    }
+    list.push(sub);
+    if (sub.group === undefined) this.normalCount++;
+    else this.sharedCount++;
+    return false;
+  }
+
+  remove(subscriber: Subscriber, filter: string, group?: string): boolean {
+    const path: TopicNode[] = [this.root];
+    const levels = filter.split('/');
+    for (const level of levels) {
+      const child = path[path.length - 1].children.get(level);
+      if (!child) return false;
+      path.push(child);
+    }
+    const node = path[path.length - 1];
+    let removed = false;
+    if (group === undefined) {
+      const i = node.subscriptions.findIndex((s) => s.subscriber === subscriber);
+      if (i >= 0) {
+        node.subscriptions.splice(i, 1);
+        this.normalCount--;
+        removed = true;
+      }
+    } else {
+      const g = node.shared?.get(group);
+      const i = g ? g.members.findIndex((s) => s.subscriber === subscriber) : -1;
+      if (g && i >= 0) {
+        g.members.splice(i, 1);
+        this.sharedCount--;
+        removed = true;
+        if (g.members.length === 0) node.shared!.delete(group);
+      }
+    }
+    // Prune empty nodes so the tree does not grow with every topic ever subscribed.
+    for (let i = path.length - 1; i > 0 && path[i].isEmpty(); i--) path[i - 1].children.delete(levels[i - 1]);
+    return removed;
+  }
+
+  /** Visits every subscription and every shared group whose filter matches `topic`. */
+  match(topic: string, visit: (sub: Subscription) => void, visitGroup: (group: SharedGroup) => void): void {
+    const levels = topic.split('/');
+    // Wildcards at the first level never match topics beginning with `$` [MQTT-4.7.2-1].
+    this.walk(this.root, levels, 0, topic.charCodeAt(0) === 36, visit, visitGroup);
+  }
+
+  private walk(
+    node: TopicNode,
+    levels: string[],
+    depth: number,
+    isDollar: boolean,
+    visit: (sub: Subscription) => void,
+    visitGroup: (group: SharedGroup) => void,
+  ): void {
+    if (depth === levels.length) {
+      emit(node, visit, visitGroup);
+      // `a/#` also matches `a` [MQTT-4.7.1-2].
+      const hash = node.children.get('#');
+      if (hash) emit(hash, visit, visitGroup);
+      return;
+    }
+    const wildcardsAllowed = !(isDollar && depth === 0);
+    if (wildcardsAllowed) {
+      const hash = node.children.get('#');
+      if (hash) emit(hash, visit, visitGroup);
+      const plus = node.children.get('+');
+      if (plus) this.walk(plus, levels, depth + 1, isDollar, visit, visitGroup);
+    }
+    const exact = node.children.get(levels[depth]);
+    if (exact) this.walk(exact, levels, depth + 1, isDollar, visit, visitGroup);
+  }
+
+  private groupOf(node: TopicNode, name: string, filter: string): SharedGroup {
+    node.shared ??= new Map();
+    let group = node.shared.get(name);
+    if (!group) {
+      group = new SharedGroup(name, filter);
+      node.shared.set(name, group);
+    }
+    return group;
+  }
+}
+
+function emit(node: TopicNode, visit: (sub: Subscription) => void, visitGroup: (group: SharedGroup) => void): void {
+  const subs = node.subscriptions;
+  for (let i = 0; i < subs.length; i++) visit(subs[i]);
+  if (node.shared) for (const group of node.shared.values()) visitGroup(group);
+}

@@ -1,0 +1,214 @@
+/**
+ * MQTT packet codec. Parsing and the control packets use mqtt-packet; outgoing PUBLISH packets, the per-message
+ * hot path, are encoded here so that one encoding serves every subscriber of the same variant and only the
+ * packet identifier is patched per subscriber.
+ */
+import mqttPacket from 'mqtt-packet';
+import type { Packet, Parser, IPublishPacket } from 'mqtt-packet';
+import type { Message, QoS } from './message.js';
+import { remainingExpiryS } from './message.js';
+
+export type { Packet, Parser };
+export type {
+  IConnectPacket as ConnectPacket,
+  IPublishPacket as PublishPacket,
+  ISubscribePacket as SubscribePacket,
+  IUnsubscribePacket as UnsubscribePacket,
+  IPubackPacket as PubackPacket,
+  IPubrecPacket as PubrecPacket,
+  IPubrelPacket as PubrelPacket,
+  IPubcompPacket as PubcompPacket,
+  IDisconnectPacket as DisconnectPacket,
+  IAuthPacket as AuthPacket,
+} from 'mqtt-packet';
+
+/** 3 = MQTT 3.1, 4 = MQTT 3.1.1, 5 = MQTT 5.0 */
+export type ProtocolVersion = 3 | 4 | 5;
+
+export function createParser(): Parser {
+  return mqttPacket.parser({ protocolVersion: 4 });
+}
+
+/** Encodes a control packet (CONNACK, SUBACK, ...). Not for the PUBLISH hot path. */
+export function encodePacket(packet: Packet, version: ProtocolVersion): Buffer {
+  const props = (packet as { properties?: Record<string, unknown> }).properties;
+  if (props) {
+    // mqtt-packet rejects properties present with an undefined value; absent is what we mean.
+    for (const key of Object.keys(props)) if (props[key] === undefined) delete props[key];
+  }
+  return mqttPacket.generate(packet, { protocolVersion: version });
+}
+
+/** Per-delivery extras that make a PUBLISH differ between subscribers. */
+export interface PublishExtras {
+  readonly subscriptionIds?: readonly number[];
+  readonly topicAlias?: number;
+  /** Send the alias without the topic (the alias is already known to the receiver). */
+  readonly omitTopic?: boolean;
+}
+
+export interface EncodedPublish {
+  readonly bytes: Buffer;
+  /** Offset of the 2-byte packet identifier, -1 for QoS 0. */
+  readonly packetIdOffset: number;
+}
+
+const PROP_PAYLOAD_FORMAT = 0x01;
+const PROP_MESSAGE_EXPIRY = 0x02;
+const PROP_CONTENT_TYPE = 0x03;
+const PROP_RESPONSE_TOPIC = 0x08;
+const PROP_CORRELATION_DATA = 0x09;
+const PROP_SUBSCRIPTION_ID = 0x0b;
+const PROP_TOPIC_ALIAS = 0x23;
+const PROP_USER_PROPERTY = 0x26;
+
+function vbiLength(n: number): number {
+  return n < 128 ? 1 : n < 16384 ? 2 : n < 2097152 ? 3 : 4;
+}
+
+function writeVbi(buf: Buffer, offset: number, n: number): number {
+  do {
+    let byte = n % 128;
+    n = Math.floor(n / 128);
+    if (n > 0) byte |= 0x80;
+    buf[offset++] = byte;
+  } while (n > 0);
+  return offset;
+}
+
+function writeString(buf: Buffer, offset: number, s: string, byteLen: number): number {
+  buf.writeUInt16BE(byteLen, offset);
+  buf.write(s, offset + 2, byteLen, 'utf8');
+  return offset + 2 + byteLen;
+}
+
+/**
+ * Encodes a PUBLISH for `msg` at `qos` with the given retain and dup flags. For QoS > 0 the packet id is written
+ * as `packetId` (default 0, to be patched with `withPacketId`).
+ */
+export function encodePublish(
+  msg: Message,
+  version: ProtocolVersion,
+  qos: QoS,
+  retain: boolean,
+  dup: boolean,
+  extras?: PublishExtras,
+  packetId = 0,
+): EncodedPublish {
+  const topic = extras?.omitTopic ? '' : msg.topic;
+  const topicLen = Buffer.byteLength(topic);
+  let propsLen = 0;
+  let expiryS: number | undefined;
+  const p = version === 5 ? msg.properties : undefined;
+  if (version === 5) {
+    if (p) {
+      if (p.payloadFormatIndicator !== undefined) propsLen += 2;
+      expiryS = remainingExpiryS(msg);
+      if (expiryS !== undefined) propsLen += 5;
+      if (p.contentType !== undefined) propsLen += 3 + Buffer.byteLength(p.contentType);
+      if (p.responseTopic !== undefined) propsLen += 3 + Buffer.byteLength(p.responseTopic);
+      if (p.correlationData !== undefined) propsLen += 3 + p.correlationData.length;
+      if (p.userProperties) {
+        for (const [name, value] of Object.entries(p.userProperties)) {
+          const nameLen = Buffer.byteLength(name);
+          for (const v of Array.isArray(value) ? value : [value]) propsLen += 5 + nameLen + Buffer.byteLength(v);
+        }
+      }
+    }
+    if (extras?.topicAlias !== undefined) propsLen += 3;
+    if (extras?.subscriptionIds) for (const id of extras.subscriptionIds) propsLen += 1 + vbiLength(id);
+  }
+  const remaining =
+    2 + topicLen + (qos > 0 ? 2 : 0) + (version === 5 ? vbiLength(propsLen) + propsLen : 0) + msg.payload.length;
+  const buf = Buffer.allocUnsafe(1 + vbiLength(remaining) + remaining);
+  buf[0] = 0x30 | (dup ? 0x08 : 0) | (qos << 1) | (retain ? 1 : 0);
+  let o = writeVbi(buf, 1, remaining);
+  o = writeString(buf, o, topic, topicLen);
+  let packetIdOffset = -1;
+  if (qos > 0) {
+    packetIdOffset = o;
+    buf.writeUInt16BE(packetId, o);
+    o += 2;
+  }
+  if (version === 5) {
+    o = writeVbi(buf, o, propsLen);
+    if (p) {
+      if (p.payloadFormatIndicator !== undefined) {
+        buf[o++] = PROP_PAYLOAD_FORMAT;
+        buf[o++] = p.payloadFormatIndicator ? 1 : 0;
+      }
+      if (expiryS !== undefined) {
+        buf[o++] = PROP_MESSAGE_EXPIRY;
+        buf.writeUInt32BE(expiryS, o);
+        o += 4;
+      }
+      if (p.contentType !== undefined) {
+        buf[o++] = PROP_CONTENT_TYPE;
+        o = writeString(buf, o, p.contentType, Buffer.byteLength(p.contentType));
+      }
+      if (p.responseTopic !== undefined) {
+        buf[o++] = PROP_RESPONSE_TOPIC;
+        o = writeString(buf, o, p.responseTopic, Buffer.byteLength(p.responseTopic));
+      }
+      if (p.correlationData !== undefined) {
+        buf[o++] = PROP_CORRELATION_DATA;
+        buf.writeUInt16BE(p.correlationData.length, o);
+        o += 2 + p.correlationData.copy(buf, o + 2);
+      }
+      if (p.userProperties) {
+        for (const [name, value] of Object.entries(p.userProperties)) {
+          const nameLen = Buffer.byteLength(name);
+          for (const v of Array.isArray(value) ? value : [value]) {
+            buf[o++] = PROP_USER_PROPERTY;
+            o = writeString(buf, o, name, nameLen);
+            o = writeString(buf, o, v, Buffer.byteLength(v));
+          }
+        }
+      }
+    }
+    if (extras?.topicAlias !== undefined) {
+      buf[o++] = PROP_TOPIC_ALIAS;
+      buf.writeUInt16BE(extras.topicAlias, o);
+      o += 2;
+    }
+    if (extras?.subscriptionIds) {
+      for (const id of extras.subscriptionIds) {
+        buf[o++] = PROP_SUBSCRIPTION_ID;
+        o = writeVbi(buf, o, id);
+      }
+    }
+  }
+  msg.payload.copy(buf, o);
+  return { bytes: buf, packetIdOffset };
+}
+
+/** A copy of a shared encoding with its packet identifier set. */
+export function withPacketId(encoded: EncodedPublish, packetId: number): Buffer {
+  const copy = Buffer.allocUnsafe(encoded.bytes.length);
+  encoded.bytes.copy(copy);
+  copy.writeUInt16BE(packetId, encoded.packetIdOffset);
+  return copy;
+}
+
+/** The mqtt-packet form of an incoming PUBLISH, re-exported so callers need not import mqtt-packet. */
+export type IncomingPublish = IPublishPacket;
+
+/**
+ * The encodings of one routed message, shared by all of its subscribers: at most one per
+ * (3.1.x or 5) × QoS × retain variant, built on first use.
+ */
+export class PublishEncodings {
+  private readonly slots: (EncodedPublish | undefined)[] = [];
+
+  constructor(readonly msg: Message) {}
+
+  get(version: ProtocolVersion, qos: QoS, retain: boolean): EncodedPublish {
+    const key = (version === 5 ? 6 : 0) + qos * 2 + (retain ? 1 : 0);
+    let enc = this.slots[key];
+    if (enc === undefined) {
+      enc = encodePublish(this.msg, version, qos, retain, false);
+      this.slots[key] = enc;
+    }
+    return enc;
+  }
+}

@@ -1,0 +1,60 @@
+/** The one in-memory form of an application message. Immutable once published. */
+export type QoS = 0 | 1 | 2;
+
+export interface UserProperties {
+  [name: string]: string | string[];
+}
+
+/** MQTT 5 PUBLISH properties that travel with the message (aliases and subscription ids do not). */
+export interface PublishProperties {
+  payloadFormatIndicator?: boolean;
+  /** Seconds, as received; the remaining lifetime is computed from `Message.expiresAt`. */
+  messageExpiryInterval?: number;
+  contentType?: string;
+  responseTopic?: string;
+  correlationData?: Buffer;
+  userProperties?: UserProperties;
+}
+
+export interface Message {
+  readonly topic: string;
+  readonly payload: Buffer;
+  readonly qos: QoS;
+  readonly retain: boolean;
+  readonly properties?: PublishProperties;
+  /** Client id | 'edge-node' | 'bridge:<name>': used for no-local and loop prevention. */
+  readonly origin: string;
+  /** Monotonic deadline (ms, `performance.now()` clock) after which the message is discarded. */
+  readonly expiresAt?: number;
+}
+
+/** Builds a Message, computing the expiry deadline from the MQTT 5 message expiry interval. */
+export function createMessage(fields: {
+  topic: string;
+  payload: Buffer;
+  qos?: QoS;
+  retain?: boolean;
+  properties?: PublishProperties;
+  origin: string;
+}): Message {
+  const expiryS = fields.properties?.messageExpiryInterval;
+  return {
+    topic: fields.topic,
+    payload: fields.payload,
+    qos: fields.qos ?? 0,
+    retain: fields.retain ?? false,
+    properties: fields.properties,
+    origin: fields.origin,
+    expiresAt: expiryS === undefined ? undefined : performance.now() + expiryS * 1000,
+  };
+}
+
+/** Seconds of life left (rounded up), undefined if the message never expires, 0 if expired. */
+export function remainingExpiryS(msg: Message, nowMs: number = performance.now()): number | undefined {
+  if (msg.expiresAt === undefined) return undefined;
+  return Math.max(0, Math.ceil((msg.expiresAt - nowMs) / 1000));
+}
+
+export function isExpired(msg: Message, nowMs: number = performance.now()): boolean {
+  return msg.expiresAt !== undefined && msg.expiresAt <= nowMs;
+}

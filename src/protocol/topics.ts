@@ -1,0 +1,75 @@
+/** Topic names, topic filters and shared subscriptions (MQTT 5.0 §4.7, §4.8.2; 3.1.1 §4.7). */
+
+export interface SharedFilter {
+  readonly group: string;
+  readonly filter: string;
+}
+
+const SHARE_PREFIX = '$share/';
+
+function hasForbiddenChars(s: string): boolean {
+  // U+0000 is forbidden in every UTF-8 string [MQTT-1.5.3-2]. mqtt-packet decodes ill-formed UTF-8 to U+FFFD,
+  // the only trace of it that survives decoding, so we treat U+FFFD as ill-formed input [MQTT-1.5.3-1].
+  return s.includes('\u0000') || s.includes('\uFFFD');
+}
+
+/** True for a valid UTF-8 string under [MQTT-1.5.3-1/2] as far as it can be checked after decoding. */
+export function isValidMqttString(s: string): boolean {
+  return !hasForbiddenChars(s);
+}
+
+/** A PUBLISH topic name: non-empty, no wildcards [MQTT-3.3.2-2], at most `maxLevels` levels. */
+export function isValidTopicName(topic: string, maxLevels: number): boolean {
+  if (topic.length === 0 || topic.length > 65535) return false;
+  if (topic.includes('+') || topic.includes('#') || hasForbiddenChars(topic)) return false;
+  return countLevels(topic) <= maxLevels;
+}
+
+/** A topic filter: `#` only as the whole last level, `+` only as a whole level [MQTT-4.7.1-2/3]. */
+export function isValidTopicFilter(filter: string, maxLevels: number = Infinity): boolean {
+  if (filter.length === 0 || filter.length > 65535 || hasForbiddenChars(filter)) return false;
+  const levels = filter.split('/');
+  if (levels.length > maxLevels) return false;
+  for (let i = 0; i < levels.length; i++) {
+    const level = levels[i];
+    if (level.includes('#') && (level !== '#' || i !== levels.length - 1)) return false;
+    if (level.includes('+') && level !== '+') return false;
+  }
+  return true;
+}
+
+function countLevels(topic: string): number {
+  let n = 1;
+  for (let i = 0; i < topic.length; i++) if (topic.charCodeAt(i) === 47) n++;
+  return n;
+}
+
+/**
+ * Splits `$share/<group>/<filter>`. Returns undefined for an ordinary filter and 'invalid' for a malformed
+ * shared one: empty or wildcard group name, missing filter [MQTT-4.8.2-1/2].
+ */
+export function parseSharedFilter(filter: string): SharedFilter | 'invalid' | undefined {
+  if (!filter.startsWith(SHARE_PREFIX)) return filter === '$share' ? 'invalid' : undefined;
+  const rest = filter.slice(SHARE_PREFIX.length);
+  const slash = rest.indexOf('/');
+  if (slash <= 0) return 'invalid';
+  const group = rest.slice(0, slash);
+  const inner = rest.slice(slash + 1);
+  if (group.includes('+') || group.includes('#') || inner.length === 0) return 'invalid';
+  return { group, filter: inner };
+}
+
+/** Whether `topic` matches `filter`; leading wildcards never match `$` topics [MQTT-4.7.2-1]. */
+export function topicMatches(filter: string, topic: string): boolean {
+  if (topic.charCodeAt(0) === 36 /* $ */ && (filter.charCodeAt(0) === 43 || filter.charCodeAt(0) === 35)) {
+    return false;
+  }
+  const f = filter.split('/');
+  const t = topic.split('/');
+  for (let i = 0; i < f.length; i++) {
+    if (f[i] === '#') return true;
+    if (i >= t.length) return false;
+    if (f[i] !== '+' && f[i] !== t[i]) return false;
+  }
+  return f.length === t.length;
+}

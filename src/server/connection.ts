@@ -1,0 +1,292 @@
+/**
+ * One client connection: parse → dispatch to the packet handlers → batched writes. Every failure of this
+ * connection (malformed bytes, protocol violations, handler exceptions) ends here, closes only this connection
+ * with the right reason code, and is counted; nothing escapes to the other clients.
+ */
+import { createParser, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
+import type { Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
+import type { Message, QoS } from '../protocol/message.js';
+import { Reason, reasonName } from '../protocol/reason-codes.js';
+import { ProtocolError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import type { ClientLink, Session } from '../broker/session.js';
+import type { ServerContext } from './context.js';
+import type { Transport } from './transport.js';
+import { handleConnect } from './handlers/connect.js';
+import { handlePublish, handlePubrel } from './handlers/publish.js';
+import { handlePuback, handlePubrec, handlePubcomp } from './handlers/acks.js';
+import { handleSubscribe } from './handlers/subscribe.js';
+import { handleUnsubscribe } from './handlers/unsubscribe.js';
+import { handlePingreq } from './handlers/ping.js';
+import { handleDisconnect } from './handlers/disconnect.js';
+import { handleAuth } from './handlers/auth.js';
+
+type State = 'awaiting-connect' | 'authenticating' | 'connected' | 'closed';
+
+export interface Will {
+  readonly msg: Message;
+  readonly delayS: number;
+}
+
+export class Connection implements ClientLink {
+  state: State = 'awaiting-connect';
+  version: ProtocolVersion = 4;
+  clientId = '';
+  username: string | undefined;
+  session: Session | undefined;
+  will: Will | undefined;
+  keepaliveMs = 0;
+  lastReceivedMs = performance.now();
+  readonly openedAtMs = performance.now();
+  /** The client's own limits (MQTT 5 CONNECT properties). */
+  receiveMaximum = 65535;
+  maxPacketBytes = 268435455;
+  topicAliasMaximum = 0;
+  requestProblemInformation = true;
+  /** Incoming QoS 1/2 publishes not yet completed, checked against our Receive Maximum. */
+  inboundInflight = 0;
+  readonly topicAliasesIn = new Map<number, string>();
+  private readonly topicAliasesOut = new Map<string, number>();
+  /** Packets that arrived while the CONNECT was being authenticated, dispatched once it completes. */
+  private deferred: Packet[] | undefined;
+  /** The tail of pending acknowledgements, so PUBACKs go out in the order of the PUBLISHes [MQTT-4.6.0-2]. */
+  ackTail: Promise<void> | undefined;
+  pendingAcks = 0;
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  overBufferSinceMs: number | undefined;
+  readonly log: Logger;
+  private readonly parser: Parser;
+
+  constructor(
+    readonly transport: Transport,
+    readonly ctx: ServerContext,
+    readonly allowAnonymous: boolean,
+  ) {
+    this.log = ctx.log;
+    this.parser = createParser();
+    this.parser.on('packet', (packet: Packet) => this.dispatch(packet));
+    this.parser.on('error', (err: Error) => this.onParseError(err));
+    transport.onData((chunk) => this.onData(chunk));
+    transport.onClose(() => this.close(undefined, 'socket closed'));
+    ctx.connections.add(this);
+  }
+
+  // ---- ClientLink (used by the session) ----
+
+  canTakeQoS0(): boolean {
+    return this.transport.bufferedBytes + this.pendingBytes < this.ctx.limits.maxWriteBufferBytes;
+  }
+
+  sendPublish(
+    msg: Message,
+    qos: QoS,
+    retain: boolean,
+    dup: boolean,
+    packetId: number,
+    subscriptionIds: readonly number[] | undefined,
+    encodings: PublishEncodings | undefined,
+  ): boolean {
+    if (this.state !== 'connected') return false;
+    let alias: number | undefined;
+    let aliasIsNew = false;
+    if (this.topicAliasMaximum > 0) {
+      alias = this.topicAliasesOut.get(msg.topic);
+      if (alias === undefined && this.topicAliasesOut.size < this.topicAliasMaximum) {
+        alias = this.topicAliasesOut.size + 1;
+        aliasIsNew = true;
+      }
+    }
+    let bytes: Buffer;
+    if (encodings && !dup && subscriptionIds === undefined && alias === undefined) {
+      const shared = encodings.get(this.version, qos, retain);
+      bytes = qos === 0 ? shared.bytes : withPacketId(shared, packetId);
+    } else {
+      const extras = { subscriptionIds, topicAlias: alias, omitTopic: alias !== undefined && !aliasIsNew };
+      bytes = encodePublish(msg, this.version, qos, retain, dup, extras, packetId).bytes;
+    }
+    // A message larger than the client's Maximum Packet Size is not sent to it [MQTT-3.1.2-24].
+    if (bytes.length > this.maxPacketBytes) return false;
+    if (aliasIsNew) this.topicAliasesOut.set(msg.topic, alias!);
+    this.write(bytes);
+    return true;
+  }
+
+  sendPubrel(packetId: number): void {
+    this.send({ cmd: 'pubrel', messageId: packetId });
+  }
+
+  // ---- writing ----
+
+  send(packet: Packet): void {
+    if (this.state === 'closed') return;
+    this.write(encodePacket(packet, this.version));
+  }
+
+  write(bytes: Buffer): void {
+    this.pending.push(bytes);
+    this.pendingBytes += bytes.length;
+    if (this.pending.length === 1) this.ctx.flusher.schedule(this);
+  }
+
+  flush(): void {
+    if (this.pending.length === 0) return;
+    const data = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
+    this.ctx.broker.stats.bytesSent += data.length;
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.transport.write(data);
+  }
+
+  // ---- reading ----
+
+  private onData(chunk: Buffer): void {
+    if (this.state === 'closed') return;
+    this.lastReceivedMs = performance.now();
+    this.ctx.broker.stats.bytesReceived += chunk.length;
+    this.parser.parse(chunk);
+    if ((this.state as State) === 'closed') return;
+    // mqtt-packet knows the type and declared length of a packet before buffering its body: refuse here, before
+    // a huge declared length can make us hold memory [RELIABILITY #1, #5].
+    const partial = (this.parser as unknown as { packet: { cmd?: string; length: number } }).packet;
+    if (partial.length > this.ctx.limits.maxPacketBytes) {
+      this.protocolFailure(new ProtocolError(Reason.PacketTooLarge, `packet of ${partial.length} bytes exceeds the maximum packet size`));
+    } else if (this.state === 'awaiting-connect' && partial.cmd !== undefined && partial.cmd !== 'connect') {
+      this.protocolFailure(new ProtocolError(Reason.ProtocolError, `first packet is ${partial.cmd}, not CONNECT`));
+    }
+  }
+
+  private onParseError(err: Error): void {
+    if (this.state === 'closed') return;
+    if (err.message === 'Invalid protocol version' && this.state === 'awaiting-connect') {
+      // Unknown protocol level: CONNACK 0x01 in the 3.1.1 format, then close [MQTT-3.1.2-2].
+      this.write(Buffer.from([0x20, 0x02, 0x00, 0x01]));
+      return this.close(undefined, 'unsupported protocol version');
+    }
+    this.protocolFailure(new ProtocolError(Reason.MalformedPacket, err.message));
+  }
+
+  dispatch(packet: Packet): void {
+    if (this.state === 'closed') return;
+    if (this.state === 'authenticating') {
+      (this.deferred ??= []).push(packet);
+      return;
+    }
+    try {
+      if (this.state === 'awaiting-connect') {
+        if (packet.cmd !== 'connect') throw new ProtocolError(Reason.ProtocolError, `first packet is ${packet.cmd}, not CONNECT`);
+        handleConnect(this, packet);
+        return;
+      }
+      switch (packet.cmd) {
+        case 'publish':
+          return handlePublish(this, packet);
+        case 'puback':
+          return handlePuback(this, packet);
+        case 'pubrec':
+          return handlePubrec(this, packet);
+        case 'pubrel':
+          return handlePubrel(this, packet);
+        case 'pubcomp':
+          return handlePubcomp(this, packet);
+        case 'subscribe':
+          return handleSubscribe(this, packet);
+        case 'unsubscribe':
+          return handleUnsubscribe(this, packet);
+        case 'pingreq':
+          return handlePingreq(this);
+        case 'disconnect':
+          return handleDisconnect(this, packet);
+        case 'auth':
+          return handleAuth(this, packet);
+        case 'connect':
+          throw new ProtocolError(Reason.ProtocolError, 'second CONNECT on a connection [MQTT-3.1.0-2]');
+        default:
+          // CONNACK, SUBACK, UNSUBACK, PINGRESP are server-to-client only.
+          throw new ProtocolError(Reason.ProtocolError, `a client may not send ${packet.cmd}`);
+      }
+    } catch (err) {
+      this.protocolFailure(err);
+    }
+  }
+
+  /** The CONNECT was accepted or refused: dispatch what arrived meanwhile, resume reading. */
+  authenticated(): void {
+    const deferred = this.deferred;
+    this.deferred = undefined;
+    this.transport.resume();
+    if (deferred) for (const packet of deferred) this.dispatch(packet);
+  }
+
+  beginAuthentication(): void {
+    this.state = 'authenticating';
+    this.transport.pause();
+  }
+
+  /** Closes after a protocol violation (or a handler bug), with DISCONNECT + reason code for MQTT 5 clients. */
+  protocolFailure(err: unknown): void {
+    if (err instanceof ProtocolError) {
+      this.log.debug({ clientId: this.clientId, remote: this.transport.remoteAddress, reason: reasonName(err.reasonCode), err: err.message }, 'closing connection: protocol violation');
+      this.close(err.reasonCode, err.message);
+    } else {
+      this.log.error({ err, clientId: this.clientId }, 'closing connection after an internal error');
+      this.close(Reason.ImplementationSpecificError, 'internal error');
+    }
+  }
+
+  /**
+   * Closes the connection once. A `reasonCode` sends DISCONNECT first (MQTT 5, connected clients only). Unless the
+   * client sent DISCONNECT (`will` cleared by the handler), its will is published or scheduled [MQTT-3.1.2-8].
+   */
+  close(reasonCode: number | undefined, why: string): void {
+    if (this.state === 'closed') return;
+    const wasConnected = this.state === 'connected';
+    if (reasonCode !== undefined) {
+      const stats = this.ctx.broker.stats;
+      const name = reasonName(reasonCode);
+      stats.disconnects[name] = (stats.disconnects[name] ?? 0) + 1;
+      if (this.version === 5 && wasConnected) {
+        const properties = this.requestProblemInformation ? { reasonString: why.slice(0, 200) } : undefined;
+        this.write(encodePacket({ cmd: 'disconnect', reasonCode, properties }, 5));
+      }
+    }
+    this.state = 'closed';
+    this.flush();
+    this.transport.end();
+    // A peer that does not read its last bytes must not keep the socket open forever.
+    setTimeout(() => this.transport.destroy(), 2000).unref();
+    this.ctx.connections.delete(this);
+    if (wasConnected) this.ctx.broker.stats.clientsConnected--;
+    if (this.ctx.clients.get(this.clientId) === this) this.ctx.clients.delete(this.clientId);
+    const session = this.session;
+    if (session) {
+      this.session = undefined;
+      if (this.will) this.ctx.broker.wills.schedule(this.clientId, this.will.msg, this.will.delayS);
+      this.ctx.broker.sessionDisconnected(session);
+    }
+    this.log.debug({ clientId: this.clientId, remote: this.transport.remoteAddress, why }, 'connection closed');
+  }
+
+  /** Keep-alive, connect timeout and slow-reader checks, driven by one broker-wide timer. */
+  checkTimers(nowMs: number): void {
+    const limits = this.ctx.limits;
+    if (this.state === 'awaiting-connect' || this.state === 'authenticating') {
+      if (nowMs - this.openedAtMs > limits.connectTimeoutMs) this.close(undefined, 'no CONNECT within the connect timeout');
+      return;
+    }
+    if (this.keepaliveMs > 0 && nowMs - this.lastReceivedMs > this.keepaliveMs * 1.5) {
+      // [MQTT-3.1.2-24]: nothing received for 1.5 × keep alive.
+      return this.close(Reason.KeepAliveTimeout, 'keep alive timeout');
+    }
+    if (this.transport.bufferedBytes > limits.maxWriteBufferBytes) {
+      this.overBufferSinceMs ??= nowMs;
+      if (nowMs - this.overBufferSinceMs > limits.slowClientTimeoutMs) {
+        this.ctx.broker.stats.dropped.slow_client++;
+        this.transport.destroy();
+        this.close(undefined, 'client does not read: write buffer full for too long');
+      }
+    } else {
+      this.overBufferSinceMs = undefined;
+    }
+  }
+}

@@ -1,0 +1,55 @@
+/** What every connection shares: the broker, auth hooks, limits, the write flusher and the client registry. */
+import type { Broker } from '../broker/broker.js';
+import type { AuthHooks } from '../broker/auth.js';
+import type { Logger } from '../util/logger.js';
+import type { Connection } from './connection.js';
+
+export interface ServerLimits {
+  readonly maxConnections: number;
+  readonly maxPacketBytes: number;
+  readonly maxKeepaliveS: number;
+  readonly connectTimeoutMs: number;
+  readonly receiveMaximum: number;
+  readonly maxTopicLevels: number;
+  readonly topicAliasMaximum: number;
+  readonly maxSessionExpiryS: number;
+  readonly maxWriteBufferBytes: number;
+  readonly slowClientTimeoutMs: number;
+  readonly retainAvailable: boolean;
+  readonly maxUserProperties: number;
+}
+
+export interface ServerContext {
+  readonly broker: Broker;
+  readonly auth: AuthHooks;
+  readonly limits: ServerLimits;
+  readonly log: Logger;
+  readonly flusher: WriteFlusher;
+  /** Every open connection, connected or not yet. */
+  readonly connections: Set<Connection>;
+  /** Connected clients by client id, for session take-over. */
+  readonly clients: Map<string, Connection>;
+}
+
+/**
+ * Batches socket writes: connections queue encoded packets during an event-loop turn and every connection with
+ * pending bytes is written once, in one syscall, when the turn's I/O is done.
+ */
+export class WriteFlusher {
+  private readonly dirty = new Set<{ flush(): void }>();
+  private scheduled = false;
+
+  schedule(target: { flush(): void }): void {
+    this.dirty.add(target);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.run);
+    }
+  }
+
+  private readonly run = (): void => {
+    this.scheduled = false;
+    for (const target of this.dirty) target.flush();
+    this.dirty.clear();
+  };
+}

@@ -1,0 +1,18 @@
+/** PUBACK, PUBREC, PUBCOMP from a client for our outgoing QoS 1/2 flows. Unknown ids are ignored [RELIABILITY #20]. */
+import type { PubackPacket, PubcompPacket, PubrecPacket } from '../../protocol/codec.js';
+import type { Connection } from '../connection.js';
+
+export function handlePuback(conn: Connection, packet: PubackPacket): void {
+  if (!conn.session!.complete(packet.messageId!)) conn.log.debug({ clientId: conn.clientId, packetId: packet.messageId }, 'PUBACK for an unknown packet id');
+}
+
+export function handlePubrec(conn: Connection, packet: PubrecPacket): void {
+  if (!conn.session!.received(packet.messageId!, packet.reasonCode ?? 0)) {
+    // MQTT 5: answer an unknown id with PUBREL 0x92 so the client can finish its side.
+    conn.send({ cmd: 'pubrel', messageId: packet.messageId, reasonCode: conn.version === 5 ? 0x92 : undefined });
+  }
+}
+
+export function handlePubcomp(conn: Connection, packet: PubcompPacket): void {
+  if (!conn.session!.complete(packet.messageId!)) conn.log.debug({ clientId: conn.clientId, packetId: packet.messageId }, 'PUBCOMP for an unknown packet id');
+}

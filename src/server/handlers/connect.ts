@@ -1,0 +1,192 @@
+/** CONNECT: validate, authenticate, take over or open the session, CONNACK (MQTT 3.1.1 §3.1-3.2, MQTT 5 §3.1-3.2). */
+import { randomBytes } from 'node:crypto';
+import { isUtf8 } from 'node:buffer';
+import type { ConnectPacket, ProtocolVersion } from '../../protocol/codec.js';
+import { createMessage } from '../../protocol/message.js';
+import type { QoS } from '../../protocol/message.js';
+import { Reason, connackV3Code } from '../../protocol/reason-codes.js';
+import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
+import { ProtocolError } from '../../util/errors.js';
+import { NEVER_EXPIRES } from '../../broker/session.js';
+import type { Connection } from '../connection.js';
+import { toPublishProperties, checkUserProperties } from './properties.js';
+
+/** CONNACK refusal: the code goes out in the client's protocol version, then the connection closes. */
+function refuse(conn: Connection, reason: number, why: string): void {
+  if (conn.version === 5) {
+    const properties = conn.requestProblemInformation ? { reasonString: why } : undefined;
+    conn.send({ cmd: 'connack', sessionPresent: false, reasonCode: reason, properties });
+  } else {
+    conn.send({ cmd: 'connack', sessionPresent: false, returnCode: connackV3Code(reason) });
+  }
+  conn.ctx.log.info({ clientId: conn.clientId || undefined, remote: conn.transport.remoteAddress, reasonCode: reason, why }, 'connection refused');
+  conn.close(undefined, why);
+}
+
+export function handleConnect(conn: Connection, packet: ConnectPacket): void {
+  const { limits, log } = conn.ctx;
+  conn.version = packet.protocolVersion as ProtocolVersion;
+  const v5 = conn.version === 5;
+  const props = packet.properties;
+  if (v5 && props?.requestProblemInformation === false) conn.requestProblemInformation = false;
+
+  // Malformed content: close without CONNACK where the spec says so.
+  if (!isValidMqttString(packet.clientId) || (packet.username !== undefined && !isValidMqttString(packet.username))) {
+    throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 in client id or user name [MQTT-1.5.3-1]');
+  }
+  if (!v5 && packet.password !== undefined && packet.username === undefined) {
+    throw new ProtocolError(Reason.MalformedPacket, 'password without user name [MQTT-3.1.2-22]');
+  }
+  if (v5 && (props?.receiveMaximum === 0 || props?.maximumPacketSize === 0)) {
+    throw new ProtocolError(Reason.ProtocolError, 'receive maximum and maximum packet size must not be 0');
+  }
+  if (v5) checkUserProperties(props?.userProperties, limits.maxUserProperties);
+
+  // Client identifier rules.
+  let clientId = packet.clientId;
+  let assigned = false;
+  if (conn.version === 3 && (clientId.length === 0 || clientId.length > 23)) {
+    return refuse(conn, Reason.ClientIdentifierNotValid, 'MQTT 3.1 client ids are 1 to 23 characters');
+  }
+  if (clientId.length === 0) {
+    // 3.1.1: an empty id needs clean session [MQTT-3.1.3-8]; MQTT 5: the server assigns one [MQTT-3.1.3-6].
+    if (!v5 && !packet.clean) return refuse(conn, Reason.ClientIdentifierNotValid, 'empty client id requires clean session');
+    clientId = `auto-${randomBytes(8).toString('hex')}`;
+    assigned = true;
+  }
+  conn.clientId = clientId;
+
+  // Keep alive: MQTT 5 gets our maximum as Server Keep Alive; 3.1.x clients above it are refused (Mosquitto).
+  let keepaliveS = packet.keepalive ?? 0;
+  let serverKeepAlive: number | undefined;
+  if (limits.maxKeepaliveS < 65535 && (keepaliveS > limits.maxKeepaliveS || keepaliveS === 0)) {
+    if (!v5) return refuse(conn, Reason.ClientIdentifierNotValid, `keep alive above the maximum of ${limits.maxKeepaliveS} s`);
+    keepaliveS = serverKeepAlive = limits.maxKeepaliveS;
+  }
+
+  if (v5 && props?.authenticationMethod !== undefined) {
+    return refuse(conn, Reason.BadAuthenticationMethod, `authentication method ${props.authenticationMethod} is not supported`);
+  }
+
+  // Will message: validated now, authorized after authentication.
+  const will = packet.will;
+  if (will) {
+    if (!isValidTopicName(will.topic, limits.maxTopicLevels)) {
+      if (!v5) throw new ProtocolError(Reason.TopicNameInvalid, 'invalid will topic');
+      return refuse(conn, Reason.TopicNameInvalid, 'invalid will topic');
+    }
+    if (will.retain && !limits.retainAvailable) return refuse(conn, Reason.RetainNotSupported, 'retain is not available');
+    if (v5 && will.properties?.payloadFormatIndicator && !isUtf8(will.payload as Buffer)) {
+      return refuse(conn, Reason.PayloadFormatInvalid, 'will payload is not UTF-8 as its format indicator says');
+    }
+  }
+
+  conn.beginAuthentication();
+  conn.ctx.auth
+    .authenticate({
+      clientId,
+      username: packet.username,
+      password: packet.password,
+      remoteAddress: conn.transport.remoteAddress,
+      allowAnonymous: conn.allowAnonymous,
+    })
+    .then(
+      (refusal) => {
+        if (conn.state === 'closed') return;
+        conn.state = 'awaiting-connect';
+        if (refusal !== undefined) return refuse(conn, refusal, 'authentication failed');
+        conn.username = packet.username;
+        if (will && conn.ctx.auth.authorizePublish({ clientId, username: packet.username }, will.topic) !== undefined) {
+          return refuse(conn, Reason.NotAuthorized, 'not authorized to publish the will topic');
+        }
+        accept(conn, packet, { clientId, assigned, keepaliveS, serverKeepAlive });
+        conn.authenticated();
+      },
+      (err: unknown) => {
+        log.error({ err, clientId }, 'authentication hook failed');
+        refuse(conn, Reason.UnspecifiedError, 'authentication error');
+      },
+    );
+}
+
+function accept(
+  conn: Connection,
+  packet: ConnectPacket,
+  p: { clientId: string; assigned: boolean; keepaliveS: number; serverKeepAlive: number | undefined },
+): void {
+  const { broker, limits, clients, log } = conn.ctx;
+  const v5 = conn.version === 5;
+  const props = packet.properties;
+
+  // Session take-over: the old connection is closed first, its will handled as for any network close [MQTT-3.1.4-3].
+  const previous = clients.get(p.clientId);
+  if (previous && previous !== conn) previous.close(Reason.SessionTakenOver, 'session taken over by a new connection');
+
+  let expiryS: number;
+  let announcedExpiryS: number | undefined;
+  if (v5) {
+    const requested = props?.sessionExpiryInterval ?? 0;
+    expiryS = Math.min(requested, limits.maxSessionExpiryS);
+    if (expiryS !== requested) announcedExpiryS = expiryS;
+  } else {
+    expiryS = packet.clean === false ? NEVER_EXPIRES : 0;
+  }
+  const cleanStart = packet.clean ?? true;
+  const { session, present } = broker.openSession(p.clientId, cleanStart);
+  session.expiryIntervalS = expiryS;
+
+  conn.state = 'connected';
+  conn.session = session;
+  conn.keepaliveMs = p.keepaliveS * 1000;
+  if (v5) {
+    conn.receiveMaximum = props?.receiveMaximum ?? 65535;
+    conn.maxPacketBytes = props?.maximumPacketSize ?? 268435455;
+    conn.topicAliasMaximum = props?.topicAliasMaximum ?? 0;
+  }
+  if (packet.will) {
+    const w = packet.will;
+    conn.will = {
+      msg: createMessage({
+        topic: w.topic,
+        payload: Buffer.isBuffer(w.payload) ? w.payload : Buffer.from(w.payload),
+        qos: w.qos as QoS,
+        retain: w.retain,
+        properties: v5 ? toPublishProperties(w.properties) : undefined,
+        origin: p.clientId,
+      }),
+      delayS: v5 ? (w.properties?.willDelayInterval ?? 0) : 0,
+    };
+  }
+  clients.set(p.clientId, conn);
+  const stats = broker.stats;
+  stats.clientsConnected++;
+  stats.connectionsTotal++;
+  if (stats.clientsConnected > stats.clientsMaximum) stats.clientsMaximum = stats.clientsConnected;
+
+  // 3.1.1: session present is 0 whenever clean session is set [MQTT-3.2.2-1].
+  const sessionPresent = present && !cleanStart;
+  if (v5) {
+    conn.send({
+      cmd: 'connack',
+      sessionPresent,
+      reasonCode: Reason.Success,
+      properties: {
+        sessionExpiryInterval: announcedExpiryS,
+        receiveMaximum: limits.receiveMaximum,
+        maximumPacketSize: limits.maxPacketBytes,
+        retainAvailable: limits.retainAvailable,
+        topicAliasMaximum: limits.topicAliasMaximum,
+        wildcardSubscriptionAvailable: true,
+        subscriptionIdentifiersAvailable: true,
+        sharedSubscriptionAvailable: true,
+        assignedClientIdentifier: p.assigned ? p.clientId : undefined,
+        serverKeepAlive: p.serverKeepAlive,
+      },
+    });
+  } else {
+    conn.send({ cmd: 'connack', sessionPresent, returnCode: 0 });
+  }
+  // Resend unacknowledged messages and anything queued while offline.
+  session.attach(conn);
+  log.debug({ clientId: p.clientId, version: conn.version, remote: conn.transport.remoteAddress, sessionPresent }, 'client connected');
+}

@@ -1,0 +1,125 @@
+/** PUBLISH and PUBREL from a client (MQTT 3.1.1 §3.3, §4.3; MQTT 5 §3.3, §3.6, §4.3). */
+import { isUtf8 } from 'node:buffer';
+import type { PublishPacket, PubrelPacket } from '../../protocol/codec.js';
+import { createMessage } from '../../protocol/message.js';
+import type { QoS } from '../../protocol/message.js';
+import { Reason } from '../../protocol/reason-codes.js';
+import { isValidTopicName } from '../../protocol/topics.js';
+import { ProtocolError } from '../../util/errors.js';
+import type { Connection } from '../connection.js';
+import { checkUserProperties, toPublishProperties } from './properties.js';
+
+export function handlePublish(conn: Connection, packet: PublishPacket): void {
+  const { broker, limits, auth } = conn.ctx;
+  const v5 = conn.version === 5;
+  const qos = packet.qos as QoS;
+  const packetId = packet.messageId ?? 0;
+  if (qos > 0 && packetId === 0) throw new ProtocolError(Reason.ProtocolError, 'QoS > 0 PUBLISH without a packet identifier [MQTT-2.3.1-1]');
+
+  let topic = packet.topic as string;
+  const props = packet.properties;
+  if (v5) {
+    checkUserProperties(props?.userProperties, limits.maxUserProperties);
+    const alias = props?.topicAlias;
+    if (alias !== undefined) {
+      if (alias === 0 || alias > limits.topicAliasMaximum) {
+        throw new ProtocolError(Reason.TopicAliasInvalid, `topic alias ${alias} outside 1..${limits.topicAliasMaximum}`);
+      }
+      if (topic.length > 0) conn.topicAliasesIn.set(alias, topic);
+      else {
+        const known = conn.topicAliasesIn.get(alias);
+        if (known === undefined) throw new ProtocolError(Reason.TopicAliasInvalid, `topic alias ${alias} was never set`);
+        topic = known;
+      }
+    }
+  }
+  if (topic.length === 0) throw new ProtocolError(Reason.ProtocolError, 'empty topic name [MQTT-4.7.3-1]');
+  if (!isValidTopicName(topic, limits.maxTopicLevels)) {
+    throw new ProtocolError(Reason.TopicNameInvalid, 'invalid topic name [MQTT-3.3.2-2]');
+  }
+  if (packet.retain && !limits.retainAvailable) throw new ProtocolError(Reason.RetainNotSupported, 'retain is not available');
+
+  const session = conn.session!;
+  if (qos > 0) {
+    // Our Receive Maximum bounds what a client may have unacknowledged [MQTT-3.3.4-9].
+    if (++conn.inboundInflight > limits.receiveMaximum) {
+      throw new ProtocolError(Reason.ReceiveMaximumExceeded, `more than ${limits.receiveMaximum} QoS 1/2 publishes in flight`);
+    }
+    // A resent QoS 2 PUBLISH whose PUBREC was already sent is not delivered again [MQTT-4.3.3-9].
+    if (qos === 2 && session.inboundQoS2.has(packetId)) {
+      conn.inboundInflight--;
+      return acknowledge(conn, 2, packetId, Reason.Success);
+    }
+  }
+
+  let reason: number | undefined;
+  if (v5 && props?.payloadFormatIndicator && !isUtf8(packet.payload as Buffer)) reason = Reason.PayloadFormatInvalid;
+  else reason = auth.authorizePublish(conn, topic);
+  if (reason !== undefined) {
+    broker.stats.dropped.not_authorized += reason === Reason.NotAuthorized ? 1 : 0;
+    if (qos === 0) {
+      // QoS 0 cannot carry a refusal; MQTT 5 says which ones are worth a DISCONNECT.
+      if (reason === Reason.PayloadFormatInvalid) throw new ProtocolError(reason, 'payload is not UTF-8 as its format indicator says');
+      return;
+    }
+    // 3.1.1 has no way to refuse a publish: it is acknowledged and dropped, as Mosquitto does [MQTT-3.3.5-2].
+    const code = v5 ? reason : Reason.Success;
+    if (qos === 2 && code < 0x80) session.inboundQoS2.add(packetId);
+    return acknowledge(conn, qos, packetId, code);
+  }
+
+  const msg = createMessage({
+    topic,
+    payload: packet.payload as Buffer,
+    qos,
+    retain: packet.retain,
+    properties: v5 ? toPublishProperties(props) : undefined,
+    origin: conn.clientId,
+  });
+  broker.stats.messagesReceived[qos]++;
+  const durable = broker.route(msg);
+  if (qos === 0) {
+    durable?.catch((err: unknown) => conn.log.warn({ err, topic }, 'QoS 0 message could not be stored'));
+    return;
+  }
+  if (qos === 2) session.inboundQoS2.add(packetId);
+  if (!durable && conn.pendingAcks === 0) return acknowledge(conn, qos, packetId, Reason.Success);
+  // Wait for durability, keeping acknowledgements in the order of the publishes [MQTT-4.6.0-2].
+  conn.pendingAcks++;
+  const previous = conn.ackTail;
+  const tail = (async () => {
+    let code: number = Reason.Success;
+    try {
+      await durable;
+    } catch (err) {
+      code = err instanceof ProtocolError ? err.reasonCode : Reason.UnspecifiedError;
+      conn.log.warn({ err, topic, clientId: conn.clientId }, 'message not accepted: could not be stored');
+    }
+    await previous;
+    conn.pendingAcks--;
+    if (code !== Reason.Success) {
+      if (qos === 2) session.inboundQoS2.delete(packetId);
+      // Without a way to say "not stored" in 3.1.1, the client gets no acknowledgement and resends after reconnect.
+      if (!v5) return conn.close(undefined, 'message could not be stored');
+    }
+    acknowledge(conn, qos, packetId, code);
+  })();
+  conn.ackTail = tail;
+}
+
+function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: number): void {
+  if (qos === 1) conn.inboundInflight--;
+  // QoS 2 stays in flight until PUBCOMP unless refused.
+  else if (reasonCode >= 0x80) conn.inboundInflight--;
+  conn.send({ cmd: qos === 1 ? 'puback' : 'pubrec', messageId: packetId, reasonCode: conn.version === 5 ? reasonCode : undefined });
+}
+
+export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
+  const known = conn.session!.inboundQoS2.delete(packet.messageId!);
+  if (known) conn.inboundInflight--;
+  conn.send({
+    cmd: 'pubcomp',
+    messageId: packet.messageId,
+    reasonCode: conn.version === 5 ? (known ? Reason.Success : Reason.PacketIdentifierNotFound) : undefined,
+  });
+}

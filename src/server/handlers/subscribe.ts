@@ -1,0 +1,54 @@
+/** SUBSCRIBE (MQTT 3.1.1 §3.8-3.9, MQTT 5 §3.8-3.9): per-filter validation and authorization, SUBACK, retained. */
+import type { SubscribePacket } from '../../protocol/codec.js';
+import type { QoS } from '../../protocol/message.js';
+import { Reason } from '../../protocol/reason-codes.js';
+import { isValidTopicFilter, parseSharedFilter } from '../../protocol/topics.js';
+import type { SubscriptionRecord } from '../../store/types.js';
+import { ProtocolError } from '../../util/errors.js';
+import type { Connection } from '../connection.js';
+import { checkUserProperties } from './properties.js';
+
+export function handleSubscribe(conn: Connection, packet: SubscribePacket): void {
+  const { broker, limits, auth } = conn.ctx;
+  const v5 = conn.version === 5;
+  if (packet.subscriptions.length === 0) throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE without filters [MQTT-3.8.3-3]');
+  const subscriptionId = packet.properties?.subscriptionIdentifier as number | undefined;
+  if (subscriptionId === 0) throw new ProtocolError(Reason.ProtocolError, 'subscription identifier 0');
+  if (v5) checkUserProperties(packet.properties?.userProperties, limits.maxUserProperties);
+  // v3.1.1 refuses a filter with 0x80 [MQTT-3.9.3-2]; MQTT 5 says why.
+  const failure = (v5reason: number): number => (v5 ? v5reason : 0x80);
+
+  const session = conn.session!;
+  const granted: number[] = [];
+  const accepted: SubscriptionRecord[] = [];
+  for (const s of packet.subscriptions) {
+    const shared = parseSharedFilter(s.topic);
+    const inner = shared && shared !== 'invalid' ? shared.filter : s.topic;
+    if (shared === 'invalid' || !isValidTopicFilter(inner, limits.maxTopicLevels)) {
+      granted.push(failure(Reason.TopicFilterInvalid));
+      continue;
+    }
+    if (shared && s.nl) throw new ProtocolError(Reason.ProtocolError, 'no local on a shared subscription [MQTT-3.8.3-4]');
+    const decision = auth.authorizeSubscribe(conn, s.topic, s.qos as QoS);
+    if (decision >= 0x80) {
+      granted.push(failure(decision));
+      continue;
+    }
+    const qos = decision as QoS;
+    granted.push(qos);
+    accepted.push({
+      filter: s.topic,
+      qos,
+      noLocal: s.nl ?? false,
+      retainAsPublished: s.rap ?? false,
+      retainHandling: (s.rh ?? 0) as 0 | 1 | 2,
+      subscriptionId,
+    });
+  }
+  // SUBACK first, then the retained messages of the new subscriptions.
+  conn.send({ cmd: 'suback', messageId: packet.messageId, granted });
+  for (const record of accepted) {
+    session.subscriptions.set(record.filter, record);
+    broker.addSubscription(session, record);
+  }
+}

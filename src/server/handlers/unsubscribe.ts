@@ -1,0 +1,20 @@
+/** UNSUBSCRIBE (MQTT 3.1.1 §3.10-3.11, MQTT 5 §3.10-3.11). */
+import type { UnsubscribePacket } from '../../protocol/codec.js';
+import { Reason } from '../../protocol/reason-codes.js';
+import { ProtocolError } from '../../util/errors.js';
+import type { Connection } from '../connection.js';
+
+export function handleUnsubscribe(conn: Connection, packet: UnsubscribePacket): void {
+  if (packet.unsubscriptions.length === 0) throw new ProtocolError(Reason.ProtocolError, 'UNSUBSCRIBE without filters [MQTT-3.10.3-2]');
+  const session = conn.session!;
+  const codes = packet.unsubscriptions.map((filter) => {
+    const existed = session.subscriptions.delete(filter);
+    if (existed) conn.ctx.broker.removeSubscription(session, filter);
+    return existed ? Reason.Success : Reason.NoSubscriptionExisted;
+  });
+  conn.send(
+    conn.version === 5
+      ? { cmd: 'unsuback', messageId: packet.messageId, granted: codes }
+      : { cmd: 'unsuback', messageId: packet.messageId, granted: [] },
+  );
+}

@@ -1,0 +1,156 @@
+/**
+ * The MQTT server: TCP, TLS, WebSocket and secure WebSocket listeners feeding `Connection`s, plus the one timer
+ * that checks keep-alive, connect timeouts and slow readers for every connection.
+ */
+import net from 'node:net';
+import tls from 'node:tls';
+import http from 'node:http';
+import https from 'node:https';
+import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { WebSocketServer } from 'ws';
+import type { Broker } from '../broker/broker.js';
+import type { AuthHooks } from '../broker/auth.js';
+import { Reason } from '../protocol/reason-codes.js';
+import { EdgeferryError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import { Connection } from './connection.js';
+import { WriteFlusher } from './context.js';
+import type { ServerContext, ServerLimits } from './context.js';
+import { socketTransport, webSocketTransport } from './transport.js';
+import type { Transport } from './transport.js';
+
+export interface ListenerSpec {
+  readonly type: 'tcp' | 'tls' | 'ws' | 'wss';
+  readonly host: string;
+  readonly port: number;
+  readonly path?: string;
+  readonly allowAnonymous: boolean;
+  readonly maxConnections?: number;
+  readonly tls?: {
+    readonly certFile: string;
+    readonly keyFile: string;
+    readonly caFile?: string;
+    readonly requireCertificate: boolean;
+    readonly minVersion: string;
+  };
+}
+
+export interface BoundListener {
+  readonly type: ListenerSpec['type'];
+  readonly host: string;
+  readonly port: number;
+}
+
+interface Running {
+  readonly spec: ListenerSpec;
+  readonly server: net.Server;
+  readonly wss?: WebSocketServer;
+  connections: number;
+}
+
+const TIMER_INTERVAL_MS = 500;
+
+export class MqttServer {
+  private readonly ctx: ServerContext;
+  private readonly running: Running[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(broker: Broker, auth: AuthHooks, limits: ServerLimits, log: Logger) {
+    this.ctx = { broker, auth, limits, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
+  }
+
+  get connectionCount(): number {
+    return this.ctx.connections.size;
+  }
+
+  /** Binds every listener; rejects (and closes those already bound) if one cannot bind. */
+  async start(specs: readonly ListenerSpec[]): Promise<BoundListener[]> {
+    try {
+      for (const spec of specs) this.running.push(await this.listen(spec));
+    } catch (err) {
+      await this.stop();
+      throw err;
+    }
+    this.timer = setInterval(() => {
+      const now = performance.now();
+      for (const conn of this.ctx.connections) conn.checkTimers(now);
+    }, TIMER_INTERVAL_MS);
+    this.timer.unref();
+    return this.running.map((r) => {
+      const address = r.server.address() as AddressInfo;
+      return { type: r.spec.type, host: address.address, port: address.port };
+    });
+  }
+
+  /** Stops accepting, then closes every connection; MQTT 5 clients get DISCONNECT 0x8B (server shutting down). */
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    const closed = this.running.splice(0).map(
+      (r) =>
+        new Promise<void>((resolve) => {
+          r.wss?.close();
+          r.server.close(() => resolve());
+        }),
+    );
+    for (const conn of [...this.ctx.connections]) conn.close(Reason.ServerShuttingDown, 'server shutting down');
+    await Promise.all(closed);
+  }
+
+  private async listen(spec: ListenerSpec): Promise<Running> {
+    const running: Running = { spec, server: undefined as unknown as net.Server, connections: 0 };
+    const accept = (transport: Transport, closeSocket: () => void): void => {
+      const max = Math.min(this.ctx.limits.maxConnections, spec.maxConnections ?? Infinity);
+      if (this.ctx.connections.size >= max || running.connections >= (spec.maxConnections ?? Infinity)) {
+        // Over the limit: refuse before any MQTT state exists [RELIABILITY #35].
+        this.ctx.broker.stats.disconnects.server_busy = (this.ctx.broker.stats.disconnects.server_busy ?? 0) + 1;
+        closeSocket();
+        return;
+      }
+      running.connections++;
+      transport.onClose(() => running.connections--);
+      new Connection(transport, this.ctx, spec.allowAnonymous);
+    };
+    const tlsOptions = spec.tls ? loadTls(spec.tls) : undefined;
+    let server: net.Server;
+    if (spec.type === 'tcp' || spec.type === 'tls') {
+      const onSocket = (socket: net.Socket): void => accept(socketTransport(socket), () => socket.destroy());
+      server = spec.type === 'tcp' ? net.createServer(onSocket) : tls.createServer(tlsOptions!, onSocket);
+      if (spec.type === 'tls') server.on('tlsClientError', (err) => this.ctx.log.debug({ err }, 'TLS handshake failed'));
+    } else {
+      const httpServer = spec.type === 'ws' ? http.createServer() : https.createServer(tlsOptions!);
+      server = httpServer;
+      httpServer.on('request', (_req, res: http.ServerResponse) => {
+        res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket only\n');
+      });
+      const wss = new WebSocketServer({
+        server: httpServer,
+        path: spec.path ?? '/mqtt',
+        maxPayload: this.ctx.limits.maxPacketBytes + 5,
+        handleProtocols: (protocols) => (protocols.has('mqtt') ? 'mqtt' : protocols.has('mqttv3.1') ? 'mqttv3.1' : false),
+      });
+      wss.on('connection', (ws, req) => accept(webSocketTransport(ws, req.socket.remoteAddress ?? 'unknown'), () => ws.terminate()));
+      Object.assign(running, { wss });
+    }
+    Object.assign(running, { server });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (err) =>
+        reject(new EdgeferryError('EF_LISTENER_BIND', `cannot listen on ${spec.type}://${spec.host}:${spec.port}: ${err.message}`, { cause: err })),
+      );
+      server.listen(spec.port, spec.host, () => resolve());
+    });
+    server.on('error', (err) => this.ctx.log.error({ err, listener: spec.type, port: spec.port }, 'listener error'));
+    return running;
+  }
+}
+
+function loadTls(t: NonNullable<ListenerSpec['tls']>): tls.TlsOptions {
+  return {
+    cert: readFileSync(t.certFile),
+    key: readFileSync(t.keyFile),
+    ca: t.caFile ? readFileSync(t.caFile) : undefined,
+    requestCert: t.requireCertificate,
+    rejectUnauthorized: t.requireCertificate,
+    minVersion: t.minVersion as tls.SecureVersion,
+  };
+}

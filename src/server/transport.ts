@@ -1,0 +1,60 @@
+/** The byte pipe under one MQTT connection: a TCP/TLS socket or a WebSocket, behind one small interface. */
+import type { Socket } from 'node:net';
+import type { WebSocket } from 'ws';
+
+export interface Transport {
+  readonly remoteAddress: string;
+  /** Bytes accepted for writing but not yet handed to the kernel. */
+  readonly bufferedBytes: number;
+  write(data: Buffer): void;
+  /** Flushes what was written, then closes. */
+  end(): void;
+  destroy(): void;
+  pause(): void;
+  resume(): void;
+  onData(cb: (chunk: Buffer) => void): void;
+  onClose(cb: () => void): void;
+}
+
+export function socketTransport(socket: Socket): Transport {
+  socket.setNoDelay(true);
+  return {
+    remoteAddress: socket.remoteAddress ?? 'unknown',
+    get bufferedBytes() {
+      return socket.writableLength;
+    },
+    write: (data) => void socket.write(data),
+    end: () => void socket.end(),
+    destroy: () => void socket.destroy(),
+    pause: () => void socket.pause(),
+    resume: () => void socket.resume(),
+    onData: (cb) => void socket.on('data', cb),
+    onClose: (cb) => {
+      socket.on('close', cb);
+      // Resets and similar are reported as 'error' followed by 'close'; the close path does the cleanup.
+      socket.on('error', () => {});
+    },
+  };
+}
+
+export function webSocketTransport(ws: WebSocket, remoteAddress: string): Transport {
+  return {
+    remoteAddress,
+    get bufferedBytes() {
+      return ws.bufferedAmount;
+    },
+    write: (data) => ws.send(data, { binary: true }),
+    end: () => ws.close(),
+    destroy: () => ws.terminate(),
+    pause: () => ws.pause(),
+    resume: () => ws.resume(),
+    onData: (cb) =>
+      void ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
+        cb(Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data));
+      }),
+    onClose: (cb) => {
+      ws.on('close', cb);
+      ws.on('error', () => {});
+    },
+  };
+}

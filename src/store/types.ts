@@ -1,0 +1,112 @@
+/**
+ * Store contracts. `memory.ts` (persistence off, tests) and `lmdb.ts` (one LMDB environment, named
+ * databases) implement them and pass one contract suite (`test/contracts/store.test.ts`).
+ * Writes are small change operations, never snapshots. A returned promise resolves once the change is
+ * durable (flushed to disk for LMDB), which is what an MQTT acknowledgement may promise.
+ */
+import type { Message, QoS } from '../protocol/message.js';
+
+export interface RetainedStore {
+  /** Every retained message, for loading the broker's retained index at start. */
+  loadAll(): Iterable<Message>;
+  /** Stores `msg` under its topic; an empty payload deletes the topic's retained message. */
+  set(msg: Message): Promise<void>;
+  readonly count: number;
+}
+
+export interface SubscriptionRecord {
+  readonly filter: string; // as subscribed, including any `$share/<group>/` prefix
+  readonly qos: QoS;
+  readonly noLocal: boolean;
+  readonly retainAsPublished: boolean;
+  readonly retainHandling: 0 | 1 | 2;
+  readonly subscriptionId?: number;
+}
+
+export interface SessionRecord {
+  readonly clientId: string;
+  readonly expiryIntervalS: number; // 0xFFFFFFFF: never expires
+  /** Wall-clock ms of the disconnect, so time spent down counts towards expiry after a restart. */
+  readonly disconnectedAtMs?: number;
+  readonly subscriptions: readonly SubscriptionRecord[];
+  readonly queue: readonly QueuedRecord[];
+}
+
+export interface QueuedRecord {
+  readonly seq: number;
+  readonly msg: Message;
+}
+
+export interface SessionStore {
+  loadAll(): Iterable<SessionRecord>;
+  /** Creates or updates the session's own fields (expiry, disconnect time). */
+  putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void>;
+  /** Removes the session with its subscriptions and queue (clean start, expiry). */
+  drop(clientId: string): Promise<void>;
+  putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void>;
+  deleteSubscription(clientId: string, filter: string): Promise<void>;
+  /** Queues a QoS > 0 message for the session; resolves with its sequence number once durable. */
+  enqueue(clientId: string, msg: Message): Promise<number>;
+  /** Removes a queued message once its delivery completed (PUBACK / PUBCOMP). */
+  ack(clientId: string, seq: number): Promise<void>;
+}
+
+export type OverflowPolicy = 'drop-oldest' | 'reject-new';
+
+export interface OutboxLimits {
+  readonly maxBytes: number;
+  readonly maxMessages: number;
+  /** Entries older than this are dropped (reason `expired`); 0 disables the age limit. */
+  readonly maxAgeS: number;
+  readonly overflow: OverflowPolicy;
+}
+
+export interface OutboxEntry {
+  /** Strictly increasing per outbox, never reused, independent of the wall clock. */
+  readonly seq: number;
+  readonly msg: Message;
+  /** Wall-clock ms when appended (for ages and for Sparkplug historical data). */
+  readonly appendedAtMs: number;
+  /** Bytes the entry counts against `maxBytes`. */
+  readonly bytes: number;
+}
+
+export type DropReason = 'queue_full' | 'expired' | 'rejected_upstream';
+
+export interface OutboxDepth {
+  readonly messages: number;
+  readonly bytes: number;
+  /** Wall-clock ms of the oldest entry, undefined when empty. */
+  readonly oldestAppendedAtMs: number | undefined;
+  readonly dropped: Readonly<Record<DropReason, number>>;
+}
+
+/** A durable FIFO, one per bridge. */
+export interface Outbox {
+  readonly name: string;
+  /**
+   * Appends at the tail; resolves once durable. With policy `reject-new` and a full queue it rejects with a
+   * StoreError `EF_STORE_FULL` (the caller answers 0x97 Quota exceeded); with `drop-oldest` it drops from the
+   * head (counted as `queue_full`) to make room.
+   */
+  append(msg: Message): Promise<void>;
+  /** Up to `limit` entries, oldest first, with seq > `afterSeq` when given. Reads only; never blocks writers. */
+  peek(limit: number, afterSeq?: number): readonly OutboxEntry[];
+  /** Removes acknowledged entries; unknown seqs are ignored. Batched into one commit per event turn. */
+  remove(seqs: readonly number[]): Promise<void>;
+  /** Drops entries older than `maxAgeS`, counting them as `expired`. Returns how many were dropped. */
+  expire(nowMs?: number): Promise<number>;
+  /** Counts entries dropped for a reason decided outside the outbox (e.g. refused upstream). */
+  countDropped(reason: DropReason, n: number): void;
+  readonly depth: OutboxDepth;
+}
+
+export interface Store {
+  readonly retained: RetainedStore;
+  readonly sessions: SessionStore;
+  /** Opens (or creates) the named outbox; the same name returns the same outbox with its content. */
+  outbox(name: string, limits: OutboxLimits): Outbox;
+  /** Resolves when every write so far is durable. */
+  flushed(): Promise<void>;
+  close(): Promise<void>;
+}

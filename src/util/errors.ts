@@ -1,0 +1,84 @@
+/**
+ * The error catalogue. Every error that crosses a module boundary is an EdgeferryError with a stable
+ * code `EF_<AREA>_<WHAT>`; codes are never reused. The README has one row per code.
+ */
+export const ErrorCodes = {
+  EF_CONFIG_INVALID: 'the configuration file is invalid',
+  EF_CONFIG_UNREADABLE: 'the configuration file cannot be read',
+  EF_PROTOCOL_VIOLATION: 'an MQTT peer broke the protocol',
+  EF_LISTENER_BIND: 'a listener could not bind its address',
+  EF_STORE_OPEN: 'the data directory cannot be opened',
+  EF_STORE_WRITE: 'a write to the data directory failed',
+  EF_STORE_FULL: 'the store reached its size limit',
+  EF_UPLINK_CONNECT: 'an uplink could not connect to its central broker',
+  EF_UPLINK_REJECTED: 'the central broker rejected the uplink',
+  EF_CONNECTOR_UNREACHABLE: 'a connector cannot reach its device',
+  EF_CONNECTOR_WRITE: 'a write to a device was refused or failed',
+  EF_INTERNAL: 'a broken invariant inside edgeferry',
+} as const;
+
+export type ErrorCode = keyof typeof ErrorCodes;
+
+export class EdgeferryError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+export interface ConfigProblem {
+  /** Key path in dotted form, e.g. `bridges.0.remote.urls.1`; `(root)` for the document itself. */
+  readonly path: string;
+  readonly message: string;
+  /** `file:line:col` when the problem could be located in the source file. */
+  readonly location?: string;
+}
+
+export class ConfigError extends EdgeferryError {
+  readonly problems: readonly ConfigProblem[];
+  constructor(file: string, problems: readonly ConfigProblem[], options?: { cause?: unknown }) {
+    super('EF_CONFIG_INVALID', formatProblems(file, problems), options);
+    this.problems = problems;
+  }
+}
+
+function formatProblems(file: string, problems: readonly ConfigProblem[]): string {
+  const lines = problems.map((p) => `  ${p.location ?? file} ${p.path}: ${p.message}`);
+  return `${file}: ${problems.length} problem${problems.length === 1 ? '' : 's'}\n${lines.join('\n')}`;
+}
+
+/** An MQTT protocol violation; `reasonCode` is the MQTT 5 reason code to send before closing. */
+export class ProtocolError extends EdgeferryError {
+  readonly reasonCode: number;
+  constructor(reasonCode: number, message: string, options?: { cause?: unknown }) {
+    super('EF_PROTOCOL_VIOLATION', message, options);
+    this.reasonCode = reasonCode;
+  }
+}
+
+export class StoreError extends EdgeferryError {}
+
+export class UplinkError extends EdgeferryError {}
+
+export class ConnectorError extends EdgeferryError {
+  readonly connectorId: string;
+  /** False when retrying cannot help (bad tag address, refused write); true for network trouble. */
+  readonly retryable: boolean;
+  constructor(
+    code: 'EF_CONNECTOR_UNREACHABLE' | 'EF_CONNECTOR_WRITE',
+    connectorId: string,
+    message: string,
+    options?: { cause?: unknown; retryable?: boolean },
+  ) {
+    super(code, message, options);
+    this.connectorId = connectorId;
+    this.retryable = options?.retryable ?? code === 'EF_CONNECTOR_UNREACHABLE';
+  }
+}
+
+/** Normalizes anything thrown into an Error, for logging. */
+export function asError(value: unknown): Error {
+  return value instanceof Error ? value : new Error(String(value));
+}
