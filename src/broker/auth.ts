@@ -4,6 +4,8 @@
  */
 import type { QoS } from '../protocol/message.js';
 import { Reason } from '../protocol/reason-codes.js';
+import type { Acl } from './acl.js';
+import type { PasswordFile } from './password-file.js';
 
 export interface ConnectInfo {
   readonly clientId: string;
@@ -26,6 +28,8 @@ export interface AuthHooks {
   authorizePublish(c: ClientInfo, topic: string): number | undefined;
   /** The QoS to grant (SUBACK semantics), or a reason code >= 0x80 to refuse this one filter. */
   authorizeSubscribe(c: ClientInfo, filter: string, qos: QoS): QoS | number;
+  /** Per delivered message (ACL read), including retained and will messages; absent means always allowed. */
+  authorizeRead?(c: ClientInfo, topic: string): boolean;
 }
 
 /**
@@ -44,3 +48,70 @@ export const defaultAuth: AuthHooks = {
     return qos;
   },
 };
+
+/** How failed logins from one address slow that address down (RELIABILITY #33). */
+const FAILURE_WINDOW_MS = 60_000;
+const FAILURES_BEFORE_BACKOFF = 5;
+
+/**
+ * Authentication with a Mosquitto password file and authorization with a Mosquitto ACL file. Without an ACL file
+ * every authenticated client may publish and subscribe (but not publish to `$SYS`).
+ */
+export class FileAuth implements AuthHooks {
+  private readonly failures = new Map<string, { count: number; firstMs: number }>();
+
+  constructor(
+    private readonly passwords: PasswordFile | undefined,
+    private readonly acl: Acl | undefined,
+    private readonly onFailure: (c: ConnectInfo, why: string) => void = () => {},
+  ) {}
+
+  async authenticate(c: ConnectInfo): Promise<number | undefined> {
+    if (this.isThrottled(c.remoteAddress)) return this.fail(c, Reason.Banned, 'too many failed logins from this address');
+    if (c.username === undefined) {
+      return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'anonymous clients are not allowed here');
+    }
+    if (!this.passwords) return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'no password file configured');
+    // A user name without a password is refused when a password file is set (Mosquitto `01-connect-uname-no-password-denied`).
+    if (!c.password || !(await this.passwords.verify(c.username, c.password))) {
+      return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
+    }
+    this.failures.delete(c.remoteAddress);
+    return undefined;
+  }
+
+  authorizePublish(c: ClientInfo, topic: string): number | undefined {
+    if (topic.startsWith('$SYS')) return Reason.NotAuthorized;
+    if (this.acl && !this.acl.allows('write', topic, c.clientId, c.username)) return Reason.NotAuthorized;
+    return undefined;
+  }
+
+  authorizeSubscribe(c: ClientInfo, filter: string, qos: QoS): QoS | number {
+    // Shared subscriptions are checked on their inner filter.
+    const inner = filter.startsWith('$share/') ? filter.split('/').slice(2).join('/') : filter;
+    if (this.acl && !this.acl.allows('read', inner, c.clientId, c.username, true)) return Reason.NotAuthorized;
+    return qos;
+  }
+
+  authorizeRead(c: ClientInfo, topic: string): boolean {
+    return !this.acl || this.acl.allows('read', topic, c.clientId, c.username);
+  }
+
+  private isThrottled(address: string): boolean {
+    const f = this.failures.get(address);
+    if (!f) return false;
+    if (performance.now() - f.firstMs > FAILURE_WINDOW_MS) {
+      this.failures.delete(address);
+      return false;
+    }
+    return f.count >= FAILURES_BEFORE_BACKOFF;
+  }
+
+  private fail(c: ConnectInfo, reason: number, why: string): number {
+    const f = this.failures.get(c.remoteAddress);
+    if (f) f.count++;
+    else this.failures.set(c.remoteAddress, { count: 1, firstMs: performance.now() });
+    this.onFailure(c, why);
+    return reason;
+  }
+}

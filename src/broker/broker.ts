@@ -112,6 +112,7 @@ export class Broker {
       (sub) => {
         const s = sub.subscriber;
         if (sub.noLocal && msg.origin === s.id) return; // [MQTT-3.8.3-3]
+        if (s.mayRead && !s.mayRead(msg.topic)) return;
         const qos = (sub.qos < msg.qos ? sub.qos : msg.qos) as QoS;
         if (s.routeMark !== generation) {
           s.routeMark = generation;
@@ -140,6 +141,7 @@ export class Broker {
         const member = group.pick();
         if (!member) continue;
         if (member.noLocal && msg.origin === member.subscriber.id) continue;
+        if (member.subscriber.mayRead && !member.subscriber.mayRead(msg.topic)) continue;
         const qos = (member.qos < msg.qos ? member.qos : msg.qos) as QoS;
         const ids = member.subscriptionId === undefined ? undefined : [member.subscriptionId];
         const wait = member.subscriber.deliver(msg, qos, member.retainAsPublished && msg.retain, ids, encodings, group);
@@ -186,6 +188,7 @@ export class Broker {
     if (sendRetained) {
       for (const msg of this.retained.matching(sub.filter)) {
         if (sub.noLocal && msg.origin === subscriber.id) continue;
+        if (subscriber.mayRead && !subscriber.mayRead(msg.topic)) continue;
         const qos = (sub.qos < msg.qos ? sub.qos : msg.qos) as QoS;
         const ids = sub.subscriptionId === undefined ? undefined : [sub.subscriptionId];
         const wait = subscriber.deliver(msg, qos, true, ids, undefined);

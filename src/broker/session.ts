@@ -68,6 +68,7 @@ export class Session implements Subscriber {
   /** performance.now() when the session was last disconnected. */
   disconnectedAtMs = 0;
 
+  mayRead: ((topic: string) => boolean) | undefined;
   routeMark = 0;
   routeQos: QoS = 0;
   routeRetainAsPublished = false;

@@ -7,6 +7,8 @@ import mqttPacket from 'mqtt-packet';
 import type { Packet, Parser, IPublishPacket } from 'mqtt-packet';
 import type { Message, QoS } from './message.js';
 import { remainingExpiryS } from './message.js';
+import { Reason } from './reason-codes.js';
+import { ProtocolError } from '../util/errors.js';
 
 export type { Packet, Parser };
 export type {
@@ -211,4 +213,47 @@ export class PublishEncodings {
     }
     return enc;
   }
+}
+
+/**
+ * Decodes a PUBLISH body on the hot path without mqtt-packet's intermediate buffers. Returns undefined for an
+ * MQTT 5 PUBLISH that carries properties: those go through mqtt-packet, which parses every property type.
+ * The payload is copied out of the read buffer so that a queued or retained message does not pin a whole chunk.
+ */
+export function decodePublish(
+  data: Buffer,
+  first: number,
+  start: number,
+  end: number,
+  version: ProtocolVersion,
+): IPublishPacket | undefined {
+  const qos = (first >> 1) & 3;
+  if (qos === 3) throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH with QoS 3 [MQTT-3.3.1-4]');
+  let p = start;
+  if (p + 2 > end) throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH too short for its topic');
+  const topicLength = data.readUInt16BE(p);
+  p += 2;
+  if (p + topicLength > end) throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH topic longer than the packet');
+  const topic = data.toString('utf8', p, p + topicLength);
+  p += topicLength;
+  let messageId: number | undefined;
+  if (qos > 0) {
+    if (p + 2 > end) throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH too short for its packet identifier');
+    messageId = data.readUInt16BE(p);
+    p += 2;
+  }
+  if (version === 5) {
+    if (p >= end) throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH without a property length');
+    if (data[p] !== 0) return undefined;
+    p += 1;
+  }
+  return {
+    cmd: 'publish',
+    qos: qos as QoS,
+    dup: (first & 0x08) !== 0,
+    retain: (first & 0x01) !== 0,
+    topic,
+    messageId,
+    payload: Buffer.from(data.subarray(p, end)),
+  };
 }

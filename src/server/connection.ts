@@ -3,7 +3,9 @@
  * connection (malformed bytes, protocol violations, handler exceptions) ends here, closes only this connection
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
-import { createParser, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
+import { createParser, decodePublish, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
+import { PacketFramer } from '../protocol/framer.js';
+import type { FrameHandler } from '../protocol/framer.js';
 import type { Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
@@ -28,7 +30,10 @@ export interface Will {
   readonly delayS: number;
 }
 
-export class Connection implements ClientLink {
+const PACKET_CONNECT = 1;
+const PACKET_PUBLISH = 3;
+
+export class Connection implements ClientLink, FrameHandler {
   state: State = 'awaiting-connect';
   version: ProtocolVersion = 4;
   clientId = '';
@@ -57,6 +62,7 @@ export class Connection implements ClientLink {
   overBufferSinceMs: number | undefined;
   readonly log: Logger;
   private readonly parser: Parser;
+  private readonly framer = new PacketFramer();
 
   constructor(
     readonly transport: Transport,
@@ -144,16 +150,37 @@ export class Connection implements ClientLink {
     if (this.state === 'closed') return;
     this.lastReceivedMs = performance.now();
     this.ctx.broker.stats.bytesReceived += chunk.length;
-    this.parser.parse(chunk);
-    if ((this.state as State) === 'closed') return;
-    // mqtt-packet knows the type and declared length of a packet before buffering its body: refuse here, before
-    // a huge declared length can make us hold memory [RELIABILITY #1, #5].
-    const partial = (this.parser as unknown as { packet: { cmd?: string; length: number } }).packet;
-    if (partial.length > this.ctx.limits.maxPacketBytes) {
-      this.protocolFailure(new ProtocolError(Reason.PacketTooLarge, `packet of ${partial.length} bytes exceeds the maximum packet size`));
-    } else if (this.state === 'awaiting-connect' && partial.cmd !== undefined && partial.cmd !== 'connect') {
-      this.protocolFailure(new ProtocolError(Reason.ProtocolError, `first packet is ${partial.cmd}, not CONNECT`));
+    try {
+      this.framer.push(chunk, this);
+    } catch (err) {
+      this.protocolFailure(err);
     }
+  }
+
+  // ---- FrameHandler (called by the framer) ----
+
+  isOpen(): boolean {
+    return this.state !== 'closed';
+  }
+
+  /** Refuses a packet from its fixed header alone, before its body is buffered [RELIABILITY #1, #5]. */
+  header(type: number, remainingLength: number): void {
+    if (this.state === 'awaiting-connect' && type !== PACKET_CONNECT) {
+      throw new ProtocolError(Reason.ProtocolError, `first packet is of type ${type}, not CONNECT [MQTT-3.1.0-1]`);
+    }
+    // Maximum Packet Size is the whole packet: fixed header byte, length bytes and body (MQTT 5 §3.1.2.11.4).
+    const packetBytes = 1 + (remainingLength < 128 ? 1 : remainingLength < 16_384 ? 2 : remainingLength < 2_097_152 ? 3 : 4) + remainingLength;
+    if (packetBytes > this.ctx.limits.maxPacketBytes) {
+      throw new ProtocolError(Reason.PacketTooLarge, `packet of ${packetBytes} bytes exceeds the maximum packet size`);
+    }
+  }
+
+  packet(data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void {
+    if (first >> 4 === PACKET_PUBLISH && this.state === 'connected') {
+      const publish = decodePublish(data, first, bodyStart, end, this.version);
+      if (publish) return this.dispatch(publish);
+    }
+    this.parser.parse(data.subarray(packetStart, end));
   }
 
   private onParseError(err: Error): void {

@@ -134,6 +134,9 @@ function accept(
   const cleanStart = packet.clean ?? true;
   const { session, present } = broker.openSession(p.clientId, cleanStart);
   session.expiryIntervalS = expiryS;
+  const { auth } = conn.ctx;
+  const client = { clientId: p.clientId, username: packet.username };
+  session.mayRead = auth.authorizeRead ? (topic) => auth.authorizeRead!(client, topic) : undefined;
 
   conn.state = 'connected';
   conn.session = session;

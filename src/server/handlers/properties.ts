@@ -1,6 +1,7 @@
 /** MQTT 5 property helpers shared by the CONNECT and PUBLISH handlers. */
 import type { PublishProperties, UserProperties } from '../../protocol/message.js';
 import { Reason } from '../../protocol/reason-codes.js';
+import { isValidMqttString } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
 
 interface WireProperties {
@@ -30,6 +31,19 @@ export function toPublishProperties(p: WireProperties | undefined): PublishPrope
 export function checkUserProperties(userProperties: UserProperties | undefined, max: number): void {
   if (!userProperties) return;
   let n = 0;
-  for (const value of Object.values(userProperties)) n += Array.isArray(value) ? value.length : 1;
+  for (const [name, value] of Object.entries(userProperties)) {
+    n += Array.isArray(value) ? value.length : 1;
+    if (!isValidMqttString(name) || !(Array.isArray(value) ? value.every(isValidMqttString) : isValidMqttString(value))) {
+      throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a user property [MQTT-1.5.4-1]');
+    }
+  }
   if (n > max) throw new ProtocolError(Reason.PacketTooLarge, `${n} user properties exceed the limit of ${max}`);
+}
+
+/** Content Type and Response Topic are UTF-8 strings: ill-formed ones make a Malformed Packet [MQTT-1.5.4-1/2]. */
+export function checkStringProperties(p: WireProperties | undefined): void {
+  if (!p) return;
+  if ((p.contentType !== undefined && !isValidMqttString(p.contentType)) || (p.responseTopic !== undefined && !isValidMqttString(p.responseTopic))) {
+    throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a string property [MQTT-1.5.4-1]');
+  }
 }

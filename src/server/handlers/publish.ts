@@ -4,22 +4,26 @@ import type { PublishPacket, PubrelPacket } from '../../protocol/codec.js';
 import { createMessage } from '../../protocol/message.js';
 import type { QoS } from '../../protocol/message.js';
 import { Reason } from '../../protocol/reason-codes.js';
-import { isValidTopicName } from '../../protocol/topics.js';
+import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
 import type { Connection } from '../connection.js';
-import { checkUserProperties, toPublishProperties } from './properties.js';
+import { checkStringProperties, checkUserProperties, toPublishProperties } from './properties.js';
 
 export function handlePublish(conn: Connection, packet: PublishPacket): void {
   const { broker, limits, auth } = conn.ctx;
   const v5 = conn.version === 5;
   const qos = packet.qos as QoS;
   const packetId = packet.messageId ?? 0;
+  if (qos === 0 && packet.dup) throw new ProtocolError(Reason.MalformedPacket, 'DUP set on a QoS 0 PUBLISH [MQTT-3.3.1-2]');
   if (qos > 0 && packetId === 0) throw new ProtocolError(Reason.ProtocolError, 'QoS > 0 PUBLISH without a packet identifier [MQTT-2.3.1-1]');
 
   let topic = packet.topic as string;
+  // Ill-formed UTF-8 or U+0000 makes the packet malformed, before any alias could remember it [MQTT-1.5.4-1/2].
+  if (!isValidMqttString(topic)) throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in the topic name [MQTT-1.5.4-1]');
   const props = packet.properties;
   if (v5) {
     checkUserProperties(props?.userProperties, limits.maxUserProperties);
+    checkStringProperties(props);
     const alias = props?.topicAlias;
     if (alias !== undefined) {
       if (alias === 0 || alias > limits.topicAliasMaximum) {

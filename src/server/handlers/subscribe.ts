@@ -2,7 +2,7 @@
 import type { SubscribePacket } from '../../protocol/codec.js';
 import type { QoS } from '../../protocol/message.js';
 import { Reason } from '../../protocol/reason-codes.js';
-import { isValidTopicFilter, parseSharedFilter } from '../../protocol/topics.js';
+import { isValidMqttString, isValidTopicFilter, parseSharedFilter } from '../../protocol/topics.js';
 import type { SubscriptionRecord } from '../../store/types.js';
 import { ProtocolError } from '../../util/errors.js';
 import type { Connection } from '../connection.js';
@@ -12,6 +12,11 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
   const { broker, limits, auth } = conn.ctx;
   const v5 = conn.version === 5;
   if (packet.subscriptions.length === 0) throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE without filters [MQTT-3.8.3-3]');
+  if (!packet.messageId) throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE with packet identifier 0 [MQTT-2.3.1-1]');
+  // An ill-formed string makes the whole packet malformed, not just one filter invalid [MQTT-1.5.4-1/2].
+  if (!packet.subscriptions.every((s) => isValidMqttString(s.topic))) {
+    throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a topic filter [MQTT-1.5.4-1]');
+  }
   const subscriptionId = packet.properties?.subscriptionIdentifier as number | undefined;
   if (subscriptionId === 0) throw new ProtocolError(Reason.ProtocolError, 'subscription identifier 0');
   if (v5) checkUserProperties(packet.properties?.userProperties, limits.maxUserProperties);

@@ -1,0 +1,66 @@
+/**
+ * The whole surface a connector sees (ARCHITECTURE §3). A connector reads its device and reports samples; it
+ * never retries on its own: `sparkplug/device.ts` owns backoff, DDEATH/DBIRTH and restarts, so every connector
+ * behaves the same.
+ */
+import type { z } from 'zod';
+import type { Logger } from '../src/util/logger.js';
+import type { ConnectorError } from '../src/util/errors.js';
+
+export { ConnectorError } from '../src/util/errors.js';
+
+/** Sparkplug B datatypes a tag may declare (Sparkplug 3.0 §6.4.16). */
+export type TagDatatype =
+  | 'Int8' | 'Int16' | 'Int32' | 'Int64'
+  | 'UInt8' | 'UInt16' | 'UInt32' | 'UInt64'
+  | 'Float' | 'Double' | 'Boolean' | 'String' | 'DateTime' | 'Text' | 'Bytes'
+  | 'Int8Array' | 'Int16Array' | 'Int32Array' | 'Int64Array'
+  | 'UInt8Array' | 'UInt16Array' | 'UInt32Array' | 'UInt64Array'
+  | 'FloatArray' | 'DoubleArray' | 'BooleanArray' | 'StringArray' | 'DateTimeArray';
+
+/** 64-bit integers travel as bigint so no precision is lost; DateTime as epoch milliseconds. */
+export type TagValue = number | bigint | boolean | string | Buffer | readonly (number | bigint | boolean | string)[];
+
+export interface TagDefinition {
+  /** The Sparkplug metric name, unique within the connector. */
+  readonly name: string;
+  readonly datatype: TagDatatype;
+  readonly writable: boolean;
+  /** Report-by-exception deadband: a numeric change smaller than this is not published. */
+  readonly deadband?: number;
+  readonly description?: string;
+}
+
+export interface TagSample {
+  readonly name: string;
+  readonly value: TagValue;
+  /** Epoch ms when the value was read (or the source timestamp the device gave). */
+  readonly timestamp: number;
+  /** False for a bad or uncertain reading: published with a quality property, never as a good value. */
+  readonly good: boolean;
+}
+
+export interface TagSink {
+  data(samples: readonly TagSample[]): void;
+  /** The device is lost (connection dropped, repeated timeouts); the runtime restarts the connector later. */
+  lost(err: ConnectorError): void;
+}
+
+export interface Connector {
+  /** The Sparkplug device id. */
+  readonly id: string;
+  /** Known before start, so the DBIRTH can be built. */
+  readonly tags: readonly TagDefinition[];
+  /** Connects, then delivers samples until stop(); rejects with a ConnectorError if the device is unreachable. */
+  start(sink: TagSink): Promise<void>;
+  /** Writes a tag (Sparkplug DCMD); rejects with a ConnectorError (unknown, read-only, wrong type, device error). */
+  write(tag: string, value: TagValue): Promise<void>;
+  /** Idempotent; releases sockets and timers. */
+  stop(): Promise<void>;
+}
+
+export interface ConnectorFactory<C> {
+  readonly type: string;
+  readonly schema: z.ZodType<C>;
+  create(config: C, log: Logger): Connector;
+}

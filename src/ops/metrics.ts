@@ -1,0 +1,166 @@
+/**
+ * The HTTP observability endpoint (its own listener, loopback by default): `/metrics` in Prometheus format,
+ * `/healthz` (the process answers) and `/readyz` (listeners up, store writable, uplink states). Values are read
+ * from the modules' plain counters at scrape time, so the message path never touches prom-client.
+ * Names: `edgeferry_<module>_<thing>_<unit>` (ARCHITECTURE §5); the README lists them.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type { BrokerStats } from '../broker/broker.js';
+import type { BridgeStats } from '../bridge/bridge.js';
+import type { Logger } from '../util/logger.js';
+import { EdgeferryError } from '../util/errors.js';
+
+/** Per-connector figures the Sparkplug device runtime keeps. */
+export interface ConnectorStats {
+  readonly up: boolean;
+  readonly pollLatencyMs: number;
+  readonly errors: number;
+  readonly samples: number;
+}
+
+export interface MetricsSources {
+  readonly broker: BrokerStats;
+  retainedCount(): number;
+  subscriptionCount(): { normal: number; shared: number };
+  sessionCount(): number;
+  bridges(): ReadonlyMap<string, BridgeStats>;
+  connectors(): ReadonlyMap<string, ConnectorStats>;
+  /** Bytes used by the store's data file, undefined when not known. */
+  storeBytes(): number | undefined;
+  /** Readiness problems, empty when ready. */
+  readinessProblems(): Promise<string[]>;
+}
+
+type Labels = Record<string, string | number>;
+
+/** A counter whose value is read from elsewhere at scrape time. */
+function mirroredCounter(registry: Registry, name: string, help: string, labelNames: string[], read: () => [Labels, number][]): void {
+  new Counter({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [labels, value] of read()) this.inc(labels, value);
+    },
+  });
+}
+
+function mirroredGauge(registry: Registry, name: string, help: string, labelNames: string[], read: () => [Labels, number][]): void {
+  new Gauge({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [labels, value] of read()) this.set(labels, value);
+    },
+  });
+}
+
+export function createMetricsRegistry(s: MetricsSources): Registry {
+  const r = new Registry();
+  collectDefaultMetrics({ register: r, prefix: 'edgeferry_process_' });
+  const b = s.broker;
+  const byQos = (values: number[]): [Labels, number][] => values.map((v, qos) => [{ qos }, v]);
+  mirroredGauge(r, 'edgeferry_broker_clients_connected', 'Connected MQTT clients', [], () => [[{}, b.clientsConnected]]);
+  mirroredGauge(r, 'edgeferry_broker_sessions', 'Sessions, including offline persistent ones', [], () => [[{}, s.sessionCount()]]);
+  mirroredCounter(r, 'edgeferry_broker_connections_total', 'Accepted MQTT connections', [], () => [[{}, b.connectionsTotal]]);
+  mirroredCounter(r, 'edgeferry_broker_messages_received_total', 'PUBLISH messages received from clients', ['qos'], () => byQos(b.messagesReceived));
+  mirroredCounter(r, 'edgeferry_broker_messages_sent_total', 'PUBLISH messages sent to clients', ['qos'], () => byQos(b.messagesSent));
+  mirroredCounter(r, 'edgeferry_broker_bytes_received_total', 'Bytes received from clients', [], () => [[{}, b.bytesReceived]]);
+  mirroredCounter(r, 'edgeferry_broker_bytes_sent_total', 'Bytes sent to clients', [], () => [[{}, b.bytesSent]]);
+  mirroredCounter(r, 'edgeferry_broker_messages_dropped_total', 'Messages not delivered, by reason', ['reason'], () =>
+    Object.entries(b.dropped).map(([reason, v]) => [{ reason }, v]),
+  );
+  mirroredCounter(r, 'edgeferry_broker_disconnects_total', 'Connections closed by the broker, by MQTT 5 reason', ['reason'], () =>
+    Object.entries(b.disconnects).map(([reason, v]) => [{ reason }, v]),
+  );
+  mirroredGauge(r, 'edgeferry_broker_retained_messages', 'Retained messages', [], () => [[{}, s.retainedCount()]]);
+  mirroredGauge(r, 'edgeferry_broker_subscriptions', 'Subscriptions by type', ['type'], () => {
+    const c = s.subscriptionCount();
+    return [[{ type: 'normal' }, c.normal], [{ type: 'shared' }, c.shared]];
+  });
+
+  const bridges = (pick: (st: BridgeStats) => number): [Labels, number][] =>
+    [...s.bridges()].map(([bridge, st]) => [{ bridge }, pick(st)]);
+  mirroredGauge(r, 'edgeferry_bridge_connected', '1 when the uplink is online', ['bridge'], () => bridges((st) => (st.connected ? 1 : 0)));
+  mirroredGauge(r, 'edgeferry_bridge_backlog_messages', 'Messages in the outbox', ['bridge'], () => bridges((st) => st.backlogMessages));
+  mirroredGauge(r, 'edgeferry_bridge_backlog_bytes', 'Bytes in the outbox', ['bridge'], () => bridges((st) => st.backlogBytes));
+  mirroredGauge(r, 'edgeferry_bridge_oldest_age_seconds', 'Age of the oldest outbox entry', ['bridge'], () => bridges((st) => st.oldestAgeS));
+  mirroredGauge(r, 'edgeferry_bridge_inflight_messages', 'Messages sent upstream and not yet acknowledged', ['bridge'], () => bridges((st) => st.inflight));
+  mirroredGauge(r, 'edgeferry_bridge_replay_rate_messages_per_second', 'Backlog replay rate', ['bridge'], () => bridges((st) => st.replayRatePerS));
+  mirroredCounter(r, 'edgeferry_bridge_sent_total', 'PUBLISH packets sent upstream, re-sends included', ['bridge'], () => bridges((st) => st.sent));
+  mirroredCounter(r, 'edgeferry_bridge_acked_total', 'Outbox entries acknowledged upstream', ['bridge'], () => bridges((st) => st.acked));
+  mirroredCounter(r, 'edgeferry_bridge_received_total', 'Messages from upstream published locally', ['bridge'], () => bridges((st) => st.received));
+  mirroredCounter(r, 'edgeferry_bridge_reconnects_total', 'Uplink reconnects', ['bridge'], () => bridges((st) => st.reconnects));
+  mirroredCounter(r, 'edgeferry_bridge_dropped_total', 'Outbox entries dropped, by reason', ['bridge', 'reason'], () =>
+    [...s.bridges()].flatMap(([bridge, st]) => Object.entries(st.dropped).map(([reason, v]): [Labels, number] => [{ bridge, reason }, v])),
+  );
+
+  const connectors = (pick: (st: ConnectorStats) => number): [Labels, number][] =>
+    [...s.connectors()].map(([connector, st]) => [{ connector }, pick(st)]);
+  mirroredGauge(r, 'edgeferry_connector_up', '1 when the device answers', ['connector'], () => connectors((st) => (st.up ? 1 : 0)));
+  mirroredGauge(r, 'edgeferry_connector_poll_latency_seconds', 'Duration of the last poll cycle', ['connector'], () => connectors((st) => st.pollLatencyMs / 1000));
+  mirroredCounter(r, 'edgeferry_connector_errors_total', 'Read and write errors', ['connector'], () => connectors((st) => st.errors));
+  mirroredCounter(r, 'edgeferry_connector_samples_total', 'Tag samples read', ['connector'], () => connectors((st) => st.samples));
+
+  mirroredGauge(r, 'edgeferry_store_size_bytes', 'Bytes used by the LMDB data file', [], () => {
+    const bytes = s.storeBytes();
+    return bytes === undefined ? [] : [[{}, bytes]];
+  });
+  return r;
+}
+
+export class MetricsServer {
+  private server: http.Server | undefined;
+
+  constructor(
+    private readonly registry: Registry,
+    private readonly sources: Pick<MetricsSources, 'readinessProblems'>,
+    private readonly log: Logger,
+  ) {}
+
+  async start(host: string, port: number): Promise<number> {
+    const server = http.createServer((req, res) => {
+      this.handle(req.url ?? '/', res).catch((err: unknown) => {
+        this.log.error({ err, url: req.url }, 'metrics request failed');
+        if (!res.headersSent) res.writeHead(500);
+        res.end();
+      });
+    });
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (err) => reject(new EdgeferryError('EF_LISTENER_BIND', `metrics endpoint cannot listen on ${host}:${port}: ${err.message}`, { cause: err })));
+      server.listen(port, host, () => resolve());
+    });
+    return (server.address() as AddressInfo).port;
+  }
+
+  async stop(): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeAllConnections();
+  }
+
+  private async handle(url: string, res: http.ServerResponse): Promise<void> {
+    const path = url.split('?')[0];
+    if (path === '/metrics') {
+      const body = await this.registry.metrics();
+      res.writeHead(200, { 'content-type': this.registry.contentType }).end(body);
+    } else if (path === '/healthz') {
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
+    } else if (path === '/readyz') {
+      const problems = await this.sources.readinessProblems();
+      res.writeHead(problems.length === 0 ? 200 : 503, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ ready: problems.length === 0, problems }) + '\n');
+    } else {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz, /readyz\n');
+    }
+  }
+}
