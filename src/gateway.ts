@@ -1,20 +1,30 @@
 /**
  * The composition root: the only place that constructs and wires the parts. start → reload → stop.
- * Shutdown order (ARCHITECTURE §9): stop accepting and disconnect clients → stop bridges (outboxes stay on disk)
- * → close the broker (pending wills) → close the store.
+ * Shutdown order (ARCHITECTURE §9): stop connectors (the edge node publishes NDEATH) → stop accepting and
+ * disconnect clients → stop bridges (outboxes stay on disk) → close the broker (pending wills) → close the store.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
 import type { Config } from './config/schema.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
-import { defaultAuth } from './broker/auth.js';
+import { loadFileAuth } from './broker/auth.js';
+import type { AuthHooks } from './broker/auth.js';
 import { createMessage } from './protocol/message.js';
+import type { Message } from './protocol/message.js';
 import { MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
+import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
+import { SystemdNotifier } from './ops/systemd.js';
 import { openLmdbStore } from './store/lmdb.js';
 import type { Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
+import { createConnectorRegistry } from '../connectors/index.js';
+import { EdgeNode } from './sparkplug/edge-node.js';
+import type { UplinkControl } from './sparkplug/edge-node.js';
+import { topicMatches } from './protocol/topics.js';
 
 export interface Gateway {
   readonly listeners: readonly BoundListener[];
@@ -26,14 +36,22 @@ const { version: VERSION } = JSON.parse(readFileSync(new URL('../../package.json
   version: string;
 };
 
-export async function startGateway(config: Config, log: Logger): Promise<Gateway> {
+export async function startGateway(initial: Config, log: Logger): Promise<Gateway> {
+  let config = initial;
   const b = config.broker;
+  const systemd = new SystemdNotifier(log.child({ mod: 'systemd' }));
+  const audit = log.child({ mod: 'audit' });
+  // Auth files first: a bad password or ACL file stops the start before anything binds.
+  let auth = createAuth(config, audit);
   const store: Store = await openLmdbStore({ path: config.storage.path, sync: config.storage.sync, maxBytes: config.storage.maxBytes, log: log.child({ mod: 'store' }) });
   const broker = new Broker({
     limits: { maxInflight: b.maxInflight, maxQueuedMessages: b.maxQueuedMessages, maxQueuedBytes: b.maxQueuedBytes },
     store,
     log: log.child({ mod: 'broker' }),
   });
+
+  // Connectors and the Sparkplug edge node come before the bridges: the uplink bridge takes the node's hooks.
+  const edgeNode = createEdgeNode(config, broker, log);
 
   const bridges = config.bridges.map(
     (bc) =>
@@ -42,15 +60,21 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
         broker,
         outbox: store.outbox(bc.name, bc.queue),
         log: log.child({ mod: 'bridge', bridge: bc.name }),
+        hooks: edgeNode && bc.name === config.sparkplug?.uplink ? edgeNode.hooks : undefined,
       }),
   );
+  const uplinkBridge = bridges.find((bridge) => bridge.name === config.sparkplug?.uplink);
+  if (edgeNode && uplinkBridge) edgeNode.attachUplink(uplinkControl(uplinkBridge));
+  // The local session starts first, so the first upstream prologue already has it to announce.
+  await edgeNode?.start();
   for (const bridge of bridges) await bridge.start();
 
-  const server = new MqttServer(broker, defaultAuth, { ...b }, log.child({ mod: 'server' }));
+  const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }));
   let listeners: BoundListener[];
   try {
     listeners = await server.start(config.listeners);
   } catch (err) {
+    await edgeNode?.stop();
     await Promise.all(bridges.map((bridge) => bridge.stop()));
     await store.close();
     throw err;
@@ -72,7 +96,35 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
     },
   );
   sys.start(b.sysIntervalS);
+
+  const bridgeStats = () => new Map(bridges.map((bridge) => [bridge.name, bridge.stats]));
+  let metrics: MetricsServer | undefined;
+  if (config.metrics) {
+    const registry = createMetricsRegistry({
+      broker: broker.stats,
+      retainedCount: () => broker.retained.count,
+      subscriptionCount: () => broker.subscriptionCount,
+      sessionCount: () => broker.sessions.size,
+      bridges: bridgeStats,
+      connectors: () =>
+        new Map(
+          (edgeNode?.deviceList ?? []).map((d) => {
+            const st = d.stats;
+            return [d.id, { up: st.state === 'online', samples: st.samples, deaths: st.deaths, restarts: st.restarts }];
+          }),
+        ),
+      storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
+      readinessProblems: async () => readinessProblems(store, bridges, server),
+    });
+    metrics = new MetricsServer(registry, { readinessProblems: async () => readinessProblems(store, bridges, server) }, log.child({ mod: 'metrics' }));
+    const port = await metrics.start(config.metrics.host, config.metrics.port);
+    log.info({ host: config.metrics.host, port }, 'metrics endpoint listening');
+  }
+
   log.info({ version: VERSION, listeners: listeners.length, bridges: bridges.length }, 'edgeferry started');
+  await systemd.ready(`${listeners.length} listener(s), ${bridges.length} bridge(s)`);
+  // The event loop itself drives the pings, so a blocked loop stops them and systemd restarts us.
+  systemd.startWatchdog(() => true);
 
   let stopping: Promise<void> | undefined;
   return {
@@ -80,16 +132,91 @@ export async function startGateway(config: Config, log: Logger): Promise<Gateway
     stop: () =>
       (stopping ??= (async () => {
         log.info('stopping');
+        await systemd.stopping();
         sys.stop();
+        // Connectors stop and the edge node publishes its NDEATH while local clients and the uplink still listen.
+        await edgeNode?.stop();
         await server.stop();
         broker.close();
         await Promise.all(bridges.map((bridge) => bridge.stop()));
+        await metrics?.stop();
         await store.close();
+        systemd.close();
         log.info('stopped');
       })()),
-    reload: async () => {
-      // Live reconfiguration (bridges, auth, TLS files) is issue 6; listeners and limits need a restart.
-      log.warn('configuration reload is not supported yet: restart edgeferry to apply changes');
+    reload: async (next) => {
+      // Users and ACLs apply at once, for new operations of connected clients too; other sections need a restart.
+      if (!isDeepStrictEqual(next.auth, config.auth) || next.auth.passwordFile || next.auth.aclFile) {
+        auth = createAuth(next, audit);
+        server.setAuth(auth);
+        audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
+      }
+      const needRestart = (['listeners', 'broker', 'storage', 'bridges', 'sparkplug', 'connectors', 'metrics'] as const).filter(
+        (key) => !isDeepStrictEqual(next[key], config[key]),
+      );
+      if (needRestart.length > 0) log.warn({ sections: needRestart }, 'configuration changes that need a restart to apply');
+      config = next;
     },
   };
+}
+
+/** The connectors of the config and the edge node that publishes them, or undefined without a sparkplug section. */
+function createEdgeNode(config: Config, broker: Broker, log: Logger): EdgeNode | undefined {
+  const sp = config.sparkplug;
+  if (!sp) return undefined;
+  const registry = createConnectorRegistry();
+  const connectors = config.connectors.map((c) => registry.create(c, log.child({ mod: 'connector', connector: c.id })));
+  const uplink = sp.uplink === undefined ? undefined : config.bridges.find((bc) => bc.name === sp.uplink);
+  if (uplink) {
+    const probe = `spBv1.0/${sp.groupId}/NDATA/${sp.edgeNodeId}`;
+    const command = `spBv1.0/${sp.groupId}/NCMD/${sp.edgeNodeId}`;
+    if (!uplink.topics.some((t) => t.direction !== 'in' && t.localPrefix === '' && topicMatches(t.filter, probe))) {
+      log.warn({ bridge: uplink.name }, 'the Sparkplug uplink has no out filter for this edge node: nothing goes upstream');
+    }
+    if (!uplink.topics.some((t) => t.direction !== 'out' && topicMatches(t.filter, command))) {
+      log.warn({ bridge: uplink.name }, 'the Sparkplug uplink has no in filter for NCMD: host applications cannot command this node');
+    }
+  }
+  return new EdgeNode({ config: sp, broker, connectors, stateDir: config.storage.path, log: log.child({ mod: 'sparkplug' }) });
+}
+
+/** What the edge node may ask of its uplink bridge. */
+function uplinkControl(bridge: Bridge): UplinkControl {
+  // `publishNow(messages): boolean` (send outside the outbox on the current connection) is proposed for the bridge;
+  // the edge node uses it, when present, for births after a late primary-host STATE and for immediate rebirths.
+  const direct = bridge as Bridge & { publishNow?: (messages: readonly Message[]) => boolean };
+  return {
+    pause: (reason) => bridge.pause(reason),
+    resume: () => bridge.resume(),
+    get online() {
+      return bridge.stats.connected;
+    },
+    publishNow: typeof direct.publishNow === 'function' ? (messages) => direct.publishNow?.(messages) === true : undefined,
+  };
+}
+
+/** Password file and ACL (re-read on every reload, so edited files apply); failed logins go to the audit log. */
+function createAuth(config: Config, audit: Logger): AuthHooks {
+  return loadFileAuth(
+    config.auth,
+    (path) => readFileSync(path, 'utf8'),
+    (c, why) => audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused'),
+  );
+}
+
+function fileSize(path: string): number | undefined {
+  try {
+    return statSync(path).size;
+  } catch {
+    return undefined; // no data file yet: nothing to report
+  }
+}
+
+async function readinessProblems(store: Store, bridges: readonly Bridge[], server: MqttServer): Promise<string[]> {
+  const problems: string[] = [];
+  if (!server.isListening) problems.push('listeners are not accepting connections');
+  const flushed = await Promise.race([store.flushed().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]);
+  if (!flushed) problems.push('the store did not flush within 2 s');
+  for (const bridge of bridges) if (!bridge.stats.connected) problems.push(`bridge ${bridge.name} is ${bridge.stats.state}`);
+  return problems;
 }

@@ -4,8 +4,10 @@
  */
 import type { QoS } from '../protocol/message.js';
 import { Reason } from '../protocol/reason-codes.js';
-import type { Acl } from './acl.js';
-import type { PasswordFile } from './password-file.js';
+import { ConfigError } from '../util/errors.js';
+import type { ConfigProblem } from '../util/errors.js';
+import { Acl } from './acl.js';
+import { PasswordFile } from './password-file.js';
 
 export interface ConnectInfo {
   readonly clientId: string;
@@ -114,4 +116,27 @@ export class FileAuth implements AuthHooks {
     this.onFailure(c, why);
     return reason;
   }
+}
+
+/** Reads the password and ACL files; every problem of both files is reported at once, with file and line. */
+export function loadFileAuth(
+  files: { passwordFile?: string; aclFile?: string },
+  read: (path: string) => string,
+  onFailure?: (c: ConnectInfo, why: string) => void,
+): FileAuth {
+  const problems: ConfigProblem[] = [];
+  let passwords: PasswordFile | undefined;
+  let acl: Acl | undefined;
+  if (files.passwordFile) {
+    const parsed = PasswordFile.parse(read(files.passwordFile));
+    passwords = parsed.file;
+    for (const p of parsed.problems) problems.push({ path: 'auth.passwordFile', message: p.message, location: `${files.passwordFile}:${p.line}` });
+  }
+  if (files.aclFile) {
+    const parsed = Acl.parse(read(files.aclFile));
+    acl = parsed.acl;
+    for (const p of parsed.problems) problems.push({ path: 'auth.aclFile', message: p.message, location: `${files.aclFile}:${p.line}` });
+  }
+  if (problems.length > 0) throw new ConfigError(files.aclFile ?? files.passwordFile ?? 'auth', problems);
+  return new FileAuth(passwords, acl, onFailure);
 }

@@ -104,49 +104,50 @@ export class Broker {
   route(msg: Message): Promise<void> | undefined {
     let waits: Promise<void>[] | undefined;
     if (msg.retain) (waits ??= []).push(this.retained.set(msg));
+    const { subscriptions, groups } = this.tree.match(msg.topic);
+    if (subscriptions.length === 0 && groups.length === 0) return settle(waits);
+    // Overlapping subscriptions of one subscriber merge into one delivery. The marks on the subscriber only find
+    // its slot; the merged values live in local arrays, so a delivery that publishes again cannot disturb them.
     const generation = ++this.routeGeneration;
     const targets: Subscriber[] = [];
-    let groups: SharedGroup[] | undefined;
-    this.tree.match(
-      msg.topic,
-      (sub) => {
-        const s = sub.subscriber;
-        if (sub.noLocal && msg.origin === s.id) return; // [MQTT-3.8.3-3]
-        if (s.mayRead && !s.mayRead(msg.topic)) return;
-        const qos = (sub.qos < msg.qos ? sub.qos : msg.qos) as QoS;
-        if (s.routeMark !== generation) {
-          s.routeMark = generation;
-          s.routeQos = qos;
-          s.routeRetainAsPublished = sub.retainAsPublished;
-          s.routeSubscriptionIds = sub.subscriptionId === undefined ? undefined : [sub.subscriptionId];
-          targets.push(s);
-        } else {
-          if (qos > s.routeQos) s.routeQos = qos;
-          if (sub.retainAsPublished) s.routeRetainAsPublished = true;
-          if (sub.subscriptionId !== undefined) (s.routeSubscriptionIds ??= []).push(sub.subscriptionId);
-        }
-      },
-      (group) => (groups ??= []).push(group),
-    );
-    if (targets.length === 0 && !groups) return settle(waits);
+    const qosOf: QoS[] = [];
+    const rapOf: boolean[] = [];
+    const idsOf: (number[] | undefined)[] = [];
+    for (let i = 0; i < subscriptions.length; i++) {
+      const sub = subscriptions[i];
+      const s = sub.subscriber;
+      if (sub.noLocal && msg.origin === s.id) continue; // [MQTT-3.8.3-3]
+      if (s.mayRead && !s.mayRead(msg.topic)) continue;
+      const qos = (sub.qos < msg.qos ? sub.qos : msg.qos) as QoS;
+      if (s.routeMark !== generation) {
+        s.routeMark = generation;
+        s.routeSlot = targets.length;
+        targets.push(s);
+        qosOf.push(qos);
+        rapOf.push(sub.retainAsPublished);
+        idsOf.push(sub.subscriptionId === undefined ? undefined : [sub.subscriptionId]);
+      } else {
+        const slot = s.routeSlot;
+        if (qos > qosOf[slot]) qosOf[slot] = qos;
+        if (sub.retainAsPublished) rapOf[slot] = true;
+        if (sub.subscriptionId !== undefined) (idsOf[slot] ??= []).push(sub.subscriptionId);
+      }
+    }
     const encodings = new PublishEncodings(msg);
     for (let i = 0; i < targets.length; i++) {
-      const s = targets[i];
       // Without Retain As Published the retain flag is cleared on normal delivery [MQTT-3.3.1-12].
-      const wait = s.deliver(msg, s.routeQos, s.routeRetainAsPublished && msg.retain, s.routeSubscriptionIds, encodings);
+      const wait = targets[i].deliver(msg, qosOf[i], rapOf[i] && msg.retain, idsOf[i], encodings);
       if (wait) (waits ??= []).push(wait);
     }
-    if (groups) {
-      for (const group of groups) {
-        const member = group.pick();
-        if (!member) continue;
-        if (member.noLocal && msg.origin === member.subscriber.id) continue;
-        if (member.subscriber.mayRead && !member.subscriber.mayRead(msg.topic)) continue;
-        const qos = (member.qos < msg.qos ? member.qos : msg.qos) as QoS;
-        const ids = member.subscriptionId === undefined ? undefined : [member.subscriptionId];
-        const wait = member.subscriber.deliver(msg, qos, member.retainAsPublished && msg.retain, ids, encodings, group);
-        if (wait) (waits ??= []).push(wait);
-      }
+    for (const group of groups) {
+      const member = group.pick();
+      if (!member) continue;
+      if (member.noLocal && msg.origin === member.subscriber.id) continue;
+      if (member.subscriber.mayRead && !member.subscriber.mayRead(msg.topic)) continue;
+      const qos = (member.qos < msg.qos ? member.qos : msg.qos) as QoS;
+      const ids = member.subscriptionId === undefined ? undefined : [member.subscriptionId];
+      const wait = member.subscriber.deliver(msg, qos, member.retainAsPublished && msg.retain, ids, encodings, group);
+      if (wait) (waits ??= []).push(wait);
     }
     return settle(waits);
   }
@@ -279,9 +280,7 @@ function settle(waits: Promise<void>[] | undefined): Promise<void> | undefined {
 
 class InProcessSubscriber implements Subscriber {
   routeMark = 0;
-  routeQos: QoS = 0;
-  routeRetainAsPublished = false;
-  routeSubscriptionIds: number[] | undefined;
+  routeSlot = 0;
 
   constructor(
     readonly id: string,

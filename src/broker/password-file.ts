@@ -86,3 +86,22 @@ export async function hashPasswordLine(user: string, password: string, iteration
   const hash = await pbkdf2Async(password, salt, iterations, 64, 'sha512');
   return `${user}:$7$${iterations}$${salt.toString('base64')}$${hash.toString('base64')}`;
 }
+
+/**
+ * The text of a password file with `user` set to `password` (added or replaced in place), or removed when
+ * `password` is undefined. Other lines, comments included, are kept as they are.
+ */
+export async function updatePasswordFile(text: string, user: string, password: string | undefined): Promise<string> {
+  const lines = text.split(/\r?\n/);
+  if (lines[lines.length - 1] === '') lines.pop();
+  const index = lines.findIndex((line) => line.indexOf(':') > 0 && line.slice(0, line.indexOf(':')).trim() === user);
+  if (password === undefined) {
+    if (index < 0) throw new TypeError(`user "${user}" is not in the file`);
+    lines.splice(index, 1);
+  } else {
+    const line = await hashPasswordLine(user, password);
+    if (index >= 0) lines[index] = line;
+    else lines.push(line);
+  }
+  return lines.length ? lines.join('\n') + '\n' : '';
+}

@@ -29,6 +29,7 @@ export interface ClientLink {
   sendPubrel(packetId: number): void;
 }
 
+/** One message on its way to this session: queued, then in flight until acknowledged. */
 interface Delivery {
   readonly msg: Message;
   readonly qos: QoS;
@@ -36,9 +37,7 @@ interface Delivery {
   readonly subscriptionIds: readonly number[] | undefined;
   /** Set when delivered through a shared subscription, so an unacknowledged message can go to another member. */
   readonly group: SharedGroup | undefined;
-}
-
-interface Inflight extends Delivery {
+  /** QoS 2 only: 'pubrel' once the client sent PUBREC. */
   state: 'publish' | 'pubrel';
 }
 
@@ -70,11 +69,9 @@ export class Session implements Subscriber {
 
   mayRead: ((topic: string) => boolean) | undefined;
   routeMark = 0;
-  routeQos: QoS = 0;
-  routeRetainAsPublished = false;
-  routeSubscriptionIds: number[] | undefined;
+  routeSlot = 0;
 
-  private readonly inflight = new Map<number, Inflight>();
+  private readonly inflight = new Map<number, Delivery>();
   private queue: Delivery[] = [];
   private queueHead = 0;
   private queuedBytes = 0;
@@ -119,7 +116,7 @@ export class Session implements Subscriber {
       else this.events.dropped('too_large', msg);
       return;
     }
-    const delivery: Delivery = { msg, qos, retain, subscriptionIds, group };
+    const delivery: Delivery = { msg, qos, retain, subscriptionIds, group, state: 'publish' };
     if (link && this.queuedCount === 0 && this.inflight.size < this.window) {
       this.sendNew(link, delivery, encodings);
     } else {
@@ -231,7 +228,7 @@ export class Session implements Subscriber {
       this.events.dropped('too_large', d.msg);
       return;
     }
-    this.inflight.set(packetId, { ...d, state: 'publish' });
+    this.inflight.set(packetId, d);
     this.events.sent(d.qos);
   }
 

@@ -21,11 +21,9 @@ export interface Subscriber {
     encodings: PublishEncodings | undefined,
     group?: SharedGroup,
   ): void | Promise<void>;
-  /** Scratch fields for de-duplicating overlapping subscriptions within one routing pass without allocating. */
+  /** Scratch fields to merge overlapping subscriptions within one routing pass without a map. */
   routeMark: number;
-  routeQos: QoS;
-  routeRetainAsPublished: boolean;
-  routeSubscriptionIds: number[] | undefined;
+  routeSlot: number;
 }
 
 export interface Subscription {
@@ -77,10 +75,20 @@ class TopicNode {
   }
 }
 
+/** What one topic matches: cached, because industrial traffic publishes the same topics over and over. */
+export interface TopicMatch {
+  readonly subscriptions: readonly Subscription[];
+  readonly groups: readonly SharedGroup[];
+}
+
+const MATCH_CACHE_MAX_TOPICS = 10_000;
+
 export class TopicTree {
   private readonly root = new TopicNode();
   private normalCount = 0;
   private sharedCount = 0;
+  /** Valid until the next subscription change, which clears it. */
+  private readonly cache = new Map<string, TopicMatch>();
 
   get count(): { normal: number; shared: number } {
     return { normal: this.normalCount, shared: this.sharedCount };
@@ -88,6 +96,7 @@ export class TopicTree {
 
   /** Adds or replaces (same subscriber, filter and group) a subscription. Returns true if it replaced one. */
   add(sub: Subscription): boolean {
+    this.cache.clear();
     let node = this.root;
     for (const level of sub.filter.split('/')) {
       let child = node.children.get(level);
@@ -110,6 +119,7 @@ export class TopicTree {
   }
 
   remove(subscriber: Subscriber, filter: string, group?: string): boolean {
+    this.cache.clear();
     const path: TopicNode[] = [this.root];
     const levels = filter.split('/');
     for (const level of levels) {
@@ -141,11 +151,18 @@ export class TopicTree {
     return removed;
   }
 
-  /** Visits every subscription and every shared group whose filter matches `topic`. */
-  match(topic: string, visit: (sub: Subscription) => void, visitGroup: (group: SharedGroup) => void): void {
-    const levels = topic.split('/');
+  /** Every subscription and shared group whose filter matches `topic`. */
+  match(topic: string): TopicMatch {
+    let found = this.cache.get(topic);
+    if (found) return found;
+    const subscriptions: Subscription[] = [];
+    const groups: SharedGroup[] = [];
     // Wildcards at the first level never match topics beginning with `$` [MQTT-4.7.2-1].
-    this.walk(this.root, levels, 0, topic.charCodeAt(0) === 36, visit, visitGroup);
+    this.walk(this.root, topic.split('/'), 0, topic.charCodeAt(0) === 36, subscriptions, groups);
+    found = { subscriptions, groups };
+    if (this.cache.size >= MATCH_CACHE_MAX_TOPICS) this.cache.clear();
+    this.cache.set(topic, found);
+    return found;
   }
 
   private walk(
@@ -153,25 +170,24 @@ export class TopicTree {
     levels: string[],
     depth: number,
     isDollar: boolean,
-    visit: (sub: Subscription) => void,
-    visitGroup: (group: SharedGroup) => void,
+    subscriptions: Subscription[],
+    groups: SharedGroup[],
   ): void {
     if (depth === levels.length) {
-      emit(node, visit, visitGroup);
+      collect(node, subscriptions, groups);
       // `a/#` also matches `a` [MQTT-4.7.1-2].
       const hash = node.children.get('#');
-      if (hash) emit(hash, visit, visitGroup);
+      if (hash) collect(hash, subscriptions, groups);
       return;
     }
-    const wildcardsAllowed = !(isDollar && depth === 0);
-    if (wildcardsAllowed) {
+    if (!(isDollar && depth === 0)) {
       const hash = node.children.get('#');
-      if (hash) emit(hash, visit, visitGroup);
+      if (hash) collect(hash, subscriptions, groups);
       const plus = node.children.get('+');
-      if (plus) this.walk(plus, levels, depth + 1, isDollar, visit, visitGroup);
+      if (plus) this.walk(plus, levels, depth + 1, isDollar, subscriptions, groups);
     }
     const exact = node.children.get(levels[depth]);
-    if (exact) this.walk(exact, levels, depth + 1, isDollar, visit, visitGroup);
+    if (exact) this.walk(exact, levels, depth + 1, isDollar, subscriptions, groups);
   }
 
   private groupOf(node: TopicNode, name: string, filter: string): SharedGroup {
@@ -185,8 +201,7 @@ export class TopicTree {
   }
 }
 
-function emit(node: TopicNode, visit: (sub: Subscription) => void, visitGroup: (group: SharedGroup) => void): void {
-  const subs = node.subscriptions;
-  for (let i = 0; i < subs.length; i++) visit(subs[i]);
-  if (node.shared) for (const group of node.shared.values()) visitGroup(group);
+function collect(node: TopicNode, subscriptions: Subscription[], groups: SharedGroup[]): void {
+  for (const sub of node.subscriptions) subscriptions.push(sub);
+  if (node.shared) for (const group of node.shared.values()) groups.push(group);
 }

@@ -15,9 +15,10 @@ import { EdgeferryError } from '../util/errors.js';
 /** Per-connector figures the Sparkplug device runtime keeps. */
 export interface ConnectorStats {
   readonly up: boolean;
-  readonly pollLatencyMs: number;
-  readonly errors: number;
   readonly samples: number;
+  /** Times the device was declared lost (DDEATH). */
+  readonly deaths: number;
+  readonly restarts: number;
 }
 
 export interface MetricsSources {
@@ -105,9 +106,9 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   const connectors = (pick: (st: ConnectorStats) => number): [Labels, number][] =>
     [...s.connectors()].map(([connector, st]) => [{ connector }, pick(st)]);
   mirroredGauge(r, 'edgeferry_connector_up', '1 when the device answers', ['connector'], () => connectors((st) => (st.up ? 1 : 0)));
-  mirroredGauge(r, 'edgeferry_connector_poll_latency_seconds', 'Duration of the last poll cycle', ['connector'], () => connectors((st) => st.pollLatencyMs / 1000));
-  mirroredCounter(r, 'edgeferry_connector_errors_total', 'Read and write errors', ['connector'], () => connectors((st) => st.errors));
   mirroredCounter(r, 'edgeferry_connector_samples_total', 'Tag samples read', ['connector'], () => connectors((st) => st.samples));
+  mirroredCounter(r, 'edgeferry_connector_deaths_total', 'Times the device was lost (DDEATH)', ['connector'], () => connectors((st) => st.deaths));
+  mirroredCounter(r, 'edgeferry_connector_restarts_total', 'Connector restarts after a loss', ['connector'], () => connectors((st) => st.restarts));
 
   mirroredGauge(r, 'edgeferry_store_size_bytes', 'Bytes used by the LMDB data file', [], () => {
     const bytes = s.storeBytes();

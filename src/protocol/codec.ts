@@ -254,6 +254,48 @@ export function decodePublish(
     retain: (first & 0x01) !== 0,
     topic,
     messageId,
-    payload: Buffer.from(data.subarray(p, end)),
+    payload: copyBytes(data, p, end),
   };
+}
+
+/** A fresh copy of `data[start..end)` (allocUnsafe + copy: the cheapest copy Node has). */
+function copyBytes(data: Buffer, start: number, end: number): Buffer {
+  const out = Buffer.allocUnsafe(end - start);
+  data.copy(out, 0, start, end);
+  return out;
+}
+
+export type AckCommand = 'puback' | 'pubrec' | 'pubrel' | 'pubcomp';
+
+const ACK_FIRST_BYTE: Record<AckCommand, number> = { puback: 0x40, pubrec: 0x50, pubrel: 0x62, pubcomp: 0x70 };
+const ACK_BY_TYPE: (AckCommand | undefined)[] = [undefined, undefined, undefined, undefined, 'puback', 'pubrec', 'pubrel', 'pubcomp'];
+
+/**
+ * Encodes a QoS acknowledgement. With reason code 0 the 4-byte form serves MQTT 3.1.1 and 5 alike (MQTT 5
+ * §3.4.2.1: reason code and properties may be omitted on success).
+ */
+export function encodeAck(cmd: AckCommand, packetId: number, reasonCode: number, version: ProtocolVersion): Buffer {
+  if (reasonCode === 0 || version !== 5) {
+    const buf = Buffer.allocUnsafe(4);
+    buf[0] = ACK_FIRST_BYTE[cmd];
+    buf[1] = 2;
+    buf.writeUInt16BE(packetId, 2);
+    return buf;
+  }
+  const buf = Buffer.allocUnsafe(5);
+  buf[0] = ACK_FIRST_BYTE[cmd];
+  buf[1] = 3;
+  buf.writeUInt16BE(packetId, 2);
+  buf[4] = reasonCode;
+  return buf;
+}
+
+/**
+ * Decodes a 2-byte-body PUBACK/PUBREC/PUBREL/PUBCOMP. Returns undefined when the fixed-header flags are not the
+ * required ones, leaving the refusal to mqtt-packet's checks [MQTT-2.2.2-2].
+ */
+export function decodeShortAck(first: number, packetId: number): Packet | undefined {
+  const cmd = ACK_BY_TYPE[first >> 4];
+  if (cmd === undefined || first !== ACK_FIRST_BYTE[cmd]) return undefined;
+  return { cmd, messageId: packetId, reasonCode: 0 } as Packet;
 }

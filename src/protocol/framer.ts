@@ -1,7 +1,8 @@
 /**
  * Splits a byte stream into whole MQTT control packets. The fixed header (type, flags, remaining length) is
  * checked by the caller before any body byte is buffered, so a packet declaring 256 MB allocates nothing
- * [RELIABILITY #1, #5]. Leftover bytes of an incomplete packet are kept as a list and joined once, when complete.
+ * [RELIABILITY #1, #5]. A packet split across reads is assembled from the held bytes plus just the bytes it still
+ * needs, so the rest of a large read is framed in place and never copied.
  */
 import { Reason } from './reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
@@ -9,65 +10,82 @@ import { ProtocolError } from '../util/errors.js';
 export interface FrameHandler {
   /** Called once per packet as soon as its fixed header is known; throw a ProtocolError to refuse it. */
   header(type: number, remainingLength: number): void;
-  /** A whole packet: `data[start..end)` is the body after the fixed header; `first` is the first header byte. */
+  /** A whole packet: `data[bodyStart..end)` is the body after the fixed header; `first` is the first header byte. */
   packet(data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void;
   /** False once the connection is closed: stop framing. */
   isOpen(): boolean;
 }
 
+/** Longest fixed header: 1 type byte and a 4-byte remaining length. */
+const MAX_HEADER_BYTES = 5;
+
 export class PacketFramer {
-  private chunks: Buffer[] = [];
-  private buffered = 0;
-  /** Total length of the packet being assembled, once its header is known. */
+  private held: Buffer[] = [];
+  private heldBytes = 0;
+  /** Total length of the held packet once its header is known, else 0. */
   private needed = 0;
 
   /** Bytes held for an incomplete packet. */
   get pendingBytes(): number {
-    return this.buffered;
+    return this.heldBytes;
   }
 
   push(chunk: Buffer, handler: FrameHandler): void {
     let data = chunk;
-    if (this.buffered > 0) {
-      this.chunks.push(chunk);
-      this.buffered += chunk.length;
-      if (this.needed > 0 && this.buffered < this.needed) return;
-      data = Buffer.concat(this.chunks, this.buffered);
-      this.chunks = [];
-      this.buffered = 0;
-    }
-    this.needed = 0;
     let offset = 0;
+    if (this.heldBytes > 0) {
+      if (this.needed === 0) {
+        // Even the fixed header was split (rare): join and frame from the start.
+        data = Buffer.concat([...this.held, chunk]);
+        this.held = [];
+        this.heldBytes = 0;
+      } else {
+        // Complete the held packet with just the bytes it lacks; frame the rest of the chunk in place.
+        const take = Math.min(this.needed - this.heldBytes, chunk.length);
+        this.hold(chunk.subarray(0, take));
+        if (this.heldBytes < this.needed) return;
+        const packet = Buffer.concat(this.held, this.heldBytes);
+        this.held = [];
+        this.heldBytes = 0;
+        this.needed = 0;
+        this.frame(packet, 0, handler);
+        if (!handler.isOpen()) return;
+        offset = take;
+      }
+    }
+    const used = this.frame(data, offset, handler);
+    if (used < data.length && handler.isOpen()) this.hold(data.subarray(used));
+  }
+
+  private hold(bytes: Buffer): void {
+    this.held.push(bytes);
+    this.heldBytes += bytes.length;
+  }
+
+  /** Frames whole packets from `data[offset..]`; returns where the first incomplete packet starts. */
+  private frame(data: Buffer, offset: number, handler: FrameHandler): number {
     while (offset < data.length && handler.isOpen()) {
       const first = data[offset];
       let remaining = 0;
       let multiplier = 1;
       let i = offset + 1;
-      let headerDone = false;
-      while (i < data.length) {
+      for (;;) {
+        if (i >= data.length) return offset;
         const byte = data[i++];
         remaining += (byte & 0x7f) * multiplier;
-        if ((byte & 0x80) === 0) {
-          headerDone = true;
-          break;
-        }
+        if ((byte & 0x80) === 0) break;
         multiplier *= 128;
-        if (i - offset > 4) throw new ProtocolError(Reason.MalformedPacket, 'remaining length longer than 4 bytes');
+        if (i - offset >= MAX_HEADER_BYTES) throw new ProtocolError(Reason.MalformedPacket, 'remaining length longer than 4 bytes');
       }
-      if (!headerDone) break;
       handler.header(first >> 4, remaining);
       const end = i + remaining;
       if (end > data.length) {
         this.needed = end - offset;
-        break;
+        return offset;
       }
       handler.packet(data, first, offset, i, end);
       offset = end;
     }
-    if (offset < data.length && handler.isOpen()) {
-      const rest = data.subarray(offset);
-      this.chunks.push(rest);
-      this.buffered = rest.length;
-    }
+    return offset;
   }
 }

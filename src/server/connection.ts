@@ -3,10 +3,10 @@
  * connection (malformed bytes, protocol violations, handler exceptions) ends here, closes only this connection
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
-import { createParser, decodePublish, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
+import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
 import { PacketFramer } from '../protocol/framer.js';
 import type { FrameHandler } from '../protocol/framer.js';
-import type { Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
+import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
@@ -32,6 +32,8 @@ export interface Will {
 
 const PACKET_CONNECT = 1;
 const PACKET_PUBLISH = 3;
+const PACKET_PUBACK = 4;
+const PACKET_PUBCOMP = 7;
 
 export class Connection implements ClientLink, FrameHandler {
   state: State = 'awaiting-connect';
@@ -119,7 +121,13 @@ export class Connection implements ClientLink, FrameHandler {
   }
 
   sendPubrel(packetId: number): void {
-    this.send({ cmd: 'pubrel', messageId: packetId });
+    this.sendAck('pubrel', packetId, 0);
+  }
+
+  /** PUBACK, PUBREC, PUBREL or PUBCOMP; the reason code is only sent to MQTT 5 clients. */
+  sendAck(cmd: AckCommand, packetId: number, reasonCode: number): void {
+    if (this.state === 'closed') return;
+    this.write(encodeAck(cmd, packetId, this.version === 5 ? reasonCode : 0, this.version));
   }
 
   // ---- writing ----
@@ -176,9 +184,16 @@ export class Connection implements ClientLink, FrameHandler {
   }
 
   packet(data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void {
-    if (first >> 4 === PACKET_PUBLISH && this.state === 'connected') {
-      const publish = decodePublish(data, first, bodyStart, end, this.version);
-      if (publish) return this.dispatch(publish);
+    if (this.state === 'connected') {
+      // Hot paths decoded here; everything else (and MQTT 5 packets with properties) goes through mqtt-packet.
+      const type = first >> 4;
+      if (type === PACKET_PUBLISH) {
+        const publish = decodePublish(data, first, bodyStart, end, this.version);
+        if (publish) return this.dispatch(publish);
+      } else if (end - bodyStart === 2 && type >= PACKET_PUBACK && type <= PACKET_PUBCOMP) {
+        const ack = decodeShortAck(first, data.readUInt16BE(bodyStart));
+        if (ack) return this.dispatch(ack);
+      }
     }
     this.parser.parse(data.subarray(packetStart, end));
   }
@@ -205,6 +220,8 @@ export class Connection implements ClientLink, FrameHandler {
         handleConnect(this, packet);
         return;
       }
+      // mqtt-packet yields -1 instead of failing when the packet ends inside its packet identifier.
+      if (packet.messageId !== undefined && packet.messageId < 0) throw new ProtocolError(Reason.MalformedPacket, 'packet identifier cut short');
       switch (packet.cmd) {
         case 'publish':
           return handlePublish(this, packet);
@@ -292,6 +309,15 @@ export class Connection implements ClientLink, FrameHandler {
       this.ctx.broker.sessionDisconnected(session);
     }
     this.log.debug({ clientId: this.clientId, remote: this.transport.remoteAddress, why }, 'connection closed');
+  }
+
+  /** Installs the ACL read check (per delivered message) of the current auth rules on this client's session. */
+  applyReadCheck(): void {
+    const session = this.session;
+    if (!session) return;
+    const auth = this.ctx.auth;
+    const client = { clientId: this.clientId, username: this.username };
+    session.mayRead = auth.authorizeRead ? (topic) => auth.authorizeRead!(client, topic) : undefined;
   }
 
   /** Keep-alive, connect timeout and slow-reader checks, driven by one broker-wide timer. */

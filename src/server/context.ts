@@ -21,7 +21,8 @@ export interface ServerLimits {
 
 export interface ServerContext {
   readonly broker: Broker;
-  readonly auth: AuthHooks;
+  /** Swapped on reload; read at each use so a new ACL applies to connected clients' next operations. */
+  auth: AuthHooks;
   readonly limits: ServerLimits;
   readonly log: Logger;
   readonly flusher: WriteFlusher;

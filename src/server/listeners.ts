@@ -60,6 +60,16 @@ export class MqttServer {
     this.ctx = { broker, auth, limits, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
   }
 
+  /** Applies new authentication and ACL rules without dropping connections (reload). */
+  setAuth(auth: AuthHooks): void {
+    this.ctx.auth = auth;
+    for (const conn of this.ctx.clients.values()) conn.applyReadCheck();
+  }
+
+  get isListening(): boolean {
+    return this.running.length > 0 && this.running.every((r) => r.server.listening);
+  }
+
   get connectionCount(): number {
     return this.ctx.connections.size;
   }

@@ -38,8 +38,12 @@ export interface ConfigProblem {
 
 export class ConfigError extends EdgeferryError {
   readonly problems: readonly ConfigProblem[];
-  constructor(file: string, problems: readonly ConfigProblem[], options?: { cause?: unknown }) {
-    super('EF_CONFIG_INVALID', formatProblems(file, problems), options);
+  constructor(
+    file: string,
+    problems: readonly ConfigProblem[],
+    options?: { cause?: unknown; code?: 'EF_CONFIG_INVALID' | 'EF_CONFIG_UNREADABLE' },
+  ) {
+    super(options?.code ?? 'EF_CONFIG_INVALID', formatProblems(file, problems), options);
     this.problems = problems;
   }
 }

@@ -1,5 +1,6 @@
 /** PUBACK, PUBREC, PUBCOMP from a client for our outgoing QoS 1/2 flows. Unknown ids are ignored [RELIABILITY #20]. */
 import type { PubackPacket, PubcompPacket, PubrecPacket } from '../../protocol/codec.js';
+import { Reason } from '../../protocol/reason-codes.js';
 import type { Connection } from '../connection.js';
 
 export function handlePuback(conn: Connection, packet: PubackPacket): void {
@@ -9,7 +10,7 @@ export function handlePuback(conn: Connection, packet: PubackPacket): void {
 export function handlePubrec(conn: Connection, packet: PubrecPacket): void {
   if (!conn.session!.received(packet.messageId!, packet.reasonCode ?? 0)) {
     // MQTT 5: answer an unknown id with PUBREL 0x92 so the client can finish its side.
-    conn.send({ cmd: 'pubrel', messageId: packet.messageId, reasonCode: conn.version === 5 ? 0x92 : undefined });
+    conn.sendAck('pubrel', packet.messageId!, Reason.PacketIdentifierNotFound);
   }
 }
 

@@ -9,7 +9,7 @@ import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
 import { NEVER_EXPIRES } from '../../broker/session.js';
 import type { Connection } from '../connection.js';
-import { toPublishProperties, checkUserProperties } from './properties.js';
+import { toPublishProperties, checkUserProperties, checkWireProperties } from './properties.js';
 
 /** CONNACK refusal: the code goes out in the client's protocol version, then the connection closes. */
 function refuse(conn: Connection, reason: number, why: string): void {
@@ -40,7 +40,12 @@ export function handleConnect(conn: Connection, packet: ConnectPacket): void {
   if (v5 && (props?.receiveMaximum === 0 || props?.maximumPacketSize === 0)) {
     throw new ProtocolError(Reason.ProtocolError, 'receive maximum and maximum packet size must not be 0');
   }
-  if (v5) checkUserProperties(props?.userProperties, limits.maxUserProperties);
+  if (v5) {
+    checkUserProperties(props?.userProperties, limits.maxUserProperties);
+    checkUserProperties(packet.will?.properties?.userProperties, limits.maxUserProperties);
+    checkWireProperties(props);
+    checkWireProperties(packet.will?.properties);
+  }
 
   // Client identifier rules.
   let clientId = packet.clientId;
@@ -134,12 +139,10 @@ function accept(
   const cleanStart = packet.clean ?? true;
   const { session, present } = broker.openSession(p.clientId, cleanStart);
   session.expiryIntervalS = expiryS;
-  const { auth } = conn.ctx;
-  const client = { clientId: p.clientId, username: packet.username };
-  session.mayRead = auth.authorizeRead ? (topic) => auth.authorizeRead!(client, topic) : undefined;
 
   conn.state = 'connected';
   conn.session = session;
+  conn.applyReadCheck();
   conn.keepaliveMs = p.keepaliveS * 1000;
   if (v5) {
     conn.receiveMaximum = props?.receiveMaximum ?? 65535;

@@ -33,17 +33,35 @@ export function checkUserProperties(userProperties: UserProperties | undefined, 
   let n = 0;
   for (const [name, value] of Object.entries(userProperties)) {
     n += Array.isArray(value) ? value.length : 1;
-    if (!isValidMqttString(name) || !(Array.isArray(value) ? value.every(isValidMqttString) : isValidMqttString(value))) {
-      throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a user property [MQTT-1.5.4-1]');
+    if (!isValidMqttString(name) || !(Array.isArray(value) ? value.every(isWellFormed) : isWellFormed(value))) {
+      throw new ProtocolError(Reason.MalformedPacket, 'malformed user property: truncated, ill-formed UTF-8 or U+0000 [MQTT-1.5.4-1]');
     }
   }
   if (n > max) throw new ProtocolError(Reason.PacketTooLarge, `${n} user properties exceed the limit of ${max}`);
 }
 
-/** Content Type and Response Topic are UTF-8 strings: ill-formed ones make a Malformed Packet [MQTT-1.5.4-1/2]. */
-export function checkStringProperties(p: WireProperties | undefined): void {
+function isWellFormed(s: unknown): boolean {
+  return typeof s === 'string' && isValidMqttString(s);
+}
+
+/**
+ * mqtt-packet does not fail on a property that runs past the end of the packet: it yields null (strings, binary
+ * data), -1 (integers) or false (variable byte integers). Those, and strings with ill-formed UTF-8 or U+0000,
+ * make a Malformed Packet [MQTT-1.5.4-1/2]; a repeated property is a Protocol Error. User properties are checked by
+ * `checkUserProperties`.
+ */
+export function checkWireProperties(p: object | undefined): void {
   if (!p) return;
-  if ((p.contentType !== undefined && !isValidMqttString(p.contentType)) || (p.responseTopic !== undefined && !isValidMqttString(p.responseTopic))) {
-    throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a string property [MQTT-1.5.4-1]');
+  for (const [name, value] of Object.entries(p)) {
+    if (name === 'userProperties') continue;
+    // mqtt-packet collects a repeated property into an array; only user properties may repeat (MQTT 5 §2.2.2.2).
+    if (Array.isArray(value)) throw new ProtocolError(Reason.ProtocolError, `${name} property included more than once`);
+    const bad =
+      value === null ||
+      value === undefined ||
+      (typeof value === 'number' && value < 0) ||
+      (typeof value === 'string' && !isValidMqttString(value)) ||
+      (name === 'subscriptionIdentifier' && typeof value !== 'number');
+    if (bad) throw new ProtocolError(Reason.MalformedPacket, `malformed ${name} property [MQTT-1.5.4-1]`);
   }
 }

@@ -7,7 +7,7 @@ import { Reason } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
 import type { Connection } from '../connection.js';
-import { checkStringProperties, checkUserProperties, toPublishProperties } from './properties.js';
+import { checkUserProperties, checkWireProperties, toPublishProperties } from './properties.js';
 
 export function handlePublish(conn: Connection, packet: PublishPacket): void {
   const { broker, limits, auth } = conn.ctx;
@@ -23,7 +23,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
   const props = packet.properties;
   if (v5) {
     checkUserProperties(props?.userProperties, limits.maxUserProperties);
-    checkStringProperties(props);
+    checkWireProperties(props);
     const alias = props?.topicAlias;
     if (alias !== undefined) {
       if (alias === 0 || alias > limits.topicAliasMaximum) {
@@ -115,15 +115,11 @@ function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: n
   if (qos === 1) conn.inboundInflight--;
   // QoS 2 stays in flight until PUBCOMP unless refused.
   else if (reasonCode >= 0x80) conn.inboundInflight--;
-  conn.send({ cmd: qos === 1 ? 'puback' : 'pubrec', messageId: packetId, reasonCode: conn.version === 5 ? reasonCode : undefined });
+  conn.sendAck(qos === 1 ? 'puback' : 'pubrec', packetId, reasonCode);
 }
 
 export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
   const known = conn.session!.inboundQoS2.delete(packet.messageId!);
   if (known) conn.inboundInflight--;
-  conn.send({
-    cmd: 'pubcomp',
-    messageId: packet.messageId,
-    reasonCode: conn.version === 5 ? (known ? Reason.Success : Reason.PacketIdentifierNotFound) : undefined,
-  });
+  conn.sendAck('pubcomp', packet.messageId!, known ? Reason.Success : Reason.PacketIdentifierNotFound);
 }

@@ -6,7 +6,7 @@ import { isValidMqttString, isValidTopicFilter, parseSharedFilter } from '../../
 import type { SubscriptionRecord } from '../../store/types.js';
 import { ProtocolError } from '../../util/errors.js';
 import type { Connection } from '../connection.js';
-import { checkUserProperties } from './properties.js';
+import { checkUserProperties, checkWireProperties } from './properties.js';
 
 export function handleSubscribe(conn: Connection, packet: SubscribePacket): void {
   const { broker, limits, auth } = conn.ctx;
@@ -19,7 +19,10 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
   }
   const subscriptionId = packet.properties?.subscriptionIdentifier as number | undefined;
   if (subscriptionId === 0) throw new ProtocolError(Reason.ProtocolError, 'subscription identifier 0');
-  if (v5) checkUserProperties(packet.properties?.userProperties, limits.maxUserProperties);
+  if (v5) {
+    checkUserProperties(packet.properties?.userProperties, limits.maxUserProperties);
+    checkWireProperties(packet.properties);
+  }
   // v3.1.1 refuses a filter with 0x80 [MQTT-3.9.3-2]; MQTT 5 says why.
   const failure = (v5reason: number): number => (v5 ? v5reason : 0x80);
 

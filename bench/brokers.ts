@@ -1,0 +1,253 @@
+/**
+ * Starting, probing and stopping the brokers under test, each in its own process on a free port.
+ */
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { PacketReader, PacketType, disconnectPacket, encodeConnect } from './mqtt-wire.js';
+
+export const brokerNames = ['edgeferry', 'mosquitto', 'mosquitto-unlimited', 'aedes'] as const;
+export type BrokerName = (typeof brokerNames)[number];
+
+export function isBrokerName(value: string): value is BrokerName {
+  return (brokerNames as readonly string[]).includes(value);
+}
+
+export interface RunningBroker {
+  readonly name: BrokerName;
+  readonly pid: number;
+  readonly port: number;
+  /** The last few KB of the broker's stdout and stderr, for error reports. */
+  outputTail(): string;
+  /** null while running; the exit code or signal once the process is gone. */
+  exitStatus(): number | string | null;
+  stop(): Promise<void>;
+}
+
+export interface BrokerEnv {
+  rootDir: string; // repository root (holds dist/)
+  tmpDir: string; // per-run scratch directory for config files and data
+  cpuProfDir?: string; // when set, Node brokers run with --cpu-prof and write <dir>/<broker>/*.cpuprofile on exit
+}
+
+const readyTimeoutMs = 20_000;
+const outputTailBytes = 16_384;
+
+/** Every broker process still alive, so SIGINT and fatal errors can kill them all. */
+const live = new Set<ChildProcess>();
+
+export function killAllBrokers(): void {
+  for (const child of live) child.kill('SIGKILL');
+  live.clear();
+}
+
+/**
+ * The gist of a broker's output for an error message: the last error-level pino line (msg + err.message),
+ * else the last line mentioning an error, else the last line.
+ */
+export function summarizeOutput(output: string): string {
+  const lines = output.split('\n').map((l) => l.trim()).filter((l) => l.length > 0);
+  for (let i = lines.length - 1; i >= 0; i--) {
+    if (!lines[i].startsWith('{')) continue;
+    let entry: { level?: unknown; msg?: unknown; err?: { message?: unknown } };
+    try {
+      entry = JSON.parse(lines[i]) as typeof entry;
+    } catch {
+      continue; // the tail may start in the middle of a line; that line is simply not JSON
+    }
+    if (typeof entry.level === 'number' && entry.level >= 50) {
+      const detail = typeof entry.err?.message === 'string' ? `: ${entry.err.message}` : '';
+      return `${String(entry.msg ?? 'error')}${detail}`.slice(0, 500);
+    }
+  }
+  const errorLine = [...lines].reverse().find((l) => /error/i.test(l));
+  return (errorLine ?? lines[lines.length - 1] ?? 'no output').slice(0, 500);
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address !== null ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function nodeArgs(name: BrokerName, env: BrokerEnv): string[] {
+  if (env.cpuProfDir === undefined) return [];
+  // Written when the process exits normally: edgeferry and aedes-server exit 0 on SIGTERM.
+  return ['--cpu-prof', `--cpu-prof-dir=${path.join(env.cpuProfDir, name)}`];
+}
+
+function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): { file: string; args: string[] } {
+  switch (name) {
+    case 'edgeferry': {
+      const config = path.join(dir, 'edgeferry.yaml');
+      fs.writeFileSync(
+        config,
+        [
+          'listeners:',
+          `  - { type: tcp, host: 127.0.0.1, port: ${port} }`,
+          // Unlimited queue like mosquitto-unlimited, so QoS 1 fan-in cannot lose messages to a queue limit.
+          'broker: { maxQueuedMessages: 0, maxConnections: 20000 }',
+          `storage: { path: ${JSON.stringify(path.join(dir, 'data'))} }`,
+          'log: { level: warn, format: json }',
+          '',
+        ].join('\n'),
+      );
+      return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/src/cli.js'), '--config', config] };
+    }
+    case 'aedes':
+      return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/aedes-server.js'), String(port)] };
+    case 'mosquitto':
+    case 'mosquitto-unlimited': {
+      const config = path.join(dir, 'mosquitto.conf');
+      const lines = [
+        `listener ${port} 127.0.0.1`,
+        'allow_anonymous true',
+        'persistence false',
+        'log_dest stderr',
+        'log_type error',
+        'log_type warning',
+      ];
+      // 0 = no limit on QoS 1/2 messages queued per client (the default is 1000).
+      if (name === 'mosquitto-unlimited') lines.push('max_queued_messages 0');
+      fs.writeFileSync(config, lines.join('\n') + '\n');
+      return { file: '/usr/sbin/mosquitto', args: ['-c', config] };
+    }
+  }
+}
+
+/** One TCP connect + CONNECT/CONNACK round trip; resolves true when the broker accepted the connection. */
+function probe(port: number, clientId: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = net.connect({ port, host: '127.0.0.1' });
+    const done = (ok: boolean): void => {
+      clearTimeout(timer);
+      if (ok) sock.end(disconnectPacket);
+      else sock.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), 1000);
+    const reader = new PacketReader((type, _flags, buf, start) => done(type === PacketType.connack && buf[start + 1] === 0));
+    sock.on('connect', () => sock.write(encodeConnect(clientId, 0)));
+    sock.on('data', (chunk: Buffer) => reader.push(chunk));
+    // A refused connection just means "not ready yet"; the caller polls until its deadline.
+    sock.on('error', () => done(false));
+    sock.on('close', () => done(false));
+  });
+}
+
+export async function startBroker(name: BrokerName, env: BrokerEnv): Promise<RunningBroker> {
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(env.tmpDir, `${name}-`));
+  const { file, args } = command(name, port, env, dir);
+  const child = spawn(file, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  live.add(child);
+  let tail = '';
+  const keep = (chunk: Buffer): void => {
+    tail = (tail + chunk.toString('utf8')).slice(-outputTailBytes);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  let exitCode: number | string | null = null;
+  const exited = new Promise<void>((resolve) => {
+    child.on('exit', (code, signal) => {
+      exitCode = code ?? signal ?? 'unknown';
+      live.delete(child);
+      resolve();
+    });
+    child.on('error', (err) => {
+      keep(Buffer.from(`spawn failed: ${err.message}\n`));
+      exitCode = 'spawn-error';
+      live.delete(child);
+      resolve();
+    });
+  });
+
+  const stop = async (): Promise<void> => {
+    if (exitCode === null) {
+      child.kill('SIGTERM');
+      const killed = setTimeout(() => child.kill('SIGKILL'), 3000);
+      await exited;
+      clearTimeout(killed);
+    }
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+
+  const deadline = Date.now() + readyTimeoutMs;
+  let attempt = 0;
+  for (;;) {
+    if (exitCode !== null) {
+      await stop();
+      throw new Error(`${name} exited (${String(exitCode)}) before it was ready: ${summarizeOutput(tail)}`);
+    }
+    if (await probe(port, `bench-probe-${attempt++}`)) break;
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`${name} not ready on port ${port} within ${readyTimeoutMs} ms: ${summarizeOutput(tail)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  if (child.pid === undefined) throw new Error(`${name}: no pid`);
+  return { name, pid: child.pid, port, outputTail: () => tail, exitStatus: () => exitCode, stop };
+}
+
+/** Resident set size of a process in kB (VmRSS). */
+export function readRssKb(pid: number): number {
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
+  if (match === null) throw new Error(`no VmRSS in /proc/${pid}/status`);
+  return Number(match[1]);
+}
+
+const clockTicksPerS = ((): number => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch (err) {
+    // getconf missing: Linux has used 100 on every mainstream architecture for decades.
+    process.stderr.write(`getconf CLK_TCK failed (${err instanceof Error ? err.message : String(err)}), assuming 100\n`);
+    return 100;
+  }
+})();
+
+/** User + system CPU seconds a process has used so far (all its threads), or NaN if it is gone. */
+export function readCpuS(pid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / clockTicksPerS;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return Number.NaN;
+    throw err;
+  }
+}
+
+export function mosquittoVersion(): string {
+  try {
+    const out = execFileSync('/usr/sbin/mosquitto', ['-h'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    return /mosquitto version (\S+)/.exec(out)?.[1] ?? 'unknown';
+  } catch (err) {
+    // `mosquitto -h` exits 3 after printing its usage; the text is still on stdout.
+    const out = String((err as { stdout?: unknown }).stdout ?? '');
+    return /mosquitto version (\S+)/.exec(out)?.[1] ?? 'not installed';
+  }
+}
+
+export function machineInfo(): Record<string, unknown> {
+  const cpus = os.cpus();
+  return {
+    cpus: cpus.length,
+    cpuModel: cpus[0]?.model ?? 'unknown',
+    memTotalMb: Math.round(os.totalmem() / 1048576),
+    loadavg: os.loadavg(),
+    node: process.version,
+    kernel: os.release(),
+  };
+}

@@ -1,0 +1,194 @@
+/**
+ * Medians per broker, edgeferry/other ratios, the text tables and the JSON summary.
+ */
+import type { BrokerName } from './brokers.js';
+import type { ScenarioMetrics, ScenarioName } from './scenarios.js';
+
+export interface RunRecord {
+  rep: number;
+  scenario: ScenarioName;
+  broker: BrokerName;
+  ok: boolean;
+  error?: string;
+  metrics?: ScenarioMetrics;
+  elapsedS: number;
+  loadavg1: number; // 1-minute load average when the run started: other work on the machine
+}
+
+export type Medians = Record<string, number>;
+
+export interface BrokerSummary {
+  runs: number;
+  failures: number;
+  medians: Medians | null;
+  worst: Medians | null; // the worst repetition for loss and latency columns
+  errors: string[];
+}
+
+export interface ScenarioSummary {
+  title: string;
+  brokers: Partial<Record<BrokerName, BrokerSummary>>;
+  /** `edgeferry/<other>`: ratio of medians, per compared metric. */
+  ratios: Record<string, Record<string, number | null>>;
+}
+
+export function median(values: number[]): number {
+  const sorted = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
+  if (sorted.length === 0) return Number.NaN;
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** The metrics that get a median, per scenario kind; `ratio` marks those compared edgeferry/other. */
+const columns: Record<ScenarioMetrics['kind'], { key: string; label: string; ratio?: boolean; worst?: 'max' }[]> = {
+  throughput: [
+    { key: 'deliveredPerS', label: 'delivered/s', ratio: true },
+    { key: 'lost', label: 'lost', worst: 'max' },
+    { key: 'lossPct', label: 'loss %', worst: 'max' },
+    { key: 'sent', label: 'sent' },
+    { key: 'brokerCpuPct', label: 'broker CPU %' },
+    { key: 'generatorCpuPct', label: 'gen CPU %' },
+    { key: 'brokerRssAfterKb', label: 'RSS after kB' },
+  ],
+  latency: [
+    { key: 'p50Ms', label: 'p50 ms', ratio: true, worst: 'max' },
+    { key: 'p99Ms', label: 'p99 ms', ratio: true, worst: 'max' },
+    { key: 'maxMs', label: 'max ms' },
+    { key: 'lost', label: 'lost', worst: 'max' },
+    { key: 'achievedRatePerS', label: 'sent/s' },
+    { key: 'brokerCpuPct', label: 'broker CPU %' },
+  ],
+  rss: [
+    { key: 'kbPerConnection', label: 'kB/conn', ratio: true },
+    { key: 'connected', label: 'connected' },
+    { key: 'failed', label: 'failed', worst: 'max' },
+    { key: 'rssBeforeKb', label: 'RSS before kB' },
+    { key: 'rssAfterKb', label: 'RSS after kB' },
+  ],
+};
+
+const kindOf: Record<ScenarioName, ScenarioMetrics['kind']> = {
+  'qos0-fanin': 'throughput',
+  'qos1-fanin': 'throughput',
+  'qos0-fanout': 'throughput',
+  'latency-qos0': 'latency',
+  'latency-qos1': 'latency',
+  'idle-rss': 'rss',
+};
+
+const subject: BrokerName = 'edgeferry';
+
+export function summarize(
+  records: RunRecord[],
+  scenarios: readonly ScenarioName[],
+  brokers: readonly BrokerName[],
+  titles: Record<ScenarioName, string>,
+): Record<string, ScenarioSummary> {
+  const out: Record<string, ScenarioSummary> = {};
+  for (const scenario of scenarios) {
+    const cols = columns[kindOf[scenario]];
+    const summary: ScenarioSummary = { title: titles[scenario], brokers: {}, ratios: {} };
+    for (const broker of brokers) {
+      const runs = records.filter((r) => r.scenario === scenario && r.broker === broker);
+      const good = runs.filter((r) => r.ok && r.metrics !== undefined);
+      const values = (key: string): number[] => good.map((r) => (r.metrics as unknown as Record<string, number>)[key]);
+      summary.brokers[broker] = {
+        runs: good.length,
+        failures: runs.length - good.length,
+        medians: good.length === 0 ? null : Object.fromEntries(cols.map((c) => [c.key, median(values(c.key))])),
+        worst:
+          good.length === 0
+            ? null
+            : Object.fromEntries(cols.filter((c) => c.worst === 'max').map((c) => [c.key, Math.max(...values(c.key))])),
+        errors: [...new Set(runs.filter((r) => !r.ok).map((r) => r.error ?? 'unknown error'))],
+      };
+    }
+    const mine = summary.brokers[subject]?.medians ?? null;
+    for (const other of brokers) {
+      if (other === subject) continue;
+      const theirs = summary.brokers[other]?.medians ?? null;
+      summary.ratios[`${subject}/${other}`] = Object.fromEntries(
+        cols
+          .filter((c) => c.ratio)
+          .map((c) => {
+            const ratio = mine === null || theirs === null || !(theirs[c.key] > 0) ? null : mine[c.key] / theirs[c.key];
+            return [c.key, ratio !== null && Number.isFinite(ratio) ? ratio : null];
+          }),
+      );
+    }
+    out[scenario] = summary;
+  }
+  return out;
+}
+
+function formatNumber(value: number | undefined | null): string {
+  if (value === undefined || value === null || !Number.isFinite(value)) return 'n/a';
+  if (Number.isInteger(value)) return value.toLocaleString('en-US');
+  const abs = Math.abs(value);
+  if (abs >= 1000) return Math.round(value).toLocaleString('en-US');
+  if (abs >= 100) return value.toFixed(0);
+  if (abs >= 10) return value.toFixed(1);
+  return value.toFixed(2);
+}
+
+function formatRatio(ratio: number | null): string {
+  if (ratio === null) return 'n/a';
+  return `${ratio >= 0.1 ? ratio.toFixed(2) : ratio.toPrecision(2)}x`;
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (cells: string[]): string => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+}
+
+export function renderSummary(summary: Record<string, ScenarioSummary>): string {
+  const parts: string[] = [];
+  for (const [scenario, s] of Object.entries(summary)) {
+    const cols = columns[kindOf[scenario as ScenarioName]];
+    const header = ['broker', ...cols.map((c) => c.label), ...cols.filter((c) => c.worst).map((c) => `worst ${c.label}`), 'runs'];
+    const rows: string[][] = [];
+    const notes: string[] = [];
+    for (const [broker, b] of Object.entries(s.brokers)) {
+      if (b === undefined) continue;
+      rows.push([
+        broker,
+        ...cols.map((c) => formatNumber(b.medians?.[c.key])),
+        ...cols.filter((c) => c.worst).map((c) => formatNumber(b.worst?.[c.key])),
+        `${b.runs}/${b.runs + b.failures}`,
+      ]);
+      for (const err of b.errors) notes.push(`  ${broker}: ${err.split('\n')[0].slice(0, 300)}`);
+    }
+    const attempts = Math.max(...Object.values(s.brokers).map((b) => (b === undefined ? 0 : b.runs + b.failures)));
+    parts.push(`\n== ${s.title} (median of ${attempts}) ==`);
+    parts.push(table(header, rows));
+    const ratioCols = cols.filter((c) => c.ratio);
+    const ratioLines = Object.entries(s.ratios).map(
+      ([pair, values]) =>
+        `${pair}: ` +
+        ratioCols.map((c) => `${c.label} ${formatRatio(values[c.key])}`).join(', '),
+    );
+    if (ratioLines.length > 0) parts.push(ratioLines.join('   |   '));
+    if (notes.length > 0) parts.push(['failed runs:', ...notes].join('\n'));
+  }
+  return parts.join('\n');
+}
+
+/** One progress line per run. */
+export function describeRun(record: RunRecord): string {
+  const head = `[rep ${record.rep}] ${record.scenario.padEnd(12)} ${record.broker.padEnd(19)}`;
+  if (!record.ok || record.metrics === undefined) return `${head} FAILED: ${(record.error ?? '').split('\n')[0].slice(0, 200)}`;
+  const m = record.metrics;
+  const tail = `(${record.elapsedS.toFixed(1)} s, load ${record.loadavg1.toFixed(1)})`;
+  const errs = 'workerErrors' in m && m.workerErrors.socketErrors + m.workerErrors.unexpectedCloses > 0
+    ? ` socket errors ${m.workerErrors.socketErrors}, unexpected closes ${m.workerErrors.unexpectedCloses}: ${m.workerErrors.firstError ?? ''}`
+    : '';
+  switch (m.kind) {
+    case 'throughput':
+      return `${head} ${formatNumber(m.deliveredPerS)} msg/s delivered, lost ${formatNumber(m.lost)} (${m.lossPct.toFixed(2)}%), broker CPU ${m.brokerCpuPct.toFixed(0)}%, gen CPU ${m.generatorCpuPct.toFixed(0)}%${m.truncated ? ' TRUNCATED' : ''}${m.drained ? '' : ' NOT-DRAINED'} ${tail}${errs}`;
+    case 'latency':
+      return `${head} p50 ${formatNumber(m.p50Ms)} ms, p99 ${formatNumber(m.p99Ms)} ms, max ${formatNumber(m.maxMs)} ms, lost ${m.lost}, ${m.samples} samples ${tail}${errs}`;
+    case 'rss':
+      return `${head} ${formatNumber(m.kbPerConnection)} kB/conn (${m.connected} connected, ${m.failed} failed, RSS ${m.rssBeforeKb} -> ${m.rssAfterKb} kB) ${tail}${m.firstError ? ` first error: ${m.firstError}` : ''}${errs}`;
+  }
+}

@@ -1,0 +1,322 @@
+/**
+ * The benchmark scenarios. Each runs against one freshly started broker and returns plain numbers.
+ */
+import { readCpuS, readRssKb, type RunningBroker } from './brokers.js';
+import type { CollectResult, Endpoint, ErrorReport, IdleResult, PublishMode, PublishResult } from './loadgen.js';
+import type { LoadgenWorker } from './worker-pool.js';
+
+export const scenarioNames = ['qos0-fanin', 'qos1-fanin', 'qos0-fanout', 'latency-qos0', 'latency-qos1', 'idle-rss'] as const;
+export type ScenarioName = (typeof scenarioNames)[number];
+
+export function isScenarioName(value: string): value is ScenarioName {
+  return (scenarioNames as readonly string[]).includes(value);
+}
+
+export interface ScenarioOptions {
+  durationMs: number; // throughput scenarios
+  latencyDurationMs: number;
+  latencyRatePerS: number;
+  idleConnections: number;
+  payloadBytes: number;
+}
+
+export interface ThroughputMetrics {
+  kind: 'throughput';
+  deliveredPerS: number;
+  sent: number;
+  expected: number; // sent x matching subscribers
+  delivered: number;
+  lost: number;
+  lossPct: number;
+  brokerCpuPct: number; // of one core, over the whole run (publishing + drain)
+  generatorCpuPct: number; // all load generator processes together
+  brokerRssAfterKb: number;
+  drained: boolean; // publishers drained and (QoS 1) got every PUBACK
+  truncated: boolean; // subscribers still receiving when the collect deadline hit
+  workerErrors: ErrorReport;
+}
+
+export interface LatencyMetrics {
+  kind: 'latency';
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  samples: number;
+  sent: number;
+  delivered: number;
+  lost: number;
+  achievedRatePerS: number;
+  brokerCpuPct: number;
+  workerErrors: ErrorReport;
+}
+
+export interface RssMetrics {
+  kind: 'rss';
+  kbPerConnection: number;
+  connected: number;
+  failed: number;
+  rssBeforeKb: number;
+  rssAfterKb: number;
+  firstError: string | null;
+  workerErrors: ErrorReport;
+}
+
+export type ScenarioMetrics = ThroughputMetrics | LatencyMetrics | RssMetrics;
+
+export interface ScenarioContext {
+  broker: RunningBroker;
+  workers: LoadgenWorker[];
+  options: ScenarioOptions;
+  runTag: string; // unique per run: client ids never collide with a previous run's
+}
+
+interface Placement {
+  worker: LoadgenWorker;
+  clients: Endpoint[];
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Deal `count` endpoints over `workers` round robin. */
+function place(workers: LoadgenWorker[], count: number, make: (i: number) => Endpoint): Placement[] {
+  const placements = workers.map((worker) => ({ worker, clients: [] as Endpoint[] }));
+  for (let i = 0; i < count; i++) placements[i % placements.length].clients.push(make(i));
+  return placements.filter((p) => p.clients.length > 0);
+}
+
+function cpuSum(pids: number[]): number {
+  return pids.reduce((sum, pid) => sum + readCpuS(pid), 0);
+}
+
+async function closeAll(workers: LoadgenWorker[]): Promise<ErrorReport> {
+  const reports = await Promise.all(workers.map((w) => w.call<ErrorReport, 'closeAll'>('closeAll', {})));
+  return {
+    socketErrors: reports.reduce((sum, r) => sum + r.socketErrors, 0),
+    unexpectedCloses: reports.reduce((sum, r) => sum + r.unexpectedCloses, 0),
+    firstError: reports.find((r) => r.firstError !== null)?.firstError ?? null,
+  };
+}
+
+interface FlowSpec {
+  qos: 0 | 1;
+  publishers: number;
+  subscribers: number;
+  mode: PublishMode;
+  latency: boolean;
+  warmupSeq: number;
+  pubWorkers: LoadgenWorker[];
+  subWorkers: LoadgenWorker[];
+}
+
+interface FlowResult {
+  pub: PublishResult[];
+  sub: CollectResult[];
+  subscriberCount: number;
+  wallS: number;
+  brokerCpuS: number;
+  generatorCpuS: number;
+  workerErrors: ErrorReport;
+  brokerRssAfterKb: number;
+}
+
+/** Subscribers first, then publishers, then publish, then wait for the subscribers to drain. */
+async function runFlow(ctx: ScenarioContext, spec: FlowSpec): Promise<FlowResult> {
+  const { broker, workers, runTag } = ctx;
+  try {
+    const subs = place(spec.subWorkers, spec.subscribers, (i) => ({ clientId: `${runTag}-s${i}`, topic: 'bench/#' }));
+    await Promise.all(
+      subs.map((p) =>
+        p.worker.call('subscribe', {
+          port: broker.port,
+          clients: p.clients,
+          qos: spec.qos,
+          latency: spec.latency,
+          warmupSeq: spec.warmupSeq,
+          trackSeq: spec.mode.type === 'flood',
+        }),
+      ),
+    );
+    const pubs = place(spec.pubWorkers, spec.publishers, (i) => ({ clientId: `${runTag}-p${i}`, topic: `bench/p${i}` }));
+    await Promise.all(
+      pubs.map((p) => p.worker.call('pubConnect', { port: broker.port, clients: p.clients, qos: spec.qos, payloadBytes: ctx.options.payloadBytes })),
+    );
+    const workerPids = workers.map((w) => w.pid);
+    const cpu0 = readCpuS(broker.pid);
+    const gen0 = cpuSum(workerPids);
+    const wall0 = process.hrtime.bigint();
+    const pub = await Promise.all(pubs.map((p) => p.worker.call<PublishResult, 'pubRun'>('pubRun', spec.mode)));
+    const sent = pub.reduce((sum, r) => sum + r.sent, 0);
+    // Quiet period: a broker that stalls longer than this mid-drain would be counted as losing the rest.
+    const deadlineMs = Math.max(10_000, 3 * spec.mode.durationMs);
+    const sub = await Promise.all(
+      subs.map((p) =>
+        p.worker.call<CollectResult, 'collect'>('collect', { expected: sent * p.clients.length, quietMs: 500, deadlineMs }),
+      ),
+    );
+    const wallS = Number(process.hrtime.bigint() - wall0) / 1e9;
+    const brokerCpuS = readCpuS(broker.pid) - cpu0;
+    const generatorCpuS = cpuSum(workerPids) - gen0;
+    const brokerRssAfterKb = readRssKb(broker.pid);
+    const subscriberCount = subs.reduce((sum, p) => sum + p.clients.length, 0);
+    return { pub, sub, subscriberCount, wallS, brokerCpuS, generatorCpuS, workerErrors: await closeAll(workers), brokerRssAfterKb };
+  } catch (err) {
+    await closeAll(workers).catch((closeErr: unknown) => {
+      throw new Error(`${String(err)}; closing the load generators failed too: ${String(closeErr)}`, { cause: err });
+    });
+    throw err;
+  }
+}
+
+async function throughput(ctx: ScenarioContext, qos: 0 | 1, publishers: number, subscribers: number): Promise<ThroughputMetrics> {
+  const [w0] = ctx.workers;
+  const durationMs = ctx.options.durationMs;
+  // About 20,000 (fan-in) or 50,000 (fan-out) deliveries outstanding: enough that the broker never waits
+  // for the generator, small enough that the drain after the flood is short.
+  const backlogMessages = subscribers > 1 ? 1024 : 2048;
+  const flow = await runFlow(ctx, {
+    qos,
+    publishers,
+    subscribers,
+    mode: qos === 0 ? { type: 'flood', durationMs, backlogMessages } : { type: 'window', durationMs, window: 16 },
+    latency: false,
+    warmupSeq: 0,
+    // Publishers and subscribers share one process: the flood's flow control reads the subscribers'
+    // progress without IPC, and on 2 cores the broker gets one core and the generator the other.
+    pubWorkers: [w0],
+    subWorkers: [w0],
+  });
+  const sent = flow.pub.reduce((sum, r) => sum + r.sent, 0);
+  const delivered = flow.sub.reduce((sum, r) => sum + r.delivered, 0);
+  const startNs = flow.pub.reduce((min, r) => (BigInt(r.startNs) < min ? BigInt(r.startNs) : min), BigInt(flow.pub[0].startNs));
+  const lastNs = flow.sub.reduce((max, r) => (BigInt(r.lastNs) > max ? BigInt(r.lastNs) : max), 0n);
+  const spanS = Number(lastNs - startNs) / 1e9;
+  const expected = sent * flow.subscriberCount;
+  return {
+    kind: 'throughput',
+    // From the first PUBLISH written to the last one delivered: a broker that buffers and drains late pays
+    // for the drain.
+    deliveredPerS: spanS > 0 ? delivered / spanS : 0,
+    sent,
+    expected,
+    delivered,
+    lost: expected - delivered,
+    lossPct: expected > 0 ? (100 * (expected - delivered)) / expected : 0,
+    brokerCpuPct: (100 * flow.brokerCpuS) / flow.wallS,
+    generatorCpuPct: (100 * flow.generatorCpuS) / flow.wallS,
+    brokerRssAfterKb: flow.brokerRssAfterKb,
+    drained: flow.pub.every((r) => r.drained),
+    truncated: flow.sub.some((r) => r.truncated),
+    workerErrors: flow.workerErrors,
+  };
+}
+
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const index = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[index];
+}
+
+async function latency(ctx: ScenarioContext, qos: 0 | 1): Promise<LatencyMetrics> {
+  const [w0, w1] = ctx.workers;
+  const { latencyRatePerS, latencyDurationMs } = ctx.options;
+  const flow = await runFlow(ctx, {
+    qos,
+    publishers: 1,
+    subscribers: 1,
+    mode: { type: 'rate', durationMs: latencyDurationMs, ratePerS: latencyRatePerS },
+    latency: true,
+    // The first half second (connection warm-up, JIT) is not part of the distribution.
+    warmupSeq: Math.round(latencyRatePerS / 2),
+    pubWorkers: [w1],
+    subWorkers: [w0],
+  });
+  const samples = flow.sub.flatMap((r) => r.latenciesMs).sort((a, b) => a - b);
+  const sent = flow.pub.reduce((sum, r) => sum + r.sent, 0);
+  const delivered = flow.sub.reduce((sum, r) => sum + r.delivered, 0);
+  return {
+    kind: 'latency',
+    p50Ms: percentile(samples, 50),
+    p99Ms: percentile(samples, 99),
+    maxMs: samples.length > 0 ? samples[samples.length - 1] : Number.NaN,
+    samples: samples.length,
+    sent,
+    delivered,
+    lost: sent - delivered,
+    achievedRatePerS: sent / (Number(BigInt(flow.pub[0].endNs) - BigInt(flow.pub[0].startNs)) / 1e9),
+    brokerCpuPct: (100 * flow.brokerCpuS) / flow.wallS,
+    workerErrors: flow.workerErrors,
+  };
+}
+
+/** Resident memory the broker holds per idle connection; RSS is read once it stops moving. */
+async function idleRss(ctx: ScenarioContext): Promise<RssMetrics> {
+  const { broker, workers, options, runTag } = ctx;
+  const settledRss = async (): Promise<number> => {
+    let previous = readRssKb(broker.pid);
+    for (let i = 0; i < 12; i++) {
+      await sleep(250);
+      const current = readRssKb(broker.pid);
+      if (Math.abs(current - previous) < 64) return current;
+      previous = current;
+    }
+    return previous;
+  };
+  const rssBeforeKb = await settledRss();
+  try {
+    const perWorker = Math.ceil(options.idleConnections / workers.length);
+    const results = await Promise.all(
+      workers.map((worker, i) =>
+        worker.call<IdleResult, 'connectIdle'>('connectIdle', {
+          port: broker.port,
+          prefix: `${runTag}-i${i}`,
+          count: Math.min(perWorker, Math.max(0, options.idleConnections - i * perWorker)),
+          concurrency: 100,
+        }),
+      ),
+    );
+    const rssAfterKb = await settledRss();
+    const connected = results.reduce((sum, r) => sum + r.connected, 0);
+    return {
+      kind: 'rss',
+      kbPerConnection: connected > 0 ? (rssAfterKb - rssBeforeKb) / connected : Number.NaN,
+      connected,
+      failed: results.reduce((sum, r) => sum + r.failed, 0),
+      rssBeforeKb,
+      rssAfterKb,
+      firstError: results.find((r) => r.firstError !== null)?.firstError ?? null,
+      workerErrors: await closeAll(workers),
+    };
+  } catch (err) {
+    await closeAll(workers).catch((closeErr: unknown) => {
+      throw new Error(`${String(err)}; closing the load generators failed too: ${String(closeErr)}`, { cause: err });
+    });
+    throw err;
+  }
+}
+
+export function runScenario(name: ScenarioName, ctx: ScenarioContext): Promise<ScenarioMetrics> {
+  switch (name) {
+    case 'qos0-fanin':
+      return throughput(ctx, 0, 10, 1);
+    case 'qos1-fanin':
+      return throughput(ctx, 1, 10, 1);
+    case 'qos0-fanout':
+      return throughput(ctx, 0, 1, 50);
+    case 'latency-qos0':
+      return latency(ctx, 0);
+    case 'latency-qos1':
+      return latency(ctx, 1);
+    case 'idle-rss':
+      return idleRss(ctx);
+  }
+}
+
+export const scenarioTitles: Record<ScenarioName, (o: ScenarioOptions) => string> = {
+  'qos0-fanin': (o) => `QoS 0 fan-in: 10 publishers -> 1 subscriber on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
+  'qos1-fanin': (o) =>
+    `QoS 1 fan-in: 10 publishers (16 in flight each) -> 1 QoS 1 subscriber on bench/#, ${o.payloadBytes} B, ${o.durationMs / 1000} s`,
+  'qos0-fanout': (o) => `QoS 0 fan-out: 1 publisher -> 50 subscribers on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
+  'latency-qos0': (o) => `Latency QoS 0: 1 publisher -> 1 subscriber at ${o.latencyRatePerS} msg/s, ${o.latencyDurationMs / 1000} s (first 0.5 s dropped)`,
+  'latency-qos1': (o) => `Latency QoS 1: 1 publisher -> 1 QoS 1 subscriber at ${o.latencyRatePerS} msg/s, ${o.latencyDurationMs / 1000} s (first 0.5 s dropped)`,
+  'idle-rss': (o) => `RSS per idle connection: ${o.idleConnections} MQTT 3.1.1 connections, keepalive 0, no subscriptions`,
+};

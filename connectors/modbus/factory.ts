@@ -1,0 +1,29 @@
+/**
+ * The Modbus connector factory. Each factory instance owns the pool of open links (TCP connections and serial
+ * ports), so connectors addressing the same bus share it; `connectors/index.ts` creates one per gateway.
+ */
+import type { Connector, ConnectorFactory } from '../contract.js';
+import type { Logger } from '../../src/util/logger.js';
+import { ModbusConnector } from './modbus-connector.js';
+import { LinkPool } from './modbus-link.js';
+import { modbusConnectorSchema } from './schema.js';
+import type { ModbusConnectorConfig } from './schema.js';
+
+export interface ModbusConnectorFactory extends ConnectorFactory<ModbusConnectorConfig> {
+  /** Requests sent by every connector of this factory (reads and writes). */
+  readonly requestCount: number;
+}
+
+export function createModbusFactory(): ModbusConnectorFactory {
+  const pool = new LinkPool();
+  return {
+    type: 'modbus',
+    schema: modbusConnectorSchema,
+    create(config: ModbusConnectorConfig, log: Logger): Connector {
+      return new ModbusConnector(config, log, pool);
+    },
+    get requestCount() {
+      return pool.stats.requests;
+    },
+  };
+}

@@ -1,0 +1,617 @@
+/**
+ * One store-and-forward bridge (issue 3): local messages matched by out-filters are journaled in the bridge's
+ * LMDB outbox before anything else happens, and leave it only when the central broker acknowledged them.
+ *
+ * - Journal first: a local QoS 1/2 publisher's PUBACK waits for the outbox write to be on disk (the Deliver
+ *   callback returns the append promise); QoS 0 is journaled the same way without making the publisher wait.
+ * - One FIFO: the uplink sends from the head of the outbox, oldest first, so live traffic queues behind the
+ *   backlog; at most `inflight` messages are unacknowledged; replay of the backlog is paced by token buckets.
+ * - QoS 0 upstream is never acknowledged by the protocol, so a sent QoS 0 entry stays in the outbox until a
+ *   later PINGRESP or PUBACK proves that the broker read past it (one TCP stream, processed in order). The
+ *   uplink pings when such entries wait, so this takes about one round trip; after an ungraceful loss (or
+ *   a half-open link, detected within 1.5x keepalive or `ackTimeoutS`) the unconfirmed ones are sent again.
+ *   A duplicate beats a gap.
+ * - Inbound: in/both filters are subscribed upstream and published locally with origin `bridge:<name>`; the
+ *   out subscriptions use no-local with that origin, so nothing bridged in is bridged back out.
+ */
+import type { Broker } from '../broker/broker.js';
+import type { BridgeConfig } from '../config/schema.js';
+import type { Message, QoS } from '../protocol/message.js';
+import { createMessage, isExpired } from '../protocol/message.js';
+import { reasonName } from '../protocol/reason-codes.js';
+import type { DropReason, Outbox, OutboxEntry } from '../store/types.js';
+import { asError, StoreError, UplinkError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import { ReplayPacer } from './token-bucket.js';
+import { TopicMap } from './topic-map.js';
+import type { TopicRule } from './topic-map.js';
+import { Uplink } from './uplink.js';
+import type { InboundPublish, PublishResult, UplinkSession } from './uplink.js';
+
+export type UplinkStatus =
+  | { type: 'connecting'; attempt: number }
+  | { type: 'online'; backlog: number }
+  | { type: 'offline'; error: string; retryInMs: number }
+  | { type: 'paused'; reason: string };
+
+/** The seam for Sparkplug (ARCHITECTURE §2): the bridge never decodes payloads itself. */
+export interface UplinkHooks {
+  /** The Will to register on every connect (NDEATH with the next bdSeq). */
+  will?(): Message;
+  /** Sent first after every CONNACK, outside the outbox (NBIRTH, DBIRTHs). */
+  prologue?(): Message[];
+  /**
+   * Called as an entry is sent: returns the message to send, or null to drop the entry (superseded BIRTH/DEATH).
+   * `backlog` is true for entries journaled before the current upstream session began.
+   */
+  rewrite?(entry: OutboxEntry, backlog: boolean): Message | null;
+}
+
+export interface BridgeStats {
+  readonly state: UplinkStatus['type'] | 'stopped';
+  readonly connected: boolean;
+  readonly backlogMessages: number;
+  readonly backlogBytes: number;
+  /** Age of the oldest journaled entry, 0 when empty. */
+  readonly oldestAgeS: number;
+  readonly inflight: number;
+  /** PUBLISH packets written upstream, re-sends included. */
+  readonly sent: number;
+  /** Of those, re-sends after a reconnect or restart. */
+  readonly resent: number;
+  /** Entries that left the outbox because the central broker has them (PUBACK, PUBCOMP, or QoS 0 confirmed). */
+  readonly acked: number;
+  readonly dropped: Readonly<Record<DropReason, number>>;
+  /** Messages sent per second over the last sampling period (about 1 s). */
+  readonly sendRatePerS: number;
+  /** Send rate while replaying a backlog, last sample (0 when not replaying). */
+  readonly replayRatePerS: number;
+  readonly reconnects: number;
+  /** Messages from the central broker published locally. */
+  readonly received: number;
+  /** Inbound messages the local broker refused. */
+  readonly receivedFailed: number;
+}
+
+export interface BridgeOptions {
+  readonly config: BridgeConfig;
+  readonly broker: Broker;
+  readonly outbox: Outbox;
+  readonly log: Logger;
+  readonly hooks?: UplinkHooks;
+}
+
+interface Inflight {
+  readonly seq: number;
+  readonly qos: QoS;
+  readonly sendIndex: number;
+  readonly packetId: number | undefined;
+}
+
+/** How long unconfirmed QoS 0 entries may wait for a confirming ping when the window is not full. */
+const QOS0_CONFIRM_DELAY_MS = 250;
+/** Peek at most this many entries per outbox read. */
+const PEEK_BATCH = 256;
+/** Bytes of fixed header, packet id and property overhead assumed when checking Maximum Packet Size. */
+const PACKET_OVERHEAD_BYTES = 16;
+
+export class Bridge {
+  readonly name: string;
+  /** Origin of messages this bridge publishes locally; its out subscriptions never receive them. */
+  readonly origin: string;
+  private readonly config: BridgeConfig;
+  private readonly broker: Broker;
+  private readonly outbox: Outbox;
+  private readonly log: Logger;
+  private readonly hooks: UplinkHooks;
+  private readonly topics: TopicMap;
+  private readonly uplink: Uplink;
+  private readonly stateTopic: string;
+
+  private running = false;
+  private currentStatus: UplinkStatus = { type: 'connecting', attempt: 0 };
+  private pausedReason: string | undefined;
+  private unsubscribers: (() => void)[] = [];
+  private session: UplinkSession | undefined;
+  private sessionStartWallMs = 0;
+  private everOnline = false;
+
+  /** Sent and not yet acknowledged/confirmed, by seq, in send order. */
+  private readonly inflight = new Map<number, Inflight>();
+  private qosInflight = 0;
+  /** Unconfirmed QoS 0 sends in send order; `q0Head` is the first live one. */
+  private q0: Inflight[] = [];
+  private q0Head = 0;
+  /** Last seq read from the outbox on this connection; undefined: start at the head. */
+  private cursor: number | undefined;
+  /** Seqs whose removal is being committed: never sent again. */
+  private readonly removing = new Set<number>();
+  private removeBatch: number[] = [];
+  /** Packet ids of QoS 1/2 entries unacknowledged when a connection dropped, for re-send on a resumed session. */
+  private readonly resumeIds = new Map<number, number>();
+  /** Highest seq this process has sent; anything at or below it going up again is a re-send. */
+  private highestSentSeq = -Infinity;
+  private window: number;
+  /** Backlog entries still to send on this connection before traffic counts as live (paced until then). */
+  private replayRemaining = 0;
+  private pacer: ReplayPacer;
+
+  private pumpScheduled = false;
+  private paceTimer: NodeJS.Timeout | undefined;
+  private confirmTimer: NodeJS.Timeout | undefined;
+  private tickTimer: NodeJS.Timeout | undefined;
+
+  private counters = { sent: 0, resent: 0, acked: 0, reconnects: 0, received: 0, receivedFailed: 0 };
+  private rate = { lastSent: 0, lastAtMs: 0, sendPerS: 0, replayPerS: 0, replaySent: 0 };
+  /** Warnings logged once per episode; cleared when the condition ends. */
+  private readonly episodes = new Set<string>();
+  private queueFullSeen = 0;
+
+  constructor(options: BridgeOptions) {
+    this.config = options.config;
+    this.name = options.config.name;
+    this.origin = `bridge:${this.name}`;
+    this.broker = options.broker;
+    this.outbox = options.outbox;
+    this.log = options.log;
+    this.hooks = options.hooks ?? {};
+    this.topics = new TopicMap(options.config.topics);
+    this.window = options.config.inflight;
+    this.pacer = new ReplayPacer(options.config.replay);
+    this.stateTopic = `$SYS/broker/connection/${options.config.remote.clientId}/state`;
+    this.queueFullSeen = this.outbox.depth.dropped.queue_full;
+    this.uplink = new Uplink({
+      config: options.config,
+      log: this.log,
+      will: this.hooks.will ? () => this.hooks.will?.() : undefined,
+      subscriptions: this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
+      events: {
+        connecting: (attempt) => this.setStatus({ type: 'connecting', attempt }),
+        online: (session) => this.onOnline(session),
+        offline: (error, retryInMs) => this.onOffline(error, retryInMs),
+        confirmed: (sendIndex) => this.onConfirmed(sendIndex),
+        inbound: (msg) => this.onInbound(msg),
+      },
+    });
+  }
+
+  get status(): UplinkStatus {
+    if (this.pausedReason !== undefined) return { type: 'paused', reason: this.pausedReason };
+    if (this.currentStatus.type === 'online') return { type: 'online', backlog: this.outbox.depth.messages };
+    return this.currentStatus;
+  }
+
+  get stats(): BridgeStats {
+    const depth = this.outbox.depth;
+    return {
+      state: this.running ? this.status.type : 'stopped',
+      connected: this.uplink.online,
+      backlogMessages: depth.messages,
+      backlogBytes: depth.bytes,
+      oldestAgeS: depth.oldestAppendedAtMs === undefined ? 0 : Math.max(0, (Date.now() - depth.oldestAppendedAtMs) / 1000),
+      inflight: this.inflight.size,
+      sent: this.counters.sent,
+      resent: this.counters.resent,
+      acked: this.counters.acked,
+      dropped: { ...depth.dropped },
+      sendRatePerS: this.rate.sendPerS,
+      replayRatePerS: this.rate.replayPerS,
+      reconnects: this.counters.reconnects,
+      received: this.counters.received,
+      receivedFailed: this.counters.receivedFailed,
+    };
+  }
+
+  /**
+   * Subscribes to the out filters and starts the uplink. Never rejects because the central broker is down:
+   * the uplink retries with backoff while the outbox buffers.
+   */
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    for (const rule of this.topics.outRules) {
+      this.unsubscribers.push(
+        this.broker.subscribe(
+          rule.localFilter,
+          // QoS 2: deliver each message at its own QoS; the rule's QoS applies upstream.
+          // Retain handling 2: retained messages were journaled when published; re-sending them at every start
+          // would duplicate them upstream.
+          { qos: 2, origin: this.origin, noLocal: true, retainAsPublished: true, retainHandling: 2 },
+          (msg) => this.journal(rule, msg),
+        ),
+      );
+    }
+    await this.publishState(false);
+    this.rate.lastAtMs = performance.now();
+    this.tickTimer = setInterval(() => this.tick(), 1000);
+    this.tickTimer.unref();
+    this.uplink.start();
+  }
+
+  /** Stops sending and closes the uplink; the outbox stays on disk and resumes on the next start. */
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    for (const unsubscribe of this.unsubscribers) unsubscribe();
+    this.unsubscribers = [];
+    clearInterval(this.tickTimer);
+    clearTimeout(this.paceTimer);
+    clearTimeout(this.confirmTimer);
+    await this.uplink.stop();
+    this.resetConnectionState();
+    this.flushRemovals();
+    await this.publishState(false);
+  }
+
+  /** Holds back draining (e.g. until the Sparkplug primary host is online); journaling continues. */
+  pause(reason: string): void {
+    this.pausedReason = reason;
+  }
+
+  resume(): void {
+    this.pausedReason = undefined;
+    this.schedulePump();
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Journal
+
+  private journal(rule: TopicRule, msg: Message): void | Promise<void> {
+    if (msg.origin === this.origin) return; // defensive: no-local already filters our own messages
+    // Overlapping filters each deliver the message; only the first matching rule journals it.
+    if (this.topics.matchOut(msg.topic) !== rule) return;
+    const upstream: Message = { ...msg, topic: this.topics.toRemote(rule, msg.topic), qos: rule.qos ?? msg.qos };
+    const appended = this.outbox.append(upstream).then(
+      () => this.onAppended(),
+      (err: unknown) => {
+        this.onAppendFailed(err);
+        throw err;
+      },
+    );
+    if (msg.qos > 0) return appended; // the publisher's PUBACK waits; a refusal becomes 0x97 for it
+    appended.catch((err: unknown) => {
+      // Nobody answers a QoS 0 publisher, so a refused QoS 0 message is a drop: count it.
+      if (err instanceof StoreError && err.code === 'EF_STORE_FULL') this.outbox.countDropped('queue_full', 1);
+      this.log.trace({ err, topic: msg.topic }, 'QoS 0 message not journaled');
+    });
+    return undefined;
+  }
+
+  private onAppended(): void {
+    if (this.episodes.delete('reject-new')) this.log.info({ bridge: this.name }, 'outbox accepts messages again');
+    this.checkQueueFull();
+    this.schedulePump();
+  }
+
+  private onAppendFailed(err: unknown): void {
+    if (err instanceof StoreError && err.code === 'EF_STORE_FULL') {
+      this.warnOnce('reject-new', { depth: this.outbox.depth.messages, bytes: this.outbox.depth.bytes }, 'outbox full, refusing new messages');
+      return;
+    }
+    this.log.error({ err }, 'outbox append failed');
+  }
+
+  /** Drop-oldest happens inside the outbox; warn once per episode when its counter moves. */
+  private checkQueueFull(): void {
+    const dropped = this.outbox.depth.dropped.queue_full;
+    if (dropped > this.queueFullSeen) {
+      this.warnOnce('queue-full', { dropped: dropped - this.queueFullSeen, policy: this.config.queue.overflow }, 'outbox full, dropping oldest messages');
+      this.queueFullSeen = dropped;
+      return;
+    }
+    const { messages, bytes } = this.outbox.depth;
+    const { maxMessages, maxBytes } = this.config.queue;
+    if (this.episodes.has('queue-full') && messages < maxMessages * 0.9 && bytes < maxBytes * 0.9) {
+      this.episodes.delete('queue-full');
+      this.log.info({ messages, bytes }, 'outbox below its limits again');
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Uplink events
+
+  private onOnline(session: UplinkSession): void {
+    if (!this.running) return;
+    this.session = session;
+    this.sessionStartWallMs = Date.now();
+    if (this.everOnline) this.counters.reconnects++;
+    this.everOnline = true;
+    if (!session.sessionPresent) this.resumeIds.clear();
+    this.uplink.reservePacketIds(this.resumeIds.values());
+    this.resetConnectionState();
+    this.window = Math.max(1, this.config.inflight);
+    const depth = this.outbox.depth;
+    this.replayRemaining = depth.messages;
+    this.rate.replaySent = 0;
+    this.pacer = new ReplayPacer(this.config.replay);
+    this.setStatus({ type: 'online', backlog: depth.messages });
+    const wasDown = this.episodes.delete('offline');
+    this.log.info({ url: session.url, sessionPresent: session.sessionPresent, backlog: depth.messages, reconnected: wasDown }, 'uplink online');
+    this.sendPrologue();
+    void this.publishState(true);
+    this.schedulePump();
+  }
+
+  private onOffline(error: Error, retryInMs: number | undefined): void {
+    const wasOnline = this.currentStatus.type === 'online';
+    // Unacknowledged QoS 1/2 may still sit in a resumed session under their packet ids: re-send with them.
+    for (const rec of this.inflight.values()) {
+      if (rec.qos > 0 && rec.packetId !== undefined) this.resumeIds.set(rec.seq, rec.packetId);
+    }
+    this.resetConnectionState();
+    this.session = undefined;
+    if (retryInMs === undefined) {
+      // Stopped on purpose: no warning, no retry.
+      this.setStatus({ type: 'offline', error: 'stopped', retryInMs: 0 });
+      return;
+    }
+    this.setStatus({ type: 'offline', error: error.message, retryInMs });
+    const fields = { err: error, retryInMs, backlog: this.outbox.depth.messages };
+    if (error instanceof UplinkError && error.code === 'EF_UPLINK_REJECTED') {
+      if (!this.episodes.has('offline')) this.log.error(fields, 'central broker refused the uplink; buffering');
+      this.episodes.add('offline');
+    } else {
+      this.warnOnce('offline', fields, wasOnline ? 'uplink lost; buffering' : 'uplink offline; buffering');
+    }
+    if (wasOnline) void this.publishState(false);
+    this.log.debug({ err: error, retryInMs }, 'uplink attempt failed');
+  }
+
+  /** Every publish written before send index `upTo` reached the broker: release confirmed QoS 0 entries. */
+  private onConfirmed(upTo: number): void {
+    let released = false;
+    while (this.q0Head < this.q0.length && this.q0[this.q0Head].sendIndex < upTo) {
+      const rec = this.q0[this.q0Head++];
+      if (this.inflight.get(rec.seq) === rec) {
+        this.inflight.delete(rec.seq);
+        this.counters.acked++;
+        this.remove(rec.seq);
+        released = true;
+      }
+    }
+    if (this.q0Head > 1024 && this.q0Head * 2 > this.q0.length) {
+      this.q0 = this.q0.slice(this.q0Head);
+      this.q0Head = 0;
+    }
+    if (released) this.schedulePump();
+  }
+
+  private onResult(rec: Inflight, result: PublishResult): void {
+    if (this.inflight.get(rec.seq) !== rec) return;
+    this.inflight.delete(rec.seq);
+    this.qosInflight--;
+    this.remove(rec.seq);
+    if (result.ok) {
+      this.counters.acked++;
+      this.episodes.delete('rejected');
+    } else {
+      // Retrying a refused message would block the queue head forever: drop it, counted.
+      this.outbox.countDropped('rejected_upstream', 1);
+      this.warnOnce('rejected', { reasonCode: result.reasonCode, reason: reasonName(result.reasonCode) }, 'central broker refused a message; dropped');
+    }
+    this.schedulePump();
+  }
+
+  private async onInbound(msg: InboundPublish): Promise<void> {
+    const rule = this.topics.matchIn(msg.topic);
+    if (!rule) {
+      this.log.debug({ topic: msg.topic }, 'inbound message matches no in-filter; ignored');
+      return;
+    }
+    const local = createMessage({
+      topic: this.topics.toLocal(rule, msg.topic),
+      payload: msg.payload,
+      qos: msg.qos,
+      retain: msg.retain,
+      properties: msg.properties,
+      origin: this.origin,
+    });
+    try {
+      await this.broker.publish(local);
+      this.counters.received++;
+      this.episodes.delete('inbound');
+    } catch (err) {
+      this.counters.receivedFailed++;
+      this.warnOnce('inbound', { err: asError(err), topic: local.topic }, 'inbound message refused by the local broker');
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Sending
+
+  private schedulePump(): void {
+    if (this.pumpScheduled || !this.uplink.online) return;
+    this.pumpScheduled = true;
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      this.pump();
+    });
+  }
+
+  /** Sends from the outbox head while the window has room. */
+  private pump(): void {
+    if (!this.running || !this.uplink.online || this.pausedReason !== undefined || this.paceTimer) return;
+    const receiveMaximum = this.session?.receiveMaximum ?? 65_535;
+    outer: while (this.inflight.size < this.window) {
+      const limit = Math.min(PEEK_BATCH, this.window - this.inflight.size);
+      const batch = this.outbox.peek(limit, this.cursor);
+      for (const entry of batch) {
+        if (this.inflight.size >= this.window || !this.uplink.online) break outer;
+        if (this.removing.has(entry.seq) || this.inflight.has(entry.seq)) {
+          this.cursor = entry.seq;
+          continue;
+        }
+        if (entry.msg.qos > 0 && this.qosInflight >= receiveMaximum) break outer;
+        if (isExpired(entry.msg)) {
+          this.cursor = entry.seq;
+          this.outbox.countDropped('expired', 1);
+          this.remove(entry.seq);
+          continue;
+        }
+        if (this.replayRemaining > 0) {
+          const waitMs = this.pacer.waitMs(entry.bytes);
+          if (waitMs > 0) {
+            this.paceTimer = setTimeout(() => {
+              this.paceTimer = undefined;
+              this.pump();
+            }, waitMs);
+            break outer;
+          }
+          this.pacer.take(entry.bytes);
+        }
+        this.cursor = entry.seq;
+        this.send(entry);
+      }
+      // A short read reached the tail of the outbox.
+      if (batch.length < limit) break;
+    }
+    this.afterPump();
+  }
+
+  private send(entry: OutboxEntry): void {
+    if (this.replayRemaining > 0) {
+      this.replayRemaining--;
+      this.rate.replaySent++;
+    }
+    let msg: Message = entry.msg;
+    if (this.hooks.rewrite) {
+      const rewritten = this.hooks.rewrite(entry, entry.appendedAtMs < this.sessionStartWallMs);
+      if (rewritten === null) {
+        this.remove(entry.seq);
+        return;
+      }
+      msg = rewritten;
+    }
+    const maxBytes = this.session?.maximumPacketSizeBytes;
+    if (maxBytes !== undefined && msg.payload.length + Buffer.byteLength(msg.topic) + PACKET_OVERHEAD_BYTES > maxBytes) {
+      this.outbox.countDropped('rejected_upstream', 1);
+      this.warnOnce('too-large', { topic: msg.topic, bytes: msg.payload.length, maxBytes }, 'message larger than the central broker accepts; dropped');
+      this.remove(entry.seq);
+      return;
+    }
+    const resumeId = msg.qos > 0 ? this.resumeIds.get(entry.seq) : undefined;
+    this.resumeIds.delete(entry.seq);
+    let rec: Inflight | undefined;
+    const { sendIndex, packetId } = this.uplink.publish(
+      {
+        topic: msg.topic,
+        payload: msg.payload,
+        qos: msg.qos,
+        retain: msg.retain,
+        properties: msg.properties,
+        expiresAt: msg.expiresAt,
+        packetId: resumeId,
+      },
+      msg.qos > 0 ? (result) => rec && this.onResult(rec, result) : undefined,
+    );
+    rec = { seq: entry.seq, qos: msg.qos, sendIndex, packetId };
+    this.inflight.set(entry.seq, rec);
+    this.counters.sent++;
+    // Sends go in seq order, so a seq at or below the highest one sent is a re-send.
+    if (entry.seq <= this.highestSentSeq) this.counters.resent++;
+    else this.highestSentSeq = entry.seq;
+    if (msg.qos > 0) this.qosInflight++;
+    else this.q0.push(rec);
+  }
+
+  /** QoS 0 entries wait for a PINGRESP that proves the broker read them; make sure one is coming. */
+  private afterPump(): void {
+    const last = this.q0.length > this.q0Head ? this.q0[this.q0.length - 1] : undefined;
+    if (!last || this.uplink.pingCovers(last.sendIndex)) return;
+    if (this.inflight.size >= this.window) {
+      this.uplink.ping();
+      return;
+    }
+    if (this.confirmTimer) return;
+    this.confirmTimer = setTimeout(() => {
+      this.confirmTimer = undefined;
+      const tail = this.q0.length > this.q0Head ? this.q0[this.q0.length - 1] : undefined;
+      if (tail && !this.uplink.pingCovers(tail.sendIndex)) this.uplink.ping();
+    }, QOS0_CONFIRM_DELAY_MS);
+    this.confirmTimer.unref();
+  }
+
+  private sendPrologue(): void {
+    const messages = this.hooks.prologue?.() ?? [];
+    for (const msg of messages) {
+      this.uplink.publish(msg, (result) => {
+        if (!result.ok) this.log.warn({ topic: msg.topic, reasonCode: result.reasonCode }, 'central broker refused a prologue message');
+      });
+    }
+  }
+
+  private remove(seq: number): void {
+    this.removing.add(seq);
+    this.removeBatch.push(seq);
+    if (this.removeBatch.length === 1) queueMicrotask(() => this.flushRemovals());
+  }
+
+  /** One outbox commit for all acknowledgements of this turn. */
+  private flushRemovals(): void {
+    if (this.removeBatch.length === 0) return;
+    const seqs = this.removeBatch;
+    this.removeBatch = [];
+    this.outbox.remove(seqs).then(
+      () => {
+        for (const seq of seqs) this.removing.delete(seq);
+      },
+      (err: unknown) => {
+        // The entries stay journaled and go up again after the next reconnect: a duplicate, not a loss.
+        for (const seq of seqs) this.removing.delete(seq);
+        this.log.error({ err, count: seqs.length }, 'outbox removal failed');
+      },
+    );
+  }
+
+  private resetConnectionState(): void {
+    this.inflight.clear();
+    this.qosInflight = 0;
+    this.q0 = [];
+    this.q0Head = 0;
+    this.cursor = undefined;
+    this.replayRemaining = 0;
+    clearTimeout(this.paceTimer);
+    this.paceTimer = undefined;
+    clearTimeout(this.confirmTimer);
+    this.confirmTimer = undefined;
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Housekeeping
+
+  private tick(): void {
+    const nowMs = performance.now();
+    const elapsedS = (nowMs - this.rate.lastAtMs) / 1000;
+    if (elapsedS > 0) {
+      this.rate.sendPerS = Math.round((this.counters.sent - this.rate.lastSent) / elapsedS);
+      this.rate.replayPerS = this.replayRemaining > 0 || this.rate.replaySent > 0 ? Math.round(this.rate.replaySent / elapsedS) : 0;
+    }
+    this.rate.lastSent = this.counters.sent;
+    this.rate.replaySent = 0;
+    this.rate.lastAtMs = nowMs;
+    this.checkQueueFull();
+    if (this.config.queue.maxAgeS > 0) {
+      this.outbox.expire().catch((err: unknown) => this.log.error({ err }, 'outbox expiry failed'));
+    }
+  }
+
+  private setStatus(status: UplinkStatus): void {
+    this.currentStatus = status;
+  }
+
+  private async publishState(up: boolean): Promise<void> {
+    try {
+      await this.broker.publish(
+        createMessage({ topic: this.stateTopic, payload: Buffer.from(up ? '1' : '0'), qos: 0, retain: true, origin: this.origin }),
+      );
+    } catch (err) {
+      this.log.warn({ err, topic: this.stateTopic }, 'bridge state could not be published');
+    }
+  }
+
+  private warnOnce(episode: string, fields: object, msg: string): void {
+    if (this.episodes.has(episode)) return;
+    this.episodes.add(episode);
+    this.log.warn(fields, msg);
+  }
+}

@@ -1,0 +1,573 @@
+/**
+ * One bridge's connection to its central broker, built on MQTT.js (the only module that imports `mqtt`).
+ *
+ * MQTT.js is used as a codec plus socket, never as a queue: the bridge's LMDB outbox is the only source of truth
+ * for what still has to go up. Therefore:
+ * - a new MqttClient per connection attempt, `reconnectPeriod: 0`: this class owns reconnects (decorrelated
+ *   jitter, cycling through `remote.urls`), and MQTT.js never replays its in-memory outgoing store;
+ * - `queueQoSZero: false`, and the bridge publishes only while `online`, so nothing waits in MQTT.js's offline
+ *   queue; whatever MQTT.js holds for an open connection (at most `inflight` packets) dies with it;
+ * - packet ids come from our allocator, so after a resumed session the bridge can re-send an unacknowledged
+ *   message with its original packet id and DUP [MQTT-4.4.0-1];
+ * - liveness is end to end: MQTT.js's keepalive (PINGRESP within 1.5x keepalive) plus our own ack timeout: a
+ *   socket that is open but acknowledges nothing for `ackTimeoutS` is destroyed and reconnected.
+ *
+ * It also reports how far the upstream has provably read the stream: a PINGRESP or PUBACK proves that every
+ * packet written before the matching PINGREQ/PUBLISH was received (one TCP stream, processed in order). The
+ * bridge uses this to release QoS 0 entries, which nobody acknowledges.
+ */
+import { readFileSync } from 'node:fs';
+import { connect, Store } from 'mqtt';
+import type { IClientOptions, IConnackPacket, IPublishPacket, MqttClient, Packet } from 'mqtt';
+import type { BridgeConfig } from '../config/schema.js';
+import type { Message, PublishProperties, QoS } from '../protocol/message.js';
+import { Reason } from '../protocol/reason-codes.js';
+import { Backoff } from '../util/backoff.js';
+import { asError, UplinkError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+
+type MessageIdProvider = NonNullable<IClientOptions['messageIdProvider']>;
+
+/** What a successful CONNACK told us. */
+export interface UplinkSession {
+  readonly url: string;
+  readonly sessionPresent: boolean;
+  /** The server's Receive Maximum for our QoS 1/2 publishes (65535 when not announced). */
+  readonly receiveMaximum: number;
+  /** The server's Maximum Packet Size, when announced (MQTT 5). */
+  readonly maximumPacketSizeBytes: number | undefined;
+}
+
+/** An application message received from the central broker. */
+export interface InboundPublish {
+  readonly topic: string;
+  readonly payload: Buffer;
+  readonly qos: QoS;
+  readonly retain: boolean;
+  readonly properties?: PublishProperties;
+}
+
+export interface OutgoingPublish {
+  readonly topic: string;
+  readonly payload: Buffer;
+  readonly qos: QoS;
+  readonly retain: boolean;
+  readonly properties?: PublishProperties;
+  /** Set with a resumed session to re-send with the original packet id (and DUP). */
+  readonly packetId?: number;
+  /** Remaining message expiry is computed from this message's deadline. */
+  readonly expiresAt?: number;
+}
+
+/** The outcome of a QoS 1/2 publish on the connection it was sent on. */
+export type PublishResult = { ok: true } | { ok: false; reasonCode: number; error: Error };
+
+export interface UplinkEvents {
+  connecting(attempt: number, url: string): void;
+  online(session: UplinkSession): void;
+  /** The connection is gone (or never came up); the next attempt is in `retryInMs` (undefined after stop). */
+  offline(error: Error, retryInMs: number | undefined): void;
+  /** Every publish with send index < `sendIndex` provably reached the broker. */
+  confirmed(sendIndex: number): void;
+  /** An inbound PUBLISH; the upstream is acknowledged once the returned promise settles. */
+  inbound(msg: InboundPublish): Promise<void> | void;
+}
+
+export interface UplinkOptions {
+  readonly config: BridgeConfig;
+  readonly log: Logger;
+  readonly events: UplinkEvents;
+  /** Called before every connection attempt: the Will to register (Sparkplug NDEATH). */
+  readonly will?: () => Message | undefined;
+  /** Remote filters to subscribe to (direction in/both), with their QoS. */
+  readonly subscriptions: readonly { filter: string; qos: QoS }[];
+}
+
+/** Per-connection state; a new one for every MqttClient, so late callbacks from an old one are recognizable. */
+interface Connection {
+  readonly client: MqttClient;
+  readonly url: string;
+  readonly ids: PacketIdAllocator;
+  online: boolean;
+  /** Publishes written on this connection so far; the next publish gets this index. */
+  sendIndex: number;
+  /** Outstanding PINGREQs: send index at the time of writing, and when. */
+  readonly pings: { mark: number; atMs: number }[];
+  /** Outstanding QoS 1/2 publishes by packet id: send index and when. */
+  readonly awaiting: Map<number, { sendIndex: number; atMs: number }>;
+  /** Last time the broker acknowledged anything (PUBACK, PUBREC, PUBCOMP, SUBACK, PINGRESP, CONNACK). */
+  lastAckMs: number;
+  closing: boolean;
+  error: Error | undefined;
+}
+
+const DEFAULT_RECEIVE_MAXIMUM = 65_535;
+
+export class Uplink {
+  private conn: Connection | undefined;
+  private stopped = true;
+  private attempt = 0;
+  private urlIndex = 0;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private livenessTimer: NodeJS.Timeout | undefined;
+  private readonly backoff: Backoff;
+  /** Inbound QoS 2 state outlives a connection, so a PUBREL on a resumed session finds its PUBLISH. */
+  private incomingStore = new Store({ clean: false });
+  /** Packet ids an unacknowledged publish had when the connection dropped; never allocated to others. */
+  private readonly reservedIds = new Set<number>();
+  /** Remote filters already subscribed by this process (re-subscribe on a resumed session only if new). */
+  private subscribedOnce = false;
+  /** Upper bound for the QoS 1/2 window after the broker complained (DISCONNECT 0x93). */
+  private windowLimit = Infinity;
+  private readonly log: Logger;
+
+  constructor(private readonly options: UplinkOptions) {
+    this.log = options.log;
+    const { minDelayMs, maxDelayMs } = options.config.reconnect;
+    this.backoff = new Backoff(minDelayMs, maxDelayMs);
+  }
+
+  get online(): boolean {
+    return this.conn?.online === true;
+  }
+
+  /** Whether a PINGREQ written after publish `sendIndex` is still waiting for its PINGRESP. */
+  pingCovers(sendIndex: number): boolean {
+    const pings = this.conn?.pings;
+    return pings !== undefined && pings.length > 0 && pings[pings.length - 1].mark > sendIndex;
+  }
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.connectNext();
+    const checkEveryMs = Math.max(100, Math.min(1000, (this.options.config.ackTimeoutS * 1000) / 4));
+    this.livenessTimer = setInterval(() => this.checkLiveness(), checkEveryMs);
+    this.livenessTimer.unref();
+  }
+
+  /** Closes the connection (DISCONNECT when possible); resolves once the socket is closed. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    clearInterval(this.livenessTimer);
+    const conn = this.conn;
+    if (!conn) return;
+    conn.closing = true;
+    const client = conn.client;
+    await new Promise<void>((resolve) => {
+      const force = setTimeout(() => {
+        client.stream.destroy();
+        resolve();
+      }, 2000);
+      const done = (): void => {
+        clearTimeout(force);
+        resolve();
+      };
+      if (conn.online) {
+        // Do not wait for outstanding acks (MQTT.js would): unacknowledged entries stay in the outbox and go
+        // again on the next start. Emptying MQTT.js's pending table makes end() send DISCONNECT at once.
+        for (const id of Object.keys(client.outgoing)) delete client.outgoing[Number(id)];
+        client.end(false, {}, done);
+      } else {
+        client.end(true, {}, done);
+      }
+    });
+    if (this.conn === conn) this.conn = undefined;
+  }
+
+  /** Remembers packet ids that a resumed session may still hold, so they are only used for their own re-send. */
+  reservePacketIds(ids: Iterable<number>): void {
+    this.reservedIds.clear();
+    for (const id of ids) this.reservedIds.add(id);
+  }
+
+  /**
+   * Writes one PUBLISH on the current connection. `onResult` runs for QoS 1/2 when the broker answers on this
+   * connection (never if the connection drops first: the entry is still in the outbox and goes again).
+   * Returns the publish's send index and packet id.
+   */
+  publish(msg: OutgoingPublish, onResult?: (result: PublishResult) => void): { sendIndex: number; packetId: number | undefined } {
+    const conn = this.conn;
+    if (!conn || !conn.online) throw new UplinkError('EF_INTERNAL', 'publish while the uplink is offline');
+    const sendIndex = conn.sendIndex++;
+    const v5 = this.options.config.remote.protocolVersion === 5;
+    if (msg.qos > 0 && msg.packetId !== undefined) conn.ids.prefer(msg.packetId);
+    const allocationsBefore = conn.ids.allocations;
+    conn.client.publish(
+      msg.topic,
+      msg.payload,
+      {
+        qos: msg.qos,
+        retain: msg.retain,
+        dup: msg.qos > 0 && msg.packetId !== undefined,
+        properties: v5 ? toPublishProperties(msg.properties, msg.expiresAt) : undefined,
+      },
+      (err?: Error) => {
+        if (msg.qos === 0 || this.conn !== conn || !onResult) return;
+        if (!err) return onResult({ ok: true });
+        const reasonCode = (err as { code?: unknown }).code;
+        // Only a reason code >= 0x80 is an answer from the broker; anything else is the connection failing.
+        if (typeof reasonCode === 'number' && reasonCode >= 0x80) onResult({ ok: false, reasonCode, error: err });
+      },
+    );
+    // MQTT.js allocates the packet id synchronously inside publish() while connected.
+    const packetId = conn.ids.allocations > allocationsBefore ? (conn.ids.getLastAllocated() ?? undefined) : undefined;
+    if (msg.qos > 0 && packetId !== undefined) {
+      this.reservedIds.delete(packetId);
+      conn.awaiting.set(packetId, { sendIndex, atMs: performance.now() });
+    }
+    return { sendIndex, packetId };
+  }
+
+  /** Sends a PINGREQ now: its PINGRESP confirms every publish written before it. */
+  ping(): void {
+    const conn = this.conn;
+    if (conn?.online) conn.client.sendPing();
+  }
+
+  private connectNext(): void {
+    if (this.stopped) return;
+    const { remote } = this.options.config;
+    const url = remote.urls[this.urlIndex % remote.urls.length];
+    this.urlIndex++;
+    this.attempt++;
+    this.options.events.connecting(this.attempt, url);
+    let client: MqttClient;
+    const ids = new PacketIdAllocator(this.reservedIds);
+    try {
+      client = connect(url, this.clientOptions(ids));
+    } catch (err) {
+      // A bad TLS file or URL: treat like a failed attempt, so the bridge keeps buffering and retries.
+      this.scheduleRetry(new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err }));
+      return;
+    }
+    const conn: Connection = {
+      client,
+      url,
+      ids,
+      online: false,
+      sendIndex: 0,
+      pings: [],
+      awaiting: new Map(),
+      lastAckMs: performance.now(),
+      closing: false,
+      error: undefined,
+    };
+    this.conn = conn;
+    client.handleMessage = (packet, done) => this.handleInbound(conn, packet, done);
+    client.on('packetsend', (packet) => this.onPacketSend(conn, packet));
+    client.on('packetreceive', (packet) => this.onPacketReceive(conn, packet));
+    client.on('connect', (connack) => this.onConnect(conn, connack));
+    client.on('disconnect', (packet) => {
+      const reason = packet.reasonCode ?? 0;
+      conn.error = new UplinkError('EF_UPLINK_CONNECT', `central broker sent DISCONNECT 0x${reason.toString(16)}`);
+      if (reason === Reason.ReceiveMaximumExceeded) {
+        // The broker's limit is lower than it announced (or than we assumed): halve the window from now on.
+        this.windowLimit = Math.max(1, Math.floor(Math.min(this.windowLimit, Math.max(conn.awaiting.size, 2)) / 2));
+        this.log.warn({ url, windowLimit: this.windowLimit }, 'central broker says too many messages in flight; window reduced');
+      }
+    });
+    client.on('error', (err) => {
+      // MQTT.js reports socket errors, refused CONNACKs and keepalive timeouts here; 'close' follows where the
+      // connection is gone. Remember the cause for the offline report.
+      conn.error ??= classifyError(err, url);
+      this.log.debug({ err, url }, 'uplink error');
+      // Anything else on an established connection (a parser error, an ack that answers nothing) means the
+      // stream can no longer be trusted: drop it and reconnect (RELIABILITY §3 #38).
+      if (conn.online && !conn.closing) client.stream.destroy();
+    });
+    client.on('close', () => this.onClose(conn));
+  }
+
+  private clientOptions(ids: PacketIdAllocator): IClientOptions {
+    const { remote, ackTimeoutS } = this.options.config;
+    const v5 = remote.protocolVersion === 5;
+    const willMsg = this.options.will?.();
+    const options: IClientOptions = {
+      clientId: remote.clientId,
+      username: remote.username,
+      password: remote.password,
+      protocolVersion: remote.protocolVersion,
+      keepalive: remote.keepaliveS,
+      clean: remote.cleanStart,
+      reconnectPeriod: 0,
+      connectTimeout: ackTimeoutS * 1000,
+      queueQoSZero: false,
+      resubscribe: false,
+      messageIdProvider: ids,
+      incomingStore: this.incomingStore,
+      properties: v5 ? { sessionExpiryInterval: remote.sessionExpiryS } : undefined,
+      will: willMsg
+        ? {
+            topic: willMsg.topic,
+            payload: willMsg.payload,
+            qos: willMsg.qos,
+            retain: willMsg.retain,
+            properties: v5 ? toPublishProperties(willMsg.properties, willMsg.expiresAt) : undefined,
+          }
+        : undefined,
+    };
+    const tls = remote.tls;
+    if (tls) {
+      // Read at every attempt, so rotated certificates are picked up without a restart.
+      if (tls.caFile) options.ca = readFileSync(tls.caFile);
+      if (tls.certFile) options.cert = readFileSync(tls.certFile);
+      if (tls.keyFile) options.key = readFileSync(tls.keyFile);
+      if (tls.servername) options.servername = tls.servername;
+      options.rejectUnauthorized = tls.rejectUnauthorized;
+    }
+    return options;
+  }
+
+  private onConnect(conn: Connection, connack: IConnackPacket): void {
+    if (this.conn !== conn || this.stopped) return;
+    conn.online = true;
+    conn.lastAckMs = performance.now();
+    this.attempt = 0;
+    this.backoff.reset();
+    // The next attempt after a drop starts again at the first URL (the preferred node).
+    this.urlIndex = 0;
+    const props = connack.properties;
+    const sessionPresent = connack.sessionPresent === true;
+    if (!sessionPresent) {
+      // The broker forgot our session: its QoS 2 state, and any packet id it could still hold, are gone.
+      this.incomingStore = new Store({ clean: false });
+      conn.client.incomingStore = this.incomingStore;
+      this.reservedIds.clear();
+    }
+    this.options.events.online({
+      url: conn.url,
+      sessionPresent,
+      receiveMaximum: Math.min(props?.receiveMaximum ?? DEFAULT_RECEIVE_MAXIMUM, this.windowLimit),
+      maximumPacketSizeBytes: props?.maximumPacketSize,
+    });
+    if (this.conn !== conn || !conn.online) return;
+    this.subscribe(conn, sessionPresent);
+  }
+
+  private subscribe(conn: Connection, sessionPresent: boolean): void {
+    const subs = this.options.subscriptions;
+    if (subs.length === 0) return;
+    // A resumed session still has them; subscribing again would make MQTT 3.1.1 brokers resend retained ones.
+    if (sessionPresent && this.subscribedOnce) return;
+    const v5 = this.options.config.remote.protocolVersion === 5;
+    const map: Record<string, { qos: QoS; nl?: boolean; rh?: number }> = {};
+    for (const s of subs) map[s.filter] = v5 ? { qos: s.qos, nl: true, rh: 1 } : { qos: s.qos };
+    conn.client.subscribe(map, (err, granted) => {
+      if (this.conn !== conn) return;
+      if (err) {
+        this.log.warn({ err, url: conn.url }, 'central broker refused an inbound subscription');
+        return;
+      }
+      this.subscribedOnce = true;
+      for (const g of granted ?? []) {
+        if (g.qos >= 0x80) this.log.warn({ filter: g.topic, reasonCode: g.qos }, 'central broker refused an inbound subscription');
+      }
+    });
+  }
+
+  private onClose(conn: Connection): void {
+    if (this.conn !== conn) return;
+    const wasOnline = conn.online;
+    conn.online = false;
+    conn.client.removeAllListeners('connect');
+    this.conn = undefined;
+    const error = conn.error ?? new UplinkError('EF_UPLINK_CONNECT', wasOnline ? 'connection closed' : `cannot connect to ${conn.url}`);
+    if (this.stopped || conn.closing) {
+      this.options.events.offline(error, undefined);
+      return;
+    }
+    this.scheduleRetry(error);
+  }
+
+  private scheduleRetry(error: Error): void {
+    if (this.stopped) return;
+    const retryInMs = this.backoff.next();
+    this.options.events.offline(error, retryInMs);
+    clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(() => this.connectNext(), retryInMs);
+    this.retryTimer.unref();
+  }
+
+  private onPacketSend(conn: Connection, packet: Packet): void {
+    if (packet.cmd === 'pingreq') conn.pings.push({ mark: conn.sendIndex, atMs: performance.now() });
+  }
+
+  private onPacketReceive(conn: Connection, packet: Packet): void {
+    if (this.conn !== conn) return;
+    switch (packet.cmd) {
+      case 'puback':
+      case 'pubrec':
+      case 'pubcomp': {
+        conn.lastAckMs = performance.now();
+        const id = packet.messageId;
+        const waiting = id === undefined ? undefined : conn.awaiting.get(id);
+        // PUBREC already proves receipt of the PUBLISH; PUBCOMP then only completes it.
+        if (waiting && packet.cmd !== 'pubrec') conn.awaiting.delete(id as number);
+        if (waiting) this.options.events.confirmed(waiting.sendIndex);
+        break;
+      }
+      case 'pingresp': {
+        conn.lastAckMs = performance.now();
+        const ping = conn.pings.shift();
+        if (ping) this.options.events.confirmed(ping.mark);
+        break;
+      }
+      case 'suback':
+      case 'unsuback':
+        conn.lastAckMs = performance.now();
+        break;
+      default:
+        break;
+    }
+  }
+
+  /**
+   * End-to-end liveness: something (a publish or a ping) has waited for an answer longer than `ackTimeoutS`
+   * and the broker answered nothing else meanwhile. Half-open TCP and stalled brokers end up here.
+   */
+  private checkLiveness(): void {
+    const conn = this.conn;
+    if (!conn || !conn.online || conn.closing) return;
+    const limitMs = this.options.config.ackTimeoutS * 1000;
+    const nowMs = performance.now();
+    if (nowMs - conn.lastAckMs <= limitMs) return;
+    let oldestMs = conn.pings.length > 0 ? conn.pings[0].atMs : Infinity;
+    for (const w of conn.awaiting.values()) if (w.atMs < oldestMs) oldestMs = w.atMs;
+    if (oldestMs === Infinity) {
+      // Nothing outstanding: probe, so a silent link is found even without traffic.
+      conn.client.sendPing();
+      return;
+    }
+    if (nowMs - oldestMs <= limitMs) return;
+    conn.error = new UplinkError('EF_UPLINK_CONNECT', `central broker acknowledged nothing for ${this.options.config.ackTimeoutS} s`);
+    this.log.debug({ url: conn.url }, 'uplink stalled, reconnecting');
+    conn.client.stream?.destroy();
+  }
+
+  private handleInbound(conn: Connection, packet: IPublishPacket, done: (err?: Error) => void): void {
+    const msg: InboundPublish = {
+      topic: packet.topic,
+      payload: Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload),
+      qos: packet.qos,
+      retain: packet.retain,
+      properties: fromPublishProperties(packet.properties),
+    };
+    let result: Promise<void> | void;
+    try {
+      result = this.options.events.inbound(msg);
+    } catch (err) {
+      this.log.warn({ err, topic: msg.topic }, 'inbound message could not be published locally');
+      done();
+      return;
+    }
+    if (!result) {
+      done();
+      return;
+    }
+    // The PUBACK (or PUBCOMP) goes up only once the local publish is durable.
+    result.then(
+      () => done(),
+      (err: unknown) => {
+        this.log.warn({ err, topic: msg.topic, url: conn.url }, 'inbound message could not be published locally');
+        done();
+      },
+    );
+  }
+}
+
+/**
+ * Packet ids for one connection. Ids that a resumed session may still hold for an unacknowledged publish are
+ * reserved and only handed out through `prefer()` for that publish's re-send.
+ */
+class PacketIdAllocator implements MessageIdProvider {
+  /** How many ids were handed out, so a caller can tell whether publish() allocated one. */
+  allocations = 0;
+  private next = 1 + Math.floor(Math.random() * 65_535);
+  private last: number | null = null;
+  private preferred: number | undefined;
+  private readonly inUse = new Set<number>();
+
+  /** `reserved` is the uplink's live set: ids are removed from it as their re-sends go out. */
+  constructor(private readonly reserved: ReadonlySet<number>) {}
+
+  /** The next allocate() returns `id` if it is free (a re-send with its original packet id). */
+  prefer(id: number): void {
+    this.preferred = id;
+  }
+
+  allocate(): number | null {
+    const p = this.preferred;
+    this.preferred = undefined;
+    if (p !== undefined && !this.inUse.has(p)) return this.use(p);
+    for (let i = 0; i < 65_535; i++) {
+      const id = this.next;
+      this.next = id === 65_535 ? 1 : id + 1;
+      if (!this.inUse.has(id) && !this.reserved.has(id)) return this.use(id);
+    }
+    return null;
+  }
+
+  getLastAllocated(): number | null {
+    return this.last;
+  }
+
+  register(id: number): boolean {
+    if (this.inUse.has(id)) return false;
+    this.inUse.add(id);
+    return true;
+  }
+
+  deallocate(id: number): void {
+    this.inUse.delete(id);
+  }
+
+  clear(): void {
+    this.inUse.clear();
+  }
+
+  private use(id: number): number {
+    this.inUse.add(id);
+    this.last = id;
+    this.allocations++;
+    return id;
+  }
+}
+
+/** MQTT 5 properties for a message leaving now: the expiry interval is what is left of its lifetime. */
+function toPublishProperties(p: PublishProperties | undefined, expiresAt: number | undefined): IPublishPacket['properties'] | undefined {
+  if (!p) return undefined;
+  const expiryS = expiresAt === undefined ? undefined : Math.max(1, Math.ceil((expiresAt - performance.now()) / 1000));
+  return {
+    payloadFormatIndicator: p.payloadFormatIndicator,
+    messageExpiryInterval: expiryS ?? p.messageExpiryInterval,
+    contentType: p.contentType,
+    responseTopic: p.responseTopic,
+    correlationData: p.correlationData,
+    userProperties: p.userProperties,
+  };
+}
+
+function fromPublishProperties(p: IPublishPacket['properties']): PublishProperties | undefined {
+  if (!p) return undefined;
+  const out: PublishProperties = {
+    payloadFormatIndicator: p.payloadFormatIndicator,
+    messageExpiryInterval: p.messageExpiryInterval,
+    contentType: p.contentType,
+    responseTopic: p.responseTopic,
+    correlationData: p.correlationData,
+    userProperties: p.userProperties,
+  };
+  const defined = Object.entries(out).filter(([, v]) => v !== undefined);
+  return defined.length === 0 ? undefined : (Object.fromEntries(defined) as PublishProperties);
+}
+
+/** Refused CONNACKs need an operator (credentials, ACL); everything else is the network. */
+function classifyError(err: Error, url: string): UplinkError {
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'number' && code > 0 && /Connection refused/i.test(err.message)) {
+    return new UplinkError('EF_UPLINK_REJECTED', `${url} refused the connection: ${err.message} (0x${code.toString(16)})`, { cause: err });
+  }
+  return new UplinkError('EF_UPLINK_CONNECT', `${url}: ${err.message}`, { cause: err });
+}

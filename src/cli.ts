@@ -1,0 +1,211 @@
+#!/usr/bin/env node
+/**
+ * The `edgeferry` command: arguments → config → logger → gateway, and signals to stop (SIGTERM, SIGINT) or
+ * reload (SIGHUP). Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage.
+ */
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { updatePasswordFile } from './broker/password-file.js';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { loadConfig } from './config/load.js';
+import type { Config } from './config/schema.js';
+import { createLogger, type RootLogger } from './ops/log.js';
+import { asError, ConfigError } from './util/errors.js';
+
+const EXIT_RUNTIME = 1;
+const EXIT_CONFIG = 2;
+/** Below systemd's TimeoutStopSec, so a stuck stop ends with our own fatal line rather than SIGKILL. */
+const STOP_TIMEOUT_MS = 25_000;
+const LOG_FORMATS = ['json', 'pretty'] as const;
+
+// Both paths are relative to the package root, from dist/src/cli.js.
+const DEFAULT_CONFIG_FILE = fileURLToPath(new URL('../../config/edgeferry.yaml', import.meta.url));
+const { version: VERSION } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+  version: string;
+};
+
+const USAGE = `Usage: edgeferry [options]
+
+Edge MQTT gateway: local MQTT broker, Sparkplug B edge node, store-and-forward bridges.
+
+Options:
+  -c, --config FILE        configuration file (default: ${DEFAULT_CONFIG_FILE})
+      --check-config       validate the configuration file and exit
+      --log-format FORMAT  json or pretty, overriding log.format
+      --version            print the version and exit
+  -h, --help               print this help and exit
+
+Commands:
+  edgeferry passwd FILE USER [--delete]
+                           add or change USER in a mosquitto_passwd-compatible FILE (the password is
+                           read from stdin, or prompted for on a terminal); --delete removes USER
+
+Signals: SIGTERM and SIGINT stop gracefully, SIGHUP reloads the configuration file.
+Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage.
+`;
+
+function parseCommandLine() {
+  const { values } = parseArgs({
+    options: {
+      config: { type: 'string', short: 'c' },
+      'check-config': { type: 'boolean' },
+      'log-format': { type: 'string' },
+      version: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  const logFormat = values['log-format'];
+  if (logFormat !== undefined && !LOG_FORMATS.some((f) => f === logFormat)) {
+    throw new TypeError(`--log-format must be one of ${LOG_FORMATS.join(', ')}, not "${logFormat}"`);
+  }
+  return { ...values, logFormat: logFormat as (typeof LOG_FORMATS)[number] | undefined };
+}
+
+/** `edgeferry passwd FILE USER [--delete]`: the file is replaced atomically, keeping its other lines. */
+async function passwdCommand(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({ args: argv, options: { delete: { type: 'boolean' } }, allowPositionals: true });
+  const [file, user] = positionals;
+  if (!file || !user || positionals.length > 2) throw new TypeError('usage: edgeferry passwd FILE USER [--delete]');
+  const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
+  const password = values.delete ? undefined : await readPassword();
+  if (password === '') throw new TypeError('the password must not be empty');
+  const tmp = `${file}.tmp-${process.pid}`;
+  writeFileSync(tmp, await updatePasswordFile(text, user, password), { mode: 0o600 });
+  renameSync(tmp, file);
+  process.stdout.write(`${values.delete ? 'removed' : 'set'} the password of "${user}" in ${file}\n`);
+}
+
+/** The first line of stdin; on a terminal, a prompt without echo. */
+async function readPassword(): Promise<string> {
+  const rl = createInterface({ input: process.stdin, output: process.stdin.isTTY ? process.stdout : undefined, terminal: process.stdin.isTTY });
+  if (process.stdin.isTTY) {
+    process.stdout.write('Password: ');
+    // Mute the echo of what is typed; readline writes each keystroke through _writeToOutput.
+    (rl as unknown as { _writeToOutput: (s: string) => void })._writeToOutput = () => {};
+  }
+  const line = await new Promise<string>((resolve, reject) => {
+    rl.once('line', resolve);
+    rl.once('close', () => reject(new TypeError('no password given on stdin')));
+  });
+  rl.close();
+  if (process.stdin.isTTY) process.stdout.write('\n');
+  return line;
+}
+
+async function main(): Promise<void> {
+  if (process.argv[2] === 'passwd') {
+    try {
+      await passwdCommand(process.argv.slice(3));
+    } catch (err) {
+      process.stderr.write(`edgeferry passwd: ${asError(err).message}\n`);
+      process.exitCode = EXIT_CONFIG;
+    }
+    return;
+  }
+  let args: ReturnType<typeof parseCommandLine>;
+  try {
+    args = parseCommandLine();
+  } catch (err) {
+    process.stderr.write(`edgeferry: ${asError(err).message}\nTry 'edgeferry --help'.\n`);
+    process.exitCode = EXIT_CONFIG;
+    return;
+  }
+  if (args.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  if (args.version) {
+    process.stdout.write(`${VERSION}\n`);
+    return;
+  }
+
+  const file = resolve(args.config ?? DEFAULT_CONFIG_FILE);
+  let config: Config;
+  try {
+    config = loadConfig(file);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`${err.message}\n`);
+    process.exitCode = EXIT_CONFIG;
+    return;
+  }
+  if (args['check-config']) {
+    process.stdout.write(`config OK: ${file}\n`);
+    return;
+  }
+
+  const log = createLogger({ ...config.log, format: args.logFormat ?? config.log.format });
+  process.on('uncaughtException', (err) => die(log, err, 'uncaught exception'));
+  process.on('unhandledRejection', (reason) => die(log, reason, 'unhandled rejection'));
+  log.info({ version: VERSION, configFile: file, node: process.version }, 'edgeferry starting');
+
+  // Imported only to run, so --check-config and --help stay fast and load no native modules. Signals are
+  // handled from here on: one arriving during a slow start (store recovery) stops the gateway once it is up.
+  const started = import('./gateway.js').then(({ startGateway }) => startGateway(config, log));
+  let isStopping = false;
+  let reloads = Promise.resolve();
+
+  const stop = async (signal: NodeJS.Signals): Promise<void> => {
+    if (isStopping) {
+      log.fatal({ signal }, 'second signal while stopping, exiting now');
+      process.exit(EXIT_RUNTIME);
+    }
+    isStopping = true;
+    log.info({ signal }, 'stopping');
+    setTimeout(() => {
+      log.fatal({ timeoutMs: STOP_TIMEOUT_MS }, 'stop timed out, exiting');
+      process.exit(EXIT_RUNTIME);
+    }, STOP_TIMEOUT_MS);
+    await (await started).stop();
+    log.info('stopped');
+    process.exit(0);
+  };
+
+  const reload = async (): Promise<void> => {
+    let next: Config;
+    try {
+      next = loadConfig(file);
+    } catch (err) {
+      const facts = err instanceof ConfigError ? { problems: err.problems } : { err };
+      log.error({ ...facts, configFile: file }, 'config reload rejected, keeping the running config');
+      return;
+    }
+    const gw = await started;
+    if (isStopping) return;
+    log.setLevel(next.log.level);
+    try {
+      await gw.reload(next);
+      log.info({ configFile: file }, 'config reloaded');
+    } catch (err) {
+      log.error({ err }, 'config reload failed');
+    }
+  };
+
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => void stop(signal).catch((err) => die(log, err, 'stop failed')));
+  }
+  // Reloads run one after another: a burst of SIGHUPs must not interleave two swaps.
+  process.on('SIGHUP', () => {
+    reloads = reloads.then(reload);
+  });
+
+  try {
+    await started;
+  } catch (err) {
+    // A bad password or ACL file is found when the gateway reads it: still a configuration error.
+    if (err instanceof ConfigError) {
+      log.fatal({ problems: err.problems }, err.message);
+      process.exit(EXIT_CONFIG);
+    }
+    die(log, err, 'startup failed');
+  }
+}
+
+function die(log: RootLogger, err: unknown, msg: string): never {
+  log.fatal({ err: asError(err) }, msg);
+  process.exit(EXIT_RUNTIME);
+}
+
+await main();

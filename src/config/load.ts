@@ -1,0 +1,137 @@
+/**
+ * YAML file → defaults → validation → frozen `Config`. Every problem is reported at once, each with its key
+ * path and `file:line:col`, so an operator fixes a file in one pass (`edgeferry --check-config`).
+ */
+import { accessSync, constants, readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { isMap, isNode, isScalar, isSeq, LineCounter, parseDocument, type Document, type Node } from 'yaml';
+import { z } from 'zod';
+import { asError, ConfigError, type ConfigProblem } from '../util/errors.js';
+import { configSchema, type Config } from './schema.js';
+
+type Path = readonly (string | number)[];
+
+export function loadConfig(file: string): Config {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(file, [{ path: '(root)', message: `cannot read the file: ${asError(err).message}` }], { cause: err, code: 'EF_CONFIG_UNREADABLE' });
+  }
+  return parseConfig(text, file, dirname(resolve(file)));
+}
+
+/** Parses config text; `file` labels locations in problems, relative file paths resolve against `baseDir`. */
+export function parseConfig(text: string, file: string, baseDir: string): Config {
+  const lineCounter = new LineCounter();
+  // prettyErrors off: we format positions ourselves, the same way for syntax and schema problems.
+  const doc = parseDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: false });
+  const at = (offset: number): string => {
+    const { line, col } = lineCounter.linePos(offset);
+    return `${file}:${line}:${col}`;
+  };
+  if (doc.errors.length > 0) {
+    throw new ConfigError(
+      file,
+      doc.errors.map((e) => ({ path: '(root)', message: `${e.message} (${e.code})`, location: at(e.pos[0]) })),
+    );
+  }
+
+  const problem = (path: Path, message: string, atKey = false): ConfigProblem => ({
+    path: path.length === 0 ? '(root)' : path.join('.'),
+    message,
+    location: at(nodeAt(doc, path, atKey)?.range?.[0] ?? 0),
+  });
+
+  const result = configSchema.safeParse(doc.toJS() ?? {}, { error: describeMissingKey });
+  if (!result.success) {
+    throw new ConfigError(
+      file,
+      result.error.issues.flatMap((issue) => {
+        const path = issue.path as Path; // YAML keys are strings and indexes, never symbols
+        return issue.code === 'unrecognized_keys'
+          ? issue.keys.map((key) => problem([...path, key], `unknown key "${key}"`, true))
+          : [problem(path, issue.message)];
+      }),
+    );
+  }
+
+  const config = result.data;
+  const problems: ConfigProblem[] = [];
+  resolveFiles(config, baseDir, (path, message) => problems.push(problem(path, message)));
+  if (problems.length > 0) throw new ConfigError(file, problems);
+  return deepFreeze(config);
+}
+
+function describeMissingKey(issue: z.core.$ZodRawIssue): string | undefined {
+  return issue.code === 'invalid_type' && issue.input === undefined
+    ? `missing required key (expected ${issue.expected})`
+    : undefined;
+}
+
+/** The YAML node at `path` (its key node when `atKey`), or the nearest ancestor present in the file. */
+function nodeAt(doc: Document, path: Path, atKey: boolean): Node | null {
+  let node: unknown = doc.contents;
+  for (const [i, segment] of path.entries()) {
+    let next: unknown;
+    if (isMap(node)) {
+      const pair = node.items.find((p) => isScalar(p.key) && String(p.key.value) === String(segment));
+      next = pair && (atKey && i === path.length - 1 ? pair.key : (pair.value ?? pair.key));
+    } else if (isSeq(node)) {
+      next = node.items[Number(segment)];
+    }
+    if (!isNode(next)) break;
+    node = next;
+  }
+  return isNode(node) ? node : null;
+}
+
+/**
+ * Makes file references absolute (relative ones are relative to the config file), checks that they can be
+ * read, so that a typo fails `--check-config` rather than a TLS handshake, and reads password files.
+ */
+function resolveFiles(config: Config, baseDir: string, report: (path: Path, message: string) => void): void {
+  const readable = (file: string, path: Path): string => {
+    const absolute = resolve(baseDir, file);
+    try {
+      accessSync(absolute, constants.R_OK);
+    } catch (err) {
+      report(path, `cannot read the file: ${asError(err).message}`);
+    }
+    return absolute;
+  };
+  const resolveTls = (tls: { caFile?: string; certFile?: string; keyFile?: string }, path: Path): void => {
+    for (const key of ['caFile', 'certFile', 'keyFile'] as const) {
+      const file = tls[key];
+      if (file !== undefined) tls[key] = readable(file, [...path, key]);
+    }
+  };
+
+  config.storage.path = resolve(baseDir, config.storage.path);
+  for (const key of ['passwordFile', 'aclFile'] as const) {
+    const file = config.auth[key];
+    if (file !== undefined) config.auth[key] = readable(file, ['auth', key]);
+  }
+  config.listeners.forEach((listener, i) => {
+    if (listener.tls) resolveTls(listener.tls, ['listeners', i, 'tls']);
+  });
+  config.bridges.forEach(({ remote }, i) => {
+    if (remote.tls) resolveTls(remote.tls, ['bridges', i, 'remote', 'tls']);
+    if (remote.passwordFile === undefined) return;
+    remote.passwordFile = resolve(baseDir, remote.passwordFile);
+    try {
+      // One trailing newline is the editor's, not the password's.
+      remote.password = readFileSync(remote.passwordFile, 'utf8').replace(/\r?\n$/, '');
+    } catch (err) {
+      report(['bridges', i, 'remote', 'passwordFile'], `cannot read the file: ${asError(err).message}`);
+    }
+  });
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
+}

@@ -1,0 +1,291 @@
+/**
+ * The configuration schema: the one place that names config keys, their defaults and their limits. Types
+ * are inferred from it. `load.ts` validates the YAML file against it; `json-schema.ts` publishes it for editors.
+ * Cross-field rules sit on the smallest object they concern, so that a problem in one bridge does not hide
+ * a problem in the listeners (zod skips an object's refinements while its own fields have issues).
+ */
+import { isIP } from 'node:net';
+import { z } from 'zod';
+import { isValidTopicFilter } from '../protocol/topics.js';
+import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
+import { sparkplugSchema } from '../sparkplug/schema.js';
+
+const int = (min: number, max: number) => z.number().int().min(min).max(max);
+const count = z.number().int().nonnegative();
+const positive = z.number().int().positive();
+const filePath = z.string().min(1);
+
+const tlsSchema = z
+  .strictObject({
+    certFile: filePath,
+    keyFile: filePath,
+    caFile: filePath.optional(),
+    requireCertificate: z.boolean().default(false),
+    useIdentityAsUsername: z.boolean().default(false),
+    minVersion: z.enum(['TLSv1.2', 'TLSv1.3']).default('TLSv1.2'),
+  })
+  .superRefine((tls, ctx) => {
+    if (tls.useIdentityAsUsername && !tls.requireCertificate) {
+      ctx.addIssue({ code: 'custom', path: ['useIdentityAsUsername'], message: 'needs requireCertificate: true' });
+    }
+    if (tls.requireCertificate && tls.caFile === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['caFile'], message: 'required with requireCertificate: true (the CA of client certificates)' });
+    }
+  });
+
+const listenerSchema = z
+  .strictObject({
+    type: z.enum(['tcp', 'tls', 'ws', 'wss']).default('tcp'),
+    host: z.string().min(1).default('127.0.0.1'),
+    port: int(0, 65535),
+    path: z.string().regex(/^\//, 'must start with /').optional(),
+    tls: tlsSchema.optional(),
+    allowAnonymous: z.boolean().optional(),
+    maxConnections: positive.optional(),
+  })
+  .superRefine((listener, ctx) => {
+    const isSecure = listener.type === 'tls' || listener.type === 'wss';
+    if (isSecure && listener.tls === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['tls'], message: `required for a ${listener.type} listener` });
+    }
+    if (!isSecure && listener.tls !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['tls'], message: `not allowed on a ${listener.type} listener (use type tls or wss)` });
+    }
+    if (listener.path !== undefined && (listener.type === 'tcp' || listener.type === 'tls')) {
+      ctx.addIssue({ code: 'custom', path: ['path'], message: 'only ws and wss listeners have a path' });
+    }
+  })
+  .transform(({ path, allowAnonymous, ...listener }) => ({
+    ...listener,
+    path: path ?? '/mqtt',
+    // Like Mosquitto 2: anonymous clients are welcome only where nobody else can reach the port.
+    allowAnonymous: allowAnonymous ?? isLoopback(listener.host),
+  }));
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'));
+}
+
+function isWildcard(host: string): boolean {
+  return host === '0.0.0.0' || host === '::';
+}
+
+const listenersSchema = z.array(listenerSchema).superRefine((listeners, ctx) => {
+  listeners.forEach((listener, i) => {
+    if (listener.port === 0) return; // ephemeral ports never clash
+    const clash = listeners.findIndex(
+      (other, j) =>
+        j < i &&
+        other.port === listener.port &&
+        (other.host === listener.host || isWildcard(other.host) || isWildcard(listener.host)),
+    );
+    if (clash >= 0) {
+      ctx.addIssue({ code: 'custom', path: [i, 'port'], message: `port ${listener.port} is already used by listeners.${clash}` });
+    }
+  });
+});
+
+const brokerSchema = z.strictObject({
+  maxConnections: positive.default(10_000),
+  maxPacketBytes: int(1, 268_435_455).default(1_048_576),
+  maxKeepaliveS: int(1, 65_535).default(65_535),
+  connectTimeoutMs: positive.default(10_000),
+  receiveMaximum: int(1, 65_535).default(1024),
+  maxInflight: int(1, 65_535).default(20),
+  maxQueuedMessages: count.default(1000),
+  maxQueuedBytes: count.default(0),
+  maxTopicLevels: positive.default(128),
+  topicAliasMaximum: int(0, 65_535).default(100),
+  maxSessionExpiryS: int(0, 4_294_967_295).default(4_294_967_295),
+  maxWriteBufferBytes: positive.default(4_194_304),
+  slowClientTimeoutMs: positive.default(60_000),
+  sysIntervalS: count.default(10),
+  retainAvailable: z.boolean().default(true),
+  maxUserProperties: count.default(64),
+});
+
+const storageSchema = z.strictObject({
+  path: filePath.default('./data'),
+  sync: z.enum(['full', 'relaxed']).default('full'),
+  maxBytes: positive.default(2_147_483_648),
+});
+
+const authSchema = z.strictObject({
+  /** A `mosquitto_passwd` file; `edgeferry passwd FILE USER` manages it. */
+  passwordFile: filePath.optional(),
+  /** A Mosquitto ACL file; without one, every authenticated client may publish and subscribe (not to $SYS). */
+  aclFile: filePath.optional(),
+});
+
+const metricsSchema = z.strictObject({
+  /** The HTTP endpoint for /metrics, /healthz and /readyz; loopback unless you mean otherwise. */
+  host: z.string().min(1).default('127.0.0.1'),
+  port: int(0, 65_535).default(9883),
+});
+
+const logSchema = z.strictObject({
+  level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
+  format: z.enum(['json', 'pretty', 'auto']).default('auto'),
+});
+
+const topicPrefix = z
+  .string()
+  .refine((prefix) => !/[+#\u0000]/.test(prefix), 'must not contain +, # or NUL')
+  .default('');
+
+const bridgeTopicSchema = z.strictObject({
+  filter: z
+    .string()
+    .refine(isValidTopicFilter, 'not a valid MQTT topic filter (# only as the last level; + and # fill a whole level)'),
+  direction: z.enum(['out', 'in', 'both']).default('out'),
+  /** Unset: the message's own QoS going out, 1 coming in. */
+  qos: z.literal([0, 1, 2]).optional(),
+  localPrefix: topicPrefix,
+  remotePrefix: topicPrefix,
+});
+
+const remoteTlsSchema = z
+  .strictObject({
+    caFile: filePath.optional(),
+    certFile: filePath.optional(),
+    keyFile: filePath.optional(),
+    servername: z.string().min(1).optional(),
+    rejectUnauthorized: z.boolean().default(true),
+  })
+  .superRefine((tls, ctx) => {
+    if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {
+      const missing = tls.certFile === undefined ? 'certFile' : 'keyFile';
+      ctx.addIssue({ code: 'custom', path: [missing], message: 'certFile and keyFile go together' });
+    }
+  });
+
+const isSecureUrl = (url: string) => url.startsWith('mqtts:') || url.startsWith('wss:');
+
+const remoteSchema = z
+  .strictObject({
+    urls: z
+      .array(
+        z.url({
+          protocol: /^(mqtt|mqtts|ws|wss)$/,
+          hostname: /./,
+          error: 'must be an mqtt://, mqtts://, ws:// or wss:// URL with a host',
+        }),
+      )
+      .min(1),
+    clientId: z.string().min(1).optional(),
+    username: z.string().optional(),
+    password: z.string().optional(),
+    passwordFile: filePath.optional(),
+    protocolVersion: z.literal([4, 5]).default(5),
+    keepaliveS: int(0, 65_535).default(60),
+    cleanStart: z.boolean().default(false),
+    sessionExpiryS: int(0, 4_294_967_295).default(86_400),
+    tls: remoteTlsSchema.optional(),
+  })
+  .superRefine((remote, ctx) => {
+    if (remote.password !== undefined && remote.passwordFile !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['passwordFile'], message: 'set password or passwordFile, not both' });
+    }
+    const hasPassword = remote.password !== undefined || remote.passwordFile !== undefined;
+    if (remote.protocolVersion === 4 && hasPassword && remote.username === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['username'], message: 'MQTT 3.1.1 sends a password only with a username [MQTT-3.1.2-22]' });
+    }
+    if (remote.tls !== undefined && !remote.urls.some(isSecureUrl)) {
+      ctx.addIssue({ code: 'custom', path: ['tls'], message: 'no url uses mqtts:// or wss://' });
+    }
+  });
+
+const bridgeSchema = z
+  .strictObject({
+    name: z.string().regex(/^[a-z0-9_-]+$/, 'use lowercase letters, digits, - and _'),
+    remote: remoteSchema,
+    topics: z.array(bridgeTopicSchema).min(1),
+    inflight: int(1, 65_535).default(100),
+    ackTimeoutS: positive.default(30),
+    replay: z.strictObject({ messagesPerS: count.default(1000), bytesPerS: count.default(1_048_576) }).prefault({}),
+    queue: z
+      .strictObject({
+        maxBytes: positive.default(1_073_741_824),
+        maxMessages: positive.default(10_000_000),
+        maxAgeS: count.default(0),
+        overflow: z.enum(['drop-oldest', 'reject-new']).default('drop-oldest'),
+      })
+      .prefault({}),
+    reconnect: z
+      .strictObject({ minDelayMs: positive.default(1000), maxDelayMs: positive.default(30_000) })
+      .superRefine((reconnect, ctx) => {
+        if (reconnect.maxDelayMs < reconnect.minDelayMs) {
+          ctx.addIssue({ code: 'custom', path: ['maxDelayMs'], message: 'must be >= minDelayMs' });
+        }
+      })
+      .prefault({}),
+  })
+  .transform((bridge) => ({
+    ...bridge,
+    remote: { ...bridge.remote, clientId: bridge.remote.clientId ?? `edgeferry-${bridge.name}` },
+  }));
+
+const bridgesSchema = z.array(bridgeSchema).superRefine((bridges, ctx) => {
+  bridges.forEach((bridge, i) => {
+    const first = bridges.findIndex((other) => other.name === bridge.name);
+    if (first < i) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `"${bridge.name}" is already the name of bridges.${first}` });
+  });
+});
+
+/** Every connector type, discriminated by `type`; each connector's own schema lives in connectors/<type>/schema.ts. */
+const connectorSchema = z.discriminatedUnion('type', [modbusConnectorSchema]);
+
+const connectorsSchema = z.array(connectorSchema).superRefine((connectors, ctx) => {
+  connectors.forEach((connector, i) => {
+    // The connector id is the Sparkplug device id: unique within the edge node.
+    const first = connectors.findIndex((other) => other.id === connector.id);
+    if (first < i) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `"${connector.id}" is already the id of connectors.${first}` });
+  });
+});
+
+export const configSchema = z
+  .strictObject({
+    listeners: listenersSchema.prefault([{ port: 1883 }]),
+    broker: brokerSchema.prefault({}),
+    storage: storageSchema.prefault({}),
+    log: logSchema.prefault({}),
+    auth: authSchema.prefault({}),
+    /** Absent: no metrics endpoint. */
+    metrics: metricsSchema.optional(),
+    bridges: bridgesSchema.default([]),
+    /** The gateway as a Sparkplug B edge node (optional; required by connectors). */
+    sparkplug: sparkplugSchema.optional(),
+    connectors: connectorsSchema.default([]),
+  })
+  .superRefine((config, ctx) => {
+    // Cross-section references: checked once each section is valid on its own.
+    config.listeners.forEach((listener, i) => {
+      // Secure by default: a port others can reach needs credentials, or an explicit allowAnonymous: true.
+      if (listener.allowAnonymous === false && config.auth.passwordFile === undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['listeners', i, 'allowAnonymous'],
+          message: `${listener.host} is not a loopback address: set auth.passwordFile, or allowAnonymous: true to accept anyone`,
+        });
+      }
+    });
+    const uplink = config.sparkplug?.uplink;
+    if (uplink !== undefined && !config.bridges.some((bridge) => bridge.name === uplink)) {
+      ctx.addIssue({ code: 'custom', path: ['sparkplug', 'uplink'], message: `no bridge is named "${uplink}"` });
+    }
+    if (config.connectors.length > 0 && config.sparkplug === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['connectors'], message: 'connectors publish through the Sparkplug edge node: add a sparkplug section' });
+    }
+  });
+
+export type Config = z.output<typeof configSchema>;
+export type ListenerConfig = z.output<typeof listenerSchema>;
+export type TlsConfig = z.output<typeof tlsSchema>;
+export type BrokerConfig = z.output<typeof brokerSchema>;
+export type StorageConfig = z.output<typeof storageSchema>;
+export type LogConfig = z.output<typeof logSchema>;
+export type AuthConfig = z.output<typeof authSchema>;
+export type MetricsConfig = z.output<typeof metricsSchema>;
+export type BridgeConfig = z.output<typeof bridgeSchema>;
+export type BridgeTopicConfig = z.output<typeof bridgeTopicSchema>;
+export type ConnectorConfigEntry = z.output<typeof connectorSchema>;

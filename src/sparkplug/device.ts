@@ -1,0 +1,365 @@
+/**
+ * Runs one connector as one Sparkplug device: starts it, turns its samples into DBIRTH/DDATA (report by
+ * exception with an optional deadband per tag, bad readings with quality BAD, never a stale value passed off
+ * as good), publishes DDEATH when the device is lost, and restarts it after a decorrelated-jitter backoff.
+ * Connectors never retry: backoff lives here, so all connectors behave the same (ARCHITECTURE §3).
+ */
+import type { Connector, TagDatatype, TagDefinition, TagSample, TagValue } from '../../connectors/contract.js';
+import { Backoff } from '../util/backoff.js';
+import { asError } from '../util/errors.js';
+import type { ConnectorError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import type { MetricOut } from './payload.js';
+import { Quality } from './payload.js';
+
+/** What a device needs from its edge node. */
+export interface DeviceHost {
+  /** True while the node's local session is born: DBIRTH/DDATA may go out. */
+  readonly born: boolean;
+  /** A strictly increasing wall-clock timestamp, for births and deaths (they identify a device's life). */
+  uniqueTimestamp(): number;
+  publishDeviceBirth(device: Device, timestamp: number, metrics: MetricOut[]): void;
+  publishDeviceData(device: Device, metrics: MetricOut[]): void;
+  publishDeviceDeath(device: Device, timestamp: number): void;
+  /** A device came up or went down (node metrics count them). */
+  deviceStateChanged(device: Device): void;
+}
+
+export interface DeviceOptions {
+  readonly connector: Connector;
+  /** Metric name → alias, unique across the node. */
+  readonly aliases: ReadonlyMap<string, number>;
+  readonly host: DeviceHost;
+  readonly backoff: { readonly minDelayMs: number; readonly maxDelayMs: number };
+  readonly log: Logger;
+}
+
+interface Reading {
+  value: TagValue;
+  timestamp: number;
+  good: boolean;
+}
+
+interface Published {
+  value: TagValue | null;
+  good: boolean;
+}
+
+export type DeviceState = 'stopped' | 'starting' | 'online' | 'backoff';
+
+export interface DeviceStats {
+  readonly state: DeviceState;
+  readonly births: number;
+  readonly deaths: number;
+  readonly samples: number;
+  readonly changes: number;
+  readonly restarts: number;
+}
+
+export class Device {
+  readonly id: string;
+  readonly connector: Connector;
+  readonly definitions: ReadonlyMap<string, TagDefinition>;
+  readonly aliases: ReadonlyMap<string, number>;
+  private readonly names: ReadonlyMap<number, string>;
+  private readonly host: DeviceHost;
+  private readonly log: Logger;
+  private readonly backoff: Backoff;
+
+  private state: DeviceState = 'stopped';
+  /** Incremented on every start attempt; callbacks from an older attempt are ignored. */
+  private generation = 0;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private current = new Map<string, Reading>();
+  /** What host applications were last told (birth or data), for report by exception. */
+  private published = new Map<string, Published>();
+  private bornTs: number | undefined;
+  /** Data arrived since the last (re)start: a device is born with values, when it first answers. */
+  private answered = false;
+  /** The last failure was logged; the next success logs the recovery. */
+  private failureLogged = false;
+  private counters = { births: 0, deaths: 0, samples: 0, changes: 0, restarts: 0 };
+
+  constructor(options: DeviceOptions) {
+    this.connector = options.connector;
+    this.id = options.connector.id;
+    this.definitions = new Map(options.connector.tags.map((t) => [t.name, t]));
+    this.aliases = options.aliases;
+    this.names = new Map([...options.aliases].map(([name, alias]) => [alias, name]));
+    this.host = options.host;
+    this.log = options.log;
+    this.backoff = new Backoff(options.backoff.minDelayMs, options.backoff.maxDelayMs);
+  }
+
+  /** Connected and answering: it delivered data since it (re)started. */
+  get online(): boolean {
+    return this.state === 'online' && this.answered;
+  }
+
+  /** Timestamp of the current DBIRTH (identifies this life of the device), undefined while not born. */
+  get birthTimestamp(): number | undefined {
+    return this.bornTs;
+  }
+
+  get stats(): DeviceStats {
+    return { state: this.state, ...this.counters };
+  }
+
+  /** The name of the metric with this alias, if it is one of ours. */
+  nameOf(alias: number): string | undefined {
+    return this.names.get(alias);
+  }
+
+  start(): void {
+    if (this.state !== 'stopped') return;
+    this.attempt();
+  }
+
+  /** Stops the connector; no DDEATH (a stopping node's NDEATH covers its devices). */
+  async stop(): Promise<void> {
+    this.generation++;
+    this.state = 'stopped';
+    this.bornTs = undefined;
+    this.answered = false;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    await this.stopConnector();
+  }
+
+  /**
+   * Publishes a DBIRTH with every metric's current value (the node was just born, or reborn). No-op while the
+   * device has not answered yet: it is born when it first does.
+   */
+  birth(): void {
+    if (!this.online || !this.host.born) return;
+    const timestamp = this.host.uniqueTimestamp();
+    const metrics: MetricOut[] = [];
+    for (const [name, def] of this.definitions) {
+      const reading = this.current.get(name);
+      const alias = this.aliases.get(name);
+      if (reading === undefined) {
+        // Never read (e.g. a connector that reports items one by one): known, but no value yet.
+        metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale });
+        this.published.set(name, { value: null, good: false });
+        continue;
+      }
+      metrics.push({
+        name,
+        alias,
+        datatype: def.datatype,
+        timestamp: reading.timestamp,
+        value: reading.good ? reading.value : null,
+        quality: reading.good ? undefined : Quality.Bad,
+      });
+      this.published.set(name, { value: reading.good ? reading.value : null, good: reading.good });
+    }
+    this.bornTs = timestamp;
+    this.counters.births++;
+    this.host.publishDeviceBirth(this, timestamp, metrics);
+  }
+
+  /** The node's session ended (NDEATH): the device is no longer born, without a DDEATH of its own. */
+  unborn(): void {
+    this.bornTs = undefined;
+  }
+
+  /**
+   * The birth metrics for an upstream session: the values host applications were last told locally (so the
+   * DDATA that follows in the outbox applies on top of them), without changing the local state.
+   */
+  birthMetrics(): MetricOut[] {
+    const metrics: MetricOut[] = [];
+    for (const [name, def] of this.definitions) {
+      const pub = this.published.get(name);
+      const reading = this.current.get(name);
+      const timestamp = reading?.timestamp ?? Date.now();
+      const alias = this.aliases.get(name);
+      if (!pub) metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale });
+      else metrics.push({ name, alias, datatype: def.datatype, timestamp, value: pub.value, quality: pub.good ? undefined : Quality.Bad });
+    }
+    return metrics;
+  }
+
+  /** Writes a tag through the connector (DCMD); rejects with the connector's error. */
+  write(name: string, value: TagValue): Promise<void> {
+    return this.connector.write(name, value);
+  }
+
+  /** The declared datatype of a metric, by name or alias. */
+  datatypeOf(metric: { name?: string; alias?: number }): TagDatatype | undefined {
+    const name = metric.name ?? (metric.alias === undefined ? undefined : this.names.get(metric.alias));
+    return name === undefined ? undefined : this.definitions.get(name)?.datatype;
+  }
+
+  // -----------------------------------------------------------------------------------------------------------
+
+  private attempt(): void {
+    const generation = ++this.generation;
+    this.state = 'starting';
+    this.connector
+      .start({
+        data: (samples) => {
+          if (generation === this.generation) this.onData(samples);
+        },
+        lost: (err) => {
+          if (generation === this.generation) this.onLost(err);
+        },
+      })
+      .then(
+        () => {
+          if (generation !== this.generation) return;
+          // Some connectors deliver their first samples only after start(); the device is up either way.
+          if (this.state === 'starting') this.goOnline();
+        },
+        (err: unknown) => {
+          if (generation !== this.generation) return;
+          this.onStartFailed(err);
+        },
+      );
+  }
+
+  /** Connected; the birth waits for the first data (a DBIRTH carries values). */
+  private goOnline(): void {
+    this.state = 'online';
+    this.backoff.reset();
+    if (this.failureLogged) {
+      this.failureLogged = false;
+      this.log.info('device reachable again');
+    } else {
+      this.log.info('device connected');
+    }
+    if (this.current.size > 0) this.firstAnswer();
+  }
+
+  private firstAnswer(): void {
+    this.answered = true;
+    this.birth();
+    // After the DBIRTH: node data never comes between a device's birth and its data.
+    this.host.deviceStateChanged(this);
+  }
+
+  private onData(samples: readonly TagSample[]): void {
+    this.counters.samples += samples.length;
+    if (this.state === 'starting' || (this.state === 'online' && !this.answered)) {
+      for (const s of samples) this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
+      if (this.state === 'starting') this.goOnline();
+      else this.firstAnswer();
+      return;
+    }
+    if (this.state !== 'online') return;
+    if (this.bornTs === undefined && this.host.born) {
+      // Not born yet in this node session (the node was just born, or gated): the birth carries these values.
+      for (const s of samples) this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
+      this.birth();
+      return;
+    }
+    const changes: MetricOut[] = [];
+    for (const s of samples) {
+      const def = this.definitions.get(s.name);
+      if (!def) continue; // a connector bug; never publish a metric the birth did not declare
+      this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
+      if (this.bornTs === undefined) continue;
+      const pub = this.published.get(s.name);
+      const alias = this.aliases.get(s.name);
+      if (!s.good) {
+        if (pub && !pub.good && pub.value === null) continue;
+        changes.push({ alias, valueType: def.datatype, timestamp: s.timestamp, value: null, quality: Quality.Bad });
+        this.published.set(s.name, { value: null, good: false });
+        continue;
+      }
+      if (pub && pub.good && !hasChanged(pub.value, s.value, def.deadband)) continue;
+      changes.push({
+        alias,
+        valueType: def.datatype,
+        timestamp: s.timestamp,
+        value: s.value,
+        // Say GOOD explicitly when leaving BAD/STALE: host applications keep the last quality they saw.
+        quality: pub && !pub.good ? Quality.Good : undefined,
+      });
+      this.published.set(s.name, { value: s.value, good: true });
+    }
+    if (changes.length > 0 && this.host.born) {
+      this.counters.changes += changes.length;
+      this.host.publishDeviceData(this, changes);
+    }
+  }
+
+  private onLost(err: ConnectorError): void {
+    if (this.state !== 'online' && this.state !== 'starting') return;
+    const wasBorn = this.bornTs !== undefined;
+    const wasOnline = this.online;
+    this.state = 'backoff';
+    this.bornTs = undefined;
+    this.answered = false;
+    this.published.clear();
+    this.current.clear();
+    if (wasBorn && this.host.born) {
+      this.counters.deaths++;
+      this.host.publishDeviceDeath(this, this.host.uniqueTimestamp());
+    }
+    if (wasOnline) this.host.deviceStateChanged(this);
+    const retryInMs = this.backoff.next();
+    this.failureLogged = true;
+    this.log.warn({ err, retryInMs }, 'device lost');
+    const generation = ++this.generation;
+    void this.stopConnector().then(() => {
+      if (generation === this.generation) this.scheduleRetry(retryInMs);
+    });
+  }
+
+  private onStartFailed(err: unknown): void {
+    const retryInMs = this.backoff.next();
+    if (!this.failureLogged) {
+      this.failureLogged = true;
+      this.log.warn({ err: asError(err), retryInMs }, 'device unreachable; retrying');
+    } else {
+      this.log.debug({ err: asError(err), retryInMs }, 'device still unreachable');
+    }
+    this.state = 'backoff';
+    const generation = this.generation;
+    void this.stopConnector().then(() => {
+      if (generation === this.generation) this.scheduleRetry(retryInMs);
+    });
+  }
+
+  private scheduleRetry(delayMs: number): void {
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      if (this.state !== 'backoff') return;
+      this.counters.restarts++;
+      this.attempt();
+    }, delayMs);
+    this.retryTimer.unref();
+  }
+
+  private async stopConnector(): Promise<void> {
+    try {
+      await this.connector.stop();
+    } catch (err) {
+      // stop() must release what it can; a failure here is logged and the restart goes ahead.
+      this.log.warn({ err: asError(err) }, 'connector stop failed');
+    }
+  }
+}
+
+/** Report by exception: has `next` moved away from what was published (by at least `deadband`)? */
+export function hasChanged(previous: TagValue | null, next: TagValue, deadband: number | undefined): boolean {
+  if (previous === null) return true;
+  if (typeof previous === 'number' && typeof next === 'number') {
+    if (Number.isNaN(previous) && Number.isNaN(next)) return false;
+    if (deadband !== undefined && deadband > 0) return !(Math.abs(next - previous) < deadband);
+    return previous !== next;
+  }
+  if (typeof previous === 'bigint' && typeof next === 'bigint') {
+    if (deadband !== undefined && deadband > 0) {
+      const diff = next > previous ? next - previous : previous - next;
+      return Number(diff) >= deadband;
+    }
+    return previous !== next;
+  }
+  if (Buffer.isBuffer(previous) && Buffer.isBuffer(next)) return !previous.equals(next);
+  if (Array.isArray(previous) && Array.isArray(next)) {
+    return previous.length !== next.length || previous.some((v, i) => v !== next[i]);
+  }
+  return previous !== next;
+}

@@ -1,0 +1,371 @@
+/**
+ * Binary (de)serialisation of a `Message` for the LMDB store, and the byte-wise keys it uses.
+ *
+ * Hand-written rather than msgpack: the outbox append is the hot path (tens of thousands per second), and a
+ * fixed layout costs one allocation and a few `write` calls. The memory store uses `encodedMessageBytes` so
+ * both stores count the same bytes against `maxBytes`.
+ *
+ * Message layout (all integers big-endian):
+ *   u8  flags        bits 0-1 QoS, bit 2 retain, bit 3 has expiry, bit 4 has properties
+ *   f64 expiresAtMs  only with bit 3: WALL-CLOCK ms. `Message.expiresAt` is on the `performance.now()` clock,
+ *                    which restarts with the process, so it is converted on write and back on read; time
+ *                    spent down then counts towards expiry.
+ *   u16 topic length, topic (UTF-8)
+ *   u16 origin length, origin (UTF-8)
+ *   u32 properties length, properties (see encodeProperties), only with bit 4
+ *   payload          the rest of the value
+ *
+ * Values are prefixed by a u8 format version (`VALUE_FORMAT`); outbox values also carry the f64 wall-clock
+ * append time right after it, so ages can be read without decoding the message.
+ */
+import type { Message, PublishProperties, QoS, UserProperties } from '../protocol/message.js';
+
+/** Format byte at the start of every stored message value; bump with a schema migration. */
+export const VALUE_FORMAT = 1;
+
+const FLAG_RETAIN = 0x04;
+const FLAG_EXPIRY = 0x08;
+const FLAG_PROPS = 0x10;
+
+/** Bytes before the message in an outbox value: format byte + f64 appendedAtMs. */
+export const OUTBOX_HEADER_BYTES = 9;
+/** Bytes before the message in a retained or session-queue value: the format byte. */
+export const PLAIN_HEADER_BYTES = 1;
+
+const MAX_U16 = 0xffff;
+
+// Property tags of the compact properties encoding.
+const P_FORMAT = 1;
+const P_EXPIRY_INTERVAL = 2;
+const P_CONTENT_TYPE = 3;
+const P_RESPONSE_TOPIC = 4;
+const P_CORRELATION = 5;
+const P_USER_STRING = 6;
+const P_USER_ARRAY = 7;
+
+/** Converts a `performance.now()` deadline into wall-clock ms (for storage). */
+export function monoToWallMs(monoMs: number, nowWallMs = Date.now(), nowMonoMs = performance.now()): number {
+  return nowWallMs + (monoMs - nowMonoMs);
+}
+
+/** Converts a stored wall-clock deadline back onto this process's `performance.now()` clock. */
+export function wallToMonoMs(wallMs: number, nowWallMs = Date.now(), nowMonoMs = performance.now()): number {
+  return nowMonoMs + (wallMs - nowWallMs);
+}
+
+function propertiesBytes(p: PublishProperties): number {
+  let n = 0;
+  if (p.payloadFormatIndicator !== undefined) n += 2;
+  if (p.messageExpiryInterval !== undefined) n += 5;
+  if (p.contentType !== undefined) n += 5 + Buffer.byteLength(p.contentType);
+  if (p.responseTopic !== undefined) n += 5 + Buffer.byteLength(p.responseTopic);
+  if (p.correlationData !== undefined) n += 5 + p.correlationData.length;
+  const user = p.userProperties;
+  if (user !== undefined) {
+    for (const name of Object.keys(user)) {
+      const value = user[name];
+      n += 5 + Buffer.byteLength(name);
+      if (Array.isArray(value)) {
+        n += 4;
+        for (const v of value) n += 4 + Buffer.byteLength(v);
+      } else {
+        n += 4 + Buffer.byteLength(value);
+      }
+    }
+  }
+  return n;
+}
+
+function hasProperties(msg: Message): msg is Message & { properties: PublishProperties } {
+  return msg.properties !== undefined && Object.keys(msg.properties).length > 0;
+}
+
+/** Encoded size of `msg` without any value header: what a stored message costs. */
+export function encodedMessageBytes(msg: Message): number {
+  let n = 1 + 2 + Buffer.byteLength(msg.topic) + 2 + Buffer.byteLength(msg.origin) + msg.payload.length;
+  if (msg.expiresAt !== undefined) n += 8;
+  if (hasProperties(msg)) n += 4 + propertiesBytes(msg.properties);
+  return n;
+}
+
+function writeString32(buf: Buffer, offset: number, s: string): number {
+  const len = buf.write(s, offset + 4, 'utf8');
+  buf.writeUInt32BE(len, offset);
+  return offset + 4 + len;
+}
+
+function writeProperties(buf: Buffer, offset: number, p: PublishProperties): number {
+  let o = offset;
+  if (p.payloadFormatIndicator !== undefined) {
+    buf[o++] = P_FORMAT;
+    buf[o++] = p.payloadFormatIndicator ? 1 : 0;
+  }
+  if (p.messageExpiryInterval !== undefined) {
+    buf[o++] = P_EXPIRY_INTERVAL;
+    buf.writeUInt32BE(p.messageExpiryInterval, o);
+    o += 4;
+  }
+  if (p.contentType !== undefined) {
+    buf[o++] = P_CONTENT_TYPE;
+    o = writeString32(buf, o, p.contentType);
+  }
+  if (p.responseTopic !== undefined) {
+    buf[o++] = P_RESPONSE_TOPIC;
+    o = writeString32(buf, o, p.responseTopic);
+  }
+  if (p.correlationData !== undefined) {
+    buf[o++] = P_CORRELATION;
+    buf.writeUInt32BE(p.correlationData.length, o);
+    o += 4;
+    o += p.correlationData.copy(buf, o);
+  }
+  const user = p.userProperties;
+  if (user !== undefined) {
+    for (const name of Object.keys(user)) {
+      const value = user[name];
+      if (Array.isArray(value)) {
+        buf[o++] = P_USER_ARRAY;
+        o = writeString32(buf, o, name);
+        buf.writeUInt32BE(value.length, o);
+        o += 4;
+        for (const v of value) o = writeString32(buf, o, v);
+      } else {
+        buf[o++] = P_USER_STRING;
+        o = writeString32(buf, o, name);
+        o = writeString32(buf, o, value);
+      }
+    }
+  }
+  return o;
+}
+
+/**
+ * Encodes `msg` into a new buffer after `headerBytes` bytes left for the caller (format byte, append time).
+ * Throws RangeError when the topic or origin exceeds 65535 bytes (MQTT's own limit).
+ */
+export function encodeMessage(msg: Message, headerBytes: number, nowWallMs?: number, nowMonoMs?: number): Buffer {
+  const topicBytes = Buffer.byteLength(msg.topic);
+  const originBytes = Buffer.byteLength(msg.origin);
+  if (topicBytes > MAX_U16) throw new RangeError(`topic is ${topicBytes} bytes; at most ${MAX_U16} can be stored`);
+  if (originBytes > MAX_U16) throw new RangeError(`origin is ${originBytes} bytes; at most ${MAX_U16} can be stored`);
+  const props = hasProperties(msg) ? msg.properties : undefined;
+  const propBytes = props === undefined ? 0 : propertiesBytes(props);
+  const size =
+    headerBytes +
+    1 +
+    (msg.expiresAt === undefined ? 0 : 8) +
+    2 +
+    topicBytes +
+    2 +
+    originBytes +
+    (props === undefined ? 0 : 4 + propBytes) +
+    msg.payload.length;
+  const buf = Buffer.allocUnsafe(size);
+  let o = headerBytes;
+  let flags = msg.qos & 0x03;
+  if (msg.retain) flags |= FLAG_RETAIN;
+  if (msg.expiresAt !== undefined) flags |= FLAG_EXPIRY;
+  if (props !== undefined) flags |= FLAG_PROPS;
+  buf[o++] = flags;
+  if (msg.expiresAt !== undefined) {
+    buf.writeDoubleBE(monoToWallMs(msg.expiresAt, nowWallMs, nowMonoMs), o);
+    o += 8;
+  }
+  buf.writeUInt16BE(topicBytes, o);
+  o += 2;
+  o += buf.write(msg.topic, o, 'utf8');
+  buf.writeUInt16BE(originBytes, o);
+  o += 2;
+  o += buf.write(msg.origin, o, 'utf8');
+  if (props !== undefined) {
+    buf.writeUInt32BE(propBytes, o);
+    o += 4;
+    o = writeProperties(buf, o, props);
+  }
+  msg.payload.copy(buf, o);
+  return buf;
+}
+
+function readString32(buf: Buffer, o: number): [string, number] {
+  const len = buf.readUInt32BE(o);
+  return [buf.toString('utf8', o + 4, o + 4 + len), o + 4 + len];
+}
+
+function readProperties(buf: Buffer, start: number, end: number): PublishProperties {
+  const p: PublishProperties = {};
+  let o = start;
+  while (o < end) {
+    const tag = buf[o++];
+    switch (tag) {
+      case P_FORMAT:
+        p.payloadFormatIndicator = buf[o++] === 1;
+        break;
+      case P_EXPIRY_INTERVAL:
+        p.messageExpiryInterval = buf.readUInt32BE(o);
+        o += 4;
+        break;
+      case P_CONTENT_TYPE:
+        [p.contentType, o] = readString32(buf, o);
+        break;
+      case P_RESPONSE_TOPIC:
+        [p.responseTopic, o] = readString32(buf, o);
+        break;
+      case P_CORRELATION: {
+        const len = buf.readUInt32BE(o);
+        p.correlationData = Buffer.from(buf.subarray(o + 4, o + 4 + len));
+        o += 4 + len;
+        break;
+      }
+      case P_USER_STRING: {
+        let name: string;
+        let value: string;
+        [name, o] = readString32(buf, o);
+        [value, o] = readString32(buf, o);
+        (p.userProperties ??= {} as UserProperties)[name] = value;
+        break;
+      }
+      case P_USER_ARRAY: {
+        let name: string;
+        [name, o] = readString32(buf, o);
+        const count = buf.readUInt32BE(o);
+        o += 4;
+        const values: string[] = [];
+        for (let i = 0; i < count; i++) {
+          let v: string;
+          [v, o] = readString32(buf, o);
+          values.push(v);
+        }
+        (p.userProperties ??= {} as UserProperties)[name] = values;
+        break;
+      }
+      default:
+        throw new RangeError(`unknown stored property tag ${tag}`);
+    }
+  }
+  return p;
+}
+
+/**
+ * Decodes a message stored by `encodeMessage` starting at `offset`. The payload is a view into `buf`, so the
+ * caller must pass a buffer it owns (lmdb-js `get`/`getRange` return copies for `encoding: 'binary'`).
+ */
+export function decodeMessage(buf: Buffer, offset: number, nowWallMs?: number, nowMonoMs?: number): Message {
+  let o = offset;
+  const flags = buf[o++];
+  let expiresAt: number | undefined;
+  if (flags & FLAG_EXPIRY) {
+    expiresAt = wallToMonoMs(buf.readDoubleBE(o), nowWallMs, nowMonoMs);
+    o += 8;
+  }
+  const topicLen = buf.readUInt16BE(o);
+  o += 2;
+  const topic = buf.toString('utf8', o, o + topicLen);
+  o += topicLen;
+  const originLen = buf.readUInt16BE(o);
+  o += 2;
+  const origin = buf.toString('utf8', o, o + originLen);
+  o += originLen;
+  let properties: PublishProperties | undefined;
+  if (flags & FLAG_PROPS) {
+    const len = buf.readUInt32BE(o);
+    o += 4;
+    properties = readProperties(buf, o, o + len);
+    o += len;
+  }
+  const msg: {
+    topic: string;
+    payload: Buffer;
+    qos: QoS;
+    retain: boolean;
+    origin: string;
+    properties?: PublishProperties;
+    expiresAt?: number;
+  } = {
+    topic,
+    payload: buf.subarray(o),
+    qos: (flags & 0x03) as QoS,
+    retain: (flags & FLAG_RETAIN) !== 0,
+    origin,
+  };
+  if (properties !== undefined) msg.properties = properties;
+  if (expiresAt !== undefined) msg.expiresAt = expiresAt;
+  return msg;
+}
+
+/** Encodes an outbox value: format byte, wall-clock append time, message. */
+export function encodeOutboxValue(msg: Message, appendedAtMs: number): Buffer {
+  const buf = encodeMessage(msg, OUTBOX_HEADER_BYTES, appendedAtMs);
+  buf[0] = VALUE_FORMAT;
+  buf.writeDoubleBE(appendedAtMs, 1);
+  return buf;
+}
+
+/** Reads the wall-clock append time of an outbox value without decoding the message. */
+export function outboxValueAppendedAtMs(value: Buffer): number {
+  return value.readDoubleBE(1);
+}
+
+/** Encodes a retained or session-queue value: format byte, message. */
+export function encodePlainValue(msg: Message): Buffer {
+  const buf = encodeMessage(msg, PLAIN_HEADER_BYTES);
+  buf[0] = VALUE_FORMAT;
+  return buf;
+}
+
+/** Bytes an outbox entry for `msg` counts against `maxBytes`: exactly the stored value's length. */
+export function outboxEntryBytes(msg: Message): number {
+  return OUTBOX_HEADER_BYTES + encodedMessageBytes(msg);
+}
+
+// --- Keys -------------------------------------------------------------------------------------------------
+// Keys are raw bytes compared bytewise by LMDB. A per-owner prefix is `utf8(owner) 0x00`: MQTT client ids and
+// bridge names cannot contain U+0000, so the prefix ends exactly there, and `utf8(owner) 0x01` is an exclusive
+// upper bound for a range scan over one owner. Sequence numbers follow as 8-byte big-endian integers (2^53
+// usable), so bytewise order is numeric order.
+
+/** `utf8(owner) 0x00`, the start of every key belonging to `owner`. */
+export function ownerPrefix(owner: string): Buffer {
+  if (owner.includes('\u0000')) throw new RangeError('a store key owner cannot contain U+0000');
+  const bytes = Buffer.byteLength(owner);
+  const buf = Buffer.allocUnsafe(bytes + 1);
+  buf.write(owner, 0, 'utf8');
+  buf[bytes] = 0;
+  return buf;
+}
+
+/** Exclusive upper bound of the keys starting with `prefix` (from `ownerPrefix`). */
+export function prefixEnd(prefix: Buffer): Buffer {
+  const end = Buffer.from(prefix);
+  end[end.length - 1] = 1;
+  return end;
+}
+
+/** `prefix` followed by `seq` as 8 bytes big-endian. */
+export function seqKey(prefix: Buffer, seq: number): Buffer {
+  const key = Buffer.allocUnsafe(prefix.length + 8);
+  prefix.copy(key, 0);
+  key.writeUInt32BE(Math.floor(seq / 0x1_0000_0000), prefix.length);
+  key.writeUInt32BE(seq >>> 0, prefix.length + 4);
+  return key;
+}
+
+/** The sequence number at the end of a key built by `seqKey`. */
+export function keySeq(key: Buffer): number {
+  const o = key.length - 8;
+  return key.readUInt32BE(o) * 0x1_0000_0000 + key.readUInt32BE(o + 4);
+}
+
+/** `prefix` followed by the UTF-8 of `name` (subscription keys: client prefix + filter). */
+export function nameKey(prefix: Buffer, name: string): Buffer {
+  const bytes = Buffer.byteLength(name);
+  const key = Buffer.allocUnsafe(prefix.length + bytes);
+  prefix.copy(key, 0);
+  key.write(name, prefix.length, 'utf8');
+  return key;
+}
+
+/** The owner part of a key built from `ownerPrefix` (up to the first 0x00). */
+export function keyOwner(key: Buffer): string {
+  const end = key.indexOf(0);
+  return key.toString('utf8', 0, end < 0 ? key.length : end);
+}

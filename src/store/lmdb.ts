@@ -1,0 +1,1122 @@
+/**
+ * The durable store: one LMDB environment (lmdb-js) in `storage.path` with named databases for the bridge
+ * outboxes, persistent sessions and retained messages. The only module that imports `lmdb`.
+ *
+ * How writes work (see RELIABILITY.md §1):
+ * - Every change is an operation queued in JS. On the next `setImmediate`, all queued operations are turned
+ *   into plain asynchronous lmdb-js puts/removes issued in one synchronous run; lmdb-js batches one event turn
+ *   into one transaction, so that is one commit and one fsync however many operations it holds (group commit).
+ *   Counters in the `meta` database are written in the same run, hence in the same transaction.
+ * - Only one batch is in flight at a time: the next one is issued once the previous transaction has
+ *   *committed* (its fsync may still be running; `overlappingSync` overlaps it with the next transaction).
+ *   So when a batch is built, the committed database is exactly what the JS state describes, decisions
+ *   (limits, drops, sequence numbers) are made against it, and a failed commit can be rolled back in JS by
+ *   restoring the few counters it touched.
+ * - lmdb-js async transaction callbacks (`db.transaction(fn)`) are NOT used: with lmdb 3.5.6 on this platform
+ *   the callback never ran and the process could not even exit (verified; see the report of the store work).
+ * - A write promise resolves once its transaction is flushed (`sync: 'full'`): lmdb-js resolves writes at
+ *   commit, before the fsync, so the flush promise (`env.flushed`, captured when the batch is issued) is
+ *   awaited too. Only then may the caller acknowledge (PUBACK/PUBREC).
+ * - `sync: 'relaxed'` resolves at commit. Loss window: a process crash (kill -9, OOM) loses nothing that was
+ *   resolved, because a committed transaction is in the OS page cache; a power loss or kernel crash can lose
+ *   the transactions committed since the last completed fsync, i.e. roughly the writes of the last one or two
+ *   batches (milliseconds on an SSD, up to the device's sync latency on SD cards). The database itself stays
+ *   consistent (LMDB's meta pages).
+ * - Not used, on purpose: `noSync` (loses data on an OS crash), `useWritemap` (SIGBUS on a full disk, stray
+ *   writes corrupt), compression (lmdb-js#324 leaks in queue-like use), long read transactions (scans pass
+ *   `snapshot: false`).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { open, type Database, type RootDatabase } from 'lmdb';
+import type { Message } from '../protocol/message.js';
+import { asError, StoreError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import {
+  decodeMessage,
+  encodeOutboxValue,
+  encodePlainValue,
+  keyOwner,
+  keySeq,
+  nameKey,
+  OUTBOX_HEADER_BYTES,
+  outboxValueAppendedAtMs,
+  ownerPrefix,
+  PLAIN_HEADER_BYTES,
+  prefixEnd,
+  seqKey,
+} from './codec.js';
+import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from './outbox-limits.js';
+import type {
+  DropReason,
+  Outbox,
+  OutboxDepth,
+  OutboxEntry,
+  OutboxLimits,
+  QueuedRecord,
+  RetainedStore,
+  SessionRecord,
+  SessionStore,
+  Store,
+  SubscriptionRecord,
+} from './types.js';
+
+/** Layout version of the databases below; stored in `meta` at creation, refused when different. */
+export const SCHEMA_VERSION = 1;
+
+export interface LmdbStoreOptions {
+  /** Data directory; created if missing. */
+  readonly path: string;
+  readonly sync: 'full' | 'relaxed';
+  /** Bound on the B-tree pages in use (live data plus tree overhead); 0 = unbounded. */
+  readonly maxBytes: number;
+  readonly log: Logger;
+}
+
+type Bin = Buffer;
+
+/** `batch()` exists on every lmdb-js database but is missing from its typings. */
+interface LmdbBatcher {
+  batch(action: () => void): Promise<unknown>;
+}
+
+interface OutboxMeta {
+  lastSeq: number;
+  messages: number;
+  bytes: number;
+  dropped: Record<DropReason, number>;
+}
+
+interface SessionFields {
+  expiryIntervalS: number;
+  disconnectedAtMs?: number;
+}
+
+/** A queued change. `run` applies it to the JS state and issues its lmdb writes; it throws to reject. */
+interface Op {
+  run(b: Batch): unknown;
+  resolve(value: unknown): void;
+  reject(err: unknown): void;
+  /** The result of `run`, delivered once the batch is durable. */
+  value?: unknown;
+}
+
+interface HeadEntry {
+  seq: number;
+  bytes: number;
+  appendedAtMs: number;
+}
+
+/** The state of one batch while it is built and until its transaction settles. */
+class Batch {
+  /** Operations that ran; they settle with the transaction. */
+  readonly done: Op[] = [];
+  readonly outboxes = new Set<LmdbOutbox>();
+  sessionSeqBefore: number | undefined;
+  retainedCountBefore: number | undefined;
+  /** Keys written for a client in this batch, so a `drop` later in the same batch removes them too. */
+  readonly sessionKeys = new Map<string, { db: Database<any, any>; key: Bin }[]>();
+  /** Whether a retained topic exists after the writes so far in this batch. */
+  readonly retainedExists = new Map<string, boolean>();
+  /** Estimate of the store's used bytes (pages in use + bytes added in this batch), computed on demand. */
+  usedBytes: number | undefined;
+  storeFull = false;
+}
+
+class LmdbStoreImpl implements Store {
+  readonly retained: LmdbRetainedStore;
+  readonly sessions: LmdbSessionStore;
+  readonly env: RootDatabase;
+  readonly meta: Database<unknown, string>;
+  readonly outboxDb: Database<Bin, Bin>;
+  readonly retainedDb: Database<Bin, Bin>;
+  readonly sessionDb: Database<SessionFields, Bin>;
+  readonly subscriptionDb: Database<SubscriptionRecord, Bin>;
+  readonly queueDb: Database<Bin, Bin>;
+  readonly log: Logger;
+  readonly path: string;
+  readonly maxKeyBytes: number;
+  private readonly relaxed: boolean;
+  private readonly maxBytes: number;
+  private readonly outboxes = new Map<string, LmdbOutbox>();
+  private readonly lock: StoreLock;
+
+  private queue: Op[] = [];
+  private inFlight: Batch | undefined;
+  private issueScheduled = false;
+  /** Settles (never rejects) when every batch issued so far has settled; keeps resolutions in order. */
+  private lastSettled: Promise<void> = Promise.resolve();
+  private closing = false;
+  private closed: Promise<void> | undefined;
+  private commitFailing = false;
+  private storeFullEpisode = false;
+
+  constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
+    this.env = env;
+    this.log = log;
+    this.path = opts.path;
+    this.lock = lock;
+    this.relaxed = opts.sync === 'relaxed';
+    this.maxBytes = opts.maxBytes;
+    // Not in lmdb-js's typings; 1978 is LMDB's compiled-in default.
+    this.maxKeyBytes = (env as unknown as { maxKeySize?: number }).maxKeySize ?? 1978;
+    this.meta = env.openDB<unknown, string>('meta', { encoding: 'json' });
+    this.outboxDb = env.openDB<Bin, Bin>('outbox', { encoding: 'binary', keyEncoding: 'binary' });
+    this.retainedDb = env.openDB<Bin, Bin>('retained', { encoding: 'binary', keyEncoding: 'binary' });
+    this.sessionDb = env.openDB<SessionFields, Bin>('sessions', { encoding: 'json', keyEncoding: 'binary' });
+    this.subscriptionDb = env.openDB<SubscriptionRecord, Bin>('subscriptions', {
+      encoding: 'json',
+      keyEncoding: 'binary',
+    });
+    this.queueDb = env.openDB<Bin, Bin>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
+    this.retained = new LmdbRetainedStore(this);
+    this.sessions = new LmdbSessionStore(this);
+  }
+
+  get isClosing(): boolean {
+    return this.closing;
+  }
+
+  outbox(name: string, limits: OutboxLimits): Outbox {
+    if (this.closing) throw closedError();
+    let box = this.outboxes.get(name);
+    if (box === undefined) {
+      try {
+        box = new LmdbOutbox(this, name, limits);
+      } catch (err) {
+        if (err instanceof StoreError) throw err;
+        throw new StoreError('EF_STORE_OPEN', `outbox "${name}" in ${this.path} is unreadable: ${asError(err).message}`, {
+          cause: err,
+        });
+      }
+      this.outboxes.set(name, box);
+    } else {
+      box.limits = limits; // a config reload may change limits; content stays
+    }
+    return box;
+  }
+
+  /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
+  schedule<T>(run: (b: Batch) => T): Promise<T> {
+    if (this.closing) return Promise.reject(closedError());
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ run, resolve: resolve as (v: unknown) => void, reject });
+      this.scheduleIssue();
+    });
+  }
+
+  /**
+   * Issues a write in the batch being built. Called only inside `env.batch()` (see `issue`), where lmdb-js
+   * returns an already-resolved placeholder; the batch's own promise reports the commit.
+   */
+  put(_b: Batch, db: Database<any, any>, key: Bin | string, value: unknown): void {
+    void db.put(key, value);
+  }
+
+  del(_b: Batch, db: Database<any, any>, key: Bin): void {
+    void db.remove(key);
+  }
+
+  /**
+   * Accounts `bytes` more against `storage.maxBytes` in this batch. `makeRoom` may free space (drop-oldest)
+   * and returns the bytes it freed, 0 when it cannot. Throws EF_STORE_FULL when the store stays full.
+   */
+  reserve(b: Batch, bytes: number, makeRoom?: () => number): void {
+    if (!isLimited(this.maxBytes)) return;
+    b.usedBytes ??= this.usedPageBytes();
+    while (b.usedBytes + bytes > this.maxBytes) {
+      const freed = makeRoom === undefined ? 0 : makeRoom();
+      if (freed === 0) {
+        b.storeFull = true;
+        if (!this.storeFullEpisode) {
+          this.storeFullEpisode = true;
+          this.log.warn(
+            { path: this.path, maxBytes: this.maxBytes, usedBytes: b.usedBytes },
+            'store full (storage.maxBytes): new messages are refused until space is freed',
+          );
+        }
+        throw new StoreError(
+          'EF_STORE_FULL',
+          `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes); ${bytes} more bytes refused`,
+        );
+      }
+    }
+    b.usedBytes += bytes;
+  }
+
+  /** Tells the byte estimate of this batch that `bytes` were removed. */
+  release(b: Batch, bytes: number): void {
+    if (b.usedBytes !== undefined) b.usedBytes -= bytes;
+  }
+
+  /** Bytes of the B-tree pages in use by our databases (free pages are reusable and not counted). */
+  private usedPageBytes(): number {
+    let pages = 0;
+    let pageSize = 4096;
+    for (const db of [this.meta, this.outboxDb, this.retainedDb, this.sessionDb, this.subscriptionDb, this.queueDb]) {
+      const s = db.getStats() as {
+        pageSize: number;
+        treeBranchPageCount: number;
+        treeLeafPageCount: number;
+        overflowPages: number;
+      };
+      pages += s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages;
+      pageSize = s.pageSize;
+    }
+    return pages * pageSize;
+  }
+
+  private scheduleIssue(): void {
+    if (this.issueScheduled || this.inFlight !== undefined) return;
+    this.issueScheduled = true;
+    // setImmediate rather than a microtask: operations from every I/O callback of this loop iteration join.
+    setImmediate(() => this.issue());
+  }
+
+  private issue(): void {
+    this.issueScheduled = false;
+    if (this.inFlight !== undefined || this.queue.length === 0) return;
+    const ops = this.queue;
+    this.queue = [];
+    const b = new Batch();
+    this.inFlight = b;
+    // One explicit lmdb-js batch = one transaction, and its promise is the only one lmdb-js creates for it.
+    // (With lmdb-js's default event-turn batching it also creates a commit promise that nobody holds; when a
+    // commit fails, e.g. on a full disk, that one rejects unhandled and kills the process. Verified.)
+    let commit: Promise<unknown>;
+    try {
+      commit = (this.env as unknown as LmdbBatcher).batch(() => this.build(b, ops));
+    } catch (err) {
+      commit = Promise.reject(err);
+    }
+    // Captured now, so it is the flush of the transaction just queued (what `separateFlushed` would give).
+    // It never rejects: a failed commit is reported by `commit`.
+    const flushed = this.relaxed
+      ? undefined
+      : new Promise<void>((resolve) => {
+          this.env.flushed.then(
+            () => resolve(),
+            () => resolve(),
+          );
+        });
+    const previous = this.lastSettled;
+    let settle!: () => void;
+    this.lastSettled = new Promise<void>((resolve) => (settle = resolve));
+    commit.then(
+      () => {
+        this.afterCommit(b);
+        void Promise.all([previous, flushed]).then(() => {
+          for (const op of b.done) op.resolve(op.value);
+          settle();
+        });
+      },
+      (err: unknown) => {
+        this.afterFailedCommit(b, err);
+        void previous.then(() => {
+          const failure = new StoreError(
+            'EF_STORE_WRITE',
+            `a write to the store in ${this.path} failed: ${asError(err).message}`,
+            { cause: err },
+          );
+          for (const op of b.done) op.reject(failure);
+          settle();
+        });
+      },
+    );
+  }
+
+  /** Runs the queued operations and writes the counters they changed, all inside one lmdb-js batch. */
+  private build(b: Batch, ops: Op[]): void {
+    for (const op of ops) {
+      try {
+        op.value = op.run(b);
+        b.done.push(op);
+      } catch (err) {
+        op.reject(err instanceof StoreError ? err : new StoreError('EF_STORE_WRITE', asError(err).message, { cause: err }));
+      }
+    }
+    try {
+      for (const box of b.outboxes) box.finishBatch(b);
+      if (b.sessionSeqBefore !== undefined) this.put(b, this.meta, 'sessionSeq', this.sessions.lastSeq);
+    } catch (err) {
+      // Queueing a counter write fails only if the environment is broken; the commit then fails as well and
+      // rejects the batch. Logged here because it is the first sign.
+      this.log.error({ err, path: this.path }, 'failed to queue store counters');
+    }
+    if (!b.storeFull && this.storeFullEpisode && b.usedBytes !== undefined) {
+      this.storeFullEpisode = false;
+      this.log.info({ path: this.path }, 'store below storage.maxBytes again');
+    }
+  }
+
+  private afterCommit(b: Batch): void {
+    for (const box of b.outboxes) box.committed();
+    if (this.commitFailing) {
+      this.commitFailing = false;
+      this.log.info({ path: this.path }, 'store writes succeed again');
+    }
+    this.inFlight = undefined;
+    if (this.queue.length > 0) this.scheduleIssue();
+  }
+
+  private afterFailedCommit(b: Batch, err: unknown): void {
+    // lmdb-js attaches a second promise with the OS error (EIO on a full disk) and rejects it separately;
+    // unhandled, that rejection would kill the process.
+    const detail = (err as { commitError?: Promise<unknown> } | undefined)?.commitError;
+    if (detail !== undefined && typeof detail.then === 'function') {
+      detail.then(undefined, (cause: unknown) => {
+        this.log.error({ err: cause, path: this.path }, 'store commit error detail');
+      });
+    }
+    if (!this.commitFailing) {
+      this.commitFailing = true;
+      this.log.error({ err, path: this.path }, 'store commit failed: writes are refused until a commit succeeds');
+    }
+    for (const box of b.outboxes) box.rollback();
+    if (b.sessionSeqBefore !== undefined) this.sessions.lastSeq = b.sessionSeqBefore;
+    if (b.retainedCountBefore !== undefined) this.retained.setCount(b.retainedCountBefore);
+    this.inFlight = undefined;
+    if (this.queue.length > 0) this.scheduleIssue();
+  }
+
+  async flushed(): Promise<void> {
+    if (this.closing) return this.closed;
+    await this.drain();
+  }
+
+  /** Settles after every operation queued so far, then after the flush of everything committed. */
+  private async drain(): Promise<void> {
+    // A no-op through the queue settles after every earlier batch (resolutions are ordered).
+    await new Promise<unknown>((resolve, reject) => {
+      this.queue.push({ run: () => undefined, resolve, reject });
+      this.scheduleIssue();
+    });
+    await new Promise<void>((resolve) => {
+      this.env.flushed.then(
+        () => resolve(),
+        () => resolve(), // a failed commit was already reported to the writes it affected
+      );
+    });
+  }
+
+  close(): Promise<void> {
+    if (this.closed === undefined) {
+      this.closing = true; // refuse new operations; those already queued still complete
+      this.closed = this.doClose();
+    }
+    return this.closed;
+  }
+
+  private async doClose(): Promise<void> {
+    try {
+      await this.drain();
+    } catch (err) {
+      this.log.error({ err, path: this.path }, 'store writes pending at close failed');
+    }
+    try {
+      await this.env.close();
+    } finally {
+      this.lock.release();
+    }
+    this.log.info({ path: this.path }, 'store closed');
+  }
+}
+
+class LmdbOutbox implements Outbox {
+  readonly name: string;
+  limits: OutboxLimits;
+  private readonly store: LmdbStoreImpl;
+  private readonly db: Database<Bin, Bin>;
+  private readonly prefix: Bin;
+  private readonly end: Bin;
+  private readonly metaKey: string;
+  private lastSeq: number;
+  private messages: number;
+  private bytes: number;
+  private dropped: Record<DropReason, number>;
+  private oldestAppendedAtMs: number | undefined;
+
+  // Per batch (see Batch): undo data, changes not yet visible to readers, head scanning.
+  private snapshot: (OutboxMeta & { oldest: number | undefined }) | undefined;
+  /** Seqs removed or dropped by the batch in flight; hidden from `peek` until it commits. */
+  private removedInFlight = new Set<number>();
+  /** Seqs passed to `remove()` whose op has not run yet; hidden from `peek` too. */
+  private readonly removalsQueued = new Map<number, number>();
+  /** Seqs and values appended in this batch (not readable from the database before the commit). */
+  private batchSeqs: number[] = [];
+  private batchValues: Bin[] = [];
+  /** Index in `batchSeqs` before which every entry was removed again (drop-oldest on a tiny queue). */
+  private batchHead = 0;
+  private headBuffer: HeadEntry[] = [];
+  private headScanFrom = 0;
+  private committedExhausted = false;
+  private headChanged = false;
+  /** Counters changed in this batch, so they must be written. */
+  private dirty = false;
+
+  constructor(store: LmdbStoreImpl, name: string, limits: OutboxLimits) {
+    this.store = store;
+    this.name = name;
+    this.limits = limits;
+    this.db = store.outboxDb;
+    try {
+      this.prefix = ownerPrefix(name);
+    } catch (err) {
+      throw new StoreError('EF_STORE_OPEN', `invalid outbox name ${JSON.stringify(name)}`, { cause: err });
+    }
+    this.end = prefixEnd(this.prefix);
+    this.metaKey = `outbox:${name}`;
+    const meta = store.meta.get(this.metaKey) as OutboxMeta | undefined;
+    let lastKeySeq = 0;
+    for (const key of this.db.getKeys({ start: this.end, end: this.prefix, reverse: true, limit: 1, snapshot: false })) {
+      lastKeySeq = keySeq(key);
+    }
+    if (meta !== undefined) {
+      this.messages = meta.messages;
+      this.bytes = meta.bytes;
+      this.dropped = { ...emptyDropped(), ...meta.dropped };
+      this.lastSeq = Math.max(meta.lastSeq, lastKeySeq);
+    } else {
+      // No counters yet (new outbox): count what is there, normally nothing.
+      this.messages = 0;
+      this.bytes = 0;
+      for (const { value } of this.db.getRange({ start: this.prefix, end: this.end, snapshot: false })) {
+        this.messages++;
+        this.bytes += value.length;
+      }
+      this.dropped = emptyDropped();
+      this.lastSeq = lastKeySeq;
+    }
+    this.oldestAppendedAtMs = this.readCommittedHead()?.appendedAtMs;
+  }
+
+  append(msg: Message): Promise<void> {
+    let value: Bin;
+    try {
+      value = encodeOutboxValue(msg, Date.now());
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+    }
+    return this.store.schedule((b) => this.applyAppend(b, value));
+  }
+
+  private applyAppend(b: Batch, value: Bin): void {
+    this.touch(b);
+    const bytes = value.length;
+    const { maxBytes, maxMessages, overflow } = this.limits;
+    if (isLimited(maxBytes) && bytes > maxBytes) throw entryTooLargeError(this.name, this.limits, bytes);
+    const overLimit = (): boolean =>
+      (isLimited(maxMessages) && this.messages + 1 > maxMessages) || (isLimited(maxBytes) && this.bytes + bytes > maxBytes);
+    if (overLimit()) {
+      if (overflow === 'reject-new') throw queueFullError(this.name, this.limits, bytes);
+      while (overLimit() && this.dropHead(b, 'queue_full') > 0);
+    }
+    this.store.reserve(b, bytes, overflow === 'drop-oldest' ? () => this.dropHead(b, 'queue_full') : undefined);
+    const seq = this.lastSeq + 1;
+    this.store.put(b, this.db, seqKey(this.prefix, seq), value);
+    this.lastSeq = seq;
+    this.messages++;
+    this.bytes += bytes;
+    this.batchSeqs.push(seq);
+    this.batchValues.push(value);
+    this.dirty = true;
+    if (this.messages === 1) this.headChanged = true;
+  }
+
+  peek(limit: number, afterSeq?: number): readonly OutboxEntry[] {
+    const out: OutboxEntry[] = [];
+    if (limit <= 0) return out;
+    const hidden = this.removedInFlight.size > 0 || this.removalsQueued.size > 0;
+    const start = afterSeq === undefined ? this.prefix : seqKey(this.prefix, Math.floor(afterSeq) + 1);
+    // Without `limit` in the range when entries may be hidden; the iteration is lazy and stops below.
+    const range = this.db.getRange({ start, end: this.end, snapshot: false, ...(hidden ? {} : { limit }) });
+    for (const { key, value } of range) {
+      const seq = keySeq(key);
+      if (hidden && (this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
+      out.push({
+        seq,
+        msg: decodeMessage(value, OUTBOX_HEADER_BYTES),
+        appendedAtMs: outboxValueAppendedAtMs(value),
+        bytes: value.length,
+      });
+      if (out.length >= limit) break;
+    }
+    return out;
+  }
+
+  remove(seqs: readonly number[]): Promise<void> {
+    if (this.store.isClosing) return Promise.reject(closedError());
+    const list = [...seqs];
+    for (const seq of list) this.removalsQueued.set(seq, (this.removalsQueued.get(seq) ?? 0) + 1);
+    return this.store.schedule((b) => {
+      for (const seq of list) {
+        const n = (this.removalsQueued.get(seq) ?? 1) - 1;
+        if (n > 0) this.removalsQueued.set(seq, n);
+        else this.removalsQueued.delete(seq);
+      }
+      this.touch(b);
+      for (const seq of list) this.removeOne(b, seq);
+    });
+  }
+
+  private removeOne(b: Batch, seq: number): number {
+    if (!Number.isSafeInteger(seq) || seq <= 0 || seq > this.lastSeq || this.removedInFlight.has(seq)) return 0;
+    let bytes: number | undefined;
+    const inBatch = this.batchSeqs.length > 0 && seq >= this.batchSeqs[0] ? this.batchSeqs.indexOf(seq) : -1;
+    if (inBatch >= 0) bytes = this.batchValues[inBatch].length;
+    else bytes = this.db.getBinaryFast(seqKey(this.prefix, seq))?.length;
+    if (bytes === undefined) return 0; // unknown or already removed: ignored by contract
+    this.store.del(b, this.db, seqKey(this.prefix, seq));
+    this.removedInFlight.add(seq);
+    this.messages--;
+    this.bytes -= bytes;
+    this.store.release(b, bytes);
+    this.headChanged = true;
+    this.dirty = true;
+    return bytes;
+  }
+
+  expire(nowMs: number = Date.now()): Promise<number> {
+    const maxAgeS = this.limits.maxAgeS;
+    if (!isLimited(maxAgeS)) return this.store.isClosing ? Promise.reject(closedError()) : Promise.resolve(0);
+    return this.store.schedule((b) => {
+      this.touch(b);
+      const cutoffMs = nowMs - maxAgeS * 1000;
+      let n = 0;
+      for (;;) {
+        const head = this.firstLive();
+        if (head === undefined || head.appendedAtMs >= cutoffMs) break;
+        this.dropHead(b, 'expired');
+        n++;
+      }
+      return n;
+    });
+  }
+
+  countDropped(reason: DropReason, n: number): void {
+    this.store
+      .schedule((b) => {
+        this.touch(b);
+        this.dropped[reason] += n;
+        this.dirty = true;
+      })
+      .catch((err: unknown) => {
+        // Only the persisted copy of a statistic is lost; the in-memory count was rolled back with the batch.
+        this.store.log.warn({ err, outbox: this.name, reason, n }, 'could not persist dropped count');
+      });
+  }
+
+  get depth(): OutboxDepth {
+    return {
+      messages: this.messages,
+      bytes: this.bytes,
+      oldestAppendedAtMs: this.oldestAppendedAtMs,
+      dropped: { ...this.dropped },
+    };
+  }
+
+  /** Registers this outbox in the batch and keeps its counters for a rollback. */
+  private touch(b: Batch): void {
+    if (b.outboxes.has(this)) return;
+    b.outboxes.add(this);
+    this.snapshot = {
+      lastSeq: this.lastSeq,
+      messages: this.messages,
+      bytes: this.bytes,
+      dropped: { ...this.dropped },
+      oldest: this.oldestAppendedAtMs,
+    };
+  }
+
+  /** Drops the oldest live entry; returns its bytes, 0 when the outbox is empty. */
+  private dropHead(b: Batch, reason: DropReason): number {
+    const head = this.firstLive();
+    if (head === undefined) return 0;
+    this.headBuffer.shift();
+    const freed = this.removeOne(b, head.seq);
+    if (freed > 0) this.dropped[reason]++;
+    return freed;
+  }
+
+  /**
+   * The oldest entry not removed in this batch: committed entries (read ahead in chunks, as the committed
+   * database does not change while the batch is built), then those appended in this batch.
+   */
+  private firstLive(): HeadEntry | undefined {
+    for (;;) {
+      while (this.headBuffer.length > 0) {
+        const e = this.headBuffer[0];
+        if (!this.removedInFlight.has(e.seq)) return e;
+        this.headBuffer.shift();
+      }
+      if (this.committedExhausted) break;
+      let n = 0;
+      for (const { key, value } of this.db.getRange({
+        start: seqKey(this.prefix, this.headScanFrom),
+        end: this.end,
+        limit: 64,
+        snapshot: false,
+      })) {
+        const seq = keySeq(key);
+        this.headBuffer.push({ seq, bytes: value.length, appendedAtMs: outboxValueAppendedAtMs(value) });
+        this.headScanFrom = seq + 1;
+        n++;
+      }
+      if (n < 64) this.committedExhausted = true;
+    }
+    while (this.batchHead < this.batchSeqs.length && this.removedInFlight.has(this.batchSeqs[this.batchHead])) {
+      this.batchHead++;
+    }
+    if (this.batchHead === this.batchSeqs.length) return undefined;
+    const value = this.batchValues[this.batchHead];
+    return { seq: this.batchSeqs[this.batchHead], bytes: value.length, appendedAtMs: outboxValueAppendedAtMs(value) };
+  }
+
+  private readCommittedHead(): HeadEntry | undefined {
+    for (const { key, value } of this.db.getRange({ start: this.prefix, end: this.end, limit: 1, snapshot: false })) {
+      return { seq: keySeq(key), bytes: value.length, appendedAtMs: outboxValueAppendedAtMs(value) };
+    }
+    return undefined;
+  }
+
+  /** End of building a batch: persist counters in the same transaction, recompute the head's age. */
+  finishBatch(b: Batch): void {
+    if (this.dirty) {
+      const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped };
+      this.store.put(b, this.store.meta, this.metaKey, meta);
+    }
+    this.dirty = false;
+    if (this.headChanged) this.oldestAppendedAtMs = this.firstLive()?.appendedAtMs;
+    this.batchSeqs = [];
+    this.batchValues = [];
+    this.batchHead = 0;
+    this.headBuffer = [];
+    this.headScanFrom = 0;
+    this.committedExhausted = false;
+    this.headChanged = false;
+  }
+
+  committed(): void {
+    this.snapshot = undefined;
+    this.removedInFlight = new Set();
+  }
+
+  rollback(): void {
+    const s = this.snapshot;
+    if (s !== undefined) {
+      this.lastSeq = s.lastSeq;
+      this.messages = s.messages;
+      this.bytes = s.bytes;
+      this.dropped = s.dropped;
+      this.oldestAppendedAtMs = s.oldest;
+    }
+    this.committed();
+  }
+}
+
+class LmdbSessionStore implements SessionStore {
+  lastSeq: number;
+  private readonly store: LmdbStoreImpl;
+
+  constructor(store: LmdbStoreImpl) {
+    this.store = store;
+    this.lastSeq = (store.meta.get('sessionSeq') as number | undefined) ?? 0;
+  }
+
+  loadAll(): Iterable<SessionRecord> {
+    const { sessionDb, subscriptionDb, queueDb } = this.store;
+    const byId = new Map<string, { fields: SessionFields; subscriptions: SubscriptionRecord[]; queue: QueuedRecord[] }>();
+    const get = (clientId: string) => {
+      let s = byId.get(clientId);
+      if (s === undefined) {
+        s = { fields: { expiryIntervalS: 0 }, subscriptions: [], queue: [] };
+        byId.set(clientId, s);
+      }
+      return s;
+    };
+    for (const { key, value } of sessionDb.getRange({ snapshot: false })) get(key.toString('utf8')).fields = value;
+    for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) get(keyOwner(key)).subscriptions.push(value);
+    for (const { key, value } of queueDb.getRange({ snapshot: false })) {
+      get(keyOwner(key)).queue.push({ seq: keySeq(key), msg: decodeMessage(value, PLAIN_HEADER_BYTES) });
+    }
+    const out: SessionRecord[] = [];
+    for (const [clientId, s] of byId) {
+      out.push({
+        clientId,
+        expiryIntervalS: s.fields.expiryIntervalS,
+        ...(s.fields.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.fields.disconnectedAtMs }),
+        subscriptions: s.subscriptions,
+        queue: s.queue,
+      });
+    }
+    return out;
+  }
+
+  putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void> {
+    const value: SessionFields = { expiryIntervalS: fields.expiryIntervalS };
+    if (fields.disconnectedAtMs !== undefined) value.disconnectedAtMs = fields.disconnectedAtMs;
+    return this.keyed(clientId, (b, key) => this.store.put(b, this.store.sessionDb, key, value), Buffer.from(clientId, 'utf8'));
+  }
+
+  drop(clientId: string): Promise<void> {
+    return this.keyed(clientId, (b, key) => {
+      const { sessionDb, subscriptionDb, queueDb } = this.store;
+      this.store.del(b, sessionDb, key);
+      const prefix = ownerPrefix(clientId);
+      const end = prefixEnd(prefix);
+      for (const db of [subscriptionDb, queueDb] as Database<unknown, Bin>[]) {
+        const keys = [...db.getKeys({ start: prefix, end, snapshot: false })];
+        for (const k of keys) this.store.del(b, db, k);
+      }
+      // Written earlier in this same batch, so not in the committed keys above.
+      for (const written of b.sessionKeys.get(clientId) ?? []) this.store.del(b, written.db, written.key);
+      b.sessionKeys.delete(clientId);
+    }, Buffer.from(clientId, 'utf8'));
+  }
+
+  putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void> {
+    const value: SubscriptionRecord = { ...sub };
+    return this.keyed(clientId, (b, key) => {
+      this.store.put(b, this.store.subscriptionDb, key, value);
+      this.remember(b, clientId, this.store.subscriptionDb, key);
+    }, () => nameKey(ownerPrefix(clientId), sub.filter));
+  }
+
+  deleteSubscription(clientId: string, filter: string): Promise<void> {
+    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.subscriptionDb, key), () =>
+      nameKey(ownerPrefix(clientId), filter),
+    );
+  }
+
+  enqueue(clientId: string, msg: Message): Promise<number> {
+    let value: Bin;
+    let prefix: Bin;
+    try {
+      value = encodePlainValue(msg);
+      prefix = ownerPrefix(clientId);
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+    }
+    if (prefix.length + 8 > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
+    return this.store.schedule((b) => {
+      this.store.reserve(b, value.length);
+      const seq = this.lastSeq + 1;
+      const key = seqKey(prefix, seq);
+      this.store.put(b, this.store.queueDb, key, value);
+      b.sessionSeqBefore ??= this.lastSeq;
+      this.lastSeq = seq;
+      this.remember(b, clientId, this.store.queueDb, key);
+      return seq;
+    });
+  }
+
+  ack(clientId: string, seq: number): Promise<void> {
+    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.queueDb, key), () =>
+      seqKey(ownerPrefix(clientId), seq),
+    );
+  }
+
+  private remember(b: Batch, clientId: string, db: Database<any, any>, key: Bin): void {
+    let keys = b.sessionKeys.get(clientId);
+    if (keys === undefined) b.sessionKeys.set(clientId, (keys = []));
+    keys.push({ db, key });
+  }
+
+  /** Builds the key up front (invalid ids and over-long keys reject at once), then schedules `run`. */
+  private keyed(clientId: string, run: (b: Batch, key: Bin) => void, key: Bin | (() => Bin)): Promise<void> {
+    let k: Bin;
+    try {
+      k = typeof key === 'function' ? key() : key;
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }));
+    }
+    if (k.length > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
+    return this.store.schedule((b) => run(b, k));
+  }
+}
+
+function keyTooLong(clientId: string): StoreError {
+  return new StoreError(
+    'EF_STORE_WRITE',
+    `client id (${Buffer.byteLength(clientId)} bytes) plus topic filter exceed the store's key limit`,
+  );
+}
+
+class LmdbRetainedStore implements RetainedStore {
+  private readonly store: LmdbStoreImpl;
+  private n: number;
+
+  constructor(store: LmdbStoreImpl) {
+    this.store = store;
+    this.n = (store.retainedDb.getStats() as { entryCount: number }).entryCount;
+  }
+
+  *loadAll(): Iterable<Message> {
+    for (const { value } of this.store.retainedDb.getRange({ snapshot: false })) {
+      yield decodeMessage(value, PLAIN_HEADER_BYTES);
+    }
+  }
+
+  set(msg: Message): Promise<void> {
+    const key = Buffer.from(msg.topic, 'utf8');
+    if (key.length > this.store.maxKeyBytes) {
+      return Promise.reject(
+        new StoreError('EF_STORE_WRITE', `retained topic of ${key.length} bytes exceeds the store's key limit`),
+      );
+    }
+    let value: Bin | undefined;
+    if (msg.payload.length > 0) {
+      try {
+        value = encodePlainValue(msg);
+      } catch (err) {
+        return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+      }
+    }
+    return this.store.schedule((b) => {
+      const existed = b.retainedExists.get(msg.topic) ?? this.store.retainedDb.doesExist(key);
+      if (value === undefined) {
+        if (!existed) return;
+        this.store.del(b, this.store.retainedDb, key);
+        b.retainedCountBefore ??= this.n;
+        this.n--;
+        b.retainedExists.set(msg.topic, false);
+      } else {
+        this.store.reserve(b, value.length);
+        this.store.put(b, this.store.retainedDb, key, value);
+        b.retainedCountBefore ??= this.n;
+        if (!existed) this.n++;
+        b.retainedExists.set(msg.topic, true);
+      }
+    });
+  }
+
+  get count(): number {
+    return this.n;
+  }
+
+  setCount(n: number): void {
+    this.n = n;
+  }
+}
+
+// --- Opening ----------------------------------------------------------------------------------------------
+
+function openError(dir: string, what: string, cause?: unknown): StoreError {
+  return new StoreError(
+    'EF_STORE_OPEN',
+    `cannot open the data directory ${dir}: ${what}. Nothing was changed. Restore a backup, or move the ` +
+      `directory aside (keep it for analysis) to start with an empty store.`,
+    cause === undefined ? undefined : { cause },
+  );
+}
+
+const MDB_MAGIC = 0xbeefc0de;
+const MDB_DATA_VERSION = 2;
+const P_META = 0x08;
+// Offsets in an LMDB meta page on 64-bit builds: 24-byte page header, then MDB_meta.
+const META_FLAGS_OFFSET = 18;
+const META_MAGIC_OFFSET = 24;
+const META_VERSION_OFFSET = 28;
+const META_PAGE_SIZE_OFFSET = 48; // mm_dbs[FREE_DBI].md_pad
+const META_LAST_PAGE_OFFSET = 144;
+const META_TXNID_OFFSET = 152;
+const META_BYTES = 168;
+
+/**
+ * Checks `data.mdb` before lmdb-js sees it. lmdb-js 3.5.6 crashes the whole process (SIGSEGV, verified) when
+ * asked to open a file whose meta page is garbage or that is truncated, which would be a crash loop under
+ * systemd; here such a file becomes a clear EF_STORE_OPEN instead. Corruption deeper in the file is reported
+ * by LMDB itself (MDB_PAGE_NOTFOUND, MDB_CORRUPTED) when the store reads it at open.
+ */
+export function checkDataFile(dir: string): void {
+  const file = path.join(dir, 'data.mdb');
+  let fd: number;
+  try {
+    fd = fs.openSync(file, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return; // a new store
+    throw openError(dir, `data.mdb cannot be read (${asError(err).message})`, err);
+  }
+  try {
+    const size = fs.fstatSync(fd).size;
+    if (size === 0) return; // created but never written (crash during creation): LMDB initialises it
+    if (size < META_BYTES) throw openError(dir, `data.mdb is truncated (${size} bytes)`);
+    const page0 = Buffer.alloc(META_BYTES);
+    fs.readSync(fd, page0, 0, META_BYTES, 0);
+    const meta0 = readMeta(page0);
+    if (meta0 === undefined) throw openError(dir, 'data.mdb is not an LMDB data file (bad meta page)');
+    if (meta0.version !== MDB_DATA_VERSION) {
+      throw openError(dir, `data.mdb has LMDB format version ${meta0.version}, expected ${MDB_DATA_VERSION}`);
+    }
+    const pageSize = meta0.pageSize;
+    if (pageSize < 512 || pageSize > 65536 || (pageSize & (pageSize - 1)) !== 0) {
+      throw openError(dir, `data.mdb has an invalid page size (${pageSize})`);
+    }
+    if (size < 2 * pageSize) throw openError(dir, `data.mdb is truncated (${size} bytes)`);
+    const page1 = Buffer.alloc(META_BYTES);
+    fs.readSync(fd, page1, 0, META_BYTES, pageSize);
+    const meta1 = readMeta(page1);
+    if (meta1 === undefined || meta1.version !== MDB_DATA_VERSION) {
+      throw openError(dir, 'data.mdb has a damaged second meta page');
+    }
+    const latest = meta1.txnId > meta0.txnId ? meta1 : meta0;
+    if ((latest.lastPage + 1) * pageSize > size) {
+      throw openError(
+        dir,
+        `data.mdb is truncated: it has ${size} bytes but its last transaction uses ${(latest.lastPage + 1) * pageSize}`,
+      );
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function readMeta(page: Buffer): { version: number; pageSize: number; lastPage: number; txnId: number } | undefined {
+  if ((page.readUInt16LE(META_FLAGS_OFFSET) & P_META) === 0) return undefined;
+  if (page.readUInt32LE(META_MAGIC_OFFSET) !== MDB_MAGIC) return undefined;
+  return {
+    version: page.readUInt32LE(META_VERSION_OFFSET) & 0xffff,
+    pageSize: page.readUInt32LE(META_PAGE_SIZE_OFFSET),
+    lastPage: Number(page.readBigUInt64LE(META_LAST_PAGE_OFFSET)),
+    txnId: Number(page.readBigUInt64LE(META_TXNID_OFFSET)),
+  };
+}
+
+/**
+ * One process per data directory. The JS side keeps the counters and sequence numbers, so a second writer
+ * (another edgeferry, or this one opening the directory twice) would corrupt them. `edgeferry.lock` records
+ * pid, boot id and process start time; a lock whose process is gone (crash, kill -9, reboot) is taken over.
+ */
+interface StoreLock {
+  release(): void;
+}
+
+function processIdentity(pid: number): string | undefined {
+  try {
+    // Field 22 of /proc/<pid>/stat is the start time in clock ticks since boot; the command name (field 2)
+    // may contain spaces, so count fields after its closing parenthesis.
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return fields[19];
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+}
+
+function bootId(): string {
+  try {
+    return fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  } catch (err) {
+    // Not Linux: without a boot id a stale lock is recognised by its pid alone.
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'unknown';
+    throw err;
+  }
+}
+
+function acquireLock(dir: string): StoreLock {
+  const file = path.join(dir, 'edgeferry.lock');
+  const me = { pid: process.pid, bootId: bootId(), start: processIdentity(process.pid) ?? 'unknown' };
+  let existing: { pid: number; bootId: string; start: string } | undefined;
+  try {
+    existing = JSON.parse(fs.readFileSync(file, 'utf8')) as typeof existing;
+  } catch (err) {
+    // Missing is the normal case; unreadable or garbled (crash while writing it) is treated as stale.
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT' && !(err instanceof SyntaxError)) {
+      throw openError(dir, `edgeferry.lock cannot be read (${asError(err).message})`, err);
+    }
+  }
+  if (existing !== undefined && existing.bootId === me.bootId && typeof existing.pid === 'number') {
+    const start = processIdentity(existing.pid);
+    if (start !== undefined && start === existing.start) {
+      throw openError(
+        dir,
+        existing.pid === process.pid
+          ? 'it is already open in this process'
+          : `it is in use by process ${existing.pid} (another edgeferry?); stop that process first`,
+      );
+    }
+  }
+  fs.writeFileSync(file, JSON.stringify(me));
+  let released = false;
+  return {
+    release() {
+      if (released) return;
+      released = true;
+      try {
+        fs.unlinkSync(file);
+      } catch (err) {
+        // A missing lock file is what we wanted; anything else is stale-lock material for the next start.
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+    },
+  };
+}
+
+/**
+ * Opens (or creates) the store in `opts.path`. Throws StoreError EF_STORE_OPEN, naming the directory and what
+ * to do, when it cannot be used; it never modifies a store it refuses.
+ * `internal.schemaVersion` overrides the layout version written and expected (tests; future migrations).
+ */
+export async function openLmdbStore(
+  opts: LmdbStoreOptions,
+  internal: { schemaVersion?: number } = {},
+): Promise<Store> {
+  const schemaVersion = internal.schemaVersion ?? SCHEMA_VERSION;
+  const dir = path.resolve(opts.path);
+  const log = opts.log.child({ mod: 'store', path: dir });
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (err) {
+    throw openError(dir, `the directory cannot be created (${asError(err).message})`, err);
+  }
+  checkDataFile(dir);
+  const lock = acquireLock(dir);
+  let env: RootDatabase | undefined;
+  try {
+    try {
+      // eventTurnBatching off: every write goes through one explicit `batch()` per store batch (see issue()).
+      env = open({ path: dir, maxDbs: 8, eventTurnBatching: false });
+    } catch (err) {
+      throw openError(dir, `LMDB refused the environment (${asError(err).message})`, err);
+    }
+    const rootNames: string[] = [];
+    try {
+      for (const key of env.getKeys({ snapshot: false })) rootNames.push(String(key));
+    } catch (err) {
+      throw openError(dir, `its root database is unreadable (${asError(err).message})`, err);
+    }
+    const fresh = rootNames.length === 0;
+    if (!fresh && !rootNames.includes('meta')) {
+      throw openError(dir, `it holds an LMDB environment that is not an edgeferry store (databases: ${rootNames.join(', ')})`);
+    }
+    let store: LmdbStoreImpl;
+    try {
+      store = new LmdbStoreImpl(env, { ...opts, path: dir }, lock, log);
+    } catch (err) {
+      throw err instanceof StoreError ? err : openError(dir, `its databases are unreadable (${asError(err).message})`, err);
+    }
+    if (fresh) {
+      await store.meta.put('schema', { version: schemaVersion, createdAtMs: Date.now() });
+      await store.meta.flushed;
+      log.info({ schemaVersion }, 'created a new store');
+    } else {
+      const schema = store.meta.get('schema') as { version?: unknown } | undefined;
+      if (schema === undefined || schema.version !== schemaVersion) {
+        throw openError(
+          dir,
+          `its schema version is ${String(schema?.version ?? 'missing')}, this edgeferry reads version ${schemaVersion}` +
+            ' (a store written by another edgeferry release needs that release or a migration)',
+        );
+      }
+    }
+    log.info({ sync: opts.sync, maxBytes: opts.maxBytes }, 'store open');
+    return store;
+  } catch (err) {
+    if (env !== undefined) {
+      await env.close().catch((closeErr: unknown) => log.warn({ err: closeErr }, 'closing a store that failed to open'));
+    }
+    lock.release();
+    throw err;
+  }
+}

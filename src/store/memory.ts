@@ -1,0 +1,303 @@
+/**
+ * In-memory store: used when persistence is off and in broker tests. Same semantics as `lmdb.ts` (one contract
+ * suite runs against both), nothing survives the process. Writes resolve on the next microtask.
+ */
+import type { Message } from '../protocol/message.js';
+import { outboxEntryBytes } from './codec.js';
+import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from './outbox-limits.js';
+import type {
+  DropReason,
+  Outbox,
+  OutboxDepth,
+  OutboxEntry,
+  OutboxLimits,
+  QueuedRecord,
+  RetainedStore,
+  SessionRecord,
+  SessionStore,
+  Store,
+  SubscriptionRecord,
+} from './types.js';
+
+const RESOLVED: Promise<void> = Promise.resolve();
+
+class MemoryOutbox implements Outbox {
+  readonly name: string;
+  limits: OutboxLimits;
+  // Entries in seq order from `head`; removed entries leave `undefined` holes until the head passes them.
+  private entries: (OutboxEntry | undefined)[] = [];
+  private head = 0;
+  private lastSeq = 0;
+  private messages = 0;
+  private bytes = 0;
+  private readonly dropped = emptyDropped();
+  private readonly isClosed: () => boolean;
+
+  constructor(name: string, limits: OutboxLimits, isClosed: () => boolean) {
+    this.name = name;
+    this.limits = limits;
+    this.isClosed = isClosed;
+  }
+
+  append(msg: Message): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    const bytes = outboxEntryBytes(msg);
+    const { maxBytes, maxMessages, overflow } = this.limits;
+    if (isLimited(maxBytes) && bytes > maxBytes) {
+      return Promise.reject(entryTooLargeError(this.name, this.limits, bytes));
+    }
+    const overLimit = (): boolean =>
+      (isLimited(maxMessages) && this.messages + 1 > maxMessages) ||
+      (isLimited(maxBytes) && this.bytes + bytes > maxBytes);
+    if (overLimit()) {
+      if (overflow === 'reject-new') return Promise.reject(queueFullError(this.name, this.limits, bytes));
+      while (overLimit() && this.dropHead()) this.dropped.queue_full++;
+    }
+    this.entries.push({ seq: ++this.lastSeq, msg, appendedAtMs: Date.now(), bytes });
+    this.messages++;
+    this.bytes += bytes;
+    return RESOLVED;
+  }
+
+  peek(limit: number, afterSeq?: number): readonly OutboxEntry[] {
+    const out: OutboxEntry[] = [];
+    let i = afterSeq === undefined ? this.head : this.firstIndexAfter(afterSeq);
+    for (; i < this.entries.length && out.length < limit; i++) {
+      const e = this.entries[i];
+      if (e !== undefined) out.push(e);
+    }
+    return out;
+  }
+
+  remove(seqs: readonly number[]): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    for (const seq of seqs) {
+      let i = this.firstIndexAfter(seq - 1);
+      while (i < this.entries.length && this.entries[i] === undefined) i++;
+      const e = this.entries[i];
+      if (e === undefined || e.seq !== seq) continue; // unknown or already removed: ignored by contract
+      this.entries[i] = undefined;
+      this.messages--;
+      this.bytes -= e.bytes;
+    }
+    this.compact();
+    return RESOLVED;
+  }
+
+  expire(nowMs: number = Date.now()): Promise<number> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    if (!isLimited(this.limits.maxAgeS)) return Promise.resolve(0);
+    const cutoffMs = nowMs - this.limits.maxAgeS * 1000;
+    let n = 0;
+    for (;;) {
+      const first = this.entries[this.head];
+      if (first === undefined || first.appendedAtMs >= cutoffMs) break;
+      this.dropHead();
+      n++;
+    }
+    this.dropped.expired += n;
+    return Promise.resolve(n);
+  }
+
+  countDropped(reason: DropReason, n: number): void {
+    this.dropped[reason] += n;
+  }
+
+  get depth(): OutboxDepth {
+    return {
+      messages: this.messages,
+      bytes: this.bytes,
+      oldestAppendedAtMs: this.entries[this.head]?.appendedAtMs,
+      dropped: { ...this.dropped },
+    };
+  }
+
+  /** Removes the oldest entry; false when empty. */
+  private dropHead(): boolean {
+    const e = this.entries[this.head];
+    if (e === undefined) return false;
+    this.entries[this.head] = undefined;
+    this.messages--;
+    this.bytes -= e.bytes;
+    this.compact();
+    return true;
+  }
+
+  /** Moves the head past holes and reclaims the array prefix once it is at least half of the array. */
+  private compact(): void {
+    while (this.head < this.entries.length && this.entries[this.head] === undefined) this.head++;
+    if (this.head === this.entries.length) {
+      this.entries = [];
+      this.head = 0;
+    } else if (this.head > 1024 && this.head * 2 >= this.entries.length) {
+      this.entries = this.entries.slice(this.head);
+      this.head = 0;
+    }
+  }
+
+  /** Index of the first slot (hole or entry) whose seq is > `seq`; slots keep their seq order. */
+  private firstIndexAfter(seq: number): number {
+    let lo = this.head;
+    let hi = this.entries.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const s = this.seqAt(mid, hi);
+      if (s === undefined || s > seq) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  }
+
+  /**
+   * The seq that the slot at `i` stands for: its own, or, for a hole, that of the next live entry before `hi`
+   * (holes sort with the entry after them, which keeps the binary search monotonic).
+   */
+  private seqAt(i: number, hi: number): number | undefined {
+    for (let j = i; j < hi; j++) {
+      const e = this.entries[j];
+      if (e !== undefined) return e.seq;
+    }
+    return undefined;
+  }
+}
+
+interface MemorySession {
+  expiryIntervalS: number;
+  disconnectedAtMs?: number;
+  subscriptions: Map<string, SubscriptionRecord>;
+  queue: Map<number, Message>; // insertion order is seq order
+}
+
+class MemorySessionStore implements SessionStore {
+  private readonly sessions = new Map<string, MemorySession>();
+  private lastSeq = 0;
+  private readonly isClosed: () => boolean;
+
+  constructor(isClosed: () => boolean) {
+    this.isClosed = isClosed;
+  }
+
+  *loadAll(): Iterable<SessionRecord> {
+    for (const [clientId, s] of this.sessions) {
+      const queue: QueuedRecord[] = [];
+      for (const [seq, msg] of s.queue) queue.push({ seq, msg });
+      const record: SessionRecord = {
+        clientId,
+        expiryIntervalS: s.expiryIntervalS,
+        subscriptions: [...s.subscriptions.values()],
+        queue,
+        ...(s.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.disconnectedAtMs }),
+      };
+      yield record;
+    }
+  }
+
+  putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    const s = this.session(clientId);
+    s.expiryIntervalS = fields.expiryIntervalS;
+    s.disconnectedAtMs = fields.disconnectedAtMs;
+    return RESOLVED;
+  }
+
+  drop(clientId: string): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    this.sessions.delete(clientId);
+    return RESOLVED;
+  }
+
+  putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    this.session(clientId).subscriptions.set(sub.filter, { ...sub });
+    return RESOLVED;
+  }
+
+  deleteSubscription(clientId: string, filter: string): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    this.sessions.get(clientId)?.subscriptions.delete(filter);
+    return RESOLVED;
+  }
+
+  enqueue(clientId: string, msg: Message): Promise<number> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    const seq = ++this.lastSeq;
+    this.session(clientId).queue.set(seq, msg);
+    return Promise.resolve(seq);
+  }
+
+  ack(clientId: string, seq: number): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    this.sessions.get(clientId)?.queue.delete(seq);
+    return RESOLVED;
+  }
+
+  private session(clientId: string): MemorySession {
+    let s = this.sessions.get(clientId);
+    if (s === undefined) {
+      s = { expiryIntervalS: 0, subscriptions: new Map(), queue: new Map() };
+      this.sessions.set(clientId, s);
+    }
+    return s;
+  }
+}
+
+class MemoryRetainedStore implements RetainedStore {
+  private readonly byTopic = new Map<string, Message>();
+  private readonly isClosed: () => boolean;
+
+  constructor(isClosed: () => boolean) {
+    this.isClosed = isClosed;
+  }
+
+  loadAll(): Iterable<Message> {
+    return [...this.byTopic.values()];
+  }
+
+  set(msg: Message): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    if (msg.payload.length === 0) this.byTopic.delete(msg.topic);
+    else this.byTopic.set(msg.topic, msg);
+    return RESOLVED;
+  }
+
+  get count(): number {
+    return this.byTopic.size;
+  }
+}
+
+class MemoryStore implements Store {
+  readonly retained: MemoryRetainedStore;
+  readonly sessions: MemorySessionStore;
+  private readonly outboxes = new Map<string, MemoryOutbox>();
+  private closed = false;
+
+  constructor() {
+    const isClosed = (): boolean => this.closed;
+    this.retained = new MemoryRetainedStore(isClosed);
+    this.sessions = new MemorySessionStore(isClosed);
+  }
+
+  outbox(name: string, limits: OutboxLimits): Outbox {
+    let box = this.outboxes.get(name);
+    if (box === undefined) {
+      box = new MemoryOutbox(name, limits, () => this.closed);
+      this.outboxes.set(name, box);
+    } else {
+      box.limits = limits; // a config reload may change limits; content stays
+    }
+    return box;
+  }
+
+  flushed(): Promise<void> {
+    return RESOLVED;
+  }
+
+  close(): Promise<void> {
+    this.closed = true;
+    return RESOLVED;
+  }
+}
+
+export function createMemoryStore(): Store {
+  return new MemoryStore();
+}

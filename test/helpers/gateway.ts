@@ -1,0 +1,162 @@
+/**
+ * The edgeferry gateway as a real process (`node dist/src/cli.js --config <file>`; run `npm run build` first).
+ *
+ *   const gw = d.add(await startGateway({ bridges: [{ name: 'central', remote: { urls: [central.url] },
+ *                                                      topics: [{ filter: 'plant/#' }] }] }));
+ *   await gw.kill('SIGKILL'); await gw.restart();   // same config, same data dir
+ *
+ * The config is written as JSON (valid YAML): a TCP listener on a free port, a temp storage dir, JSON logs at
+ * `warn`, and `patch` merged on top (objects merged deeply, arrays replaced).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { connectClient } from './collector.js';
+import { freePort } from './ports.js';
+import { removeDir, tempDir } from './temp.js';
+import { delay } from './wait.js';
+
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const CLI = join(ROOT, 'dist', 'src', 'cli.js');
+
+export interface Gateway {
+  readonly port: number;
+  /** `mqtt://127.0.0.1:<port>` */
+  readonly url: string;
+  /** Storage path (LMDB files), kept across `restart()`. */
+  readonly dataDir: string;
+  readonly configFile: string;
+  /** The current process (replaced by `restart()`). */
+  readonly proc: ChildProcess;
+  /** stdout + stderr of every run so far (JSON log lines). */
+  output(): string;
+  /** Sends a signal and waits for the process to exit. */
+  kill(signal?: NodeJS.Signals): Promise<void>;
+  /** SIGTERM, waiting for a clean exit (SIGKILL after 15 s). */
+  stop(): Promise<void>;
+  /** Starts a new process with the same config and data dir, once the previous one exited. */
+  restart(): Promise<void>;
+  /** Stops and removes the temp dirs (what `Disposer.add` calls). */
+  dispose(): Promise<void>;
+}
+
+export interface GatewayOptions {
+  /** Log level for the process (default `warn`; `debug` helps when a test fails). */
+  logLevel?: string;
+  /** Milliseconds to wait for the MQTT listener (default 15000). */
+  readyTimeoutMs?: number;
+}
+
+export async function startGateway(patch: object = {}, options: GatewayOptions = {}): Promise<Gateway> {
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` before the integration tests`);
+  const dir = tempDir('edgeferry-gw-');
+  const dataDir = join(dir, 'data');
+  const port = await freePort();
+  const base = {
+    listeners: [{ type: 'tcp', host: '127.0.0.1', port }],
+    storage: { path: dataDir },
+    log: { level: options.logLevel ?? 'warn', format: 'json' },
+  };
+  const config = deepMerge(base, patch as Record<string, unknown>);
+  const configFile = join(dir, 'edgeferry.yaml');
+  writeFileSync(configFile, JSON.stringify(config, null, 2));
+  const actualPort = (config.listeners as { port: number }[])[0]?.port ?? port;
+
+  let out = '';
+  let proc: ChildProcess | undefined;
+  let disposed = false;
+
+  const launch = async (): Promise<void> => {
+    const child = spawn(process.execPath, [CLI, '--config', configFile], {
+      cwd: dir,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NOTIFY_SOCKET: '' },
+    });
+    child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    proc = child;
+    const deadline = Date.now() + (options.readyTimeoutMs ?? 15_000);
+    for (;;) {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        throw new Error(`gateway exited (${child.exitCode ?? child.signalCode}) before accepting MQTT:\n${tail(out)}`);
+      }
+      try {
+        const client = await connectClient(`mqtt://127.0.0.1:${actualPort}`, { connectTimeout: 1000 });
+        await client.endAsync(true);
+        return;
+      } catch {
+        if (Date.now() > deadline) throw new Error(`gateway did not accept MQTT on ${actualPort}:\n${tail(out)}`);
+        await delay(50);
+      }
+    }
+  };
+
+  const signal = async (sig: NodeJS.Signals, killAfterMs: number): Promise<void> => {
+    const child = proc;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise<void>((resolveExit) => child.once('exit', () => resolveExit()));
+    child.kill(sig);
+    const timer = setTimeout(() => child.kill('SIGKILL'), killAfterMs);
+    await exited;
+    clearTimeout(timer);
+  };
+
+  await launch();
+  return {
+    port: actualPort,
+    url: `mqtt://127.0.0.1:${actualPort}`,
+    dataDir,
+    configFile,
+    get proc() {
+      return proc as ChildProcess;
+    },
+    output: () => out,
+    kill: (sig = 'SIGKILL') => signal(sig, 5000),
+    stop: () => signal('SIGTERM', 15_000),
+    restart: async () => {
+      await signal('SIGTERM', 15_000);
+      await launch();
+    },
+    dispose: async () => {
+      if (disposed) return;
+      disposed = true;
+      await signal('SIGTERM', 15_000);
+      removeDir(dir);
+    },
+  };
+}
+
+function tail(text: string, lines = 40): string {
+  return text.split('\n').slice(-lines).join('\n');
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Objects merge key by key; arrays and scalars in `patch` replace. */
+export function deepMerge(base: Record<string, unknown>, patch: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...base };
+  for (const [key, value] of Object.entries(patch)) {
+    const current = out[key];
+    out[key] = isPlainObject(current) && isPlainObject(value) ? deepMerge(current, value) : value;
+  }
+  return out;
+}
+
+/**
+ * A `startGateway` patch with one bridge `central` to `url`, tuned for tests: fast reconnects, short liveness
+ * timeouts, replay unpaced. `bridge` is merged into the bridge entry (objects deeply, arrays replaced).
+ */
+export function bridgePatch(url: string | string[], bridge: Record<string, unknown> = {}): { bridges: Record<string, unknown>[] } {
+  const base = {
+    name: 'central',
+    remote: { urls: Array.isArray(url) ? url : [url], clientId: 'edgeferry-central', keepaliveS: 5 },
+    topics: [{ filter: 'plant/#', direction: 'out' }],
+    ackTimeoutS: 3,
+    reconnect: { minDelayMs: 100, maxDelayMs: 1000 },
+    replay: { messagesPerS: 0, bytesPerS: 0 },
+  };
+  return { bridges: [deepMerge(base, bridge)] };
+}

@@ -1,0 +1,211 @@
+/**
+ * A Sparkplug host application for tests: subscribes to a group over MQTT (MQTT.js), decodes every payload
+ * with the alias table learnt from the births, checks the session rules a real host relies on (seq +1 mod 256
+ * from NBIRTH 0, aliases declared before use, bdSeq of NDEATH = NBIRTH's) and keeps the current values.
+ *
+ *   const host = d.add(await startSparkplugHost(central.url, 'plant1'));
+ *   await host.waitFor((h) => h.births('DBIRTH').length >= 1, 10_000);
+ *   expect(host.violations).toEqual([]);
+ *   await host.rebirth('line4-gw'); await host.write('line4-gw', 'press-1', { setpoint: 12.5 });
+ */
+import { connectAsync, type MqttClient } from 'mqtt';
+import type { MetricIn, MetricDatatype, PayloadIn } from '../../src/sparkplug/payload.js';
+import { decodePayload, encodePayload } from '../../src/sparkplug/payload.js';
+import { parseTopic } from '../../src/sparkplug/topics.js';
+import type { SparkplugMessageType } from '../../src/sparkplug/topics.js';
+import type { TagValue } from '../../connectors/contract.js';
+import { waitFor } from './wait.js';
+
+export interface HostMessage {
+  readonly topic: string;
+  readonly type: SparkplugMessageType;
+  readonly edgeNodeId: string;
+  readonly deviceId?: string;
+  readonly qos: number;
+  readonly retain: boolean;
+  readonly payload: PayloadIn;
+  readonly receivedAtMs: number;
+}
+
+interface MetricInfo {
+  readonly name: string;
+  readonly datatype?: MetricDatatype;
+}
+
+interface NodeSession {
+  bdSeq?: number;
+  /** Expected seq of the next message (undefined: no NBIRTH seen). */
+  nextSeq?: number;
+  /** alias → metric, across the node (aliases are unique per node). */
+  readonly aliases: Map<number, MetricInfo & { deviceId?: string }>;
+  online: boolean;
+  readonly devicesOnline: Set<string>;
+}
+
+export interface SparkplugHost {
+  readonly client: MqttClient;
+  readonly messages: HostMessage[];
+  /** Rule breaks seen so far, as sentences. */
+  readonly violations: string[];
+  of(type: SparkplugMessageType, deviceId?: string): HostMessage[];
+  births(type: 'NBIRTH' | 'DBIRTH', deviceId?: string): HostMessage[];
+  /** Current (live, non-historical) value by `<node>/<device>/<metric>` or `<node>//<metric>`. */
+  value(edgeNodeId: string, deviceId: string | undefined, metric: string): TagValue | null | undefined;
+  /** Resolves the metric name of a DATA metric (by name or learnt alias). */
+  nameOf(edgeNodeId: string, metric: MetricIn): string | undefined;
+  isOnline(edgeNodeId: string): boolean;
+  waitFor<T>(predicate: (host: SparkplugHost) => T, timeoutMs: number, what?: string): Promise<NonNullable<T>>;
+  rebirth(edgeNodeId: string): Promise<void>;
+  /** DCMD with metric names (and datatype, as Sparkplug hosts send them). */
+  write(edgeNodeId: string, deviceId: string, metrics: { name: string; datatype: MetricDatatype; value: TagValue }[]): Promise<void>;
+  /** Publishes this host's STATE (retained, QoS 1), as a primary host application does. */
+  publishState(hostId: string, online: boolean, timestamp: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startSparkplugHost(url: string, groupId: string, options: { clientId?: string } = {}): Promise<SparkplugHost> {
+  const client = await connectAsync(url, { reconnectPeriod: 0, connectTimeout: 5000, clientId: options.clientId, protocolVersion: 5 });
+  const messages: HostMessage[] = [];
+  const violations: string[] = [];
+  const sessions = new Map<string, NodeSession>();
+  const values = new Map<string, TagValue | null>();
+
+  const session = (node: string): NodeSession => {
+    let s = sessions.get(node);
+    if (!s) {
+      s = { aliases: new Map(), online: false, devicesOnline: new Set() };
+      sessions.set(node, s);
+    }
+    return s;
+  };
+
+  client.on('message', (topicName, payloadBuf, packet) => {
+    const topic = parseTopic(topicName);
+    if (!topic || topic.groupId !== groupId) return;
+    const s = session(topic.edgeNodeId);
+    let payload: PayloadIn;
+    try {
+      payload = decodePayload(payloadBuf, (m) => (m.alias !== undefined ? s.aliases.get(m.alias)?.datatype : undefined));
+    } catch (err) {
+      violations.push(`${topicName}: undecodable payload (${(err as Error).message})`);
+      return;
+    }
+    const msg: HostMessage = {
+      topic: topicName,
+      type: topic.type,
+      edgeNodeId: topic.edgeNodeId,
+      deviceId: topic.deviceId,
+      qos: packet.qos,
+      retain: packet.retain,
+      payload,
+      receivedAtMs: Date.now(),
+    };
+    messages.push(msg);
+    check(s, msg);
+  });
+
+  const where = (m: HostMessage): string => `${m.type} ${m.deviceId ?? m.edgeNodeId} seq ${m.payload.seq}`;
+
+  function check(s: NodeSession, m: HostMessage): void {
+    const p = m.payload;
+    if (m.retain) violations.push(`${where(m)}: retained`);
+    if (m.type === 'NCMD' || m.type === 'DCMD') return;
+    if (m.type === 'NDEATH') {
+      const bdSeq = p.metrics.find((x) => x.name === 'bdSeq');
+      if (p.seq !== undefined) violations.push(`${where(m)}: NDEATH carries a seq`);
+      if (m.qos !== 1) violations.push(`${where(m)}: NDEATH not QoS 1`);
+      if (!bdSeq || bdSeq.datatype !== 'Int64') violations.push(`${where(m)}: NDEATH without an Int64 bdSeq`);
+      // A death whose bdSeq does not match the current birth is a stale Will: a host ignores it.
+      if (bdSeq && s.bdSeq !== undefined && Number(bdSeq.value) === s.bdSeq) {
+        s.online = false;
+        s.nextSeq = undefined;
+        s.devicesOnline.clear();
+      }
+      return;
+    }
+    if (m.qos !== 0) violations.push(`${where(m)}: not QoS 0`);
+    if (p.seq === undefined) {
+      violations.push(`${where(m)}: no seq`);
+      return;
+    }
+    if (m.type === 'NBIRTH') {
+      if (p.seq !== 0) violations.push(`${where(m)}: NBIRTH seq is not 0`);
+      const bdSeq = p.metrics.find((x) => x.name === 'bdSeq');
+      if (!bdSeq || bdSeq.datatype !== 'Int64') violations.push(`${where(m)}: NBIRTH without an Int64 bdSeq`);
+      s.bdSeq = bdSeq ? Number(bdSeq.value) : undefined;
+      s.online = true;
+      s.devicesOnline.clear();
+      s.aliases.clear();
+    } else if (s.nextSeq === undefined) {
+      violations.push(`${where(m)}: before any NBIRTH`);
+    } else if (p.seq !== s.nextSeq) {
+      violations.push(`${where(m)}: expected seq ${s.nextSeq}`);
+    }
+    s.nextSeq = (p.seq + 1) & 0xff;
+    if (m.type === 'NBIRTH' || m.type === 'DBIRTH') {
+      if (m.type === 'DBIRTH') s.devicesOnline.add(m.deviceId as string);
+      for (const metric of p.metrics) {
+        if (metric.name === undefined) violations.push(`${where(m)}: birth metric without a name`);
+        if (metric.datatype === undefined) violations.push(`${where(m)}: birth metric ${metric.name} without a datatype`);
+        if (metric.alias !== undefined) {
+          const owner = s.aliases.get(metric.alias);
+          if (owner && (owner.deviceId !== m.deviceId || owner.name !== metric.name)) {
+            violations.push(`${where(m)}: alias ${metric.alias} already names ${owner.deviceId ?? ''}/${owner.name}`);
+          }
+          s.aliases.set(metric.alias, { name: metric.name ?? '', datatype: metric.datatype, deviceId: m.deviceId });
+        }
+        if (metric.name !== undefined && !metric.isHistorical) values.set(`${m.edgeNodeId}/${m.deviceId ?? ''}/${metric.name}`, metric.value);
+      }
+      return;
+    }
+    if (m.type === 'DDEATH') {
+      s.devicesOnline.delete(m.deviceId as string);
+      return;
+    }
+    // NDATA / DDATA
+    if (m.type === 'DDATA' && !s.devicesOnline.has(m.deviceId as string)) violations.push(`${where(m)}: data for a device not born`);
+    for (const metric of p.metrics) {
+      if (metric.name !== undefined) violations.push(`${where(m)}: DATA metric carries a name (${metric.name})`);
+      if (metric.datatype !== undefined) violations.push(`${where(m)}: DATA metric carries a datatype`);
+      if (metric.timestamp === undefined) violations.push(`${where(m)}: DATA metric without a timestamp`);
+      const info = metric.alias !== undefined ? s.aliases.get(metric.alias) : undefined;
+      if (!info) {
+        violations.push(`${where(m)}: unknown alias ${metric.alias}`);
+        continue;
+      }
+      if (!metric.isHistorical) values.set(`${m.edgeNodeId}/${m.deviceId ?? ''}/${info.name}`, metric.value);
+    }
+  }
+
+  const host: SparkplugHost = {
+    client,
+    messages,
+    violations,
+    of: (type, deviceId) => messages.filter((m) => m.type === type && (deviceId === undefined || m.deviceId === deviceId)),
+    births: (type, deviceId) => host.of(type, deviceId),
+    value: (node, device, metric) => values.get(`${node}/${device ?? ''}/${metric}`),
+    nameOf: (node, metric) => metric.name ?? (metric.alias !== undefined ? sessions.get(node)?.aliases.get(metric.alias)?.name : undefined),
+    isOnline: (node) => sessions.get(node)?.online ?? false,
+    waitFor: (predicate, timeoutMs, what) =>
+      waitFor(() => predicate(host), timeoutMs, {
+        message: () => `${what ?? 'host condition'}; received: ${messages.map((m) => `${m.type}:${m.deviceId ?? ''}:${m.payload.seq}`).join(' ')}`,
+      }),
+    rebirth: async (node) => {
+      const payload = encodePayload({
+        timestamp: Date.now(),
+        metrics: [{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }],
+      });
+      await client.publishAsync(`spBv1.0/${groupId}/NCMD/${node}`, payload, { qos: 0 });
+    },
+    write: async (node, device, metrics) => {
+      const payload = encodePayload({ timestamp: Date.now(), metrics: metrics.map((m) => ({ name: m.name, datatype: m.datatype, value: m.value })) });
+      await client.publishAsync(`spBv1.0/${groupId}/DCMD/${node}/${device}`, payload, { qos: 0 });
+    },
+    publishState: async (hostId, online, timestamp) => {
+      await client.publishAsync(`spBv1.0/STATE/${hostId}`, JSON.stringify({ online, timestamp }), { qos: 1, retain: true });
+    },
+    stop: () => client.endAsync(true),
+  };
+  await client.subscribeAsync(`spBv1.0/${groupId}/#`, { qos: 1 });
+  return host;
+}

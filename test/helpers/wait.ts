@@ -1,0 +1,40 @@
+/** Bounded waiting: poll a condition with a deadline instead of sleeping a fixed time. */
+
+export interface WaitOptions {
+  /** Poll period, default 20 ms. */
+  intervalMs?: number;
+  /** Included in the timeout error, to say what was expected. */
+  message?: string | (() => string);
+}
+
+/**
+ * Resolves with the predicate's first truthy value; rejects after `timeoutMs` with `message` (and the last
+ * error the predicate threw, if any).
+ */
+export async function waitFor<T>(
+  predicate: () => T | Promise<T>,
+  timeoutMs: number,
+  options: WaitOptions = {},
+): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  const intervalMs = options.intervalMs ?? 20;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const value = await predicate();
+      if (value) return value as NonNullable<T>;
+    } catch (err) {
+      lastError = err;
+    }
+    if (Date.now() >= deadline) {
+      const what = typeof options.message === 'function' ? options.message() : (options.message ?? 'condition');
+      throw new Error(`waitFor timed out after ${timeoutMs} ms: ${what}`, { cause: lastError });
+    }
+    await delay(intervalMs);
+  }
+}
+
+/** A plain delay, for pacing a test's actions (never as an assertion). */
+export function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,71 @@
+/**
+ * Issue 3 scenario 7: a bounded outbox. With drop-oldest the oldest messages are dropped (exactly as many as
+ * exceed the limit) and the newest arrive; with reject-new, local MQTT 5 publishers get 0x97 Quota exceeded for
+ * messages beyond the limit, and the accepted ones arrive. One warning per episode, not per message.
+ */
+import { describe, expect, it } from 'vitest';
+import { checkSequence, collect, connectClient, sequence } from '../helpers/collector.js';
+import { useDisposer } from '../helpers/disposer.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
+import { bridgePatch, startGateway } from '../helpers/gateway.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { delay, waitFor } from '../helpers/wait.js';
+
+const d = useDisposer();
+
+function warnings(output: string, text: string): number {
+  return output.split('\n').filter((line) => line.includes(text)).length;
+}
+
+describe('bridge: queue limits (issue 3 scenario 7)', { timeout: 120_000 }, () => {
+  it('drops exactly the oldest messages beyond queue.maxMessages (drop-oldest), warns once, and recovers', async () => {
+    const central = d.add(await startMosquitto());
+    const proxy = d.add(await startFaultProxy(central.port));
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const gw = d.add(await startGateway(bridgePatch(proxy.url, { queue: { maxMessages: 100, overflow: 'drop-oldest' } })));
+    const local = await connectClient(gw.url);
+    d.defer(() => local.endAsync(true));
+    proxy.refuse();
+    proxy.reset();
+    await delay(200);
+    for (let i = 0; i < 300; i++) await local.publishAsync('plant/limit', `d${i}`, { qos: 1 });
+    proxy.restore();
+    await waitFor(() => up.messages.length >= 100, 15_000);
+    await delay(500); // nothing more may come
+    // Exactly the newest 100 survive: 200 dropped, counted.
+    expect(checkSequence(up.payloads(), sequence(100, 'd', 200))).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(warnings(gw.output(), 'dropping oldest')).toBe(1);
+    // After the episode, the bridge works normally again.
+    await local.publishAsync('plant/limit', 'after', { qos: 1 });
+    await waitFor(() => up.payloads().includes('after'), 10_000);
+  });
+
+  it('answers 0x97 Quota exceeded beyond queue.maxMessages (reject-new) and delivers the accepted ones', async () => {
+    const central = d.add(await startMosquitto());
+    const proxy = d.add(await startFaultProxy(central.port));
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const gw = d.add(await startGateway(bridgePatch(proxy.url, { queue: { maxMessages: 100, overflow: 'reject-new' } })));
+    const local = await connectClient(gw.url, { protocolVersion: 5 });
+    d.defer(() => local.endAsync(true));
+    proxy.refuse();
+    proxy.reset();
+    await delay(200);
+    const accepted: string[] = [];
+    const refused: number[] = [];
+    for (let i = 0; i < 150; i++) {
+      try {
+        await local.publishAsync('plant/limit', `r${i}`, { qos: 1 });
+        accepted.push(`r${i}`);
+      } catch (err) {
+        refused.push((err as { code?: number }).code ?? -1);
+      }
+    }
+    expect(accepted).toEqual(sequence(100, 'r'));
+    expect(refused).toEqual(new Array(50).fill(0x97));
+    expect(warnings(gw.output(), 'refusing new')).toBe(1);
+    proxy.restore();
+    await waitFor(() => up.messages.length >= 100, 15_000);
+    await delay(300);
+    expect(checkSequence(up.payloads(), accepted)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+  });
+});

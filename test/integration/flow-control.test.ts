@@ -1,0 +1,229 @@
+/**
+ * Flow control through the gateway process (issue 2): Receive Maximum in both directions, the broker's own
+ * `maxInflight`, the client's Maximum Packet Size, and a subscriber that stops reading (bounded write buffer, QoS 0
+ * shed for it, disconnected after `slowClientTimeoutMs`, nobody else slowed) [RELIABILITY #18, #34].
+ */
+import type { IPublishPacket } from 'mqtt-packet';
+import type { MqttClient } from 'mqtt';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectClient } from '../helpers/collector.js';
+import { useDisposer } from '../helpers/disposer.js';
+import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { RawClient, type ConnectOptions } from '../helpers/raw-client.js';
+import { waitFor } from '../helpers/wait.js';
+
+const RECEIVE_MAXIMUM = 3;
+const MAX_INFLIGHT = 5;
+
+const d = useDisposer();
+
+async function client(gw: Gateway, options: Parameters<typeof connectClient>[1] = {}): Promise<MqttClient> {
+  const c = await connectClient(gw.url, options);
+  d.defer(() => c.endAsync(true));
+  return c;
+}
+
+async function raw5(gw: Gateway, connect: ConnectOptions = {}): Promise<RawClient> {
+  return d.add(await RawClient.connect(gw.port, connect, { protocolVersion: 5 }));
+}
+
+describe('Receive Maximum and inflight windows', () => {
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({ broker: { receiveMaximum: RECEIVE_MAXIMUM, maxInflight: MAX_INFLIGHT } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  it('lets a client have Receive Maximum QoS 2 PUBLISHes unreleased, and disconnects it with 0x93 on one more [MQTT-3.3.4-7] [RELIABILITY #18]', async () => {
+    const c = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    const connack = await c.connect({ clientId: 'flow-rm-in' });
+    expect(connack.properties?.receiveMaximum).toBe(RECEIVE_MAXIMUM);
+    for (let id = 1; id <= RECEIVE_MAXIMUM; id++) c.publish('flow/in', `q${id}`, { qos: 2, messageId: id });
+    await c.until(() => c.packets('pubrec').length >= RECEIVE_MAXIMUM, 5000, `${RECEIVE_MAXIMUM} PUBREC`);
+    await c.ping(); // at the limit, not over it
+    // PUBREL/PUBCOMP frees a slot, which the next PUBLISH may take.
+    c.send({ cmd: 'pubrel', messageId: 1 });
+    expect(await c.expect('pubcomp')).toMatchObject({ messageId: 1, reasonCode: 0 });
+    c.publish('flow/in', 'q4', { qos: 2, messageId: 4 });
+    expect(await c.expect((p) => p.cmd === 'pubrec' && p.messageId === 4)).toMatchObject({ reasonCode: 0 });
+    // Three unreleased again; a fourth is over the limit.
+    c.publish('flow/in', 'q5', { qos: 2, messageId: 5 });
+    const disconnect = await c.expectDisconnect();
+    expect(disconnect.reasonCode).toBe(0x93);
+    await c.waitForClose(3000);
+    expect(c.packets('pubrec').map((p) => p.messageId)).toEqual([1, 2, 3, 4]);
+  });
+
+  it('never has more unacknowledged QoS 1 PUBLISHes in flight to a client than its Receive Maximum, and sends the rest in order as acks come [MQTT-3.3.4-9]', async () => {
+    const sub = await raw5(gw, { clientId: 'flow-rm-out', properties: { receiveMaximum: 2 } });
+    await sub.subscribe([{ topic: 'flow/out', qos: 1 }]);
+    const pub = await client(gw);
+    const sent = Array.from({ length: 10 }, (_, i) => `m${i}`);
+    // Every PUBACK to the publisher means the broker has routed that message already.
+    for (const p of sent) await pub.publishAsync('flow/out', p, { qos: 1 });
+    await sub.ping();
+    expect(sub.publishes).toHaveLength(2);
+    let acked = 0;
+    let maxUnacked = 0;
+    while (acked < sent.length) {
+      await sub.until(() => sub.publishes.length > acked, 5000, `message ${acked}`);
+      await sub.ping();
+      maxUnacked = Math.max(maxUnacked, sub.publishes.length - acked);
+      sub.send({ cmd: 'puback', messageId: sub.publishes[acked].messageId });
+      acked++;
+    }
+    expect(maxUnacked).toBe(2);
+    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(sent);
+    expect(sub.publishes.filter((p) => p.dup)).toEqual([]);
+  });
+
+  it(`caps what is in flight to a client at broker.maxInflight (${MAX_INFLIGHT}) when its Receive Maximum is larger`, async () => {
+    const sub = await raw5(gw, { clientId: 'flow-max-inflight' });
+    await sub.subscribe([{ topic: 'flow/cap', qos: 1 }]);
+    const pub = await client(gw);
+    for (let i = 0; i < MAX_INFLIGHT + 4; i++) await pub.publishAsync('flow/cap', `c${i}`, { qos: 1 });
+    await sub.ping();
+    expect(sub.publishes).toHaveLength(MAX_INFLIGHT);
+    for (const p of sub.publishes.slice()) sub.send({ cmd: 'puback', messageId: p.messageId });
+    await sub.until(() => sub.publishes.length >= MAX_INFLIGHT + 4, 5000, 'the rest after the acks');
+    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(Array.from({ length: MAX_INFLIGHT + 4 }, (_, i) => `c${i}`));
+  });
+
+  it('applies the same window to QoS 2, counting a flow until PUBCOMP', async () => {
+    const sub = await raw5(gw, { clientId: 'flow-qos2', properties: { receiveMaximum: 1 } });
+    await sub.subscribe([{ topic: 'flow/qos2', qos: 2 }]);
+    const pub = await client(gw);
+    for (const p of ['a', 'b']) await pub.publishAsync('flow/qos2', p, { qos: 2 });
+    await sub.ping();
+    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(['a']);
+    const first = sub.publishes[0];
+    sub.send({ cmd: 'pubrec', messageId: first.messageId });
+    expect(await sub.expect('pubrel')).toMatchObject({ messageId: first.messageId });
+    await sub.ping();
+    expect(sub.publishes).toHaveLength(1); // PUBREC alone does not free the slot
+    sub.send({ cmd: 'pubcomp', messageId: first.messageId });
+    await sub.until(() => sub.publishes.length >= 2, 5000, 'the second message after PUBCOMP');
+    expect(sub.publishes[1].payload.toString()).toBe('b');
+  });
+});
+
+describe('the client Maximum Packet Size', () => {
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway();
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  /** Size of the PUBLISH the broker sends a v5 client: no properties, QoS 1, topic `t`, payload of `n` bytes. */
+  function outgoingSize(topic: string, payloadBytes: number, qos: 0 | 1): number {
+    const remaining = 2 + Buffer.byteLength(topic) + (qos > 0 ? 2 : 0) + 1 + payloadBytes;
+    return 1 + (remaining < 128 ? 1 : 2) + remaining;
+  }
+
+  it('does not send a PUBLISH larger than the client\'s Maximum Packet Size, and sends the next one that fits [MQTT-3.1.2-24] [MQTT-3.1.2-25]', async () => {
+    const max = 128;
+    const topic = 'flow/size';
+    // receiveMaximum 1: a discarded message must not hold the only inflight slot either.
+    const sub = await raw5(gw, { clientId: 'flow-size', properties: { maximumPacketSize: max, receiveMaximum: 1 } });
+    await sub.subscribe([{ topic, qos: 1 }]);
+    const pub = await client(gw, { protocolVersion: 5 });
+    const fits = max - outgoingSize(topic, 0, 1); // payload bytes that make the packet exactly `max`
+    const payloads: [string, number, 0 | 1][] = [
+      ['big-qos1', fits + 1, 1],
+      ['exact-qos1', fits, 1],
+      ['big-qos0', fits + 3, 0],
+      ['exact-qos0', fits + 2, 0],
+      ['huge-qos1', 10_000, 1],
+      ['small-qos1', 16, 1],
+    ];
+    for (const [label, size, qos] of payloads) {
+      const body = Buffer.alloc(size, 'x');
+      Buffer.from(label).copy(body, 0, 0, Math.min(label.length, size));
+      await pub.publishAsync(topic, body, { qos });
+    }
+    const labels = (): string[] => sub.publishes.map((p) => p.payload.toString().replace(/x+$/, ''));
+    const ackAll = (): void => {
+      for (const p of sub.publishes) if (p.qos > 0) sub.send({ cmd: 'puback', messageId: p.messageId });
+    };
+    await sub.until(() => sub.publishes.length >= 1, 5000, 'the first message that fits');
+    ackAll();
+    await sub.until(() => labels().includes('small-qos1'), 5000, 'the last small message');
+    ackAll();
+    await sub.ping();
+    expect(labels()).toEqual(['exact-qos1', 'exact-qos0', 'small-qos1']);
+    for (const p of sub.received) {
+      const remaining = p.length ?? 0;
+      expect(1 + (remaining < 128 ? 1 : 2) + remaining).toBeLessThanOrEqual(max);
+    }
+  });
+});
+
+describe('a subscriber that stops reading', () => {
+  const MAX_WRITE_BUFFER_BYTES = 256 * 1024;
+  const SLOW_CLIENT_TIMEOUT_MS = 1500;
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({
+      broker: { maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES, slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS, sysIntervalS: 1 },
+    });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  it('keeps delivering every QoS 0 message to a healthy subscriber while another one never reads, and disconnects the stalled one after slowClientTimeoutMs [RELIABILITY #34]', async () => {
+    const connected: number[] = [];
+    const watcher = await client(gw);
+    watcher.on('message', (_t, payload) => connected.push(Number(payload.toString())));
+    await watcher.subscribeAsync('$SYS/broker/clients/connected', { qos: 0 });
+
+    const healthy = await client(gw);
+    let healthyCount = 0;
+    let healthyBytes = 0;
+    let outOfOrder = 0;
+    healthy.on('message', (_t, payload) => {
+      if (payload.readUInt32BE(0) !== healthyCount) outOfOrder++;
+      healthyCount++;
+      healthyBytes += payload.length;
+    });
+    await healthy.subscribeAsync('flow/stream', { qos: 0 });
+
+    const stalled = d.add(await RawClient.connect(gw.port, { clientId: 'flow-stalled' }, { protocolVersion: 4 }));
+    await stalled.subscribe([{ topic: 'flow/stream', qos: 0 }]);
+    stalled.pause();
+    const pub = await client(gw);
+    // watcher, healthy, stalled, publisher
+    await waitFor(() => connected.at(-1) === 4, 5000, { message: () => `clients/connected: ${connected.join(',')}` });
+    const count = 400;
+    const size = 64 * 1024;
+    const startedAt = performance.now();
+    for (let i = 0; i < count; i++) {
+      const payload = Buffer.alloc(size, i % 251);
+      payload.writeUInt32BE(i, 0);
+      pub.publish('flow/stream', payload, { qos: 0 });
+      // Stay at most two messages ahead of the healthy subscriber: this measures it, not the publisher's buffer.
+      if (i - healthyCount >= 2) await waitFor(() => i - healthyCount < 2, 5000, { intervalMs: 1, message: () => `healthy stuck at ${healthyCount}` });
+    }
+    await waitFor(() => healthyCount >= count, 10_000, { message: () => `healthy got ${healthyCount} of ${count}` });
+    const streamMs = performance.now() - startedAt;
+    expect(healthyCount).toBe(count);
+    expect(outOfOrder).toBe(0);
+    expect(healthyBytes).toBe(count * size);
+
+    // The stalled connection is gone (seen from the broker's own count), no earlier than the timeout allows.
+    await waitFor(() => connected.at(-1) === 3, 10_000, { message: () => `clients/connected: ${connected.join(',')}` });
+    const goneAfterMs = performance.now() - startedAt;
+    expect(goneAfterMs).toBeGreaterThan(SLOW_CLIENT_TIMEOUT_MS);
+    // Reading again drains what the kernel held, then the close: the broker shed most of the stream for it.
+    stalled.resume();
+    await stalled.waitForClose(10_000);
+    expect(stalled.bytesReceived).toBeLessThan((count * size) / 2);
+    expect(gw.proc.exitCode).toBeNull();
+    // The healthy subscriber's 25 MB next to a stalled reader took bounded time.
+    expect(streamMs).toBeLessThan(20_000);
+  });
+});

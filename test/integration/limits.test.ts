@@ -1,0 +1,256 @@
+/**
+ * Configured limits (issue 2, "Limits"; config `broker:`), each exercised just past its value against the gateway
+ * process: maxConnections [RELIABILITY #35], maxPacketBytes (0x95) [RELIABILITY #5], maxTopicLevels,
+ * maxQueuedMessages and maxQueuedBytes (drops counted in `$SYS/broker/publish/messages/dropped`).
+ */
+import type { MqttClient } from 'mqtt';
+import mqttPacket from 'mqtt-packet';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectClient } from '../helpers/collector.js';
+import { useDisposer } from '../helpers/disposer.js';
+import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { RawClient, type ConnectOptions, type ProtocolVersion } from '../helpers/raw-client.js';
+import { waitFor } from '../helpers/wait.js';
+
+const d = useDisposer();
+
+async function mqttClient(gw: Gateway, options: Parameters<typeof connectClient>[1] = {}): Promise<MqttClient> {
+  const c = await connectClient(gw.url, options);
+  d.defer(() => c.endAsync(true));
+  return c;
+}
+
+async function raw(gw: Gateway, version: ProtocolVersion, connect: ConnectOptions = {}): Promise<RawClient> {
+  return d.add(await RawClient.connect(gw.port, connect, { protocolVersion: version }));
+}
+
+async function expectDisconnect(c: RawClient, reasonCode: number): Promise<void> {
+  const disconnect = await c.expectDisconnect(3000);
+  expect(disconnect.reasonCode, `received ${c.describe()}`).toBe(reasonCode);
+  await c.waitForClose(3000);
+}
+
+async function expectSilentClose(c: RawClient): Promise<void> {
+  await c.waitForClose(3000);
+  expect(c.packets('disconnect')).toEqual([]);
+}
+
+describe('broker.maxConnections', () => {
+  const MAX = 5;
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({ broker: { maxConnections: MAX } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  const connectPacket = (clientId: string) =>
+    ({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 5, clean: true, keepalive: 30, clientId }) as const;
+
+  /** An MQTT 5 connection, retried while an earlier test's sockets are still being closed by the broker. */
+  async function connectWhenFree(clientId: string): Promise<RawClient> {
+    return waitFor(() => raw(gw, 5, { clientId }), 5000, { message: `no free slot for ${clientId}` });
+  }
+
+  /** A connection attempt beyond the limit: closed at once, not a byte answered (not even a CONNACK). */
+  async function expectRefusedAtAccept(clientId: string): Promise<void> {
+    const refused = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    refused.send(connectPacket(clientId));
+    await refused.waitForClose(1000);
+    expect(refused.bytesReceived).toBe(0);
+  }
+
+  it(`accepts ${MAX} connections and closes the next one at once, before any MQTT exchange [RELIABILITY #35]`, async () => {
+    const held: RawClient[] = [];
+    for (let i = 0; i < MAX; i++) held.push(await connectWhenFree(`limit-${i}`));
+    await expectRefusedAtAccept('one-too-many');
+    // The clients inside the limit are unaffected.
+    await held[0].subscribe('limits/conn');
+    held[1].publish('limits/conn', 'inside', { qos: 1, messageId: 1 });
+    await held[0].until(() => held[0].publishes.length > 0, 5000, 'a delivery inside the limit');
+    // A freed slot can be used again.
+    held.pop()!.destroy();
+    await connectWhenFree('after-free');
+  });
+
+  it('counts connections that have not sent CONNECT yet, so idle sockets are bounded too [RELIABILITY #35]', async () => {
+    // MAX idle sockets (no CONNECT), then one real client: refused. Retried while slots of the previous test
+    // are still closing (then an idle socket itself is refused, and that try does not count).
+    await waitFor(
+      async () => {
+        const idle = await Promise.all(Array.from({ length: MAX }, () => RawClient.open(gw.port)));
+        for (const c of idle) d.add(c);
+        const probe = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+        probe.send(connectPacket('behind-idle'));
+        await probe.until(() => probe.closed || probe.received.length > 0, 3000, 'an answer to the probe');
+        const refusedAtAccept = probe.closed && probe.bytesReceived === 0 && idle.every((c) => !c.closed);
+        for (const c of [...idle, probe]) c.destroy();
+        return refusedAtAccept;
+      },
+      10_000,
+      { message: 'the connection after the idle sockets was not refused' },
+    );
+    await connectWhenFree('after-idle');
+  });
+});
+
+describe('broker.maxPacketBytes, maxTopicLevels, maxQueuedMessages, maxQueuedBytes', () => {
+  const MAX_PACKET_BYTES = 2048;
+  const MAX_TOPIC_LEVELS = 4;
+  const MAX_QUEUED_MESSAGES = 3;
+  let gw: Gateway;
+  let dropped: number[];
+  let sys: MqttClient;
+
+  beforeAll(async () => {
+    gw = await startGateway({
+      broker: { maxPacketBytes: MAX_PACKET_BYTES, maxTopicLevels: MAX_TOPIC_LEVELS, maxQueuedMessages: MAX_QUEUED_MESSAGES, sysIntervalS: 1 },
+    });
+    dropped = [];
+    sys = await connectClient(gw.url, { clientId: 'limits-sys' });
+    sys.on('message', (topic, payload) => {
+      if (topic === '$SYS/broker/publish/messages/dropped') dropped.push(Number(payload.toString()));
+    });
+    // The exact topic has 5 levels, more than this gateway's maxTopicLevels allows in a filter.
+    await sys.subscribeAsync('$SYS/broker/#', { qos: 0 });
+  });
+  afterAll(async () => {
+    await sys?.endAsync(true);
+    await gw?.dispose();
+  });
+
+  /** A v5 QoS 0 PUBLISH on `lim/p` of exactly `total` bytes (remaining length < 16384). */
+  function publishOfSize(total: number, version: 4 | 5): Buffer {
+    const overhead = 1 + 2 + (2 + 5) + (version === 5 ? 1 : 0); // header, 2-byte length, topic, properties
+    const bytes = mqttPacket.generate(
+      { cmd: 'publish', topic: 'lim/p', payload: Buffer.alloc(total - overhead, 'q'), qos: 0, dup: false, retain: false },
+      { protocolVersion: version },
+    );
+    expect(bytes.length).toBe(total);
+    return bytes;
+  }
+
+  async function currentDropped(): Promise<number> {
+    await waitFor(() => dropped.length > 0, 5000, { message: 'no $SYS dropped count' });
+    return dropped.at(-1) as number;
+  }
+
+  it(`announces Maximum Packet Size ${MAX_PACKET_BYTES} and accepts a PUBLISH of exactly that size (MQTT 5 §3.2.2.3.6)`, async () => {
+    const sub = await raw(gw, 5);
+    await sub.subscribe('lim/#');
+    const c = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    const connack = await c.connect();
+    expect(connack.properties?.maximumPacketSize).toBe(MAX_PACKET_BYTES);
+    c.write(publishOfSize(MAX_PACKET_BYTES, 5));
+    await sub.until(() => sub.publishes.length >= 1, 5000, 'the maximum-size message');
+    await c.ping();
+  });
+
+  it('disconnects an MQTT 5 client that sends one byte more with 0x95 Packet too large, and delivers nothing of it [MQTT-3.2.2-15] [RELIABILITY #5]', async () => {
+    const sub = await raw(gw, 5);
+    await sub.subscribe('lim/#');
+    const c = await raw(gw, 5);
+    c.write(publishOfSize(MAX_PACKET_BYTES + 1, 5)); // arrives whole, in one read
+    await expectDisconnect(c, 0x95);
+    await sub.ping();
+    expect(sub.publishes).toEqual([]);
+  });
+
+  it('closes an MQTT 3.1.1 connection that sends a packet over the maximum', async () => {
+    const c = await raw(gw, 4);
+    c.write(publishOfSize(MAX_PACKET_BYTES + 100, 4));
+    await expectSilentClose(c);
+  });
+
+  it(`accepts topics of ${MAX_TOPIC_LEVELS} levels and refuses ${MAX_TOPIC_LEVELS + 1}: PUBLISH gets DISCONNECT 0x90`, async () => {
+    const sub = await raw(gw, 5);
+    await sub.subscribe('lvl/#');
+    const c = await raw(gw, 5);
+    c.publish('lvl/b/c/d', 'ok', { qos: 1, messageId: 1 });
+    expect(await c.expect('puback')).toMatchObject({ reasonCode: 0 });
+    c.publish('lvl/b/c/d/e', 'deep', { qos: 1, messageId: 2 });
+    await expectDisconnect(c, 0x90);
+    await sub.ping();
+    expect(sub.publishes.map((p) => p.topic)).toEqual(['lvl/b/c/d']);
+    const v3 = await raw(gw, 4);
+    v3.publish('lvl/b/c/d/e', 'deep', { qos: 0 });
+    await expectSilentClose(v3);
+  });
+
+  it(`refuses subscriptions deeper than ${MAX_TOPIC_LEVELS} levels per filter: SUBACK 0x8F (MQTT 5) / 0x80 (3.1.1)`, async () => {
+    const c5 = await raw(gw, 5);
+    const s5 = await c5.subscribe([
+      { topic: 'lvl/b/c/d/#', qos: 1 },
+      { topic: 'lvl/b/c/#', qos: 1 },
+      { topic: '$share/g/lvl/b/c/d/e', qos: 1 },
+    ]);
+    expect(s5.granted).toEqual([0x8f, 1, 0x8f]);
+    const c4 = await raw(gw, 4);
+    const s4 = await c4.subscribe([
+      { topic: 'lvl/+/+/+/+', qos: 1 },
+      { topic: 'lvl/+/+/+', qos: 1 },
+    ]);
+    expect(s4.granted).toEqual([0x80, 1]);
+  });
+
+  it(`keeps at most ${MAX_QUEUED_MESSAGES} messages for an offline session, drops the newer ones and counts them`, async () => {
+    const session = { clientId: 'limits-offline', clean: false };
+    const first = await raw(gw, 4, session);
+    await first.subscribe('queue/offline');
+    first.send({ cmd: 'disconnect' });
+    await first.waitForClose(3000);
+    const before = await currentDropped();
+    const pub = await mqttClient(gw, { protocolVersion: 5 });
+    for (let i = 0; i < 6; i++) await pub.publishAsync('queue/offline', `m${i}`, { qos: 1 });
+    const again = await raw(gw, 4, session);
+    await again.until(() => again.publishes.length >= MAX_QUEUED_MESSAGES, 5000, 'the queued messages');
+    for (const p of again.publishes) again.send({ cmd: 'puback', messageId: p.messageId });
+    await pub.publishAsync('queue/offline', 'live', { qos: 1 });
+    await again.until(() => again.publishes.some((p) => p.payload.toString() === 'live'), 5000, 'the live message');
+    expect(again.publishes.map((p) => p.payload.toString())).toEqual(['m0', 'm1', 'm2', 'live']);
+    await waitFor(() => (dropped.at(-1) as number) >= before + 3, 5000, {
+      message: () => `$SYS/broker/publish/messages/dropped went ${before} → ${dropped.at(-1)}, expected +3`,
+    });
+  });
+
+  it('counts messages waiting for inflight room against the same limit for an online client', async () => {
+    const sub = await raw(gw, 5, { clientId: 'limits-online', properties: { receiveMaximum: 1 } });
+    await sub.subscribe('queue/online');
+    const pub = await mqttClient(gw, { protocolVersion: 5 });
+    for (let i = 0; i < 10; i++) await pub.publishAsync('queue/online', `o${i}`, { qos: 1 });
+    // One in flight plus MAX_QUEUED_MESSAGES waiting; acking one at a time drains exactly those.
+    for (let acked = 0; acked < 1 + MAX_QUEUED_MESSAGES; acked++) {
+      await sub.until(() => sub.publishes.length > acked, 5000, `message ${acked}`);
+      sub.send({ cmd: 'puback', messageId: sub.publishes[acked].messageId });
+    }
+    await pub.publishAsync('queue/online', 'sentinel', { qos: 1 });
+    await sub.until(() => sub.publishes.some((p) => p.payload.toString() === 'sentinel'), 5000, 'the sentinel');
+    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(['o0', 'o1', 'o2', 'o3', 'sentinel']);
+  });
+});
+
+describe('broker.maxQueuedBytes', () => {
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({ broker: { maxQueuedBytes: 1000, maxQueuedMessages: 0 } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  it('keeps queued payload bytes of an offline session within the limit, still taking a later message that fits', async () => {
+    const session = { clientId: 'limits-bytes', properties: { sessionExpiryInterval: 60 } };
+    const first = await raw(gw, 5, session);
+    await first.subscribe('queue/bytes');
+    first.send({ cmd: 'disconnect', reasonCode: 0 });
+    await first.waitForClose(3000);
+    const pub = await mqttClient(gw, { protocolVersion: 5 });
+    const payloads = [['a', 400], ['b', 400], ['c', 400], ['d', 100]] as const;
+    for (const [label, size] of payloads) await pub.publishAsync('queue/bytes', Buffer.alloc(size, label), { qos: 1 });
+    const again = await raw(gw, 5, { ...session, clean: false });
+    await again.until(() => again.publishes.length >= 3, 5000, 'the queued messages');
+    await again.ping();
+    expect(again.publishes.map((p) => `${p.payload.toString()[0]}${p.payload.length}`)).toEqual(['a400', 'b400', 'd100']);
+  });
+});

@@ -1,0 +1,244 @@
+/**
+ * The Sparkplug edge node through the real gateway process, fed by a pymodbus server, watched by a host
+ * application (MQTT.js + our Sparkplug decoder) on the gateway itself and on a central Mosquitto behind the
+ * bridge. Run `npm run build` first.
+ */
+import { describe, expect, it } from 'vitest';
+import { useDisposer } from '../helpers/disposer.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
+import { startGateway } from '../helpers/gateway.js';
+import { startModbusSim } from '../helpers/modbus-sim.js';
+import type { ModbusSim } from '../helpers/modbus-sim.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { startSparkplugHost } from '../helpers/sparkplug-host.js';
+import type { HostMessage, SparkplugHost } from '../helpers/sparkplug-host.js';
+import { delay } from '../helpers/wait.js';
+
+const d = useDisposer();
+
+const GROUP = 'plant1';
+const NODE = 'line4-gw';
+
+function connectors(sim: ModbusSim) {
+  return [
+    {
+      id: 'press-1',
+      type: 'modbus',
+      transport: 'tcp',
+      host: '127.0.0.1',
+      port: sim.port,
+      unitId: 1,
+      addressBase: 0,
+      pollIntervalMs: 100,
+      timeoutMs: 300,
+      retries: 0,
+      tags: [
+        { name: 'temperature', table: 'holding', address: 0, datatype: 'float32', deadband: 0.5 },
+        { name: 'count', table: 'holding', address: 2, datatype: 'uint32' },
+        { name: 'setpoint', table: 'holding', address: 4, datatype: 'int16', writable: true },
+        { name: 'running', table: 'coil', address: 0, datatype: 'bool', writable: true },
+      ],
+    },
+  ];
+}
+
+const sparkplug = (extra: object = {}) => ({
+  groupId: GROUP,
+  edgeNodeId: NODE,
+  rebirthDebounceMs: 0,
+  deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
+  ...extra,
+});
+
+const float32 = (v: number): number[] => {
+  const b = Buffer.alloc(4);
+  b.writeFloatBE(v);
+  return [b.readUInt16BE(0), b.readUInt16BE(2)];
+};
+
+const bridgeTo = (url: string) => ({
+  name: 'central',
+  remote: { urls: [url], clientId: NODE, keepaliveS: 5 },
+  reconnect: { minDelayMs: 100, maxDelayMs: 300 },
+  topics: [
+    { filter: 'spBv1.0/#', direction: 'out' },
+    { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
+    { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
+    { filter: 'spBv1.0/STATE/+', direction: 'in' },
+  ],
+});
+
+const bdSeqOf = (m: HostMessage | undefined): number | undefined => {
+  const v = m?.payload.metrics.find((x) => x.name === 'bdSeq')?.value;
+  return v === undefined || v === null ? undefined : Number(v);
+};
+
+/** bdSeq moved on (+1 per CONNECT attempt, mod 256; attempts that never connected leave gaps). */
+const isNewerBdSeq = (next: number | undefined, previous: number | undefined): boolean => {
+  const step = ((next as number) - (previous as number)) & 0xff;
+  return next !== undefined && previous !== undefined && step >= 1 && step < 128;
+};
+
+const metric = (host: SparkplugHost, m: HostMessage, name: string) => m.payload.metrics.find((x) => host.nameOf(NODE, x) === name);
+
+describe('Sparkplug edge node on the local broker', () => {
+  it('answers a late host with births, reports Modbus changes by exception and writes DCMD values into the device', async () => {
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 0, [...float32(20), 0, 7, 5]);
+    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: connectors(sim) }));
+    const host = d.add(await startSparkplugHost(gw.url, GROUP));
+    // A host that joins late asks for a rebirth [tck-id-operational-behavior-host-application-...rebirth].
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    const nbirth = host.births('NBIRTH')[0];
+    expect(nbirth.payload.seq).toBe(0);
+    expect(nbirth.payload.metrics.find((m) => m.name === 'bdSeq')?.datatype).toBe('Int64');
+    const dbirth = host.births('DBIRTH', 'press-1')[0];
+    expect(dbirth.payload.metrics.map((m) => [m.name, m.datatype, m.value])).toEqual([
+      ['temperature', 'Float', 20],
+      ['count', 'UInt32', 7],
+      ['setpoint', 'Int16', 5],
+      ['running', 'Boolean', false],
+    ]);
+
+    // Within the deadband: not published. The counter: published, alone, with its read time.
+    await sim.set(1, 'hr', 0, [...float32(20.3), 0, 8]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'count') === 8, 5000, 'count 8');
+    const ddata = host.of('DDATA', 'press-1').at(-1) as HostMessage;
+    expect(ddata.payload.metrics.map((m) => host.nameOf(NODE, m))).toEqual(['count']);
+    expect(ddata.payload.metrics[0].timestamp).toBeGreaterThan(Date.now() - 5000);
+
+    await host.write(NODE, 'press-1', [
+      { name: 'setpoint', datatype: 'Int16', value: -42 },
+      { name: 'running', datatype: 'Boolean', value: true },
+    ]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'setpoint') === -42 && h.value(NODE, 'press-1', 'running') === true, 5000, 'written values');
+    expect(await sim.get(1, 'hr', 4, 1)).toEqual([0x10000 - 42]);
+    expect(await sim.get(1, 'co', 0, 1)).toEqual([1]);
+
+    // Refused without harm: a read-only metric, and a wrong type.
+    await host.write(NODE, 'press-1', [{ name: 'count', datatype: 'UInt32', value: 1 }]);
+    await host.write(NODE, 'press-1', [{ name: 'setpoint', datatype: 'String', value: 'hot' }]);
+    await sim.set(1, 'hr', 2, [0, 9]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'count') === 9, 5000, 'count 9 after refused writes');
+    expect(gw.output()).toContain('command refused');
+    expect(gw.output()).toContain('read-only metric');
+    expect(await sim.get(1, 'hr', 2, 2)).toEqual([0, 9]);
+
+    await gw.stop();
+    await host.waitFor((h) => h.of('NDEATH').length === 1, 5000, 'NDEATH on a graceful stop');
+    expect(bdSeqOf(host.of('NDEATH')[0])).toBe(bdSeqOf(nbirth));
+    expect(host.violations).toEqual([]);
+  });
+
+  it('publishes DDEATH when the unit stops answering and DBIRTH before its data when it is back', async () => {
+    const sim = d.add(await startModbusSim());
+    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: connectors(sim) }));
+    const host = d.add(await startSparkplugHost(gw.url, GROUP));
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await sim.mute(1);
+    await host.waitFor((h) => h.of('DDEATH', 'press-1').length === 1, 10_000, 'DDEATH');
+    await sim.set(1, 'hr', 2, [0, 1234]);
+    await sim.unmute(1);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 2, 10_000, 'DBIRTH again');
+    const reborn = host.births('DBIRTH', 'press-1')[1];
+    expect(metric(host, reborn, 'count')?.value).toBe(1234);
+    expect(host.violations).toEqual([]);
+  });
+});
+
+describe('Sparkplug edge node over the bridge uplink', () => {
+  async function setup() {
+    const central = d.add(await startMosquitto());
+    const proxy = d.add(await startFaultProxy(central.port));
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 0, [...float32(20), 0, 1, 5]);
+    const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-host' }));
+    const gw = d.add(
+      await startGateway({ bridges: [bridgeTo(proxy.url)], sparkplug: sparkplug({ uplink: 'central' }), connectors: connectors(sim) }),
+    );
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length >= 1, 15_000, 'upstream births');
+    return { central, proxy, sim, host, gw };
+  }
+
+  it('births upstream first on the uplink session; SIGKILL makes the central broker publish the NDEATH Will with the NBIRTH bdSeq, and bdSeq grows across restarts', async () => {
+    const { sim, host, gw } = await setup();
+    const first = host.births('NBIRTH')[0];
+    expect(first.payload.seq).toBe(0);
+    await sim.set(1, 'hr', 2, [0, 2]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'count') === 2, 5000, 'data upstream');
+    await gw.kill('SIGKILL');
+    await host.waitFor((h) => h.of('NDEATH').length >= 1, 15_000, 'NDEATH via the Will');
+    const death = host.of('NDEATH')[0];
+    expect(death.qos).toBe(1);
+    expect(bdSeqOf(death)).toBe(bdSeqOf(first));
+    expect(host.isOnline(NODE)).toBe(false);
+    await gw.restart();
+    await host.waitFor((h) => h.births('NBIRTH').length >= 2, 15_000, 'births after restart');
+    expect(isNewerBdSeq(bdSeqOf(host.births('NBIRTH')[1]), bdSeqOf(first))).toBe(true);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('publishes the NDEATH upstream on a graceful stop (SIGTERM), with the bdSeq of the upstream NBIRTH', async () => {
+    const { host, gw } = await setup();
+    await gw.stop();
+    await host.waitFor((h) => h.of('NDEATH').length >= 1, 10_000, 'NDEATH on SIGTERM');
+    expect(bdSeqOf(host.of('NDEATH')[0])).toBe(bdSeqOf(host.births('NBIRTH')[0]));
+    expect(host.isOnline(NODE)).toBe(false);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('after an uplink outage: new births first, then the stored data flagged historical with its timestamps in order, then live data', async () => {
+    const { proxy, sim, host } = await setup();
+    const firstBdSeq = bdSeqOf(host.births('NBIRTH')[0]);
+    proxy.refuse();
+    proxy.reset();
+    await host.waitFor((h) => h.of('NDEATH').length === 1, 15_000, 'NDEATH via the Will at the outage');
+    const outageStartMs = Date.now();
+    for (let n = 100; n < 105; n++) {
+      await sim.set(1, 'hr', 2, [0, n]);
+      await delay(250);
+    }
+    const reconnectMark = host.messages.length;
+    proxy.restore();
+    await host.waitFor((h) => h.births('NBIRTH').length === 2, 15_000, 'births after the outage');
+    await sim.set(1, 'hr', 2, [0, 200]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'count') === 200, 10_000, 'live data after the replay');
+
+    const after = host.messages.slice(reconnectMark);
+    expect(after[0].type).toBe('NBIRTH');
+    expect(isNewerBdSeq(bdSeqOf(after[0]), firstBdSeq)).toBe(true);
+    expect(after[1].type).toBe('DBIRTH');
+    const data = after.filter((m) => m.type === 'DDATA');
+    const historical = data.filter((m) => m.payload.metrics.every((x) => x.isHistorical));
+    const live = data.filter((m) => m.payload.metrics.every((x) => !x.isHistorical));
+    expect(historical.length + live.length).toBe(data.length); // never mixed in one message
+    // Every value stored during the outage arrives, historical, in order, with the time it was read.
+    const stored = historical.flatMap((m) => m.payload.metrics.filter((x) => host.nameOf(NODE, x) === 'count'));
+    const values = stored.map((x) => Number(x.value));
+    for (const n of [100, 101, 102, 103, 104]) expect(values).toContain(n);
+    expect([...values].sort((a, b) => a - b)).toEqual(values);
+    const ts = stored.map((x) => x.timestamp as number);
+    expect([...ts].sort((a, b) => a - b)).toEqual(ts);
+    expect(ts.filter((t) => values[ts.indexOf(t)] >= 100).every((t) => t >= outageStartMs - 500)).toBe(true);
+    // Historical data comes before live data; the birth carries the latest value, not a stale one.
+    expect(data.indexOf(historical.at(-1) as HostMessage)).toBeLessThan(data.indexOf(live[0]));
+    expect(metric(host, after[1], 'count')?.value).toBe(104);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('answers an upstream NCMD rebirth with the same bdSeq and seq 0, and upstream DCMD writes land in the device', async () => {
+    const { sim, host } = await setup();
+    const first = host.births('NBIRTH')[0];
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH').length === 2, 10_000, 'rebirth');
+    const again = host.births('NBIRTH')[1];
+    expect(again.payload.seq).toBe(0);
+    expect(bdSeqOf(again)).toBe(bdSeqOf(first));
+    await host.write(NODE, 'press-1', [{ name: 'setpoint', datatype: 'Int16', value: 77 }]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'setpoint') === 77, 10_000, 'DCMD result in DDATA');
+    expect(await sim.get(1, 'hr', 4, 1)).toEqual([77]);
+    expect(host.violations).toEqual([]);
+  });
+});

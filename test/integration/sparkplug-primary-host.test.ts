@@ -1,0 +1,93 @@
+/**
+ * Primary host application STATE (Sparkplug 3.0 §5 "Primary Host Application STATE"): births wait for the
+ * host's `spBv1.0/STATE/<id>` online; an offline STATE at least as new ends the session; older ones are ignored.
+ */
+import { describe, expect, it } from 'vitest';
+import { Bridge } from '../../src/bridge/bridge.js';
+import { useDisposer } from '../helpers/disposer.js';
+import { startGateway } from '../helpers/gateway.js';
+import { startModbusSim } from '../helpers/modbus-sim.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { delay } from '../helpers/wait.js';
+
+const d = useDisposer();
+const GROUP = 'plant1';
+const NODE = 'line4-gw';
+
+const device = (port: number) => ({
+  id: 'press-1',
+  type: 'modbus',
+  transport: 'tcp',
+  host: '127.0.0.1',
+  port,
+  addressBase: 0,
+  pollIntervalMs: 100,
+  tags: [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }],
+});
+
+const bdSeq = (m: { payload: { metrics: readonly { name?: string; value: unknown }[] } }) =>
+  Number(m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
+
+describe('Sparkplug primary host STATE', () => {
+  it('on the local broker: no births before the host is online; its death ends the session; a stale online is ignored', async () => {
+    const sim = d.add(await startModbusSim());
+    const gw = d.add(
+      await startGateway({ sparkplug: { groupId: GROUP, edgeNodeId: NODE, primaryHostId: 'scada-1' }, connectors: [device(sim.port)] }),
+    );
+    const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-1' }));
+    await delay(500);
+    expect(host.messages).toEqual([]);
+    const bornAt = Date.now();
+    await host.publishState('scada-1', true, bornAt);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births after STATE online');
+    expect(host.messages[0].type).toBe('NBIRTH');
+    // The host's Will reuses its birth timestamp: that offline is its death.
+    await host.publishState('scada-1', false, bornAt);
+    await host.waitFor((h) => h.of('NDEATH').length === 1, 5000, 'NDEATH after STATE offline');
+    expect(bdSeq(host.of('NDEATH')[0])).toBe(bdSeq(host.births('NBIRTH')[0]));
+    await host.publishState('scada-1', true, bornAt - 1000);
+    await delay(500);
+    expect(host.births('NBIRTH')).toHaveLength(1);
+    await host.publishState('scada-1', true, bornAt + 1000);
+    await host.waitFor((h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH').length === 2, 10_000, 'births after the host is back');
+    expect(bdSeq(host.births('NBIRTH')[1])).toBe(bdSeq(host.births('NBIRTH')[0]) + 1);
+    expect(host.violations).toEqual([]);
+  });
+
+  // The upstream session can only be born when the host's STATE arrives if the bridge can publish outside its
+  // outbox (STATE is subscribed after CONNACK, after the prologue): `Bridge.publishNow(messages): boolean`.
+  const bridgeCanPublishNow = typeof (Bridge.prototype as { publishNow?: unknown }).publishNow === 'function';
+
+  it.skipIf(!bridgeCanPublishNow)('over the uplink: births wait for the central host STATE, data is stored meanwhile and sent as historical', async () => {
+    const central = d.add(await startMosquitto());
+    const sim = d.add(await startModbusSim());
+    const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
+    const gw = d.add(
+      await startGateway({
+        bridges: [
+          {
+            name: 'central',
+            remote: { urls: [central.url], clientId: NODE },
+            reconnect: { minDelayMs: 100, maxDelayMs: 300 },
+            topics: [
+              { filter: 'spBv1.0/#', direction: 'out' },
+              { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
+              { filter: 'spBv1.0/STATE/+', direction: 'in' },
+            ],
+          },
+        ],
+        sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
+        connectors: [device(sim.port)],
+      }),
+    );
+    void gw;
+    await sim.set(1, 'hr', 0, [5]);
+    await delay(1000);
+    expect(host.of('NBIRTH')).toEqual([]);
+    await host.publishState('scada-1', true, Date.now());
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'upstream births after STATE online');
+    expect(host.messages[0].type).toBe('NBIRTH');
+    expect(host.violations).toEqual([]);
+  });
+});

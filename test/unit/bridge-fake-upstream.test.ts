@@ -1,0 +1,210 @@
+/**
+ * The bridge against a scriptable fake central broker built on mqtt-packet (RELIABILITY §4 harness): Receive
+ * Maximum, session resume with original packet ids and DUP, unknown PUBACK ids, DISCONNECT 0x93.
+ */
+import { createServer, type Server, type Socket } from 'node:net';
+import mqttPacket from 'mqtt-packet';
+import type { Packet } from 'mqtt-packet';
+import { describe, expect, it } from 'vitest';
+import { Bridge } from '../../src/bridge/bridge.js';
+import { createMessage } from '../../src/protocol/message.js';
+import { useDisposer } from '../helpers/disposer.js';
+import { delay, waitFor } from '../helpers/wait.js';
+import { bridgeConfig, MemoryOutbox, testBroker } from './bridge-fakes.js';
+
+const d = useDisposer();
+
+interface FakeConnection {
+  readonly socket: Socket;
+  readonly packets: Packet[];
+  send(packet: Packet): void;
+}
+
+interface FakeUpstream {
+  readonly url: string;
+  readonly connections: FakeConnection[];
+  /** Called for every packet after CONNECT; default: nothing (the test answers). */
+  onPacket: (conn: FakeConnection, packet: Packet) => void;
+  /** CONNACK to answer the next CONNECTs with. */
+  connack: { sessionPresent: boolean; properties?: Record<string, unknown> };
+  stop(): Promise<void>;
+}
+
+async function startFakeUpstream(): Promise<FakeUpstream> {
+  const connections: FakeConnection[] = [];
+  const sockets = new Set<Socket>();
+  const fake: FakeUpstream = {
+    url: '',
+    connections,
+    onPacket: () => undefined,
+    connack: { sessionPresent: false },
+    stop: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  const server: Server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => undefined);
+    const parser = mqttPacket.parser({ protocolVersion: 5 });
+    const conn: FakeConnection = {
+      socket,
+      packets: [],
+      send: (packet) => {
+        if (!socket.destroyed) socket.write(mqttPacket.generate(packet, { protocolVersion: 5 }));
+      },
+    };
+    parser.on('packet', (packet: Packet) => {
+      conn.packets.push(packet);
+      if (packet.cmd === 'connect') {
+        connections.push(conn);
+        conn.send({ cmd: 'connack', returnCode: 0, reasonCode: 0, sessionPresent: fake.connack.sessionPresent, properties: fake.connack.properties } as Packet);
+        return;
+      }
+      if (packet.cmd === 'pingreq') {
+        conn.send({ cmd: 'pingresp' });
+        return;
+      }
+      fake.onPacket(conn, packet);
+    });
+    socket.on('data', (chunk) => parser.parse(chunk));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  (fake as { url: string }).url = `mqtt://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  return fake;
+}
+
+function publishes(conn: FakeConnection): (Packet & { cmd: 'publish' })[] {
+  return conn.packets.filter((p): p is Packet & { cmd: 'publish' } => p.cmd === 'publish');
+}
+
+async function setup(url: string, patch: Parameters<typeof bridgeConfig>[1] = {}) {
+  const { broker, store } = testBroker();
+  const config = bridgeConfig([url], patch);
+  const outbox = store.outbox(config.name, config.queue) as MemoryOutbox;
+  const bridge = d.add(new Bridge({ config, broker, outbox, log: (await import('../../src/util/logger.js')).silentLogger }));
+  const publish = (payload: string) =>
+    broker.publish(createMessage({ topic: 'plant/x', payload: Buffer.from(payload), qos: 1, origin: 'local' }));
+  return { bridge, outbox, publish };
+}
+
+describe('bridge against a scriptable fake upstream', () => {
+  it('never has more QoS 1 messages unacknowledged than the CONNACK Receive Maximum', async () => {
+    const up = d.add(await startFakeUpstream());
+    up.connack = { sessionPresent: false, properties: { receiveMaximum: 5 } };
+    const { bridge, outbox, publish } = await setup(up.url, { inflight: 100 });
+    await bridge.start();
+    await waitFor(() => up.connections.length === 1, 5000);
+    await Promise.all(Array.from({ length: 40 }, (_, i) => publish(`m${i}`)));
+    const conn = up.connections[0];
+    await waitFor(() => publishes(conn).length === 5, 5000);
+    await delay(200);
+    expect(publishes(conn).length).toBe(5); // held back until acknowledged
+    let maxOutstanding = 0;
+    const outstanding = new Set<number>();
+    up.onPacket = (c, p) => {
+      if (p.cmd !== 'publish') return;
+      outstanding.add(p.messageId as number);
+      maxOutstanding = Math.max(maxOutstanding, outstanding.size);
+      setTimeout(() => {
+        outstanding.delete(p.messageId as number);
+        c.send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
+      }, 2);
+    };
+    for (const p of publishes(conn)) {
+      conn.send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
+    }
+    await waitFor(() => outbox.depth.messages === 0, 5000);
+    expect(maxOutstanding).toBeLessThanOrEqual(5);
+    expect(publishes(conn).map((p) => p.payload.toString())).toEqual(Array.from({ length: 40 }, (_, i) => `m${i}`));
+  });
+
+  it('re-sends unacknowledged messages with their original packet ids and DUP when the session is resumed [MQTT-4.4.0-1]', async () => {
+    const up = d.add(await startFakeUpstream());
+    const { bridge, outbox, publish } = await setup(up.url);
+    await bridge.start();
+    await waitFor(() => up.connections.length === 1, 5000);
+    await Promise.all(['a', 'b', 'c'].map(publish));
+    const first = up.connections[0];
+    await waitFor(() => publishes(first).length === 3, 5000);
+    // Acknowledge only 'a'; then the link dies.
+    const [a, b, c] = publishes(first);
+    first.send({ cmd: 'puback', messageId: a.messageId, reasonCode: 0 } as Packet);
+    await waitFor(() => outbox.depth.messages === 2, 5000);
+    up.connack = { sessionPresent: true };
+    first.socket.destroy();
+    await waitFor(() => up.connections.length === 2 && publishes(up.connections[1]).length === 2, 5000);
+    const again = publishes(up.connections[1]);
+    expect(again.map((p) => [p.payload.toString(), p.messageId, p.dup])).toEqual([
+      ['b', b.messageId, true],
+      ['c', c.messageId, true],
+    ]);
+    // New messages never take an id that the resumed session may still hold.
+    await publish('d');
+    await waitFor(() => publishes(up.connections[1]).length === 3, 5000);
+    const dId = publishes(up.connections[1])[2].messageId;
+    expect([b.messageId, c.messageId]).not.toContain(dId);
+  });
+
+  it('re-sends unacknowledged messages as new ones (no DUP) when the broker lost the session', async () => {
+    const up = d.add(await startFakeUpstream());
+    const { bridge, publish } = await setup(up.url);
+    await bridge.start();
+    await waitFor(() => up.connections.length === 1, 5000);
+    await Promise.all(['a', 'b'].map(publish));
+    await waitFor(() => publishes(up.connections[0]).length === 2, 5000);
+    up.connack = { sessionPresent: false };
+    up.connections[0].socket.destroy();
+    await waitFor(() => up.connections.length === 2 && publishes(up.connections[1]).length === 2, 5000);
+    expect(publishes(up.connections[1]).map((p) => [p.payload.toString(), p.dup])).toEqual([
+      ['a', false],
+      ['b', false],
+    ]);
+  });
+
+  it('ignores a PUBACK for an unknown packet id: nothing leaves the outbox early', async () => {
+    const up = d.add(await startFakeUpstream());
+    const { bridge, outbox, publish } = await setup(up.url);
+    await bridge.start();
+    await waitFor(() => up.connections.length === 1, 5000);
+    await publish('a');
+    const conn = up.connections[0];
+    await waitFor(() => publishes(conn).length === 1, 5000);
+    const id = publishes(conn)[0].messageId as number;
+    conn.send({ cmd: 'puback', messageId: id === 1 ? 2 : id - 1, reasonCode: 0 } as Packet);
+    await delay(200);
+    expect(outbox.depth.messages).toBe(1);
+    conn.send({ cmd: 'puback', messageId: id, reasonCode: 0 } as Packet);
+    await waitFor(() => outbox.depth.messages === 0, 5000);
+  });
+
+  it('reconnects when a socket stays open but acknowledges nothing for ackTimeoutS (stalled upstream)', async () => {
+    const up = d.add(await startFakeUpstream());
+    const { bridge, outbox, publish } = await setup(up.url, { ackTimeoutS: 0.5 });
+    await bridge.start();
+    await waitFor(() => up.connections.length === 1, 5000);
+    await publish('a'); // never acknowledged on the first connection
+    await waitFor(() => up.connections.length === 2, 5000);
+    up.onPacket = (c, p) => {
+      if (p.cmd === 'publish') c.send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
+    };
+    for (const p of publishes(up.connections[1])) up.connections[1].send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
+    await waitFor(() => outbox.depth.messages === 0, 5000);
+  });
+
+  it('halves its window after DISCONNECT 0x93 Receive Maximum exceeded', async () => {
+    const up = d.add(await startFakeUpstream());
+    const { bridge, publish } = await setup(up.url, { inflight: 16 });
+    await bridge.start();
+    await waitFor(() => up.connections.length === 1, 5000);
+    await Promise.all(Array.from({ length: 40 }, (_, i) => publish(`m${i}`)));
+    await waitFor(() => publishes(up.connections[0]).length === 16, 5000);
+    up.connections[0].send({ cmd: 'disconnect', reasonCode: 0x93 } as Packet);
+    up.connections[0].socket.end();
+    await waitFor(() => up.connections.length === 2, 5000);
+    await delay(300);
+    expect(publishes(up.connections[1]).length).toBe(8);
+  });
+});

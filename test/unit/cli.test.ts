@@ -1,0 +1,222 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/ops/log.js';
+
+// Runs the built CLI, as the `edgeferry` bin does; `npm test` builds first.
+const root = join(import.meta.dirname, '../..');
+const cli = join(root, 'dist/src/cli.js');
+const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string };
+
+interface Run {
+  child: ChildProcess;
+  stdout: () => string;
+  stderr: () => string;
+  exited: Promise<number | null>;
+}
+
+const children = new Set<ChildProcess>();
+
+function run(args: string[]): Run {
+  const child = spawn(process.execPath, [cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+  return { child, stdout: () => stdout, stderr: () => stderr, exited };
+}
+
+async function waitFor(predicate: () => boolean, what: () => string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what()}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/** Waits for a JSON log line with this message; fails at once, with the output, if the process exits. */
+async function waitForLog(r: Run, msg: string): Promise<void> {
+  const output = () => `"${msg}"; output:\n${r.stdout()}${r.stderr()}`;
+  await waitFor(() => {
+    if (r.child.exitCode !== null) throw new Error(`exited with ${r.child.exitCode} before ${output()}`);
+    return logLines(r.stdout()).some((line) => line.msg === msg);
+  }, output);
+}
+
+function logLines(output: string): { level: number; msg: string; [key: string]: unknown }[] {
+  return output
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line));
+}
+
+let dir: string;
+beforeAll(() => {
+  if (!existsSync(cli)) throw new Error(`${cli} is missing: run \`npm run build\` first`);
+});
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'edgeferry-cli-'));
+});
+afterEach(() => {
+  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  children.clear();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function writeConfig(text: string): string {
+  const file = join(dir, 'edgeferry.yaml');
+  writeFileSync(file, text);
+  return file;
+}
+
+const runnableConfig = (port: number, level = 'info') =>
+  `listeners: [{ port: ${port} }]\nstorage: { path: data }\nlog: { level: ${level} }\n`;
+
+describe('edgeferry command line', () => {
+  it('--version prints the package version and exits 0', async () => {
+    const r = run(['--version']);
+    expect(await r.exited).toBe(0);
+    expect(r.stdout()).toBe(`${version}\n`);
+  });
+
+  it('--help lists every option and the exit codes, and exits 0', async () => {
+    const r = run(['--help']);
+    expect(await r.exited).toBe(0);
+    for (const option of ['--config', '--check-config', '--log-format', '--version', '--help', 'Exit codes']) {
+      expect(r.stdout()).toContain(option);
+    }
+  });
+
+  it('an unknown option or a bad --log-format is a usage error, exit 2', async () => {
+    const unknown = run(['--bogus']);
+    expect(await unknown.exited).toBe(2);
+    expect(unknown.stderr()).toContain("Unknown option '--bogus'");
+    const format = run(['--log-format', 'xml', '--check-config']);
+    expect(await format.exited).toBe(2);
+    expect(format.stderr()).toContain('--log-format must be one of json, pretty');
+  });
+
+  it('--check-config accepts the embedded default when no file is given', async () => {
+    const r = run(['--check-config']);
+    expect(await r.exited).toBe(0);
+    expect(r.stdout()).toBe(`config OK: ${join(root, 'config/edgeferry.yaml')}\n`);
+  });
+
+  it('--check-config on a bad file exits 2 and names the file, each key path, position and problem', async () => {
+    const file = writeConfig('listeners:\n  - port: 70000\nbroker:\n  maxInflight: 0\nbrdiges: []\n');
+    const r = run(['--check-config', '-c', file]);
+    expect(await r.exited).toBe(2);
+    expect(r.stdout()).toBe('');
+    expect(r.stderr()).toBe(
+      `${file}: 3 problems\n` +
+        `  ${file}:2:11 listeners.0.port: Too big: expected number to be <=65535\n` +
+        `  ${file}:4:16 broker.maxInflight: Too small: expected number to be >=1\n` +
+        `  ${file}:5:1 brdiges: unknown key "brdiges"\n`,
+    );
+  });
+
+  it('a missing config file exits 2 without starting', async () => {
+    const r = run(['-c', join(dir, 'nope.yaml')]);
+    expect(await r.exited).toBe(2);
+    expect(r.stderr()).toContain('cannot read the file: ENOENT');
+  });
+
+  it('runs, keeps running on an invalid SIGHUP reload, applies a valid one, and stops on SIGTERM with exit 0', async () => {
+    const file = writeConfig(runnableConfig(0));
+    const r = run(['-c', file, '--log-format', 'json']);
+    await waitForLog(r, 'edgeferry started');
+    const [starting] = logLines(r.stdout());
+    expect(starting).toMatchObject({ msg: 'edgeferry starting', version, configFile: file, pid: r.child.pid });
+
+    writeFileSync(file, 'listeners: [{ port: 0 }]\nbroker: { maxInflight: 0 }\n');
+    r.child.kill('SIGHUP');
+    await waitForLog(r, 'config reload rejected, keeping the running config');
+    const rejected = logLines(r.stdout()).find((line) => line.msg.startsWith('config reload rejected'));
+    expect(rejected).toMatchObject({ level: 50, problems: [{ path: 'broker.maxInflight', location: `${file}:2:24` }] });
+    expect(r.child.exitCode).toBeNull();
+
+    writeFileSync(file, runnableConfig(0, 'debug'));
+    r.child.kill('SIGHUP');
+    await waitForLog(r, 'config reloaded');
+
+    r.child.kill('SIGTERM');
+    expect(await r.exited).toBe(0);
+    expect(logLines(r.stdout()).map((line) => line.msg)).toContain('stopped');
+  });
+
+  describe('with a port taken', () => {
+    let blocker: Server;
+    beforeEach(async () => {
+      blocker = createServer();
+      await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    });
+    afterEach(async () => {
+      await new Promise((resolve) => blocker.close(resolve));
+    });
+
+    it('a startup failure logs fatal and exits 1', async () => {
+      const { port } = blocker.address() as { port: number };
+      const r = run(['-c', writeConfig(runnableConfig(port)), '--log-format', 'json']);
+      expect(await r.exited).toBe(1);
+      expect(logLines(r.stdout()).at(-1)).toMatchObject({
+        level: 60,
+        msg: 'startup failed',
+        err: { message: expect.stringContaining('EADDRINUSE') },
+      });
+    });
+  });
+});
+
+describe('createLogger', () => {
+  function capture() {
+    const chunks: string[] = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        chunks.push(chunk.toString());
+        done();
+      },
+    });
+    return { destination, text: () => chunks.join('') };
+  }
+
+  it('writes JSON lines with child bindings and redacts passwords', () => {
+    const out = capture();
+    const log = createLogger({ level: 'info', format: 'json' }, { destination: out.destination });
+    log.child({ mod: 'bridge' }).info({ remote: { username: 'gw', password: 'hunter2' }, password: 'x' }, 'uplink up');
+    log.debug('hidden');
+    const lines = logLines(out.text());
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ level: 30, mod: 'bridge', msg: 'uplink up', remote: { username: 'gw' } });
+    expect(out.text()).not.toContain('hunter2');
+    expect(out.text()).not.toContain('"password":"x"');
+  });
+
+  it('setLevel reaches children created before the change', () => {
+    const out = capture();
+    const log = createLogger({ level: 'info', format: 'json' }, { destination: out.destination });
+    const child = log.child({ mod: 'broker' });
+    expect(child.isLevelEnabled('debug')).toBe(false);
+    log.setLevel('debug');
+    expect(child.isLevelEnabled('debug')).toBe(true);
+    child.debug('now visible');
+    expect(logLines(out.text()).map((line) => line.msg)).toEqual(['now visible']);
+  });
+
+  it('pretty format writes human-readable lines, and auto is JSON when the destination is not a terminal', async () => {
+    const pretty = capture();
+    createLogger({ level: 'info', format: 'pretty' }, { destination: pretty.destination }).warn({ bridge: 'central' }, 'uplink offline');
+    await waitFor(() => pretty.text().includes('uplink offline'), () => 'the pretty line', 2000);
+    expect(pretty.text()).toMatch(/WARN.*uplink offline/);
+    expect(pretty.text()).toContain('bridge: "central"');
+
+    const auto = capture();
+    createLogger({ level: 'info', format: 'auto' }, { destination: auto.destination }).info('hello');
+    expect(logLines(auto.text())).toMatchObject([{ msg: 'hello' }]);
+  });
+});

@@ -1,0 +1,46 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { jsonSchema } from '../../src/config/json-schema.js';
+import { loadConfig } from '../../src/config/load.js';
+
+const root = join(import.meta.dirname, '../..');
+const configDir = join(root, 'config');
+
+interface JsonSchemaNode {
+  properties?: Record<string, JsonSchemaNode>;
+  items?: JsonSchemaNode;
+}
+
+function keysOf(node: JsonSchemaNode): string[] {
+  return [
+    ...Object.entries(node.properties ?? {}).flatMap(([key, child]) => [key, ...keysOf(child)]),
+    ...(node.items ? keysOf(node.items) : []),
+  ];
+}
+
+describe('config files', () => {
+  it('config/edgeferry.schema.json is generated from the current schema', () => {
+    expect(
+      readFileSync(join(configDir, 'edgeferry.schema.json'), 'utf8'),
+      'config/edgeferry.schema.json is stale: regenerate it with `npm run schema`',
+    ).toBe(jsonSchema());
+  });
+
+  it('the embedded default is a loopback-only broker with anonymous access and data under the package root', () => {
+    const config = loadConfig(join(configDir, 'edgeferry.yaml'));
+    expect(config.listeners).toEqual([
+      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true },
+    ]);
+    expect(config.storage.path).toBe(join(root, 'data'));
+    expect(config.bridges).toEqual([]);
+  });
+
+  it('the example is valid and mentions every key of the schema', () => {
+    const file = join(configDir, 'edgeferry.example.yaml');
+    expect(loadConfig(file).bridges).toHaveLength(1);
+    const text = readFileSync(file, 'utf8');
+    const keys = new Set(keysOf(JSON.parse(jsonSchema()) as JsonSchemaNode));
+    expect([...keys].filter((key) => !new RegExp(`\\b${key}:`).test(text))).toEqual([]);
+  });
+});

@@ -1,0 +1,299 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { loadConfig, parseConfig } from '../../src/config/load.js';
+import { ConfigError, type ConfigProblem } from '../../src/util/errors.js';
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'edgeferry-config-'));
+});
+afterEach(() => {
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const parse = (yaml: string) => parseConfig(yaml, 'gw.yaml', dir);
+
+function problemsOf(yaml: string): readonly ConfigProblem[] {
+  try {
+    parse(yaml);
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+const bridge = (extra: string) => `
+bridges:
+  - name: central
+    remote: { urls: ["mqtt://backbone.example:1883"] }
+    topics: [{ filter: "a/#" }]
+${extra}`;
+
+describe('defaults', () => {
+  it('an empty file gives the broker-only defaults, with storage relative to the config directory', () => {
+    const config = parse('');
+    expect(config.listeners).toEqual([
+      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true },
+    ]);
+    expect(config.broker.maxPacketBytes).toBe(1_048_576);
+    expect(config.broker.maxSessionExpiryS).toBe(4_294_967_295);
+    expect(config.storage).toEqual({ path: join(dir, 'data'), sync: 'full', maxBytes: 2_147_483_648 });
+    expect(config.log).toEqual({ level: 'info', format: 'auto' });
+    expect(config.bridges).toEqual([]);
+  });
+
+  it('anonymous clients are allowed by default on loopback listeners only', () => {
+    const config = parse(`
+listeners:
+  - { port: 1 }
+  - { host: "::1", port: 2 }
+  - { host: localhost, port: 3 }
+  - { host: 10.0.0.5, port: 6, allowAnonymous: true }
+`);
+    expect(config.listeners.map((l) => l.allowAnonymous)).toEqual([true, true, true, true]);
+  });
+
+  it('a listener others can reach needs a password file or an explicit allowAnonymous: true (secure by default)', () => {
+    const problems = problemsOf('listeners:\n  - { host: 0.0.0.0, port: 4 }\n  - { host: 10.0.0.5, port: 5, allowAnonymous: false }\n');
+    expect(problems.map((p) => p.path)).toEqual(['listeners.0.allowAnonymous', 'listeners.1.allowAnonymous']);
+    expect(problems[0].message).toMatch(/not a loopback address: set auth.passwordFile, or allowAnonymous: true/);
+    writeFileSync(join(dir, 'passwd'), '');
+    expect(parse('auth: { passwordFile: passwd }\nlisteners: [{ host: 0.0.0.0, port: 4 }]\n').listeners[0].allowAnonymous).toBe(false);
+  });
+
+  it('a bridge gets every default, and its client id is derived from its name', () => {
+    const [b] = parse(bridge('')).bridges;
+    expect(b.remote).toMatchObject({ clientId: 'edgeferry-central', protocolVersion: 5, keepaliveS: 60, cleanStart: false });
+    expect(b.topics).toEqual([{ filter: 'a/#', direction: 'out', localPrefix: '', remotePrefix: '' }]);
+    expect(b.queue).toEqual({ maxBytes: 1_073_741_824, maxMessages: 10_000_000, maxAgeS: 0, overflow: 'drop-oldest' });
+    expect(b.reconnect).toEqual({ minDelayMs: 1000, maxDelayMs: 30_000 });
+  });
+
+  it('the result is deeply frozen', () => {
+    const config = parse(bridge(''));
+    expect(Object.isFrozen(config.bridges[0].remote.urls)).toBe(true);
+    expect(() => {
+      (config.broker as { maxInflight: number }).maxInflight = 1;
+    }).toThrow(TypeError);
+  });
+});
+
+describe('problems', () => {
+  it('reports every problem at once, each with its key path and file:line:col', () => {
+    const problems = problemsOf(`listeners:
+  - port: 70000
+  - port: "1884"
+broker:
+  maxInflight: 0
+log: { level: loud }
+`);
+    expect(problems).toEqual([
+      { path: 'listeners.0.port', message: 'Too big: expected number to be <=65535', location: 'gw.yaml:2:11' },
+      { path: 'listeners.1.port', message: 'Invalid input: expected number, received string', location: 'gw.yaml:3:11' },
+      { path: 'broker.maxInflight', message: 'Too small: expected number to be >=1', location: 'gw.yaml:5:16' },
+      { path: 'log.level', message: expect.stringContaining('expected one of'), location: 'gw.yaml:6:15' },
+    ]);
+  });
+
+  it('names an unknown key and locates the key itself', () => {
+    const problems = problemsOf(`broker:
+  maxInflight: 10
+  maxInfligth: 20
+brdiges: []
+`);
+    expect(problems).toEqual([
+      { path: 'broker.maxInfligth', message: 'unknown key "maxInfligth"', location: 'gw.yaml:3:3' },
+      { path: 'brdiges', message: 'unknown key "brdiges"', location: 'gw.yaml:4:1' },
+    ]);
+  });
+
+  it('a missing required key is reported at its parent', () => {
+    const problems = problemsOf(`bridges:
+  - name: central
+    topics: [{ filter: "a/#" }]
+`);
+    expect(problems).toEqual([
+      { path: 'bridges.0.remote', message: 'missing required key (expected object)', location: 'gw.yaml:2:5' },
+    ]);
+  });
+
+  it('locates YAML syntax errors, including duplicate keys', () => {
+    const problems = problemsOf(`log:
+  level: info
+  level: debug
+`);
+    expect(problems).toEqual([
+      { path: '(root)', message: expect.stringContaining('DUPLICATE_KEY'), location: 'gw.yaml:3:3' },
+    ]);
+    expect(problemsOf('listeners: [{ port: 1883 }\nbroker: {}\n')[0].location).toMatch(/^gw\.yaml:\d+:\d+$/);
+  });
+
+  it('a document that is not a mapping is reported at the root', () => {
+    expect(problemsOf('just text\n')).toEqual([
+      { path: '(root)', message: 'Invalid input: expected object, received string', location: 'gw.yaml:1:1' },
+    ]);
+  });
+
+  it('the error message names the file, the count, and each problem', () => {
+    expect(() => parse('broker: { maxInflight: 0, bogus: 1 }\n')).toThrow(
+      /^gw\.yaml: 2 problems\n {2}gw\.yaml:1:\d+ broker\.maxInflight: .+\n {2}gw\.yaml:1:\d+ broker\.bogus: unknown key "bogus"$/,
+    );
+  });
+
+  it('an unreadable file is a ConfigError naming the file', () => {
+    const file = join(dir, 'missing.yaml');
+    expect(() => loadConfig(file)).toThrow(ConfigError);
+    expect(() => loadConfig(file)).toThrow(/missing\.yaml: 1 problem\n.*cannot read the file: ENOENT/);
+  });
+});
+
+describe('listener rules', () => {
+  it('tls is required on tls and wss listeners and refused on tcp and ws listeners', () => {
+    const problems = problemsOf(`listeners:
+  - { type: tls, port: 8883 }
+  - { type: wss, port: 8884 }
+  - { type: tcp, port: 1883, tls: { certFile: a.pem, keyFile: a.key } }
+  - { type: ws, port: 8080, tls: { certFile: a.pem, keyFile: a.key } }
+`);
+    expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'listeners.0.tls: required for a tls listener',
+      'listeners.1.tls: required for a wss listener',
+      'listeners.2.tls: not allowed on a tcp listener (use type tls or wss)',
+      'listeners.3.tls: not allowed on a ws listener (use type tls or wss)',
+    ]);
+  });
+
+  it('client certificate options are checked together', () => {
+    const problems = problemsOf(`listeners:
+  - { type: tls, port: 8883, tls: { certFile: a.pem, keyFile: a.key, useIdentityAsUsername: true } }
+  - { type: tls, port: 8884, tls: { certFile: a.pem, keyFile: a.key, requireCertificate: true } }
+`);
+    expect(problems.map((p) => p.path)).toEqual(['listeners.0.tls.useIdentityAsUsername', 'listeners.1.tls.caFile']);
+  });
+
+  it('a path is only for WebSocket listeners, and defaults to /mqtt', () => {
+    expect(problemsOf('listeners: [{ port: 1883, path: /x }]\n').map((p) => p.path)).toEqual(['listeners.0.path']);
+    expect(parse('listeners: [{ type: ws, port: 8080 }]\n').listeners[0].path).toBe('/mqtt');
+  });
+
+  it('two listeners cannot share a port on the same or a wildcard host; port 0 always can', () => {
+    const problems = problemsOf(`listeners:
+  - { port: 1883 }
+  - { port: 1883, host: 10.0.0.1, allowAnonymous: true }
+  - { port: 1883, host: 0.0.0.0, allowAnonymous: true }
+  - { port: 1883 }
+  - { port: 0 }
+  - { port: 0 }
+`);
+    expect(problems).toEqual([
+      { path: 'listeners.2.port', message: 'port 1883 is already used by listeners.0', location: 'gw.yaml:4:13' },
+      { path: 'listeners.3.port', message: 'port 1883 is already used by listeners.0', location: 'gw.yaml:5:13' },
+    ]);
+  });
+
+  it('TLS files resolve against the config directory and must be readable', () => {
+    writeFileSync(join(dir, 'gw.pem'), 'cert');
+    writeFileSync(join(dir, 'gw.key'), 'key');
+    const config = parse('listeners: [{ type: tls, port: 8883, tls: { certFile: gw.pem, keyFile: ./gw.key } }]\n');
+    expect(config.listeners[0].tls).toMatchObject({ certFile: join(dir, 'gw.pem'), keyFile: join(dir, 'gw.key') });
+
+    const yaml = 'listeners: [{ type: tls, port: 8883, tls: { certFile: gw.pem, keyFile: nope.key } }]\n';
+    expect(problemsOf(yaml)).toEqual([
+      {
+        path: 'listeners.0.tls.keyFile',
+        message: expect.stringMatching(/^cannot read the file: ENOENT/),
+        location: `gw.yaml:1:${yaml.indexOf('nope.key') + 1}`,
+      },
+    ]);
+  });
+});
+
+describe('bridge rules', () => {
+  it('accepts valid topic filters', () => {
+    const config = parse(`
+bridges:
+  - name: b
+    remote: { urls: ["mqtt://h"] }
+    topics: [{ filter: "#" }, { filter: "+" }, { filter: "a/+/b/#" }, { filter: "/" }, { filter: "spBv1.0/+/NCMD/x" }]
+`);
+    expect(config.bridges[0].topics).toHaveLength(5);
+  });
+
+  it.each(['a/#/b', 'a#', 'a/b+', '+a/b', '', 'a/\u0000'])('rejects the topic filter %j [MQTT-4.7.1-2] [MQTT-4.7.1-3]', (filter) => {
+    const problems = problemsOf(`
+bridges:
+  - name: b
+    remote: { urls: ["mqtt://h"] }
+    topics: [{ filter: ${JSON.stringify(filter)} }]
+`);
+    expect(problems).toEqual([
+      { path: 'bridges.0.topics.0.filter', message: expect.stringContaining('not a valid MQTT topic filter'), location: 'gw.yaml:5:24' },
+    ]);
+  });
+
+  it('rejects wildcards in prefixes, bad url schemes, bad names, and duplicate names', () => {
+    const problems = problemsOf(`
+bridges:
+  - name: Central
+    remote: { urls: ["http://h", "mqtts://", "wss://h:443/mqtt"] }
+    topics: [{ filter: "a", localPrefix: "x/+/" }]
+  - name: b
+    remote: { urls: ["mqtt://h"] }
+    topics: [{ filter: "a" }]
+  - name: b
+    remote: { urls: ["mqtt://h"] }
+    topics: [{ filter: "a" }]
+`);
+    expect(problems.map((p) => p.path)).toEqual([
+      'bridges.0.name',
+      'bridges.0.remote.urls.0',
+      'bridges.0.remote.urls.1',
+      'bridges.0.topics.0.localPrefix',
+      'bridges.2.name',
+    ]);
+  });
+
+  it('checks the remote credentials and TLS together', () => {
+    const problems = problemsOf(`
+bridges:
+  - name: b
+    remote: { urls: ["mqtt://h"], password: x, passwordFile: p, tls: { certFile: c.pem } }
+    topics: [{ filter: "a" }]
+  - name: c
+    remote: { urls: ["mqtt://h"], protocolVersion: 4, password: x }
+    topics: [{ filter: "a" }]
+`);
+    expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'bridges.0.remote.tls.keyFile: certFile and keyFile go together',
+      'bridges.0.remote.passwordFile: set password or passwordFile, not both',
+      'bridges.0.remote.tls: no url uses mqtts:// or wss://',
+      'bridges.1.remote.username: MQTT 3.1.1 sends a password only with a username [MQTT-3.1.2-22]',
+    ]);
+  });
+
+  it('a reconnect maxDelayMs below minDelayMs is refused', () => {
+    expect(problemsOf(bridge('    reconnect: { minDelayMs: 5000, maxDelayMs: 1000 }')).map((p) => p.path)).toEqual([
+      'bridges.0.reconnect.maxDelayMs',
+    ]);
+  });
+
+  it('reads passwordFile into password, relative to the config directory', () => {
+    writeFileSync(join(dir, 'central.password'), 's3cret\n');
+    const config = parse(bridge('').replace('remote: {', 'remote: { username: gw, passwordFile: central.password,'));
+    expect(config.bridges[0].remote).toMatchObject({ password: 's3cret', passwordFile: join(dir, 'central.password') });
+
+    const problems = problemsOf(bridge('').replace('remote: {', 'remote: { passwordFile: nope,'));
+    expect(problems.map((p) => p.path)).toEqual(['bridges.0.remote.passwordFile']);
+  });
+});
+
+describe('loadConfig', () => {
+  it('resolves relative paths against the directory of the file, not the working directory', () => {
+    const file = join(dir, 'edgeferry.yaml');
+    writeFileSync(file, 'storage: { path: state }\n');
+    expect(loadConfig(file).storage.path).toBe(join(dir, 'state'));
+  });
+});

@@ -1,0 +1,49 @@
+import { describe, expect, it } from 'vitest';
+import mqttPacket from 'mqtt-packet';
+import { PacketFramer } from '../../src/protocol/framer.js';
+import type { FrameHandler } from '../../src/protocol/framer.js';
+
+function collect(): FrameHandler & { packets: Buffer[]; headers: [number, number][] } {
+  const packets: Buffer[] = [];
+  const headers: [number, number][] = [];
+  return {
+    packets,
+    headers,
+    header: (type, length) => void headers.push([type, length]),
+    packet: (data, _first, start, _body, end) => void packets.push(Buffer.from(data.subarray(start, end))),
+    isOpen: () => true,
+  };
+}
+
+const stream = Buffer.concat(
+  Array.from({ length: 50 }, (_, i) =>
+    mqttPacket.generate({ cmd: 'publish', topic: `t/${i}`, payload: Buffer.alloc(i * 7, i), qos: 1, messageId: i + 1, retain: false, dup: false }),
+  ),
+);
+
+describe('PacketFramer', () => {
+  it('yields the same packets whatever the read boundaries are', () => {
+    const whole = collect();
+    new PacketFramer().push(stream, whole);
+    expect(whole.packets).toHaveLength(50);
+    for (const size of [1, 2, 3, 5, 7, 64, 333]) {
+      const framer = new PacketFramer();
+      const split = collect();
+      for (let i = 0; i < stream.length; i += size) framer.push(stream.subarray(i, i + size), split);
+      expect(split.packets).toEqual(whole.packets);
+      expect(framer.pendingBytes).toBe(0);
+    }
+  });
+
+  it('reports a huge declared length from the header alone, before the body arrives [RELIABILITY #1]', () => {
+    const h = collect();
+    const framer = new PacketFramer();
+    framer.push(Buffer.from([0x10, 0xff, 0xff, 0xff, 0x7f, 0x00, 0x04]), h);
+    expect(h.headers).toEqual([[1, 268435455]]);
+    expect(h.packets).toHaveLength(0);
+  });
+
+  it('refuses a remaining length longer than four bytes as malformed', () => {
+    expect(() => new PacketFramer().push(Buffer.from([0x30, 0xff, 0xff, 0xff, 0xff, 0x01]), collect())).toThrow(/longer than 4 bytes/);
+  });
+});

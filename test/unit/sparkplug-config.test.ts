@@ -1,0 +1,58 @@
+import { describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config/load.js';
+import { ConfigError } from '../../src/util/errors.js';
+
+const bridge = `
+bridges:
+  - name: central
+    remote: { urls: ["mqtt://127.0.0.1:1884"] }
+    topics: [{ filter: "spBv1.0/#" }]
+`;
+const device = `
+connectors:
+  - id: press-1
+    type: modbus
+    transport: tcp
+    host: 10.0.0.21
+    addressBase: 1
+    tags: [{ name: temperature, table: holding, address: 101, datatype: float32, byteOrder: CDAB, deadband: 0.5 }]
+`;
+
+function problems(text: string): string[] {
+  try {
+    parseConfig(text, 'edgeferry.yaml', '/tmp');
+    return [];
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    return err.problems.map((p) => `${p.location} ${p.path}: ${p.message}`);
+  }
+}
+
+describe('sparkplug and connectors config', () => {
+  it('accepts an edge node with an uplink and a Modbus device, defaults filled in', () => {
+    const config = parseConfig(`sparkplug: { groupId: plant1, edgeNodeId: line4-gw, uplink: central }\n${bridge}${device}`, 'edgeferry.yaml', '/tmp');
+    expect(config.sparkplug).toMatchObject({ groupId: 'plant1', rebirthDebounceMs: 2000, deviceReconnect: { minDelayMs: 1000, maxDelayMs: 30_000 } });
+    expect(config.connectors[0]).toMatchObject({ id: 'press-1', port: 502, unitId: 1, tags: [{ address: 101, writable: false }] });
+  });
+
+  it('refuses Sparkplug ids with + / # [tck-id-topic-structure-namespace-valid-group-id]', () => {
+    expect(problems('sparkplug: { groupId: "plant/1", edgeNodeId: "gw#1" }')).toEqual([
+      'edgeferry.yaml:1:23 sparkplug.groupId: must be a non-empty Sparkplug id without +, /, # (or NUL)',
+      'edgeferry.yaml:1:46 sparkplug.edgeNodeId: must be a non-empty Sparkplug id without +, /, # (or NUL)',
+    ]);
+  });
+
+  it('needs the uplink to name a bridge, connectors to have a sparkplug section, and unique connector ids', () => {
+    expect(problems('sparkplug: { groupId: g, edgeNodeId: n, uplink: nowhere }')).toEqual([
+      'edgeferry.yaml:1:49 sparkplug.uplink: no bridge is named "nowhere"',
+    ]);
+    expect(problems(device)[0]).toMatch(/connectors: connectors publish through the Sparkplug edge node/);
+    const twice = `sparkplug: { groupId: g, edgeNodeId: n }\n${device}${device.replace('connectors:\n', '')}`;
+    expect(problems(twice)).toEqual([expect.stringMatching(/connectors.1.id: "press-1" is already the id of connectors.0/)]);
+  });
+
+  it('reports a bad tag with its key path', () => {
+    const bad = device.replace('datatype: float32', 'datatype: float33');
+    expect(problems(`sparkplug: { groupId: g, edgeNodeId: n }\n${bad}`)[0]).toMatch(/connectors.0.tags.0.datatype: /);
+  });
+});

@@ -1,0 +1,381 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { EdgeNode } from '../../src/sparkplug/edge-node.js';
+import type { UplinkControl } from '../../src/sparkplug/edge-node.js';
+import { sparkplugSchema } from '../../src/sparkplug/schema.js';
+import type { SparkplugConfig } from '../../src/sparkplug/schema.js';
+import { decodePayload, encodePayload } from '../../src/sparkplug/payload.js';
+import type { Message } from '../../src/protocol/message.js';
+import type { Logger, LogFn } from '../../src/util/logger.js';
+import { removeDir, tempDir } from '../helpers/temp.js';
+import { waitFor } from '../helpers/wait.js';
+import { command, Decoder, FakeBroker, FakeConnector } from './sparkplug-fakes.js';
+
+interface LogLine {
+  level: string;
+  fields: Record<string, unknown>;
+  msg: string;
+}
+
+function captureLogger(lines: LogLine[], bindings: Record<string, unknown> = {}): Logger {
+  const fn =
+    (level: string): LogFn =>
+    (a: object | string, b?: string) => {
+      if (typeof a === 'string') lines.push({ level, fields: bindings, msg: a });
+      else lines.push({ level, fields: { ...bindings, ...a }, msg: b ?? '' });
+    };
+  return {
+    fatal: fn('fatal'),
+    error: fn('error'),
+    warn: fn('warn'),
+    info: fn('info'),
+    debug: fn('debug'),
+    trace: fn('trace'),
+    child: (more) => captureLogger(lines, { ...bindings, ...more }),
+    isLevelEnabled: () => true,
+  };
+}
+
+const dirs: string[] = [];
+const nodes: EdgeNode[] = [];
+afterEach(async () => {
+  for (const node of nodes.splice(0)) await node.stop();
+  for (const dir of dirs.splice(0)) removeDir(dir);
+});
+
+function setup(
+  options: { config?: Partial<SparkplugConfig>; connectors?: FakeConnector[]; dir?: string } = {},
+): { node: EdgeNode; broker: FakeBroker; press: FakeConnector; logs: LogLine[]; dir: string; decoder: Decoder; decoded: () => ReturnType<Decoder['decode']>[] } {
+  const dir = options.dir ?? tempDir('edgeferry-sp-');
+  if (!options.dir) dirs.push(dir);
+  const broker = new FakeBroker();
+  const press =
+    options.connectors?.[0] ??
+    new FakeConnector('press-1', [
+      { name: 'temperature', datatype: 'Double', deadband: 0.5 },
+      { name: 'count', datatype: 'UInt32' },
+      { name: 'setpoint', datatype: 'Float', writable: true },
+      { name: 'big', datatype: 'Int64', writable: true },
+    ]);
+  const logs: LogLine[] = [];
+  const config = sparkplugSchema.parse({
+    groupId: 'plant1',
+    edgeNodeId: 'line4-gw',
+    rebirthDebounceMs: 0,
+    deviceReconnect: { minDelayMs: 10, maxDelayMs: 20 },
+    deathTimeoutMs: 200,
+    ...options.config,
+  });
+  const node = new EdgeNode({ config, broker, connectors: options.connectors ?? [press], stateDir: dir, log: captureLogger(logs) });
+  nodes.push(node);
+  const decoder = new Decoder();
+  let seen = 0;
+  const all: ReturnType<Decoder['decode']>[] = [];
+  const decoded = () => {
+    for (; seen < broker.published.length; seen++) {
+      const msg = broker.published[seen];
+      if (msg.origin === 'edge-node') all.push(decoder.decode(msg));
+    }
+    return all;
+  };
+  return { node, broker, press, logs, dir, decoder, decoded };
+}
+
+const kinds = (list: { type: string; deviceId?: string; payload: { seq?: number } }[]) =>
+  list.map((m) => `${m.type}${m.deviceId ? `:${m.deviceId}` : ''}#${m.payload.seq ?? '-'}`);
+
+describe('Sparkplug edge node: births, data, deaths', () => {
+  it('publishes NBIRTH (seq 0, Int64 bdSeq, Node Control/Rebirth false without alias) and then a DBIRTH per device with every metric [tck-id-payloads-nbirth-seq]', async () => {
+    const { node, press, broker, decoded } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1, setpoint: 5, big: 2n ** 40n });
+    const msgs = decoded();
+    expect(kinds(msgs).slice(0, 2)).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1']);
+    const nbirth = msgs[0].payload;
+    expect(nbirth.timestamp).toBeGreaterThan(0);
+    const bdSeq = nbirth.metrics.find((m) => m.name === 'bdSeq');
+    expect(bdSeq).toMatchObject({ datatype: 'Int64', value: 0n });
+    const rebirth = nbirth.metrics.find((m) => m.name === 'Node Control/Rebirth');
+    expect(rebirth).toMatchObject({ datatype: 'Boolean', value: false, alias: undefined });
+    const dbirth = msgs[1].payload;
+    expect(dbirth.metrics.map((m) => [m.name, m.datatype, m.value])).toEqual([
+      ['temperature', 'Double', 20],
+      ['count', 'UInt32', 1],
+      ['setpoint', 'Float', 5],
+      ['big', 'Int64', 2n ** 40n],
+    ]);
+    const aliases = [...nbirth.metrics, ...dbirth.metrics].map((m) => m.alias).filter((a) => a !== undefined);
+    expect(new Set(aliases).size).toBe(aliases.length);
+    expect(aliases.length).toBe(5);
+    for (const m of broker.published) expect([m.qos, m.retain]).toEqual([0, false]);
+  });
+
+  it('reports by exception: unchanged values and changes within the deadband are not published; data carries aliases, per-metric timestamps and seq +1', async () => {
+    const { node, press, decoded, decoder } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1, setpoint: 5, big: 0n }, 1000);
+    press.emit({ temperature: 20.4, count: 1, setpoint: 5, big: 0n }, 2000);
+    expect(kinds(decoded())).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2']);
+    press.emit({ temperature: 20.6, count: 2, setpoint: 5, big: 0n }, 3000);
+    const last = decoded().at(-1);
+    expect(kinds([last as never])).toEqual(['DDATA:press-1#3']);
+    expect(last?.payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.name, m.datatype])).toEqual([
+      ['temperature', 20.6, 3000, undefined, undefined],
+      ['count', 2, 3000, undefined, undefined],
+    ]);
+  });
+
+  it('wraps seq from 255 to 0', async () => {
+    const { node, press, decoded } = setup();
+    await node.start();
+    for (let i = 0; i < 300; i++) press.emit({ count: i });
+    const seqs = decoded().map((m) => m.payload.seq);
+    for (let i = 1; i < seqs.length; i++) expect(seqs[i]).toBe(((seqs[i - 1] as number) + 1) & 0xff);
+    expect(seqs).toContain(255);
+  });
+
+  it('publishes a bad reading as null with quality BAD, and the recovery with quality GOOD', async () => {
+    const { node, press, decoded } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1 });
+    press.emit({ temperature: { value: 0, good: false } });
+    press.emit({ temperature: { value: 0, good: false } });
+    press.emit({ temperature: 21 });
+    const data = decoded().filter((m) => m.type === 'DDATA');
+    expect(data.map((m) => m.payload.metrics.map((x) => [x.value, x.quality]))).toEqual([[[null, 0]], [[21, 192]]]);
+  });
+
+  it('publishes DDEATH when a device is lost, restarts it with backoff and sends DBIRTH again before its data', async () => {
+    const { node, press, decoded } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1 });
+    press.lose();
+    expect(kinds(decoded()).slice(-2)).toEqual(['DDEATH:press-1#3', 'NDATA#4']);
+    await waitFor(() => press.running, 2000);
+    expect(press.stops).toBeGreaterThanOrEqual(1);
+    press.emit({ temperature: 25, count: 1 });
+    press.emit({ temperature: 30, count: 1 });
+    expect(kinds(decoded()).slice(-3)).toEqual(['DBIRTH:press-1#5', 'NDATA#6', 'DDATA:press-1#7']);
+  });
+
+  it('births a device that was unreachable at start-up when it first answers', async () => {
+    const press = new FakeConnector('press-1', [{ name: 'count', datatype: 'UInt32' }]);
+    press.reachable = false;
+    const { node, decoded, logs } = setup({ connectors: [press] });
+    await node.start();
+    await waitFor(() => press.starts >= 2, 2000);
+    expect(kinds(decoded())).toEqual(['NBIRTH#0']);
+    expect(logs.filter((l) => l.msg === 'device unreachable; retrying')).toHaveLength(1);
+    press.reachable = true;
+    await waitFor(() => press.running, 2000);
+    press.emit({ count: 7 });
+    expect(kinds(decoded())).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2']);
+  });
+
+  it('answers NCMD Rebirth at once with NBIRTH (same bdSeq, seq 0) and every DBIRTH, and debounces floods', async () => {
+    const { node, press, broker, decoded } = setup({ config: { rebirthDebounceMs: 60_000 } });
+    await node.start();
+    press.emit({ temperature: 20, count: 1 });
+    press.emit({ count: 2 });
+    const rebirth = command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]);
+    broker.inject('spBv1.0/plant1/NCMD/line4-gw', rebirth);
+    broker.inject('spBv1.0/plant1/NCMD/line4-gw', rebirth);
+    const msgs = decoded();
+    expect(kinds(msgs).slice(-3)).toEqual(['DDATA:press-1#3', 'NBIRTH#0', 'DBIRTH:press-1#1']);
+    const bdSeqs = msgs.filter((m) => m.type === 'NBIRTH').map((m) => m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
+    expect(bdSeqs).toEqual([0n, 0n]);
+    expect(msgs.at(-1)?.payload.metrics.find((m) => m.name === 'count')?.value).toBe(2);
+    expect(node.stats.rebirths).toBe(1);
+  });
+});
+
+describe('Sparkplug edge node: DCMD', () => {
+  it('writes a writable metric through its connector, by name or alias', async () => {
+    const { node, press, broker, decoded } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1, setpoint: 1, big: 0n });
+    const alias = decoded()[1].payload.metrics.find((m) => m.name === 'big')?.alias;
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ name: 'setpoint', datatype: 'Float', value: 12.5 }]));
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ alias, valueType: 'Int64', value: -5n }]));
+    await waitFor(() => node.stats.writesOk === 2, 1000);
+    expect(press.writes).toEqual([
+      { tag: 'setpoint', value: 12.5 },
+      { tag: 'big', value: -5n },
+    ]);
+  });
+
+  it('refuses and logs (who, what, why) writes to unknown or read-only metrics, wrong types and unknown devices, and keeps the session', async () => {
+    const { node, press, broker, logs, decoded } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1 });
+    const dcmd = (metrics: Parameters<typeof command>[0], device = 'press-1') =>
+      broker.inject(`spBv1.0/plant1/DCMD/line4-gw/${device}`, command(metrics), { origin: 'scada-1' });
+    dcmd([{ name: 'nope', datatype: 'Float', value: 1 }]);
+    dcmd([{ name: 'count', datatype: 'UInt32', value: 3 }]);
+    dcmd([{ name: 'setpoint', datatype: 'String', value: 'hot' }]);
+    dcmd([{ name: 'setpoint', valueType: 'String', value: 'hot' }]);
+    dcmd([{ name: 'setpoint', datatype: 'Float', value: 1 }], 'press-9');
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', Buffer.from('not protobuf at all'), { origin: 'scada-1' });
+    expect(press.writes).toEqual([]);
+    const refused = logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.who, l.fields.metric, l.fields.why]);
+    expect(refused.slice(0, 5)).toEqual([
+      ['scada-1', 'nope', 'unknown metric'],
+      ['scada-1', 'count', 'read-only metric'],
+      ['scada-1', 'setpoint', 'wrong type: the metric is Float, the command says String'],
+      ['scada-1', 'setpoint', 'wrong type: Float expected'],
+      ['scada-1', undefined, 'unknown device'],
+    ]);
+    expect(refused).toHaveLength(6);
+    press.emit({ count: 2 });
+    expect(kinds(decoded()).at(-1)).toMatch(/^DDATA:press-1/);
+  });
+
+  it('logs a write the device refused', async () => {
+    const { node, press, broker, logs } = setup();
+    await node.start();
+    press.emit({ temperature: 20 });
+    press.writeError = new Error('Modbus exception 2');
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ name: 'setpoint', datatype: 'Float', value: 3 }]), { origin: 'scada-1' });
+    await waitFor(() => logs.some((l) => l.msg === 'DCMD write failed'), 1000);
+    expect(node.stats.writesFailed).toBe(1);
+  });
+});
+
+describe('Sparkplug edge node: bdSeq and aliases survive restarts', () => {
+  it('takes a new bdSeq for every upstream CONNECT and for every local session, persisted on disk', async () => {
+    const dir = tempDir('edgeferry-sp-');
+    dirs.push(dir);
+    const first = setup({ dir });
+    const willBdSeq = (m: Message) => decodePayload(m.payload).metrics[0].value;
+    expect(willBdSeq(first.node.hooks.will())).toBe(0n);
+    expect(willBdSeq(first.node.hooks.will())).toBe(1n);
+    await first.node.start();
+    const aliases1 = first.decoded()[0].payload.metrics.map((m) => m.alias);
+    await first.node.stop();
+    const second = setup({ dir });
+    expect(willBdSeq(second.node.hooks.will())).toBe(2n);
+    await second.node.start();
+    const nbirth = second.decoded()[0].payload;
+    expect(nbirth.metrics.find((m) => m.name === 'bdSeq')?.value).toBe(1n);
+    expect(nbirth.metrics.map((m) => m.alias)).toEqual(aliases1);
+  });
+
+  it('publishes NDEATH (QoS 1, bdSeq of the NBIRTH, no seq) on a graceful stop', async () => {
+    const { node, broker, decoded } = setup();
+    await node.start();
+    await node.stop();
+    const death = broker.published.at(-1) as Message;
+    expect([death.topic, death.qos, death.retain]).toEqual(['spBv1.0/plant1/NDEATH/line4-gw', 1, false]);
+    const payload = decoded().at(-1)?.payload;
+    expect(payload?.seq).toBeUndefined();
+    expect(payload?.metrics).toMatchObject([{ name: 'bdSeq', datatype: 'Int64', value: 0n }]);
+  });
+});
+
+describe('Sparkplug edge node: the uplink seam', () => {
+  const entry = (msg: Message, appendedAtMs: number) => ({ msg, appendedAtMs });
+
+  it('Will = NDEATH with the next bdSeq; prologue = NBIRTH (seq 0, same bdSeq) + DBIRTHs; backlog becomes historical data renumbered after them', async () => {
+    const { node, press, broker } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1 }, 1000);
+    press.emit({ count: 2 }, 2000);
+    const journaled = broker.published.map((m) => entry(m, Date.now() - 10_000));
+    const will = node.hooks.will();
+    expect([will.topic, will.qos, will.retain]).toEqual(['spBv1.0/plant1/NDEATH/line4-gw', 1, false]);
+    const prologue = node.hooks.prologue();
+    const decoder = new Decoder();
+    expect(prologue.map((m) => `${m.topic}#${decodePayload(m.payload).seq}`)).toEqual([
+      'spBv1.0/plant1/NBIRTH/line4-gw#0',
+      'spBv1.0/plant1/DBIRTH/line4-gw/press-1#1',
+    ]);
+    prologue.forEach((m) => decoder.decode(m));
+    expect(decodePayload(prologue[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value).toBe(decodePayload(will.payload).metrics[0].value);
+    const sent = journaled.map((e) => node.hooks.rewrite(e, true)).filter((m): m is Message => m !== null);
+    // The old births are superseded; data stored before the session goes up historical, renumbered after the births.
+    const out = sent.map((m) => decoder.decode(m));
+    expect(kinds(out)).toEqual(['NDATA#2', 'DDATA:press-1#3']);
+    expect(out[1].payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.isHistorical])).toEqual([['count', 2, 2000, true]]);
+    // Live data continues the upstream seq, not historical.
+    press.emit({ count: 3 }, 3000);
+    const live = node.hooks.rewrite(entry(broker.published.at(-1) as Message, Date.now() + 1), false) as Message;
+    const d = decoder.decode(live);
+    expect([d.payload.seq, d.payload.metrics[0].isHistorical]).toEqual([4, false]);
+    expect(node.hooks.rewrite(entry({ ...live, topic: 'plant/other' }, 0), true)?.topic).toBe('plant/other');
+  });
+
+  it('passes a live rebirth (seq 0, upstream bdSeq), a device death and a later DBIRTH; drops data of devices not born upstream', async () => {
+    const { node, press, broker } = setup();
+    await node.start();
+    press.emit({ temperature: 20 });
+    node.hooks.will();
+    const prologue = node.hooks.prologue();
+    const upBdSeq = decodePayload(prologue[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value;
+    const mark = broker.published.length;
+    const later = () => broker.published.slice(mark).map((m) => node.hooks.rewrite(entry(m, Date.now() + 1), false));
+    press.lose();
+    await waitFor(() => press.running, 2000);
+    press.emit({ temperature: 30 });
+    press.emit({ temperature: 40 });
+    broker.inject('spBv1.0/plant1/NCMD/line4-gw', command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]));
+    const results = later();
+    const shown = results.map((m) => (m === null ? 'dropped' : `${m.topic.split('/')[2]}#${decodePayload(m.payload).seq ?? '-'}`));
+    // The NCMD (a host's command journaled on its way) passes untouched.
+    expect(shown).toEqual(['DDEATH#2', 'NDATA#3', 'DBIRTH#4', 'NDATA#5', 'DDATA#6', 'NCMD#-', 'NBIRTH#0', 'DBIRTH#1']);
+    const nbirth = results.find((m) => m?.topic.includes('NBIRTH')) as Message;
+    expect(decodePayload(nbirth.payload).metrics.find((m) => m.name === 'bdSeq')?.value).toBe(upBdSeq);
+    // A second pass (a re-send after reconnect would be a new session, but within this one) changes nothing twice.
+    expect(node.hooks.rewrite(entry(nbirth, Date.now()), false)).toBeNull();
+  });
+
+  it('waits for the primary host before upstream births, using publishNow when the bridge offers it; ends the upstream session on an offline STATE', async () => {
+    const { node, broker } = setup({ config: { uplink: 'central', primaryHostId: 'scada' } });
+    const sentNow: Message[][] = [];
+    const events: string[] = [];
+    const control: UplinkControl = {
+      online: true,
+      pause: (reason) => events.push(`pause:${reason}`),
+      resume: () => events.push('resume'),
+      publishNow: (msgs) => {
+        sentNow.push([...msgs]);
+        return true;
+      },
+    };
+    node.attachUplink(control);
+    await node.start();
+    // Local session is not gated when an uplink carries the Sparkplug session.
+    expect(broker.published[0].topic).toBe('spBv1.0/plant1/NBIRTH/line4-gw');
+    node.hooks.will();
+    expect(node.hooks.prologue()).toEqual([]);
+    expect(events).toEqual(['pause:waiting for the primary host']);
+    const state = (online: boolean, timestamp: number) =>
+      broker.inject('spBv1.0/STATE/scada', Buffer.from(JSON.stringify({ online, timestamp })), { retain: true });
+    state(true, 1000);
+    expect(sentNow[0].map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw']);
+    expect(events.at(-1)).toBe('resume');
+    state(false, 900); // older than the online: ignored
+    expect(node.stats.uplinkBorn).toBe(true);
+    state(false, 1000); // the host's Will reuses its birth timestamp
+    expect(sentNow[1].map((m) => [m.topic, m.qos])).toEqual([['spBv1.0/plant1/NDEATH/line4-gw', 1]]);
+    expect(events.at(-1)).toBe('pause:primary host offline');
+    state(true, 2000);
+    expect(sentNow[2].map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw']);
+  });
+
+  it('without an uplink, gates the local session on the primary host STATE', async () => {
+    const { node, broker, decoded } = setup({ config: { primaryHostId: 'scada' } });
+    await node.start();
+    expect(decoded()).toEqual([]);
+    const state = (online: boolean, timestamp: number) =>
+      broker.inject('spBv1.0/STATE/scada', Buffer.from(JSON.stringify({ online, timestamp })), { retain: true });
+    state(true, 1000);
+    state(false, 1000);
+    await waitFor(() => decoded().length === 2, 1000);
+    state(true, 999); // stale online: ignored
+    state(true, 5000);
+    await waitFor(() => decoded().length === 3, 1000);
+    expect(kinds(decoded())).toEqual(['NBIRTH#0', 'NDEATH#-', 'NBIRTH#0']);
+    const bdSeqs = decoded().map((m) => m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
+    expect(bdSeqs).toEqual([0n, 0n, 1n]);
+    broker.inject('spBv1.0/STATE/scada', encodePayload({ timestamp: 1, metrics: [] }));
+  });
+});
