@@ -233,10 +233,11 @@ async function subscribe(args: SubscribeArgs): Promise<{ ready: number }> {
       const highest = new Int32Array(maxPublishersPerWorker).fill(-1);
       group.highest.push(highest);
       const acks: number[] = [];
-      let deliveredBefore = 0;
+      let receivedInChunk = 0;
       client.onPacket = (type, flags, buf, start) => {
         if (type !== PacketType.publish) return;
         group.delivered++;
+        receivedInChunk++;
         let pos = start + 2 + buf.readUInt16BE(start);
         if (((flags >> 1) & 3) > 0) {
           acks.push(buf.readUInt16BE(pos));
@@ -254,8 +255,8 @@ async function subscribe(args: SubscribeArgs): Promise<{ ready: number }> {
         }
       };
       client.afterChunk = () => {
-        if (group.delivered !== deliveredBefore) {
-          deliveredBefore = group.delivered;
+        if (receivedInChunk > 0) {
+          receivedInChunk = 0;
           if (group.firstNs === 0n) group.firstNs = client.chunkNs;
           if (client.chunkNs > group.lastNs) group.lastNs = client.chunkNs;
           group.onProgress();

@@ -1,19 +1,22 @@
 /**
  * The static connector registry: every connector type edgeferry knows, by `type`. No runtime discovery.
- * A registry is created per gateway (factories own shared resources such as Modbus links), so nothing here is
- * module-level mutable state.
+ * A registry is created per gateway (factories may own shared resources, such as Modbus links), so nothing here
+ * is module-level mutable state.
  */
 import type { Connector } from './contract.js';
 import type { Logger } from '../src/util/logger.js';
 import { createModbusFactory } from './modbus/factory.js';
 import type { ModbusConnectorFactory } from './modbus/factory.js';
 import type { ModbusConnectorConfig } from './modbus/schema.js';
+import { opcuaFactory } from './opcua/factory.js';
+import type { OpcuaConnectorConfig } from './opcua/schema.js';
 
 /** Any connector's config, discriminated by `type` (the `connectors:` entries of the config file). */
-export type ConnectorConfig = ModbusConnectorConfig;
+export type ConnectorConfig = ModbusConnectorConfig | OpcuaConnectorConfig;
 
 export interface ConnectorRegistry {
   readonly modbus: ModbusConnectorFactory;
+  readonly opcua: typeof opcuaFactory;
   /** Creates the connector for one config entry. */
   create(config: ConnectorConfig, log: Logger): Connector;
 }
@@ -22,10 +25,13 @@ export function createConnectorRegistry(): ConnectorRegistry {
   const modbus = createModbusFactory();
   return {
     modbus,
+    opcua: opcuaFactory,
     create(config: ConnectorConfig, log: Logger): Connector {
       switch (config.type) {
         case 'modbus':
           return modbus.create(config, log);
+        case 'opcua':
+          return opcuaFactory.create(config, log);
       }
     },
   };

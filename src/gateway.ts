@@ -12,7 +12,6 @@ import { Broker } from './broker/broker.js';
 import { loadFileAuth } from './broker/auth.js';
 import type { AuthHooks } from './broker/auth.js';
 import { createMessage } from './protocol/message.js';
-import type { Message } from './protocol/message.js';
 import { MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
@@ -22,6 +21,7 @@ import { openLmdbStore } from './store/lmdb.js';
 import type { Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
 import { createConnectorRegistry } from '../connectors/index.js';
+import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { EdgeNode } from './sparkplug/edge-node.js';
 import type { UplinkControl } from './sparkplug/edge-node.js';
 import { topicMatches } from './protocol/topics.js';
@@ -165,7 +165,13 @@ function createEdgeNode(config: Config, broker: Broker, log: Logger): EdgeNode |
   const sp = config.sparkplug;
   if (!sp) return undefined;
   const registry = createConnectorRegistry();
-  const connectors = config.connectors.map((c) => registry.create(c, log.child({ mod: 'connector', connector: c.id })));
+  const connectors = config.connectors.map((c) =>
+    registry.create(
+      // OPC UA connectors share one application certificate, kept with the gateway's data.
+      c.type === 'opcua' ? { ...c, pkiDir: c.pkiDir ?? opcuaPkiDir(config.storage.path) } : c,
+      log.child({ mod: 'connector', connector: c.id }),
+    ),
+  );
   const uplink = sp.uplink === undefined ? undefined : config.bridges.find((bc) => bc.name === sp.uplink);
   if (uplink) {
     const probe = `spBv1.0/${sp.groupId}/NDATA/${sp.edgeNodeId}`;
@@ -182,41 +188,12 @@ function createEdgeNode(config: Config, broker: Broker, log: Logger): EdgeNode |
 
 /** What the edge node may ask of its uplink bridge. */
 function uplinkControl(bridge: Bridge): UplinkControl {
-  // `publishNow(messages): boolean` (send outside the outbox on the current connection) is proposed for the bridge;
-  // the edge node uses it, when present, for births after a late primary-host STATE and for immediate rebirths.
-  const direct = bridge as Bridge & { publishNow?: (messages: readonly Message[]) => boolean };
   return {
     pause: (reason) => bridge.pause(reason),
     resume: () => bridge.resume(),
     get online() {
-      return bridge.stats.connected;
+      return bridge.online;
     },
-    publishNow: typeof direct.publishNow === 'function' ? (messages) => direct.publishNow?.(messages) === true : undefined,
+    publishNow: (messages) => bridge.publishNow(messages),
   };
-}
-
-/** Password file and ACL (re-read on every reload, so edited files apply); failed logins go to the audit log. */
-function createAuth(config: Config, audit: Logger): AuthHooks {
-  return loadFileAuth(
-    config.auth,
-    (path) => readFileSync(path, 'utf8'),
-    (c, why) => audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused'),
-  );
-}
-
-function fileSize(path: string): number | undefined {
-  try {
-    return statSync(path).size;
-  } catch {
-    return undefined; // no data file yet: nothing to report
-  }
-}
-
-async function readinessProblems(store: Store, bridges: readonly Bridge[], server: MqttServer): Promise<string[]> {
-  const problems: string[] = [];
-  if (!server.isListening) problems.push('listeners are not accepting connections');
-  const flushed = await Promise.race([store.flushed().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]);
-  if (!flushed) problems.push('the store did not flush within 2 s');
-  for (const bridge of bridges) if (!bridge.stats.connected) problems.push(`bridge ${bridge.name} is ${bridge.stats.state}`);
-  return problems;
 }

@@ -52,9 +52,9 @@ export interface BrowseRow {
 }
 
 const Objects = 'i=85';
-const Root = 'i=84';
+const Root = 84;
 const HierarchicalReferences = 'i=33';
-const HasProperty = 'i=46';
+const HasProperty = 46;
 const NodeClassObject = 1;
 const NodeClassVariable = 2;
 
@@ -111,7 +111,7 @@ async function walk(opened: OpenedSession, options: BrowseOptions, log: Logger):
       const results = await browseAll(opened, batch.map((n) => n.nodeId), 'forward');
       batch.forEach((parent, i) => {
         for (const ref of results[i] ?? []) {
-          if (!options.includeProperties && ref.referenceTypeId.toString() === HasProperty) continue;
+          if (!options.includeProperties && isStandard(ref.referenceTypeId, HasProperty)) continue;
           if (ref.nodeClass !== NodeClassObject && ref.nodeClass !== NodeClassVariable) continue;
           const nodeId = ua.resolveNodeId(ref.nodeId.toString());
           if (!options.includeStandardNodes && nodeId.namespace === 0) continue;
@@ -228,7 +228,7 @@ async function pathFromRoot(opened: OpenedSession, nodeId: NodeId): Promise<stri
   const { ua } = opened.lib;
   const segments: string[] = [];
   let current = nodeId;
-  for (let hops = 0; hops < 32 && current.toString() !== Root; hops++) {
+  for (let hops = 0; hops < 32 && !isStandard(current, Root); hops++) {
     const [node] = await opened.session.read([{ nodeId: current, attributeId: ua.AttributeIds.BrowseName }]);
     if (!node?.statusCode.isGood()) {
       throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', 'opcua-browse', `node ${current.toString()} does not exist (${node?.statusCode.name})`, { retryable: false });
@@ -241,6 +241,11 @@ async function pathFromRoot(opened: OpenedSession, nodeId: NodeId): Promise<stri
     current = ua.resolveNodeId(parent.nodeId.toString());
   }
   return `/${segments.join('/')}`;
+}
+
+/** True for the namespace-0 node `i=<id>` (NodeId.toString() spells it `ns=0;i=<id>`). */
+function isStandard(nodeId: NodeId, id: number): boolean {
+  return nodeId.namespace === 0 && nodeId.value === id;
 }
 
 function qualified(namespaceIndex: number, name: string): string {

@@ -238,7 +238,8 @@ export class OpcuaConnector implements Connector {
     if (run.watchdog !== undefined) clearInterval(run.watchdog);
     run.pending = [];
     const opened = run.opened;
-    if (opened !== undefined) await opened.close(closeTimeoutMs);
+    // After a loss the server is unreachable: asking it to close the session would only wait out the timeout.
+    if (opened !== undefined) await opened.close(closeTimeoutMs, { closeSession: !run.lost });
   }
 
   /** Reports problem `reason` for `tag` once per connector, however often the runtime restarts it. */

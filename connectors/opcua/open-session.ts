@@ -36,8 +36,11 @@ export interface OpenedSession {
   readonly client: OPCUAClient;
   readonly session: ClientSession;
   readonly certificateManager: OpcuaCertificateManager;
-  /** Closes the session and the channel, at most `timeoutMs` (a dead link must not hang a stop). */
-  close(timeoutMs: number): Promise<void>;
+  /**
+   * Closes the session (unless `closeSession: false`, for a link known dead) and the channel, each step at
+   * most `timeoutMs` (a dead link must not hang a stop).
+   */
+  close(timeoutMs: number, options?: { closeSession?: boolean }): Promise<void>;
 }
 
 /** `1A2B…` SHA-1 of the DER certificate: the thumbprint OPC UA tools display. */
@@ -90,7 +93,8 @@ export async function openSession(options: SessionOptions, log: Logger): Promise
       client: connecting,
       session,
       certificateManager,
-      close: (timeoutMs) => closeAll(connecting, session, certificateManager, timeoutMs, log),
+      close: (timeoutMs, closeOptions) =>
+        closeAll(connecting, closeOptions?.closeSession === false ? undefined : session, certificateManager, timeoutMs, log),
     };
   } catch (err) {
     await closeAll(client, undefined, certificateManager, 2000, log);

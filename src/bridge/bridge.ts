@@ -243,6 +243,25 @@ export class Bridge {
     await this.publishState(false);
   }
 
+  /** Whether the uplink is connected now. */
+  get online(): boolean {
+    return this.uplink.online;
+  }
+
+  /**
+   * Publishes upstream at once on the current connection, outside the outbox (Sparkplug births after a late
+   * primary-host STATE). Returns false, sending nothing, when the uplink is offline.
+   */
+  publishNow(messages: readonly Message[]): boolean {
+    if (!this.running || !this.uplink.online) return false;
+    for (const msg of messages) {
+      this.uplink.publish(msg, (result) => {
+        if (!result.ok) this.log.warn({ topic: msg.topic, reasonCode: result.reasonCode }, 'central broker refused a message sent outside the outbox');
+      });
+    }
+    return true;
+  }
+
   /** Holds back draining (e.g. until the Sparkplug primary host is online); journaling continues. */
   pause(reason: string): void {
     this.pausedReason = reason;
@@ -533,11 +552,7 @@ export class Bridge {
 
   private sendPrologue(): void {
     const messages = this.hooks.prologue?.() ?? [];
-    for (const msg of messages) {
-      this.uplink.publish(msg, (result) => {
-        if (!result.ok) this.log.warn({ topic: msg.topic, reasonCode: result.reasonCode }, 'central broker refused a prologue message');
-      });
-    }
+    if (messages.length > 0) this.publishNow(messages);
   }
 
   private remove(seq: number): void {

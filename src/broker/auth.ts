@@ -16,6 +16,8 @@ export interface ConnectInfo {
   readonly remoteAddress: string;
   /** Whether the listener the client came in on accepts clients without credentials. */
   readonly allowAnonymous: boolean;
+  /** The user name is a verified client certificate's CN: no password is needed. */
+  readonly certificateVerified?: boolean;
 }
 
 export interface ClientInfo {
@@ -73,6 +75,7 @@ export class FileAuth implements AuthHooks {
     if (c.username === undefined) {
       return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'anonymous clients are not allowed here');
     }
+    if (c.certificateVerified) return undefined;
     if (!this.passwords) return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'no password file configured');
     // A user name without a password is refused when a password file is set (Mosquitto `01-connect-uname-no-password-denied`).
     if (!c.password || !(await this.passwords.verify(c.username, c.password))) {

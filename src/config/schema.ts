@@ -8,6 +8,7 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { isValidTopicFilter } from '../protocol/topics.js';
 import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
+import { opcuaConnectorSchema } from '../../connectors/opcua/schema.js';
 import { sparkplugSchema } from '../sparkplug/schema.js';
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
@@ -233,7 +234,7 @@ const bridgesSchema = z.array(bridgeSchema).superRefine((bridges, ctx) => {
 });
 
 /** Every connector type, discriminated by `type`; each connector's own schema lives in connectors/<type>/schema.ts. */
-const connectorSchema = z.discriminatedUnion('type', [modbusConnectorSchema]);
+const connectorSchema = z.discriminatedUnion('type', [modbusConnectorSchema, opcuaConnectorSchema]);
 
 const connectorsSchema = z.array(connectorSchema).superRefine((connectors, ctx) => {
   connectors.forEach((connector, i) => {

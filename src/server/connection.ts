@@ -62,6 +62,8 @@ export class Connection implements ClientLink, FrameHandler {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   overBufferSinceMs: number | undefined;
+  /** Since when an incomplete packet has been held: a body trickled in byte by byte must still end [RELIABILITY #6]. */
+  private partialSinceMs: number | undefined;
   readonly log: Logger;
   private readonly parser: Parser;
   private readonly framer = new PacketFramer();
@@ -70,6 +72,8 @@ export class Connection implements ClientLink, FrameHandler {
     readonly transport: Transport,
     readonly ctx: ServerContext,
     readonly allowAnonymous: boolean,
+    /** mTLS: the client certificate's CN replaces the CONNECT user name. */
+    readonly identityIsUsername = false,
   ) {
     this.log = ctx.log;
     this.parser = createParser();
@@ -160,6 +164,8 @@ export class Connection implements ClientLink, FrameHandler {
     this.ctx.broker.stats.bytesReceived += chunk.length;
     try {
       this.framer.push(chunk, this);
+      if (this.framer.pendingBytes === 0) this.partialSinceMs = undefined;
+      else this.partialSinceMs ??= this.lastReceivedMs;
     } catch (err) {
       this.protocolFailure(err);
     }
@@ -330,6 +336,11 @@ export class Connection implements ClientLink, FrameHandler {
     if (this.keepaliveMs > 0 && nowMs - this.lastReceivedMs > this.keepaliveMs * 1.5) {
       // [MQTT-3.1.2-24]: nothing received for 1.5 × keep alive.
       return this.close(Reason.KeepAliveTimeout, 'keep alive timeout');
+    }
+    // One packet may take a while on a slow link, but not longer than the keep-alive window (or the connect timeout).
+    const packetDeadlineMs = Math.max(this.keepaliveMs * 1.5, limits.connectTimeoutMs);
+    if (this.partialSinceMs !== undefined && nowMs - this.partialSinceMs > packetDeadlineMs) {
+      return this.close(Reason.MalformedPacket, 'incomplete packet not finished in time');
     }
     if (this.transport.bufferedBytes > limits.maxWriteBufferBytes) {
       this.overBufferSinceMs ??= nowMs;

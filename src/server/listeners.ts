@@ -32,6 +32,7 @@ export interface ListenerSpec {
     readonly keyFile: string;
     readonly caFile?: string;
     readonly requireCertificate: boolean;
+    readonly useIdentityAsUsername: boolean;
     readonly minVersion: string;
   };
 }
@@ -119,7 +120,7 @@ export class MqttServer {
       }
       running.connections++;
       transport.onClose(() => running.connections--);
-      new Connection(transport, this.ctx, spec.allowAnonymous);
+      new Connection(transport, this.ctx, spec.allowAnonymous, spec.tls?.useIdentityAsUsername ?? false);
     };
     const tlsOptions = spec.tls ? loadTls(spec.tls) : undefined;
     let server: net.Server;
@@ -139,7 +140,7 @@ export class MqttServer {
         maxPayload: this.ctx.limits.maxPacketBytes + 5,
         handleProtocols: (protocols) => (protocols.has('mqtt') ? 'mqtt' : protocols.has('mqttv3.1') ? 'mqttv3.1' : false),
       });
-      wss.on('connection', (ws, req) => accept(webSocketTransport(ws, req.socket.remoteAddress ?? 'unknown'), () => ws.terminate()));
+      wss.on('connection', (ws, req) => accept(webSocketTransport(ws, req.socket.remoteAddress ?? 'unknown', req.socket), () => ws.terminate()));
       Object.assign(running, { wss });
     }
     Object.assign(running, { server });

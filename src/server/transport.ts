@@ -1,9 +1,12 @@
 /** The byte pipe under one MQTT connection: a TCP/TLS socket or a WebSocket, behind one small interface. */
 import type { Socket } from 'node:net';
+import { TLSSocket } from 'node:tls';
 import type { WebSocket } from 'ws';
 
 export interface Transport {
   readonly remoteAddress: string;
+  /** The verified client certificate's subject CN (mTLS), when there is one. */
+  readonly certificateIdentity?: string;
   /** Bytes accepted for writing but not yet handed to the kernel. */
   readonly bufferedBytes: number;
   write(data: Buffer): void;
@@ -20,6 +23,7 @@ export function socketTransport(socket: Socket): Transport {
   socket.setNoDelay(true);
   return {
     remoteAddress: socket.remoteAddress ?? 'unknown',
+    certificateIdentity: certificateIdentity(socket),
     get bufferedBytes() {
       return socket.writableLength;
     },
@@ -37,9 +41,11 @@ export function socketTransport(socket: Socket): Transport {
   };
 }
 
-export function webSocketTransport(ws: WebSocket, remoteAddress: string): Transport {
+/** `socket` is the HTTP(S) connection the WebSocket was upgraded from: for wss, its verified client certificate. */
+export function webSocketTransport(ws: WebSocket, remoteAddress: string, socket?: Socket): Transport {
   return {
     remoteAddress,
+    certificateIdentity: socket ? certificateIdentity(socket) : undefined,
     get bufferedBytes() {
       return ws.bufferedAmount;
     },
@@ -57,4 +63,10 @@ export function webSocketTransport(ws: WebSocket, remoteAddress: string): Transp
       ws.on('error', () => {});
     },
   };
+}
+
+function certificateIdentity(socket: Socket): string | undefined {
+  if (!(socket instanceof TLSSocket) || !socket.authorized) return undefined;
+  const cn = socket.getPeerCertificate().subject?.CN;
+  return typeof cn === 'string' && cn.length > 0 ? cn : undefined;
 }

@@ -578,10 +578,15 @@ class LmdbOutbox implements Outbox {
 
   expire(nowMs: number = Date.now()): Promise<number> {
     const maxAgeS = this.limits.maxAgeS;
-    if (!isLimited(maxAgeS)) return this.store.isClosing ? Promise.reject(closedError()) : Promise.resolve(0);
+    if (this.store.isClosing) return Promise.reject(closedError());
+    const cutoffMs = nowMs - maxAgeS * 1000;
+    // Called periodically: skip the batch (a commit) when even the oldest entry is young enough. Appends still
+    // queued are younger, removals still queued only make the head younger, so this answer is exact.
+    if (!isLimited(maxAgeS) || this.oldestAppendedAtMs === undefined || this.oldestAppendedAtMs >= cutoffMs) {
+      return Promise.resolve(0);
+    }
     return this.store.schedule((b) => {
       this.touch(b);
-      const cutoffMs = nowMs - maxAgeS * 1000;
       let n = 0;
       for (;;) {
         const head = this.firstLive();
@@ -959,11 +964,13 @@ export function checkDataFile(dir: string): void {
     if (meta1 === undefined || meta1.version !== MDB_DATA_VERSION) {
       throw openError(dir, 'data.mdb has a damaged second meta page');
     }
-    const latest = meta1.txnId > meta0.txnId ? meta1 : meta0;
-    if ((latest.lastPage + 1) * pageSize > size) {
+    // After a power loss the newest meta may point past what reached the disk; LMDB then falls back to the
+    // older, flushed one (boot id check). So only a file too short for even the older meta is refused.
+    const older = meta1.txnId > meta0.txnId ? meta0 : meta1;
+    if ((older.lastPage + 1) * pageSize > size) {
       throw openError(
         dir,
-        `data.mdb is truncated: it has ${size} bytes but its last transaction uses ${(latest.lastPage + 1) * pageSize}`,
+        `data.mdb is truncated: it has ${size} bytes but its transactions use ${(older.lastPage + 1) * pageSize}`,
       );
     }
   } finally {
@@ -1071,7 +1078,12 @@ export async function openLmdbStore(
     throw openError(dir, `the directory cannot be created (${asError(err).message})`, err);
   }
   checkDataFile(dir);
-  const lock = acquireLock(dir);
+  let lock: StoreLock;
+  try {
+    lock = acquireLock(dir);
+  } catch (err) {
+    throw err instanceof StoreError ? err : openError(dir, `edgeferry.lock cannot be written (${asError(err).message})`, err);
+  }
   let env: RootDatabase | undefined;
   try {
     try {

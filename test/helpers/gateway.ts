@@ -46,6 +46,8 @@ export interface GatewayOptions {
   logLevel?: string;
   /** Milliseconds to wait for the MQTT listener (default 15000). */
   readyTimeoutMs?: number;
+  /** Extra environment for the process, applied last (e.g. `NOTIFY_SOCKET`, `WATCHDOG_USEC`). */
+  env?: Record<string, string>;
 }
 
 export async function startGateway(patch: object = {}, options: GatewayOptions = {}): Promise<Gateway> {
@@ -71,7 +73,7 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
     const child = spawn(process.execPath, [CLI, '--config', configFile], {
       cwd: dir,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, NOTIFY_SOCKET: '' },
+      env: { ...process.env, NOTIFY_SOCKET: '', ...options.env },
     });
     child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));

@@ -262,11 +262,11 @@ describe('MQTT 5 session expiry', () => {
   });
 });
 
-describe('session limits (broker.maxQueuedMessages: 5, maxSessionExpiryS: 100)', () => {
+describe('session limits (broker.maxQueuedMessages: 5, maxSessionExpiryS: 100, receiveMaximum: 2)', () => {
   let limited: Gateway;
 
   beforeAll(async () => {
-    limited = await startGateway({ broker: { maxQueuedMessages: 5, maxSessionExpiryS: 100 } });
+    limited = await startGateway({ broker: { maxQueuedMessages: 5, maxSessionExpiryS: 100, receiveMaximum: 2 } });
   });
 
   afterAll(async () => {
@@ -287,6 +287,24 @@ describe('session limits (broker.maxQueuedMessages: 5, maxSessionExpiryS: 100)',
     await pub.publish(topic, 'live', { qos: 1 });
     await back.waitForMessages(6);
     expect(back.payloads()).toEqual([...sequence(5, 'm'), 'live']);
+  });
+
+  it('does not let a QoS 2 flow finished after a reconnect loosen the Receive Maximum of the new connection [MQTT-3.3.4-9]', async () => {
+    const fields = { clientId: 'recvmax-resume', clean: false, properties: { sessionExpiryInterval: 60 } };
+    const { raw: first } = await RawClient.connect(limited.port, 5, fields);
+    first.send({ cmd: 'publish', topic: 'recvmax/t', payload: Buffer.from('a'), qos: 2, messageId: 1, retain: false, dup: false });
+    await first.next('pubrec');
+    first.stop();
+    const { raw: second } = await RawClient.connect(limited.port, 5, fields);
+    d.add(second);
+    // Completes the flow of the previous connection: it never counted against this one.
+    second.send({ cmd: 'pubrel', messageId: 1 } as IPubrelPacket);
+    await second.next('pubcomp');
+    // Three unreleased QoS 2 publishes against a Receive Maximum of 2: the third is one too many.
+    for (const id of [2, 3, 4]) second.send({ cmd: 'publish', topic: 'recvmax/t', payload: Buffer.from('b'), qos: 2, messageId: id, retain: false, dup: false });
+    const disconnect = (await second.next('disconnect')) as IDisconnectPacket;
+    expect(disconnect.reasonCode).toBe(0x93);
+    expect(second.all('pubrec').map((p) => p.messageId)).toEqual([2, 3]);
   });
 
   it('caps the MQTT 5 session expiry and announces the value it uses in CONNACK', async () => {

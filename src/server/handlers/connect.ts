@@ -86,12 +86,21 @@ export function handleConnect(conn: Connection, packet: ConnectPacket): void {
     }
   }
 
+  // mTLS with useIdentityAsUsername: the verified certificate is the credential, its CN the user name.
+  let username = packet.username;
+  let password = packet.password;
+  if (conn.identityIsUsername) {
+    if (conn.transport.certificateIdentity === undefined) return refuse(conn, Reason.NotAuthorized, 'no verified client certificate');
+    username = conn.transport.certificateIdentity;
+    password = undefined;
+  }
   conn.beginAuthentication();
   conn.ctx.auth
     .authenticate({
       clientId,
-      username: packet.username,
-      password: packet.password,
+      username,
+      password,
+      certificateVerified: conn.identityIsUsername,
       remoteAddress: conn.transport.remoteAddress,
       allowAnonymous: conn.allowAnonymous,
     })
@@ -100,8 +109,8 @@ export function handleConnect(conn: Connection, packet: ConnectPacket): void {
         if (conn.state === 'closed') return;
         conn.state = 'awaiting-connect';
         if (refusal !== undefined) return refuse(conn, refusal, 'authentication failed');
-        conn.username = packet.username;
-        if (will && conn.ctx.auth.authorizePublish({ clientId, username: packet.username }, will.topic) !== undefined) {
+        conn.username = username;
+        if (will && conn.ctx.auth.authorizePublish({ clientId, username }, will.topic) !== undefined) {
           return refuse(conn, Reason.NotAuthorized, 'not authorized to publish the will topic');
         }
         accept(conn, packet, { clientId, assigned, keepaliveS, serverKeepAlive });

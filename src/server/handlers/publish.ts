@@ -120,6 +120,9 @@ function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: n
 
 export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
   const known = conn.session!.inboundQoS2.delete(packet.messageId!);
-  if (known) conn.inboundInflight--;
+  // A flow begun on an earlier connection never counted against this one (the quota starts afresh with each
+  // connection); like the spec's send quota, which is not raised above its initial value (MQTT 5 §4.9), the
+  // count never drops below zero, or a resumed client could exceed our Receive Maximum.
+  if (known && conn.inboundInflight > 0) conn.inboundInflight--;
   conn.sendAck('pubcomp', packet.messageId!, known ? Reason.Success : Reason.PacketIdentifierNotFound);
 }

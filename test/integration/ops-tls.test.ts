@@ -1,0 +1,209 @@
+/**
+ * Issue 6, security: TLS, mutual TLS and secure WebSocket listeners, with a CA, server and client certificates
+ * made by openssl at test time (test/fixtures/certs.ts). Clients are MQTT.js, mosquitto_sub/mosquitto_pub and
+ * a bare node:tls socket (for the protocol-version floor).
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import tls from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeCerts, opensslVersion, type TestPki } from '../fixtures/certs.js';
+import { useDisposer } from '../helpers/disposer.js';
+import { startGateway } from '../helpers/gateway.js';
+import { ConnectFailure, openClient, runTool, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
+import { freePort } from '../helpers/ports.js';
+import { removeDir, tempDir } from '../helpers/temp.js';
+
+const d = useDisposer();
+let pki: TestPki;
+
+beforeAll(() => {
+  expect(opensslVersion()).toMatch(/^OpenSSL 3\./);
+  pki = makeCerts(tempDir('edgeferry-pki-'), { clients: ['alice', 'bob'] });
+});
+afterAll(() => {
+  if (pki) removeDir(pki.dir);
+});
+
+/** A gateway with a plain TCP listener first (the helper's readiness probe) and `secure` second. */
+async function gatewayWith(secure: Record<string, unknown>, patch: Record<string, unknown> = {}) {
+  const tcpPort = await freePort();
+  const securePort = await freePort();
+  const gw = d.add(
+    await startGateway({
+      listeners: [{ type: 'tcp', host: '127.0.0.1', port: tcpPort }, { host: '127.0.0.1', port: securePort, ...secure }],
+      ...patch,
+    }),
+  );
+  return { gw, securePort };
+}
+
+const serverTls = (extra: Record<string, unknown> = {}) => ({ certFile: pki.server.cert, keyFile: pki.server.key, ...extra });
+
+/** SUBACK codes of one SUBSCRIBE; MQTT.js rejects when any filter was refused, with the SUBACK attached. */
+async function subackCodes(c: TestClient, filters: string[], qos: 0 | 1 | 2 = 1): Promise<number[]> {
+  try {
+    return await c.subscribe(filters, { qos });
+  } catch (err) {
+    const granted = (err as { packet?: { granted?: number[] } }).packet?.granted;
+    if (granted) return granted;
+    throw err;
+  }
+}
+
+/** Publishes QoS 1 on `topic` through `pub` and waits until `sub` received it. */
+async function roundTrip(pub: TestClient, sub: TestClient, topic: string) {
+  await sub.subscribe(topic, { qos: 1 });
+  await pub.publish(topic, 'over-tls', { qos: 1 });
+  const [m] = await sub.waitForMessages(1, { topic });
+  expect(m.payload).toBe('over-tls');
+}
+
+describe('TLS listener', { timeout: 60_000 }, () => {
+  it('serves MQTT.js over mqtts:// verified against the CA, and refuses a client that does not trust the CA', async () => {
+    const { gw, securePort } = await gatewayWith({ type: 'tls', tls: serverTls() });
+    const url = `mqtts://127.0.0.1:${securePort}`;
+    const ca = readFileSync(pki.ca);
+    const sub = d.add(await openClient(url, { ca, protocolVersion: 5 }));
+    const pub = d.add(await openClient(url, { ca, protocolVersion: 4 }));
+    await roundTrip(pub, sub, 'tls/a');
+    // The TLS socket is really TLS: a client trusting only another CA fails certificate verification.
+    const err = await openClient(url, { ca: readFileSync(pki.rogueCa) }).then(
+      (c) => (d.add(c), undefined),
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(ConnectFailure);
+    expect(String((err as Error).message)).toMatch(/certificate/i);
+    // A plain MQTT client on the TLS port gets no CONNACK.
+    const plain = await openClient(`mqtt://127.0.0.1:${securePort}`, {}, 2000).then(
+      (c) => (d.add(c), 'connected'),
+      () => 'refused',
+    );
+    expect(plain).toBe('refused');
+    expect(gw.proc.exitCode).toBeNull();
+  });
+
+  it('serves mosquitto_sub --cafile and mosquitto_pub --cafile', async () => {
+    const { securePort } = await gatewayWith({ type: 'tls', tls: serverTls() });
+    const sub = d.add(await startMosquittoSub(securePort, ['--cafile', pki.ca, '-t', 'tls/mosq', '-q', '1']));
+    await runToolOk('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(securePort), '--cafile', pki.ca, '-t', 'tls/mosq', '-q', '1', '-m', 'hello']);
+    const [m] = await sub.waitForMessages(1);
+    expect(m).toMatchObject({ topic: 'tls/mosq', payload: 'hello', qos: 1 });
+    // Without the CA, mosquitto_pub cannot verify the server and fails.
+    const refused = await runTool('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(securePort), '--cafile', pki.rogueCa, '-t', 'tls/mosq', '-m', 'x']);
+    expect(refused.code).not.toBe(0);
+  });
+
+  it('refuses a TLS 1.2 handshake when minVersion is TLSv1.3, and accepts TLS 1.3', async () => {
+    const { securePort } = await gatewayWith({ type: 'tls', tls: serverTls({ minVersion: 'TLSv1.3' }) });
+    const handshake = (maxVersion: tls.SecureVersion) =>
+      new Promise<string>((resolve) => {
+        const socket = tls.connect({ host: '127.0.0.1', port: securePort, ca: readFileSync(pki.ca), maxVersion, servername: 'localhost' });
+        socket.once('secureConnect', () => {
+          resolve(socket.getProtocol() ?? 'unknown');
+          socket.destroy();
+        });
+        socket.once('error', (err) => resolve(`error: ${err.message}`));
+      });
+    expect(await handshake('TLSv1.2')).toMatch(/^error: .*(protocol version|alert)/i);
+    expect(await handshake('TLSv1.3')).toBe('TLSv1.3');
+  });
+});
+
+describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
+  it('refuses a client without a certificate or with one from another CA, and accepts a client certificate from the CA', async () => {
+    const { securePort } = await gatewayWith({ type: 'tls', tls: serverTls({ caFile: pki.ca, requireCertificate: true }) });
+    const url = `mqtts://127.0.0.1:${securePort}`;
+    const ca = readFileSync(pki.ca);
+
+    const none = await openClient(url, { ca }, 3000).then(
+      (c) => (d.add(c), undefined),
+      (e: unknown) => e,
+    );
+    expect(none, 'no client certificate').toBeInstanceOf(ConnectFailure);
+    const rogue = await openClient(url, { ca, cert: readFileSync(pki.rogueClient.cert), key: readFileSync(pki.rogueClient.key) }, 3000).then(
+      (c) => (d.add(c), undefined),
+      (e: unknown) => e,
+    );
+    expect(rogue, 'client certificate from an untrusted CA').toBeInstanceOf(ConnectFailure);
+
+    const alice = { ca, cert: readFileSync(pki.clients.alice.cert), key: readFileSync(pki.clients.alice.key) };
+    const sub = d.add(await openClient(url, { ...alice, protocolVersion: 5 }));
+    const pub = d.add(await openClient(url, { ...alice, protocolVersion: 4 }));
+    await roundTrip(pub, sub, 'mtls/a');
+
+    // Debian's clients with --cert/--key work too; without them the handshake fails.
+    await runToolOk('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(securePort), '--cafile', pki.ca,
+      '--cert', pki.clients.bob.cert, '--key', pki.clients.bob.key, '-t', 'mtls/a', '-q', '1', '-m', 'from-bob']);
+    await sub.waitForMessages(2, { topic: 'mtls/a' });
+    const bare = await runTool('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(securePort), '--cafile', pki.ca, '-t', 'mtls/a', '-m', 'x']);
+    expect(bare.code).not.toBe(0);
+    expect(sub.payloads('mtls/a')).toEqual(['over-tls', 'from-bob']);
+  });
+
+  it('uses the certificate CN as the user name for the ACL with useIdentityAsUsername, ignoring the CONNECT user name', async () => {
+    const dir = d.tempDir('edgeferry-acl-');
+    const aclFile = join(dir, 'acl');
+    writeFileSync(aclFile, ['user alice', 'topic readwrite alice/#', '', 'user bob', 'topic readwrite bob/#', ''].join('\n'));
+    const { securePort } = await gatewayWith(
+      { type: 'tls', tls: serverTls({ caFile: pki.ca, requireCertificate: true, useIdentityAsUsername: true }) },
+      { auth: { aclFile } },
+    );
+    const url = `mqtts://127.0.0.1:${securePort}`;
+    const ca = readFileSync(pki.ca);
+    // alice's certificate, claiming to be bob in CONNECT (no password: the certificate is the credential).
+    const alice = d.add(
+      await openClient(url, { ca, cert: readFileSync(pki.clients.alice.cert), key: readFileSync(pki.clients.alice.key), protocolVersion: 5, username: 'bob' }),
+    );
+    expect(await subackCodes(alice, ['alice/in', 'bob/in'])).toEqual([1, 0x87]);
+    await alice.publish('alice/in', 'mine', { qos: 1 });
+    await expect(alice.publish('bob/in', 'not mine', { qos: 1 })).rejects.toMatchObject({ code: 0x87 });
+    await alice.waitForMessages(1, { topic: 'alice/in' });
+
+    const bob = d.add(await openClient(url, { ca, cert: readFileSync(pki.clients.bob.cert), key: readFileSync(pki.clients.bob.key), protocolVersion: 5 }));
+    expect(await bob.subscribe('bob/in', { qos: 1 })).toEqual([1]);
+    await bob.publish('bob/in', 'bob-own', { qos: 1 });
+    await bob.waitForMessages(1, { topic: 'bob/in' });
+    expect(bob.payloads()).toEqual(['bob-own']);
+    expect(alice.payloads()).toEqual(['mine']);
+  });
+});
+
+describe('secure WebSocket listener (wss)', { timeout: 60_000 }, () => {
+  it('serves MQTT.js over wss:// on the configured path, verified against the CA', async () => {
+    const { securePort } = await gatewayWith({ type: 'wss', path: '/mqtt', tls: serverTls() });
+    const url = `wss://127.0.0.1:${securePort}/mqtt`;
+    const ca = readFileSync(pki.ca);
+    const sub = d.add(await openClient(url, { ca, protocolVersion: 5 }));
+    const pub = d.add(await openClient(url, { ca, protocolVersion: 4 }));
+    await roundTrip(pub, sub, 'wss/a');
+    const untrusted = await openClient(url, { ca: readFileSync(pki.rogueCa) }, 3000).then(
+      (c) => (d.add(c), 'connected'),
+      () => 'refused',
+    );
+    expect(untrusted).toBe('refused');
+  });
+
+  it('applies mutual TLS and useIdentityAsUsername to wss clients as to TLS ones', async () => {
+    const dir = d.tempDir('edgeferry-acl-');
+    const aclFile = join(dir, 'acl');
+    writeFileSync(aclFile, ['user alice', 'topic readwrite alice/#', ''].join('\n'));
+    const { securePort } = await gatewayWith(
+      { type: 'wss', tls: serverTls({ caFile: pki.ca, requireCertificate: true, useIdentityAsUsername: true }) },
+      { auth: { aclFile } },
+    );
+    const url = `wss://127.0.0.1:${securePort}/mqtt`;
+    const ca = readFileSync(pki.ca);
+    const none = await openClient(url, { ca }, 3000).then(
+      (c) => (d.add(c), 'connected'),
+      () => 'refused',
+    );
+    expect(none).toBe('refused');
+    const alice = d.add(
+      await openClient(url, { ca, cert: readFileSync(pki.clients.alice.cert), key: readFileSync(pki.clients.alice.key), protocolVersion: 5 }),
+    );
+    expect(await subackCodes(alice, ['alice/#', 'other/#'])).toEqual([1, 0x87]);
+    await alice.publish('alice/x', 'via-wss', { qos: 1 });
+    await alice.waitForMessages(1);
+  });
+});

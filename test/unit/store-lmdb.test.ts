@@ -1,0 +1,274 @@
+/**
+ * LMDB store behaviour beyond the shared contract: persistence across reopen, group commit (with the
+ * throughput figure logged), storage.maxBytes, and refusing directories it must not open.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createMessage, type Message } from '../../src/protocol/message.js';
+import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb.js';
+import type { OutboxLimits, Store } from '../../src/store/types.js';
+import { StoreError } from '../../src/util/errors.js';
+import { silentLogger, type Logger } from '../../src/util/logger.js';
+
+const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' };
+const dirs: string[] = [];
+const open: Store[] = [];
+
+afterEach(async () => {
+  for (const s of open.splice(0)) await s.close();
+  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-lmdb-'));
+  dirs.push(d);
+  return d;
+}
+
+async function openStore(dir: string, opts: Partial<LmdbStoreOptions> = {}): Promise<Store> {
+  const s = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger, ...opts });
+  open.push(s);
+  return s;
+}
+
+async function closeStore(s: Store): Promise<void> {
+  open.splice(open.indexOf(s), 1);
+  await s.close();
+}
+
+async function openError(p: Promise<Store>): Promise<StoreError> {
+  const err = await p.then(
+    (s) => s.close().then(() => undefined),
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(StoreError);
+  expect((err as StoreError).code).toBe('EF_STORE_OPEN');
+  return err as StoreError;
+}
+
+function small(n: number, bytes = 64): Message {
+  return createMessage({ topic: 'spBv1.0/plant1/DDATA/gw/dev', payload: Buffer.alloc(bytes, n & 0xff), qos: 1, origin: 'c' });
+}
+
+describe('LMDB store', () => {
+  it('keeps outbox content, counters and dropped counts across a reopen, and seqs keep increasing', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir);
+    let box = store.outbox('central', { ...UNLIMITED, maxMessages: 5 });
+    await Promise.all(Array.from({ length: 8 }, (_, i) => box.append(small(i))));
+    box.countDropped('rejected_upstream', 4);
+    const before = box.peek(100);
+    await box.remove([before[0].seq]);
+    const depth = box.depth;
+    expect(depth.messages).toBe(4);
+    expect(depth.dropped).toEqual({ queue_full: 3, expired: 0, rejected_upstream: 4 });
+    // An outbox emptied completely must not reuse its seqs either.
+    const other = store.outbox('emptied', UNLIMITED);
+    await other.append(small(1));
+    const otherSeq = other.peek(1)[0].seq;
+    await other.remove([otherSeq]);
+    await closeStore(store);
+
+    store = await openStore(dir);
+    box = store.outbox('central', { ...UNLIMITED, maxMessages: 5 });
+    expect(box.depth).toEqual(depth);
+    const after = box.peek(100);
+    expect(after.map((e) => [e.seq, e.appendedAtMs, e.bytes, e.msg.payload[0]])).toEqual(
+      before.slice(1).map((e) => [e.seq, e.appendedAtMs, e.bytes, e.msg.payload[0]]),
+    );
+    await box.append(small(99));
+    expect(box.peek(100).at(-1)!.seq).toBeGreaterThan(before.at(-1)!.seq);
+    const reopenedOther = store.outbox('emptied', UNLIMITED);
+    await reopenedOther.append(small(2));
+    expect(reopenedOther.peek(1)[0].seq).toBeGreaterThan(otherSeq);
+  });
+
+  it('keeps retained messages and sessions across a reopen; session seqs keep increasing', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir);
+    await store.retained.set(createMessage({ topic: 'cfg/a', payload: Buffer.from('A'), retain: true, origin: 'x' }));
+    await store.retained.set(createMessage({ topic: 'cfg/b', payload: Buffer.from('B'), retain: true, origin: 'x' }));
+    await store.sessions.putSession('hmi', { expiryIntervalS: 0xffffffff, disconnectedAtMs: 1234 });
+    await store.sessions.putSubscription('hmi', { filter: 'cfg/#', qos: 1, noLocal: false, retainAsPublished: false, retainHandling: 0 });
+    const seq = await store.sessions.enqueue('hmi', small(7));
+    await closeStore(store);
+
+    store = await openStore(dir);
+    expect(store.retained.count).toBe(2);
+    expect([...store.retained.loadAll()].map((m) => `${m.topic}=${m.payload.toString()}`).sort()).toEqual(['cfg/a=A', 'cfg/b=B']);
+    const [rec] = [...store.sessions.loadAll()];
+    expect(rec).toMatchObject({ clientId: 'hmi', expiryIntervalS: 0xffffffff, disconnectedAtMs: 1234 });
+    expect(rec.subscriptions.map((s) => s.filter)).toEqual(['cfg/#']);
+    expect(rec.queue.map((q) => [q.seq, q.msg.payload[0]])).toEqual([[seq, 7]]);
+    expect(await store.sessions.enqueue('hmi', small(8))).toBeGreaterThan(seq);
+  });
+
+  it('keeps a message expiry deadline on the wall clock, so time spent down counts', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir);
+    const m = createMessage({ topic: 't', payload: Buffer.from('x'), origin: 'c', properties: { messageExpiryInterval: 60 } });
+    await store.outbox('central', UNLIMITED).append(m);
+    const remainingBefore = m.expiresAt! - performance.now();
+    await closeStore(store);
+    await new Promise((r) => setTimeout(r, 300));
+    store = await openStore(dir);
+    const [e] = store.outbox('central', UNLIMITED).peek(1);
+    const remainingAfter = e.msg.expiresAt! - performance.now();
+    expect(remainingAfter).toBeLessThan(remainingBefore - 250);
+    expect(remainingAfter).toBeGreaterThan(remainingBefore - 5_000);
+  });
+
+  it('commits appends made in one event turn together (group commit) and logs the durable append rate', async () => {
+    const dir = tempDir();
+    const store = await openStore(dir);
+    const box = store.outbox('central', UNLIMITED);
+    // One append per commit: each waits for its own fsync.
+    const singles = 20;
+    let t0 = performance.now();
+    for (let i = 0; i < singles; i++) await box.append(small(i));
+    const singleMs = (performance.now() - t0) / singles;
+
+    const rates: string[] = [];
+    let batchedMsPerAppend = Infinity;
+    for (const batch of [100, 1000]) {
+      const total = 10_000;
+      t0 = performance.now();
+      for (let i = 0; i < total; i += batch) {
+        await Promise.all(Array.from({ length: batch }, (_, j) => box.append(small(i + j))));
+      }
+      const ms = performance.now() - t0;
+      batchedMsPerAppend = Math.min(batchedMsPerAppend, ms / total);
+      rates.push(`batches of ${batch}: ${Math.round((total / ms) * 1000)}/s`);
+    }
+    console.log(
+      `durable appends (64-byte payload, sync full, 10k per run): one per commit ${Math.round(1000 / singleMs)}/s; ${rates.join('; ')}`,
+    );
+    expect(box.depth.messages).toBe(singles + 20_000);
+    // Without group commit every append would cost about one fsync.
+    expect(batchedMsPerAppend).toBeLessThan(singleMs / 10);
+  }, 120_000);
+
+  it("resolves at commit with sync 'relaxed' and still persists", async () => {
+    const dir = tempDir();
+    let store = await openStore(dir, { sync: 'relaxed' });
+    await Promise.all(Array.from({ length: 100 }, (_, i) => store.outbox('central', UNLIMITED).append(small(i))));
+    await store.flushed();
+    await closeStore(store);
+    store = await openStore(dir);
+    expect(store.outbox('central', UNLIMITED).depth.messages).toBe(100);
+  });
+
+  it('refuses new data with EF_STORE_FULL past storage.maxBytes, and drop-oldest outboxes make room', async () => {
+    const dir = tempDir();
+    const warnings: string[] = [];
+    const warn = (a: object | string, b?: string): void => {
+      warnings.push(typeof a === 'string' ? a : (b ?? ''));
+    };
+    const log: Logger = { ...silentLogger, warn: warn as Logger['warn'], child: () => log };
+    const store = await openStore(dir, { maxBytes: 512 * 1024, log });
+    const reject = store.outbox('reject', { ...UNLIMITED, overflow: 'reject-new' });
+    let accepted = 0;
+    let full: StoreError | undefined;
+    for (let i = 0; i < 200 && full === undefined; i++) {
+      const results = await Promise.allSettled(Array.from({ length: 50 }, (_, j) => reject.append(small(i * 50 + j, 1000))));
+      for (const r of results) {
+        if (r.status === 'fulfilled') accepted++;
+        else full ??= r.reason as StoreError;
+      }
+    }
+    expect(full).toBeInstanceOf(StoreError);
+    expect(full!.code).toBe('EF_STORE_FULL');
+    expect(full!.message).toContain('storage.maxBytes');
+    expect(accepted).toBeGreaterThan(100);
+    expect(accepted).toBeLessThan(600); // about 1 KB each in a 512 KB store
+    expect(reject.depth.messages).toBe(accepted);
+    expect(warnings.filter((w) => w.includes('store full'))).toHaveLength(1); // once per episode
+    expect((await store.sessions.enqueue('c', small(1, 1000)).catch((e: unknown) => e)) as StoreError).toMatchObject({
+      code: 'EF_STORE_FULL',
+    });
+
+    // A drop-oldest outbox keeps accepting by dropping its own oldest entries.
+    const drop = store.outbox('drop', { ...UNLIMITED, overflow: 'drop-oldest' });
+    await reject.remove(reject.peek(60).map((e) => e.seq)); // some room for it to start with
+    for (let i = 0; i < 300; i++) await drop.append(small(i, 1000));
+    expect(drop.depth.dropped.queue_full).toBeGreaterThan(0);
+    expect(drop.peek(1_000_000).at(-1)!.msg.payload[0]).toBe(299 & 0xff);
+    expect(drop.depth.messages + drop.depth.dropped.queue_full).toBe(300);
+
+    // Deleting data always works and ends the episode.
+    await reject.remove(reject.peek(1_000_000).map((e) => e.seq));
+    await drop.remove(drop.peek(1_000_000).map((e) => e.seq));
+    await reject.append(small(1, 1000));
+  }, 60_000);
+
+  it('refuses to open a directory that is already open in this process', async () => {
+    const dir = tempDir();
+    await openStore(dir);
+    const err = await openError(openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }));
+    expect(err.message).toContain('already open in this process');
+  });
+
+  it('refuses a store written with another schema version, naming the directory', async () => {
+    const dir = tempDir();
+    const newer = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }, { schemaVersion: SCHEMA_VERSION + 1 });
+    await newer.outbox('central', UNLIMITED).append(small(1));
+    await newer.close();
+    const err = await openError(openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }));
+    expect(err.message).toContain(dir);
+    expect(err.message).toContain(`schema version is ${SCHEMA_VERSION + 1}`);
+    // Refusing changed nothing: the newer release can still read its data.
+    const again = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }, { schemaVersion: SCHEMA_VERSION + 1 });
+    expect(again.outbox('central', UNLIMITED).depth.messages).toBe(1);
+    await again.close();
+  });
+
+  describe('damaged data directories give EF_STORE_OPEN instead of crashing the process', () => {
+    async function damaged(damage: (dataFile: string) => void): Promise<StoreError> {
+      const dir = tempDir();
+      const store = await openStore(dir);
+      await Promise.all(Array.from({ length: 500 }, (_, i) => store.outbox('central', UNLIMITED).append(small(i, 200))));
+      await closeStore(store);
+      damage(path.join(dir, 'data.mdb'));
+      const err = await openError(openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }));
+      expect(err.message).toContain(dir);
+      expect(err.message).toMatch(/backup|move the directory aside/);
+      return err;
+    }
+
+    it('garbage over the meta pages', async () => {
+      const err = await damaged((f) => {
+        const fd = fs.openSync(f, 'r+');
+        fs.writeSync(fd, Buffer.alloc(8192, 0xab), 0, 8192, 0);
+        fs.closeSync(fd);
+      });
+      expect(err.message).toContain('not an LMDB data file');
+    });
+
+    it('a file truncated to a few bytes', async () => {
+      expect((await damaged((f) => fs.truncateSync(f, 100))).message).toContain('truncated');
+    });
+
+    it('a file truncated after its meta pages', async () => {
+      expect((await damaged((f) => fs.truncateSync(f, 3 * 4096))).message).toContain('truncated');
+    });
+
+    it('a damaged second meta page', async () => {
+      const err = await damaged((f) => {
+        const fd = fs.openSync(f, 'r+');
+        fs.writeSync(fd, Buffer.alloc(256, 0x5a), 0, 256, 4096);
+        fs.closeSync(fd);
+      });
+      expect(err.message).toContain('second meta page');
+    });
+  });
+
+  it('refuses a path that is a file', async () => {
+    const dir = tempDir();
+    const file = path.join(dir, 'not-a-dir');
+    fs.writeFileSync(file, 'x');
+    const err = await openError(openLmdbStore({ path: file, sync: 'full', maxBytes: 0, log: silentLogger }));
+    expect(err.message).toContain(file);
+  });
+});
