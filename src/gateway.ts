@@ -49,6 +49,8 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     store,
     log: log.child({ mod: 'broker' }),
   });
+  const restored = broker.restoreSessions();
+  if (restored > 0) log.info({ sessions: restored }, 'persistent sessions restored');
 
   // Connectors and the Sparkplug edge node come before the bridges: the uplink bridge takes the node's hooks.
   const edgeNode = createEdgeNode(config, broker, log);
@@ -151,6 +153,12 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         server.setAuth(auth);
         audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
       }
+      // Certificates are re-read even when the config is unchanged: renewing one replaces the files in place.
+      try {
+        if (server.reloadTls() > 0) log.info('TLS certificates reloaded');
+      } catch (err) {
+        log.error({ err }, 'TLS files not reloaded, the listeners keep their current certificates');
+      }
       const needRestart = (['listeners', 'broker', 'storage', 'bridges', 'sparkplug', 'connectors', 'metrics'] as const).filter(
         (key) => !isDeepStrictEqual(next[key], config[key]),
       );
@@ -196,4 +204,30 @@ function uplinkControl(bridge: Bridge): UplinkControl {
     },
     publishNow: (messages) => bridge.publishNow(messages),
   };
+}
+
+/** Password file and ACL (re-read on every reload, so edited files apply); failed logins go to the audit log. */
+function createAuth(config: Config, audit: Logger): AuthHooks {
+  return loadFileAuth(
+    config.auth,
+    (path) => readFileSync(path, 'utf8'),
+    (c, why) => audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused'),
+  );
+}
+
+function fileSize(path: string): number | undefined {
+  try {
+    return statSync(path).size;
+  } catch {
+    return undefined; // no data file yet: nothing to report
+  }
+}
+
+async function readinessProblems(store: Store, bridges: readonly Bridge[], server: MqttServer): Promise<string[]> {
+  const problems: string[] = [];
+  if (!server.isListening) problems.push('listeners are not accepting connections');
+  const flushed = await Promise.race([store.flushed().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]);
+  if (!flushed) problems.push('the store did not flush within 2 s');
+  for (const bridge of bridges) if (!bridge.stats.connected) problems.push(`bridge ${bridge.name} is ${bridge.stats.state}`);
+  return problems;
 }

@@ -258,7 +258,7 @@ export class ModbusConnector implements Connector {
   private async request(block: Block): Promise<ReadResult | ModbusException | Error> {
     const link = this.link;
     if (!link) return new LinkError('not connected');
-    let last: Error = new LinkError('no attempt');
+    let last: Error | undefined;
     for (let attempt = 0; attempt <= this.config.retries; attempt++) {
       if (!this.active) return new LinkError('stopped');
       try {
@@ -270,7 +270,7 @@ export class ModbusConnector implements Connector {
         if (!link.isOpen) break; // a closed link will not answer a repeat either
       }
     }
-    return last;
+    return last ?? new LinkError('stopped');
   }
 
   private decode(t: PlannedTag, block: Block, data: ReadResult): TagValue {

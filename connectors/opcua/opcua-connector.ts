@@ -17,7 +17,7 @@ import type { ClientMonitoredItemBase, ClientSubscription, DataValue, NodeId } f
 import type { Connector, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
 import { ConnectorError, asError } from '../../src/util/errors.js';
 import type { Logger } from '../../src/util/logger.js';
-import { openSession, withDeadline, type OpenedSession } from './open-session.js';
+import { openSession, UntrustedServerError, withDeadline, type OpenedSession } from './open-session.js';
 import type { OpcuaConnectorConfig, OpcuaTagConfig } from './schema.js';
 import {
   BuiltInType,
@@ -85,6 +85,7 @@ export class OpcuaConnector implements Connector {
   /** Last value of each tag, shown with a bad status that carries no value. */
   private readonly lastValues = new Map<string, TagValue>();
   private run: Run | undefined;
+  private starting: Promise<void> | undefined;
 
   constructor(config: OpcuaConnectorConfig, log: Logger, options: OpcuaConnectorOptions) {
     this.config = config;
@@ -120,6 +121,16 @@ export class OpcuaConnector implements Connector {
 
   async start(sink: TagSink): Promise<void> {
     await this.stop();
+    const starting = this.connect(sink);
+    this.starting = starting;
+    try {
+      await starting;
+    } finally {
+      if (this.starting === starting) this.starting = undefined;
+    }
+  }
+
+  private async connect(sink: TagSink): Promise<void> {
     const run: Run = {
       sink,
       resolved: new Map(),
@@ -165,7 +176,10 @@ export class OpcuaConnector implements Connector {
     } catch (err) {
       await this.teardown(run);
       if (this.run === run) this.run = undefined;
-      if (err instanceof ConnectorError) throw err;
+      if (err instanceof ConnectorError) {
+        this.reportOperatorAction(err);
+        throw err;
+      }
       throw new ConnectorError(
         'EF_CONNECTOR_UNREACHABLE',
         this.id,
@@ -182,8 +196,8 @@ export class OpcuaConnector implements Connector {
     if (entry === undefined) throw refuse('no such tag');
     if (!entry.config.writable) throw refuse('the tag is not writable (set writable: true in its config)');
     const run = this.run;
-    const session = run?.opened?.session;
-    if (run === undefined || session === undefined || run.closed || run.lost) {
+    const opened = run?.opened;
+    if (run === undefined || opened === undefined || run.closed || run.lost) {
       throw refuse(`not connected to ${this.config.endpoint}`, true);
     }
     const resolved = run.resolved.get(tag);
@@ -199,9 +213,9 @@ export class OpcuaConnector implements Connector {
     let status;
     try {
       status = await withDeadline(
-        session.write({
+        opened.session.write({
           nodeId: resolved.nodeId,
-          attributeId: run.opened!.lib.ua.AttributeIds.Value,
+          attributeId: opened.lib.ua.AttributeIds.Value,
           value: { value: variant as never },
         }),
         this.config.requestTimeoutMs,
@@ -221,9 +235,17 @@ export class OpcuaConnector implements Connector {
 
   async stop(): Promise<void> {
     const run = this.run;
+    const starting = this.starting;
     if (run === undefined) return;
     this.run = undefined;
     await this.teardown(run);
+    if (starting !== undefined) {
+      // A start() in flight notices the stop at its next step and releases what it opened; wait for that.
+      await starting.then(
+        () => undefined,
+        (err: unknown) => this.log.debug({ err: asError(err) }, 'opcua start abandoned by stop'),
+      );
+    }
   }
 
   private throwIfClosed(run: Run): void {
@@ -232,14 +254,33 @@ export class OpcuaConnector implements Connector {
     }
   }
 
+  /** Releases what the run holds so far; safe to call again (a stop() racing a start() calls it twice). */
   private async teardown(run: Run): Promise<void> {
-    if (run.closed) return;
     run.closed = true;
     if (run.watchdog !== undefined) clearInterval(run.watchdog);
     run.pending = [];
     const opened = run.opened;
+    run.opened = undefined;
     // After a loss the server is unreachable: asking it to close the session would only wait out the timeout.
     if (opened !== undefined) await opened.close(closeTimeoutMs, { closeSession: !run.lost });
+  }
+
+  /**
+   * A start failure only the operator can fix (an untrusted server certificate, a rejected user, a security
+   * mode the server lacks) is logged as an error once; the runtime logs the retries themselves.
+   */
+  private reportOperatorAction(err: ConnectorError): void {
+    if (!(err instanceof UntrustedServerError) && err.retryable) return;
+    if (this.reported.has(err.message)) return;
+    this.reported.add(err.message);
+    if (err instanceof UntrustedServerError) {
+      this.log.error(
+        { endpoint: this.config.endpoint, thumbprint: err.thumbprint, status: err.status, rejectedDir: err.rejectedDir, trustedDir: err.trustedDir },
+        err.message,
+      );
+    } else {
+      this.log.error({ endpoint: this.config.endpoint, err }, err.message);
+    }
   }
 
   /** Reports problem `reason` for `tag` once per connector, however often the runtime restarts it. */

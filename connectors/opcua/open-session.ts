@@ -43,6 +43,35 @@ export interface OpenedSession {
   close(timeoutMs: number, options?: { closeSession?: boolean }): Promise<void>;
 }
 
+/**
+ * The server's certificate is not on edgeferry's trust list (or fails verification). The operator must act:
+ * the message names the thumbprint and the folders. Retryable: once the certificate is trusted, the
+ * runtime's next attempt succeeds without a restart.
+ */
+export class UntrustedServerError extends ConnectorError {
+  readonly thumbprint: string;
+  readonly status: string;
+  readonly rejectedDir: string;
+  readonly trustedDir: string;
+  constructor(options: Pick<SessionOptions, 'endpoint' | 'pkiDir' | 'connectorId'>, leaf: Buffer, status: string, description: string) {
+    const thumbprint = certificateThumbprint(leaf);
+    const rejectedDir = join(options.pkiDir, 'rejected');
+    const trustedDir = join(options.pkiDir, 'trusted', 'certs');
+    const message =
+      status === 'BadCertificateUntrusted'
+        ? `the server certificate of ${options.endpoint} is not trusted: thumbprint ${thumbprint} (${certificateSubject(leaf)}). ` +
+          `It was saved in ${rejectedDir}/; after checking the thumbprint, move it to ${trustedDir}/ ` +
+          `or run \`edgeferry opcua trust ${options.endpoint}\``
+        : `the server certificate of ${options.endpoint} (thumbprint ${thumbprint}, ${certificateSubject(leaf)}) fails verification: ` +
+          `${status} (${description}); issuer certificates and CRLs go in ${join(options.pkiDir, 'issuers')}/`;
+    super('EF_CONNECTOR_UNREACHABLE', options.connectorId, message, { retryable: true });
+    this.thumbprint = thumbprint;
+    this.status = status;
+    this.rejectedDir = rejectedDir;
+    this.trustedDir = trustedDir;
+  }
+}
+
 /** `1A2B…` SHA-1 of the DER certificate: the thumbprint OPC UA tools display. */
 export function certificateThumbprint(der: Buffer): string {
   return createHash('sha1').update(der).digest('hex');
@@ -186,19 +215,7 @@ async function checkServer(
   const status = await certificateManager.checkCertificate(certificate);
   if (!status.isGood()) {
     const leaf = leafCertificate(certificate);
-    const thumbprint = certificateThumbprint(leaf);
-    const rejected = join(options.pkiDir, 'rejected');
-    const trusted = join(options.pkiDir, 'trusted', 'certs');
-    const untrusted = status.name === 'BadCertificateUntrusted';
-    const message = untrusted
-      ? `the server certificate of ${options.endpoint} is not trusted: thumbprint ${thumbprint} (${certificateSubject(leaf)}). ` +
-        `It was saved in ${rejected}/; after checking the thumbprint, move it to ${trusted}/ ` +
-        `or run \`edgeferry opcua trust ${options.endpoint}\``
-      : `the server certificate of ${options.endpoint} (thumbprint ${thumbprint}, ${certificateSubject(leaf)}) fails verification: ${status.name}` +
-        ` (${status.description}); issuer certificates and CRLs go in ${join(options.pkiDir, 'issuers')}/`;
-    log.error({ endpoint: options.endpoint, thumbprint, status: status.name, rejectedDir: rejected, trustedDir: trusted }, message);
-    // Retryable: once the operator trusts it, the next attempt of the runtime succeeds without a restart.
-    throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', options.connectorId, message, { retryable: true });
+    throw new UntrustedServerError(options, leaf, status.name, status.description);
   }
   return certificate;
 }

@@ -141,8 +141,8 @@ export class Bridge {
   private confirmTimer: NodeJS.Timeout | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
 
-  private counters = { sent: 0, resent: 0, acked: 0, reconnects: 0, received: 0, receivedFailed: 0 };
-  private rate = { lastSent: 0, lastAtMs: 0, sendPerS: 0, replayPerS: 0, replaySent: 0 };
+  private readonly counters = { sent: 0, resent: 0, acked: 0, reconnects: 0, received: 0, receivedFailed: 0 };
+  private readonly rate = { lastSent: 0, lastAtMs: 0, sendPerS: 0, replayPerS: 0, replaySent: 0 };
   /** Warnings logged once per episode; cleared when the condition ends. */
   private readonly episodes = new Set<string>();
   private queueFullSeen = 0;

@@ -62,10 +62,14 @@ export class Acl {
   allows(action: 'read' | 'write', topic: string, clientId: string, user: string | undefined, isFilter = false): boolean {
     const rules = user === undefined ? this.anonymous : (this.users.get(user) ?? []);
     const safeIdentity = !/[+#/]/.test(clientId) && (user === undefined || !/[+#/]/.test(user));
+    // A `%u` pattern never applies to an anonymous client (Mosquitto): it must be skipped before expansion, or
+    // `users/%u/#` would become `users//#` for everyone without a user name.
     const expanded = safeIdentity
-      ? this.patterns.map((r) => ({ access: r.access, filter: r.filter.replaceAll('%c', clientId).replaceAll('%u', user ?? '') }))
+      ? this.patterns
+          .filter((r) => user !== undefined || !r.filter.includes('%u'))
+          .map((r) => ({ access: r.access, filter: r.filter.replaceAll('%c', clientId).replaceAll('%u', user ?? '') }))
       : [];
-    const all = [...rules, ...expanded].filter((r) => user !== undefined || !r.filter.includes('%u'));
+    const all = [...rules, ...expanded];
     // For a subscription filter, a rule applies if some topic could match both: a deny that overlaps refuses the
     // whole subscription (so `#` cannot bypass it), a grant that overlaps allows it, and every delivered message
     // is checked again with `read` on its own topic.

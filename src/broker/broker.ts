@@ -80,6 +80,7 @@ export class Broker {
       sent: (qos) => {
         this.stats.messagesSent[qos]++;
       },
+      storeFailed: (err, clientId) => this.log.error({ err, clientId }, 'session store write failed'),
       redeliverShared: (group, d, from) => {
         const member = group.pick(from);
         if (member) member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
@@ -173,7 +174,28 @@ export class Broker {
   addSubscription(subscriber: Subscriber, record: SubscriptionRecord): boolean {
     const shared = parseSharedFilter(record.filter);
     if (shared === 'invalid') throw new ProtocolError(Reason.TopicFilterInvalid, `invalid shared filter ${record.filter}`);
-    const sub: Subscription = {
+    const filter = shared ? shared.filter : record.filter;
+    const replaced = this.index(subscriber, record);
+    // No retained messages for shared subscriptions (MQTT 5 §4.8.2); retain handling 1: only for new ones.
+    const sendRetained = !shared && (record.retainHandling === 0 || (record.retainHandling === 1 && !replaced));
+    if (sendRetained) {
+      for (const msg of this.retained.matching(filter)) {
+        if (record.noLocal && msg.origin === subscriber.id) continue;
+        if (subscriber.mayRead && !subscriber.mayRead(msg.topic)) continue;
+        const qos = (record.qos < msg.qos ? record.qos : msg.qos) as QoS;
+        const ids = record.subscriptionId === undefined ? undefined : [record.subscriptionId];
+        const wait = subscriber.deliver(msg, qos, true, ids, undefined);
+        if (wait) wait.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'retained delivery to an in-process subscriber failed'));
+      }
+    }
+    return replaced;
+  }
+
+  /** Puts a subscription into the topic tree; true if it replaced one of the same subscriber and filter. */
+  private index(subscriber: Subscriber, record: SubscriptionRecord): boolean {
+    const shared = parseSharedFilter(record.filter);
+    if (shared === 'invalid') throw new ProtocolError(Reason.TopicFilterInvalid, `invalid shared filter ${record.filter}`);
+    return this.tree.add({
       subscriber,
       filter: shared ? shared.filter : record.filter,
       qos: record.qos,
@@ -182,21 +204,7 @@ export class Broker {
       retainHandling: record.retainHandling,
       subscriptionId: record.subscriptionId,
       group: shared ? shared.group : undefined,
-    };
-    const replaced = this.tree.add(sub);
-    // No retained messages for shared subscriptions (MQTT 5 §4.8.2); retain handling 1: only for new ones.
-    const sendRetained = !shared && (record.retainHandling === 0 || (record.retainHandling === 1 && !replaced));
-    if (sendRetained) {
-      for (const msg of this.retained.matching(sub.filter)) {
-        if (sub.noLocal && msg.origin === subscriber.id) continue;
-        if (subscriber.mayRead && !subscriber.mayRead(msg.topic)) continue;
-        const qos = (sub.qos < msg.qos ? sub.qos : msg.qos) as QoS;
-        const ids = sub.subscriptionId === undefined ? undefined : [sub.subscriptionId];
-        const wait = subscriber.deliver(msg, qos, true, ids, undefined);
-        if (wait) wait.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'retained delivery to an in-process subscriber failed'));
-      }
-    }
-    return replaced;
+    });
   }
 
   removeSubscription(subscriber: Subscriber, filter: string): boolean {
@@ -208,18 +216,79 @@ export class Broker {
   /**
    * Finds or creates the session for a connecting client. With clean start an existing session is discarded
    * (its pending will fires) [MQTT-3.1.2-4]. Returns whether a session was present [MQTT-3.2.2-2/3].
+   * A session with an expiry interval is persistent: it is written to the store and survives restarts.
    */
-  openSession(clientId: string, cleanStart: boolean): { session: Session; present: boolean } {
+  openSession(clientId: string, cleanStart: boolean, expiryIntervalS: number): { session: Session; present: boolean } {
     this.cancelExpiry(clientId);
     const existing = this.sessions.get(clientId);
+    let session: Session;
+    let present = false;
     if (existing && !cleanStart) {
       this.wills.cancel(clientId);
-      return { session: existing, present: true };
+      session = existing;
+      present = true;
+    } else {
+      if (existing) this.endSession(existing);
+      session = new Session(clientId, this.options.limits, this.sessionEvents);
+      this.sessions.set(clientId, session);
     }
-    if (existing) this.endSession(existing);
-    const session = new Session(clientId, this.options.limits, this.sessionEvents);
-    this.sessions.set(clientId, session);
-    return { session, present: false };
+    session.expiryIntervalS = expiryIntervalS;
+    this.persistSession(session);
+    return { session, present };
+  }
+
+  /**
+   * Stores the subscriptions of a persistent session; resolves once durable, so that SUBACK promises what
+   * a restart keeps. Undefined for a session that ends with its connection.
+   */
+  persistSubscriptions(session: Session, records: readonly SubscriptionRecord[]): Promise<void> | undefined {
+    const store = session.store;
+    if (!store || records.length === 0) return undefined;
+    return Promise.all(records.map((record) => store.putSubscription(session.id, record))).then(() => undefined);
+  }
+
+  /** Subscribes a client session (SUBSCRIBE) after `persistSubscriptions`; sends matching retained messages. */
+  subscribeSession(session: Session, record: SubscriptionRecord): void {
+    session.subscriptions.set(record.filter, record);
+    this.addSubscription(session, record);
+  }
+
+  /** Unsubscribes a client session (UNSUBSCRIBE); false if it had no such subscription. */
+  unsubscribeSession(session: Session, filter: string): boolean {
+    if (!session.subscriptions.delete(filter)) return false;
+    this.removeSubscription(session, filter);
+    session.store?.deleteSubscription(session.id, filter).catch((err: unknown) => this.sessionEvents.storeFailed(err, session.id));
+    return true;
+  }
+
+  /**
+   * Loads the persistent sessions of an earlier run: subscriptions back in the tree (no retained messages are
+   * sent: nothing was subscribed anew), queued messages back in their queues, expiry counting the time spent down.
+   */
+  restoreSessions(): number {
+    const sessions = this.options.store.sessions;
+    let restored = 0;
+    for (const record of sessions.loadAll()) {
+      const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (Date.now() - record.disconnectedAtMs) / 1000);
+      const leftS = record.expiryIntervalS === NEVER_EXPIRES ? NEVER_EXPIRES : record.expiryIntervalS - downS;
+      if (leftS <= 0) {
+        sessions.drop(record.clientId).catch((err: unknown) => this.sessionEvents.storeFailed(err, record.clientId));
+        continue;
+      }
+      const session = new Session(record.clientId, this.options.limits, this.sessionEvents);
+      session.expiryIntervalS = record.expiryIntervalS;
+      session.store = sessions;
+      this.sessions.set(record.clientId, session);
+      for (const sub of record.subscriptions) {
+        session.subscriptions.set(sub.filter, sub);
+        this.index(session, sub);
+      }
+      session.restore(record.queue);
+      for (const packetId of record.awaitingRelease) session.inboundQoS2.add(packetId);
+      this.scheduleExpiry(session, leftS);
+      restored++;
+    }
+    return restored;
   }
 
   /** The connection of `session` closed: keep the session for its expiry interval, or end it now. */
@@ -228,15 +297,17 @@ export class Broker {
     if (this.sessions.get(session.id) !== session) return;
     const expiryS = session.expiryIntervalS;
     if (expiryS === 0) return this.endSession(session);
-    if (expiryS === NEVER_EXPIRES) return;
-    const timer = setTimeout(() => this.endSession(session), Math.min(expiryS * 1000, 2 ** 31 - 1));
-    timer.unref();
-    this.expiryTimers.set(session.id, timer);
+    this.persistSession(session, Date.now());
+    this.scheduleExpiry(session, expiryS);
   }
 
   /** The session ends: subscriptions go, and a delayed will still pending is published now [MQTT-3.1.3-9]. */
   endSession(session: Session): void {
     this.cancelExpiry(session.id);
+    if (session.store) {
+      session.store.drop(session.id).catch((err: unknown) => this.sessionEvents.storeFailed(err, session.id));
+      session.store = undefined;
+    }
     for (const filter of session.subscriptions.keys()) this.removeSubscription(session, filter);
     session.detach();
     session.clear();
@@ -249,6 +320,31 @@ export class Broker {
     for (const timer of this.expiryTimers.values()) clearTimeout(timer);
     this.expiryTimers.clear();
     this.wills.fireAll();
+  }
+
+  private scheduleExpiry(session: Session, afterS: number): void {
+    if (afterS === NEVER_EXPIRES) return;
+    const timer = setTimeout(() => this.endSession(session), Math.min(afterS * 1000, 2 ** 31 - 1));
+    timer.unref();
+    this.expiryTimers.set(session.id, timer);
+  }
+
+  /** Writes (or, at expiry 0, removes) the session's own record in the store. */
+  private persistSession(session: Session, disconnectedAtMs?: number): void {
+    const sessions = this.options.store.sessions;
+    const fail = (err: unknown): void => this.sessionEvents.storeFailed(err, session.id);
+    if (session.expiryIntervalS === 0) {
+      // A resumed persistent session that the client now wants to end with the connection.
+      if (session.store) sessions.drop(session.id).catch(fail);
+      session.store = undefined;
+      return;
+    }
+    if (!session.store) {
+      session.store = sessions;
+      // A session turning persistent: its subscriptions so far must be stored too.
+      for (const sub of session.subscriptions.values()) sessions.putSubscription(session.id, sub).catch(fail);
+    }
+    sessions.putSession(session.id, { expiryIntervalS: session.expiryIntervalS, disconnectedAtMs }).catch(fail);
   }
 
   private cancelExpiry(clientId: string): void {

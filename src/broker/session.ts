@@ -6,7 +6,7 @@
 import type { Message, QoS } from '../protocol/message.js';
 import { isExpired } from '../protocol/message.js';
 import type { PublishEncodings, ProtocolVersion } from '../protocol/codec.js';
-import type { SubscriptionRecord } from '../store/types.js';
+import type { QueuedRecord, SessionStore, SubscriptionRecord } from '../store/types.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
 
 /** What a session needs from the connection currently attached to it (implemented by server/connection.ts). */
@@ -39,6 +39,8 @@ interface Delivery {
   readonly group: SharedGroup | undefined;
   /** QoS 2 only: 'pubrel' once the client sent PUBREC. */
   state: 'publish' | 'pubrel';
+  /** Persistent sessions: the store's sequence number of this message, once it is durable. */
+  stored: Promise<number> | undefined;
 }
 
 export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client';
@@ -46,6 +48,8 @@ export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client';
 /** Hooks from the session back to the broker: counters and shared-subscription redelivery. */
 export interface SessionEvents {
   dropped(reason: DropReason, msg: Message): void;
+  /** A write to the session store failed (the message stays in memory; durability is lost for it). */
+  storeFailed(err: unknown, clientId: string): void;
   sent(qos: QoS): void;
   redeliverShared(group: SharedGroup, delivery: Delivery, from: Subscriber): void;
 }
@@ -63,6 +67,8 @@ export class Session implements Subscriber {
   /** Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH is not routed twice [MQTT-4.3.3-9]. */
   readonly inboundQoS2 = new Set<number>();
   link: ClientLink | undefined;
+  /** Set while the session is persistent (expiry > 0): QoS 1/2 messages for it are stored before acknowledgement. */
+  store: SessionStore | undefined;
   expiryIntervalS = 0;
   /** performance.now() when the session was last disconnected. */
   disconnectedAtMs = 0;
@@ -106,7 +112,7 @@ export class Session implements Subscriber {
     subscriptionIds: readonly number[] | undefined,
     encodings: PublishEncodings | undefined,
     group?: SharedGroup,
-  ): void {
+  ): void | Promise<void> {
     const link = this.link;
     if (qos === 0) {
       // QoS 0 is not queued for offline clients (Mosquitto's default) and is the first thing shed by a slow one.
@@ -116,11 +122,23 @@ export class Session implements Subscriber {
       else this.events.dropped('too_large', msg);
       return;
     }
-    const delivery: Delivery = { msg, qos, retain, subscriptionIds, group, state: 'publish' };
+    // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
+    // acknowledged, so it survives a crash; the stored copy is removed when the flow completes.
+    const stored = this.store?.enqueue(this.id, msg.qos === qos && msg.retain === retain ? msg : { ...msg, qos, retain });
+    const delivery: Delivery = { msg, qos, retain, subscriptionIds, group, state: 'publish', stored };
     if (link && this.queuedCount === 0 && this.inflight.size < this.window) {
       this.sendNew(link, delivery, encodings);
     } else {
       this.enqueue(delivery);
+    }
+    return stored?.then(noop);
+  }
+
+  /** Puts messages stored by an earlier run back in the queue, oldest first. */
+  restore(queue: readonly QueuedRecord[]): void {
+    for (const { seq, msg } of queue) {
+      this.queue.push({ msg, qos: msg.qos, retain: msg.retain, subscriptionIds: undefined, group: undefined, state: 'publish', stored: Promise.resolve(seq) });
+      this.queuedBytes += msg.payload.length;
     }
   }
 
@@ -130,7 +148,10 @@ export class Session implements Subscriber {
     for (const [packetId, f] of this.inflight) {
       if (f.state === 'pubrel') link.sendPubrel(packetId);
       else if (!isExpired(f.msg)) link.sendPublish(f.msg, f.qos, f.retain, true, packetId, f.subscriptionIds, undefined);
-      else this.inflight.delete(packetId);
+      else {
+        this.inflight.delete(packetId);
+        this.forget(f);
+      }
     }
     this.pump();
   }
@@ -142,6 +163,7 @@ export class Session implements Subscriber {
     for (const [packetId, f] of this.inflight) {
       if (f.group && f.state === 'publish') {
         this.inflight.delete(packetId);
+        this.forget(f);
         this.events.redeliverShared(f.group, f, this);
       }
     }
@@ -151,6 +173,7 @@ export class Session implements Subscriber {
         const d = this.queue[i];
         if (d.group) {
           this.queuedBytes -= d.msg.payload.length;
+          this.forget(d);
           this.events.redeliverShared(d.group, d, this);
         } else kept.push(d);
       }
@@ -161,7 +184,10 @@ export class Session implements Subscriber {
 
   /** PUBACK (QoS 1) or PUBCOMP (QoS 2) completed a flow. Returns false for an unknown packet id. */
   complete(packetId: number): boolean {
-    if (!this.inflight.delete(packetId)) return false;
+    const f = this.inflight.get(packetId);
+    if (!f) return false;
+    this.inflight.delete(packetId);
+    this.forget(f);
     this.pump();
     return true;
   }
@@ -172,6 +198,7 @@ export class Session implements Subscriber {
     if (!f || f.qos !== 2) return false;
     if (reasonCode >= 0x80) {
       this.inflight.delete(packetId);
+      this.forget(f);
       this.pump();
       return true;
     }
@@ -194,6 +221,7 @@ export class Session implements Subscriber {
     const max = this.limits.maxQueuedMessages;
     const maxBytes = this.limits.maxQueuedBytes;
     if ((max > 0 && this.queuedCount >= max) || (maxBytes > 0 && this.queuedBytes + d.msg.payload.length > maxBytes)) {
+      this.forget(d);
       return this.events.dropped('queue_full', d.msg);
     }
     this.queue.push(d);
@@ -209,6 +237,7 @@ export class Session implements Subscriber {
       this.queue[this.queueHead++] = undefined as unknown as Delivery;
       this.queuedBytes -= d.msg.payload.length;
       if (isExpired(d.msg)) {
+        this.forget(d);
         this.events.dropped('expired', d.msg);
         continue;
       }
@@ -225,11 +254,19 @@ export class Session implements Subscriber {
     const packetId = this.allocatePacketId();
     if (!link.sendPublish(d.msg, d.qos, d.retain, false, packetId, d.subscriptionIds, encodings)) {
       // Too large for this client: not sent, and not kept [MQTT-3.1.2-25].
+      this.forget(d);
       this.events.dropped('too_large', d.msg);
       return;
     }
     this.inflight.set(packetId, d);
     this.events.sent(d.qos);
+  }
+
+  /** The delivery is done with (acknowledged, dropped, or handed to another session): remove its stored copy. */
+  private forget(d: Delivery): void {
+    const store = this.store;
+    if (!d.stored || !store) return;
+    d.stored.then((seq) => store.ack(this.id, seq)).catch((err: unknown) => this.events.storeFailed(err, this.id));
   }
 
   private allocatePacketId(): number {
@@ -240,3 +277,5 @@ export class Session implements Subscriber {
     return id;
   }
 }
+
+function noop(): void {}

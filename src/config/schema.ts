@@ -241,6 +241,18 @@ const connectorsSchema = z.array(connectorSchema).superRefine((connectors, ctx) 
     // The connector id is the Sparkplug device id: unique within the edge node.
     const first = connectors.findIndex((other) => other.id === connector.id);
     if (first < i) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `"${connector.id}" is already the id of connectors.${first}` });
+    // Modbus RTU units on one serial port share it, so they must agree on how it is set up.
+    if (connector.type === 'modbus' && connector.transport === 'rtu') {
+      const bus = connectors.findIndex((other) => other.type === 'modbus' && other.transport === 'rtu' && other.path === connector.path);
+      const other = connectors[bus];
+      if (bus < i && other.type === 'modbus' && other.transport === 'rtu') {
+        const keys = ['baudRate', 'parity', 'dataBits', 'stopBits'] as const;
+        const differs = keys.filter((k) => other[k] !== connector[k]);
+        if (differs.length > 0) {
+          ctx.addIssue({ code: 'custom', path: [i, differs[0]], message: `connectors.${bus} uses ${connector.path} with other settings (${differs.join(', ')})` });
+        }
+      }
+    }
   });
 });
 

@@ -65,7 +65,9 @@ function mirroredGauge(registry: Registry, name: string, help: string, labelName
 
 export function createMetricsRegistry(s: MetricsSources): Registry {
   const r = new Registry();
-  collectDefaultMetrics({ register: r, prefix: 'edgeferry_process_' });
+  // prom-client's names already start with their module (process_cpu_seconds_total, nodejs_eventloop_lag_seconds):
+  // `edgeferry_` makes them edgeferry_process_* and edgeferry_nodejs_*, not edgeferry_process_process_*.
+  collectDefaultMetrics({ register: r, prefix: 'edgeferry_' });
   const b = s.broker;
   const byQos = (values: number[]): [Labels, number][] => values.map((v, qos) => [{ qos }, v]);
   mirroredGauge(r, 'edgeferry_broker_clients_connected', 'Connected MQTT clients', [], () => [[{}, b.clientsConnected]]);

@@ -67,6 +67,23 @@ export class MqttServer {
     for (const conn of this.ctx.clients.values()) conn.applyReadCheck();
   }
 
+  /**
+   * Re-reads the certificate, key and CA files of the TLS and wss listeners (reload): new handshakes use them,
+   * established connections keep theirs. Every file is read and checked before any listener changes, so a bad
+   * file throws and leaves all listeners as they were.
+   */
+  reloadTls(): number {
+    const updates = this.running
+      .filter((r) => r.spec.tls !== undefined)
+      .map((r) => {
+        const options = loadTls(r.spec.tls!);
+        tls.createSecureContext(options); // throws on a key that does not match, a bad PEM, ...
+        return { server: r.server as tls.Server, options };
+      });
+    for (const { server, options } of updates) server.setSecureContext(options);
+    return updates.length;
+  }
+
   get isListening(): boolean {
     return this.running.length > 0 && this.running.every((r) => r.server.listening);
   }

@@ -242,7 +242,8 @@ export class EdgeNode implements DeviceHost {
       // Retained STATE (bridged down from the central broker, or published locally) arrives on subscribe.
       this.unsubscribers.push(this.broker.subscribe(stateTopic(primaryHostId), { ...sub, qos: 1 }, (msg) => this.onState(msg)));
     }
-    if (!this.gateLocal || this.hostOnline) this.startLocalSession();
+    // A retained online STATE may already have started the session during the subscribe above.
+    if (!this.localBorn && (!this.gateLocal || this.hostOnline)) this.startLocalSession();
     for (const device of this.devices.values()) device.start();
     this.log.info(
       { groupId, edgeNodeId, devices: this.devices.size, uplink: this.config.uplink, primaryHostId },
@@ -252,7 +253,7 @@ export class EdgeNode implements DeviceHost {
 
   /**
    * Graceful stop: devices stop (no DDEATH: the NDEATH covers them), NDEATH is published locally and, through
-   * a connected uplink, upstream; waits (bounded) for it to leave before the bridge is stopped.
+   * a connected uplink, upstream (directly, or through the outbox: then waiting, bounded, for it to leave).
    */
   async stop(): Promise<void> {
     if (!this.running) return;
@@ -261,8 +262,14 @@ export class EdgeNode implements DeviceHost {
     for (const unsubscribe of this.unsubscribers) unsubscribe();
     this.unsubscribers = [];
     await Promise.all([...this.devices.values()].map((d) => d.stop()));
-    const upstreamWaits = this.up?.born === true && this.control?.online === true && !this.pausedByUs;
-    const sent = upstreamWaits ? this.waitForUpstreamDeath(this.config.deathTimeoutMs) : Promise.resolve(true);
+    let sent: Promise<boolean> = Promise.resolve(true);
+    const up = this.up;
+    if (up?.born && this.control?.online && !this.pausedByUs) {
+      // Upstream first, at once (not behind a backlog in the outbox); else the journaled local NDEATH goes up.
+      const death = this.upstreamMessage(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), encodePayload(this.deathPayload(up.bdSeq)), 1);
+      if (this.control.publishNow?.([death])) up.born = false;
+      else sent = this.waitForUpstreamDeath(this.config.deathTimeoutMs);
+    }
     if (this.localBorn) await this.endLocalSession();
     if (!(await sent)) this.log.warn({ timeoutMs: this.config.deathTimeoutMs }, 'NDEATH did not leave through the uplink in time');
     this.log.info('edge node stopped');
@@ -554,8 +561,10 @@ export class EdgeNode implements DeviceHost {
       if (up?.born) {
         up.born = false;
         const death = this.upstreamMessage(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), encodePayload(this.deathPayload(up.bdSeq)), 1);
-        if (!this.control?.publishNow?.([death])) {
-          this.log.warn('NDEATH for the primary host not sent upstream: the bridge cannot publish outside its outbox');
+        if (!this.control?.publishNow) {
+          this.log.warn('NDEATH not sent upstream: the bridge cannot publish outside its outbox');
+        } else if (!this.control.publishNow([death])) {
+          this.log.debug('uplink offline: the Will of its next connection supersedes this session');
         }
       }
       this.pauseUplink('primary host offline');

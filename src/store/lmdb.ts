@@ -4,9 +4,11 @@
  *
  * How writes work (see RELIABILITY.md §1):
  * - Every change is an operation queued in JS. On the next `setImmediate`, all queued operations are turned
- *   into plain asynchronous lmdb-js puts/removes issued in one synchronous run; lmdb-js batches one event turn
- *   into one transaction, so that is one commit and one fsync however many operations it holds (group commit).
- *   Counters in the `meta` database are written in the same run, hence in the same transaction.
+ *   into asynchronous lmdb-js puts/removes inside ONE explicit `batch()` call, which lmdb-js commits as one
+ *   transaction: one commit and one fsync however many operations it holds (group commit). Counters in the
+ *   `meta` database are written in the same batch, hence in the same transaction as the entries.
+ *   (lmdb-js's automatic event-turn batching is switched off: it creates a commit promise nobody holds, which
+ *   rejects unhandled when a commit fails, e.g. on a full disk, and would kill the process. Verified.)
  * - Only one batch is in flight at a time: the next one is issued once the previous transaction has
  *   *committed* (its fsync may still be running; `overlappingSync` overlaps it with the next transaction).
  *   So when a batch is built, the committed database is exactly what the JS state describes, decisions
@@ -133,6 +135,8 @@ class LmdbStoreImpl implements Store {
   readonly sessionDb: Database<SessionFields, Bin>;
   readonly subscriptionDb: Database<SubscriptionRecord, Bin>;
   readonly queueDb: Database<Bin, Bin>;
+  /** Incoming QoS 2 packet ids awaiting PUBREL, keyed like the queue (owner prefix + id). */
+  readonly releaseDb: Database<Bin, Bin>;
   readonly log: Logger;
   readonly path: string;
   readonly maxKeyBytes: number;
@@ -169,6 +173,7 @@ class LmdbStoreImpl implements Store {
       keyEncoding: 'binary',
     });
     this.queueDb = env.openDB<Bin, Bin>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
+    this.releaseDb = env.openDB<Bin, Bin>('session-qos2', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
   }
@@ -253,7 +258,7 @@ class LmdbStoreImpl implements Store {
   private usedPageBytes(): number {
     let pages = 0;
     let pageSize = 4096;
-    for (const db of [this.meta, this.outboxDb, this.retainedDb, this.sessionDb, this.subscriptionDb, this.queueDb]) {
+    for (const db of [this.meta, this.outboxDb, this.retainedDb, this.sessionDb, this.subscriptionDb, this.queueDb, this.releaseDb]) {
       const s = db.getStats() as {
         pageSize: number;
         treeBranchPageCount: number;
@@ -719,6 +724,9 @@ class LmdbOutbox implements Outbox {
   }
 }
 
+/** The value of an awaiting-release record: only its key matters. */
+const RELEASE_MARK = Buffer.from([1]);
+
 class LmdbSessionStore implements SessionStore {
   lastSeq: number;
   private readonly store: LmdbStoreImpl;
@@ -729,18 +737,22 @@ class LmdbSessionStore implements SessionStore {
   }
 
   loadAll(): Iterable<SessionRecord> {
-    const { sessionDb, subscriptionDb, queueDb } = this.store;
-    const byId = new Map<string, { fields: SessionFields; subscriptions: SubscriptionRecord[]; queue: QueuedRecord[] }>();
+    const { sessionDb, subscriptionDb, queueDb, releaseDb } = this.store;
+    const byId = new Map<
+      string,
+      { fields: SessionFields; subscriptions: SubscriptionRecord[]; queue: QueuedRecord[]; awaitingRelease: number[] }
+    >();
     const get = (clientId: string) => {
       let s = byId.get(clientId);
       if (s === undefined) {
-        s = { fields: { expiryIntervalS: 0 }, subscriptions: [], queue: [] };
+        s = { fields: { expiryIntervalS: 0 }, subscriptions: [], queue: [], awaitingRelease: [] };
         byId.set(clientId, s);
       }
       return s;
     };
     for (const { key, value } of sessionDb.getRange({ snapshot: false })) get(key.toString('utf8')).fields = value;
     for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) get(keyOwner(key)).subscriptions.push(value);
+    for (const key of releaseDb.getKeys({ snapshot: false })) get(keyOwner(key)).awaitingRelease.push(keySeq(key));
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
       get(keyOwner(key)).queue.push({ seq: keySeq(key), msg: decodeMessage(value, PLAIN_HEADER_BYTES) });
     }
@@ -752,6 +764,7 @@ class LmdbSessionStore implements SessionStore {
         ...(s.fields.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.fields.disconnectedAtMs }),
         subscriptions: s.subscriptions,
         queue: s.queue,
+        awaitingRelease: s.awaitingRelease,
       });
     }
     return out;
@@ -765,11 +778,11 @@ class LmdbSessionStore implements SessionStore {
 
   drop(clientId: string): Promise<void> {
     return this.keyed(clientId, (b, key) => {
-      const { sessionDb, subscriptionDb, queueDb } = this.store;
+      const { sessionDb, subscriptionDb, queueDb, releaseDb } = this.store;
       this.store.del(b, sessionDb, key);
       const prefix = ownerPrefix(clientId);
       const end = prefixEnd(prefix);
-      for (const db of [subscriptionDb, queueDb] as Database<unknown, Bin>[]) {
+      for (const db of [subscriptionDb, queueDb, releaseDb] as Database<unknown, Bin>[]) {
         const keys = [...db.getKeys({ start: prefix, end, snapshot: false })];
         for (const k of keys) this.store.del(b, db, k);
       }
@@ -813,6 +826,19 @@ class LmdbSessionStore implements SessionStore {
       this.remember(b, clientId, this.store.queueDb, key);
       return seq;
     });
+  }
+
+  putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
+    return this.keyed(clientId, (b, key) => {
+      this.store.put(b, this.store.releaseDb, key, RELEASE_MARK);
+      this.remember(b, clientId, this.store.releaseDb, key);
+    }, () => seqKey(ownerPrefix(clientId), packetId));
+  }
+
+  deleteAwaitingRelease(clientId: string, packetId: number): Promise<void> {
+    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.releaseDb, key), () =>
+      seqKey(ownerPrefix(clientId), packetId),
+    );
   }
 
   ack(clientId: string, seq: number): Promise<void> {

@@ -166,6 +166,7 @@ interface MemorySession {
   disconnectedAtMs?: number;
   subscriptions: Map<string, SubscriptionRecord>;
   queue: Map<number, Message>; // insertion order is seq order
+  awaitingRelease: Set<number>;
 }
 
 class MemorySessionStore implements SessionStore {
@@ -186,6 +187,7 @@ class MemorySessionStore implements SessionStore {
         expiryIntervalS: s.expiryIntervalS,
         subscriptions: [...s.subscriptions.values()],
         queue,
+        awaitingRelease: [...s.awaitingRelease],
         ...(s.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.disconnectedAtMs }),
       };
       yield record;
@@ -225,6 +227,18 @@ class MemorySessionStore implements SessionStore {
     return Promise.resolve(seq);
   }
 
+  putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    this.session(clientId).awaitingRelease.add(packetId);
+    return RESOLVED;
+  }
+
+  deleteAwaitingRelease(clientId: string, packetId: number): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    this.sessions.get(clientId)?.awaitingRelease.delete(packetId);
+    return RESOLVED;
+  }
+
   ack(clientId: string, seq: number): Promise<void> {
     if (this.isClosed()) return Promise.reject(closedError());
     this.sessions.get(clientId)?.queue.delete(seq);
@@ -234,7 +248,7 @@ class MemorySessionStore implements SessionStore {
   private session(clientId: string): MemorySession {
     let s = this.sessions.get(clientId);
     if (s === undefined) {
-      s = { expiryIntervalS: 0, subscriptions: new Map(), queue: new Map() };
+      s = { expiryIntervalS: 0, subscriptions: new Map(), queue: new Map(), awaitingRelease: new Set() };
       this.sessions.set(clientId, s);
     }
     return s;

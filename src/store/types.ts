@@ -30,6 +30,8 @@ export interface SessionRecord {
   readonly disconnectedAtMs?: number;
   readonly subscriptions: readonly SubscriptionRecord[];
   readonly queue: readonly QueuedRecord[];
+  /** Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH must not be delivered again. */
+  readonly awaitingRelease: readonly number[];
 }
 
 export interface QueuedRecord {
@@ -49,6 +51,10 @@ export interface SessionStore {
   enqueue(clientId: string, msg: Message): Promise<number>;
   /** Removes a queued message once its delivery completed (PUBACK / PUBCOMP). */
   ack(clientId: string, seq: number): Promise<void>;
+  /** An incoming QoS 2 message was accepted (PUBREC): remember its packet id until PUBREL. */
+  putAwaitingRelease(clientId: string, packetId: number): Promise<void>;
+  /** PUBREL arrived: forget the packet id (before PUBCOMP, so the id can be reused safely). */
+  deleteAwaitingRelease(clientId: string, packetId: number): Promise<void>;
 }
 
 export type OverflowPolicy = 'drop-oldest' | 'reject-new';

@@ -327,6 +327,21 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect([...s.loadAll()][0].subscriptions.map((x) => x.filter)).toEqual(['$share/g/b/+']);
     });
 
+    it('remembers incoming QoS 2 packet ids awaiting PUBREL until released, and drops them with the session', async () => {
+      const store = await open();
+      const s = store.sessions;
+      await s.putSession('plc', { expiryIntervalS: 60 });
+      await s.putAwaitingRelease('plc', 7);
+      await s.putAwaitingRelease('plc', 65535);
+      await s.putAwaitingRelease('plc', 9);
+      await s.deleteAwaitingRelease('plc', 9);
+      await s.deleteAwaitingRelease('plc', 12); // unknown: ignored
+      expect([...[...s.loadAll()][0].awaitingRelease].sort((a, b) => a - b)).toEqual([7, 65535]);
+      await s.drop('plc');
+      await s.putSession('plc', { expiryIntervalS: 60 });
+      expect([...s.loadAll()][0].awaitingRelease).toEqual([]);
+    });
+
     it('drops a session with its subscriptions and queue, leaving other clients alone', async () => {
       const store = await open();
       const s = store.sessions;

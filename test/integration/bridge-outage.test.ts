@@ -116,7 +116,10 @@ describe('bridge: outages (issue 3 scenarios 2 and 6)', { timeout: 120_000 }, ()
     await central.restart();
     collectors.push(d.add(await collect(central.url, 'plant/#', checker)));
     await waitFor(() => new Set(received(collectors)).size >= n, 60_000, {
-      message: () => `${new Set(received(collectors)).size}/${n} upstream`,
+      message: () => {
+        const c = checkSequence(received(collectors), acked);
+        return `${new Set(received(collectors)).size}/${n} upstream; missing ${c.missing.slice(0, 5).join(',')}; first collector got ${collectors[0].messages.length} (last ${collectors[0].payloads().slice(-3).join(',')}), second got ${collectors[1]?.messages.length} (first ${collectors[1]?.payloads().slice(0, 3).join(',')})`;
+      },
     });
     const check = checkSequence(received(collectors), acked);
     expect(check).toMatchObject({ missing: [], unexpected: [] });

@@ -10,6 +10,7 @@ import { OpcuaConnector } from '../../connectors/opcua/opcua-connector.js';
 import { opcuaConnectorSchema, type OpcuaConnectorInput } from '../../connectors/opcua/schema.js';
 import { browse, formatBrowseTable, renderTagList } from '../../connectors/opcua/browse.js';
 import { listCertificates, trustServer } from '../../connectors/opcua/trust.js';
+import { runOpcuaCommand } from '../../connectors/opcua/opcua-command.js';
 import { ConnectorError } from '../../src/util/errors.js';
 import type { Logger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
@@ -306,6 +307,22 @@ describe('OPC UA connector against a node-opcua server', () => {
     expect(c.problems).toEqual([]); // a read-only node declared writable is a warning, not a tag error
   });
 
+  it('stop() during start() abandons the start and leaves nothing running', async () => {
+    const c = connector({ tags: [{ name: 'counter', nodeId: ns('Changing.Counter'), datatype: 'UInt32' }] });
+    const sink = new RecordingSink();
+    const starting = c.start(sink);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await c.stop();
+    await expect(starting).rejects.toThrow(/stopped while starting/);
+    expect(c.isConnected).toBe(false);
+    const seen = sink.samples.length;
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(sink.samples.length).toBe(seen);
+    // And it starts normally afterwards.
+    await c.start(sink);
+    await waitFor(() => sink.count('counter') > 0, 15_000);
+  });
+
   it('start() rejects with a retryable ConnectorError when nothing listens at the endpoint', async () => {
     const port = await freePort();
     const c = connector({ endpoint: `opc.tcp://127.0.0.1:${port}/UA/Fixture`, connectTimeoutMs: 5000, tags: [scalarTags[0]] });
@@ -339,7 +356,11 @@ describe('OPC UA connector against a node-opcua server', () => {
     expect(message).toContain(join(pkiDir, 'rejected'));
     expect(message).toContain(join(pkiDir, 'trusted', 'certs'));
     expect(message).toContain(`edgeferry opcua trust ${server.endpoint}`);
-    expect(log.entries.some((e) => e.level === 'error' && e.obj.thumbprint === server.thumbprint)).toBe(true);
+    // The runtime retries with backoff; the operator sees one error line, not one per attempt.
+    await expect(c.start(new RecordingSink())).rejects.toThrow(/is not trusted/);
+    const errors = log.entries.filter((e) => e.level === 'error');
+    expect(errors).toHaveLength(1);
+    expect(errors[0]!.obj).toMatchObject({ thumbprint: server.thumbprint, rejectedDir: join(pkiDir, 'rejected') });
     expect(readdirSync(join(pkiDir, 'rejected')).some((f) => f.includes(server.thumbprint))).toBe(true);
     expect(listCertificates(pkiDir).rejected.map((r) => r.thumbprint)).toContain(server.thumbprint);
 
@@ -455,6 +476,33 @@ describe('OPC UA connector against a node-opcua server', () => {
     await waitFor(() => sink.latest('Scalars/Int32') && sink.latest('by-path'), 15_000);
     expect(c.problems).toEqual([]);
     expect(sink.latest('by-path')!.value).toBe(-123456789);
+  });
+  it('the `edgeferry opcua browse|trust` commands print a table, a tag list and the trust list', async () => {
+    const pkiDir = join(d.tempDir('edgeferry-opcua-cli-'), 'pki');
+    const run = async (...argv: string[]) => {
+      let out = '';
+      let err = '';
+      const code = await runOpcuaCommand(argv, { pkiDir, stdout: (t) => (out += t), stderr: (t) => (err += t) });
+      return { code, out, err };
+    };
+    const table = await run('browse', server.endpoint, '--node', 'ns=1;s=Fixture.Writable', '--depth', '1');
+    expect(table).toMatchObject({ code: 0, err: '' });
+    expect(table.out).toMatch(/ns=1;s=Fixture\.Writable\.Total\s+\/Objects\/1:Fixture\/1:Writable\/1:Total\s+Int64\s+Int64\s+rw/);
+    expect(table.out).toContain('5 variables');
+    const tags = await run('browse', server.endpoint, '--node', 'ns=1;s=Fixture.Writable', '--tags');
+    expect(tags.out).toContain('- { name: "Setpoint", nodeId: "ns=1;s=Fixture.Writable.Setpoint", datatype: Double }  # writable on the server');
+
+    const secured = await run('browse', server.endpoint, '--security-mode', 'SignAndEncrypt');
+    expect(secured.code).toBe(1);
+    expect(secured.err).toContain(`thumbprint ${server.thumbprint}`);
+    const trusted = await run('trust', server.endpoint, '--thumbprint', server.thumbprint.toUpperCase());
+    expect(trusted).toMatchObject({ code: 0 });
+    expect(trusted.out).toContain(`trusted: ${server.endpoint}\n  thumbprint ${server.thumbprint}`);
+    const list = await run('trust', '--list');
+    expect(list.out).toMatch(new RegExp(`trusted \\(1\\):\\n  ${server.thumbprint}`));
+    expect(list.out).toContain('rejected (0):');
+    expect(await run('browse')).toMatchObject({ code: 2 });
+    expect(await run('frobnicate')).toMatchObject({ code: 2 });
   });
 });
 

@@ -41,17 +41,20 @@ describe.skipIf(process.env.EDGEFERRY_BENCH !== '1')('OPC UA connector throughpu
       subscription: { publishingIntervalMs: intervalMs, maxNotificationsPerPublish: 0 },
       tags: Array.from({ length: items }, (_, i) => {
         const name = `B${String(i).padStart(4, '0')}`;
-        return { name, nodeId: `ns=1;s=Fixture.Bulk.${name}`, datatype: 'Double', samplingIntervalMs: intervalMs, queueSize: 2 };
+        return { name, nodeId: `ns=1;s=Fixture.Bulk.${name}`, datatype: 'Double', samplingIntervalMs: Number(process.env.EDGEFERRY_BENCH_SAMPLING_MS ?? intervalMs), queueSize: 2 };
       }),
     });
     const connector = d.add(new OpcuaConnector(config, silentLogger, { pkiDir: join(dir, 'client-pki') }));
     let received = 0;
     let batches = 0;
+    // B0000's value is the server's tick counter: it tells server-side slowness apart from lost changes.
+    let serverTick = 0;
     const losses: ConnectorError[] = [];
     const sink: TagSink = {
       data(samples: readonly TagSample[]) {
         received += samples.length;
         batches++;
+        for (const s of samples) if (s.name === 'B0000') serverTick = s.value as number;
       },
       lost(err) {
         losses.push(err);
@@ -65,6 +68,7 @@ describe.skipIf(process.env.EDGEFERRY_BENCH !== '1')('OPC UA connector throughpu
 
     const r0 = received;
     const b0 = batches;
+    const tick0 = serverTick;
     const cpu0 = process.cpuUsage();
     const serverCpu0 = processCpuS(server.pid!);
     const t0 = performance.now();
@@ -73,11 +77,13 @@ describe.skipIf(process.env.EDGEFERRY_BENCH !== '1')('OPC UA connector throughpu
     const cpu = process.cpuUsage(cpu0);
     const serverCpuS = processCpuS(server.pid!) - serverCpu0;
     const rate = (received - r0) / elapsedS;
+    const serverChangesPerS = ((serverTick - tick0) * items) / elapsedS;
     const clientCpuShare = (cpu.user + cpu.system) / 1e6 / elapsedS;
     const report = {
       items,
       intervalMs,
       offeredPerS: (items * 1000) / intervalMs,
+      serverChangesPerS: Math.round(serverChangesPerS),
       deliveredPerS: Math.round(rate),
       samplesPerBatch: Math.round((received - r0) / Math.max(1, batches - b0)),
       connectorCpuShareOfOneCore: Number(clientCpuShare.toFixed(3)),
@@ -86,7 +92,7 @@ describe.skipIf(process.env.EDGEFERRY_BENCH !== '1')('OPC UA connector throughpu
     };
     process.stdout.write(`opcua throughput: ${JSON.stringify(report)}\n`);
     expect(losses).toEqual([]);
-    // Deliberately below the 10,000/s offered: the shared 2-core test machine runs the server too.
-    expect(rate).toBeGreaterThan(0.8 * report.offeredPerS);
+    // Every change the server made arrives (the server itself may fall behind 10,000/s on a loaded machine).
+    expect(rate).toBeGreaterThan(0.9 * serverChangesPerS);
   }, 180_000);
 });

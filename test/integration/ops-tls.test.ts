@@ -3,15 +3,16 @@
  * made by openssl at test time (test/fixtures/certs.ts). Clients are MQTT.js, mosquitto_sub/mosquitto_pub and
  * a bare node:tls socket (for the protocol-version floor).
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts, opensslVersion, type TestPki } from '../fixtures/certs.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway } from '../helpers/gateway.js';
+import { startGateway, type Gateway, type GatewayOptions } from '../helpers/gateway.js';
 import { ConnectFailure, openClient, runTool, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
+import { waitFor } from '../helpers/wait.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 
 const d = useDisposer();
@@ -26,14 +27,17 @@ afterAll(() => {
 });
 
 /** A gateway with a plain TCP listener first (the helper's readiness probe) and `secure` second. */
-async function gatewayWith(secure: Record<string, unknown>, patch: Record<string, unknown> = {}) {
+async function gatewayWith(secure: Record<string, unknown>, patch: Record<string, unknown> = {}, options: GatewayOptions = {}) {
   const tcpPort = await freePort();
   const securePort = await freePort();
   const gw = d.add(
-    await startGateway({
-      listeners: [{ type: 'tcp', host: '127.0.0.1', port: tcpPort }, { host: '127.0.0.1', port: securePort, ...secure }],
-      ...patch,
-    }),
+    await startGateway(
+      {
+        listeners: [{ type: 'tcp', host: '127.0.0.1', port: tcpPort }, { host: '127.0.0.1', port: securePort, ...secure }],
+        ...patch,
+      },
+      options,
+    ),
   );
   return { gw, securePort };
 }
@@ -205,5 +209,56 @@ describe('secure WebSocket listener (wss)', { timeout: 60_000 }, () => {
     expect(await subackCodes(alice, ['alice/#', 'other/#'])).toEqual([1, 0x87]);
     await alice.publish('alice/x', 'via-wss', { qos: 1 });
     await alice.waitForMessages(1);
+  });
+});
+
+describe('certificate renewal on SIGHUP', { timeout: 60_000 }, () => {
+  /** Sends SIGHUP and waits for the next log line with message `msg`. */
+  async function sighup(gw: Gateway, msg: string): Promise<void> {
+    const count = () => gw.output().split('\n').filter((l) => l.includes(`"msg":"${msg}"`)).length;
+    const before = count();
+    gw.proc.kill('SIGHUP');
+    await waitFor(() => count() > before, 10_000, { message: () => `"${msg}" after SIGHUP; output:\n${gw.output()}` });
+  }
+
+  it('re-reads the certificate and key files: new handshakes get the new certificate, connected clients stay', async () => {
+    const renewed = makeCerts(d.tempDir('edgeferry-pki2-'), { clients: [] });
+    const dir = d.tempDir('edgeferry-tls-files-');
+    const certFile = join(dir, 'server.pem');
+    const keyFile = join(dir, 'server.key');
+    copyFileSync(pki.server.cert, certFile);
+    copyFileSync(pki.server.key, keyFile);
+    const { gw, securePort } = await gatewayWith({ type: 'tls', tls: { certFile, keyFile } }, {}, { logLevel: 'info' });
+    const url = `mqtts://127.0.0.1:${securePort}`;
+    const before = d.add(await openClient(url, { ca: readFileSync(pki.ca), protocolVersion: 5 }));
+
+    copyFileSync(renewed.server.cert, certFile);
+    copyFileSync(renewed.server.key, keyFile);
+    await sighup(gw, 'TLS certificates reloaded');
+    const after = d.add(await openClient(url, { ca: readFileSync(renewed.ca), protocolVersion: 5 }));
+    const oldTrust = await openClient(url, { ca: readFileSync(pki.ca) }, 3000).then(
+      (c) => (d.add(c), 'connected'),
+      () => 'refused',
+    );
+    expect(oldTrust).toBe('refused');
+    // The client from before the renewal is still on its connection and still served.
+    await roundTrip(after, before, 'renew/a');
+    expect(before.closed).toBe(false);
+  });
+
+  it('keeps the current certificate when the new files do not match, and says so', async () => {
+    const renewed = makeCerts(d.tempDir('edgeferry-pki2-'), { clients: [] });
+    const dir = d.tempDir('edgeferry-tls-files-');
+    const certFile = join(dir, 'server.pem');
+    const keyFile = join(dir, 'server.key');
+    copyFileSync(pki.server.cert, certFile);
+    copyFileSync(pki.server.key, keyFile);
+    const { gw, securePort } = await gatewayWith({ type: 'tls', tls: { certFile, keyFile } }, {}, { logLevel: 'info' });
+    // Half-renewed: the new certificate with the old key.
+    copyFileSync(renewed.server.cert, certFile);
+    await sighup(gw, 'TLS files not reloaded, the listeners keep their current certificates');
+    const c = d.add(await openClient(`mqtts://127.0.0.1:${securePort}`, { ca: readFileSync(pki.ca), protocolVersion: 5 }));
+    expect(c.closed).toBe(false);
+    expect(gw.proc.exitCode).toBeNull();
   });
 });

@@ -30,7 +30,8 @@ function connectors(sim: ModbusSim) {
       unitId: 1,
       addressBase: 0,
       pollIntervalMs: 100,
-      timeoutMs: 300,
+      // Generous: two shared cores under load must not make a healthy unit look dead.
+      timeoutMs: 1500,
       retries: 0,
       tags: [
         { name: 'temperature', table: 'holding', address: 0, datatype: 'float32', deadband: 0.5 },

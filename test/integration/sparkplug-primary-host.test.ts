@@ -23,6 +23,7 @@ const device = (port: number) => ({
   port,
   addressBase: 0,
   pollIntervalMs: 100,
+  timeoutMs: 1500,
   tags: [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }],
 });
 
@@ -82,12 +83,30 @@ describe('Sparkplug primary host STATE', () => {
       }),
     );
     void gw;
-    await sim.set(1, 'hr', 0, [5]);
     await delay(1000);
+    for (const n of [5, 6, 7]) {
+      await sim.set(1, 'hr', 0, [n]);
+      await delay(300);
+    }
     expect(host.of('NBIRTH')).toEqual([]);
-    await host.publishState('scada-1', true, Date.now());
+    const bornAt = Date.now();
+    await host.publishState('scada-1', true, bornAt);
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'upstream births after STATE online');
     expect(host.messages[0].type).toBe('NBIRTH');
+    // What changed while the host was away went into the outbox and follows the births as history.
+    await host.waitFor(
+      (h) => h.of('DDATA', 'press-1').some((m) => m.payload.metrics.some((x) => x.isHistorical && x.value === 6)),
+      10_000,
+      'historical data after the births',
+    );
+    expect(host.of('DDATA', 'press-1').every((m) => m.payload.metrics.every((x) => x.isHistorical))).toBe(true);
+    expect(host.value(NODE, 'press-1', 'count')).toBe(7);
+    // The host's death ends the upstream session (NDEATH sent at once); its return starts a new one.
+    await host.publishState('scada-1', false, bornAt);
+    await host.waitFor((h) => h.of('NDEATH').length === 1, 10_000, 'NDEATH upstream after STATE offline');
+    expect(bdSeq(host.of('NDEATH')[0])).toBe(bdSeq(host.births('NBIRTH')[0]));
+    await host.publishState('scada-1', true, bornAt + 1);
+    await host.waitFor((h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH').length === 2, 10_000, 'births when the host is back');
     expect(host.violations).toEqual([]);
   });
 });

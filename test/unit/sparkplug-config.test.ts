@@ -51,6 +51,14 @@ describe('sparkplug and connectors config', () => {
     expect(problems(twice)).toEqual([expect.stringMatching(/connectors.1.id: "press-1" is already the id of connectors.0/)]);
   });
 
+  it('needs Modbus RTU units on one serial port to agree on its settings', () => {
+    const rtu = (id: string, unitId: number, baudRate: number) =>
+      `  - { id: ${id}, type: modbus, transport: rtu, path: /dev/ttyUSB0, baudRate: ${baudRate}, unitId: ${unitId}, addressBase: 0, tags: [{ name: t, table: input, address: 0, datatype: uint16 }] }\n`;
+    const text = (b: number) => `sparkplug: { groupId: g, edgeNodeId: n }\nconnectors:\n${rtu('m1', 1, 9600)}${rtu('m2', 2, b)}`;
+    expect(problems(text(9600))).toEqual([]);
+    expect(problems(text(19200))).toEqual([expect.stringMatching(/connectors.1.baudRate: connectors.0 uses \/dev\/ttyUSB0 with other settings \(baudRate\)/)]);
+  });
+
   it('reports a bad tag with its key path', () => {
     const bad = device.replace('datatype: float32', 'datatype: float33');
     expect(problems(`sparkplug: { groupId: g, edgeNodeId: n }\n${bad}`)[0]).toMatch(/connectors.0.tags.0.datatype: /);

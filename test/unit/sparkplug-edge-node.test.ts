@@ -361,6 +361,32 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(sentNow[2].map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw']);
   });
 
+  it('on a graceful stop sends the upstream NDEATH at once when the bridge can, else lets the journaled one through the rewrite', async () => {
+    for (const direct of [true, false]) {
+      const { node, broker } = setup();
+      const sentNow: Message[] = [];
+      node.attachUplink({
+        online: true,
+        pause: () => undefined,
+        resume: () => undefined,
+        publishNow: direct ? (msgs) => (sentNow.push(...msgs), true) : undefined,
+      });
+      await node.start();
+      node.hooks.will();
+      const upBdSeq = decodePayload(node.hooks.prologue()[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value;
+      const stopped = node.stop();
+      await waitFor(() => broker.published.some((m) => m.topic.includes('NDEATH')), 1000);
+      const local = broker.published.find((m) => m.topic.includes('NDEATH')) as Message;
+      const rewritten = node.hooks.rewrite(entry(local, Date.now() + 1), false);
+      await stopped;
+      const upstream = direct ? sentNow[0] : rewritten;
+      expect([upstream?.topic, upstream?.qos]).toEqual(['spBv1.0/plant1/NDEATH/line4-gw', 1]);
+      expect(decodePayload((upstream as Message).payload).metrics[0].value).toBe(upBdSeq);
+      // Sent once: with publishNow, the journaled copy is dropped.
+      if (direct) expect(rewritten).toBeNull();
+    }
+  });
+
   it('without an uplink, gates the local session on the primary host STATE', async () => {
     const { node, broker, decoded } = setup({ config: { primaryHostId: 'scada' } });
     await node.start();
@@ -376,6 +402,15 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(kinds(decoded())).toEqual(['NBIRTH#0', 'NDEATH#-', 'NBIRTH#0']);
     const bdSeqs = decoded().map((m) => m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
     expect(bdSeqs).toEqual([0n, 0n, 1n]);
+    // Not JSON: ignored and logged, the session goes on.
     broker.inject('spBv1.0/STATE/scada', encodePayload({ timestamp: 1, metrics: [] }));
+    expect(node.stats.localBorn).toBe(true);
+  });
+
+  it('is born once when the host STATE is already retained at start', async () => {
+    const { node, broker, decoded } = setup({ config: { primaryHostId: 'scada' } });
+    broker.inject('spBv1.0/STATE/scada', Buffer.from(JSON.stringify({ online: true, timestamp: 5 })), { retain: true });
+    await node.start();
+    expect(kinds(decoded())).toEqual(['NBIRTH#0']);
   });
 });

@@ -146,8 +146,7 @@ function accept(
     expiryS = packet.clean === false ? NEVER_EXPIRES : 0;
   }
   const cleanStart = packet.clean ?? true;
-  const { session, present } = broker.openSession(p.clientId, cleanStart);
-  session.expiryIntervalS = expiryS;
+  const { session, present } = broker.openSession(p.clientId, cleanStart, expiryS);
 
   conn.state = 'connected';
   conn.session = session;

@@ -7,6 +7,7 @@ import { Reason } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
 import type { Connection } from '../connection.js';
+import type { Session } from '../../broker/session.js';
 import { checkUserProperties, checkWireProperties, toPublishProperties } from './properties.js';
 
 export function handlePublish(conn: Connection, packet: PublishPacket): void {
@@ -81,12 +82,17 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
     origin: conn.clientId,
   });
   broker.stats.messagesReceived[qos]++;
-  const durable = broker.route(msg);
+  let durable = broker.route(msg);
   if (qos === 0) {
     durable?.catch((err: unknown) => conn.log.warn({ err, topic }, 'QoS 0 message could not be stored'));
     return;
   }
-  if (qos === 2) session.inboundQoS2.add(packetId);
+  if (qos === 2) {
+    session.inboundQoS2.add(packetId);
+    // A persistent session remembers the id across restarts, so a resent PUBLISH after a crash is not delivered twice.
+    const remembered = session.store?.putAwaitingRelease(session.id, packetId);
+    if (remembered) durable = durable ? Promise.all([durable, remembered]).then(() => undefined) : remembered;
+  }
   if (!durable && conn.pendingAcks === 0) return acknowledge(conn, qos, packetId, Reason.Success);
   // Wait for durability, keeping acknowledgements in the order of the publishes [MQTT-4.6.0-2].
   conn.pendingAcks++;
@@ -102,7 +108,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
     await previous;
     conn.pendingAcks--;
     if (code !== Reason.Success) {
-      if (qos === 2) session.inboundQoS2.delete(packetId);
+      if (qos === 2) forgetAwaitingRelease(session, packetId)?.catch((e: unknown) => conn.log.warn({ err: e }, 'QoS 2 release not stored'));
       // Without a way to say "not stored" in 3.1.1, the client gets no acknowledgement and resends after reconnect.
       if (!v5) return conn.close(undefined, 'message could not be stored');
     }
@@ -119,10 +125,22 @@ function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: n
 }
 
 export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
-  const known = conn.session!.inboundQoS2.delete(packet.messageId!);
+  const packetId = packet.messageId!;
+  const session = conn.session!;
+  const known = session.inboundQoS2.has(packetId);
   // A flow begun on an earlier connection never counted against this one (the quota starts afresh with each
   // connection); like the spec's send quota, which is not raised above its initial value (MQTT 5 §4.9), the
   // count never drops below zero, or a resumed client could exceed our Receive Maximum.
   if (known && conn.inboundInflight > 0) conn.inboundInflight--;
-  conn.sendAck('pubcomp', packet.messageId!, known ? Reason.Success : Reason.PacketIdentifierNotFound);
+  const pubcomp = (): void => conn.sendAck('pubcomp', packetId, known ? Reason.Success : Reason.PacketIdentifierNotFound);
+  const forgotten = known ? forgetAwaitingRelease(session, packetId) : undefined;
+  // PUBCOMP only once the id is forgotten durably: the client may reuse the id for a new message right after it.
+  if (forgotten) forgotten.then(pubcomp, (err: unknown) => conn.log.warn({ err, clientId: conn.clientId }, 'QoS 2 release not stored'));
+  else pubcomp();
+}
+
+/** Forgets an incoming QoS 2 packet id, in the store too for a persistent session. */
+function forgetAwaitingRelease(session: Session, packetId: number): Promise<void> | undefined {
+  session.inboundQoS2.delete(packetId);
+  return session.store?.deleteAwaitingRelease(session.id, packetId);
 }

@@ -53,10 +53,16 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
       subscriptionId,
     });
   }
-  // SUBACK first, then the retained messages of the new subscriptions.
-  conn.send({ cmd: 'suback', messageId: packet.messageId, granted });
-  for (const record of accepted) {
-    session.subscriptions.set(record.filter, record);
-    broker.addSubscription(session, record);
-  }
+  // SUBACK first, then the retained messages of the new subscriptions. A persistent session's subscriptions are
+  // durable before the SUBACK, so a crash right after it cannot lose them.
+  const subscribe = (): void => {
+    conn.send({ cmd: 'suback', messageId: packet.messageId, granted });
+    for (const record of accepted) broker.subscribeSession(session, record);
+  };
+  const durable = broker.persistSubscriptions(session, accepted);
+  if (!durable) return subscribe();
+  durable.then(subscribe, (err: unknown) => {
+    conn.log.warn({ err, clientId: conn.clientId }, 'subscriptions could not be stored: refused');
+    conn.send({ cmd: 'suback', messageId: packet.messageId, granted: granted.map((g) => (g < 0x80 ? failure(Reason.UnspecifiedError) : g)) });
+  });
 }

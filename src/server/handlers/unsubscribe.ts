@@ -13,8 +13,7 @@ export function handleUnsubscribe(conn: Connection, packet: UnsubscribePacket): 
   }
   const session = conn.session!;
   const codes = packet.unsubscriptions.map((filter) => {
-    const existed = session.subscriptions.delete(filter);
-    if (existed) conn.ctx.broker.removeSubscription(session, filter);
+    const existed = conn.ctx.broker.unsubscribeSession(session, filter);
     return existed ? Reason.Success : Reason.NoSubscriptionExisted;
   });
   conn.send(

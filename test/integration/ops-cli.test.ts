@@ -1,0 +1,126 @@
+/**
+ * Issue 6, authentication tooling: `edgeferry passwd FILE USER [--delete]` (password on stdin) writes files that
+ * Debian's Mosquitto accepts as its `password_file`, and that edgeferry accepts; it edits files made by
+ * `mosquitto_passwd` without disturbing their other lines.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { useDisposer } from '../helpers/disposer.js';
+import { startGateway } from '../helpers/gateway.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { connectRefused, openClient, runTool } from '../helpers/mqtt-client.js';
+import { freePort } from '../helpers/ports.js';
+
+const d = useDisposer();
+const CLI = join(resolve(fileURLToPath(new URL('../..', import.meta.url))), 'dist', 'src', 'cli.js');
+
+/** Runs `edgeferry passwd ...` with `stdin` piped in (undefined: stdin closed at once). */
+function passwd(args: string[], stdin?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolveRun, reject) => {
+    const child = spawn(process.execPath, [CLI, 'passwd', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    child.once('error', reject);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolveRun({ code, stdout, stderr });
+    });
+    child.stdin.end(stdin ?? '');
+  });
+}
+
+/** mosquitto_pub to `port` as `user`: resolves with its exit code and stderr. */
+async function mosquittoLogin(port: number, user: string, password: string): Promise<{ code: number | null; stderr: string }> {
+  const r = await runTool('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(port), '-u', user, '-P', password, '-t', 'cli/test', '-q', '1', '-m', 'x']);
+  return { code: r.code, stderr: r.stderr + r.stdout };
+}
+
+/** A real Mosquitto with this password file and no anonymous access. */
+function mosquittoWith(passwordFile: string) {
+  return startMosquitto({ extraConf: [`password_file ${passwordFile}`, 'allow_anonymous false'].join('\n') });
+}
+
+describe('edgeferry passwd', { timeout: 60_000 }, () => {
+  it('creates a file that Debian mosquitto accepts as password_file, and that edgeferry accepts', async () => {
+    const dir = d.tempDir('edgeferry-passwd-');
+    const file = join(dir, 'passwd');
+    const set = await passwd([file, 'alice'], 'correct horse battery staple\n');
+    expect(set, set.stderr).toMatchObject({ code: 0 });
+    expect(set.stdout).toMatch(/set the password of "alice"/);
+    const text = readFileSync(file, 'utf8');
+    expect(text).toMatch(/^alice:\$7\$101\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]{88}\n$/);
+    expect(text).not.toContain('correct horse');
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+
+    const mosquitto = d.add(await mosquittoWith(file));
+    expect(await mosquittoLogin(mosquitto.port, 'alice', 'correct horse battery staple')).toMatchObject({ code: 0 });
+    const wrong = await mosquittoLogin(mosquitto.port, 'alice', 'correct horse');
+    expect(wrong.code).not.toBe(0);
+    expect(wrong.stderr).toMatch(/not authori[sz]ed|bad user name or password/i);
+
+    const port = await freePort();
+    const strict = await freePort();
+    const gw = d.add(
+      await startGateway({
+        listeners: [{ type: 'tcp', host: '127.0.0.1', port }, { type: 'tcp', host: '127.0.0.1', port: strict, allowAnonymous: false }],
+        auth: { passwordFile: file },
+      }),
+    );
+    void gw;
+    d.add(await openClient(`mqtt://127.0.0.1:${strict}`, { username: 'alice', password: 'correct horse battery staple', protocolVersion: 5 }));
+    expect(await connectRefused(`mqtt://127.0.0.1:${strict}`, { username: 'alice', password: 'correct horse', protocolVersion: 5 })).toBe(0x86);
+  });
+
+  it('adds, changes and deletes users in a mosquitto_passwd file, keeping the other lines as they were', async () => {
+    const dir = d.tempDir('edgeferry-passwd-');
+    const file = join(dir, 'passwd');
+    execFileSync('mosquitto_passwd', ['-c', '-b', file, 'bob', 'bob-pw'], { stdio: 'pipe' });
+    execFileSync('mosquitto_passwd', ['-b', file, 'carol', 'carol-pw'], { stdio: 'pipe' });
+    writeFileSync(file, `# managed by hand and by tools\n${readFileSync(file, 'utf8')}`);
+    const original = readFileSync(file, 'utf8').split('\n');
+
+    expect((await passwd([file, 'alice'], 'alice-pw\n')).code).toBe(0);
+    expect((await passwd([file, 'carol'], 'carol-new\n')).code).toBe(0);
+    const edited = readFileSync(file, 'utf8').split('\n');
+    expect(edited[0]).toBe('# managed by hand and by tools');
+    expect(edited[1]).toBe(original[1]); // bob untouched
+    expect(edited[2]).toMatch(/^carol:\$7\$/);
+    expect(edited[2]).not.toBe(original[2]); // carol changed in place
+    expect(edited[3]).toMatch(/^alice:\$7\$/);
+
+    const mosquitto = d.add(await mosquittoWith(file));
+    expect(await mosquittoLogin(mosquitto.port, 'bob', 'bob-pw')).toMatchObject({ code: 0 });
+    expect(await mosquittoLogin(mosquitto.port, 'alice', 'alice-pw')).toMatchObject({ code: 0 });
+    expect(await mosquittoLogin(mosquitto.port, 'carol', 'carol-new')).toMatchObject({ code: 0 });
+    expect((await mosquittoLogin(mosquitto.port, 'carol', 'carol-pw')).code).not.toBe(0);
+
+    const removed = await passwd([file, 'bob', '--delete']);
+    expect(removed.code).toBe(0);
+    expect(readFileSync(file, 'utf8')).not.toMatch(/^bob:/m);
+    await mosquitto.restart();
+    expect((await mosquittoLogin(mosquitto.port, 'bob', 'bob-pw')).code).not.toBe(0);
+    expect(await mosquittoLogin(mosquitto.port, 'alice', 'alice-pw')).toMatchObject({ code: 0 });
+  });
+
+  it('refuses an empty password, a missing one, a deleted user that does not exist, and bad usage, with exit code 2', async () => {
+    const dir = d.tempDir('edgeferry-passwd-');
+    const file = join(dir, 'passwd');
+    const empty = await passwd([file, 'alice'], '\n');
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toMatch(/must not be empty/);
+    const none = await passwd([file, 'alice']);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/no password/);
+    expect((await passwd([file, 'ghost', '--delete'])).code).toBe(2);
+    expect((await passwd([file])).code).toBe(2);
+    expect((await passwd([file, 'a:b'], 'pw\n')).code).toBe(2);
+    // Nothing was written by the refused runs.
+    expect(() => statSync(file)).toThrow();
+  });
+});

@@ -1,0 +1,172 @@
+/**
+ * Issue 6, observability: the HTTP endpoint scraped over a real socket after a known workload. `/metrics`
+ * (Prometheus text, names `edgeferry_<module>_<thing>_<unit>`), `/healthz`, and `/readyz` with a bridge whose
+ * upstream is down and then up.
+ */
+import { describe, expect, it } from 'vitest';
+import { useDisposer } from '../helpers/disposer.js';
+import { bridgePatch, startGateway } from '../helpers/gateway.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { openClient } from '../helpers/mqtt-client.js';
+import { freePort } from '../helpers/ports.js';
+import { waitFor } from '../helpers/wait.js';
+
+const d = useDisposer();
+
+interface Sample {
+  readonly name: string;
+  readonly labels: Record<string, string>;
+  readonly value: number;
+}
+
+interface Scrape {
+  readonly status: number;
+  readonly contentType: string;
+  readonly samples: Sample[];
+  /** `# TYPE` lines: metric family → counter | gauge | histogram | summary. */
+  readonly types: Map<string, string>;
+  /** The value of the one sample of `name` with exactly these labels (undefined if absent). */
+  value(name: string, labels?: Record<string, string>): number | undefined;
+}
+
+/** Parses the Prometheus text exposition format (the subset prom-client writes). */
+function parseMetrics(text: string): Pick<Scrape, 'samples' | 'types'> {
+  const samples: Sample[] = [];
+  const types = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    const type = /^# TYPE (\S+) (\S+)$/.exec(line);
+    if (type) types.set(type[1], type[2]);
+    if (line === '' || line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$/.exec(line);
+    if (!m) throw new Error(`not a Prometheus sample line: ${line}`);
+    const labels: Record<string, string> = {};
+    for (const [, k, v] of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[k] = v;
+    samples.push({ name: m[1], labels, value: Number(m[3]) });
+  }
+  return { samples, types };
+}
+
+async function scrape(port: number): Promise<Scrape> {
+  const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+  const { samples, types } = parseMetrics(await res.text());
+  return {
+    status: res.status,
+    contentType: res.headers.get('content-type') ?? '',
+    samples,
+    types,
+    value: (name, labels = {}) =>
+      samples.find((s) => s.name === name && Object.keys(s.labels).length === Object.keys(labels).length && Object.entries(labels).every(([k, v]) => s.labels[k] === v))
+        ?.value,
+  };
+}
+
+async function getJson(port: number, path: string): Promise<{ status: number; body: string }> {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`);
+  return { status: res.status, body: await res.text() };
+}
+
+async function metricsGateway(patch: Record<string, unknown> = {}) {
+  const metricsPort = await freePort();
+  const gw = d.add(await startGateway({ metrics: { host: '127.0.0.1', port: metricsPort }, broker: { sysIntervalS: 0 }, ...patch }));
+  return { gw, metricsPort };
+}
+
+describe('metrics endpoint', { timeout: 60_000 }, () => {
+  it('reports clients, messages by QoS, retained messages and subscriptions with the documented names after a known workload', async () => {
+    const { gw, metricsPort } = await metricsGateway();
+    const sub1 = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'm-sub1' }));
+    await sub1.subscribe('m/#', { qos: 2 });
+    await sub1.subscribe('$share/g/m/shared', { qos: 1 });
+    const sub2 = d.add(await openClient(gw.url, { protocolVersion: 4, clientId: 'm-sub2' }));
+    await sub2.subscribe('m/a', { qos: 0 });
+    const pub = d.add(await openClient(gw.url, { protocolVersion: 4, clientId: 'm-pub' }));
+    for (let i = 0; i < 3; i++) await pub.publish('m/a', `q0-${i}`, { qos: 0 });
+    for (let i = 0; i < 2; i++) await pub.publish('m/b', `q1-${i}`, { qos: 1 });
+    await pub.publish('m/c', 'q2', { qos: 2 });
+    await pub.publish('r/1', 'kept', { qos: 1, retain: true });
+    await pub.publish('r/2', 'kept', { qos: 1, retain: true });
+    await sub1.waitForMessages(6);
+    await sub2.waitForMessages(3);
+
+    // The helper's readiness probe connected and left before the test: wait until it is no longer counted.
+    const m = await waitFor(
+      async () => {
+        const s = await scrape(metricsPort);
+        return s.value('edgeferry_broker_clients_connected') === 3 ? s : undefined;
+      },
+      5000,
+      { message: 'edgeferry_broker_clients_connected == 3' },
+    );
+    expect(m.status).toBe(200);
+    expect(m.contentType).toMatch(/^text\/plain; version=0\.0\.4/);
+    expect(m.value('edgeferry_broker_connections_total')).toBe(4);
+    expect(m.value('edgeferry_broker_sessions')).toBe(3);
+    expect(m.value('edgeferry_broker_messages_received_total', { qos: '0' })).toBe(3);
+    expect(m.value('edgeferry_broker_messages_received_total', { qos: '1' })).toBe(4);
+    expect(m.value('edgeferry_broker_messages_received_total', { qos: '2' })).toBe(1);
+    // sub1 got m/a x3 at QoS 0, m/b x2 at QoS 1, m/c at QoS 2; sub2 got m/a x3 at QoS 0.
+    expect(m.value('edgeferry_broker_messages_sent_total', { qos: '0' })).toBe(6);
+    expect(m.value('edgeferry_broker_messages_sent_total', { qos: '1' })).toBe(2);
+    expect(m.value('edgeferry_broker_messages_sent_total', { qos: '2' })).toBe(1);
+    expect(m.value('edgeferry_broker_retained_messages')).toBe(2);
+    expect(m.value('edgeferry_broker_subscriptions', { type: 'normal' })).toBe(2);
+    expect(m.value('edgeferry_broker_subscriptions', { type: 'shared' })).toBe(1);
+    expect(m.value('edgeferry_broker_bytes_received_total')).toBeGreaterThan(0);
+    expect(m.value('edgeferry_broker_bytes_sent_total')).toBeGreaterThan(0);
+    expect(m.value('edgeferry_store_size_bytes')).toBeGreaterThan(0);
+    // Process figures the issue asks for: CPU, memory, event-loop lag.
+    expect(m.value('edgeferry_process_cpu_seconds_total')).toBeGreaterThan(0);
+    expect(m.value('edgeferry_process_resident_memory_bytes')).toBeGreaterThan(0);
+    expect(m.value('edgeferry_nodejs_eventloop_lag_seconds')).toBeGreaterThanOrEqual(0);
+
+    // Naming (ARCHITECTURE §5): every family is edgeferry_*, counters end in _total.
+    const families = [...m.types.keys()];
+    expect(families.length).toBeGreaterThan(20);
+    for (const name of families) expect(name).toMatch(/^edgeferry_[a-z0-9]+_[a-z0-9_]+$/);
+    for (const [name, type] of m.types) if (type === 'counter') expect(name, name).toMatch(/_total$/);
+    expect(m.types.get('edgeferry_broker_messages_received_total')).toBe('counter');
+    expect(m.types.get('edgeferry_broker_clients_connected')).toBe('gauge');
+
+    // A client leaving and a retained message cleared show up on the next scrape.
+    await pub.publish('r/1', '', { qos: 1, retain: true });
+    await sub2.disconnect();
+    const after = await waitFor(
+      async () => {
+        const s = await scrape(metricsPort);
+        return s.value('edgeferry_broker_clients_connected') === 2 ? s : undefined;
+      },
+      5000,
+      { message: 'edgeferry_broker_clients_connected == 2' },
+    );
+    expect(after.value('edgeferry_broker_retained_messages')).toBe(1);
+    expect(after.value('edgeferry_broker_messages_received_total', { qos: '1' })).toBe(5);
+  });
+
+  it('answers /healthz and /readyz with 200, and an unknown path with 404', async () => {
+    const { metricsPort } = await metricsGateway();
+    const health = await getJson(metricsPort, '/healthz');
+    expect(health.status).toBe(200);
+    const ready = await getJson(metricsPort, '/readyz');
+    expect(ready.status).toBe(200);
+    expect(JSON.parse(ready.body)).toEqual({ ready: true, problems: [] });
+    expect((await getJson(metricsPort, '/nope')).status).toBe(404);
+  });
+
+  it('answers /readyz with 503 naming the bridge while its upstream is down, and 200 once it is connected', async () => {
+    const central = d.add(await startMosquitto());
+    await central.stop();
+    const { metricsPort } = await metricsGateway(bridgePatch(central.url));
+    const down = await getJson(metricsPort, '/readyz');
+    expect(down.status).toBe(503);
+    const body = JSON.parse(down.body) as { ready: boolean; problems: string[] };
+    expect(body.ready).toBe(false);
+    expect(body.problems.join('\n')).toMatch(/bridge central/);
+    expect((await getJson(metricsPort, '/healthz')).status).toBe(200);
+    expect((await scrape(metricsPort)).value('edgeferry_bridge_connected', { bridge: 'central' })).toBe(0);
+
+    await central.restart();
+    await waitFor(async () => (await getJson(metricsPort, '/readyz')).status === 200, 15_000, { message: '/readyz 200 after the upstream came back' });
+    expect((await scrape(metricsPort)).value('edgeferry_bridge_connected', { bridge: 'central' })).toBe(1);
+  });
+
+});
