@@ -13,6 +13,7 @@ export interface RunRecord {
   metrics?: ScenarioMetrics;
   elapsedS: number;
   loadavg1: number; // 1-minute load average when the run started: other work on the machine
+  brokerStartS?: number; // spawn until the first CONNACK
 }
 
 export type Medians = Record<string, number>;

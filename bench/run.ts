@@ -198,6 +198,7 @@ async function main(): Promise<void> {
         let running: Awaited<ReturnType<typeof startBroker>> | null = null;
         try {
           running = await startBroker(broker, { rootDir, tmpDir, cpuProfDir: options.cpuProfDir });
+          record.brokerStartS = (Date.now() - started) / 1000;
           startFailures.set(broker, 0);
         } catch (err) {
           const message = `did not start: ${err instanceof Error ? err.message : String(err)}`;

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `edgeferry` command: arguments → config → logger → gateway, and signals to stop (SIGTERM, SIGINT) or
- * reload (SIGHUP). Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage.
+ * reload (SIGHUP). Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -12,10 +12,11 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { createLogger, type RootLogger } from './ops/log.js';
-import { asError, ConfigError } from './util/errors.js';
+import { asError, ConfigError, StoreError } from './util/errors.js';
 
 const EXIT_RUNTIME = 1;
 const EXIT_CONFIG = 2;
+const EXIT_STORE = 3;
 /** Below systemd's TimeoutStopSec, so a stuck stop ends with our own fatal line rather than SIGKILL. */
 const STOP_TIMEOUT_MS = 25_000;
 const LOG_FORMATS = ['json', 'pretty'] as const;
@@ -33,6 +34,8 @@ Edge MQTT gateway: local MQTT broker, Sparkplug B edge node, store-and-forward b
 Options:
   -c, --config FILE        configuration file (default: ${DEFAULT_CONFIG_FILE})
       --check-config       validate the configuration file and exit
+      --reset-store        move the data directory (storage.path) aside to <path>.reset-<time>, then start
+                           with an empty store: the way out of an unreadable store, keeping it for analysis
       --log-format FORMAT  json or pretty, overriding log.format
       --version            print the version and exit
   -h, --help               print this help and exit
@@ -43,7 +46,7 @@ Commands:
                            read from stdin, or prompted for on a terminal); --delete removes USER
 
 Signals: SIGTERM and SIGINT stop gracefully, SIGHUP reloads the configuration file.
-Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage.
+Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
 `;
 
 function parseCommandLine() {
@@ -51,6 +54,7 @@ function parseCommandLine() {
     options: {
       config: { type: 'string', short: 'c' },
       'check-config': { type: 'boolean' },
+      'reset-store': { type: 'boolean' },
       'log-format': { type: 'string' },
       version: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
@@ -137,6 +141,11 @@ async function main(): Promise<void> {
   }
 
   const log = createLogger({ ...config.log, format: args.logFormat ?? config.log.format });
+  if (args['reset-store'] && existsSync(config.storage.path)) {
+    const aside = `${config.storage.path}.reset-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+    renameSync(config.storage.path, aside);
+    log.warn({ storePath: config.storage.path, movedTo: aside }, 'store reset: the old data directory was moved aside');
+  }
   process.on('uncaughtException', (err) => die(log, err, 'uncaught exception'));
   process.on('unhandledRejection', (reason) => die(log, reason, 'unhandled rejection'));
   log.info({ version: VERSION, configFile: file, node: process.version }, 'edgeferry starting');
@@ -198,6 +207,11 @@ async function main(): Promise<void> {
     if (err instanceof ConfigError) {
       log.fatal({ problems: err.problems }, err.message);
       process.exit(EXIT_CONFIG);
+    }
+    // An unreadable store needs the operator (restore a backup or --reset-store): restarting cannot help.
+    if (err instanceof StoreError && err.code === 'EF_STORE_OPEN') {
+      log.fatal({ err }, err.message);
+      process.exit(EXIT_STORE);
     }
     die(log, err, 'startup failed');
   }

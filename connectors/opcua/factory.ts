@@ -14,8 +14,6 @@ import { opcuaPkiDir } from './trust.js';
 export const opcuaFactory: ConnectorFactory<OpcuaConnectorConfig> = {
   type: 'opcua',
   schema: opcuaConnectorSchema,
-  create: (config, log) =>
-    new OpcuaConnector(config, log.child({ mod: 'connector', connector: config.id, type: 'opcua' }), {
-      pkiDir: config.pkiDir ?? opcuaPkiDir('data'),
-    }),
+  // The gateway hands in a logger already bound to this connector (mod, connector id).
+  create: (config, log) => new OpcuaConnector(config, log, { pkiDir: config.pkiDir ?? opcuaPkiDir('data') }),
 };

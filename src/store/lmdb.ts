@@ -935,8 +935,8 @@ class LmdbRetainedStore implements RetainedStore {
 function openError(dir: string, what: string, cause?: unknown): StoreError {
   return new StoreError(
     'EF_STORE_OPEN',
-    `cannot open the data directory ${dir}: ${what}. Nothing was changed. Restore a backup, or move the ` +
-      `directory aside (keep it for analysis) to start with an empty store.`,
+    `cannot open the data directory ${dir}: ${what}. Nothing was changed. Restore a backup, or start once ` +
+      `with --reset-store, which moves the directory aside (kept for analysis) and starts with an empty store.`,
     cause === undefined ? undefined : { cause },
   );
 }

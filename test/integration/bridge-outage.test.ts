@@ -28,8 +28,8 @@ describe('bridge: outages (issue 3 scenarios 2 and 6)', { timeout: 120_000 }, ()
     await local.publishAsync('plant/warmup', 'w', { qos: 1 });
     await waitFor(() => received(collectors).includes('w'), 10_000);
 
+    await central.stop(); // the checker stays subscribed until Mosquitto goes down (see the mid-replay test)
     await collectors[0].stop();
-    await central.stop();
     const n = 5000;
     const t0 = Date.now();
     const acked = await publishSequence(local, 'plant/line4/temp', n, { qos: 1, prefix: 'o', concurrency: 100 });
@@ -112,8 +112,10 @@ describe('bridge: outages (issue 3 scenarios 2 and 6)', { timeout: 120_000 }, ()
     proxy.restore();
     // Replay at 2000 msg/s takes ~3 s: restart the central broker in the middle of it.
     await waitFor(() => received(collectors).length >= 1500, 20_000);
-    await collectors[collectors.length - 1].stop();
+    // The checker stays connected until Mosquitto itself goes down: Mosquitto 2.0.11 loses QoS 1 messages queued
+    // for a persistent session that disconnected just before a restart (reproduced without the bridge).
     await central.restart();
+    await collectors[0].stop();
     collectors.push(d.add(await collect(central.url, 'plant/#', checker)));
     await waitFor(() => new Set(received(collectors)).size >= n, 60_000, {
       message: () => {
@@ -122,7 +124,8 @@ describe('bridge: outages (issue 3 scenarios 2 and 6)', { timeout: 120_000 }, ()
       },
     });
     const check = checkSequence(received(collectors), acked);
-    expect(check).toMatchObject({ missing: [], unexpected: [] });
+    expect(check).toMatchObject({ missing: [], unexpected: [], outOfOrder: 0 });
     expect(check.duplicates).toBeLessThanOrEqual(200);
+    console.info(`[bridge-outage] upstream restarted mid-replay: ${check.duplicates} duplicates`);
   });
 });
