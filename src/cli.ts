@@ -6,6 +6,8 @@
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { updatePasswordFile } from './broker/password-file.js';
+import { opcuaUsage, runOpcuaCommand } from '../connectors/opcua/opcua-command.js';
+import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -44,7 +46,7 @@ Commands:
   edgeferry passwd FILE USER [--delete]
                            add or change USER in a mosquitto_passwd-compatible FILE (the password is
                            read from stdin, or prompted for on a terminal); --delete removes USER
-
+${opcuaUsage.replace(/^Usage:\n/, '')}
 Signals: SIGTERM and SIGINT stop gracefully, SIGHUP reloads the configuration file.
 Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
 `;
@@ -98,7 +100,34 @@ async function readPassword(): Promise<string> {
   return line;
 }
 
+/** `edgeferry opcua browse|trust ...`, with the PKI and connectors of the configuration file (if it loads). */
+async function opcuaCommand(argv: string[]): Promise<number> {
+  const i = argv.findIndex((a) => a === '-c' || a === '--config');
+  const file = resolve(i >= 0 && argv[i + 1] !== undefined ? argv[i + 1] : DEFAULT_CONFIG_FILE);
+  if (i >= 0) argv.splice(i, 2);
+  let config: Config | undefined;
+  try {
+    config = loadConfig(file);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`edgeferry opcua: ${file} is not usable (${err.message.split('\n')[0]}); using ./data\n`);
+  }
+  // The same PKI folder the gateway gives its OPC UA connectors.
+  const dataDir = config?.storage.path ?? resolve('data');
+  return runOpcuaCommand(argv, {
+    pkiDir: opcuaPkiDir(dataDir),
+    connectors: config?.connectors.flatMap((c) => (c.type === 'opcua' ? [{ ...c, pkiDir: c.pkiDir ?? opcuaPkiDir(dataDir) }] : [])),
+    stdout: (t) => process.stdout.write(t),
+    stderr: (t) => process.stderr.write(t),
+    readPassword,
+  });
+}
+
 async function main(): Promise<void> {
+  if (process.argv[2] === 'opcua') {
+    process.exitCode = await opcuaCommand(process.argv.slice(3));
+    return;
+  }
   if (process.argv[2] === 'passwd') {
     try {
       await passwdCommand(process.argv.slice(3));

@@ -9,6 +9,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Config } from './config/schema.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
+import { BrokerStats } from './broker/broker.js';
 import { loadFileAuth } from './broker/auth.js';
 import type { AuthHooks } from './broker/auth.js';
 import { createMessage } from './protocol/message.js';
@@ -42,11 +43,13 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   const systemd = new SystemdNotifier(log.child({ mod: 'systemd' }));
   const audit = log.child({ mod: 'audit' });
   // Auth files first: a bad password or ACL file stops the start before anything binds.
-  let auth = createAuth(config, audit);
+  const stats = new BrokerStats();
+  let auth = createAuth(config, audit, stats);
   const store: Store = await openLmdbStore({ path: config.storage.path, sync: config.storage.sync, maxBytes: config.storage.maxBytes, log: log.child({ mod: 'store' }) });
   const broker = new Broker({
     limits: { maxInflight: b.maxInflight, maxQueuedMessages: b.maxQueuedMessages, maxQueuedBytes: b.maxQueuedBytes },
     store,
+    stats,
     log: log.child({ mod: 'broker' }),
   });
   const restored = broker.restoreSessions();
@@ -149,7 +152,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     reload: async (next) => {
       // Users and ACLs apply at once, for new operations of connected clients too; other sections need a restart.
       if (!isDeepStrictEqual(next.auth, config.auth) || next.auth.passwordFile || next.auth.aclFile) {
-        auth = createAuth(next, audit);
+        auth = createAuth(next, audit, stats);
         server.setAuth(auth);
         audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
       }
@@ -207,12 +210,18 @@ function uplinkControl(bridge: Bridge): UplinkControl {
 }
 
 /** Password file and ACL (re-read on every reload, so edited files apply); failed logins go to the audit log. */
-function createAuth(config: Config, audit: Logger): AuthHooks {
-  return loadFileAuth(
-    config.auth,
-    (path) => readFileSync(path, 'utf8'),
-    (c, why) => audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused'),
-  );
+function createAuth(config: Config, audit: Logger, stats: BrokerStats): AuthHooks {
+  return loadFileAuth(config.auth, (path) => readFileSync(path, 'utf8'), {
+    loginRefused: (c, why) => {
+      stats.authFailures++;
+      audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused');
+    },
+    loginAccepted: (c) => audit.info({ clientId: c.clientId, username: c.username, remote: c.remoteAddress }, 'login'),
+    denied: (c, action, topic) => {
+      stats.aclDenied[action]++;
+      audit.warn({ clientId: c.clientId, username: c.username, action, topic }, 'denied by ACL');
+    },
+  });
 }
 
 function fileSize(path: string): number | undefined {

@@ -61,13 +61,22 @@ const FAILURES_BEFORE_BACKOFF = 5;
  * Authentication with a Mosquitto password file and authorization with a Mosquitto ACL file. Without an ACL file
  * every authenticated client may publish and subscribe (but not publish to `$SYS`).
  */
+/** What the audit log and the metrics hear from authentication and authorization. */
+export interface AuthEvents {
+  loginRefused(c: ConnectInfo, why: string): void;
+  loginAccepted(c: ConnectInfo): void;
+  denied(c: ClientInfo, action: 'publish' | 'subscribe', topic: string): void;
+}
+
+const quietEvents: AuthEvents = { loginRefused: () => {}, loginAccepted: () => {}, denied: () => {} };
+
 export class FileAuth implements AuthHooks {
   private readonly failures = new Map<string, { count: number; firstMs: number }>();
 
   constructor(
     private readonly passwords: PasswordFile | undefined,
     private readonly acl: Acl | undefined,
-    private readonly onFailure: (c: ConnectInfo, why: string) => void = () => {},
+    private readonly events: AuthEvents = quietEvents,
   ) {}
 
   async authenticate(c: ConnectInfo): Promise<number | undefined> {
@@ -75,26 +84,33 @@ export class FileAuth implements AuthHooks {
     if (c.username === undefined) {
       return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'anonymous clients are not allowed here');
     }
-    if (c.certificateVerified) return undefined;
-    if (!this.passwords) return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'no password file configured');
-    // A user name without a password is refused when a password file is set (Mosquitto `01-connect-uname-no-password-denied`).
-    if (!c.password || !(await this.passwords.verify(c.username, c.password))) {
-      return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
+    if (!c.certificateVerified) {
+      if (!this.passwords) return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'no password file configured');
+      // A user name without a password is refused when a password file is set (Mosquitto `01-connect-uname-no-password-denied`).
+      if (!c.password || !(await this.passwords.verify(c.username, c.password))) {
+        return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
+      }
     }
-    this.failures.delete(c.remoteAddress);
+    // The failure count is not reset by a success: one valid account must not buy more guesses at others.
+    this.events.loginAccepted(c);
     return undefined;
   }
 
   authorizePublish(c: ClientInfo, topic: string): number | undefined {
-    if (topic.startsWith('$SYS')) return Reason.NotAuthorized;
-    if (this.acl && !this.acl.allows('write', topic, c.clientId, c.username)) return Reason.NotAuthorized;
+    if (topic.startsWith('$SYS') || (this.acl && !this.acl.allows('write', topic, c.clientId, c.username))) {
+      this.events.denied(c, 'publish', topic);
+      return Reason.NotAuthorized;
+    }
     return undefined;
   }
 
   authorizeSubscribe(c: ClientInfo, filter: string, qos: QoS): QoS | number {
     // Shared subscriptions are checked on their inner filter.
     const inner = filter.startsWith('$share/') ? filter.split('/').slice(2).join('/') : filter;
-    if (this.acl && !this.acl.allows('read', inner, c.clientId, c.username, true)) return Reason.NotAuthorized;
+    if (this.acl && !this.acl.allows('read', inner, c.clientId, c.username, true)) {
+      this.events.denied(c, 'subscribe', filter);
+      return Reason.NotAuthorized;
+    }
     return qos;
   }
 
@@ -116,7 +132,7 @@ export class FileAuth implements AuthHooks {
     const f = this.failures.get(c.remoteAddress);
     if (f) f.count++;
     else this.failures.set(c.remoteAddress, { count: 1, firstMs: performance.now() });
-    this.onFailure(c, why);
+    this.events.loginRefused(c, why);
     return reason;
   }
 }
@@ -125,7 +141,7 @@ export class FileAuth implements AuthHooks {
 export function loadFileAuth(
   files: { passwordFile?: string; aclFile?: string },
   read: (path: string) => string,
-  onFailure?: (c: ConnectInfo, why: string) => void,
+  events?: AuthEvents,
 ): FileAuth {
   const problems: ConfigProblem[] = [];
   let passwords: PasswordFile | undefined;
@@ -141,5 +157,5 @@ export function loadFileAuth(
     for (const p of parsed.problems) problems.push({ path: 'auth.aclFile', message: p.message, location: `${files.aclFile}:${p.line}` });
   }
   if (problems.length > 0) throw new ConfigError(files.aclFile ?? files.passwordFile ?? 'auth', problems);
-  return new FileAuth(passwords, acl, onFailure);
+  return new FileAuth(passwords, acl, events);
 }

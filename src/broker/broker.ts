@@ -48,18 +48,22 @@ export class BrokerStats {
     slow_client: 0,
     not_authorized: 0,
   };
+  authFailures = 0;
+  readonly aclDenied = { publish: 0, subscribe: 0 };
   /** Connections closed by the broker, by MQTT 5 reason name. */
   readonly disconnects: Record<string, number> = {};
 }
 
 export interface BrokerOptions {
   readonly limits: SessionLimits;
+  /** Counters to update; created when not given (the gateway creates them first, for the auth hooks). */
+  readonly stats?: BrokerStats;
   readonly store: Store;
   readonly log: Logger;
 }
 
 export class Broker {
-  readonly stats = new BrokerStats();
+  readonly stats: BrokerStats;
   readonly sessions = new Map<string, Session>();
   readonly retained: RetainedIndex;
   readonly wills: WillScheduler;
@@ -70,6 +74,7 @@ export class Broker {
   private readonly log: Logger;
 
   constructor(private readonly options: BrokerOptions) {
+    this.stats = options.stats ?? new BrokerStats();
     this.log = options.log;
     this.retained = new RetainedIndex(options.store.retained);
     this.wills = new WillScheduler((msg) => this.publishWill(msg));

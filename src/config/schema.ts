@@ -56,12 +56,7 @@ const listenerSchema = z
       ctx.addIssue({ code: 'custom', path: ['path'], message: 'only ws and wss listeners have a path' });
     }
   })
-  .transform(({ path, allowAnonymous, ...listener }) => ({
-    ...listener,
-    path: path ?? '/mqtt',
-    // Like Mosquitto 2: anonymous clients are welcome only where nobody else can reach the port.
-    allowAnonymous: allowAnonymous ?? isLoopback(listener.host),
-  }));
+  .transform(({ path, ...listener }) => ({ ...listener, path: path ?? '/mqtt' }));
 
 function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'));
@@ -274,7 +269,7 @@ export const configSchema = z
     // Cross-section references: checked once each section is valid on its own.
     config.listeners.forEach((listener, i) => {
       // Secure by default: a port others can reach needs credentials, or an explicit allowAnonymous: true.
-      if (listener.allowAnonymous === false && config.auth.passwordFile === undefined) {
+      if (!(listener.allowAnonymous ?? isLoopback(listener.host)) && config.auth.passwordFile === undefined) {
         ctx.addIssue({
           code: 'custom',
           path: ['listeners', i, 'allowAnonymous'],
@@ -289,7 +284,16 @@ export const configSchema = z
     if (config.connectors.length > 0 && config.sparkplug === undefined) {
       ctx.addIssue({ code: 'custom', path: ['connectors'], message: 'connectors publish through the Sparkplug edge node: add a sparkplug section' });
     }
-  });
+  })
+  .transform((config) => ({
+    ...config,
+    // Like Mosquitto 2: anonymous clients are welcome only where nobody else can reach the port, and not at all
+    // once a password file is set, unless a listener says otherwise.
+    listeners: config.listeners.map((listener) => ({
+      ...listener,
+      allowAnonymous: listener.allowAnonymous ?? (isLoopback(listener.host) && config.auth.passwordFile === undefined),
+    })),
+  }));
 
 export type Config = z.output<typeof configSchema>;
 export type ListenerConfig = z.output<typeof listenerSchema>;

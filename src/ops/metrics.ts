@@ -83,6 +83,10 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   mirroredCounter(r, 'edgeferry_broker_disconnects_total', 'Connections closed by the broker, by MQTT 5 reason', ['reason'], () =>
     Object.entries(b.disconnects).map(([reason, v]) => [{ reason }, v]),
   );
+  mirroredCounter(r, 'edgeferry_broker_auth_failures_total', 'Refused logins', [], () => [[{}, b.authFailures]]);
+  mirroredCounter(r, 'edgeferry_broker_acl_denied_total', 'Operations denied by the ACL', ['action'], () =>
+    Object.entries(b.aclDenied).map(([action, v]) => [{ action }, v]),
+  );
   mirroredGauge(r, 'edgeferry_broker_retained_messages', 'Retained messages', [], () => [[{}, s.retainedCount()]]);
   mirroredGauge(r, 'edgeferry_broker_subscriptions', 'Subscriptions by type', ['type'], () => {
     const c = s.subscriptionCount();

@@ -11,10 +11,10 @@ import type {
   OutboxEntry,
   OutboxLimits,
   RetainedStore,
-  SessionStore,
   Store,
 } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
+import { createMemoryStore } from '../../src/store/memory.js';
 import { Broker } from '../../src/broker/broker.js';
 import { silentLogger, type Logger } from '../../src/util/logger.js';
 import type { BridgeConfig } from '../../src/config/schema.js';
@@ -110,28 +110,23 @@ class MemoryRetained implements RetainedStore {
   }
 }
 
-const noSessions: SessionStore = {
-  loadAll: () => [],
-  putSession: async () => undefined,
-  drop: async () => undefined,
-  putSubscription: async () => undefined,
-  deleteSubscription: async () => undefined,
-  enqueue: async () => 0,
-  ack: async () => undefined,
-};
-
+/**
+ * The project's memory store for sessions, with an inspectable retained store and `MemoryOutbox` outboxes
+ * (which record removals for assertions).
+ */
 export function memoryStore(): Store & { retained: MemoryRetained } {
+  const base = createMemoryStore();
   const outboxes = new Map<string, MemoryOutbox>();
   return {
     retained: new MemoryRetained(),
-    sessions: noSessions,
+    sessions: base.sessions,
     outbox(name: string, limits: OutboxLimits): Outbox {
       let o = outboxes.get(name);
       if (!o) outboxes.set(name, (o = new MemoryOutbox(name, limits)));
       return o;
     },
     flushed: async () => undefined,
-    close: async () => undefined,
+    close: () => base.close(),
   };
 }
 

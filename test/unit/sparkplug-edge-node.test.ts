@@ -8,7 +8,7 @@ import type { Message } from '../../src/protocol/message.js';
 import type { Logger, LogFn } from '../../src/util/logger.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 import { waitFor } from '../helpers/wait.js';
-import { command, Decoder, FakeBroker, FakeConnector } from './sparkplug-fakes.js';
+import { command, Decoder, RecordingBroker, FakeConnector } from './sparkplug-fakes.js';
 
 interface LogLine {
   level: string;
@@ -44,10 +44,10 @@ afterEach(async () => {
 
 function setup(
   options: { config?: Partial<SparkplugConfig>; connectors?: FakeConnector[]; dir?: string } = {},
-): { node: EdgeNode; broker: FakeBroker; press: FakeConnector; logs: LogLine[]; dir: string; decoder: Decoder; decoded: () => ReturnType<Decoder['decode']>[] } {
+): { node: EdgeNode; broker: RecordingBroker; press: FakeConnector; logs: LogLine[]; dir: string; decoder: Decoder; decoded: () => ReturnType<Decoder['decode']>[] } {
   const dir = options.dir ?? tempDir('edgeferry-sp-');
   if (!options.dir) dirs.push(dir);
-  const broker = new FakeBroker();
+  const broker = new RecordingBroker();
   const press =
     options.connectors?.[0] ??
     new FakeConnector('press-1', [

@@ -1,51 +1,44 @@
 /**
- * Fakes for the edge node's unit tests: an in-process broker (publish/subscribe with MQTT wildcards) and a
+ * Test doubles for the edge node's unit tests: the real broker in process (recording what is published) and a
  * connector the test drives by hand.
  */
 import type { Connector, TagDefinition, TagSample, TagSink, TagValue } from '../../connectors/contract.js';
 import { ConnectorError } from '../../src/util/errors.js';
 import type { Message, QoS } from '../../src/protocol/message.js';
 import { createMessage } from '../../src/protocol/message.js';
+import { Broker } from '../../src/broker/broker.js';
 import type { Deliver, SubscribeOptions } from '../../src/broker/broker.js';
+import { createMemoryStore } from '../../src/store/memory.js';
+import { silentLogger } from '../../src/util/logger.js';
 import { decodePayload, encodePayload } from '../../src/sparkplug/payload.js';
 import type { MetricDatatype, MetricOut, PayloadIn } from '../../src/sparkplug/payload.js';
 import { parseTopic } from '../../src/sparkplug/topics.js';
 
-function matches(filter: string, topic: string): boolean {
-  const f = filter.split('/');
-  const t = topic.split('/');
-  for (let i = 0; i < f.length; i++) {
-    if (f[i] === '#') return true;
-    if (i >= t.length) return false;
-    if (f[i] !== '+' && f[i] !== t[i]) return false;
-  }
-  return f.length === t.length;
-}
-
-export class FakeBroker {
+/**
+ * The real broker, in process with the memory store, plus a recorder of everything published through it: the edge
+ * node under test talks to the same routing, retained and no-local logic as in the gateway.
+ */
+export class RecordingBroker {
   readonly published: Message[] = [];
-  private readonly subs: { filter: string; opts: SubscribeOptions; deliver: Deliver }[] = [];
-  private readonly retained = new Map<string, Message>();
+  private readonly broker = new Broker({
+    limits: { maxInflight: 20, maxQueuedMessages: 1000, maxQueuedBytes: 0 },
+    store: createMemoryStore(),
+    log: silentLogger,
+  });
+  private readonly recorder: () => void;
+
+  constructor() {
+    this.recorder = this.broker.subscribe('#', { qos: 2, origin: 'test-recorder', retainAsPublished: true }, (msg) => {
+      this.published.push(msg);
+    });
+  }
 
   publish(msg: Message): Promise<void> {
-    this.published.push(msg);
-    if (msg.retain) this.retained.set(msg.topic, msg);
-    for (const s of [...this.subs]) {
-      if (!matches(s.filter, msg.topic)) continue;
-      if (s.opts.noLocal && s.opts.origin === msg.origin) continue;
-      void s.deliver(msg);
-    }
-    return Promise.resolve();
+    return this.broker.publish(msg);
   }
 
   subscribe(filter: string, opts: SubscribeOptions, deliver: Deliver): () => void {
-    const sub = { filter, opts, deliver };
-    this.subs.push(sub);
-    for (const msg of this.retained.values()) if (matches(filter, msg.topic)) void deliver(msg);
-    return () => {
-      const i = this.subs.indexOf(sub);
-      if (i >= 0) this.subs.splice(i, 1);
-    };
+    return this.broker.subscribe(filter, opts, deliver);
   }
 
   /** Sends a message as another client would. */
@@ -53,8 +46,10 @@ export class FakeBroker {
     void this.publish(createMessage({ topic, payload, origin: options.origin ?? 'host-app', retain: options.retain, qos: options.qos }));
   }
 
+  /** Subscriptions made by the code under test (the recorder's own is not counted). */
   subscriptionCount(): number {
-    return this.subs.length;
+    const { normal, shared } = this.broker.subscriptionCount;
+    return normal + shared - 1;
   }
 }
 
