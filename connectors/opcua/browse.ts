@@ -96,7 +96,6 @@ interface Found {
 
 async function walk(opened: OpenedSession, options: BrowseOptions, log: Logger): Promise<BrowseRow[]> {
   const { ua } = opened.lib;
-  const session = opened.session;
   const start = ua.resolveNodeId(options.node ?? Objects);
   const depth = options.depth ?? 6;
   const maxNodes = options.maxNodes ?? 20_000;

@@ -36,30 +36,16 @@ export interface AuthHooks {
   authorizeRead?(c: ClientInfo, topic: string): boolean;
 }
 
-/**
- * Without credentials configured: clients on listeners that allow anonymous access are accepted, others are
- * refused (as Mosquitto 2 does with `allow_anonymous false` and no password file). Clients may never publish
- * into `$SYS` (the broker's own tree) [RELIABILITY #27].
- */
-export const defaultAuth: AuthHooks = {
-  async authenticate(c) {
-    return c.allowAnonymous ? undefined : Reason.NotAuthorized;
-  },
-  authorizePublish(_c, topic) {
-    return topic.startsWith('$SYS') ? Reason.NotAuthorized : undefined;
-  },
-  authorizeSubscribe(_c, _filter, qos) {
-    return qos;
-  },
-};
 
 /** How failed logins from one address slow that address down (RELIABILITY #33). */
 const FAILURE_WINDOW_MS = 60_000;
 const FAILURES_BEFORE_BACKOFF = 5;
 
 /**
- * Authentication with a Mosquitto password file and authorization with a Mosquitto ACL file. Without an ACL file
- * every authenticated client may publish and subscribe (but not publish to `$SYS`).
+ * Authentication with a Mosquitto password file and authorization with a Mosquitto ACL file. Without a password
+ * file, clients on listeners that allow anonymous access are accepted and others refused (Mosquitto 2 with
+ * `allow_anonymous false` and no password file). Without an ACL file every accepted client may publish and
+ * subscribe. Nobody may publish into `$SYS`, the broker's own tree [RELIABILITY #27].
  */
 /** What the audit log and the metrics hear from authentication and authorization. */
 export interface AuthEvents {

@@ -13,8 +13,8 @@ import type { Store, SubscriptionRecord } from '../store/types.js';
 import { RetainedIndex } from './retained.js';
 import { NEVER_EXPIRES, Session } from './session.js';
 import type { DropReason, SessionEvents, SessionLimits } from './session.js';
-import { SharedGroup, TopicTree } from './topic-tree.js';
-import type { Subscriber, Subscription } from './topic-tree.js';
+import { TopicTree } from './topic-tree.js';
+import type { Subscriber } from './topic-tree.js';
 import { WillScheduler } from './wills.js';
 
 export interface SubscribeOptions {

@@ -6,13 +6,14 @@
  *   await gw.kill('SIGKILL'); await gw.restart();   // same config, same data dir
  *
  * The config is written as JSON (valid YAML): a TCP listener on a free port, a temp storage dir, JSON logs at
- * `warn`, and `patch` merged on top (objects merged deeply, arrays replaced).
+ * `warn`, and `patch` merged on top (objects merged deeply, arrays replaced). Readiness is systemd's READY=1.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connectClient } from './collector.js';
+import { createConnection } from 'node:net';
+import { openNotifySocket } from './notify-socket.js';
 import { freePort } from './ports.js';
 import { removeDir, tempDir } from './temp.js';
 import { delay } from './wait.js';
@@ -69,28 +70,37 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
   let proc: ChildProcess | undefined;
   let disposed = false;
 
+  /**
+   * Starts the process and waits until it is ready: by default through the systemd notify protocol itself
+   * (READY=1 comes once store, bridges, listeners and metrics are up, and needs no MQTT login, which would count as
+   * a failed one on a listener that requires credentials); when the test brings its own NOTIFY_SOCKET, by a TCP
+   * connect to the listener. A process that does not become ready is killed, not left behind.
+   */
   const launch = async (): Promise<void> => {
+    const notify = options.env?.NOTIFY_SOCKET === undefined ? openNotifySocket(dir) : undefined;
     const child = spawn(process.execPath, [CLI, '--config', configFile], {
       cwd: dir,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, NOTIFY_SOCKET: '', ...options.env },
+      env: { ...process.env, NOTIFY_SOCKET: notify?.path ?? '', ...options.env },
     });
     child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));
     proc = child;
     const deadline = Date.now() + (options.readyTimeoutMs ?? 15_000);
-    for (;;) {
-      if (child.exitCode !== null || child.signalCode !== null) {
-        throw new Error(`gateway exited (${child.exitCode ?? child.signalCode}) before accepting MQTT:\n${tail(out)}`);
-      }
-      try {
-        const client = await connectClient(`mqtt://127.0.0.1:${actualPort}`, { connectTimeout: 1000 });
-        await client.endAsync(true);
-        return;
-      } catch {
-        if (Date.now() > deadline) throw new Error(`gateway did not accept MQTT on ${actualPort}:\n${tail(out)}`);
+    try {
+      for (;;) {
+        if (child.exitCode !== null || child.signalCode !== null) {
+          throw new Error(`gateway exited (${child.exitCode ?? child.signalCode}) before it was ready:\n${tail(out)}`);
+        }
+        if (notify ? notify.messages.some((m) => m.startsWith('READY=1')) : await accepts(actualPort)) return;
+        if (Date.now() > deadline) throw new Error(`gateway was not ready on port ${actualPort} in time:\n${tail(out)}`);
         await delay(50);
       }
+    } catch (err) {
+      child.kill('SIGKILL');
+      throw err;
+    } finally {
+      notify?.close();
     }
   };
 
@@ -104,7 +114,12 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
     clearTimeout(timer);
   };
 
-  await launch();
+  try {
+    await launch();
+  } catch (err) {
+    removeDir(dir);
+    throw err;
+  }
   return {
     port: actualPort,
     url: `mqtt://127.0.0.1:${actualPort}`,
@@ -127,6 +142,18 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
       removeDir(dir);
     },
   };
+}
+
+/** Whether something accepts TCP connections on the port (the connection is closed at once). */
+function accepts(port: number): Promise<boolean> {
+  return new Promise((resolveAccepts) => {
+    const socket = createConnection(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolveAccepts(true);
+    });
+    socket.once('error', () => resolveAccepts(false));
+  });
 }
 
 function tail(text: string, lines = 40): string {

@@ -3,7 +3,6 @@
  * `maxInflight`, the client's Maximum Packet Size, and a subscriber that stops reading (bounded write buffer, QoS 0
  * shed for it, disconnected after `slowClientTimeoutMs`, nobody else slowed) [RELIABILITY #18, #34].
  */
-import type { IPublishPacket } from 'mqtt-packet';
 import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectClient } from '../helpers/collector.js';

@@ -51,8 +51,8 @@ const ACL = [
 ].join('\n');
 
 /**
- * A gateway with auth: listeners[0] is loopback TCP with the default (anonymous allowed on loopback, and used by
- * the helper's readiness probe), `strictPort` a TCP listener with allowAnonymous: false.
+ * A gateway with auth: listeners[0] is loopback TCP that explicitly allows anonymous clients (with a password file
+ * set, the default is to refuse them, as in Mosquitto 2), `strictPort` a TCP listener with the default.
  */
 async function authGateway(options: { acl?: string; logLevel?: string } = {}) {
   const dir = d.tempDir('edgeferry-auth-');
@@ -68,8 +68,8 @@ async function authGateway(options: { acl?: string; logLevel?: string } = {}) {
     await startGateway(
       {
         listeners: [
-          { type: 'tcp', host: '127.0.0.1', port },
-          { type: 'tcp', host: '127.0.0.1', port: strictPort, allowAnonymous: false },
+          { type: 'tcp', host: '127.0.0.1', port, allowAnonymous: true },
+          { type: 'tcp', host: '127.0.0.1', port: strictPort },
         ],
         auth: { passwordFile, aclFile },
         broker: { sysIntervalS: 0 },

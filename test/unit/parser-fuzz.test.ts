@@ -7,13 +7,12 @@
 import mqttPacket from 'mqtt-packet';
 import type { Packet } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
-import { defaultAuth } from '../../src/broker/auth.js';
+import { FileAuth } from '../../src/broker/auth.js';
 import { Broker } from '../../src/broker/broker.js';
-import type { Message } from '../../src/protocol/message.js';
 import { Connection } from '../../src/server/connection.js';
 import { WriteFlusher, type ServerContext, type ServerLimits } from '../../src/server/context.js';
 import type { Transport } from '../../src/server/transport.js';
-import type { Store } from '../../src/store/types.js';
+import { createMemoryStore } from '../../src/store/memory.js';
 import type { LogFn, Logger } from '../../src/util/logger.js';
 
 /** mulberry32: small, fast, good enough to pick mutations reproducibly. */
@@ -48,35 +47,6 @@ function recordingLogger(rec: Recorded): Logger {
   return log;
 }
 
-function memoryStore(): Store {
-  const retained = new Map<string, Message>();
-  return {
-    retained: {
-      loadAll: () => retained.values(),
-      set: async (msg) => {
-        if (msg.payload.length === 0) retained.delete(msg.topic);
-        else retained.set(msg.topic, msg);
-      },
-      get count() {
-        return retained.size;
-      },
-    },
-    sessions: {
-      loadAll: () => [],
-      putSession: async () => {},
-      drop: async () => {},
-      putSubscription: async () => {},
-      deleteSubscription: async () => {},
-      enqueue: async () => 0,
-      ack: async () => {},
-    },
-    outbox: () => {
-      throw new Error('no outboxes in this test');
-    },
-    flushed: async () => {},
-    close: async () => {},
-  };
-}
 
 class FakeTransport implements Transport {
   readonly remoteAddress = '127.0.0.1';
@@ -128,8 +98,8 @@ const LIMITS: ServerLimits = {
 
 function context(rec: Recorded): ServerContext {
   const log = recordingLogger(rec);
-  const broker = new Broker({ limits: { maxInflight: 4, maxQueuedMessages: 16, maxQueuedBytes: 0 }, store: memoryStore(), log });
-  return { broker, auth: defaultAuth, limits: LIMITS, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
+  const broker = new Broker({ limits: { maxInflight: 4, maxQueuedMessages: 16, maxQueuedBytes: 0 }, store: createMemoryStore(), log });
+  return { broker, auth: new FileAuth(undefined, undefined), limits: LIMITS, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
 }
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));

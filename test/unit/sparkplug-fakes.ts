@@ -25,10 +25,8 @@ export class RecordingBroker {
     store: createMemoryStore(),
     log: silentLogger,
   });
-  private readonly recorder: () => void;
-
   constructor() {
-    this.recorder = this.broker.subscribe('#', { qos: 2, origin: 'test-recorder', retainAsPublished: true }, (msg) => {
+    this.broker.subscribe('#', { qos: 2, origin: 'test-recorder', retainAsPublished: true }, (msg) => {
       this.published.push(msg);
     });
   }
