@@ -289,7 +289,7 @@ export class Broker {
         this.index(session, sub);
       }
       session.restore(record.queue);
-      for (const packetId of record.awaitingRelease) session.inboundQoS2.add(packetId);
+      for (const packetId of record.awaitingRelease) session.awaitRelease(packetId);
       this.scheduleExpiry(session, leftS);
       restored++;
     }

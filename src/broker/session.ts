@@ -64,8 +64,11 @@ export const NEVER_EXPIRES = 0xffffffff;
 
 export class Session implements Subscriber {
   readonly subscriptions = new Map<string, SubscriptionRecord>();
-  /** Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH is not routed twice [MQTT-4.3.3-9]. */
-  readonly inboundQoS2 = new Set<number>();
+  /**
+   * Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH is not routed twice [MQTT-4.3.3-9].
+   * Created on first use, like `inflight`: an idle or QoS 0 client keeps neither.
+   */
+  private inboundQoS2: Set<number> | undefined;
   link: ClientLink | undefined;
   /** Set while the session is persistent (expiry > 0): QoS 1/2 messages for it are stored before acknowledgement. */
   store: SessionStore | undefined;
@@ -77,7 +80,7 @@ export class Session implements Subscriber {
   routeMark = 0;
   routeSlot = 0;
 
-  private readonly inflight = new Map<number, Delivery>();
+  private inflight: Map<number, Delivery> = NO_FLOWS;
   private queue: Delivery[] = [];
   private queueHead = 0;
   private queuedBytes = 0;
@@ -91,6 +94,19 @@ export class Session implements Subscriber {
 
   get queuedCount(): number {
     return this.queue.length - this.queueHead;
+  }
+
+  isAwaitingRelease(packetId: number): boolean {
+    return this.inboundQoS2?.has(packetId) ?? false;
+  }
+
+  awaitRelease(packetId: number): void {
+    (this.inboundQoS2 ??= new Set()).add(packetId);
+  }
+
+  /** PUBREL: returns whether the id was awaiting release. */
+  release(packetId: number): boolean {
+    return this.inboundQoS2?.delete(packetId) ?? false;
   }
 
   get inflightCount(): number {
@@ -210,8 +226,8 @@ export class Session implements Subscriber {
   /** Forgets everything but the identity (clean start of a new connection on an existing session). */
   clear(): void {
     this.subscriptions.clear();
-    this.inboundQoS2.clear();
-    this.inflight.clear();
+    this.inboundQoS2 = undefined;
+    this.inflight = NO_FLOWS;
     this.queue = [];
     this.queueHead = 0;
     this.queuedBytes = 0;
@@ -258,6 +274,7 @@ export class Session implements Subscriber {
       this.events.dropped('too_large', d.msg);
       return;
     }
+    if (this.inflight === NO_FLOWS) this.inflight = new Map();
     this.inflight.set(packetId, d);
     this.events.sent(d.qos);
   }
@@ -279,3 +296,6 @@ export class Session implements Subscriber {
 }
 
 function noop(): void {}
+
+/** The shared empty map of a session without flows in progress; replaced by its own map at the first one. */
+const NO_FLOWS: Map<number, Delivery> = new Map();

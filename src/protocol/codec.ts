@@ -27,8 +27,9 @@ export type {
 /** 3 = MQTT 3.1, 4 = MQTT 3.1.1, 5 = MQTT 5.0 */
 export type ProtocolVersion = 3 | 4 | 5;
 
-export function createParser(): Parser {
-  return mqttPacket.parser({ protocolVersion: 4 });
+/** A parser for one connection's packets; before CONNECT the version is unknown and taken from the CONNECT. */
+export function createParser(version: ProtocolVersion = 4): Parser {
+  return mqttPacket.parser({ protocolVersion: version });
 }
 
 /** Encodes a control packet (CONNACK, SUBACK, ...). Not for the PUBLISH hot path. */

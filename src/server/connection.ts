@@ -52,8 +52,9 @@ export class Connection implements ClientLink, FrameHandler {
   requestProblemInformation = true;
   /** Incoming QoS 1/2 publishes not yet completed, checked against our Receive Maximum. */
   inboundInflight = 0;
-  readonly topicAliasesIn = new Map<number, string>();
-  private readonly topicAliasesOut = new Map<string, number>();
+  /** Created on first use: most clients never use topic aliases, and idle connections should stay small. */
+  topicAliasesIn: Map<number, string> | undefined;
+  private topicAliasesOut: Map<string, number> | undefined;
   /** Packets that arrived while the CONNECT was being authenticated, dispatched once it completes. */
   private deferred: Packet[] | undefined;
   /** The tail of pending acknowledgements, so PUBACKs go out in the order of the PUBLISHes [MQTT-4.6.0-2]. */
@@ -65,7 +66,6 @@ export class Connection implements ClientLink, FrameHandler {
   /** Since when an incomplete packet has been held: a body trickled in byte by byte must still end [RELIABILITY #6]. */
   private partialSinceMs: number | undefined;
   readonly log: Logger;
-  private readonly parser: Parser;
   private readonly framer = new PacketFramer();
 
   constructor(
@@ -76,9 +76,6 @@ export class Connection implements ClientLink, FrameHandler {
     readonly identityIsUsername = false,
   ) {
     this.log = ctx.log;
-    this.parser = createParser();
-    this.parser.on('packet', (packet: Packet) => this.dispatch(packet));
-    this.parser.on('error', (err: Error) => this.onParseError(err));
     transport.onData((chunk) => this.onData(chunk));
     transport.onClose(() => this.close(undefined, 'socket closed'));
     ctx.connections.add(this);
@@ -103,9 +100,10 @@ export class Connection implements ClientLink, FrameHandler {
     let alias: number | undefined;
     let aliasIsNew = false;
     if (this.topicAliasMaximum > 0) {
-      alias = this.topicAliasesOut.get(msg.topic);
-      if (alias === undefined && this.topicAliasesOut.size < this.topicAliasMaximum) {
-        alias = this.topicAliasesOut.size + 1;
+      const aliases = (this.topicAliasesOut ??= new Map());
+      alias = aliases.get(msg.topic);
+      if (alias === undefined && aliases.size < this.topicAliasMaximum) {
+        alias = aliases.size + 1;
         aliasIsNew = true;
       }
     }
@@ -119,7 +117,7 @@ export class Connection implements ClientLink, FrameHandler {
     }
     // A message larger than the client's Maximum Packet Size is not sent to it [MQTT-3.1.2-24].
     if (bytes.length > this.maxPacketBytes) return false;
-    if (aliasIsNew) this.topicAliasesOut.set(msg.topic, alias!);
+    if (aliasIsNew) this.topicAliasesOut!.set(msg.topic, alias!);
     this.write(bytes);
     return true;
   }
@@ -201,7 +199,18 @@ export class Connection implements ClientLink, FrameHandler {
         if (ack) return this.dispatch(ack);
       }
     }
-    this.parser.parse(data.subarray(packetStart, end));
+    this.parseGeneric(data.subarray(packetStart, end));
+  }
+
+  /**
+   * One whole packet through mqtt-packet. A parser lives only for the call: it would otherwise keep per connection
+   * an emitter, a buffer list and the CONNECT packet (as its settings), which idle connections do not need.
+   */
+  private parseGeneric(bytes: Buffer): void {
+    const parser: Parser = createParser(this.state === 'awaiting-connect' ? undefined : this.version);
+    parser.on('packet', (packet: Packet) => this.dispatch(packet));
+    parser.on('error', (err: Error) => this.onParseError(err));
+    parser.parse(bytes);
   }
 
   private onParseError(err: Error): void {

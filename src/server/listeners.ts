@@ -17,7 +17,7 @@ import type { Logger } from '../util/logger.js';
 import { Connection } from './connection.js';
 import { WriteFlusher } from './context.js';
 import type { ServerContext, ServerLimits } from './context.js';
-import { socketTransport, webSocketTransport } from './transport.js';
+import { SocketTransport, webSocketTransport } from './transport.js';
 import type { Transport } from './transport.js';
 
 export interface ListenerSpec {
@@ -142,7 +142,7 @@ export class MqttServer {
     const tlsOptions = spec.tls ? loadTls(spec.tls) : undefined;
     let server: net.Server;
     if (spec.type === 'tcp' || spec.type === 'tls') {
-      const onSocket = (socket: net.Socket): void => accept(socketTransport(socket), () => socket.destroy());
+      const onSocket = (socket: net.Socket): void => accept(new SocketTransport(socket), () => socket.destroy());
       server = spec.type === 'tcp' ? net.createServer(onSocket) : tls.createServer(tlsOptions!, onSocket);
       if (spec.type === 'tls') server.on('tlsClientError', (err) => this.ctx.log.debug({ err }, 'TLS handshake failed'));
     } else {

@@ -19,27 +19,56 @@ export interface Transport {
   onClose(cb: () => void): void;
 }
 
-export function socketTransport(socket: Socket): Transport {
-  socket.setNoDelay(true);
-  return {
-    remoteAddress: socket.remoteAddress ?? 'unknown',
-    certificateIdentity: certificateIdentity(socket),
-    get bufferedBytes() {
-      return socket.writableLength;
-    },
-    write: (data) => void socket.write(data),
-    end: () => void socket.end(),
-    destroy: () => void socket.destroy(),
-    pause: () => void socket.pause(),
-    resume: () => void socket.resume(),
-    onData: (cb) => void socket.on('data', cb),
-    onClose: (cb) => {
-      socket.on('close', cb);
-      // Resets and similar are reported as 'error' followed by 'close'; the close path does the cleanup.
-      socket.on('error', () => {});
-    },
-  };
+/**
+ * A TCP or TLS socket. A class rather than an object of closures: there is one per connection, and idle
+ * connections should cost little memory.
+ */
+export class SocketTransport implements Transport {
+  readonly remoteAddress: string;
+  readonly certificateIdentity: string | undefined;
+
+  constructor(private readonly socket: Socket) {
+    socket.setNoDelay(true);
+    this.remoteAddress = socket.remoteAddress ?? 'unknown';
+    this.certificateIdentity = certificateIdentity(socket);
+    // Resets and similar are reported as 'error' followed by 'close'; the close path does the cleanup.
+    socket.on('error', ignoreError);
+  }
+
+  get bufferedBytes(): number {
+    return this.socket.writableLength;
+  }
+
+  write(data: Buffer): void {
+    this.socket.write(data);
+  }
+
+  end(): void {
+    this.socket.end();
+  }
+
+  destroy(): void {
+    this.socket.destroy();
+  }
+
+  pause(): void {
+    this.socket.pause();
+  }
+
+  resume(): void {
+    this.socket.resume();
+  }
+
+  onData(cb: (chunk: Buffer) => void): void {
+    this.socket.on('data', cb);
+  }
+
+  onClose(cb: () => void): void {
+    this.socket.on('close', cb);
+  }
 }
+
+function ignoreError(): void {}
 
 /** `socket` is the HTTP(S) connection the WebSocket was upgraded from: for wss, its verified client certificate. */
 export function webSocketTransport(ws: WebSocket, remoteAddress: string, socket?: Socket): Transport {

@@ -1,5 +1,6 @@
 /** A fake systemd notify socket: a real AF_UNIX datagram socket (via unix-dgram) collecting what is sent to it. */
 import { createRequire } from 'node:module';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 
 interface DgramSocket {
@@ -15,13 +16,23 @@ export interface NotifySocket {
   close(): void;
 }
 
+let opened = 0;
+
 export function openNotifySocket(dir: string): NotifySocket {
   const unixDgram = createRequire(import.meta.url)('unix-dgram') as { createSocket(type: 'unix_dgram'): DgramSocket };
   const socket = unixDgram.createSocket('unix_dgram');
-  const path = join(dir, 'notify.sock');
+  // A fresh name each time: a gateway restarted in the same directory gets a socket of its own.
+  const path = join(dir, `notify-${process.pid}-${++opened}.sock`);
   const messages: string[] = [];
   socket.on('message', (buf) => messages.push(buf.toString()));
   socket.on('error', (err) => messages.push(`error: ${err.message}`));
   socket.bind(path);
-  return { path, messages, close: () => socket.close() };
+  return {
+    path,
+    messages,
+    close: () => {
+      socket.close();
+      rmSync(path, { force: true });
+    },
+  };
 }

@@ -30,9 +30,9 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
       if (alias === 0 || alias > limits.topicAliasMaximum) {
         throw new ProtocolError(Reason.TopicAliasInvalid, `topic alias ${alias} outside 1..${limits.topicAliasMaximum}`);
       }
-      if (topic.length > 0) conn.topicAliasesIn.set(alias, topic);
+      if (topic.length > 0) (conn.topicAliasesIn ??= new Map()).set(alias, topic);
       else {
-        const known = conn.topicAliasesIn.get(alias);
+        const known = conn.topicAliasesIn?.get(alias);
         if (known === undefined) throw new ProtocolError(Reason.TopicAliasInvalid, `topic alias ${alias} was never set`);
         topic = known;
       }
@@ -51,7 +51,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
       throw new ProtocolError(Reason.ReceiveMaximumExceeded, `more than ${limits.receiveMaximum} QoS 1/2 publishes in flight`);
     }
     // A resent QoS 2 PUBLISH whose PUBREC was already sent is not delivered again [MQTT-4.3.3-9].
-    if (qos === 2 && session.inboundQoS2.has(packetId)) {
+    if (qos === 2 && session.isAwaitingRelease(packetId)) {
       conn.inboundInflight--;
       return acknowledge(conn, 2, packetId, Reason.Success);
     }
@@ -69,7 +69,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
     }
     // 3.1.1 has no way to refuse a publish: it is acknowledged and dropped, as Mosquitto does [MQTT-3.3.5-2].
     const code = v5 ? reason : Reason.Success;
-    if (qos === 2 && code < 0x80) session.inboundQoS2.add(packetId);
+    if (qos === 2 && code < 0x80) session.awaitRelease(packetId);
     return acknowledge(conn, qos, packetId, code);
   }
 
@@ -88,7 +88,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
     return;
   }
   if (qos === 2) {
-    session.inboundQoS2.add(packetId);
+    session.awaitRelease(packetId);
     // A persistent session remembers the id across restarts, so a resent PUBLISH after a crash is not delivered twice.
     const remembered = session.store?.putAwaitingRelease(session.id, packetId);
     if (remembered) durable = durable ? Promise.all([durable, remembered]).then(() => undefined) : remembered;
@@ -127,7 +127,7 @@ function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: n
 export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
   const packetId = packet.messageId!;
   const session = conn.session!;
-  const known = session.inboundQoS2.has(packetId);
+  const known = session.isAwaitingRelease(packetId);
   // A flow begun on an earlier connection never counted against this one (the quota starts afresh with each
   // connection); like the spec's send quota, which is not raised above its initial value (MQTT 5 §4.9), the
   // count never drops below zero, or a resumed client could exceed our Receive Maximum.
@@ -141,6 +141,6 @@ export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
 
 /** Forgets an incoming QoS 2 packet id, in the store too for a persistent session. */
 function forgetAwaitingRelease(session: Session, packetId: number): Promise<void> | undefined {
-  session.inboundQoS2.delete(packetId);
+  session.release(packetId);
   return session.store?.deleteAwaitingRelease(session.id, packetId);
 }
