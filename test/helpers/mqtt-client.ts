@@ -23,6 +23,12 @@ import { waitFor } from './wait.js';
 
 export const DEFAULT_DEADLINE_MS = 5000;
 
+/** The protocol levels most tests run in: MQTT 3.1.1 and 5.0. */
+export const VERSIONS = [4, 5] as const;
+
+/** The `-V` argument of mosquitto_pub/_sub for a protocol level. */
+export const toolVersion = (v: 4 | 5): string => (v === 5 ? 'mqttv5' : 'mqttv311');
+
 /** One PUBLISH as a client saw it. */
 export interface ReceivedMessage {
   readonly topic: string;

@@ -7,7 +7,7 @@ import type { IPubackPacket, IPubcompPacket, IPublishPacket, IPubrecPacket, IPub
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { checkSequence, sequence } from '../helpers/collector.js';
-import { RawClient, openClient, runToolOk, startMosquittoSub } from '../helpers/mqtt-client.js';
+import { openClient, RawClient, runToolOk, startMosquittoSub, toolVersion, VERSIONS } from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
 let gw: Gateway;
@@ -20,8 +20,6 @@ afterAll(async () => {
   await gw?.dispose();
 });
 
-const VERSIONS = [4, 5] as const;
-const toolVersion = (v: 4 | 5): string => (v === 5 ? 'mqttv5' : 'mqttv311');
 
 function publishPacket(topic: string, payload: string, qos: 0 | 1 | 2, messageId?: number, dup = false): IPublishPacket {
   return { cmd: 'publish', topic, payload: Buffer.from(payload), qos, messageId, retain: false, dup };

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { waitFor } from '../helpers/wait.js';
-import { openClient, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
+import { openClient, runToolOk, startMosquittoSub, toolVersion, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
 let gw: Gateway;
@@ -19,8 +19,6 @@ afterAll(async () => {
   await gw?.dispose();
 });
 
-const VERSIONS = [4, 5] as const;
-const toolVersion = (v: 4 | 5): string => (v === 5 ? 'mqttv5' : 'mqttv311');
 
 /**
  * Publishes a live (non-retained) message on `topic` and waits for `sub` to receive it. Retained messages for a

@@ -7,7 +7,7 @@ import type { IConnectPacket, IDisconnectPacket, IPublishPacket, IPubrelPacket }
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { checkSequence, sequence } from '../helpers/collector.js';
-import { RawClient, openClient, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
+import { openClient, RawClient, runToolOk, startMosquittoSub, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
 let gw: Gateway;
@@ -20,7 +20,6 @@ afterAll(async () => {
   await gw?.dispose();
 });
 
-const VERSIONS = [4, 5] as const;
 
 /** MQTT.js options for a session that survives the connection, in either version. */
 function persistent(v: 4 | 5, clientId: string, expiryS = 300): { protocolVersion: 4 | 5; clientId: string; clean: false; properties?: { sessionExpiryInterval: number } } {

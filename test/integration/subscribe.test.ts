@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IPublishPacket, ISubackPacket, IUnsubackPacket } from 'mqtt-packet';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { RawClient, openClient, type TestClient } from '../helpers/mqtt-client.js';
+import { openClient, RawClient, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
 let gw: Gateway;
@@ -19,7 +19,6 @@ afterAll(async () => {
   await gw?.dispose();
 });
 
-const VERSIONS = [4, 5] as const;
 
 /** Publishes `sentinel` last and waits for it: anything published before it to `sub` has arrived by then. */
 async function barrier(pub: TestClient, sub: TestClient, topic: string): Promise<void> {

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IConnectPacket } from 'mqtt-packet';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { RawClient, openClient, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
+import { openClient, RawClient, runToolOk, startMosquittoSub, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -21,7 +21,6 @@ afterAll(async () => {
   await gw?.dispose();
 });
 
-const VERSIONS = [4, 5] as const;
 
 type Will = NonNullable<IConnectPacket['will']>;
 

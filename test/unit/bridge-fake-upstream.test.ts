@@ -10,7 +10,7 @@ import { Bridge } from '../../src/bridge/bridge.js';
 import { createMessage } from '../../src/protocol/message.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { delay, waitFor } from '../helpers/wait.js';
-import { bridgeConfig, MemoryOutbox, testBroker } from './bridge-fakes.js';
+import { bridgeConfig, testBroker } from './bridge-setup.js';
 
 const d = useDisposer();
 
@@ -83,7 +83,7 @@ function publishes(conn: FakeConnection): (Packet & { cmd: 'publish' })[] {
 async function setup(url: string, patch: Parameters<typeof bridgeConfig>[1] = {}) {
   const { broker, store } = testBroker();
   const config = bridgeConfig([url], patch);
-  const outbox = store.outbox(config.name, config.queue) as MemoryOutbox;
+  const outbox = store.outbox(config.name, config.queue);
   const bridge = d.add(new Bridge({ config, broker, outbox, log: (await import('../../src/util/logger.js')).silentLogger }));
   const publish = (payload: string) =>
     broker.publish(createMessage({ topic: 'plant/x', payload: Buffer.from(payload), qos: 1, origin: 'local' }));

@@ -15,14 +15,14 @@ import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { waitFor } from '../helpers/wait.js';
-import { bridgeConfig, MemoryOutbox, recordingLogger, testBroker } from './bridge-fakes.js';
+import { bridgeConfig, recordingLogger, retainedPayload, testBroker } from './bridge-setup.js';
 
 const d = useDisposer();
 
 function setup(urls: string[], patch: Parameters<typeof bridgeConfig>[1] = {}, hooks?: UplinkHooks) {
   const { broker, store } = testBroker();
   const config = bridgeConfig(urls, patch);
-  const outbox = store.outbox(config.name, config.queue) as MemoryOutbox;
+  const outbox = store.outbox(config.name, config.queue);
   const log = recordingLogger();
   const bridge = new Bridge({ config, broker, outbox, log, hooks });
   d.add(bridge);
@@ -60,7 +60,7 @@ describe('bridge forwarding to a real Mosquitto', () => {
     await waitFor(() => up.messages.length >= 300, 10_000);
     expect(checkSequence(up.payloads(), expected).missing).toEqual([]);
     await waitFor(() => outbox.depth.messages === 0, 5000);
-    expect(outbox.removed.length).toBe(300);
+    expect(bridge.stats.acked).toBe(300);
   });
 
   it('bridges over MQTT 3.1.1 as well (protocolVersion 4), QoS 0 and 1', async () => {
@@ -218,9 +218,9 @@ describe('bridge forwarding to a real Mosquitto', () => {
     void broker;
     await bridge.start();
     const topic = '$SYS/broker/connection/edgeferry-test/state';
-    await waitFor(() => store.retained.byTopic.get(topic)?.payload.toString() === '1', 5000);
+    await waitFor(() => retainedPayload(store, topic) === '1', 5000);
     await central.stop();
-    await waitFor(() => store.retained.byTopic.get(topic)?.payload.toString() === '0', 5000);
+    await waitFor(() => retainedPayload(store, topic) === '0', 5000);
   });
 
   it('paces backlog replay with the token bucket', async () => {

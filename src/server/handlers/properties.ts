@@ -4,17 +4,11 @@ import { Reason } from '../../protocol/reason-codes.js';
 import { isValidMqttString } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
 
-interface WireProperties {
-  payloadFormatIndicator?: boolean;
-  messageExpiryInterval?: number;
-  contentType?: string;
-  responseTopic?: string;
-  correlationData?: Buffer;
-  userProperties?: UserProperties;
-}
-
-/** The properties that travel with an application message (not topic alias, not subscription ids). */
-export function toPublishProperties(p: WireProperties | undefined): PublishProperties | undefined {
+/**
+ * The properties that travel with an application message, picked from a packet's properties (which may also hold
+ * a topic alias, subscription ids and more).
+ */
+export function toPublishProperties(p: PublishProperties | undefined): PublishProperties | undefined {
   if (!p) return undefined;
   const out: PublishProperties = {};
   let any = false;
