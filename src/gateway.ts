@@ -6,7 +6,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
-import type { Config } from './config/schema.js';
+import type { BridgeConfig, Config } from './config/schema.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
 import { BrokerStats } from './broker/broker.js';
@@ -58,16 +58,16 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   // Connectors and the Sparkplug edge node come before the bridges: the uplink bridge takes the node's hooks.
   const edgeNode = createEdgeNode(config, broker, log);
 
-  const bridges = config.bridges.map(
-    (bc) =>
-      new Bridge({
-        config: bc,
-        broker,
-        outbox: store.outbox(bc.name, bc.queue),
-        log: log.child({ mod: 'bridge', bridge: bc.name }),
-        hooks: edgeNode && bc.name === config.sparkplug?.uplink ? edgeNode.hooks : undefined,
-      }),
-  );
+  const makeBridge = (bc: BridgeConfig): Bridge =>
+    new Bridge({
+      config: bc,
+      broker,
+      // The same name gives the same outbox: a bridge reconfigured on reload finds its backlog.
+      outbox: store.outbox(bc.name, bc.queue),
+      log: log.child({ mod: 'bridge', bridge: bc.name }),
+      hooks: edgeNode && bc.name === config.sparkplug?.uplink ? edgeNode.hooks : undefined,
+    });
+  let bridges = config.bridges.map(makeBridge);
   const uplinkBridge = bridges.find((bridge) => bridge.name === config.sparkplug?.uplink);
   if (edgeNode && uplinkBridge) edgeNode.attachUplink(uplinkControl(uplinkBridge));
   // The local session starts first, so the first upstream prologue already has it to announce.
@@ -162,9 +162,34 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
       } catch (err) {
         log.error({ err }, 'TLS files not reloaded, the listeners keep their current certificates');
       }
-      const needRestart = (['listeners', 'broker', 'storage', 'bridges', 'sparkplug', 'connectors', 'metrics'] as const).filter(
+      // Bridges are stopped, started or restarted one by one; the others, and every client, carry on.
+      const uplinkName = config.sparkplug?.uplink;
+      const kept: Bridge[] = [];
+      for (const bridge of bridges) {
+        const before = config.bridges.find((bc) => bc.name === bridge.name);
+        const after = next.bridges.find((bc) => bc.name === bridge.name);
+        // The Sparkplug uplink carries the edge node's session (Will, births): it changes only with a restart.
+        if (isDeepStrictEqual(before, after) || bridge.name === uplinkName) kept.push(bridge);
+        else await bridge.stop();
+      }
+      for (const bc of next.bridges) {
+        if (kept.some((bridge) => bridge.name === bc.name)) continue;
+        const bridge = makeBridge(bc);
+        await bridge.start();
+        kept.push(bridge);
+        log.info({ bridge: bc.name }, config.bridges.some((old) => old.name === bc.name) ? 'bridge reconfigured' : 'bridge added');
+      }
+      for (const bc of config.bridges) {
+        if (!next.bridges.some((n) => n.name === bc.name)) log.info({ bridge: bc.name }, 'bridge removed; its outbox stays on disk');
+      }
+      bridges = kept;
+      const uplinkChanged =
+        uplinkName !== undefined &&
+        !isDeepStrictEqual(config.bridges.find((bc) => bc.name === uplinkName), next.bridges.find((bc) => bc.name === uplinkName));
+      const needRestart: string[] = (['listeners', 'broker', 'storage', 'sparkplug', 'connectors', 'metrics'] as const).filter(
         (key) => !isDeepStrictEqual(next[key], config[key]),
       );
+      if (uplinkChanged) needRestart.push(`bridges (${uplinkName}, the Sparkplug uplink)`);
       if (needRestart.length > 0) log.warn({ sections: needRestart }, 'configuration changes that need a restart to apply');
       config = next;
     },
