@@ -124,7 +124,7 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
 }
 
 /** One TCP connect + CONNECT/CONNACK round trip; resolves true when the broker accepted the connection. */
-function probe(port: number, clientId: string): Promise<boolean> {
+export function probe(port: number, clientId: string): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = net.connect({ port, host: '127.0.0.1' });
     const done = (ok: boolean): void => {

@@ -38,9 +38,13 @@ function packet(firstByte: number, body: Buffer): Buffer {
   return Buffer.concat([Buffer.from([firstByte]), encodeRemainingLength(body.length), body]);
 }
 
-/** CONNECT, protocol level 4 (3.1.1), clean session; keepalive 0 disables the keep-alive timer. */
-export function encodeConnect(clientId: string, keepaliveS = 0): Buffer {
-  const header = Buffer.from([0x00, 0x04, 0x4d, 0x51, 0x54, 0x54, 0x04, 0x02, keepaliveS >> 8, keepaliveS & 0xff]);
+/**
+ * CONNECT, protocol level 4 (3.1.1), clean session unless `cleanSession` is false (a persistent session);
+ * keepalive 0 disables the keep-alive timer.
+ */
+export function encodeConnect(clientId: string, keepaliveS = 0, cleanSession = true): Buffer {
+  const flags = cleanSession ? 0x02 : 0x00;
+  const header = Buffer.from([0x00, 0x04, 0x4d, 0x51, 0x54, 0x54, 0x04, flags, keepaliveS >> 8, keepaliveS & 0xff]);
   return packet(0x10, Buffer.concat([header, utf8String(clientId)]));
 }
 

@@ -122,7 +122,7 @@ export function summarize(
   return out;
 }
 
-function formatNumber(value: number | undefined | null): string {
+export function formatNumber(value: number | undefined | null): string {
   if (value === undefined || value === null || !Number.isFinite(value)) return 'n/a';
   if (Number.isInteger(value)) return value.toLocaleString('en-US');
   const abs = Math.abs(value);
@@ -132,12 +132,12 @@ function formatNumber(value: number | undefined | null): string {
   return value.toFixed(2);
 }
 
-function formatRatio(ratio: number | null): string {
+export function formatRatio(ratio: number | null): string {
   if (ratio === null) return 'n/a';
   return `${ratio >= 0.1 ? ratio.toFixed(2) : ratio.toPrecision(2)}x`;
 }
 
-function table(header: string[], rows: string[][]): string {
+export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
   const line = (cells: string[]): string => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');

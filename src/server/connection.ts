@@ -12,7 +12,7 @@ import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { ClientLink, Session } from '../broker/session.js';
-import type { ServerContext } from './context.js';
+import type { ListenerPolicy, ServerContext } from './context.js';
 import type { Transport } from './transport.js';
 import { handleConnect } from './handlers/connect.js';
 import { handlePublish, handlePubrel } from './handlers/publish.js';
@@ -71,14 +71,23 @@ export class Connection implements ClientLink, FrameHandler {
   constructor(
     readonly transport: Transport,
     readonly ctx: ServerContext,
-    readonly allowAnonymous: boolean,
-    /** mTLS: the client certificate's CN replaces the CONNECT user name. */
-    readonly identityIsUsername = false,
+    /** The listener the client came in on: its anonymous rule, mTLS identity rule and connection count. */
+    readonly listener: ListenerPolicy,
   ) {
     this.log = ctx.log;
     transport.onData((chunk) => this.onData(chunk));
     transport.onClose(() => this.close(undefined, 'socket closed'));
     ctx.connections.add(this);
+    listener.connections++;
+  }
+
+  get allowAnonymous(): boolean {
+    return this.listener.allowAnonymous;
+  }
+
+  /** mTLS: the client certificate's CN replaces the CONNECT user name. */
+  get identityIsUsername(): boolean {
+    return this.listener.identityIsUsername;
   }
 
   // ---- ClientLink (used by the session) ----
@@ -315,6 +324,7 @@ export class Connection implements ClientLink, FrameHandler {
     // A peer that does not read its last bytes must not keep the socket open forever.
     setTimeout(() => this.transport.destroy(), 2000).unref();
     this.ctx.connections.delete(this);
+    this.listener.connections--;
     if (wasConnected) this.ctx.broker.stats.clientsConnected--;
     if (this.ctx.clients.get(this.clientId) === this) this.ctx.clients.delete(this.clientId);
     const session = this.session;

@@ -19,6 +19,14 @@ export interface ServerLimits {
   readonly maxUserProperties: number;
 }
 
+/** What a connection needs to know of its listener; one object per listener, shared by its connections. */
+export interface ListenerPolicy {
+  readonly allowAnonymous: boolean;
+  readonly identityIsUsername: boolean;
+  /** Open connections of this listener (for its own maxConnections). */
+  connections: number;
+}
+
 export interface ServerContext {
   readonly broker: Broker;
   /** Swapped on reload; read at each use so a new ACL applies to connected clients' next operations. */

@@ -16,7 +16,7 @@ import { EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { Connection } from './connection.js';
 import { WriteFlusher } from './context.js';
-import type { ServerContext, ServerLimits } from './context.js';
+import type { ListenerPolicy, ServerContext, ServerLimits } from './context.js';
 import { SocketTransport, webSocketTransport } from './transport.js';
 import type { Transport } from './transport.js';
 
@@ -47,7 +47,6 @@ interface Running {
   readonly spec: ListenerSpec;
   readonly server: net.Server;
   readonly wss?: WebSocketServer;
-  connections: number;
 }
 
 const TIMER_INTERVAL_MS = 500;
@@ -126,18 +125,21 @@ export class MqttServer {
   }
 
   private async listen(spec: ListenerSpec): Promise<Running> {
-    const running: Running = { spec, server: undefined as unknown as net.Server, connections: 0 };
+    const policy: ListenerPolicy = {
+      allowAnonymous: spec.allowAnonymous,
+      identityIsUsername: spec.tls?.useIdentityAsUsername ?? false,
+      connections: 0,
+    };
+    const running: Running = { spec, server: undefined as unknown as net.Server };
     const accept = (transport: Transport, closeSocket: () => void): void => {
       const max = Math.min(this.ctx.limits.maxConnections, spec.maxConnections ?? Infinity);
-      if (this.ctx.connections.size >= max || running.connections >= (spec.maxConnections ?? Infinity)) {
+      if (this.ctx.connections.size >= max || policy.connections >= (spec.maxConnections ?? Infinity)) {
         // Over the limit: refuse before any MQTT state exists [RELIABILITY #35].
         this.ctx.broker.stats.disconnects.server_busy = (this.ctx.broker.stats.disconnects.server_busy ?? 0) + 1;
         closeSocket();
         return;
       }
-      running.connections++;
-      transport.onClose(() => running.connections--);
-      new Connection(transport, this.ctx, spec.allowAnonymous, spec.tls?.useIdentityAsUsername ?? false);
+      new Connection(transport, this.ctx, policy);
     };
     const tlsOptions = spec.tls ? loadTls(spec.tls) : undefined;
     let server: net.Server;

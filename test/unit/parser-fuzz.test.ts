@@ -216,7 +216,7 @@ async function runCase(ctx: ServerContext, seed: number): Promise<void> {
     parts.push(random() < 0.5 ? mutate(base, random) : base);
   }
   const transport = new FakeTransport();
-  new Connection(transport, ctx, true);
+  new Connection(transport, ctx, { allowAnonymous: true, identityIsUsername: false, connections: 0 });
   let first = true;
   for (const chunk of chunks(Buffer.concat(parts), random)) {
     transport.feed(chunk);
@@ -262,7 +262,7 @@ describe('Connection under fuzzed input', () => {
     const got: string[] = [];
     const unsubscribe = ctx.broker.subscribe('after/#', { qos: 0, origin: 'checker' }, (msg) => void got.push(msg.payload.toString()));
     const transport = new FakeTransport();
-    new Connection(transport, ctx, true);
+    new Connection(transport, ctx, { allowAnonymous: true, identityIsUsername: false, connections: 0 });
     transport.feed(connectBytes(4, 'after-fuzz'));
     await turn();
     transport.feed(mqttPacket.generate({ cmd: 'publish', topic: 'after/x', payload: Buffer.from('ok'), qos: 1, messageId: 1, dup: false, retain: false }, { protocolVersion: 4 }));
