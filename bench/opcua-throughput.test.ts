@@ -1,22 +1,21 @@
 /**
  * Throughput of the OPC UA connector: 1,000 monitored items on a node-opcua server, each changing every
  * 100 ms (10,000 value changes/s offered). Measures notifications/s delivered to the TagSink and the CPU share
- * of this process (the connector side) and of the server process. Heavy, so it runs only with
- * EDGEFERRY_BENCH=1:
+ * of this process (the connector side) and of the server process. A benchmark, not part of `npm test`:
  *
- *   EDGEFERRY_BENCH=1 npx vitest run test/integration/opcua-throughput.test.ts
+ *   npm run bench:opcua
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { TagSample, TagSink } from '../../connectors/contract.js';
-import { OpcuaConnector } from '../../connectors/opcua/opcua-connector.js';
-import { opcuaConnectorSchema } from '../../connectors/opcua/schema.js';
-import type { ConnectorError } from '../../src/util/errors.js';
-import { silentLogger } from '../../src/util/logger.js';
-import { useDisposer } from '../helpers/disposer.js';
-import { delay, waitFor } from '../helpers/wait.js';
-import { startOpcuaFixture } from '../fixtures/opcua-fixture.js';
+import type { TagSample, TagSink } from '../connectors/contract.js';
+import { OpcuaConnector } from '../connectors/opcua/opcua-connector.js';
+import { opcuaConnectorSchema } from '../connectors/opcua/schema.js';
+import type { ConnectorError } from '../src/util/errors.js';
+import { silentLogger } from '../src/util/logger.js';
+import { useDisposer } from '../test/helpers/disposer.js';
+import { delay, waitFor } from '../test/helpers/wait.js';
+import { startOpcuaFixture } from '../test/fixtures/opcua-fixture.js';
 
 const items = Number(process.env.EDGEFERRY_BENCH_ITEMS ?? 1000);
 const intervalMs = 100;
@@ -28,7 +27,7 @@ function processCpuS(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
 }
 
-describe.skipIf(process.env.EDGEFERRY_BENCH !== '1')('OPC UA connector throughput', () => {
+describe('OPC UA connector throughput', () => {
   const d = useDisposer();
 
   it(`carries ${items} monitored items changing every ${intervalMs} ms without losing changes`, async () => {
