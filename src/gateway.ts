@@ -22,6 +22,8 @@ import { openLmdbStore } from './store/lmdb.js';
 import type { Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
 import { createConnectorRegistry } from '../connectors/index.js';
+import type { ConnectorConfig, ConnectorRegistry } from '../connectors/index.js';
+import type { Connector } from '../connectors/contract.js';
 import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { EdgeNode } from './sparkplug/edge-node.js';
 import type { UplinkControl } from './sparkplug/edge-node.js';
@@ -56,7 +58,12 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   if (restored > 0) log.info({ sessions: restored }, 'persistent sessions restored');
 
   // Connectors and the Sparkplug edge node come before the bridges: the uplink bridge takes the node's hooks.
-  const edgeNode = createEdgeNode(config, broker, log);
+  // One registry for the gateway's life: connectors added on reload share links (a Modbus bus) with the others.
+  const connectorRegistry = createConnectorRegistry();
+  const makeConnector = (c: ConnectorConfig): Connector => createConnector(connectorRegistry, c, initial.storage.path, log);
+  const edgeNode = createEdgeNode(config, broker, makeConnector, log);
+  /** The connector configs the edge node runs now (what a reload compares against). */
+  let runningConnectors: readonly ConnectorConfig[] = edgeNode ? config.connectors : [];
 
   const makeBridge = (bc: BridgeConfig): Bridge =>
     new Bridge({
@@ -183,11 +190,15 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         if (!next.bridges.some((n) => n.name === bc.name)) log.info({ bridge: bc.name }, 'bridge removed; its outbox stays on disk');
       }
       bridges = kept;
+      // Connectors are swapped one by one on the running edge node; the other devices, and its session, carry on.
+      const connectorsApply = edgeNode !== undefined && next.sparkplug !== undefined;
+      if (connectorsApply) runningConnectors = await reloadConnectors(edgeNode, runningConnectors, next.connectors, makeConnector, log);
       const uplinkChanged =
         uplinkName !== undefined &&
         !isDeepStrictEqual(config.bridges.find((bc) => bc.name === uplinkName), next.bridges.find((bc) => bc.name === uplinkName));
+      // The sparkplug section is the node's identity and session (group/node id, uplink, primary host): a restart.
       const needRestart: string[] = (['listeners', 'broker', 'storage', 'sparkplug', 'connectors', 'metrics'] as const).filter(
-        (key) => !isDeepStrictEqual(next[key], config[key]),
+        (key) => !isDeepStrictEqual(next[key], config[key]) && !(key === 'connectors' && connectorsApply),
       );
       if (uplinkChanged) needRestart.push(`bridges (${uplinkName}, the Sparkplug uplink)`);
       if (needRestart.length > 0) log.warn({ sections: needRestart }, 'configuration changes that need a restart to apply');
@@ -197,17 +208,10 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
 }
 
 /** The connectors of the config and the edge node that publishes them, or undefined without a sparkplug section. */
-function createEdgeNode(config: Config, broker: Broker, log: Logger): EdgeNode | undefined {
+function createEdgeNode(config: Config, broker: Broker, makeConnector: (c: ConnectorConfig) => Connector, log: Logger): EdgeNode | undefined {
   const sp = config.sparkplug;
   if (!sp) return undefined;
-  const registry = createConnectorRegistry();
-  const connectors = config.connectors.map((c) =>
-    registry.create(
-      // OPC UA connectors share one application certificate, kept with the gateway's data.
-      c.type === 'opcua' ? { ...c, pkiDir: c.pkiDir ?? opcuaPkiDir(config.storage.path) } : c,
-      log.child({ mod: 'connector', connector: c.id }),
-    ),
-  );
+  const connectors = config.connectors.map(makeConnector);
   const uplink = sp.uplink === undefined ? undefined : config.bridges.find((bc) => bc.name === sp.uplink);
   if (uplink) {
     const probe = `spBv1.0/${sp.groupId}/NDATA/${sp.edgeNodeId}`;
@@ -220,6 +224,71 @@ function createEdgeNode(config: Config, broker: Broker, log: Logger): EdgeNode |
     }
   }
   return new EdgeNode({ config: sp, broker, connectors, stateDir: config.storage.path, log: log.child({ mod: 'sparkplug' }) });
+}
+
+function createConnector(registry: ConnectorRegistry, c: ConnectorConfig, storagePath: string, log: Logger): Connector {
+  return registry.create(
+    // OPC UA connectors share one application certificate, kept with the gateway's data.
+    c.type === 'opcua' ? { ...c, pkiDir: c.pkiDir ?? opcuaPkiDir(storagePath) } : c,
+    log.child({ mod: 'connector', connector: c.id }),
+  );
+}
+
+/**
+ * Applies a reload's `connectors:` to the running edge node, by id: an unchanged connector keeps running
+ * untouched; a removed one stops (DDEATH); an added one starts (DBIRTH when it first answers); a changed one is
+ * stopped (DDEATH) and started again with its new config (a new DBIRTH with its new metric list). Returns the
+ * configs now running. A connector that cannot be created is logged and left as it was (the old one keeps
+ * running, a new one stays absent), so the next reload tries again.
+ */
+async function reloadConnectors(
+  edgeNode: EdgeNode,
+  running: readonly ConnectorConfig[],
+  wanted: readonly ConnectorConfig[],
+  makeConnector: (c: ConnectorConfig) => Connector,
+  log: Logger,
+): Promise<ConnectorConfig[]> {
+  const now: ConnectorConfig[] = [];
+  const create = (c: ConnectorConfig): Connector | undefined => {
+    try {
+      return makeConnector(c);
+    } catch (err) {
+      log.error({ err, connector: c.id }, 'connector config not applied: the connector could not be created');
+      return undefined;
+    }
+  };
+  for (const before of running) {
+    const after = wanted.find((c) => c.id === before.id);
+    if (after && isDeepStrictEqual(before, after)) {
+      now.push(before);
+      continue;
+    }
+    if (!after) {
+      await edgeNode.removeDevice(before.id);
+      log.info({ connector: before.id, type: before.type }, 'connector removed');
+      continue;
+    }
+    // Created before the old one stops: a config the factory refuses leaves the running device alone.
+    const connector = create(after);
+    if (!connector) {
+      now.push(before);
+      continue;
+    }
+    // The old connector has released its sockets when this resolves, so the new one may take the same device.
+    await edgeNode.removeDevice(before.id);
+    edgeNode.addDevice(connector);
+    now.push(after);
+    log.info({ connector: after.id, type: after.type }, 'connector reconfigured');
+  }
+  for (const after of wanted) {
+    if (running.some((c) => c.id === after.id)) continue;
+    const connector = create(after);
+    if (!connector) continue;
+    edgeNode.addDevice(connector);
+    now.push(after);
+    log.info({ connector: after.id, type: after.type }, 'connector added');
+  }
+  return now;
 }
 
 /** What the edge node may ask of its uplink bridge. */

@@ -117,12 +117,24 @@ export class Device {
 
   /** Stops the connector; no DDEATH (a stopping node's NDEATH covers its devices). */
   async stop(): Promise<void> {
-    this.generation++;
-    this.state = 'stopped';
-    this.bornTs = undefined;
-    this.answered = false;
-    clearTimeout(this.retryTimer);
-    this.retryTimer = undefined;
+    this.halt();
+    await this.stopConnector();
+  }
+
+  /**
+   * Stops the connector for good while the node lives on (a reload removed or reconfigured it): a DDEATH if the
+   * device is born in the node's session, then the node's device count, then the connector's release. Samples
+   * the connector still delivers are ignored from the first line on, so nothing follows the DDEATH.
+   */
+  async retire(): Promise<void> {
+    const wasBorn = this.bornTs !== undefined;
+    const wasOnline = this.online;
+    this.halt();
+    if (wasBorn && this.host.born) {
+      this.counters.deaths++;
+      this.host.publishDeviceDeath(this, this.host.uniqueTimestamp());
+    }
+    if (wasOnline) this.host.deviceStateChanged(this);
     await this.stopConnector();
   }
 
@@ -192,6 +204,16 @@ export class Device {
   }
 
   // -----------------------------------------------------------------------------------------------------------
+
+  /** Ends the current attempt: callbacks of the running connector and a pending retry no longer act. */
+  private halt(): void {
+    this.generation++;
+    this.state = 'stopped';
+    this.bornTs = undefined;
+    this.answered = false;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+  }
 
   private attempt(): void {
     const generation = ++this.generation;

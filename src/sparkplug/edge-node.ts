@@ -21,7 +21,7 @@ import type { Connector, TagDatatype, TagValue } from '../../connectors/contract
 import type { Broker } from '../broker/broker.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { createMessage } from '../protocol/message.js';
-import { asError } from '../util/errors.js';
+import { asError, EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { Device } from './device.js';
 import type { DeviceHost } from './device.js';
@@ -183,19 +183,7 @@ export class EdgeNode implements DeviceHost {
     ];
     for (const m of this.nodeMetrics) if (m.alias !== undefined) this.nodeAliases.set(m.alias, m);
 
-    for (const connector of options.connectors) {
-      const deviceAliases = new Map(connector.tags.map((t) => [t.name, aliases.get(`${connector.id}/${t.name}`) as number]));
-      this.devices.set(
-        connector.id,
-        new Device({
-          connector,
-          aliases: deviceAliases,
-          host: this,
-          backoff: this.config.deviceReconnect,
-          log: this.log.child({ device: connector.id }),
-        }),
-      );
-    }
+    for (const connector of options.connectors) this.devices.set(connector.id, this.createDevice(connector, aliases));
 
     this.hooks = {
       will: () => this.will(),
@@ -273,6 +261,55 @@ export class EdgeNode implements DeviceHost {
     if (this.localBorn) await this.endLocalSession();
     if (!(await sent)) this.log.warn({ timeoutMs: this.config.deathTimeoutMs }, 'NDEATH did not leave through the uplink in time');
     this.log.info('edge node stopped');
+  }
+
+  /**
+   * Adds a device while the node runs (a reload added or reconfigured a connector). It starts at once and is
+   * born with a DBIRTH when it first answers, inside the current session: no NBIRTH, the other devices carry on.
+   *
+   * Why a DBIRTH and not a whole-node rebirth (NBIRTH + every DBIRTH, same bdSeq): an NBIRTH names no devices,
+   * so a host application learns a new device, or a device's new metric list after its DDEATH, from its DBIRTH
+   * alone. That is the path every host application already takes for a device coming back after an outage
+   * (DDEATH ... DBIRTH within one node session), so it is the one they handle best. A rebirth would make hosts
+   * mark every device of the node stale and re-read every birth for a change to one device. What a rebirth
+   * would protect, alias consistency, already holds: aliases are unique across the node and never reused
+   * (NodeState), so a new device's aliases cannot collide with ones a host learnt earlier in this session, and a
+   * reconfigured device's DBIRTH declares its complete new metric list [tck-id-operational-behavior-data-publish-dbirth].
+   */
+  addDevice(connector: Connector): void {
+    if (this.devices.has(connector.id)) {
+      throw new EdgeferryError('EF_INTERNAL', `device ${connector.id} already exists: remove it before adding its replacement`);
+    }
+    const aliases = this.state.assignAliases(connector.tags.map((t) => `${connector.id}/${t.name}`));
+    const device = this.createDevice(connector, aliases);
+    this.devices.set(connector.id, device);
+    // A stopped node starts it with the others; a stopping one never does.
+    if (this.running) device.start();
+  }
+
+  /**
+   * Removes a device while the node runs (a reload removed or reconfigured its connector): DDEATH if it is born,
+   * NDATA with the new device count, then its connector stops. Its commands are refused from now on ("unknown
+   * device"); its aliases stay reserved. Resolves once the connector released its sockets (a replacement on
+   * the same device or bus may then connect). False if there was no such device.
+   */
+  async removeDevice(id: string): Promise<boolean> {
+    const device = this.devices.get(id);
+    if (!device) return false;
+    // Out of the map first: the node's device count (NDATA after the DDEATH) and DCMD routing no longer see it.
+    this.devices.delete(id);
+    await device.retire();
+    return true;
+  }
+
+  private createDevice(connector: Connector, aliases: ReadonlyMap<string, number>): Device {
+    return new Device({
+      connector,
+      aliases: new Map(connector.tags.map((t) => [t.name, aliases.get(`${connector.id}/${t.name}`) as number])),
+      host: this,
+      backoff: this.config.deviceReconnect,
+      log: this.log.child({ device: connector.id }),
+    });
   }
 
   // -----------------------------------------------------------------------------------------------------------

@@ -414,3 +414,158 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(kinds(decoded())).toEqual(['NBIRTH#0']);
   });
 });
+
+describe('Sparkplug edge node: devices added, removed and replaced while it runs (reload)', () => {
+  const aliasesOf = (m: { payload: { metrics: readonly { name?: string; alias?: number }[] } }) =>
+    Object.fromEntries(m.payload.metrics.filter((x) => x.alias !== undefined).map((x) => [x.name, x.alias]));
+
+  it('births an added device with a DBIRTH when it first answers, inside the running session, with aliases unique across the node; the other device is untouched', async () => {
+    const { node, press, decoded, decoder } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1 });
+    const oven = new FakeConnector('oven-1', [
+      { name: 'temperature', datatype: 'Float' },
+      { name: 'door', datatype: 'Boolean', writable: true },
+    ]);
+    node.addDevice(oven);
+    await waitFor(() => oven.running, 1000);
+    expect(kinds(decoded())).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2']);
+    oven.emit({ temperature: 180, door: false });
+    press.emit({ count: 2 });
+    const msgs = decoded();
+    // No NBIRTH again: the session (bdSeq, seq) goes on; the device count follows its birth.
+    expect(kinds(msgs)).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2', 'DBIRTH:oven-1#3', 'NDATA#4', 'DDATA:press-1#5']);
+    expect(msgs[4].payload.metrics[0].value).toBe(2);
+    const dbirth = msgs[3].payload;
+    expect(dbirth.metrics.map((m) => [m.name, m.datatype, m.value])).toEqual([
+      ['temperature', 'Float', 180],
+      ['door', 'Boolean', false],
+    ]);
+    const all = [msgs[0], msgs[1], msgs[3]].flatMap((m) => m.payload.metrics.map((x) => x.alias)).filter((a) => a !== undefined);
+    expect(new Set(all).size).toBe(all.length);
+    expect(press.starts).toBe(1);
+    expect(press.stops).toBe(0);
+    // Its data and its commands work like the others'.
+    oven.emit({ temperature: 185, door: false });
+    const ddata = decoded().at(-1);
+    expect([ddata?.deviceId, decoder.nameOf(ddata?.payload.metrics[0].alias), ddata?.payload.metrics[0].value]).toEqual(['oven-1', 'temperature', 185]);
+    await node.stop();
+    expect(oven.stops).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a removed device gets DDEATH (then the device count), its connector stops, its commands are refused, and the other device carries on in the same session', async () => {
+    const press = new FakeConnector('press-1', [{ name: 'count', datatype: 'UInt32' }]);
+    const oven = new FakeConnector('oven-1', [{ name: 'door', datatype: 'Boolean', writable: true }]);
+    const { node, broker, decoded, logs } = setup({ connectors: [press, oven] });
+    await node.start();
+    press.emit({ count: 1 });
+    oven.emit({ door: false });
+    expect(await node.removeDevice('oven-1')).toBe(true);
+    expect(oven.running).toBe(false);
+    expect(oven.stops).toBe(1);
+    // Late samples of the removed connector publish nothing.
+    oven.emit({ door: true });
+    press.emit({ count: 2 });
+    const msgs = decoded();
+    expect(kinds(msgs)).toEqual([
+      'NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2', 'DBIRTH:oven-1#3', 'NDATA#4', 'DDEATH:oven-1#5', 'NDATA#6', 'DDATA:press-1#7',
+    ]);
+    expect(msgs[6].payload.metrics[0].value).toBe(1);
+    expect(msgs[5].payload.timestamp).toBeGreaterThan(msgs[3].payload.timestamp as number);
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/oven-1', command([{ name: 'door', datatype: 'Boolean', value: true }]), { origin: 'scada-1' });
+    expect(oven.writes).toEqual([]);
+    expect(logs.filter((l) => l.msg === 'command refused').map((l) => l.fields.why)).toEqual(['unknown device']);
+    expect(node.deviceList.map((d) => d.id)).toEqual(['press-1']);
+    expect(await node.removeDevice('oven-1')).toBe(false);
+  });
+
+  it('a device that never answered is removed without a DDEATH, and its pending restart is cancelled', async () => {
+    const press = new FakeConnector('press-1', [{ name: 'count', datatype: 'UInt32' }]);
+    const dead = new FakeConnector('dead-1', [{ name: 'count', datatype: 'UInt32' }]);
+    dead.reachable = false;
+    const { node, decoded } = setup({ connectors: [press, dead] });
+    await node.start();
+    await waitFor(() => dead.starts >= 2, 2000);
+    const device = node.deviceList.find((d) => d.id === 'dead-1');
+    await node.removeDevice('dead-1');
+    dead.reachable = true;
+    // Stopped, not in backoff: the retry timer is cleared and a late one would find nothing to restart.
+    expect(device?.stats.state).toBe('stopped');
+    expect(dead.running).toBe(false);
+    press.emit({ count: 1 });
+    expect(kinds(decoded())).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2']);
+  });
+
+  it('a reconfigured device (removed, then added with a new tag list) gets DDEATH, then a DBIRTH with its new metrics: kept metrics keep their alias, new ones get fresh aliases', async () => {
+    const { node, press, decoded } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1, setpoint: 5, big: 0n });
+    const first = decoded()[1];
+    await node.removeDevice('press-1');
+    const replacement = new FakeConnector('press-1', [
+      { name: 'count', datatype: 'UInt32' },
+      { name: 'pressure', datatype: 'Double' },
+    ]);
+    node.addDevice(replacement);
+    await waitFor(() => replacement.running, 1000);
+    replacement.emit({ count: 3, pressure: 1.5 });
+    const msgs = decoded();
+    expect(kinds(msgs)).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2', 'DDEATH:press-1#3', 'NDATA#4', 'DBIRTH:press-1#5', 'NDATA#6']);
+    const second = msgs[5];
+    expect(second.payload.metrics.map((m) => [m.name, m.value])).toEqual([
+      ['count', 3],
+      ['pressure', 1.5],
+    ]);
+    const before = aliasesOf(first);
+    const after = aliasesOf(second);
+    expect(after.count).toBe(before.count);
+    const used = [...Object.values(before), ...msgs[0].payload.metrics.map((m) => m.alias)].filter((a) => a !== undefined);
+    expect(used).not.toContain(after.pressure);
+    // The old connector was stopped before the new one started: one device connection at a time.
+    expect(press.stops).toBe(1);
+    expect(press.running).toBe(false);
+    expect(() => node.addDevice(new FakeConnector('press-1', []))).toThrow(/already exists/);
+  });
+
+  it('keeps the aliases of an added device across a restart of the node (persisted with the others)', async () => {
+    const dir = tempDir('edgeferry-sp-');
+    dirs.push(dir);
+    const one = setup({ dir });
+    await one.node.start();
+    one.press.emit({ temperature: 20 });
+    const oven = new FakeConnector('oven-1', [{ name: 'door', datatype: 'Boolean' }]);
+    one.node.addDevice(oven);
+    await waitFor(() => oven.running, 1000);
+    oven.emit({ door: true });
+    const alias = one.decoded().find((m) => m.deviceId === 'oven-1')?.payload.metrics[0].alias;
+    expect(alias).toBeDefined();
+    await one.node.stop();
+    const oven2 = new FakeConnector('oven-1', [{ name: 'door', datatype: 'Boolean' }]);
+    const two = setup({ dir, connectors: [new FakeConnector('press-1', [{ name: 'temperature', datatype: 'Double', deadband: 0.5 }]), oven2] });
+    await two.node.start();
+    oven2.emit({ door: false });
+    expect(two.decoded().find((m) => m.type === 'DBIRTH' && m.deviceId === 'oven-1')?.payload.metrics[0].alias).toBe(alias);
+  });
+
+  it('upstream: the added device\'s DBIRTH and the removed device\'s DDEATH pass the rewrite in the uplink session, and the next prologue lists only the current devices', async () => {
+    const { node, press, broker } = setup();
+    await node.start();
+    press.emit({ temperature: 20 });
+    node.hooks.will();
+    node.hooks.prologue();
+    const mark = broker.published.length;
+    const oven = new FakeConnector('oven-1', [{ name: 'door', datatype: 'Boolean' }]);
+    node.addDevice(oven);
+    await waitFor(() => oven.running, 1000);
+    oven.emit({ door: true });
+    oven.emit({ door: false });
+    await node.removeDevice('press-1');
+    const shown = broker.published
+      .slice(mark)
+      .map((m) => node.hooks.rewrite({ msg: m, appendedAtMs: Date.now() + 1 }, false))
+      .map((m) => (m === null ? 'dropped' : `${m.topic.split('/').slice(2).join(':').replace(':line4-gw', '')}#${decodePayload(m.payload).seq ?? '-'}`));
+    expect(shown).toEqual(['DBIRTH:oven-1#2', 'NDATA#3', 'DDATA:oven-1#4', 'DDEATH:press-1#5', 'NDATA#6']);
+    node.hooks.will();
+    expect(node.hooks.prologue().map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw', 'spBv1.0/plant1/DBIRTH/line4-gw/oven-1']);
+  });
+});
