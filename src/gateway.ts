@@ -18,6 +18,7 @@ import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
 import { SystemdNotifier } from './ops/systemd.js';
+import { createAuditLogger } from './ops/log.js';
 import { openLmdbStore } from './store/lmdb.js';
 import type { Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
@@ -43,7 +44,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   let config = initial;
   const b = config.broker;
   const systemd = new SystemdNotifier(log.child({ mod: 'systemd' }));
-  const audit = log.child({ mod: 'audit' });
+  const audit = createAuditLogger(log, config.log.auditFile);
   // Auth files first: a bad password or ACL file stops the start before anything binds.
   const stats = new BrokerStats();
   let auth = createAuth(config, audit, stats);
@@ -61,7 +62,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   // One registry for the gateway's life: connectors added on reload share links (a Modbus bus) with the others.
   const connectorRegistry = createConnectorRegistry();
   const makeConnector = (c: ConnectorConfig): Connector => createConnector(connectorRegistry, c, initial.storage.path, log);
-  const edgeNode = createEdgeNode(config, broker, makeConnector, log);
+  const edgeNode = createEdgeNode(config, broker, makeConnector, log, audit);
   /** The connector configs the edge node runs now (what a reload compares against). */
   let runningConnectors: readonly ConnectorConfig[] = edgeNode ? config.connectors : [];
 
@@ -208,7 +209,13 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
 }
 
 /** The connectors of the config and the edge node that publishes them, or undefined without a sparkplug section. */
-function createEdgeNode(config: Config, broker: Broker, makeConnector: (c: ConnectorConfig) => Connector, log: Logger): EdgeNode | undefined {
+function createEdgeNode(
+  config: Config,
+  broker: Broker,
+  makeConnector: (c: ConnectorConfig) => Connector,
+  log: Logger,
+  audit: Logger,
+): EdgeNode | undefined {
   const sp = config.sparkplug;
   if (!sp) return undefined;
   const connectors = config.connectors.map(makeConnector);
@@ -223,7 +230,7 @@ function createEdgeNode(config: Config, broker: Broker, makeConnector: (c: Conne
       log.warn({ bridge: uplink.name }, 'the Sparkplug uplink has no in filter for NCMD: host applications cannot command this node');
     }
   }
-  return new EdgeNode({ config: sp, broker, connectors, stateDir: config.storage.path, log: log.child({ mod: 'sparkplug' }) });
+  return new EdgeNode({ config: sp, broker, connectors, stateDir: config.storage.path, log: log.child({ mod: 'sparkplug' }), audit });
 }
 
 function createConnector(registry: ConnectorRegistry, c: ConnectorConfig, storagePath: string, log: Logger): Connector {

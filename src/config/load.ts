@@ -108,6 +108,7 @@ function resolveFiles(config: Config, baseDir: string, report: (path: Path, mess
   };
 
   config.storage.path = resolve(baseDir, config.storage.path);
+  if (config.log.auditFile !== undefined) config.log.auditFile = resolve(baseDir, config.log.auditFile);
   for (const key of ['passwordFile', 'aclFile'] as const) {
     const file = config.auth[key];
     if (file !== undefined) config.auth[key] = readable(file, ['auth', key]);

@@ -122,6 +122,8 @@ const metricsSchema = z.strictObject({
 const logSchema = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   format: z.enum(['json', 'pretty', 'auto']).default('auto'),
+  /** The audit log (logins, refusals, ACL denials, reloads, PLC writes) as JSON lines in this file; default: the main log. */
+  auditFile: filePath.optional(),
 });
 
 const topicPrefix = z

@@ -13,6 +13,7 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 export interface LogSettings {
   readonly level: LogLevel;
   readonly format: 'json' | 'pretty' | 'auto';
+  readonly auditFile?: string;
 }
 
 export interface RootLogger extends Logger {
@@ -39,4 +40,13 @@ export function createLogger(
       log.level = level;
     },
   });
+}
+
+/**
+ * The audit log: a child of the main log (`mod: audit`), or JSON lines appended to `auditFile` when one is set, so
+ * that logins, refusals and PLC writes can be kept and shipped apart from the operational log.
+ */
+export function createAuditLogger(log: Logger, auditFile: string | undefined): Logger {
+  if (auditFile === undefined) return log.child({ mod: 'audit' });
+  return pino({ level: 'info', base: { mod: 'audit' } }, pino.destination({ dest: auditFile, sync: true, mkdir: true, append: true }));
 }

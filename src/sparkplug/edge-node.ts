@@ -73,6 +73,8 @@ export interface EdgeNodeOptions {
   /** Directory for the persisted bdSeq and aliases (the gateway's storage path). */
   readonly stateDir: string;
   readonly log: Logger;
+  /** Where commands from host applications (rebirths, DCMD writes, refusals) are recorded with who sent them. */
+  readonly audit?: Logger;
 }
 
 export interface EdgeNodeStats {
@@ -118,6 +120,7 @@ export class EdgeNode implements DeviceHost {
   private readonly config: SparkplugConfig;
   private readonly broker: Pick<Broker, 'publish' | 'subscribe'>;
   private readonly log: Logger;
+  private readonly audit: Logger;
   private readonly state: NodeState;
   private readonly devices = new Map<string, Device>();
   private readonly nodeMetrics: NodeMetric[];
@@ -166,6 +169,7 @@ export class EdgeNode implements DeviceHost {
     this.config = options.config;
     this.broker = options.broker;
     this.log = options.log;
+    this.audit = options.audit ?? options.log;
     this.state = new NodeState(options.stateDir, this.config.groupId, this.config.edgeNodeId);
     this.gateLocal = this.config.primaryHostId !== undefined && this.config.uplink === undefined;
     this.gateUplink = this.config.primaryHostId !== undefined && this.config.uplink !== undefined;
@@ -445,7 +449,7 @@ export class EdgeNode implements DeviceHost {
     }
     this.lastRebirthMs = now;
     this.counters.rebirths++;
-    this.log.info({ who }, 'rebirth requested');
+    this.audit.info({ who }, 'rebirth requested');
     if (this.localBorn) this.publishLocalBirths();
     // Upstream, the local births reach the host through the outbox; with publishNow they go at once.
     const up = this.up;
@@ -516,11 +520,11 @@ export class EdgeNode implements DeviceHost {
       device.write(name, value).then(
         () => {
           this.counters.writesOk++;
-          this.log.info({ who, device: device.id, metric: name, value: String(value) }, 'DCMD write done');
+          this.audit.info({ who, device: device.id, metric: name, value: String(value) }, 'DCMD write done');
         },
         (err: unknown) => {
           this.counters.writesFailed++;
-          this.log.warn({ who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
+          this.audit.warn({ who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
         },
       );
     }
@@ -528,7 +532,7 @@ export class EdgeNode implements DeviceHost {
 
   private refuse(who: string, topic: string, metric: string | undefined, why: string): void {
     this.counters.commandsRefused++;
-    this.log.warn({ who, topic, metric, why }, 'command refused');
+    this.audit.warn({ who, topic, metric, why }, 'command refused');
   }
 
   // -----------------------------------------------------------------------------------------------------------
