@@ -143,10 +143,18 @@ export function probe(port: number, clientId: string): Promise<boolean> {
   });
 }
 
-export async function startBroker(name: BrokerName, env: BrokerEnv): Promise<RunningBroker> {
-  const port = await freePort();
-  const dir = fs.mkdtempSync(path.join(env.tmpDir, `${name}-`));
-  const { file, args } = command(name, port, env, dir);
+export interface TrackedProcess {
+  readonly child: ChildProcess;
+  /** Resolves when the process exited or could not be spawned. */
+  readonly exited: Promise<void>;
+  /** The last few KB of its stdout and stderr. */
+  outputTail(): string;
+  /** null while running; the exit code or signal once it is gone. */
+  exitStatus(): number | string | null;
+}
+
+/** Spawns a broker process in `dir`, keeping the tail of its output; it stays in `live` until it exits. */
+export function spawnTracked(file: string, args: string[], dir: string, live: Set<ChildProcess>): TrackedProcess {
   const child = spawn(file, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);
   let tail = '';
@@ -169,9 +177,16 @@ export async function startBroker(name: BrokerName, env: BrokerEnv): Promise<Run
       resolve();
     });
   });
+  return { child, exited, outputTail: () => tail, exitStatus: () => exitCode };
+}
 
+export async function startBroker(name: BrokerName, env: BrokerEnv): Promise<RunningBroker> {
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(env.tmpDir, `${name}-`));
+  const { file, args } = command(name, port, env, dir);
+  const { child, exited, outputTail, exitStatus } = spawnTracked(file, args, dir, live);
   const stop = async (): Promise<void> => {
-    if (exitCode === null) {
+    if (exitStatus() === null) {
       child.kill('SIGTERM');
       const killed = setTimeout(() => child.kill('SIGKILL'), 3000);
       await exited;
@@ -183,19 +198,19 @@ export async function startBroker(name: BrokerName, env: BrokerEnv): Promise<Run
   const deadline = Date.now() + readyTimeoutMs;
   let attempt = 0;
   for (;;) {
-    if (exitCode !== null) {
+    if (exitStatus() !== null) {
       await stop();
-      throw new Error(`${name} exited (${String(exitCode)}) before it was ready: ${summarizeOutput(tail)}`);
+      throw new Error(`${name} exited (${String(exitStatus())}) before it was ready: ${summarizeOutput(outputTail())}`);
     }
     if (await probe(port, `bench-probe-${attempt++}`)) break;
     if (Date.now() > deadline) {
       await stop();
-      throw new Error(`${name} not ready on port ${port} within ${readyTimeoutMs} ms: ${summarizeOutput(tail)}`);
+      throw new Error(`${name} not ready on port ${port} within ${readyTimeoutMs} ms: ${summarizeOutput(outputTail())}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   if (child.pid === undefined) throw new Error(`${name}: no pid`);
-  return { name, pid: child.pid, port, outputTail: () => tail, exitStatus: () => exitCode, stop };
+  return { name, pid: child.pid, port, outputTail, exitStatus, stop };
 }
 
 /** Resident set size of a process in kB (VmRSS). */

@@ -12,14 +12,14 @@
  * All clients live in this process (raw sockets, pre-encoded packets from `mqtt-wire.ts`): the publishers
  * and the subscriber are never active at the same time, and the broker is its own process.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { freePort, machineInfo, mosquittoVersion, probe, readCpuS, readRssKb, summarizeOutput } from './brokers.js';
+import { freePort, machineInfo, mosquittoVersion, probe, readCpuS, readRssKb, spawnTracked, summarizeOutput } from './brokers.js';
 import {
   PacketReader,
   PacketType,
@@ -60,7 +60,6 @@ const ingestDeadlineMs = 120_000;
 const drainDeadlineMs = 120_000;
 /** The drain ends when everything acknowledged arrived, or after this long without a new message. */
 const drainQuietMs = 2_000;
-const outputTailBytes = 16_384;
 /** Payload layout (the rest is filler): [0, 4) sequence number per publisher, [4, 6) publisher index. */
 const seqOffset = 0;
 const publisherIndexOffset = 4;
@@ -146,54 +145,33 @@ function brokerCommand(kind: BrokerKind, port: number, dir: string): { file: str
 /** Starts the broker and waits until a TCP connect + CONNECT/CONNACK succeeds. */
 async function launchBroker(kind: BrokerKind, port: number, dir: string): Promise<BrokerProcess> {
   const { file, args } = brokerCommand(kind, port, dir);
-  const child = spawn(file, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-  live.add(child);
-  let tail = '';
-  const keep = (chunk: Buffer): void => {
-    tail = (tail + chunk.toString('utf8')).slice(-outputTailBytes);
-  };
-  child.stdout?.on('data', keep);
-  child.stderr?.on('data', keep);
-  let exitCode: number | string | null = null;
-  const exited = new Promise<void>((resolve) => {
-    child.on('exit', (code, signal) => {
-      exitCode = code ?? signal ?? 'unknown';
-      live.delete(child);
-      resolve();
-    });
-    child.on('error', (err) => {
-      keep(Buffer.from(`spawn failed: ${err.message}\n`));
-      exitCode = 'spawn-error';
-      live.delete(child);
-      resolve();
-    });
-  });
+  const { child, exited, outputTail, exitStatus } = spawnTracked(file, args, dir, live);
   const stop = async (): Promise<void> => {
-    if (exitCode !== null) return;
+    if (exitStatus() !== null) return;
     child.kill('SIGTERM');
     const killer = setTimeout(() => child.kill('SIGKILL'), stopTimeoutMs);
     await exited;
     clearTimeout(killer);
   };
   const kill = async (): Promise<void> => {
-    if (exitCode !== null) return;
+    if (exitStatus() !== null) return;
     child.kill('SIGKILL');
     await exited;
   };
 
   const deadline = Date.now() + readyTimeoutMs;
   for (let attempt = 0; ; attempt++) {
-    if (exitCode !== null) throw new Error(`${kind} exited (${String(exitCode)}) before it was ready: ${summarizeOutput(tail)}`);
+    if (exitStatus() !== null) throw new Error(`${kind} exited (${String(exitStatus())}) before it was ready: ${summarizeOutput(outputTail())}`);
     if (await probe(port, `persist-probe-${attempt}`)) break;
     if (Date.now() > deadline) {
       await kill();
-      throw new Error(`${kind} not ready on port ${port} within ${readyTimeoutMs} ms: ${summarizeOutput(tail)}`);
+      throw new Error(`${kind} not ready on port ${port} within ${readyTimeoutMs} ms: ${summarizeOutput(outputTail())}`);
     }
     // Short, because the restart time after SIGKILL is one of the figures.
     await sleep(50);
   }
   if (child.pid === undefined) throw new Error(`${kind}: no pid`);
-  return { pid: child.pid, outputTail: () => tail, exitStatus: () => exitCode, stop, kill };
+  return { pid: child.pid, outputTail, exitStatus, stop, kill };
 }
 
 // ---- clients --------------------------------------------------------------------------------------------
