@@ -48,7 +48,13 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   // Auth files first: a bad password or ACL file stops the start before anything binds.
   const stats = new BrokerStats();
   let auth = createAuth(config, audit, stats);
-  const store: Store = await openLmdbStore({ path: config.storage.path, sync: config.storage.sync, maxBytes: config.storage.maxBytes, log: log.child({ mod: 'store' }) });
+  // The store names itself in its log lines (mod: store, path).
+  const store: Store = await openLmdbStore({
+    path: config.storage.path,
+    sync: config.storage.sync,
+    maxBytes: config.storage.maxBytes,
+    log,
+  });
   const broker = new Broker({
     limits: { maxInflight: b.maxInflight, maxQueuedMessages: b.maxQueuedMessages, maxQueuedBytes: b.maxQueuedBytes },
     store,
@@ -144,7 +150,6 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     listeners,
     stop: () =>
       (stopping ??= (async () => {
-        log.info('stopping');
         await systemd.stopping();
         sys.stop();
         // Connectors stop and the edge node publishes its NDEATH while local clients and the uplink still listen.
@@ -155,7 +160,6 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         await metrics?.stop();
         await store.close();
         systemd.close();
-        log.info('stopped');
       })()),
     reload: async (next) => {
       // Users and ACLs apply at once, for new operations of connected clients too; other sections need a restart.
