@@ -149,6 +149,8 @@ describe('topic aliases, client to broker', () => {
       ['v5/alias/in/a', 'second'],
       ['v5/alias/in/b', 'rebound'],
     ]);
+    // The PUBACKs left with those deliveries, but the publisher's socket may be read after the subscriber's.
+    await pub.until(() => pub.packets('puback').length >= 3, 5000, 'three PUBACKs');
     expect(pub.packets('puback').map((p) => [p.messageId, p.reasonCode])).toEqual([
       [1, 0],
       [2, 0],
