@@ -109,9 +109,6 @@ export class Session implements Subscriber {
     return this.inboundQoS2?.delete(packetId) ?? false;
   }
 
-  get inflightCount(): number {
-    return this.inflight.size;
-  }
 
   isOnline(): boolean {
     return this.link !== undefined;

@@ -36,32 +36,22 @@ export interface MetricsSources {
 
 type Labels = Record<string, string | number>;
 
-/** A counter whose value is read from elsewhere at scrape time. */
-function mirroredCounter(registry: Registry, name: string, help: string, labelNames: string[], read: () => [Labels, number][]): void {
-  new Counter({
-    name,
-    help,
-    labelNames,
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const [labels, value] of read()) this.inc(labels, value);
-    },
-  });
+type Read = () => [Labels, number][];
+
+/** A counter or gauge whose values are read from the modules' plain counters at scrape time. */
+function mirrored(kind: 'counter' | 'gauge', registry: Registry, name: string, help: string, labelNames: string[], read: Read): void {
+  const options = { name, help, labelNames, registers: [registry] };
+  if (kind === 'counter') {
+    new Counter({ ...options, collect() { this.reset(); for (const [labels, value] of read()) this.inc(labels, value); } });
+  } else {
+    new Gauge({ ...options, collect() { this.reset(); for (const [labels, value] of read()) this.set(labels, value); } });
+  }
 }
 
-function mirroredGauge(registry: Registry, name: string, help: string, labelNames: string[], read: () => [Labels, number][]): void {
-  new Gauge({
-    name,
-    help,
-    labelNames,
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const [labels, value] of read()) this.set(labels, value);
-    },
-  });
-}
+const mirroredCounter = (registry: Registry, name: string, help: string, labelNames: string[], read: Read): void =>
+  mirrored('counter', registry, name, help, labelNames, read);
+const mirroredGauge = (registry: Registry, name: string, help: string, labelNames: string[], read: Read): void =>
+  mirrored('gauge', registry, name, help, labelNames, read);
 
 export function createMetricsRegistry(s: MetricsSources): Registry {
   const r = new Registry();

@@ -193,9 +193,6 @@ export function withPacketId(encoded: EncodedPublish, packetId: number): Buffer 
   return copy;
 }
 
-/** The mqtt-packet form of an incoming PUBLISH, re-exported so callers need not import mqtt-packet. */
-export type IncomingPublish = IPublishPacket;
-
 /**
  * The encodings of one routed message, shared by all of its subscribers: at most one per
  * (3.1.x or 5) × QoS × retain variant, built on first use.
