@@ -49,6 +49,7 @@ const usage = `Usage: npm run bench:persistence -- [options]
   --payload-bytes N     payload size, default 64 (at least 8)
   --quick               1 repetition of 5,000 messages: a smoke test, not a measurement
   --out FILE            JSON summary, default bench/results/persistence.json
+  --cpu-prof DIR        run edgeferry with node --cpu-prof, writing its profiles into DIR
   -h, --help`;
 
 const scriptDir = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
@@ -74,6 +75,7 @@ interface Options {
   payloadBytes: number;
   quick: boolean;
   out: string;
+  cpuProfDir: string | undefined;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -103,7 +105,12 @@ function killAll(): void {
 }
 
 /** Writes the broker's configuration into `dir` (its data lives there too) and returns how to run it. */
-function brokerCommand(kind: BrokerKind, port: number, dir: string): { file: string; args: string[] } {
+function brokerCommand(
+  kind: BrokerKind,
+  port: number,
+  dir: string,
+  cpuProfDir: string | undefined,
+): { file: string; args: string[] } {
   if (kind === 'mosquitto') {
     const config = path.join(dir, 'mosquitto.conf');
     fs.writeFileSync(
@@ -139,12 +146,13 @@ function brokerCommand(kind: BrokerKind, port: number, dir: string): { file: str
       '',
     ].join('\n'),
   );
-  return { file: process.execPath, args: [path.join(rootDir, 'dist/src/cli.js'), '--config', config] };
+  const profile = cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`];
+  return { file: process.execPath, args: [...profile, path.join(rootDir, 'dist/src/cli.js'), '--config', config] };
 }
 
 /** Starts the broker and waits until a TCP connect + CONNECT/CONNACK succeeds. */
-async function launchBroker(kind: BrokerKind, port: number, dir: string): Promise<BrokerProcess> {
-  const { file, args } = brokerCommand(kind, port, dir);
+async function launchBroker(kind: BrokerKind, port: number, dir: string, cpuProfDir: string | undefined): Promise<BrokerProcess> {
+  const { file, args } = brokerCommand(kind, port, dir, cpuProfDir);
   const { child, exited, outputTail, exitStatus } = spawnTracked(file, args, dir, live);
   const stop = async (): Promise<void> => {
     if (exitStatus() !== null) return;
@@ -524,7 +532,7 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
   let publishers: Connection[] = [];
   try {
     const startedNs = nowNs();
-    broker = await launchBroker(ctx.kind, port, dir);
+    broker = await launchBroker(ctx.kind, port, dir, ctx.opts.cpuProfDir);
     const startS = secondsBetween(startedNs, nowNs());
     await createPersistentSubscription(port, subscriberId);
 
@@ -547,7 +555,7 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
       for (const c of publishers) c.destroy();
       publishers = [];
       const restartedNs = nowNs();
-      broker = await launchBroker(ctx.kind, port, dir);
+      broker = await launchBroker(ctx.kind, port, dir, ctx.opts.cpuProfDir);
       restartS = secondsBetween(restartedNs, nowNs());
     } else {
       rssAfterIngestKb = readRssKb(broker.pid);
@@ -771,6 +779,7 @@ function parseOptions(): Options {
       'payload-bytes': { type: 'string' },
       quick: { type: 'boolean', default: false },
       out: { type: 'string' },
+      'cpu-prof': { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -790,6 +799,7 @@ function parseOptions(): Options {
     payloadBytes: positiveInt(values['payload-bytes'], 64, 'payload-bytes'),
     quick,
     out: path.resolve(values.out ?? path.join(rootDir, 'bench/results/persistence.json')),
+    cpuProfDir: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
   };
   if (opts.payloadBytes < 8) throw new Error('--payload-bytes must be at least 8 (sequence number and publisher index)');
   if (opts.window > 65_535) throw new Error('--window must be at most 65535 (packet ids)');
