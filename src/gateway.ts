@@ -87,6 +87,8 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   // The local session starts first, so the first upstream prologue already has it to announce.
   await edgeNode?.start();
   for (const bridge of bridges) await bridge.start();
+  // Delayed wills of the last run go out only now, so that an overdue one reaches the bridges too.
+  broker.wills.start();
 
   const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }));
   let listeners: BoundListener[];

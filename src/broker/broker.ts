@@ -77,7 +77,10 @@ export class Broker {
     this.stats = options.stats ?? new BrokerStats();
     this.log = options.log;
     this.retained = new RetainedIndex(options.store.retained);
-    this.wills = new WillScheduler((msg) => this.publishWill(msg));
+    this.wills = new WillScheduler(
+      (msg) => this.publishWill(msg),
+      (err, clientId) => this.sessionEvents.storeFailed(err, clientId),
+    );
     this.sessionEvents = {
       dropped: (reason) => {
         this.stats.dropped[reason]++;
@@ -269,6 +272,7 @@ export class Broker {
   /**
    * Loads the persistent sessions of an earlier run: subscriptions back in the tree (no retained messages are
    * sent: nothing was subscribed anew), queued messages back in their queues, expiry counting the time spent down.
+   * Delayed wills are restored parked: `wills.start()` arms them once every in-process subscriber is in place.
    */
   restoreSessions(): number {
     const sessions = this.options.store.sessions;
@@ -276,6 +280,10 @@ export class Broker {
     for (const record of sessions.loadAll()) {
       const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (Date.now() - record.disconnectedAtMs) / 1000);
       const leftS = record.expiryIntervalS === NEVER_EXPIRES ? NEVER_EXPIRES : record.expiryIntervalS - downS;
+      // A session that ended while the gateway was down takes its will along: due now [MQTT-3.1.3-9].
+      if (record.will) {
+        this.wills.restore(record.clientId, leftS <= 0 ? { msg: record.will.msg, dueAtMs: 0 } : record.will, sessions);
+      }
       if (leftS <= 0) {
         sessions.drop(record.clientId).catch((err: unknown) => this.sessionEvents.storeFailed(err, record.clientId));
         continue;
@@ -320,11 +328,14 @@ export class Broker {
     this.wills.fire(session.id);
   }
 
-  /** Shutdown: the in-memory sessions end with the process, so delayed wills go out now. */
+  /**
+   * Shutdown. Delayed wills of sessions in a durable store wait for the next run; the others go out now, as
+   * their sessions end with the process.
+   */
   close(): void {
     for (const timer of this.expiryTimers.values()) clearTimeout(timer);
     this.expiryTimers.clear();
-    this.wills.fireAll();
+    this.wills.close(this.options.store.durable);
   }
 
   private scheduleExpiry(session: Session, afterS: number): void {
@@ -360,10 +371,12 @@ export class Broker {
     }
   }
 
-  private publishWill(msg: Message): void {
-    if (isExpired(msg)) return;
+  private publishWill(msg: Message): Promise<void> | undefined {
+    if (isExpired(msg)) return undefined;
     this.stats.messagesReceived[msg.qos]++;
-    this.route(msg)?.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'will message could not be stored'));
+    const routed = this.route(msg);
+    routed?.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'will message could not be stored'));
+    return routed;
   }
 }
 

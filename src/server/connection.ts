@@ -330,7 +330,11 @@ export class Connection implements ClientLink, FrameHandler {
     const session = this.session;
     if (session) {
       this.session = undefined;
-      if (this.will) this.ctx.broker.wills.schedule(this.clientId, this.will.msg, this.will.delayS);
+      // A persistent session's delayed will is stored, so it outlives a restart as the session does.
+      if (this.will) {
+        const store = session.expiryIntervalS > 0 ? session.store : undefined;
+        this.ctx.broker.wills.schedule(this.clientId, this.will.msg, this.will.delayS, store);
+      }
       this.ctx.broker.sessionDisconnected(session);
     }
     this.log.debug({ clientId: this.clientId, remote: this.transport.remoteAddress, why }, 'connection closed');

@@ -15,8 +15,8 @@
  *   u32 properties length, properties (see encodeProperties), only with bit 4
  *   payload          the rest of the value
  *
- * Values are prefixed by a u8 format version (`VALUE_FORMAT`); outbox values also carry the f64 wall-clock
- * append time right after it, so ages can be read without decoding the message.
+ * Values are prefixed by a u8 format version (`VALUE_FORMAT`); stamped values (outbox entries, delayed wills)
+ * also carry an f64 wall-clock time right after it (append time, due time), readable without decoding.
  */
 import type { Message, PublishProperties, QoS, UserProperties } from '../protocol/message.js';
 
@@ -27,8 +27,8 @@ const FLAG_RETAIN = 0x04;
 const FLAG_EXPIRY = 0x08;
 const FLAG_PROPS = 0x10;
 
-/** Bytes before the message in an outbox value: format byte + f64 appendedAtMs. */
-export const OUTBOX_HEADER_BYTES = 9;
+/** Bytes before the message in a stamped value: format byte + f64 wall-clock ms. */
+export const STAMPED_HEADER_BYTES = 9;
 /** Bytes before the message in a retained or session-queue value: the format byte. */
 export const PLAIN_HEADER_BYTES = 1;
 
@@ -292,16 +292,16 @@ export function decodeMessage(buf: Buffer, offset: number, nowWallMs?: number, n
   return msg;
 }
 
-/** Encodes an outbox value: format byte, wall-clock append time, message. */
-export function encodeOutboxValue(msg: Message, appendedAtMs: number): Buffer {
-  const buf = encodeMessage(msg, OUTBOX_HEADER_BYTES, appendedAtMs);
+/** Encodes a stamped value: format byte, a wall-clock time (an outbox entry's append, a will's due time), message. */
+export function encodeStampedValue(msg: Message, stampMs: number): Buffer {
+  const buf = encodeMessage(msg, STAMPED_HEADER_BYTES);
   buf[0] = VALUE_FORMAT;
-  buf.writeDoubleBE(appendedAtMs, 1);
+  buf.writeDoubleBE(stampMs, 1);
   return buf;
 }
 
-/** Reads the wall-clock append time of an outbox value without decoding the message. */
-export function outboxValueAppendedAtMs(value: Buffer): number {
+/** Reads the wall-clock time of a stamped value without decoding the message. */
+export function stampedValueMs(value: Buffer): number {
   return value.readDoubleBE(1);
 }
 
@@ -314,7 +314,7 @@ export function encodePlainValue(msg: Message): Buffer {
 
 /** Bytes an outbox entry for `msg` counts against `maxBytes`: exactly the stored value's length. */
 export function outboxEntryBytes(msg: Message): number {
-  return OUTBOX_HEADER_BYTES + encodedMessageBytes(msg);
+  return STAMPED_HEADER_BYTES + encodedMessageBytes(msg);
 }
 
 // --- Keys -------------------------------------------------------------------------------------------------

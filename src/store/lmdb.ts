@@ -36,13 +36,13 @@ import { asError, StoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import {
   decodeMessage,
-  encodeOutboxValue,
+  encodeStampedValue,
   encodePlainValue,
   keyOwner,
   keySeq,
   nameKey,
-  OUTBOX_HEADER_BYTES,
-  outboxValueAppendedAtMs,
+  STAMPED_HEADER_BYTES,
+  stampedValueMs,
   ownerPrefix,
   PLAIN_HEADER_BYTES,
   prefixEnd,
@@ -55,6 +55,7 @@ import type {
   OutboxDepth,
   OutboxEntry,
   OutboxLimits,
+  PendingWill,
   QueuedRecord,
   RetainedStore,
   SessionRecord,
@@ -145,6 +146,9 @@ class LmdbStoreImpl implements Store {
   readonly queueDb: Database<Bin, Bin>;
   /** Incoming QoS 2 packet ids awaiting PUBREL, keyed like the queue (owner prefix + id). */
   readonly releaseDb: Database<Bin, Bin>;
+  /** Delayed wills waiting out their delay, keyed by client id (stamped with their due time). */
+  readonly willDb: Database<Bin, Bin>;
+  readonly durable = true;
   readonly log: Logger;
   readonly path: string;
   readonly maxKeyBytes: number;
@@ -183,6 +187,8 @@ class LmdbStoreImpl implements Store {
     });
     this.queueDb = env.openDB<Bin, Bin>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
     this.releaseDb = env.openDB<Bin, Bin>('session-qos2', { encoding: 'binary', keyEncoding: 'binary' });
+    // Added after schema 1 shipped without it: opening creates it empty, which is what an older store means.
+    this.willDb = env.openDB<Bin, Bin>('session-will', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
   }
@@ -284,7 +290,16 @@ class LmdbStoreImpl implements Store {
   private usedPageBytes(): number {
     let pages = 0;
     let pageSize = 4096;
-    for (const db of [this.meta, this.outboxDb, this.retainedDb, this.sessionDb, this.subscriptionDb, this.queueDb, this.releaseDb]) {
+    for (const db of [
+      this.meta,
+      this.outboxDb,
+      this.retainedDb,
+      this.sessionDb,
+      this.subscriptionDb,
+      this.queueDb,
+      this.releaseDb,
+      this.willDb,
+    ]) {
       const s = db.getStats() as {
         pageSize: number;
         treeBranchPageCount: number;
@@ -525,7 +540,7 @@ class LmdbOutbox implements Outbox {
   append(msg: Message): Promise<void> {
     let value: Bin;
     try {
-      value = encodeOutboxValue(msg, Date.now());
+      value = encodeStampedValue(msg, Date.now());
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
@@ -567,8 +582,8 @@ class LmdbOutbox implements Outbox {
       if (hidden && (this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
       out.push({
         seq,
-        msg: decodeMessage(value, OUTBOX_HEADER_BYTES),
-        appendedAtMs: outboxValueAppendedAtMs(value),
+        msg: decodeMessage(value, STAMPED_HEADER_BYTES),
+        appendedAtMs: stampedValueMs(value),
         bytes: value.length,
       });
       if (out.length >= limit) break;
@@ -695,7 +710,7 @@ class LmdbOutbox implements Outbox {
         snapshot: false,
       })) {
         const seq = keySeq(key);
-        this.headBuffer.push({ seq, bytes: value.length, appendedAtMs: outboxValueAppendedAtMs(value) });
+        this.headBuffer.push({ seq, bytes: value.length, appendedAtMs: stampedValueMs(value) });
         this.headScanFrom = seq + 1;
         n++;
       }
@@ -706,12 +721,12 @@ class LmdbOutbox implements Outbox {
     }
     if (this.batchHead === this.batchSeqs.length) return undefined;
     const value = this.batchValues[this.batchHead];
-    return { seq: this.batchSeqs[this.batchHead], bytes: value.length, appendedAtMs: outboxValueAppendedAtMs(value) };
+    return { seq: this.batchSeqs[this.batchHead], bytes: value.length, appendedAtMs: stampedValueMs(value) };
   }
 
   private readCommittedHead(): HeadEntry | undefined {
     for (const { key, value } of this.db.getRange({ start: this.prefix, end: this.end, limit: 1, snapshot: false })) {
-      return { seq: keySeq(key), bytes: value.length, appendedAtMs: outboxValueAppendedAtMs(value) };
+      return { seq: keySeq(key), bytes: value.length, appendedAtMs: stampedValueMs(value) };
     }
     return undefined;
   }
@@ -767,10 +782,16 @@ class LmdbSessionStore implements SessionStore {
   }
 
   loadAll(): Iterable<SessionRecord> {
-    const { sessionDb, subscriptionDb, queueDb, releaseDb } = this.store;
+    const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
     const byId = new Map<
       string,
-      { fields: SessionFields; subscriptions: SubscriptionRecord[]; queue: QueuedRecord[]; awaitingRelease: number[] }
+      {
+        fields: SessionFields;
+        subscriptions: SubscriptionRecord[];
+        queue: QueuedRecord[];
+        awaitingRelease: number[];
+        will?: PendingWill;
+      }
     >();
     const get = (clientId: string) => {
       let s = byId.get(clientId);
@@ -786,6 +807,9 @@ class LmdbSessionStore implements SessionStore {
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
       get(keyOwner(key)).queue.push({ seq: keySeq(key), msg: decodeMessage(value, PLAIN_HEADER_BYTES) });
     }
+    for (const { key, value } of willDb.getRange({ snapshot: false })) {
+      get(key.toString('utf8')).will = { msg: decodeMessage(value, STAMPED_HEADER_BYTES), dueAtMs: stampedValueMs(value) };
+    }
     const out: SessionRecord[] = [];
     for (const [clientId, s] of byId) {
       out.push({
@@ -795,6 +819,7 @@ class LmdbSessionStore implements SessionStore {
         subscriptions: s.subscriptions,
         queue: s.queue,
         awaitingRelease: s.awaitingRelease,
+        ...(s.will === undefined ? {} : { will: s.will }),
       });
     }
     return out;
@@ -809,8 +834,9 @@ class LmdbSessionStore implements SessionStore {
   drop(clientId: string): Promise<void> {
     this.prefixes.delete(clientId);
     return this.keyed(clientId, (b, key) => {
-      const { sessionDb, subscriptionDb, queueDb, releaseDb } = this.store;
+      const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
       this.store.del(b, sessionDb, key);
+      this.store.del(b, willDb, key);
       const prefix = ownerPrefix(clientId);
       const end = prefixEnd(prefix);
       for (const db of [subscriptionDb, queueDb, releaseDb] as Database<unknown, Bin>[]) {
@@ -870,6 +896,24 @@ class LmdbSessionStore implements SessionStore {
     return this.keyed(clientId, (b, key) => this.store.del(b, this.store.releaseDb, key), () =>
       seqKey(ownerPrefix(clientId), packetId),
     );
+  }
+
+  putWill(clientId: string, will: PendingWill): Promise<void> {
+    let value: Bin;
+    try {
+      value = encodeStampedValue(will.msg, will.dueAtMs);
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store will: ${asError(err).message}`, { cause: err }));
+    }
+    return this.keyed(clientId, (b, key) => {
+      this.store.reserve(b, value.length);
+      this.store.put(b, this.store.willDb, key, value);
+      this.remember(b, clientId, this.store.willDb, key);
+    }, Buffer.from(clientId, 'utf8'));
+  }
+
+  deleteWill(clientId: string): Promise<void> {
+    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.willDb, key), Buffer.from(clientId, 'utf8'));
   }
 
   ack(clientId: string, seq: number): Promise<void> {
@@ -1167,7 +1211,7 @@ export async function openLmdbStore(
       // eventTurnBatching off: every write goes through one explicit `batch()` per store batch (see issue()).
       // relaxed: LMDB's MDB_NOMETASYNC, one fsync per commit instead of two. LMDB keeps the database intact;
       // an OS crash may undo the last transaction, which is the loss window `relaxed` documents anyway.
-      env = open({ path: dir, maxDbs: 8, eventTurnBatching: false, noMetaSync: opts.sync === 'relaxed' });
+      env = open({ path: dir, maxDbs: 12, eventTurnBatching: false, noMetaSync: opts.sync === 'relaxed' });
     } catch (err) {
       throw openError(dir, `LMDB refused the environment (${asError(err).message})`, err);
     }

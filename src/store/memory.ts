@@ -11,6 +11,7 @@ import type {
   OutboxDepth,
   OutboxEntry,
   OutboxLimits,
+  PendingWill,
   QueuedRecord,
   RetainedStore,
   SessionRecord,
@@ -167,6 +168,7 @@ interface MemorySession {
   subscriptions: Map<string, SubscriptionRecord>;
   queue: Map<number, Message>; // insertion order is seq order
   awaitingRelease: Set<number>;
+  will?: PendingWill;
 }
 
 class MemorySessionStore implements SessionStore {
@@ -189,6 +191,7 @@ class MemorySessionStore implements SessionStore {
         queue,
         awaitingRelease: [...s.awaitingRelease],
         ...(s.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.disconnectedAtMs }),
+        ...(s.will === undefined ? {} : { will: s.will }),
       };
       yield record;
     }
@@ -245,6 +248,19 @@ class MemorySessionStore implements SessionStore {
     return RESOLVED;
   }
 
+  putWill(clientId: string, will: PendingWill): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    this.session(clientId).will = { msg: will.msg, dueAtMs: will.dueAtMs };
+    return RESOLVED;
+  }
+
+  deleteWill(clientId: string): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    const s = this.sessions.get(clientId);
+    if (s !== undefined) s.will = undefined;
+    return RESOLVED;
+  }
+
   private session(clientId: string): MemorySession {
     let s = this.sessions.get(clientId);
     if (s === undefined) {
@@ -280,6 +296,7 @@ class MemoryRetainedStore implements RetainedStore {
 }
 
 class MemoryStore implements Store {
+  readonly durable = false;
   readonly retained: MemoryRetainedStore;
   readonly sessions: MemorySessionStore;
   private readonly outboxes = new Map<string, MemoryOutbox>();

@@ -32,6 +32,15 @@ export interface SessionRecord {
   readonly queue: readonly QueuedRecord[];
   /** Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH must not be delivered again. */
   readonly awaitingRelease: readonly number[];
+  /** The will whose delay was running when the gateway stopped. */
+  readonly will?: PendingWill;
+}
+
+/** A will waiting out its delay (MQTT 5 Will Delay Interval) after its client's connection was lost. */
+export interface PendingWill {
+  readonly msg: Message;
+  /** Wall-clock ms when it is due, so time spent down counts. */
+  readonly dueAtMs: number;
 }
 
 export interface QueuedRecord {
@@ -55,6 +64,10 @@ export interface SessionStore {
   putAwaitingRelease(clientId: string, packetId: number): Promise<void>;
   /** PUBREL arrived: forget the packet id (before PUBCOMP, so the id can be reused safely). */
   deleteAwaitingRelease(clientId: string, packetId: number): Promise<void>;
+  /** The client's connection was lost and its will waits out its delay (one per client; replaces). */
+  putWill(clientId: string, will: PendingWill): Promise<void>;
+  /** The pending will was published, or the client came back. */
+  deleteWill(clientId: string): Promise<void>;
 }
 
 export type OverflowPolicy = 'drop-oldest' | 'reject-new';
@@ -108,6 +121,8 @@ export interface Outbox {
 }
 
 export interface Store {
+  /** Whether what is stored outlives the process (LMDB); the memory store's content ends with it. */
+  readonly durable: boolean;
   readonly retained: RetainedStore;
   readonly sessions: SessionStore;
   /** Opens (or creates) the named outbox; the same name returns the same outbox with its content. */

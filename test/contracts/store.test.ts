@@ -342,6 +342,27 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect([...s.loadAll()][0].awaitingRelease).toEqual([]);
     });
 
+    it('keeps one pending delayed will per client with its due time, until deleted or the session is dropped', async () => {
+      const store = await open();
+      const s = store.sessions;
+      await s.putSession('plc', { expiryIntervalS: 60, disconnectedAtMs: 1_700_000_000_000 });
+      const will = msg(1, { retain: true, properties: { contentType: 'text/plain', userProperties: { line: '4' } } });
+      await s.putWill('plc', { msg: createMessage({ ...will, topic: 'old' }), dueAtMs: 1 });
+      await s.putWill('plc', { msg: will, dueAtMs: 1_700_000_005_000 }); // replaces
+      const record = [...s.loadAll()][0];
+      expect(record.will?.dueAtMs).toBe(1_700_000_005_000);
+      expect(record.will?.msg.topic).toBe(will.topic);
+      expect(record.will?.msg.payload.toString()).toBe(will.payload.toString());
+      expect(record.will?.msg.retain).toBe(true);
+      expect(record.will?.msg.properties).toEqual(will.properties);
+      await s.deleteWill('plc');
+      expect([...s.loadAll()][0].will).toBeUndefined();
+      await s.deleteWill('nobody'); // unknown: ignored
+      await s.putWill('plc', { msg: will, dueAtMs: 5 });
+      await s.drop('plc');
+      expect([...s.loadAll()]).toEqual([]);
+    });
+
     it('drops a session with its subscriptions and queue, leaving other clients alone', async () => {
       const store = await open();
       const s = store.sessions;

@@ -132,3 +132,98 @@ describe('persistent sessions across a crash', () => {
     expect(resumed.payloads()).toEqual(['two']);
   });
 });
+
+/**
+ * A delayed will of a persistent session waits out its delay in the store (issue 7): a crash or a restart
+ * neither loses it nor publishes it early [MQTT-3.1.3-9].
+ */
+describe('delayed wills across a restart', () => {
+  /** Settles the gateway's handling of a dropped connection (the will is stored then); not an assertion. */
+  const settleMs = 300;
+
+  const device = (url: string, clientId: string, topic: string, delayS: number, expiryS = 3600) =>
+    openClient(url, {
+      clientId,
+      clean: false,
+      protocolVersion: 5,
+      properties: { sessionExpiryInterval: expiryS },
+      will: { topic, payload: Buffer.from(`${clientId} offline`), qos: 1, retain: true, properties: { willDelayInterval: delayS } },
+    });
+
+  it('publishes a delayed will after SIGKILL and restart when its delay ends, counting the time spent down', async () => {
+    const gw = disposer.add(await startGateway());
+    const plc = await device(gw.url, 'plc-7', 'lastwill/plc-7', 4);
+    plc.drop();
+    const droppedAt = Date.now();
+    await delay(settleMs);
+    await gw.kill('SIGKILL');
+    await gw.restart();
+
+    const watcher = disposer.add(await openClient(gw.url, { clientId: 'will-watcher' }));
+    await watcher.subscribe('lastwill/#', { qos: 1 });
+    const [will] = await watcher.waitForMessages(1, { timeoutMs: 15_000 });
+    const elapsedMs = Date.now() - droppedAt;
+    expect(will.payload).toBe('plc-7 offline');
+    expect(elapsedMs).toBeGreaterThanOrEqual(3900);
+    expect(elapsedMs).toBeLessThan(12_000);
+  });
+
+  it('keeps a pending delayed will through a graceful restart instead of publishing it at shutdown', async () => {
+    const gw = disposer.add(await startGateway());
+    const plc = await device(gw.url, 'plc-8', 'lastwill/plc-8', 5);
+    plc.drop();
+    const droppedAt = Date.now();
+    await delay(settleMs);
+    await gw.stop();
+    await gw.restart();
+
+    // The will is retained: had it gone out at shutdown, the subscription would get it at once.
+    const watcher = disposer.add(await openClient(gw.url, { clientId: 'will-watcher-2' }));
+    await watcher.subscribe('lastwill/#', { qos: 1 });
+    const subscribedAfterMs = Date.now() - droppedAt;
+    const [will] = await watcher.waitForMessages(1, { timeoutMs: 15_000 });
+    expect(subscribedAfterMs).toBeLessThan(4500); // else the check below proves nothing on a slow machine
+    expect(will.retain).toBe(false); // a live publication, not the retained copy of an earlier one
+    expect(Date.now() - droppedAt).toBeGreaterThanOrEqual(4900);
+  });
+
+  it('does not publish a stored delayed will when its client returns after the restart [MQTT-3.1.3-9]', async () => {
+    const gw = disposer.add(await startGateway());
+    // Both are dropped at the same time with the same delay: once the control will arrived, the other would have.
+    const returning = await device(gw.url, 'returning-plc', 'lastwill/returning-plc', 3);
+    const control = await device(gw.url, 'control-plc', 'lastwill/control-plc', 3);
+    returning.drop();
+    control.drop();
+    await delay(settleMs);
+    await gw.kill('SIGKILL');
+    await gw.restart();
+
+    const watcher = disposer.add(await openClient(gw.url, { clientId: 'will-watcher-3' }));
+    await watcher.subscribe('lastwill/#', { qos: 1 });
+    const back = disposer.add(
+      await openClient(gw.url, { clientId: 'returning-plc', clean: false, protocolVersion: 5, properties: { sessionExpiryInterval: 3600 } }),
+    );
+    expect(back.connack.sessionPresent).toBe(true);
+    await watcher.waitForMessages(1, { topic: 'lastwill/control-plc', timeoutMs: 15_000 });
+    await delay(300);
+    expect(watcher.received('lastwill/returning-plc')).toEqual([]);
+  });
+
+  it('publishes at restart the delayed will of a session that expired while the gateway was down after SIGKILL', async () => {
+    const gw = disposer.add(await startGateway());
+    // A persistent watcher, so the will published during start-up waits in its queue.
+    const watcher = await openClient(gw.url, persistent('will-watcher-4'));
+    await watcher.subscribe('lastwill/#', { qos: 1 });
+    await watcher.disconnect();
+    const plc = await device(gw.url, 'short-plc', 'lastwill/short-plc', 3600, 1);
+    plc.drop();
+    await delay(settleMs);
+    await gw.kill('SIGKILL');
+    await delay(1500); // longer than the session expiry: the session ends while the gateway is down
+    await gw.restart();
+
+    const again = disposer.add(await openClient(gw.url, persistent('will-watcher-4')));
+    const [will] = await again.waitForMessages(1, { timeoutMs: 10_000 });
+    expect(will.payload).toBe('short-plc offline');
+  });
+});
