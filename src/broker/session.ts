@@ -137,7 +137,7 @@ export class Session implements Subscriber {
     }
     // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
     // acknowledged, so it survives a crash; the stored copy is removed when the flow completes.
-    const stored = this.store?.enqueue(this.id, msg.qos === qos && msg.retain === retain ? msg : { ...msg, qos, retain });
+    const stored = this.store?.enqueue(this.id, asDelivered(msg, qos, retain));
     const delivery: Delivery = { msg, qos, retain, subscriptionIds, group, state: 'publish', stored };
     if (link && this.queuedCount === 0 && this.inflight.size < this.window) {
       this.sendNew(link, delivery, encodings);
@@ -147,11 +147,28 @@ export class Session implements Subscriber {
     return stored?.then(noop);
   }
 
-  /** Puts messages stored by an earlier run back in the queue, oldest first. */
+  /**
+   * Puts messages stored by an earlier run back, oldest first: QoS 2 flows that were under way in flight with
+   * their packet ids (resent on attach: PUBLISH with DUP, or PUBREL), the rest in the queue.
+   */
   restore(queue: readonly QueuedRecord[]): void {
-    for (const { seq, msg } of queue) {
-      this.queue.push({ msg, qos: msg.qos, retain: msg.retain, subscriptionIds: undefined, group: undefined, state: 'publish', stored: Promise.resolve(seq) });
-      this.queuedBytes += msg.payload.length;
+    for (const { seq, msg, flight } of queue) {
+      const d: Delivery = {
+        msg,
+        qos: msg.qos,
+        retain: msg.retain,
+        subscriptionIds: undefined,
+        group: undefined,
+        state: flight?.released ? 'pubrel' : 'publish',
+        stored: Promise.resolve(seq),
+      };
+      if (flight !== undefined) {
+        if (this.inflight === NO_FLOWS) this.inflight = new Map();
+        this.inflight.set(flight.packetId, d);
+      } else {
+        this.queue.push(d);
+        this.queuedBytes += msg.payload.length;
+      }
     }
   }
 
@@ -216,6 +233,7 @@ export class Session implements Subscriber {
       return true;
     }
     f.state = 'pubrel';
+    this.recordFlight(f, packetId);
     this.link?.sendPubrel(packetId);
     return true;
   }
@@ -274,6 +292,20 @@ export class Session implements Subscriber {
     if (this.inflight === NO_FLOWS) this.inflight = new Map();
     this.inflight.set(packetId, d);
     this.events.sent(d.qos);
+    if (d.qos === 2) this.recordFlight(d, packetId);
+  }
+
+  /**
+   * QoS 2 to a persistent session: the packet id and state are stored with the queued message, so a restart
+   * resumes the flow instead of sending it again as a new message, which the client would deliver twice.
+   * (QoS 1 needs none: a resend under a new id is the duplicate QoS 1 allows.)
+   */
+  private recordFlight(d: Delivery, packetId: number): void {
+    const store = this.store;
+    if (!d.stored || !store) return;
+    const flight = { packetId, released: d.state === 'pubrel' };
+    const msg = asDelivered(d.msg, d.qos, d.retain);
+    d.stored.then((seq) => store.markInFlight(this.id, seq, msg, flight)).catch((err: unknown) => this.events.storeFailed(err, this.id));
   }
 
   /** The delivery is done with (acknowledged, dropped, or handed to another session): remove its stored copy. */
@@ -293,6 +325,11 @@ export class Session implements Subscriber {
 }
 
 function noop(): void {}
+
+/** The message as this session gets it (granted QoS, retain flag), which is what its store keeps. */
+function asDelivered(msg: Message, qos: QoS, retain: boolean): Message {
+  return msg.qos === qos && msg.retain === retain ? msg : { ...msg, qos, retain };
+}
 
 /** The shared empty map of a session without flows in progress; replaced by its own map at the first one. */
 const NO_FLOWS: Map<number, Delivery> = new Map();

@@ -19,6 +19,7 @@
  * also carry an f64 wall-clock time right after it (append time, due time), readable without decoding.
  */
 import type { Message, PublishProperties, QoS, UserProperties } from '../protocol/message.js';
+import type { FlightState } from './types.js';
 
 /** Format byte at the start of every stored message value; bump with a schema migration. */
 export const VALUE_FORMAT = 1;
@@ -303,6 +304,28 @@ export function encodeStampedValue(msg: Message, stampMs: number): Buffer {
 /** Reads the wall-clock time of a stamped value without decoding the message. */
 export function stampedValueMs(value: Buffer): number {
   return value.readDoubleBE(1);
+}
+
+/** Format byte of a session-queue value with a flight state: u16 packet id and u8 released follow. */
+const FLIGHT_FORMAT = 2;
+export const FLIGHT_HEADER_BYTES = 4;
+
+/** Encodes a session-queue value: the plain layout, or with the flight state of a QoS 2 delivery. */
+export function encodeQueuedValue(msg: Message, flight?: FlightState): Buffer {
+  if (flight === undefined) return encodePlainValue(msg);
+  const buf = encodeMessage(msg, FLIGHT_HEADER_BYTES);
+  buf[0] = FLIGHT_FORMAT;
+  buf.writeUInt16BE(flight.packetId, 1);
+  buf[3] = flight.released ? 1 : 0;
+  return buf;
+}
+
+export function decodeQueuedValue(value: Buffer): { msg: Message; flight?: FlightState } {
+  if (value[0] !== FLIGHT_FORMAT) return { msg: decodeMessage(value, PLAIN_HEADER_BYTES) };
+  return {
+    msg: decodeMessage(value, FLIGHT_HEADER_BYTES),
+    flight: { packetId: value.readUInt16BE(1), released: value[3] === 1 },
+  };
 }
 
 /** Encodes a retained or session-queue value: format byte, message. */

@@ -37,7 +37,10 @@ import type { Logger } from '../util/logger.js';
 import {
   decodeMessage,
   encodeStampedValue,
+  decodeQueuedValue,
   encodePlainValue,
+  encodeQueuedValue,
+  FLIGHT_HEADER_BYTES,
   keyOwner,
   keySeq,
   nameKey,
@@ -51,6 +54,7 @@ import {
 import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from './outbox-limits.js';
 import type {
   DropReason,
+  FlightState,
   Outbox,
   OutboxDepth,
   OutboxEntry,
@@ -123,6 +127,8 @@ class Batch {
   readonly outboxes = new Set<LmdbOutbox>();
   sessionSeqBefore: number | undefined;
   retainedCountBefore: number | undefined;
+  /** Client ids whose session was dropped in this batch (the committed keys are still readable). */
+  readonly droppedSessions = new Set<string>();
   /** Keys written for a client in this batch, so a `drop` later in the same batch removes them too. */
   readonly sessionKeys = new Map<string, { db: Database<any, any>; key: Bin }[]>();
   /** Whether a retained topic exists after the writes so far in this batch. */
@@ -383,6 +389,7 @@ class LmdbStoreImpl implements Store {
     }
     try {
       for (const box of b.outboxes) box.finishBatch(b);
+      this.sessions.finishBatch(b);
       if (b.sessionSeqBefore !== undefined) this.put(b, this.meta, 'sessionSeq', this.sessions.lastSeq);
     } catch (err) {
       // Queueing a counter write fails only if the environment is broken; the commit then fails as well and
@@ -805,7 +812,7 @@ class LmdbSessionStore implements SessionStore {
     for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) get(keyOwner(key)).subscriptions.push(value);
     for (const key of releaseDb.getKeys({ snapshot: false })) get(keyOwner(key)).awaitingRelease.push(keySeq(key));
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
-      get(keyOwner(key)).queue.push({ seq: keySeq(key), msg: decodeMessage(value, PLAIN_HEADER_BYTES) });
+      get(keyOwner(key)).queue.push({ seq: keySeq(key), ...decodeQueuedValue(value) });
     }
     for (const { key, value } of willDb.getRange({ snapshot: false })) {
       get(key.toString('utf8')).will = { msg: decodeMessage(value, STAMPED_HEADER_BYTES), dueAtMs: stampedValueMs(value) };
@@ -835,6 +842,7 @@ class LmdbSessionStore implements SessionStore {
     this.prefixes.delete(clientId);
     return this.keyed(clientId, (b, key) => {
       const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
+      b.droppedSessions.add(clientId);
       this.store.del(b, sessionDb, key);
       this.store.del(b, willDb, key);
       const prefix = ownerPrefix(clientId);
@@ -916,6 +924,24 @@ class LmdbSessionStore implements SessionStore {
     return this.keyed(clientId, (b, key) => this.store.del(b, this.store.willDb, key), Buffer.from(clientId, 'utf8'));
   }
 
+  markInFlight(clientId: string, seq: number, msg: Message, flight: FlightState): Promise<void> {
+    let value: Bin;
+    let key: Bin;
+    try {
+      value = encodeQueuedValue(msg, flight);
+      key = seqKey(this.prefixOf(clientId), seq);
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+    }
+    return this.store.schedule((b) => {
+      // Only while still queued. Called once the enqueue is durable, so a missing key was acknowledged or dropped
+      // in an earlier batch; a drop in this batch is not visible yet. Acks of this batch run after it (finishBatch).
+      if (b.droppedSessions.has(clientId) || !this.store.queueDb.doesExist(key)) return;
+      this.store.reserve(b, FLIGHT_HEADER_BYTES - PLAIN_HEADER_BYTES);
+      this.store.put(b, this.store.queueDb, key, value);
+    });
+  }
+
   ack(clientId: string, seq: number): Promise<void> {
     if (this.store.isClosing) return Promise.reject(closedError());
     let key: Bin;
@@ -924,15 +950,19 @@ class LmdbSessionStore implements SessionStore {
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }));
     }
-    // Acks come one per delivered message: they share one operation (and one promise) per batch.
+    // Acks come one per delivered message: they share one promise per batch, and their deletes run at the end
+    // of the batch (`finishBatch`), after any flight state recorded in it.
     this.ackKeys.push(key);
-    this.acksDone ??= this.store.schedule((b) => {
-      const keys = this.ackKeys;
-      this.ackKeys = [];
-      this.acksDone = undefined;
-      for (const k of keys) this.store.del(b, this.store.queueDb, k);
-    });
+    this.acksDone ??= this.store.schedule(() => undefined);
     return this.acksDone;
+  }
+
+  /** End of building a batch: the deletes of the acks collected for it. */
+  finishBatch(b: Batch): void {
+    if (this.ackKeys.length === 0) return;
+    for (const k of this.ackKeys) this.store.del(b, this.store.queueDb, k);
+    this.ackKeys = [];
+    this.acksDone = undefined;
   }
 
   /** The key prefix of a client id, kept while the session lives: every queued message and ack needs it. */

@@ -7,6 +7,7 @@ import { outboxEntryBytes } from './codec.js';
 import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from './outbox-limits.js';
 import type {
   DropReason,
+  FlightState,
   Outbox,
   OutboxDepth,
   OutboxEntry,
@@ -166,7 +167,7 @@ interface MemorySession {
   expiryIntervalS: number;
   disconnectedAtMs?: number;
   subscriptions: Map<string, SubscriptionRecord>;
-  queue: Map<number, Message>; // insertion order is seq order
+  queue: Map<number, { msg: Message; flight?: FlightState }>; // insertion order is seq order
   awaitingRelease: Set<number>;
   will?: PendingWill;
 }
@@ -183,7 +184,7 @@ class MemorySessionStore implements SessionStore {
   *loadAll(): Iterable<SessionRecord> {
     for (const [clientId, s] of this.sessions) {
       const queue: QueuedRecord[] = [];
-      for (const [seq, msg] of s.queue) queue.push({ seq, msg });
+      for (const [seq, q] of s.queue) queue.push(q.flight === undefined ? { seq, msg: q.msg } : { seq, msg: q.msg, flight: q.flight });
       const record: SessionRecord = {
         clientId,
         expiryIntervalS: s.expiryIntervalS,
@@ -226,7 +227,7 @@ class MemorySessionStore implements SessionStore {
   enqueue(clientId: string, msg: Message): Promise<number> {
     if (this.isClosed()) return Promise.reject(closedError());
     const seq = ++this.lastSeq;
-    this.session(clientId).queue.set(seq, msg);
+    this.session(clientId).queue.set(seq, { msg });
     return Promise.resolve(seq);
   }
 
@@ -239,6 +240,13 @@ class MemorySessionStore implements SessionStore {
   deleteAwaitingRelease(clientId: string, packetId: number): Promise<void> {
     if (this.isClosed()) return Promise.reject(closedError());
     this.sessions.get(clientId)?.awaitingRelease.delete(packetId);
+    return RESOLVED;
+  }
+
+  markInFlight(clientId: string, seq: number, msg: Message, flight: FlightState): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    const queue = this.sessions.get(clientId)?.queue;
+    if (queue?.has(seq)) queue.set(seq, { msg, flight: { packetId: flight.packetId, released: flight.released } });
     return RESOLVED;
   }
 

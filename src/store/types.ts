@@ -43,9 +43,17 @@ export interface PendingWill {
   readonly dueAtMs: number;
 }
 
+/** Where a queued QoS 2 delivery stands once sent: its packet id, and whether PUBREC came (PUBREL sent). */
+export interface FlightState {
+  readonly packetId: number;
+  readonly released: boolean;
+}
+
 export interface QueuedRecord {
   readonly seq: number;
   readonly msg: Message;
+  /** A QoS 2 delivery that was under way: resumed with its packet id (PUBLISH with DUP, or PUBREL). */
+  readonly flight?: FlightState;
 }
 
 export interface SessionStore {
@@ -58,6 +66,11 @@ export interface SessionStore {
   deleteSubscription(clientId: string, filter: string): Promise<void>;
   /** Queues a QoS > 0 message for the session; resolves with its sequence number once durable. */
   enqueue(clientId: string, msg: Message): Promise<number>;
+  /**
+   * A queued QoS 2 message was sent, or its PUBREC came: records the packet id and state, so that after a
+   * restart the flow resumes with the same id instead of starting again as a new message [MQTT-4.3.3-9].
+   */
+  markInFlight(clientId: string, seq: number, msg: Message, flight: FlightState): Promise<void>;
   /** Removes a queued message once its delivery completed (PUBACK / PUBCOMP). */
   ack(clientId: string, seq: number): Promise<void>;
   /** An incoming QoS 2 message was accepted (PUBREC): remember its packet id until PUBREL. */

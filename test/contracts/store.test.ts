@@ -342,6 +342,27 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect([...s.loadAll()][0].awaitingRelease).toEqual([]);
     });
 
+    it('records the flight state of a queued QoS 2 message, and never revives one already acknowledged or dropped', async () => {
+      const store = await open();
+      const s = store.sessions;
+      await s.putSession('hmi', { expiryIntervalS: 60 });
+      const m = msg(1, { qos: 2 });
+      const [a, b, c] = [await s.enqueue('hmi', m), await s.enqueue('hmi', m), await s.enqueue('hmi', m)];
+      await s.markInFlight('hmi', a, m, { packetId: 65535, released: false });
+      await s.markInFlight('hmi', a, m, { packetId: 65535, released: true });
+      await s.markInFlight('hmi', b, m, { packetId: 2, released: false });
+      // Marked and acknowledged in one turn: the ack wins, whatever the order inside the batch.
+      await Promise.all([s.markInFlight('hmi', c, m, { packetId: 3, released: true }), s.ack('hmi', c)]);
+      await s.ack('hmi', b);
+      await s.markInFlight('hmi', b, m, { packetId: 2, released: true }); // already acknowledged: ignored
+      const queue = [...s.loadAll()][0].queue;
+      expect(queue.map((q) => [q.seq, q.flight])).toEqual([[a, { packetId: 65535, released: true }]]);
+      expect(queue[0].msg.payload.toString()).toBe('payload-1');
+      expect(queue[0].msg.qos).toBe(2);
+      await Promise.all([s.drop('hmi'), s.markInFlight('hmi', a, m, { packetId: 1, released: false })]);
+      expect([...s.loadAll()]).toEqual([]);
+    });
+
     it('keeps one pending delayed will per client with its due time, until deleted or the session is dropped', async () => {
       const store = await open();
       const s = store.sessions;
