@@ -14,7 +14,9 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { createLogger, type RootLogger } from './ops/log.js';
+import { runStoreCommand, storeUsage } from './store/store-command.js';
 import { asError, ConfigError, StoreError } from './util/errors.js';
+import { silentLogger } from './util/logger.js';
 
 const EXIT_RUNTIME = 1;
 const EXIT_CONFIG = 2;
@@ -46,7 +48,7 @@ Commands:
   edgeferry passwd FILE USER [--delete]
                            add or change USER in a mosquitto_passwd-compatible FILE (the password is
                            read from stdin, or prompted for on a terminal); --delete removes USER
-${opcuaUsage.replace(/^Usage:\n/, '')}
+${opcuaUsage.replace(/^Usage:\n/, '')}${storeUsage}
 Signals: SIGTERM and SIGINT stop gracefully, SIGHUP reloads the configuration file.
 Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
 `;
@@ -100,11 +102,17 @@ async function readPassword(): Promise<string> {
   return line;
 }
 
-/** `edgeferry opcua browse|trust ...`, with the PKI and connectors of the configuration file (if it loads). */
-async function opcuaCommand(argv: string[]): Promise<number> {
+/** Removes `-c FILE` / `--config FILE` from a subcommand's arguments; returns the configuration file. */
+function takeConfigOption(argv: string[]): string {
   const i = argv.findIndex((a) => a === '-c' || a === '--config');
   const file = resolve(i >= 0 && argv[i + 1] !== undefined ? argv[i + 1] : DEFAULT_CONFIG_FILE);
   if (i >= 0) argv.splice(i, 2);
+  return file;
+}
+
+/** `edgeferry opcua browse|trust ...`, with the PKI and connectors of the configuration file (if it loads). */
+async function opcuaCommand(argv: string[]): Promise<number> {
+  const file = takeConfigOption(argv);
   let config: Config | undefined;
   try {
     config = loadConfig(file);
@@ -123,7 +131,34 @@ async function opcuaCommand(argv: string[]): Promise<number> {
   });
 }
 
+/** `edgeferry store list|delete-outbox NAME`, on the data directory of the configuration file. */
+async function storeCommand(argv: string[]): Promise<number> {
+  const file = takeConfigOption(argv);
+  let config: Config;
+  try {
+    config = loadConfig(file);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`${err.message}\n`);
+    return EXIT_CONFIG;
+  }
+  const { path: storePath, sync, maxBytes } = config.storage;
+  const { openLmdbStore } = await import('./store/lmdb.js'); // the native module only when needed
+  return runStoreCommand(argv, {
+    // Never creates a store: a typo in storage.path must not leave an empty one behind.
+    open: async () => (existsSync(storePath) ? openLmdbStore({ path: storePath, sync, maxBytes, log: silentLogger }) : undefined),
+    bridgeNames: config.bridges.map((b) => b.name),
+    storePath,
+    stdout: (t) => process.stdout.write(t),
+    stderr: (t) => process.stderr.write(t),
+  });
+}
+
 async function main(): Promise<void> {
+  if (process.argv[2] === 'store') {
+    process.exitCode = await storeCommand(process.argv.slice(3));
+    return;
+  }
   if (process.argv[2] === 'opcua') {
     process.exitCode = await opcuaCommand(process.argv.slice(3));
     return;

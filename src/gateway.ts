@@ -89,6 +89,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   for (const bridge of bridges) await bridge.start();
   // Delayed wills of the last run go out only now, so that an overdue one reaches the bridges too.
   broker.wills.start();
+  warnOrphanOutboxes(store, config.bridges, log);
 
   const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }));
   let listeners: BoundListener[];
@@ -346,4 +347,18 @@ async function readinessProblems(store: Store, bridges: readonly Bridge[], serve
   if (!flushed) problems.push('the store did not flush within 2 s');
   for (const bridge of bridges) if (!bridge.stats.connected) problems.push(`bridge ${bridge.name} is ${bridge.stats.state}`);
   return problems;
+}
+
+/**
+ * The outbox of a bridge removed from the configuration keeps its backlog on disk (nothing acknowledged is
+ * dropped silently); said once at start, with the way to inspect and delete it.
+ */
+function warnOrphanOutboxes(store: Store, bridges: readonly BridgeConfig[], log: Logger): void {
+  const orphans = store.outboxNames().filter((name) => !bridges.some((b) => b.name === name));
+  if (orphans.length === 0) return;
+  log.warn(
+    { outboxes: orphans },
+    'outboxes of bridges no longer in the configuration stay on disk: inspect them with "edgeferry store list", ' +
+      'delete one with "edgeferry store delete-outbox NAME" while edgeferry is stopped',
+  );
 }

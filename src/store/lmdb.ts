@@ -51,7 +51,7 @@ import {
   prefixEnd,
   seqKey,
 } from './codec.js';
-import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from './outbox-limits.js';
+import { closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
 import type {
   DropReason,
   FlightState,
@@ -73,6 +73,13 @@ const PAGE_STATS_MAX_AGE_MS = 1000;
 const PAGE_STATS_EXACT_ABOVE = 0.9;
 /** Pages per value byte, generously: 64-byte values with 8-byte keys fill pages about 2:1. */
 const RESERVE_MARGIN = 3;
+
+/** Outbox counters live in `meta` under `outbox:<name>`; the range of those keys lists the outboxes. */
+const OUTBOX_META_PREFIX = 'outbox:';
+const OUTBOX_META_END = 'outbox;';
+const outboxMetaKey = (name: string): string => OUTBOX_META_PREFIX + name;
+/** Entries deleted per transaction when a whole outbox is deleted. */
+const DELETE_CHUNK = 10_000;
 
 /** Layout version of the databases below; stored in `meta` at creation, refused when different. */
 export const SCHEMA_VERSION = 1;
@@ -222,6 +229,37 @@ class LmdbStoreImpl implements Store {
     return box;
   }
 
+  outboxNames(): string[] {
+    const names: string[] = [];
+    for (const key of this.meta.getKeys({ start: OUTBOX_META_PREFIX, end: OUTBOX_META_END, snapshot: false })) {
+      names.push(String(key).slice(OUTBOX_META_PREFIX.length));
+    }
+    return names;
+  }
+
+  async deleteOutbox(name: string): Promise<number> {
+    if (this.closing) throw closedError();
+    if (this.outboxes.has(name)) throw outboxInUseError(name);
+    const prefix = ownerPrefix(name);
+    const end = prefixEnd(prefix);
+    let deleted = 0;
+    // In chunks, one transaction each: an outbox may hold millions of entries. Each chunk reads the keys the
+    // previous chunk's commit left.
+    for (;;) {
+      const n = await this.schedule((b) => {
+        let count = 0;
+        for (const key of this.outboxDb.getKeys({ start: prefix, end, limit: DELETE_CHUNK, snapshot: false })) {
+          this.del(b, this.outboxDb, key);
+          count++;
+        }
+        if (count < DELETE_CHUNK) this.del(b, this.meta, outboxMetaKey(name));
+        return count;
+      });
+      deleted += n;
+      if (n < DELETE_CHUNK) return deleted;
+    }
+  }
+
   /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
   schedule<T>(run: (b: Batch) => T): Promise<T> {
     if (this.closing) return Promise.reject(closedError());
@@ -239,7 +277,7 @@ class LmdbStoreImpl implements Store {
     void db.put(key, value);
   }
 
-  del(_b: Batch, db: Database<any, any>, key: Bin): void {
+  del(_b: Batch, db: Database<any, any>, key: Bin | string): void {
     void db.remove(key);
   }
 
@@ -519,7 +557,7 @@ class LmdbOutbox implements Outbox {
       throw new StoreError('EF_STORE_OPEN', `invalid outbox name ${JSON.stringify(name)}`, { cause: err });
     }
     this.end = prefixEnd(this.prefix);
-    this.metaKey = `outbox:${name}`;
+    this.metaKey = outboxMetaKey(name);
     const meta = store.meta.get(this.metaKey) as OutboxMeta | undefined;
     let lastKeySeq = 0;
     for (const key of this.db.getKeys({ start: this.end, end: this.prefix, reverse: true, limit: 1, snapshot: false })) {

@@ -4,7 +4,7 @@
  */
 import type { Message } from '../protocol/message.js';
 import { outboxEntryBytes } from './codec.js';
-import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from './outbox-limits.js';
+import { closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
 import type {
   DropReason,
   FlightState,
@@ -325,6 +325,16 @@ class MemoryStore implements Store {
       box.limits = limits; // a config reload may change limits; content stays
     }
     return box;
+  }
+
+  outboxNames(): string[] {
+    return [...this.outboxes.keys()];
+  }
+
+  /** A memory outbox exists only once opened, so every existing one is refused. */
+  deleteOutbox(name: string): Promise<number> {
+    if (this.closed) return Promise.reject(closedError());
+    return this.outboxes.has(name) ? Promise.reject(outboxInUseError(name)) : Promise.resolve(0);
   }
 
   flushed(): Promise<void> {

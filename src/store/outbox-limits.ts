@@ -23,6 +23,10 @@ export function entryTooLargeError(name: string, limits: OutboxLimits, bytes: nu
   return new StoreError('EF_STORE_FULL', `a ${bytes}-byte message can never fit outbox "${name}" (maxBytes ${limits.maxBytes})`);
 }
 
+export function outboxInUseError(name: string): StoreError {
+  return new StoreError('EF_STORE_WRITE', `outbox "${name}" is in use by a bridge of this process; stop edgeferry first`);
+}
+
 export function closedError(): StoreError {
   return new StoreError('EF_STORE_WRITE', 'the store is closed');
 }

@@ -140,6 +140,14 @@ export interface Store {
   readonly sessions: SessionStore;
   /** Opens (or creates) the named outbox; the same name returns the same outbox with its content. */
   outbox(name: string, limits: OutboxLimits): Outbox;
+  /** Every outbox in the store, opened or not: also those of bridges no longer configured. */
+  outboxNames(): string[];
+  /**
+   * Deletes an outbox with its entries and counters (an operator's decision, e.g. for a removed bridge);
+   * resolves with the number of entries deleted, 0 for an unknown name. Refused (EF_STORE_WRITE) for an
+   * outbox opened in this process: its bridge would go on with it.
+   */
+  deleteOutbox(name: string): Promise<number>;
   /** Resolves when every write so far is durable. */
   flushed(): Promise<void>;
   close(): Promise<void>;

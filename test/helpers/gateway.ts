@@ -189,3 +189,21 @@ export function bridgePatch(url: string | string[], bridge: Record<string, unkno
   };
   return { bridges: [deepMerge(base, bridge)] };
 }
+
+/** Runs `edgeferry <args>` to completion (killed after 15 s), with `stdin` piped in (undefined: closed at once). */
+export function runCli(args: readonly string[], stdin?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolveRun, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    child.once('error', reject);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolveRun({ code, stdout, stderr });
+    });
+    child.stdin.end(stdin ?? '');
+  });
+}

@@ -3,36 +3,21 @@
  * Debian's Mosquitto accepts as its `password_file`, and that edgeferry accepts; it edits files made by
  * `mosquitto_passwd` without disturbing their other lines.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway } from '../helpers/gateway.js';
+import { runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { connectRefused, openClient, runTool } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 
 const d = useDisposer();
-const CLI = join(resolve(fileURLToPath(new URL('../..', import.meta.url))), 'dist', 'src', 'cli.js');
 
 /** Runs `edgeferry passwd ...` with `stdin` piped in (undefined: stdin closed at once). */
 function passwd(args: string[], stdin?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolveRun, reject) => {
-    const child = spawn(process.execPath, [CLI, 'passwd', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-    child.once('error', reject);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolveRun({ code, stdout, stderr });
-    });
-    child.stdin.end(stdin ?? '');
-  });
+  return runCli(['passwd', ...args], stdin);
 }
 
 /** mosquitto_pub to `port` as `user`: resolves with its exit code and stderr. */

@@ -85,6 +85,27 @@ describe('LMDB store', () => {
     expect(reopenedOther.peek(1)[0].seq).toBeGreaterThan(otherSeq);
   });
 
+  it('lists every outbox on disk and deletes a closed one in chunks, leaving the others alone', async () => {
+    const dir = tempDir();
+    let s = await openStore(dir);
+    const gone = s.outbox('gone', UNLIMITED);
+    const kept = s.outbox('kept', UNLIMITED);
+    await Promise.all(Array.from({ length: 10_005 }, (_, i) => gone.append(small(i))));
+    await Promise.all([kept.append(small(1)), kept.append(small(2))]);
+    const refused = await s.deleteOutbox('gone').catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(StoreError); // open in this process: its bridge would go on with it
+    await closeStore(s);
+
+    s = await openStore(dir);
+    expect(s.outboxNames().sort()).toEqual(['gone', 'kept']);
+    expect(await s.deleteOutbox('gone')).toBe(10_005);
+    expect(await s.deleteOutbox('never-there')).toBe(0);
+    expect(s.outboxNames()).toEqual(['kept']);
+    expect(s.outbox('kept', UNLIMITED).depth.messages).toBe(2);
+    const again = s.outbox('gone', UNLIMITED);
+    expect([again.depth.messages, again.peek(10)]).toEqual([0, []]);
+  });
+
   it('keeps retained messages and sessions across a reopen; session seqs keep increasing', async () => {
     const dir = tempDir();
     let store = await openStore(dir);
