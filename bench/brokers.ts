@@ -180,37 +180,86 @@ export function spawnTracked(file: string, args: string[], dir: string, live: Se
   return { child, exited, outputTail: () => tail, exitStatus: () => exitCode };
 }
 
+/** A process started by `launchUntilReady`: it accepted an MQTT connection on its port. */
+export interface LaunchedProcess {
+  readonly pid: number;
+  outputTail(): string;
+  exitStatus(): number | string | null;
+  /** SIGTERM, SIGKILL after the launch's `stopTimeoutMs`; resolves once the process is gone. */
+  stop(): Promise<void>;
+  /** SIGKILL now; resolves once the process is gone. */
+  kill(): Promise<void>;
+}
+
+export interface LaunchOptions {
+  /** For error messages. */
+  name: string;
+  file: string;
+  args: string[];
+  /** Working directory. */
+  dir: string;
+  /** The MQTT port probed for readiness. */
+  port: number;
+  /** The caller's set of live processes (for kill-all on SIGINT). */
+  live: Set<ChildProcess>;
+  /** SIGTERM waits this long before SIGKILL (default 5 s). */
+  stopTimeoutMs?: number;
+  /** Delay between readiness probes. */
+  pollMs: number;
+  /** Client id prefix of the readiness probes (the attempt number is appended). */
+  probePrefix: string;
+  readyTimeoutMs?: number;
+}
+
+/**
+ * Spawns a broker (or gateway) process and waits until a TCP connect + CONNECT/CONNACK on `port` succeeds.
+ * A process that exits first, or is not ready in time (then SIGKILLed), makes it throw with the gist of its output.
+ */
+export async function launchUntilReady(o: LaunchOptions): Promise<LaunchedProcess> {
+  const { child, exited, outputTail, exitStatus } = spawnTracked(o.file, o.args, o.dir, o.live);
+  const stop = async (): Promise<void> => {
+    if (exitStatus() !== null) return;
+    child.kill('SIGTERM');
+    const killer = setTimeout(() => child.kill('SIGKILL'), o.stopTimeoutMs ?? 5000);
+    await exited;
+    clearTimeout(killer);
+  };
+  const kill = async (): Promise<void> => {
+    if (exitStatus() !== null) return;
+    child.kill('SIGKILL');
+    await exited;
+  };
+  const timeoutMs = o.readyTimeoutMs ?? readyTimeoutMs;
+  const deadline = Date.now() + timeoutMs;
+  for (let attempt = 0; ; attempt++) {
+    if (exitStatus() !== null) throw new Error(`${o.name} exited (${String(exitStatus())}) before it was ready: ${summarizeOutput(outputTail())}`);
+    if (await probe(o.port, `${o.probePrefix}${attempt}`)) break;
+    if (Date.now() > deadline) {
+      await kill();
+      throw new Error(`${o.name} not ready on port ${o.port} within ${timeoutMs} ms: ${summarizeOutput(outputTail())}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, o.pollMs));
+  }
+  if (child.pid === undefined) throw new Error(`${o.name}: no pid`);
+  return { pid: child.pid, outputTail, exitStatus, stop, kill };
+}
+
 export async function startBroker(name: BrokerName, env: BrokerEnv): Promise<RunningBroker> {
   const port = await freePort();
   const dir = fs.mkdtempSync(path.join(env.tmpDir, `${name}-`));
   const { file, args } = command(name, port, env, dir);
-  const { child, exited, outputTail, exitStatus } = spawnTracked(file, args, dir, live);
+  let proc: LaunchedProcess;
+  try {
+    proc = await launchUntilReady({ name, file, args, dir, port, live, stopTimeoutMs: 3000, pollMs: 100, probePrefix: 'bench-probe-' });
+  } catch (err) {
+    fs.rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
   const stop = async (): Promise<void> => {
-    if (exitStatus() === null) {
-      child.kill('SIGTERM');
-      const killed = setTimeout(() => child.kill('SIGKILL'), 3000);
-      await exited;
-      clearTimeout(killed);
-    }
+    await proc.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   };
-
-  const deadline = Date.now() + readyTimeoutMs;
-  let attempt = 0;
-  for (;;) {
-    if (exitStatus() !== null) {
-      await stop();
-      throw new Error(`${name} exited (${String(exitStatus())}) before it was ready: ${summarizeOutput(outputTail())}`);
-    }
-    if (await probe(port, `bench-probe-${attempt++}`)) break;
-    if (Date.now() > deadline) {
-      await stop();
-      throw new Error(`${name} not ready on port ${port} within ${readyTimeoutMs} ms: ${summarizeOutput(outputTail())}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  if (child.pid === undefined) throw new Error(`${name}: no pid`);
-  return { name, pid: child.pid, port, outputTail, exitStatus, stop };
+  return { name, pid: proc.pid, port, outputTail: proc.outputTail, exitStatus: proc.exitStatus, stop };
 }
 
 /** Resident set size of a process in kB (VmRSS). */
@@ -265,4 +314,17 @@ export function machineInfo(): Record<string, unknown> {
     node: process.version,
     kernel: os.release(),
   };
+}
+
+/** On SIGINT (after printing `interruptMessage`) and SIGTERM: run `cleanup` and exit 130 / 143. */
+export function exitOnSignals(cleanup: () => void, interruptMessage: string): void {
+  process.on('SIGINT', () => {
+    process.stderr.write(`\ninterrupted: ${interruptMessage}\n`);
+    cleanup();
+    process.exit(130);
+  });
+  process.on('SIGTERM', () => {
+    cleanup();
+    process.exit(143);
+  });
 }

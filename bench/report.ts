@@ -193,3 +193,129 @@ export function describeRun(record: RunRecord): string {
       return `${head} ${formatNumber(m.kbPerConnection)} kB/conn (${m.connected} connected, ${m.failed} failed, RSS ${m.rssBeforeKb} -> ${m.rssAfterKb} kB) ${tail}${m.firstError ? ` first error: ${m.firstError}` : ''}${errs}`;
   }
 }
+
+// ---- grouped runs (bench:persistence, bench:bridge) -------------------------------------------------------
+
+/** One measured quantity of a grouped benchmark. */
+export interface GroupColumn {
+  key: string;
+  label: string;
+  /** Compared subject/baseline in the ratio lines (higher is better). */
+  ratio?: boolean;
+  /** Also show the largest value seen over the repetitions. */
+  worst?: 'max';
+  /** A 0/1 flag: shown as the number of runs where it was 1, e.g. "5/5", instead of a median. */
+  flag?: boolean;
+}
+
+/** One table: a scenario (or scenario x payload size) of a grouped benchmark. */
+export interface GroupSpec {
+  key: string;
+  title: string;
+  columns: readonly GroupColumn[];
+}
+
+/** One run of one broker (or gateway) in one group. */
+export interface GroupRun {
+  group: string;
+  broker: string;
+  ok: boolean;
+  error?: string;
+  metrics?: Record<string, number>;
+  /** Anomalies worth a look: incomplete ingest, truncated drain, socket problems. */
+  notes: string[];
+}
+
+export interface GroupBrokerSummary {
+  runs: number;
+  failures: number;
+  medians: Medians | null;
+  worst: Medians | null;
+  /** For `flag` columns: in how many successful runs the flag was 1. */
+  flagged: Medians | null;
+  errors: string[];
+  notes: string[];
+}
+
+export interface GroupSummary {
+  title: string;
+  brokers: Record<string, GroupBrokerSummary>;
+  /** `<subject>/<baseline>`: ratio of medians, per `ratio` column. */
+  ratios: Record<string, Record<string, number | null>>;
+}
+
+/** Medians (and worst values, flag counts, errors, notes) per group and broker; ratio of medians per pair. */
+export function summarizeGroups(
+  runs: readonly GroupRun[],
+  groups: readonly GroupSpec[],
+  brokers: readonly string[],
+  ratioPairs: readonly (readonly [subject: string, baseline: string])[],
+): Record<string, GroupSummary> {
+  const out: Record<string, GroupSummary> = {};
+  for (const group of groups) {
+    const cols = group.columns;
+    const summary: GroupSummary = { title: group.title, brokers: {}, ratios: {} };
+    for (const broker of brokers) {
+      const mine = runs.filter((r) => r.group === group.key && r.broker === broker);
+      const good = mine.filter((r) => r.ok && r.metrics !== undefined);
+      const values = (key: string): number[] => good.map((r) => (r.metrics as Record<string, number>)[key]);
+      summary.brokers[broker] = {
+        runs: good.length,
+        failures: mine.length - good.length,
+        medians: good.length === 0 ? null : Object.fromEntries(cols.map((c) => [c.key, median(values(c.key))])),
+        worst: good.length === 0 ? null : Object.fromEntries(cols.filter((c) => c.worst).map((c) => [c.key, Math.max(...values(c.key))])),
+        flagged:
+          good.length === 0 ? null : Object.fromEntries(cols.filter((c) => c.flag).map((c) => [c.key, values(c.key).filter((v) => v === 1).length])),
+        errors: [...new Set(mine.filter((r) => !r.ok).map((r) => r.error ?? 'unknown error'))],
+        notes: [...new Set(mine.flatMap((r) => r.notes))],
+      };
+    }
+    for (const [subject, baseline] of ratioPairs) {
+      const mine = summary.brokers[subject]?.medians ?? null;
+      const theirs = summary.brokers[baseline]?.medians ?? null;
+      summary.ratios[`${subject}/${baseline}`] = Object.fromEntries(
+        cols
+          .filter((c) => c.ratio)
+          .map((c) => {
+            const ratio = mine === null || theirs === null || !(theirs[c.key] > 0) ? null : mine[c.key] / theirs[c.key];
+            return [c.key, ratio !== null && Number.isFinite(ratio) ? ratio : null];
+          }),
+      );
+    }
+    out[group.key] = summary;
+  }
+  return out;
+}
+
+/** One table per group (median of each column, worst columns, runs), its ratio lines and its notes. */
+export function renderGroups(summary: Record<string, GroupSummary>, groups: readonly GroupSpec[], brokerLabel = 'broker'): string {
+  const parts: string[] = [];
+  for (const group of groups) {
+    const s = summary[group.key];
+    if (s === undefined) continue;
+    const cols = group.columns;
+    const header = [brokerLabel, ...cols.map((c) => c.label), ...cols.filter((c) => c.worst).map((c) => `worst ${c.label}`), 'runs'];
+    const rows: string[][] = [];
+    const notes: string[] = [];
+    for (const [broker, b] of Object.entries(s.brokers)) {
+      rows.push([
+        broker,
+        ...cols.map((c) => (c.flag ? `${b.flagged?.[c.key] ?? 0}/${b.runs}` : formatNumber(b.medians?.[c.key]))),
+        ...cols.filter((c) => c.worst).map((c) => formatNumber(b.worst?.[c.key])),
+        `${b.runs}/${b.runs + b.failures}`,
+      ]);
+      for (const err of b.errors) notes.push(`  ${broker} failed: ${err.split('\n')[0].slice(0, 300)}`);
+      for (const note of b.notes) notes.push(`  ${broker}: ${note.slice(0, 300)}`);
+    }
+    const attempts = Math.max(...Object.values(s.brokers).map((b) => b.runs + b.failures));
+    parts.push(`\n== ${s.title} (median of ${attempts}) ==`);
+    parts.push(table(header, rows));
+    const ratioCols = cols.filter((c) => c.ratio);
+    const ratioLines = Object.entries(s.ratios).filter(() => ratioCols.length > 0).map(
+      ([pair, values]) => `${pair}: ` + ratioCols.map((c) => `${c.label} ${formatRatio(values[c.key])}`).join(', '),
+    );
+    if (ratioLines.length > 0) parts.push(ratioLines.join('   |   '));
+    if (notes.length > 0) parts.push(['notes:', ...notes].join('\n'));
+  }
+  return parts.join('\n');
+}

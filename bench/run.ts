@@ -12,6 +12,7 @@ import { parseArgs } from 'node:util';
 import {
   brokerNames,
   isBrokerName,
+  exitOnSignals,
   killAllBrokers,
   machineInfo,
   mosquittoVersion,
@@ -158,15 +159,7 @@ async function main(): Promise<void> {
     for (const w of workers) w.kill();
     fs.rmSync(tmpDir, { recursive: true, force: true });
   };
-  process.on('SIGINT', () => {
-    process.stderr.write('\ninterrupted: stopping brokers and load generators\n');
-    cleanup();
-    process.exit(130);
-  });
-  process.on('SIGTERM', () => {
-    cleanup();
-    process.exit(143);
-  });
+  exitOnSignals(cleanup, 'stopping brokers and load generators');
 
   const startedAt = new Date();
   const titles = Object.fromEntries(scenarioNames.map((s) => [s, scenarioTitles[s](options.scenario)])) as Record<ScenarioName, string>;

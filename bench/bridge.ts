@@ -1,0 +1,502 @@
+/**
+ * `npm run bench:bridge`: store-and-forward through an uplink outage (issue 3), edgeferry's bridge against a
+ * Mosquitto bridge, interleaved, medians over repetitions. See bench/README.md.
+ *
+ * Per run: an upstream Mosquitto with a QoS 1 subscriber on `bench/#` in this process; a TCP fault proxy in front
+ * of it that refuses connections (link down); the gateway under test with its bridge pointed at the proxy.
+ * - `outage`: N publishers publish M QoS 1 messages into the gateway (PUBACK-driven window): buffering rate =
+ *   M / (first PUBLISH -> last PUBACK). Then the proxy forwards again, the bridge reconnects and replays:
+ *   replay rate = delivered / (first -> last message at the upstream subscriber); lost = acked - delivered.
+ * - `sigkill`: the same buffering, then SIGKILL at once after the last PUBACK, restart on the same config and
+ *   data directory, restore the link: how many acknowledged messages still arrive.
+ */
+import type { ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { startFaultProxy, type FaultProxy } from '../test/helpers/fault-proxy.js';
+import {
+  freePort,
+  launchUntilReady,
+  readCpuS,
+  summarizeOutput,
+  type LaunchedProcess,
+} from './brokers.js';
+import {
+  SequenceCounter,
+  errorText,
+  ingest,
+  minPayloadBytes,
+  nowNs,
+  openConnection,
+  quotas,
+  secondsBetween,
+  sleep,
+  subackWaiter,
+  subscribeAndWait,
+  waitForDelivery,
+  type Connection,
+} from './qos1-load.js';
+import {
+  choiceList,
+  loadAverageText,
+  loadUsage,
+  loadOptionSpecs,
+  loadOptions,
+  parseOrExit,
+  positiveInt,
+  rootDir,
+  runInterleaved,
+  runMain,
+  scratchDir,
+  writeResults,
+  type LoadOptions,
+  type RunRecord as HarnessRecord,
+} from './harness.js';
+import { formatNumber, renderGroups, summarizeGroups, type GroupColumn, type GroupSpec, type GroupSummary } from './report.js';
+
+const gatewayKinds = ['edgeferry', 'edgeferry-relaxed', 'mosquitto-bridge', 'mosquitto-bridge-unlimited'] as const;
+type GatewayKind = (typeof gatewayKinds)[number];
+const isEdgeferry = (kind: GatewayKind): boolean => kind.startsWith('edgeferry');
+const scenarioKinds = ['outage', 'sigkill'] as const;
+type ScenarioKind = (typeof scenarioKinds)[number];
+
+const defaults = { reps: 3, out: 'bench/results/bridge.json', repsPer: 'gateway, scenario and size' };
+const usage = `Usage: npm run bench:bridge -- [options]
+  --gateways LIST       comma-separated from ${gatewayKinds.join(',')}; default all
+                        (edgeferry-relaxed = storage.sync: relaxed; mosquitto-bridge-unlimited = max_queued_messages 0)
+  --scenarios LIST      comma-separated from ${scenarioKinds.join(',')}; default both
+  --payload-bytes LIST  payload sizes, comma-separated, default 64,1024 (each at least ${minPayloadBytes})
+${loadUsage(defaults, [
+  '  --upstream-inflight N max_inflight_messages of the upstream Mosquitto, default unset (Mosquitto\'s 20, which',
+  '                        it also announces as MQTT 5 Receive Maximum, so it caps edgeferry\'s bridge inflight)',
+])}`;
+
+const replayDeadlineMs = 120_000;
+/** The replay ends when every acknowledged message arrived, or after this long without a new one (the rest is lost). */
+const replayQuietMs = 3_000;
+/** How long the bridge may take to reconnect once the link is back (its backoff is 0.1-0.5 s, Mosquitto's 1 s). */
+const reconnectDeadlineMs = 15_000;
+/** How long the bridge may take to make its first (refused) connection attempt after the gateway started. */
+const firstAttemptDeadlineMs = 5_000;
+/** The bridged topics: publishers use `bench/p<index>`. */
+const bridgedFilter = 'bench/#';
+/** Mosquitto's bridge waits this many seconds between attempts (a constant; its default is jitter from 5 to 30 s). */
+const mosquittoRestartTimeoutS = 1;
+
+interface Options extends LoadOptions {
+  gateways: GatewayKind[];
+  scenarios: ScenarioKind[];
+  payloadSizes: number[];
+  /** `max_inflight_messages` of the upstream Mosquitto; undefined: its default. */
+  upstreamInflight: number | undefined;
+}
+
+/** Every gateway and upstream process still alive, so SIGINT and fatal errors can kill them all. */
+const live = new Set<ChildProcess>();
+/** Every fault proxy still listening. */
+const proxies = new Set<FaultProxy>();
+
+function killAll(): void {
+  for (const child of live) child.kill('SIGKILL');
+  live.clear();
+  for (const proxy of proxies) void proxy.stop();
+  proxies.clear();
+}
+
+// ---- processes ------------------------------------------------------------------------------------------
+
+const mosquittoLogging = ['log_dest stderr', 'log_type error', 'log_type warning'];
+
+/** The central broker: Mosquitto without a queue limit, so a slow upstream subscriber cannot lose messages. */
+function upstreamCommand(port: number, dir: string, maxInflight: number | undefined): { file: string; args: string[] } {
+  const config = path.join(dir, 'upstream.conf');
+  const inflight = maxInflight === undefined ? [] : [`max_inflight_messages ${maxInflight}`];
+  fs.writeFileSync(
+    config,
+    [`listener ${port} 127.0.0.1`, 'allow_anonymous true', 'persistence false', 'max_queued_messages 0', ...inflight, ...mosquittoLogging, ''].join(
+      '\n',
+    ),
+  );
+  return { file: '/usr/sbin/mosquitto', args: ['-c', config] };
+}
+
+/** Writes the gateway's configuration into `dir` (its data lives there too) and returns how to run it. */
+function gatewayCommand(
+  kind: GatewayKind,
+  port: number,
+  proxyPort: number,
+  dir: string,
+  cpuProfDir: string | undefined,
+): { file: string; args: string[] } {
+  if (!isEdgeferry(kind)) {
+    const config = path.join(dir, 'mosquitto.conf');
+    fs.writeFileSync(
+      config,
+      [
+        `listener ${port} 127.0.0.1`,
+        'allow_anonymous true',
+        // Global, so before the bridge section: 0 = no limit on queued QoS 1/2 messages per client (default 1000).
+        ...(kind === 'mosquitto-bridge-unlimited' ? ['max_queued_messages 0'] : []),
+        ...mosquittoLogging,
+        // The bridge, with its defaults (cleansession false, MQTT 3.1.1, try_private true, notifications true)
+        // except the reconnect delay.
+        'connection bench-bridge',
+        `address 127.0.0.1:${proxyPort}`,
+        `topic ${bridgedFilter} out 1`,
+        `restart_timeout ${mosquittoRestartTimeoutS} ${mosquittoRestartTimeoutS}`,
+        '',
+      ].join('\n'),
+    );
+    return { file: '/usr/sbin/mosquitto', args: ['-c', config] };
+  }
+  const config = path.join(dir, 'edgeferry.yaml');
+  const gateway = {
+    listeners: [{ type: 'tcp', host: '127.0.0.1', port }],
+    storage: { path: path.join(dir, 'data'), sync: kind === 'edgeferry-relaxed' ? 'relaxed' : 'full' },
+    log: { level: 'warn', format: 'json' },
+    bridges: [
+      {
+        name: 'bench',
+        remote: { urls: [`mqtt://127.0.0.1:${proxyPort}`], clientId: 'edgeferry-bench' },
+        topics: [{ filter: bridgedFilter, direction: 'out', qos: 1 }],
+        // Rate limit off (0 = unlimited); inflight stays at its default (100).
+        replay: { messagesPerS: 0, bytesPerS: 0 },
+        reconnect: { minDelayMs: 100, maxDelayMs: 500 },
+      },
+    ],
+  };
+  // JSON is valid YAML.
+  fs.writeFileSync(config, JSON.stringify(gateway, null, 2) + '\n');
+  const profile = cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`];
+  return { file: process.execPath, args: [...profile, path.join(rootDir, 'dist/src/cli.js'), '--config', config] };
+}
+
+/** Polled every 50 ms, because the restart time after SIGKILL is one of the figures. */
+function launch(name: string, command: { file: string; args: string[] }, dir: string, port: number): Promise<LaunchedProcess> {
+  return launchUntilReady({ name, ...command, dir, port, live, pollMs: 50, probePrefix: 'bridge-probe-' });
+}
+
+async function waitUntil(condition: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) return false;
+    await sleep(10);
+  }
+  return true;
+}
+
+// ---- one run --------------------------------------------------------------------------------------------
+
+type Metrics = Record<string, number>;
+
+type RunRecord = HarnessRecord<{ scenario: ScenarioKind; payloadBytes: number; gateway: GatewayKind }>;
+
+interface RunContext {
+  kind: GatewayKind;
+  scenario: ScenarioKind;
+  payloadBytes: number;
+  opts: Options;
+  tmpDir: string;
+  runTag: string;
+}
+
+/** /proc counts CPU in 10 ms ticks: a window shorter than this says nothing (n/a). */
+const minCpuWindowS = 0.2;
+const cpuPct = (cpuS: number, fromNs: bigint, toNs: bigint): number => {
+  const windowS = secondsBetween(fromNs, toNs);
+  return windowS >= minCpuWindowS ? (100 * cpuS) / windowS : Number.NaN;
+};
+
+async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
+  const dir = fs.mkdtempSync(path.join(ctx.tmpDir, `${ctx.kind}-`));
+  let upstream: LaunchedProcess | null = null;
+  let gateway: LaunchedProcess | null = null;
+  let proxy: FaultProxy | null = null;
+  let subscriber: Connection | null = null;
+  let publishers: Connection[] = [];
+  try {
+    // Upstream Mosquitto and its subscriber, connected before anything is bridged.
+    const upstreamPort = await freePort();
+    upstream = await launch('upstream mosquitto', upstreamCommand(upstreamPort, dir, ctx.opts.upstreamInflight), dir, upstreamPort);
+    const counts = quotas(ctx.opts.messages, ctx.opts.publishers);
+    const counter = new SequenceCounter(counts.map((n) => new Uint8Array(n)));
+    const suback = subackWaiter();
+    subscriber = await openConnection(
+      upstreamPort,
+      `${ctx.runTag}-upstream-sub`,
+      true,
+      (...packet) => {
+        suback.onPacket(...packet);
+        counter.onPacket(...packet);
+      },
+      counter.afterChunk,
+    );
+    counter.attach(subscriber.sock);
+    await subscribeAndWait(subscriber, bridgedFilter, suback.granted);
+
+    // The link is down from the start; the gateway's bridge keeps trying.
+    proxy = await startFaultProxy(upstreamPort);
+    proxies.add(proxy);
+    proxy.refuse();
+    const gatewayPort = await freePort();
+    const command = gatewayCommand(ctx.kind, gatewayPort, proxy.port, dir, ctx.opts.cpuProfDir);
+    gateway = await launch(ctx.kind, command, dir, gatewayPort);
+    const link = proxy;
+    if (!(await waitUntil(() => link.accepted > 0, firstAttemptDeadlineMs))) {
+      notes.push(`no bridge connection attempt within ${firstAttemptDeadlineMs / 1000} s of the start`);
+    }
+
+    // Buffering.
+    const opts = { ...ctx.opts, payloadBytes: ctx.payloadBytes };
+    const cpuBefore = readCpuS(gateway.pid);
+    const genBefore = process.cpuUsage();
+    const pub = await ingest(gatewayPort, ctx.runTag, opts);
+    publishers = pub.connections;
+    const bufferS = secondsBetween(pub.startNs, pub.lastAckNs);
+    const bufferCpuPct = cpuPct(readCpuS(gateway.pid) - cpuBefore, pub.startNs, pub.lastAckNs);
+    const gen = process.cpuUsage(genBefore);
+    const benchCpuPct = (100 * (gen.user + gen.system)) / 1e6 / bufferS;
+    if (!pub.complete) notes.push(`ingest incomplete: ${pub.acked} of ${ctx.opts.messages} acknowledged${pub.problem ? ` (${pub.problem})` : ''}`);
+    if (gateway.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(gateway.exitStatus())}) while buffering`);
+    if (counter.received > 0) notes.push(`${counter.received} message(s) reached the upstream while the link was down`);
+    counter.expect(pub.ackedSeqs);
+
+    let restartS = Number.NaN;
+    if (ctx.scenario === 'sigkill') {
+      // At once after the last PUBACK: whatever the gateway acknowledged must already be durable.
+      await gateway.kill();
+      for (const c of publishers) c.destroy();
+      publishers = [];
+      const restartedNs = nowNs();
+      gateway = await launch(ctx.kind, command, dir, gatewayPort);
+      restartS = secondsBetween(restartedNs, nowNs());
+    } else {
+      await Promise.all(publishers.map((c) => c.close()));
+      publishers = [];
+    }
+
+    // Replay: the link comes back; backoff and reconnect are not part of the replay time.
+    const acceptedBefore = proxy.accepted;
+    const restoredNs = nowNs();
+    proxy.restore();
+    const reconnected = await waitUntil(() => link.accepted > acceptedBefore, reconnectDeadlineMs);
+    const reconnectNs = nowNs();
+    if (!reconnected) notes.push(`the bridge did not reconnect within ${reconnectDeadlineMs / 1000} s`);
+    const gw = gateway;
+    const up = upstream;
+    const cpuAt = (): { ns: bigint; gateway: number; upstream: number } => ({ ns: nowNs(), gateway: readCpuS(gw.pid), upstream: readCpuS(up.pid) });
+    const replayStart = cpuAt();
+    let replayEnd = replayStart;
+    const truncated = await waitForDelivery(counter, {
+      expected: pub.acked,
+      quietMs: replayQuietMs,
+      deadlineMs: replayDeadlineMs,
+      problem: subscriber.problem,
+      onProgress: () => {
+        replayEnd = cpuAt();
+      },
+    });
+    replayEnd = counter.delivered >= pub.acked ? cpuAt() : replayEnd;
+    if (truncated) notes.push(`replay still running after ${replayDeadlineMs / 1000} s`);
+    if (subscriber.problem() !== null) notes.push(`upstream subscriber: ${subscriber.problem()}`);
+    if (gateway.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(gateway.exitStatus())}) during the replay`);
+
+    const delivered = counter.delivered;
+    const lost = pub.acked - delivered;
+    const replayS = counter.firstNs === 0n ? 0 : secondsBetween(counter.firstNs, counter.lastNs);
+    const metrics: Metrics = {
+      bufferPerS: pub.acked / bufferS,
+      replayPerS: delivered >= 2 && replayS > 0 ? delivered / replayS : Number.NaN,
+      acked: pub.acked,
+      delivered,
+      lost,
+      lostPct: pub.acked > 0 ? (100 * lost) / pub.acked : 0,
+      duplicates: counter.duplicates,
+      bufferCpuPct,
+      replayCpuPct: cpuPct(replayEnd.gateway - replayStart.gateway, replayStart.ns, replayEnd.ns),
+      upstreamCpuPct: cpuPct(replayEnd.upstream - replayStart.upstream, replayStart.ns, replayEnd.ns),
+      benchCpuPct,
+      reconnectS: reconnected ? secondsBetween(restoredNs, reconnectNs) : Number.NaN,
+      firstMessageS: counter.firstNs === 0n ? Number.NaN : secondsBetween(restoredNs, counter.firstNs),
+      bufferS,
+      replayS,
+    };
+    if (ctx.scenario === 'sigkill') metrics.restartS = restartS;
+    return metrics;
+  } catch (err) {
+    const output = gateway?.outputTail().trim() ?? '';
+    throw new Error(`${errorText(err)}${output ? ` (gateway output: ${summarizeOutput(output)})` : ''}`);
+  } finally {
+    for (const c of publishers) c.destroy();
+    subscriber?.destroy();
+    if (gateway !== null) await gateway.stop();
+    if (proxy !== null) {
+      proxies.delete(proxy);
+      await proxy.stop();
+    }
+    if (upstream !== null) await upstream.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// ---- report ---------------------------------------------------------------------------------------------
+
+const commonColumns: GroupColumn[] = [
+  { key: 'bufferPerS', label: 'buffering msg/s', ratio: true },
+  { key: 'replayPerS', label: 'replay msg/s', ratio: true },
+  { key: 'acked', label: 'acked' },
+  { key: 'delivered', label: 'delivered' },
+  { key: 'lost', label: 'lost', worst: 'max' },
+  { key: 'duplicates', label: 'dups', worst: 'max' },
+  { key: 'bufferCpuPct', label: 'gw CPU % buf' },
+  { key: 'replayCpuPct', label: 'gw CPU % replay' },
+  { key: 'upstreamCpuPct', label: 'upstream CPU % replay' },
+  { key: 'benchCpuPct', label: 'bench CPU % buf' },
+  { key: 'reconnectS', label: 'reconnect s' },
+  { key: 'firstMessageS', label: 'first msg s' },
+];
+
+const columns: Record<ScenarioKind, GroupColumn[]> = {
+  outage: commonColumns,
+  sigkill: [...commonColumns, { key: 'restartS', label: 'restart s' }],
+};
+
+const groupKey = (scenario: ScenarioKind, payloadBytes: number): string => `${scenario}-${payloadBytes}`;
+
+function groups(opts: Options): GroupSpec[] {
+  const m = opts.messages.toLocaleString('en-US');
+  const how = `${opts.publishers} publishers (window ${opts.window}) -> gateway, uplink down`;
+  return opts.scenarios.flatMap((scenario) =>
+    opts.payloadSizes.map((bytes) => ({
+      key: groupKey(scenario, bytes),
+      title:
+        scenario === 'outage'
+          ? `Outage: ${how}, then restored -> upstream Mosquitto, ${m} x ${bytes} B`
+          : `SIGKILL during the outage: ${how}, SIGKILL + restart, then restored, ${m} x ${bytes} B`,
+      columns: columns[scenario],
+    })),
+  );
+}
+
+/** edgeferry variants against the unlimited Mosquitto bridge (the one that does not lose to its queue limit). */
+function ratioPairs(opts: Options): [string, string][] {
+  const baseline = (['mosquitto-bridge-unlimited', 'mosquitto-bridge'] as const).find((b) => opts.gateways.includes(b));
+  if (baseline === undefined) return [];
+  return opts.gateways.filter(isEdgeferry).map((g) => [g, baseline]);
+}
+
+/** The issue's targets, per edgeferry variant: zero loss where Mosquitto loses, buffering at 64 B, replay. */
+function renderTargets(summary: Record<string, GroupSummary>, opts: Options): string {
+  const lines = ['', 'Targets (issue 3):'];
+  const median = (group: string, gateway: string, key: string): number => summary[group]?.brokers[gateway]?.medians?.[key] ?? Number.NaN;
+  const verdict = (ok: boolean): string => (ok ? 'met' : 'MISSED');
+  const allGroups = opts.scenarios.flatMap((s) => opts.payloadSizes.map((b) => ({ key: groupKey(s, b), label: `${s} ${b} B` })));
+  for (const gw of opts.gateways.filter(isEdgeferry)) {
+    const lossy = allGroups.filter((g) => opts.gateways.some((m) => !isEdgeferry(m) && (summary[g.key]?.brokers[m]?.worst?.lost ?? 0) > 0));
+    const losses = lossy.map((g) => ({ label: g.label, lost: summary[g.key]?.brokers[gw]?.worst?.lost ?? Number.NaN }));
+    lines.push(
+      `  ${gw}: zero loss where a Mosquitto bridge loses: ` +
+        (losses.length === 0
+          ? 'no such scenario in this run'
+          : `${verdict(losses.every((l) => l.lost === 0))} (worst lost: ${losses.map((l) => `${l.label} ${formatNumber(l.lost)}`).join(', ')})`),
+    );
+    const buffering = opts.scenarios.filter(() => opts.payloadSizes.includes(64)).map((s) => ({ s, v: median(groupKey(s, 64), gw, 'bufferPerS') }));
+    lines.push(
+      `  ${gw}: buffering >= 50,000 msg/s at 64 B: ` +
+        (buffering.length === 0
+          ? 'not measured (no 64 B run)'
+          : `${verdict(buffering.every((b) => b.v >= 50_000))} (${buffering.map((b) => `${b.s} ${formatNumber(b.v)}`).join(', ')})`),
+    );
+    const replay = allGroups.map((g) => ({ label: g.label, v: median(g.key, gw, 'replayPerS') }));
+    lines.push(
+      `  ${gw}: replay >= 20,000 msg/s (rate limit off): ${verdict(replay.every((r) => r.v >= 20_000))} ` +
+        `(${replay.map((r) => `${r.label} ${formatNumber(r.v)}`).join(', ')})`,
+    );
+  }
+  return lines.join('\n');
+}
+
+function describeRun(r: RunRecord): string {
+  const head = `[rep ${r.rep}] ${r.scenario.padEnd(7)} ${`${r.payloadBytes} B`.padStart(6)} ${r.gateway.padEnd(26)}`;
+  const tail = `(${r.elapsedS.toFixed(1)} s, load ${r.loadavg1.toFixed(1)})${r.notes.length > 0 ? ` NOTE: ${r.notes.join('; ')}` : ''}`;
+  if (!r.ok || r.metrics === undefined) return `${head} FAILED: ${(r.error ?? '').split('\n')[0].slice(0, 300)}`;
+  const m = r.metrics;
+  const restart = r.scenario === 'sigkill' ? `SIGKILL + restart ${formatNumber(m.restartS)} s, ` : '';
+  return (
+    `${head} buffering ${formatNumber(m.bufferPerS)} msg/s (gw CPU ${Number.isFinite(m.bufferCpuPct) ? `${m.bufferCpuPct.toFixed(0)}%` : 'n/a'}), ${restart}` +
+    `reconnect ${formatNumber(m.reconnectS)} s, replay ${formatNumber(m.replayPerS)} msg/s; ` +
+    `acked ${formatNumber(m.acked)}, delivered ${formatNumber(m.delivered)}, lost ${formatNumber(m.lost)}, dups ${formatNumber(m.duplicates)} ${tail}`
+  );
+}
+
+// ---- main -----------------------------------------------------------------------------------------------
+
+function parseOptions(): Options | null {
+  const { values } = parseArgs({
+    options: { ...loadOptionSpecs, gateways: { type: 'string' }, 'upstream-inflight': { type: 'string' } },
+    strict: true,
+  });
+  if (values.help) return null;
+  const opts: Options = {
+    gateways: choiceList(values.gateways ?? gatewayKinds.join(','), gatewayKinds, 'gateway'),
+    scenarios: choiceList(values.scenarios ?? scenarioKinds.join(','), scenarioKinds, 'scenario'),
+    payloadSizes: (values['payload-bytes'] ?? '64,1024').split(',').map((v) => positiveInt(v.trim(), 0, 'payload-bytes')),
+    ...loadOptions(values, defaults),
+    upstreamInflight: positiveInt(values['upstream-inflight'], 0, 'upstream-inflight') || undefined,
+  };
+  if (opts.gateways.length === 0) throw new Error('--gateways is empty');
+  if (opts.payloadSizes.some((b) => b < minPayloadBytes)) {
+    throw new Error(`--payload-bytes must be at least ${minPayloadBytes} (sequence number and publisher index)`);
+  }
+  return opts;
+}
+
+async function main(): Promise<void> {
+  const opts = parseOrExit(usage, parseOptions);
+  if (!fs.existsSync(path.join(rootDir, 'dist/src/cli.js')) && opts.gateways.some(isEdgeferry)) {
+    throw new Error('dist/src/cli.js is missing: run `npm run build` first');
+  }
+  const { tmpDir, cleanup } = scratchDir('edgeferry-bench-bridge-', killAll, 'stopping gateways and brokers');
+
+  const startedAt = new Date();
+  process.stdout.write(
+    `edgeferry bridge bench: gateways ${opts.gateways.join(', ')}; scenarios ${opts.scenarios.join(', ')}; ` +
+      `payloads ${opts.payloadSizes.join(', ')} B; ${opts.reps} repetition(s) of ${opts.messages.toLocaleString('en-US')} messages` +
+      `${opts.quick ? ' (quick)' : ''}; load average ${loadAverageText()}\n`,
+  );
+  const cells = opts.scenarios.flatMap((scenario) => opts.payloadSizes.map((payloadBytes) => ({ scenario, payloadBytes })));
+  const records = await runInterleaved({
+    reps: opts.reps,
+    subjects: opts.gateways,
+    cells,
+    label: (cell, gateway) => ({ ...cell, gateway }),
+    tagPrefix: 'b',
+    run: (cell, gateway, runTag, notes) => runOnce({ kind: gateway, ...cell, opts, tmpDir, runTag }, notes),
+    describe: describeRun,
+  });
+
+  const specs = groups(opts);
+  const runs = records.map((r) => ({ ...r, group: groupKey(r.scenario, r.payloadBytes), broker: r.gateway }));
+  const summary = summarizeGroups(runs, specs, opts.gateways, ratioPairs(opts));
+  process.stdout.write(renderGroups(summary, specs, 'gateway') + '\n');
+  process.stdout.write(renderTargets(summary, opts) + '\n');
+  for (const r of records) {
+    if (!r.ok || !isEdgeferry(r.gateway) || r.metrics === undefined) continue;
+    const where = `in ${r.scenario} ${r.payloadBytes} B rep ${r.rep}`;
+    if (r.metrics.lost > 0) process.stdout.write(`\nWARNING: ${r.gateway} lost ${r.metrics.lost} acknowledged message(s) ${where}\n`);
+    if (r.metrics.duplicates > 0) process.stdout.write(`\nWARNING: ${r.gateway} delivered ${r.metrics.duplicates} duplicate(s) ${where}\n`);
+  }
+  const options = {
+    ...opts,
+    out: undefined,
+    replayQuietMs,
+    edgeferryBridge: 'inflight 100 (default), replay { messagesPerS: 0, bytesPerS: 0 }, reconnect { minDelayMs: 100, maxDelayMs: 500 }, topic bench/# out qos 1',
+    mosquittoBridge: `defaults + topic bench/# out 1, restart_timeout ${mosquittoRestartTimeoutS} ${mosquittoRestartTimeoutS}; unlimited: max_queued_messages 0`,
+    upstream: `mosquitto, persistence false, max_queued_messages 0${opts.upstreamInflight === undefined ? '' : `, max_inflight_messages ${opts.upstreamInflight}`}; subscriber bench/# QoS 1, clean session`,
+  };
+  writeResults(opts.out, startedAt, options, summary, records);
+  cleanup();
+}
+
+runMain('bridge bench', main, killAll);
