@@ -124,6 +124,11 @@ export class Bridge {
   private q0Head = 0;
   /** Last seq read from the outbox on this connection; undefined: start at the head. */
   private cursor: number | undefined;
+  /** Entries after `cursor` read ahead from the outbox (see nextEntry). */
+  private ahead: readonly OutboxEntry[] = [];
+  private aheadHead = 0;
+  /** The outbox's dropped total when `ahead` was read. */
+  private aheadDropped = 0;
   /** Seqs whose removal is being committed: never sent again. */
   private readonly removing = new Set<number>();
   private removeBatch: number[] = [];
@@ -451,40 +456,61 @@ export class Bridge {
   private pump(): void {
     if (!this.running || !this.uplink.online || this.pausedReason !== undefined || this.paceTimer) return;
     const receiveMaximum = this.session?.receiveMaximum ?? 65_535;
-    outer: while (this.inflight.size < this.window) {
-      const limit = Math.min(PEEK_BATCH, this.window - this.inflight.size);
-      const batch = this.outbox.peek(limit, this.cursor);
-      for (const entry of batch) {
-        if (this.inflight.size >= this.window || !this.uplink.online) break outer;
-        if (this.removing.has(entry.seq) || this.inflight.has(entry.seq)) {
-          this.cursor = entry.seq;
-          continue;
-        }
-        if (entry.msg.qos > 0 && this.qosInflight >= receiveMaximum) break outer;
-        if (isExpired(entry.msg)) {
-          this.cursor = entry.seq;
-          this.outbox.countDropped('expired', 1);
-          this.remove(entry.seq);
-          continue;
-        }
-        if (this.replayRemaining > 0) {
-          const waitMs = this.pacer.waitMs(entry.bytes);
-          if (waitMs > 0) {
-            this.paceTimer = setTimeout(() => {
-              this.paceTimer = undefined;
-              this.pump();
-            }, waitMs);
-            break outer;
-          }
-          this.pacer.take(entry.bytes);
-        }
-        this.cursor = entry.seq;
-        this.send(entry);
+    const dropped = this.droppedTotal();
+    while (this.inflight.size < this.window && this.uplink.online) {
+      const entry = this.nextEntry(dropped);
+      if (entry === undefined) break;
+      if (this.removing.has(entry.seq) || this.inflight.has(entry.seq)) {
+        this.advance(entry);
+        continue;
       }
-      // A short read reached the tail of the outbox.
-      if (batch.length < limit) break;
+      if (entry.msg.qos > 0 && this.qosInflight >= receiveMaximum) break;
+      if (isExpired(entry.msg)) {
+        this.advance(entry);
+        this.outbox.countDropped('expired', 1);
+        this.remove(entry.seq);
+        continue;
+      }
+      if (this.replayRemaining > 0) {
+        const waitMs = this.pacer.waitMs(entry.bytes);
+        if (waitMs > 0) {
+          this.paceTimer = setTimeout(() => {
+            this.paceTimer = undefined;
+            this.pump();
+          }, waitMs);
+          break;
+        }
+        this.pacer.take(entry.bytes);
+      }
+      this.advance(entry);
+      this.send(entry);
     }
     this.afterPump();
+  }
+
+  /**
+   * The next outbox entry after the cursor, from entries read ahead in chunks: one LMDB read per chunk rather
+   * than one per acknowledgement. Read again when the outbox dropped entries (limits, expiry), which are the
+   * oldest, i.e. the ones read ahead.
+   */
+  private nextEntry(dropped: number): OutboxEntry | undefined {
+    if (this.aheadHead >= this.ahead.length || dropped !== this.aheadDropped) {
+      this.ahead = this.outbox.peek(PEEK_BATCH, this.cursor);
+      this.aheadHead = 0;
+      this.aheadDropped = dropped;
+    }
+    return this.ahead[this.aheadHead];
+  }
+
+  /** The entry was handled (sent, skipped or dropped): the cursor moves past it. */
+  private advance(entry: OutboxEntry): void {
+    this.cursor = entry.seq;
+    this.aheadHead++;
+  }
+
+  private droppedTotal(): number {
+    const d = this.outbox.depth.dropped;
+    return d.queue_full + d.expired + d.rejected_upstream;
   }
 
   private send(entry: OutboxEntry): void {
@@ -584,6 +610,8 @@ export class Bridge {
     this.q0 = [];
     this.q0Head = 0;
     this.cursor = undefined;
+    this.ahead = [];
+    this.aheadHead = 0;
     this.replayRemaining = 0;
     clearTimeout(this.paceTimer);
     this.paceTimer = undefined;
