@@ -21,6 +21,7 @@ import { connect, Store } from 'mqtt';
 import type { IClientOptions, IConnackPacket, IPublishPacket, MqttClient, Packet } from 'mqtt';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message, PublishProperties, QoS } from '../protocol/message.js';
+import { encodePublish } from '../protocol/codec.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { Backoff } from '../util/backoff.js';
 import { asError, UplinkError } from '../util/errors.js';
@@ -95,6 +96,10 @@ interface Connection {
   readonly pings: { mark: number; atMs: number }[];
   /** Outstanding QoS 1/2 publishes by packet id: send index and when. */
   readonly awaiting: Map<number, { sendIndex: number; atMs: number }>;
+  /** Result callbacks of QoS 1 publishes written directly (see `writePublish`), by packet id. */
+  readonly results: Map<number, (result: PublishResult) => void>;
+  /** The socket is corked until the next tick (see `writePublish`). */
+  corked: boolean;
   /** Last time the broker acknowledged anything (PUBACK, PUBREC, PUBCOMP, SUBACK, PINGRESP, CONNACK). */
   lastAckMs: number;
   closing: boolean;
@@ -191,8 +196,9 @@ export class Uplink {
     const conn = this.conn;
     if (!conn || !conn.online) throw new UplinkError('EF_INTERNAL', 'publish while the uplink is offline');
     const sendIndex = conn.sendIndex++;
+    if (msg.qos < 2) return { sendIndex, packetId: this.writePublish(conn, msg, sendIndex, onResult) };
     const v5 = this.options.config.remote.protocolVersion === 5;
-    if (msg.qos > 0 && msg.packetId !== undefined) conn.ids.prefer(msg.packetId);
+    if (msg.packetId !== undefined) conn.ids.prefer(msg.packetId);
     const allocationsBefore = conn.ids.allocations;
     conn.client.publish(
       msg.topic,
@@ -218,6 +224,52 @@ export class Uplink {
       conn.awaiting.set(packetId, { sendIndex, atMs: performance.now() });
     }
     return { sendIndex, packetId };
+  }
+
+  /**
+   * QoS 0 and 1 bypass MQTT.js: the PUBLISH is encoded once by our codec and written to the socket, and the
+   * PUBACK is matched here (`onPacketReceive`). MQTT.js's per-publish work (option merging, a deep copy for its
+   * outgoing store, per-packet timers and logging) was the largest share of the replay's CPU, and our outbox
+   * already is the store. Packet ids come from the same allocator MQTT.js uses, so they never collide; MQTT.js
+   * ignores acks for ids it did not send. QoS 2 keeps MQTT.js for its PUBREC/PUBREL/PUBCOMP exchange.
+   */
+  private writePublish(
+    conn: Connection,
+    msg: OutgoingPublish,
+    sendIndex: number,
+    onResult: ((result: PublishResult) => void) | undefined,
+  ): number | undefined {
+    let packetId: number | undefined;
+    if (msg.qos === 1) {
+      if (msg.packetId !== undefined) conn.ids.prefer(msg.packetId);
+      const id = conn.ids.allocate();
+      if (id === null) throw new UplinkError('EF_INTERNAL', 'no free packet id'); // the window is far below 65535
+      packetId = id;
+      this.reservedIds.delete(id);
+      conn.awaiting.set(id, { sendIndex, atMs: performance.now() });
+      if (onResult) conn.results.set(id, onResult);
+    }
+    const { bytes } = encodePublish(
+      { ...msg, origin: '' },
+      this.options.config.remote.protocolVersion,
+      msg.qos,
+      msg.retain,
+      msg.packetId !== undefined, // a re-send on a resumed session
+      undefined,
+      packetId,
+    );
+    // The publishes of one pump go out in one system call: the socket is corked until the next tick.
+    const stream = conn.client.stream;
+    if (!conn.corked) {
+      conn.corked = true;
+      stream.cork();
+      process.nextTick(() => {
+        conn.corked = false;
+        stream.uncork();
+      });
+    }
+    stream.write(bytes);
+    return packetId;
   }
 
   /** Sends a PINGREQ now: its PINGRESP confirms every publish written before it. */
@@ -250,6 +302,8 @@ export class Uplink {
       sendIndex: 0,
       pings: [],
       awaiting: new Map(),
+      results: new Map(),
+      corked: false,
       lastAckMs: performance.now(),
       closing: false,
       error: undefined,
@@ -406,6 +460,7 @@ export class Uplink {
         // PUBREC already proves receipt of the PUBLISH; PUBCOMP then only completes it.
         if (waiting && packet.cmd !== 'pubrec') conn.awaiting.delete(id as number);
         if (waiting) this.options.events.confirmed(waiting.sendIndex);
+        if (packet.cmd === 'puback' && id !== undefined) this.settleDirect(conn, id, packet.reasonCode ?? 0);
         break;
       }
       case 'pingresp': {
@@ -421,6 +476,16 @@ export class Uplink {
       default:
         break;
     }
+  }
+
+  /** The PUBACK of a QoS 1 publish written by `writePublish`; a reason code >= 0x80 is a refusal. */
+  private settleDirect(conn: Connection, packetId: number, reasonCode: number): void {
+    const onResult = conn.results.get(packetId);
+    if (!onResult) return;
+    conn.results.delete(packetId);
+    conn.ids.deallocate(packetId);
+    if (reasonCode < 0x80) return onResult({ ok: true });
+    onResult({ ok: false, reasonCode, error: new UplinkError('EF_UPLINK_REJECTED', `the central broker refused a publish (0x${reasonCode.toString(16)})`) });
   }
 
   /**

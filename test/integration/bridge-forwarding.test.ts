@@ -3,10 +3,12 @@
  * Mosquitto "central broker".
  */
 import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checkSequence, collect, connectClient, publishSequence, sequence } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { bridgePatch, startGateway } from '../helpers/gateway.js';
+import { bridgePatch, runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -23,6 +25,25 @@ describe('bridge: steady stream and inbound commands (issue 3 scenarios 1 and 8)
     expect(acked).toHaveLength(2000);
     await waitFor(() => up.messages.length >= 2000, 20_000, { message: () => `${up.messages.length}/2000 upstream` });
     expect(checkSequence(up.payloads(), sequence(2000, 's'))).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+  });
+
+  it('drops a message the central broker refuses (PUBACK 0x87), counts it, and goes on with the next ones', async () => {
+    const acl = join(d.tempDir('edgeferry-acl-'), 'acl');
+    writeFileSync(acl, 'topic read #\ntopic write plant/ok/#\n'); // anonymous clients: read all, write plant/ok/#
+    const central = d.add(await startMosquitto({ extraConf: `acl_file ${acl}` }));
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const gw = d.add(await startGateway(bridgePatch(central.url, { topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }] })));
+    const local = await connectClient(gw.url);
+    d.defer(() => local.endAsync(true));
+    await local.publishAsync('plant/secret/x', 'refused', { qos: 1 });
+    await local.publishAsync('plant/ok/y', 'accepted', { qos: 1 });
+    await waitFor(() => up.messages.length >= 1, 10_000, { message: () => 'nothing arrived upstream' });
+    await local.endAsync(true);
+    await gw.stop();
+    expect(up.payloads()).toEqual(['accepted']);
+    // The refused one left the outbox (a retry would block its head forever), counted as refused upstream.
+    const listed = await runCli(['store', 'list', '-c', gw.configFile]);
+    expect(listed.stdout).toContain('outbox central: 0 messages, 0 bytes, oldest -, dropped rejected_upstream 1');
   });
 
   it('forwards lines published with mosquitto_pub -l, in order, and keeps QoS 0 as QoS 0 upstream', async () => {
