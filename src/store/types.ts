@@ -71,7 +71,10 @@ export interface SessionStore {
    * restart the flow resumes with the same id instead of starting again as a new message [MQTT-4.3.3-9].
    */
   markInFlight(clientId: string, seq: number, msg: Message, flight: FlightState): Promise<void>;
-  /** Removes a queued message once its delivery completed (PUBACK / PUBCOMP). */
+  /**
+   * Removes a queued message once its delivery completed (PUBACK / PUBCOMP). Nobody waits for it: LMDB commits
+   * these a few milliseconds later, in groups; a crash in between delivers the message again.
+   */
   ack(clientId: string, seq: number): Promise<void>;
   /** An incoming QoS 2 message was accepted (PUBREC): remember its packet id until PUBREL. */
   putAwaitingRelease(clientId: string, packetId: number): Promise<void>;
