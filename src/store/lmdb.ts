@@ -78,6 +78,8 @@ const RESERVE_MARGIN = 3;
 const OUTBOX_META_PREFIX = 'outbox:';
 const OUTBOX_META_END = 'outbox;';
 const outboxMetaKey = (name: string): string => OUTBOX_META_PREFIX + name;
+/** Outbox entries read per step when looking for the oldest live one. */
+const HEAD_CHUNK = 64;
 /** How long session acks are collected before their deletes are committed (see delayAckFlush). */
 const ACK_DELAY_MS = 5;
 /** Entries deleted per transaction when a whole outbox is deleted. */
@@ -752,11 +754,14 @@ class LmdbOutbox implements Outbox {
         this.headBuffer.shift();
       }
       if (this.committedExhausted) break;
+      // Entries removed in this batch are still committed, normally at the head: the first read takes just
+      // enough to pass them (the head's age is needed after every batch of acknowledgements).
+      const limit = this.headScanFrom === 0 ? Math.min(HEAD_CHUNK, this.removedInFlight.size + 1) : HEAD_CHUNK;
       let n = 0;
       for (const { key, value } of this.db.getRange({
         start: seqKey(this.prefix, this.headScanFrom),
         end: this.end,
-        limit: 64,
+        limit,
         snapshot: false,
       })) {
         const seq = keySeq(key);
@@ -764,7 +769,7 @@ class LmdbOutbox implements Outbox {
         this.headScanFrom = seq + 1;
         n++;
       }
-      if (n < 64) this.committedExhausted = true;
+      if (n < limit) this.committedExhausted = true;
     }
     while (this.batchHead < this.batchSeqs.length && this.removedInFlight.has(this.batchSeqs[this.batchHead])) {
       this.batchHead++;
