@@ -247,7 +247,8 @@ export class Uplink {
       packetId = id;
       this.reservedIds.delete(id);
       conn.awaiting.set(id, { sendIndex, atMs: performance.now() });
-      if (onResult) conn.results.set(id, onResult);
+      // Registered even without a callback: the PUBACK frees the packet id.
+      conn.results.set(id, onResult ?? ignoreResult);
     }
     const { bytes } = encodePublish(
       { ...msg, origin: '' },
@@ -639,3 +640,5 @@ function classifyError(err: Error, url: string): UplinkError {
   }
   return new UplinkError('EF_UPLINK_CONNECT', `${url}: ${err.message}`, { cause: err });
 }
+
+function ignoreResult(): void {}
