@@ -10,6 +10,7 @@ import { checkSequence, collect, connectClient, publishSequence, sequence } from
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
+import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -25,6 +26,21 @@ describe('bridge: steady stream and inbound commands (issue 3 scenarios 1 and 8)
     expect(acked).toHaveLength(2000);
     await waitFor(() => up.messages.length >= 2000, 20_000, { message: () => `${up.messages.length}/2000 upstream` });
     expect(checkSequence(up.payloads(), sequence(2000, 's'))).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+  });
+
+  it('bridges over WebSocket (ws://) to Mosquitto\'s websockets listener: every QoS 1 and QoS 0 message, in order', async () => {
+    const wsPort = await freePort();
+    const central = d.add(await startMosquitto({ extraConf: `listener ${wsPort} 127.0.0.1\nprotocol websockets` }));
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const gw = d.add(await startGateway(bridgePatch(`ws://127.0.0.1:${wsPort}`)));
+    const local = await connectClient(gw.url);
+    d.defer(() => local.endAsync(true));
+    const acked = await publishSequence(local, 'plant/ws/q1', 500, { qos: 1, prefix: 'w', concurrency: 50 });
+    const q0 = await publishSequence(local, 'plant/ws/q0', 100, { qos: 0, prefix: 'z', concurrency: 10 });
+    await waitFor(() => up.messages.length >= 600, 20_000, { message: () => `${up.messages.length}/600 upstream` });
+    const on = (topic: string): string[] => up.messages.filter((m) => m.topic === topic).map((m) => m.payload.toString());
+    expect(checkSequence(on('plant/ws/q1'), acked)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(checkSequence(on('plant/ws/q0'), q0)).toMatchObject({ missing: [], outOfOrder: 0 });
   });
 
   it('drops a message the central broker refuses (PUBACK 0x87), counts it, and goes on with the next ones', async () => {
