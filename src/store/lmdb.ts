@@ -304,7 +304,7 @@ class LmdbStoreImpl implements Store {
         if (!this.storeFullEpisode) {
           this.storeFullEpisode = true;
           this.log.warn(
-            { path: this.path, maxBytes: this.maxBytes, usedBytes: b.usedBytes },
+            { maxBytes: this.maxBytes, usedBytes: b.usedBytes },
             'store full (storage.maxBytes): new messages are refused until space is freed',
           );
         }
@@ -440,11 +440,11 @@ class LmdbStoreImpl implements Store {
     } catch (err) {
       // Queueing a counter write fails only if the environment is broken; the commit then fails as well and
       // rejects the batch. Logged here because it is the first sign.
-      this.log.error({ err, path: this.path }, 'failed to queue store counters');
+      this.log.error({ err }, 'failed to queue store counters');
     }
     if (!b.storeFull && this.storeFullEpisode && b.usedBytes !== undefined) {
       this.storeFullEpisode = false;
-      this.log.info({ path: this.path }, 'store below storage.maxBytes again');
+      this.log.info('store below storage.maxBytes again');
     }
   }
 
@@ -453,7 +453,7 @@ class LmdbStoreImpl implements Store {
     for (const box of b.outboxes) box.committed();
     if (this.commitFailing) {
       this.commitFailing = false;
-      this.log.info({ path: this.path }, 'store writes succeed again');
+      this.log.info('store writes succeed again');
     }
     this.inFlight = undefined;
     if (this.queue.length > 0) this.scheduleIssue();
@@ -465,12 +465,12 @@ class LmdbStoreImpl implements Store {
     const detail = (err as { commitError?: Promise<unknown> } | undefined)?.commitError;
     if (detail !== undefined && typeof detail.then === 'function') {
       detail.then(undefined, (cause: unknown) => {
-        this.log.error({ err: cause, path: this.path }, 'store commit error detail');
+        this.log.error({ err: cause }, 'store commit error detail');
       });
     }
     if (!this.commitFailing) {
       this.commitFailing = true;
-      this.log.error({ err, path: this.path }, 'store commit failed: writes are refused until a commit succeeds');
+      this.log.error({ err }, 'store commit failed: writes are refused until a commit succeeds');
     }
     for (const box of b.outboxes) box.rollback();
     if (b.sessionSeqBefore !== undefined) this.sessions.lastSeq = b.sessionSeqBefore;
@@ -512,14 +512,14 @@ class LmdbStoreImpl implements Store {
     try {
       await this.drain();
     } catch (err) {
-      this.log.error({ err, path: this.path }, 'store writes pending at close failed');
+      this.log.error({ err }, 'store writes pending at close failed');
     }
     try {
       await this.env.close();
     } finally {
       this.lock.release();
     }
-    this.log.info({ path: this.path }, 'store closed');
+    this.log.info('store closed');
   }
 }
 
