@@ -261,6 +261,8 @@ export class Uplink {
     );
     // The publishes of one pump go out in one system call: the socket is corked until the next tick.
     const stream = conn.client.stream;
+    // Closing but not yet closed: the entry stays in the outbox and goes again on the next connection.
+    if (!stream.writable) return packetId;
     if (!conn.corked) {
       conn.corked = true;
       stream.cork();
