@@ -6,7 +6,7 @@
  *   await waitFor(() => up.messages.length >= 100, 10_000);
  *   expect(checkSequence(up.payloads(), 100)).toEqual({ missing: [], outOfOrder: 0, duplicates: 0 });
  */
-import { connectAsync, type IClientOptions, type MqttClient } from 'mqtt';
+import { connect, connectAsync, type IClientOptions, type MqttClient } from 'mqtt';
 
 export interface Received {
   readonly topic: string;
@@ -29,14 +29,26 @@ export async function collect(
   filter: string | string[],
   options: { qos?: 0 | 1 | 2; clientId?: string; clean?: boolean; protocolVersion?: 4 | 5 } = {},
 ): Promise<Collector> {
-  const client = await connectClient(url, {
+  const client = connect(url, {
+    reconnectPeriod: 0,
+    connectTimeout: 5000,
     clientId: options.clientId,
     clean: options.clean ?? true,
     protocolVersion: options.protocolVersion ?? 4,
   });
+  // Listening before CONNACK: a resumed session's queued messages can come in the same read as the CONNACK,
+  // and MQTT.js would emit (and acknowledge) them before an await on the connection let us attach a listener.
   const messages: Received[] = [];
   client.on('message', (topic, payload, packet) => {
     messages.push({ topic, payload, qos: packet.qos, retain: packet.retain, dup: packet.dup });
+  });
+  await new Promise<void>((resolve, reject) => {
+    client.once('connect', () => resolve());
+    client.once('error', (err) => {
+      client.end(true);
+      reject(err);
+    });
+    client.once('close', () => reject(new Error(`${url}: connection closed before CONNACK`)));
   });
   await client.subscribeAsync(filter, { qos: options.qos ?? 1 });
   return {

@@ -107,7 +107,11 @@ describe('bridge forwarding to a real Mosquitto', () => {
     expect(outbox.depth.messages).toBe(1000);
     await central.restart();
     up = d.add(await collect(central.url, 'plant/#', { qos: 1, clientId: collectorId, clean: false }));
-    await waitFor(() => new Set(up.payloads()).size >= 1000, 15_000);
+    await waitFor(() => new Set(up.payloads()).size >= 1000, 15_000, {
+      message: () =>
+        `${new Set(up.payloads()).size}/1000 upstream; bridge ${bridge.status.type}, outbox ${outbox.depth.messages}, ` +
+        `sent ${bridge.stats.sent}, acked ${bridge.stats.acked}, reconnects ${bridge.stats.reconnects}`,
+    });
     expect(checkSequence(up.payloads(), expected)).toMatchObject({ missing: [], outOfOrder: 0 });
     await waitFor(() => outbox.depth.messages === 0, 5000);
     // Warned once for the whole outage, however many attempts it took.
