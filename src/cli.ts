@@ -131,17 +131,21 @@ async function opcuaCommand(argv: string[]): Promise<number> {
   });
 }
 
-/** `edgeferry store list|delete-outbox NAME`, on the data directory of the configuration file. */
-async function storeCommand(argv: string[]): Promise<number> {
-  const file = takeConfigOption(argv);
-  let config: Config;
+/** Loads the configuration file; a bad one is reported on stderr (every problem, with file:line:col). */
+function loadConfigOrReport(file: string): Config | undefined {
   try {
-    config = loadConfig(file);
+    return loadConfig(file);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(`${err.message}\n`);
-    return EXIT_CONFIG;
+    return undefined;
   }
+}
+
+/** `edgeferry store list|delete-outbox NAME`, on the data directory of the configuration file. */
+async function storeCommand(argv: string[]): Promise<number> {
+  const config = loadConfigOrReport(takeConfigOption(argv));
+  if (config === undefined) return EXIT_CONFIG;
   const { path: storePath, sync, maxBytes } = config.storage;
   const { openLmdbStore } = await import('./store/lmdb.js'); // the native module only when needed
   return runStoreCommand(argv, {
@@ -190,12 +194,8 @@ async function main(): Promise<void> {
   }
 
   const file = resolve(args.config ?? DEFAULT_CONFIG_FILE);
-  let config: Config;
-  try {
-    config = loadConfig(file);
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    process.stderr.write(`${err.message}\n`);
+  const config = loadConfigOrReport(file);
+  if (config === undefined) {
     process.exitCode = EXIT_CONFIG;
     return;
   }

@@ -251,7 +251,7 @@ export class Uplink {
       conn.results.set(id, onResult ?? ignoreResult);
     }
     const { bytes } = encodePublish(
-      { ...msg, origin: '' },
+      msg,
       this.options.config.remote.protocolVersion,
       msg.qos,
       msg.retain,

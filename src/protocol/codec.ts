@@ -50,6 +50,9 @@ export interface PublishExtras {
   readonly omitTopic?: boolean;
 }
 
+/** What a PUBLISH carries of a message; QoS, retain and DUP are per delivery. */
+export type PublishContent = Pick<Message, 'topic' | 'payload' | 'properties' | 'expiresAt'>;
+
 export interface EncodedPublish {
   readonly bytes: Buffer;
   /** Offset of the 2-byte packet identifier, -1 for QoS 0. */
@@ -90,7 +93,7 @@ function writeString(buf: Buffer, offset: number, s: string, byteLen: number): n
  * as `packetId` (default 0, to be patched with `withPacketId`).
  */
 export function encodePublish(
-  msg: Message,
+  msg: PublishContent,
   version: ProtocolVersion,
   qos: QoS,
   retain: boolean,

@@ -50,7 +50,7 @@ export function createMessage(fields: {
 }
 
 /** Seconds of life left (rounded up), undefined if the message never expires, 0 if expired. */
-export function remainingExpiryS(msg: Message, nowMs: number = performance.now()): number | undefined {
+export function remainingExpiryS(msg: Pick<Message, 'expiresAt'>, nowMs: number = performance.now()): number | undefined {
   if (msg.expiresAt === undefined) return undefined;
   return Math.max(0, Math.ceil((msg.expiresAt - nowMs) / 1000));
 }

@@ -3,7 +3,7 @@
  * survive SIGKILL of the gateway. Real processes: the gateway is killed and restarted on the same data directory.
  */
 import { describe, expect, it } from 'vitest';
-import { startGateway } from '../helpers/gateway.js';
+import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { RawClient, openClient } from '../helpers/mqtt-client.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { delay } from '../helpers/wait.js';
@@ -142,53 +142,51 @@ describe('outgoing QoS 2 flows across a crash', () => {
     return { raw, sessionPresent: connack.sessionPresent };
   }
 
-  it('resumes a flow acknowledged by PUBREC with PUBREL under the same packet id, with no second PUBLISH [MQTT-4.4.0-1]', async () => {
-    const gw = disposer.add(await startGateway());
-    const first = await subscriber(gw.port);
-    first.raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: 'flight/#', qos: 2 }] });
-    await first.raw.next('suback');
+  /** A persistent QoS 2 subscriber on `flight/#` that has received one PUBLISH and answered nothing yet. */
+  async function receivedOne(gw: Gateway): Promise<{ raw: RawClient; publish: Awaited<ReturnType<RawClient['next']>> }> {
+    const { raw } = await subscriber(gw.port);
+    raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: 'flight/#', qos: 2 }] });
+    await raw.next('suback');
     const pub = await openClient(gw.url, { clientId: 'flight-pub' });
     await pub.publish('flight/a', 'A', { qos: 2 });
     pub.drop();
-    const publish = await first.raw.next('publish');
-    expect(publish).toMatchObject({ qos: 2, topic: 'flight/a' });
-    first.raw.send({ cmd: 'pubrec', messageId: publish.messageId });
-    expect(await first.raw.next('pubrel')).toMatchObject({ messageId: publish.messageId });
+    return { raw, publish: await raw.next('publish') };
+  }
+
+  /** SIGKILL once the flight state had time to be stored, restart, and reconnect the subscriber. */
+  async function crashAndReconnect(gw: Gateway, raw: RawClient): Promise<RawClient> {
     await delay(settleMs);
-    first.raw.stop();
+    raw.stop();
     await gw.kill('SIGKILL');
     await gw.restart();
-
     const again = await subscriber(gw.port);
     disposer.add(again.raw);
     expect(again.sessionPresent).toBe(true);
-    expect(await again.raw.next('pubrel')).toMatchObject({ messageId: publish.messageId });
-    again.raw.send({ cmd: 'pubcomp', messageId: publish.messageId });
+    return again.raw;
+  }
+
+  it('resumes a flow acknowledged by PUBREC with PUBREL under the same packet id, with no second PUBLISH [MQTT-4.4.0-1]', async () => {
+    const gw = disposer.add(await startGateway());
+    const { raw, publish } = await receivedOne(gw);
+    expect(publish).toMatchObject({ qos: 2, topic: 'flight/a' });
+    raw.send({ cmd: 'pubrec', messageId: publish.messageId });
+    expect(await raw.next('pubrel')).toMatchObject({ messageId: publish.messageId });
+    const again = await crashAndReconnect(gw, raw);
+
+    expect(await again.next('pubrel')).toMatchObject({ messageId: publish.messageId });
+    again.send({ cmd: 'pubcomp', messageId: publish.messageId });
     // A later message proves the queue moved on; the first one never comes again as a PUBLISH.
     const pub2 = disposer.add(await openClient(gw.url, { clientId: 'flight-pub-2' }));
     await pub2.publish('flight/b', 'B', { qos: 2 });
-    expect(await again.raw.next('publish')).toMatchObject({ topic: 'flight/b' });
-    expect(again.raw.all('publish').map((p) => (p as { topic: string }).topic)).toEqual(['flight/b']);
+    expect(await again.next('publish')).toMatchObject({ topic: 'flight/b' });
+    expect(again.all('publish').map((p) => (p as { topic: string }).topic)).toEqual(['flight/b']);
   });
 
   it('resends a flow not yet acknowledged as PUBLISH with DUP and the same packet id [MQTT-4.4.0-1] [MQTT-3.3.1-1]', async () => {
     const gw = disposer.add(await startGateway());
-    const first = await subscriber(gw.port);
-    first.raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: 'flight/#', qos: 2 }] });
-    await first.raw.next('suback');
-    const pub = await openClient(gw.url, { clientId: 'flight-pub' });
-    await pub.publish('flight/a', 'A', { qos: 2 });
-    pub.drop();
-    const publish = await first.raw.next('publish');
-    await delay(settleMs);
-    first.raw.stop();
-    await gw.kill('SIGKILL');
-    await gw.restart();
-
-    const again = await subscriber(gw.port);
-    disposer.add(again.raw);
-    expect(again.sessionPresent).toBe(true);
-    const resent = await again.raw.next('publish');
+    const { raw, publish } = await receivedOne(gw);
+    const again = await crashAndReconnect(gw, raw);
+    const resent = await again.next('publish');
     expect(resent).toMatchObject({ topic: 'flight/a', qos: 2, dup: true, messageId: publish.messageId });
   });
 });
