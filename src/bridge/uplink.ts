@@ -312,6 +312,11 @@ export class Uplink {
       error: undefined,
     };
     this.conn = conn;
+    // Our writes are already batched per tick (see writePublish); Nagle would hold the next small write until
+    // the previous one is acknowledged, which the receiver's delayed ACK postpones by up to 40 ms (measured:
+    // replay at a few hundred messages/s once writes were smaller than the window). TLS sockets pass it on;
+    // WebSocket streams have no such method (the ws library sets it on its socket itself).
+    (client.stream as { setNoDelay?: (on: boolean) => void } | undefined)?.setNoDelay?.(true);
     client.handleMessage = (packet, done) => this.handleInbound(conn, packet, done);
     client.on('packetsend', (packet) => this.onPacketSend(conn, packet));
     client.on('packetreceive', (packet) => this.onPacketReceive(conn, packet));

@@ -73,7 +73,9 @@ export async function startFaultProxy(targetPort: number, targetHost = '127.0.0.
       client.resetAndDestroy();
       return;
     }
-    const upstream = tcpConnect(target, targetHost);
+    // A proxy must not add Nagle delays of its own: it forwards each chunk as it comes.
+    client.setNoDelay(true);
+    const upstream = tcpConnect({ port: target, host: targetHost, noDelay: true });
     const pair: Pair = { client, server: upstream, dead: mode === 'blackhole' };
     pairs.add(pair);
     upstream.on('error', () => client.destroy());
