@@ -25,7 +25,7 @@ import type { Logger } from '../util/logger.js';
 import { ReplayPacer } from './token-bucket.js';
 import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
-import { Uplink } from './uplink.js';
+import { outboxPacketId, Uplink } from './uplink.js';
 import type { InboundPublish, PublishResult, UplinkSession } from './uplink.js';
 
 export type UplinkStatus =
@@ -85,7 +85,6 @@ interface Inflight {
   readonly seq: number;
   readonly qos: QoS;
   readonly sendIndex: number;
-  readonly packetId: number | undefined;
 }
 
 /** How long unconfirmed QoS 0 entries may wait for a confirming ping when the window is not full. */
@@ -132,8 +131,8 @@ export class Bridge {
   /** Seqs whose removal is being committed: never sent again. */
   private readonly removing = new Set<number>();
   private removeBatch: number[] = [];
-  /** Packet ids of QoS 1/2 entries unacknowledged when a connection dropped, for re-send on a resumed session. */
-  private readonly resumeIds = new Map<number, number>();
+  /** Seqs of QoS 1/2 entries unacknowledged when a connection dropped: re-sent with DUP on a resumed session. */
+  private readonly resending = new Set<number>();
   /** Highest seq this process has sent; anything at or below it going up again is a re-send. */
   private highestSentSeq = -Infinity;
   private window: number;
@@ -260,8 +259,10 @@ export class Bridge {
   publishNow(messages: readonly Message[]): boolean {
     if (!this.running || !this.uplink.online) return false;
     for (const msg of messages) {
-      this.uplink.publish(msg, (result) => {
-        if (!result.ok) this.log.warn({ topic: msg.topic, reasonCode: result.reasonCode }, 'central broker refused a message sent outside the outbox');
+      this.uplink.publish(msg, {
+        result: (result) => {
+          if (!result.ok) this.log.warn({ topic: msg.topic, reasonCode: result.reasonCode }, 'central broker refused a message sent outside the outbox');
+        },
       });
     }
     return true;
@@ -340,8 +341,7 @@ export class Bridge {
     this.sessionStartWallMs = Date.now();
     if (this.everOnline) this.counters.reconnects++;
     this.everOnline = true;
-    if (!session.sessionPresent) this.resumeIds.clear();
-    this.uplink.reservePacketIds(this.resumeIds.values());
+    if (!session.sessionPresent) this.resending.clear();
     this.resetConnectionState();
     this.window = Math.max(1, this.config.inflight);
     const depth = this.outbox.depth;
@@ -358,10 +358,8 @@ export class Bridge {
 
   private onOffline(error: Error, retryInMs: number | undefined): void {
     const wasOnline = this.currentStatus.type === 'online';
-    // Unacknowledged QoS 1/2 may still sit in a resumed session under their packet ids: re-send with them.
-    for (const rec of this.inflight.values()) {
-      if (rec.qos > 0 && rec.packetId !== undefined) this.resumeIds.set(rec.seq, rec.packetId);
-    }
+    // Unacknowledged QoS 1/2 may have reached the broker: if the session resumes, they go again with DUP.
+    for (const rec of this.inflight.values()) if (rec.qos > 0) this.resending.add(rec.seq);
     this.resetConnectionState();
     this.session = undefined;
     if (retryInMs === undefined) {
@@ -518,6 +516,7 @@ export class Bridge {
       this.replayRemaining--;
       this.rate.replaySent++;
     }
+    if (entry.released) return this.sendRelease(entry);
     let msg: Message = entry.msg;
     if (this.hooks.rewrite) {
       const rewritten = this.hooks.rewrite(entry, entry.appendedAtMs < this.sessionStartWallMs);
@@ -534,10 +533,9 @@ export class Bridge {
       this.remove(entry.seq);
       return;
     }
-    const resumeId = msg.qos > 0 ? this.resumeIds.get(entry.seq) : undefined;
-    this.resumeIds.delete(entry.seq);
+    const dup = this.resending.delete(entry.seq);
     let rec: Inflight | undefined;
-    const { sendIndex, packetId } = this.uplink.publish(
+    const { sendIndex } = this.uplink.publish(
       {
         topic: msg.topic,
         payload: msg.payload,
@@ -545,11 +543,19 @@ export class Bridge {
         retain: msg.retain,
         properties: msg.properties,
         expiresAt: msg.expiresAt,
-        packetId: resumeId,
+        packetId: msg.qos > 0 ? outboxPacketId(entry.seq) : undefined,
+        dup: dup && msg.qos > 0,
       },
-      msg.qos > 0 ? (result) => rec && this.onResult(rec, result) : undefined,
+      msg.qos === 0
+        ? undefined
+        : {
+            result: (result) => rec && this.onResult(rec, result),
+            // PUBREL only once the receipt is durable: from then on, also after a crash, the entry is only
+            // released, never published again, so the broker cannot deliver it twice.
+            received: msg.qos === 2 ? () => this.outbox.markReleased(entry.seq) : undefined,
+          },
     );
-    rec = { seq: entry.seq, qos: msg.qos, sendIndex, packetId };
+    rec = { seq: entry.seq, qos: msg.qos, sendIndex };
     this.inflight.set(entry.seq, rec);
     this.counters.sent++;
     // Sends go in seq order, so a seq at or below the highest one sent is a re-send.
@@ -557,6 +563,22 @@ export class Bridge {
     else this.highestSentSeq = entry.seq;
     if (msg.qos > 0) this.qosInflight++;
     else this.q0.push(rec);
+  }
+
+  /** A QoS 2 entry the broker received before a reconnect or restart (PUBREC): PUBREL, never PUBLISH again. */
+  private sendRelease(entry: OutboxEntry): void {
+    this.resending.delete(entry.seq);
+    if (this.session?.sessionPresent !== true) {
+      // The broker forgot the flow with the session, but it had the message: nothing left to do.
+      this.counters.acked++;
+      this.remove(entry.seq);
+      return;
+    }
+    let rec: Inflight | undefined;
+    const { sendIndex } = this.uplink.release(outboxPacketId(entry.seq), { result: (result) => rec && this.onResult(rec, result) });
+    rec = { seq: entry.seq, qos: 2, sendIndex };
+    this.inflight.set(entry.seq, rec);
+    this.qosInflight++;
   }
 
   /** QoS 0 entries wait for a PINGRESP that proves the broker read them; make sure one is coming. */

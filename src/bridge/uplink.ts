@@ -21,7 +21,7 @@ import { connect, Store } from 'mqtt';
 import type { IClientOptions, IConnackPacket, IPublishPacket, MqttClient, Packet } from 'mqtt';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message, PublishProperties, QoS } from '../protocol/message.js';
-import { encodePublish } from '../protocol/codec.js';
+import { encodeAck, encodePublish } from '../protocol/codec.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { Backoff } from '../util/backoff.js';
 import { asError, UplinkError } from '../util/errors.js';
@@ -54,14 +54,38 @@ export interface OutgoingPublish {
   readonly qos: QoS;
   readonly retain: boolean;
   readonly properties?: PublishProperties;
-  /** Set with a resumed session to re-send with the original packet id (and DUP). */
+  /** The packet id to use when it is free: an outbox entry's own (see `outboxPacketId`). */
   readonly packetId?: number;
+  /** A re-send of a publish that may have reached the broker before [MQTT-3.3.1-1]. */
+  readonly dup?: boolean;
   /** Remaining message expiry is computed from this message's deadline. */
   readonly expiresAt?: number;
 }
 
 /** The outcome of a QoS 1/2 publish on the connection it was sent on. */
 export type PublishResult = { ok: true } | { ok: false; reasonCode: number; error: Error };
+
+/** What the sender of a QoS 1/2 publish hears back on the connection it was sent on. */
+export interface PublishFlow {
+  /** PUBACK (QoS 1), PUBCOMP (QoS 2), or a refusal (reason code >= 0x80 in PUBACK or PUBREC). */
+  result(result: PublishResult): void;
+  /**
+   * QoS 2: the broker has the message (PUBREC). The PUBREL goes out once the returned promise resolves, so the
+   * caller can first make "received" durable; if it rejects, no PUBREL, and the flow resumes on a later connection.
+   */
+  received?(): Promise<void>;
+}
+
+/**
+ * Packet ids 1..OUTBOX_PACKET_IDS belong to outbox entries, derived from their seq, so a flow resumes under the
+ * same id after a restart and the broker recognises a QoS 2 message it already has [MQTT-4.3.3-10]. The ids
+ * above are for everything else (MQTT.js's SUBSCRIBE, publishes outside the outbox).
+ */
+export const OUTBOX_PACKET_IDS = 65_000;
+
+export function outboxPacketId(seq: number): number {
+  return ((seq - 1) % OUTBOX_PACKET_IDS) + 1;
+}
 
 export interface UplinkEvents {
   connecting(attempt: number, url: string): void;
@@ -96,14 +120,21 @@ interface Connection {
   readonly pings: { mark: number; atMs: number }[];
   /** Outstanding QoS 1/2 publishes by packet id: send index and when. */
   readonly awaiting: Map<number, { sendIndex: number; atMs: number }>;
-  /** Result callbacks of QoS 1 publishes written directly (see `writePublish`), by packet id. */
-  readonly results: Map<number, (result: PublishResult) => void>;
+  /** QoS 1/2 flows under way on this connection, by packet id. */
+  readonly flows: Map<number, Flow>;
   /** The socket is corked until the next tick (see `writePublish`). */
   corked: boolean;
   /** Last time the broker acknowledged anything (PUBACK, PUBREC, PUBCOMP, SUBACK, PINGRESP, CONNACK). */
   lastAckMs: number;
   closing: boolean;
   error: Error | undefined;
+}
+
+interface Flow {
+  readonly qos: 1 | 2;
+  readonly sender: PublishFlow | undefined;
+  /** QoS 2: PUBREC arrived (or the flow resumed at PUBREL); only PUBCOMP is awaited. */
+  released: boolean;
 }
 
 const DEFAULT_RECEIVE_MAXIMUM = 65_535;
@@ -118,8 +149,6 @@ export class Uplink {
   private readonly backoff: Backoff;
   /** Inbound QoS 2 state outlives a connection, so a PUBREL on a resumed session finds its PUBLISH. */
   private incomingStore = new Store({ clean: false });
-  /** Packet ids an unacknowledged publish had when the connection dropped; never allocated to others. */
-  private readonly reservedIds = new Set<number>();
   /** Remote filters already subscribed by this process (re-subscribe on a resumed session only if new). */
   private subscribedOnce = false;
   /** Upper bound for the QoS 1/2 window after the broker complained (DISCONNECT 0x93). */
@@ -181,88 +210,57 @@ export class Uplink {
     if (this.conn === conn) this.conn = undefined;
   }
 
-  /** Remembers packet ids that a resumed session may still hold, so they are only used for their own re-send. */
-  reservePacketIds(ids: Iterable<number>): void {
-    this.reservedIds.clear();
-    for (const id of ids) this.reservedIds.add(id);
-  }
-
   /**
-   * Writes one PUBLISH on the current connection. `onResult` runs for QoS 1/2 when the broker answers on this
-   * connection (never if the connection drops first: the entry is still in the outbox and goes again).
-   * Returns the publish's send index and packet id.
+   * Writes one PUBLISH on the current connection, encoded by our codec. The flow's callbacks run when the
+   * broker answers on this connection (never if the connection drops first: the entry is still in the outbox
+   * and goes again). MQTT.js is not involved: its per-publish work (option merging, a deep copy for its
+   * outgoing store, timers, logging) was the largest share of the replay's CPU, and the outbox already is the
+   * store; it ignores acks for ids it did not send. Returns the publish's send index and packet id.
    */
-  publish(msg: OutgoingPublish, onResult?: (result: PublishResult) => void): { sendIndex: number; packetId: number | undefined } {
-    const conn = this.conn;
-    if (!conn || !conn.online) throw new UplinkError('EF_INTERNAL', 'publish while the uplink is offline');
+  publish(msg: OutgoingPublish, sender?: PublishFlow): { sendIndex: number; packetId: number | undefined } {
+    const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
-    if (msg.qos < 2) return { sendIndex, packetId: this.writePublish(conn, msg, sendIndex, onResult) };
-    const v5 = this.options.config.remote.protocolVersion === 5;
-    if (msg.packetId !== undefined) conn.ids.prefer(msg.packetId);
-    const allocationsBefore = conn.ids.allocations;
-    conn.client.publish(
-      msg.topic,
-      msg.payload,
-      {
-        qos: msg.qos,
-        retain: msg.retain,
-        dup: msg.qos > 0 && msg.packetId !== undefined,
-        properties: v5 ? toPublishProperties(msg.properties, msg.expiresAt) : undefined,
-      },
-      (err?: Error) => {
-        if (msg.qos === 0 || this.conn !== conn || !onResult) return;
-        if (!err) return onResult({ ok: true });
-        const reasonCode = (err as { code?: unknown }).code;
-        // Only a reason code >= 0x80 is an answer from the broker; anything else is the connection failing.
-        if (typeof reasonCode === 'number' && reasonCode >= 0x80) onResult({ ok: false, reasonCode, error: err });
-      },
-    );
-    // MQTT.js allocates the packet id synchronously inside publish() while connected.
-    const packetId = conn.ids.allocations > allocationsBefore ? (conn.ids.getLastAllocated() ?? undefined) : undefined;
-    if (msg.qos > 0 && packetId !== undefined) {
-      this.reservedIds.delete(packetId);
-      conn.awaiting.set(packetId, { sendIndex, atMs: performance.now() });
-    }
+    const packetId = msg.qos > 0 ? this.startFlow(conn, msg.qos as 1 | 2, msg.packetId, sendIndex, sender, false) : undefined;
+    const { bytes } = encodePublish(msg, this.options.config.remote.protocolVersion, msg.qos, msg.retain, msg.dup === true, undefined, packetId);
+    this.write(conn, bytes);
     return { sendIndex, packetId };
   }
 
   /**
-   * QoS 0 and 1 bypass MQTT.js: the PUBLISH is encoded once by our codec and written to the socket, and the
-   * PUBACK is matched here (`onPacketReceive`). MQTT.js's per-publish work (option merging, a deep copy for its
-   * outgoing store, per-packet timers and logging) was the largest share of the replay's CPU, and our outbox
-   * already is the store. Packet ids come from the same allocator MQTT.js uses, so they never collide; MQTT.js
-   * ignores acks for ids it did not send. QoS 2 keeps MQTT.js for its PUBREC/PUBREL/PUBCOMP exchange.
+   * Resumes a QoS 2 flow the broker already received (PUBREC before a reconnect or restart): PUBREL under its
+   * packet id, then PUBCOMP reports the result [MQTT-4.4.0-1]. Needs the session the broker kept.
    */
-  private writePublish(
-    conn: Connection,
-    msg: OutgoingPublish,
-    sendIndex: number,
-    onResult: ((result: PublishResult) => void) | undefined,
-  ): number | undefined {
-    let packetId: number | undefined;
-    if (msg.qos === 1) {
-      if (msg.packetId !== undefined) conn.ids.prefer(msg.packetId);
-      const id = conn.ids.allocate();
-      if (id === null) throw new UplinkError('EF_INTERNAL', 'no free packet id'); // the window is far below 65535
-      packetId = id;
-      this.reservedIds.delete(id);
-      conn.awaiting.set(id, { sendIndex, atMs: performance.now() });
-      // Registered even without a callback: the PUBACK frees the packet id.
-      conn.results.set(id, onResult ?? ignoreResult);
-    }
-    const { bytes } = encodePublish(
-      msg,
-      this.options.config.remote.protocolVersion,
-      msg.qos,
-      msg.retain,
-      msg.packetId !== undefined, // a re-send on a resumed session
-      undefined,
-      packetId,
-    );
-    // The publishes of one pump go out in one system call: the socket is corked until the next tick.
+  release(packetId: number, sender: PublishFlow): { sendIndex: number } {
+    const conn = this.onlineConnection();
+    const sendIndex = conn.sendIndex++;
+    this.writePubrel(conn, this.startFlow(conn, 2, packetId, sendIndex, sender, true));
+    return { sendIndex };
+  }
+
+  private onlineConnection(): Connection {
+    const conn = this.conn;
+    if (!conn || !conn.online) throw new UplinkError('EF_INTERNAL', 'publish while the uplink is offline');
+    return conn;
+  }
+
+  private startFlow(conn: Connection, qos: 1 | 2, wanted: number | undefined, sendIndex: number, sender: PublishFlow | undefined, released: boolean): number {
+    const id = conn.ids.allocateAs(wanted);
+    if (id === null) throw new UplinkError('EF_INTERNAL', 'no free packet id'); // the window is far below 65535
+    conn.awaiting.set(id, { sendIndex, atMs: performance.now() });
+    // Registered even without a sender: the final ack frees the packet id.
+    conn.flows.set(id, { qos, sender, released });
+    return id;
+  }
+
+  private writePubrel(conn: Connection, packetId: number): void {
+    this.write(conn, encodeAck('pubrel', packetId, 0, this.options.config.remote.protocolVersion));
+  }
+
+  /** The packets of one pump go out in one system call: the socket is corked until the next tick. */
+  private write(conn: Connection, bytes: Buffer): void {
     const stream = conn.client.stream;
     // Closing but not yet closed: the entry stays in the outbox and goes again on the next connection.
-    if (!stream.writable) return packetId;
+    if (!stream.writable) return;
     if (!conn.corked) {
       conn.corked = true;
       stream.cork();
@@ -272,7 +270,6 @@ export class Uplink {
       });
     }
     stream.write(bytes);
-    return packetId;
   }
 
   /** Sends a PINGREQ now: its PINGRESP confirms every publish written before it. */
@@ -289,7 +286,7 @@ export class Uplink {
     this.attempt++;
     this.options.events.connecting(this.attempt, url);
     let client: MqttClient;
-    const ids = new PacketIdAllocator(this.reservedIds);
+    const ids = new PacketIdAllocator();
     try {
       client = connect(url, this.clientOptions(ids));
     } catch (err) {
@@ -305,7 +302,7 @@ export class Uplink {
       sendIndex: 0,
       pings: [],
       awaiting: new Map(),
-      results: new Map(),
+      flows: new Map(),
       corked: false,
       lastAckMs: performance.now(),
       closing: false,
@@ -399,7 +396,6 @@ export class Uplink {
       // The broker forgot our session: its QoS 2 state, and any packet id it could still hold, are gone.
       this.incomingStore = new Store({ clean: false });
       conn.client.incomingStore = this.incomingStore;
-      this.reservedIds.clear();
     }
     this.options.events.online({
       url: conn.url,
@@ -467,11 +463,12 @@ export class Uplink {
       case 'pubcomp': {
         conn.lastAckMs = performance.now();
         const id = packet.messageId;
-        const waiting = id === undefined ? undefined : conn.awaiting.get(id);
+        if (id === undefined) break;
+        const waiting = conn.awaiting.get(id);
         // PUBREC already proves receipt of the PUBLISH; PUBCOMP then only completes it.
-        if (waiting && packet.cmd !== 'pubrec') conn.awaiting.delete(id as number);
+        if (waiting && packet.cmd !== 'pubrec') conn.awaiting.delete(id);
         if (waiting) this.options.events.confirmed(waiting.sendIndex);
-        if (packet.cmd === 'puback' && id !== undefined) this.settleDirect(conn, id, packet.reasonCode ?? 0);
+        this.onAck(conn, packet.cmd, id, packet.reasonCode ?? 0);
         break;
       }
       case 'pingresp': {
@@ -489,14 +486,44 @@ export class Uplink {
     }
   }
 
-  /** The PUBACK of a QoS 1 publish written by `writePublish`; a reason code >= 0x80 is a refusal. */
-  private settleDirect(conn: Connection, packetId: number, reasonCode: number): void {
-    const onResult = conn.results.get(packetId);
-    if (!onResult) return;
-    conn.results.delete(packetId);
+  /** An ack for a flow of ours; anything else (MQTT.js's, or answering nothing) is left alone. */
+  private onAck(conn: Connection, cmd: 'puback' | 'pubrec' | 'pubcomp', packetId: number, reasonCode: number): void {
+    const flow = conn.flows.get(packetId);
+    if (!flow) return;
+    if (cmd === 'pubrec') {
+      if (flow.qos !== 2 || flow.released) return;
+      // An error reason ends the flow at PUBREC, without PUBREL (MQTT 5 §4.3.3).
+      if (reasonCode >= 0x80) return this.settle(conn, packetId, reasonCode);
+      flow.released = true;
+      const durable = flow.sender?.received?.();
+      if (!durable) return this.writePubrel(conn, packetId);
+      durable.then(
+        () => {
+          if (conn.flows.get(packetId) === flow && this.conn === conn) this.writePubrel(conn, packetId);
+        },
+        (err: unknown) => this.log.warn({ err, url: conn.url, packetId }, 'QoS 2 receipt not recorded; PUBREL waits for the next connection'),
+      );
+      return;
+    }
+    if (cmd === 'puback' ? flow.qos !== 1 : !flow.released) return;
+    // PUBCOMP ends the flow whatever its reason: 0x92 (id not found) after a resumed PUBREL means the broker
+    // completed it before.
+    this.settle(conn, packetId, cmd === 'puback' ? reasonCode : 0);
+  }
+
+  private settle(conn: Connection, packetId: number, reasonCode: number): void {
+    const flow = conn.flows.get(packetId);
+    if (!flow) return;
+    conn.flows.delete(packetId);
+    conn.awaiting.delete(packetId);
     conn.ids.deallocate(packetId);
-    if (reasonCode < 0x80) return onResult({ ok: true });
-    onResult({ ok: false, reasonCode, error: new UplinkError('EF_UPLINK_REJECTED', `the central broker refused a publish (0x${reasonCode.toString(16)})`) });
+    if (!flow.sender) return;
+    if (reasonCode < 0x80) return flow.sender.result({ ok: true });
+    flow.sender.result({
+      ok: false,
+      reasonCode,
+      error: new UplinkError('EF_UPLINK_REJECTED', `the central broker refused a publish (0x${reasonCode.toString(16)})`),
+    });
   }
 
   /**
@@ -553,35 +580,26 @@ export class Uplink {
   }
 }
 
-/**
- * Packet ids for one connection. Ids that a resumed session may still hold for an unacknowledged publish are
- * reserved and only handed out through `prefer()` for that publish's re-send.
- */
+/** Packet ids for one connection; MQTT.js allocates its own (SUBSCRIBE) through it too. */
 class PacketIdAllocator implements MessageIdProvider {
-  /** How many ids were handed out, so a caller can tell whether publish() allocated one. */
-  allocations = 0;
-  private next = 1 + Math.floor(Math.random() * 65_535);
+  private next = OUTBOX_PACKET_IDS + 1;
   private last: number | null = null;
-  private preferred: number | undefined;
   private readonly inUse = new Set<number>();
 
-  /** `reserved` is the uplink's live set: ids are removed from it as their re-sends go out. */
-  constructor(private readonly reserved: ReadonlySet<number>) {}
-
-  /** The next allocate() returns `id` if it is free (a re-send with its original packet id). */
-  prefer(id: number): void {
-    this.preferred = id;
+  /** `wanted` if it is free (an outbox entry's own id), else what `allocate` gives. */
+  allocateAs(wanted: number | undefined): number | null {
+    if (wanted !== undefined && !this.inUse.has(wanted)) return this.use(wanted);
+    return this.allocate();
   }
 
+  /** From the ids above OUTBOX_PACKET_IDS, and only when those are all taken from the rest. */
   allocate(): number | null {
-    const p = this.preferred;
-    this.preferred = undefined;
-    if (p !== undefined && !this.inUse.has(p)) return this.use(p);
-    for (let i = 0; i < 65_535; i++) {
+    for (let i = OUTBOX_PACKET_IDS; i < 65_535; i++) {
       const id = this.next;
-      this.next = id === 65_535 ? 1 : id + 1;
-      if (!this.inUse.has(id) && !this.reserved.has(id)) return this.use(id);
+      this.next = id === 65_535 ? OUTBOX_PACKET_IDS + 1 : id + 1;
+      if (!this.inUse.has(id)) return this.use(id);
     }
+    for (let id = 1; id <= OUTBOX_PACKET_IDS; id++) if (!this.inUse.has(id)) return this.use(id);
     return null;
   }
 
@@ -606,7 +624,6 @@ class PacketIdAllocator implements MessageIdProvider {
   private use(id: number): number {
     this.inUse.add(id);
     this.last = id;
-    this.allocations++;
     return id;
   }
 }
@@ -648,4 +665,3 @@ function classifyError(err: Error, url: string): UplinkError {
   return new UplinkError('EF_UPLINK_CONNECT', `${url}: ${err.message}`, { cause: err });
 }
 
-function ignoreResult(): void {}

@@ -84,6 +84,8 @@ const outboxMetaKey = (name: string): string => OUTBOX_META_PREFIX + name;
 const HEAD_CHUNK = 64;
 /** How long session acks are collected before their deletes are committed (see delayAckFlush). */
 const ACK_DELAY_MS = 5;
+/** The value of a mark record (a QoS 2 id awaiting PUBREL, a released outbox entry): only its key matters. */
+const RELEASE_MARK = Buffer.from([1]);
 /** Entries deleted per transaction when a whole outbox is deleted. */
 const DELETE_CHUNK = 10_000;
 
@@ -169,6 +171,8 @@ class LmdbStoreImpl implements Store {
   readonly releaseDb: Database<Bin, Bin>;
   /** Delayed wills waiting out their delay, keyed by client id (stamped with their due time). */
   readonly willDb: Database<Bin, Bin>;
+  /** Outbox entries the central broker has received (QoS 2 PUBREC), keyed like the outbox. */
+  readonly outboxReleasedDb: Database<Bin, Bin>;
   readonly durable = true;
   readonly log: Logger;
   readonly path: string;
@@ -210,6 +214,7 @@ class LmdbStoreImpl implements Store {
     this.releaseDb = env.openDB<Bin, Bin>('session-qos2', { encoding: 'binary', keyEncoding: 'binary' });
     // Added after schema 1 shipped without it: opening creates it empty, which is what an older store means.
     this.willDb = env.openDB<Bin, Bin>('session-will', { encoding: 'binary', keyEncoding: 'binary' });
+    this.outboxReleasedDb = env.openDB<Bin, Bin>('outbox-released', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
   }
@@ -260,7 +265,13 @@ class LmdbStoreImpl implements Store {
           this.del(b, this.outboxDb, key);
           count++;
         }
-        if (count < DELETE_CHUNK) this.del(b, this.meta, outboxMetaKey(name));
+        if (count < DELETE_CHUNK) {
+          // At most a window's worth of marks: the last chunk takes them all.
+          for (const key of this.outboxReleasedDb.getKeys({ start: prefix, end, snapshot: false })) {
+            this.del(b, this.outboxReleasedDb, key);
+          }
+          this.del(b, this.meta, outboxMetaKey(name));
+        }
         return count;
       });
       deleted += n;
@@ -351,6 +362,7 @@ class LmdbStoreImpl implements Store {
       this.queueDb,
       this.releaseDb,
       this.willDb,
+      this.outboxReleasedDb,
     ]) {
       const s = db.getStats() as {
         pageSize: number;
@@ -536,6 +548,8 @@ class LmdbOutbox implements Outbox {
   private bytes: number;
   private dropped: Record<DropReason, number>;
   private oldestAppendedAtMs: number | undefined;
+  /** Seqs with a committed `released` mark (QoS 2 received upstream); at most a window's worth. */
+  private readonly released = new Set<number>();
 
   // Per batch (see Batch): undo data, changes not yet visible to readers, head scanning.
   private snapshot: (OutboxMeta & { oldest: number | undefined }) | undefined;
@@ -554,6 +568,8 @@ class LmdbOutbox implements Outbox {
   private headChanged = false;
   /** Counters changed in this batch, so they must be written. */
   private dirty = false;
+  /** `released` marks written and deleted by the batch in flight, applied to `released` when it commits. */
+  private marking: { added: number[]; deleted: number[] } = { added: [], deleted: [] };
 
   constructor(store: LmdbStoreImpl, name: string, limits: OutboxLimits) {
     this.store = store;
@@ -589,6 +605,9 @@ class LmdbOutbox implements Outbox {
       this.lastSeq = lastKeySeq;
     }
     this.oldestAppendedAtMs = this.readCommittedHead()?.appendedAtMs;
+    for (const key of store.outboxReleasedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
+      this.released.add(keySeq(key));
+    }
   }
 
   append(msg: Message): Promise<void> {
@@ -639,6 +658,7 @@ class LmdbOutbox implements Outbox {
         msg: decodeMessage(value, STAMPED_HEADER_BYTES),
         appendedAtMs: stampedValueMs(value),
         bytes: value.length,
+        ...(this.released.size > 0 && this.released.has(seq) ? { released: true } : {}),
       });
       if (out.length >= limit) break;
     }
@@ -660,6 +680,18 @@ class LmdbOutbox implements Outbox {
     });
   }
 
+  markReleased(seq: number): Promise<void> {
+    if (this.store.isClosing) return Promise.reject(closedError());
+    return this.store.schedule((b) => {
+      if (!Number.isSafeInteger(seq) || seq <= 0 || seq > this.lastSeq || this.removedInFlight.has(seq) || this.released.has(seq)) return;
+      const key = seqKey(this.prefix, seq);
+      if (!this.batchSeqs.includes(seq) && this.db.getBinaryFast(key) === undefined) return; // unknown: ignored
+      this.touch(b);
+      this.store.put(b, this.store.outboxReleasedDb, key, RELEASE_MARK);
+      this.marking.added.push(seq);
+    });
+  }
+
   private removeOne(b: Batch, seq: number): number {
     if (!Number.isSafeInteger(seq) || seq <= 0 || seq > this.lastSeq || this.removedInFlight.has(seq)) return 0;
     let bytes: number | undefined;
@@ -667,7 +699,12 @@ class LmdbOutbox implements Outbox {
     if (inBatch >= 0) bytes = this.batchValues[inBatch].length;
     else bytes = this.db.getBinaryFast(seqKey(this.prefix, seq))?.length;
     if (bytes === undefined) return 0; // unknown or already removed: ignored by contract
-    this.store.del(b, this.db, seqKey(this.prefix, seq));
+    const key = seqKey(this.prefix, seq);
+    this.store.del(b, this.db, key);
+    if (this.released.has(seq) || this.marking.added.includes(seq)) {
+      this.store.del(b, this.store.outboxReleasedDb, key);
+      this.marking.deleted.push(seq);
+    }
     this.removedInFlight.add(seq);
     this.messages--;
     this.bytes -= bytes;
@@ -806,8 +843,15 @@ class LmdbOutbox implements Outbox {
   }
 
   committed(): void {
+    for (const seq of this.marking.added) this.released.add(seq);
+    for (const seq of this.marking.deleted) this.released.delete(seq);
+    this.forgetBatch();
+  }
+
+  private forgetBatch(): void {
     this.snapshot = undefined;
     this.removedInFlight = new Set();
+    if (this.marking.added.length > 0 || this.marking.deleted.length > 0) this.marking = { added: [], deleted: [] };
   }
 
   rollback(): void {
@@ -819,12 +863,10 @@ class LmdbOutbox implements Outbox {
       this.dropped = s.dropped;
       this.oldestAppendedAtMs = s.oldest;
     }
-    this.committed();
+    this.forgetBatch();
   }
 }
 
-/** The value of an awaiting-release record: only its key matters. */
-const RELEASE_MARK = Buffer.from([1]);
 
 class LmdbSessionStore implements SessionStore {
   lastSeq: number;

@@ -74,15 +74,22 @@ class MemoryOutbox implements Outbox {
   remove(seqs: readonly number[]): Promise<void> {
     if (this.isClosed()) return Promise.reject(closedError());
     for (const seq of seqs) {
-      let i = this.firstIndexAfter(seq - 1);
-      while (i < this.entries.length && this.entries[i] === undefined) i++;
+      const i = this.indexOf(seq);
       const e = this.entries[i];
-      if (e === undefined || e.seq !== seq) continue; // unknown or already removed: ignored by contract
+      if (e === undefined) continue; // unknown or already removed: ignored by contract
       this.entries[i] = undefined;
       this.messages--;
       this.bytes -= e.bytes;
     }
     this.compact();
+    return RESOLVED;
+  }
+
+  markReleased(seq: number): Promise<void> {
+    if (this.isClosed()) return Promise.reject(closedError());
+    const i = this.indexOf(seq);
+    const e = this.entries[i];
+    if (e !== undefined) this.entries[i] = { ...e, released: true };
     return RESOLVED;
   }
 
@@ -138,6 +145,13 @@ class MemoryOutbox implements Outbox {
   }
 
   /** Index of the first slot (hole or entry) whose seq is > `seq`; slots keep their seq order. */
+  /** The slot of the live entry `seq`; a slot without it (undefined there) when unknown or removed. */
+  private indexOf(seq: number): number {
+    let i = this.firstIndexAfter(seq - 1);
+    while (i < this.entries.length && this.entries[i] === undefined) i++;
+    return this.entries[i]?.seq === seq ? i : this.entries.length;
+  }
+
   private firstIndexAfter(seq: number): number {
     let lo = this.head;
     let hi = this.entries.length;

@@ -104,6 +104,8 @@ export interface OutboxEntry {
   readonly appendedAtMs: number;
   /** Bytes the entry counts against `maxBytes`. */
   readonly bytes: number;
+  /** The central broker acknowledged receipt of this QoS 2 entry (PUBREC): it is completed with PUBREL only. */
+  readonly released?: boolean;
 }
 
 export type DropReason = 'queue_full' | 'expired' | 'rejected_upstream';
@@ -129,6 +131,11 @@ export interface Outbox {
   peek(limit: number, afterSeq?: number): readonly OutboxEntry[];
   /** Removes acknowledged entries; unknown seqs are ignored. Batched into one commit per event turn. */
   remove(seqs: readonly number[]): Promise<void>;
+  /**
+   * Records that the central broker has a QoS 2 entry (PUBREC), durable when resolved: from then on, also after
+   * a restart, the entry is completed with PUBREL and never published again. Unknown seqs are ignored.
+   */
+  markReleased(seq: number): Promise<void>;
   /** Drops entries older than `maxAgeS`, counting them as `expired`. Returns how many were dropped. */
   expire(nowMs?: number): Promise<number>;
   /** Counts entries dropped for a reason decided outside the outbox (e.g. refused upstream). */

@@ -236,6 +236,28 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect(box.peek(1)[0].seq).toBeGreaterThan(first.seq);
     });
 
+    it('marks entries the central broker received (QoS 2 PUBREC) until they are removed or dropped', async () => {
+      const store = await open();
+      const box = store.outbox('central', { ...UNLIMITED, maxMessages: 4 });
+      await Promise.all([0, 1, 2, 3].map((i) => box.append(fixed(i))));
+      const [a, b, c, d] = box.peek(4);
+      await Promise.all([box.markReleased(a.seq), box.markReleased(c.seq), box.markReleased(999_999)]); // unknown: ignored
+      expect(box.peek(4).map((e) => e.released === true)).toEqual([true, false, true, false]);
+      expect(box.depth.messages).toBe(4); // a mark is not a removal
+      // Marked and removed in one turn: the removal wins.
+      await Promise.all([box.markReleased(b.seq), box.remove([b.seq, c.seq])]);
+      expect(box.peek(4).map((e) => [e.seq, e.released === true])).toEqual([
+        [a.seq, true],
+        [d.seq, false],
+      ]);
+      await box.append(fixed(4));
+      await box.append(fixed(5));
+      await box.append(fixed(6)); // drop-oldest takes the marked head with it
+      expect(box.peek(4).map((e) => [e.seq > a.seq, e.released === true])).toEqual(Array(4).fill([true, false]));
+      await box.markReleased(a.seq); // gone: ignored
+      expect(box.peek(4).some((e) => e.released === true)).toBe(false);
+    });
+
     it('hides removed entries from peek as soon as remove is called', async () => {
       const store = await open();
       const box = store.outbox('central', UNLIMITED);

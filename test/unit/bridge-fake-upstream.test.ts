@@ -7,7 +7,10 @@ import mqttPacket from 'mqtt-packet';
 import type { Packet } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { Bridge } from '../../src/bridge/bridge.js';
-import { createMessage } from '../../src/protocol/message.js';
+import { createMessage, type QoS } from '../../src/protocol/message.js';
+import { openLmdbStore } from '../../src/store/lmdb.js';
+import type { Outbox } from '../../src/store/types.js';
+import { silentLogger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { delay, waitFor } from '../helpers/wait.js';
 import { bridgeConfig, testBroker } from './bridge-setup.js';
@@ -80,14 +83,29 @@ function publishes(conn: FakeConnection): (Packet & { cmd: 'publish' })[] {
   return conn.packets.filter((p): p is Packet & { cmd: 'publish' } => p.cmd === 'publish');
 }
 
-async function setup(url: string, patch: Parameters<typeof bridgeConfig>[1] = {}) {
+/** A bridge on the real broker; its outbox is the memory store's unless one is given (LMDB for restarts). */
+async function setup(url: string, patch: Parameters<typeof bridgeConfig>[1] = {}, qos: QoS = 1, givenOutbox?: Outbox) {
   const { broker, store } = testBroker();
   const config = bridgeConfig([url], patch);
-  const outbox = store.outbox(config.name, config.queue);
-  const bridge = d.add(new Bridge({ config, broker, outbox, log: (await import('../../src/util/logger.js')).silentLogger }));
-  const publish = (payload: string) =>
-    broker.publish(createMessage({ topic: 'plant/x', payload: Buffer.from(payload), qos: 1, origin: 'local' }));
+  const outbox = givenOutbox ?? store.outbox(config.name, config.queue);
+  const bridge = d.add(new Bridge({ config, broker, outbox, log: silentLogger }));
+  const publish = (payload: string) => broker.publish(createMessage({ topic: 'plant/x', payload: Buffer.from(payload), qos, origin: 'local' }));
   return { bridge, outbox, publish };
+}
+
+/** The packets of a connection after CONNECT, as [cmd, payload or '', packet id]. */
+function flows(conn: FakeConnection): [string, string, number | undefined][] {
+  return conn.packets
+    .filter((p) => p.cmd === 'publish' || p.cmd === 'pubrel')
+    .map((p) => [p.cmd, p.cmd === 'publish' ? p.payload.toString() : '', p.messageId]);
+}
+
+/** Answers every QoS 2 PUBLISH with PUBREC (except payloads in `withhold`) and, if `complete`, PUBREL with PUBCOMP. */
+function answerQoS2(up: FakeUpstream, opts: { complete: boolean; withhold?: string[] }): void {
+  up.onPacket = (c, p) => {
+    if (p.cmd === 'publish' && !opts.withhold?.includes(p.payload.toString())) c.send({ cmd: 'pubrec', messageId: p.messageId, reasonCode: 0 } as Packet);
+    if (p.cmd === 'pubrel' && opts.complete) c.send({ cmd: 'pubcomp', messageId: p.messageId, reasonCode: 0 } as Packet);
+  };
 }
 
 describe('bridge against a scriptable fake upstream', () => {
@@ -206,5 +224,98 @@ describe('bridge against a scriptable fake upstream', () => {
     await waitFor(() => up.connections.length === 2, 5000);
     await delay(300);
     expect(publishes(up.connections[1]).length).toBe(8);
+  });
+
+  describe('QoS 2 upstream: exactly once across reconnects and restarts', () => {
+    it('completes a message the broker received (PUBREC) with PUBREL only on a resumed session, under the same packet id [MQTT-4.4.0-1]', async () => {
+      const up = d.add(await startFakeUpstream());
+      answerQoS2(up, { complete: false });
+      const { bridge, outbox, publish } = await setup(up.url, {}, 2);
+      await bridge.start();
+      await waitFor(() => up.connections.length === 1, 5000);
+      await publish('a');
+      const first = up.connections[0];
+      await waitFor(() => flows(first).length === 2, 5000);
+      const [[, , id]] = flows(first);
+      expect(flows(first)).toEqual([
+        ['publish', 'a', id],
+        ['pubrel', '', id],
+      ]);
+      up.connack = { sessionPresent: true };
+      first.socket.destroy();
+      await waitFor(() => up.connections.length === 2 && flows(up.connections[1]).length === 1, 5000);
+      expect(flows(up.connections[1])).toEqual([['pubrel', '', id]]);
+      expect(outbox.depth.messages).toBe(1);
+      up.connections[1].send({ cmd: 'pubcomp', messageId: id, reasonCode: 0 } as Packet);
+      await waitFor(() => outbox.depth.messages === 0, 5000);
+    });
+
+    it('after a restart, releases what the broker received and publishes the rest under their former packet ids, from the LMDB outbox', async () => {
+      const up = d.add(await startFakeUpstream());
+      answerQoS2(up, { complete: false, withhold: ['b'] });
+      const dir = d.tempDir();
+      const config = bridgeConfig([up.url]);
+      const firstStore = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger });
+      const first = await setup(up.url, {}, 2, firstStore.outbox(config.name, config.queue));
+      await first.bridge.start();
+      await waitFor(() => up.connections.length === 1, 5000);
+      await first.publish('a');
+      await first.publish('b');
+      // PUBREL goes out only once the receipt of 'a' is durable; 'b' never got a PUBREC.
+      await waitFor(() => flows(up.connections[0]).length === 3, 5000);
+      const before = flows(up.connections[0]);
+      expect(before.map(([cmd, payload]) => [cmd, payload])).toEqual([
+        ['publish', 'a'],
+        ['publish', 'b'],
+        ['pubrel', ''],
+      ]);
+      const [idA, idB] = [before[0][2], before[1][2]];
+      await first.bridge.stop();
+      await firstStore.close();
+
+      up.connack = { sessionPresent: true };
+      answerQoS2(up, { complete: true });
+      const store = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger });
+      d.defer(() => store.close());
+      const second = await setup(up.url, {}, 2, store.outbox(config.name, config.queue));
+      await second.bridge.start();
+      await waitFor(() => second.outbox.depth.messages === 0, 5000);
+      const after = flows(up.connections[1]);
+      // 'a' is never published again: the broker has it and only waits for PUBREL [MQTT-4.3.3-10].
+      expect(after.slice(0, 2)).toEqual([
+        ['pubrel', '', idA],
+        ['publish', 'b', idB],
+      ]);
+      expect(after.filter(([cmd]) => cmd === 'publish')).toHaveLength(1);
+    });
+
+    it('counts a received message as delivered when the broker lost the session, without sending it again', async () => {
+      const up = d.add(await startFakeUpstream());
+      answerQoS2(up, { complete: false });
+      const { bridge, outbox, publish } = await setup(up.url, {}, 2);
+      await bridge.start();
+      await waitFor(() => up.connections.length === 1, 5000);
+      await publish('a');
+      await waitFor(() => flows(up.connections[0]).length === 2, 5000);
+      up.connack = { sessionPresent: false };
+      up.connections[0].socket.destroy();
+      await waitFor(() => up.connections.length === 2 && outbox.depth.messages === 0, 5000);
+      expect(flows(up.connections[1])).toEqual([]);
+      expect(bridge.stats.acked).toBe(1);
+    });
+
+    it('drops a message refused at PUBREC (reason >= 0x80) without PUBREL, counted as rejected_upstream', async () => {
+      const up = d.add(await startFakeUpstream());
+      up.onPacket = (c, p) => {
+        if (p.cmd === 'publish') c.send({ cmd: 'pubrec', messageId: p.messageId, reasonCode: 0x87 } as Packet);
+      };
+      const { bridge, outbox, publish } = await setup(up.url, {}, 2);
+      await bridge.start();
+      await waitFor(() => up.connections.length === 1, 5000);
+      await publish('a');
+      await waitFor(() => outbox.depth.dropped.rejected_upstream === 1 && outbox.depth.messages === 0, 5000);
+      await delay(100);
+      expect(flows(up.connections[0]).map(([cmd]) => cmd)).toEqual(['publish']);
+    });
   });
 });

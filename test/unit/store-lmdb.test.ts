@@ -85,6 +85,32 @@ describe('LMDB store', () => {
     expect(reopenedOther.peek(1)[0].seq).toBeGreaterThan(otherSeq);
   });
 
+  it('keeps the released mark of an outbox entry (QoS 2 PUBREC) across a reopen, and deletes it with the outbox', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir);
+    let box = store.outbox('central', UNLIMITED);
+    await Promise.all([1, 2, 3].map((i) => box.append(small(i))));
+    const [, second] = box.peek(3);
+    await box.markReleased(second.seq);
+    await closeStore(store);
+
+    store = await openStore(dir);
+    box = store.outbox('central', UNLIMITED);
+    expect(box.peek(3).map((e) => e.released === true)).toEqual([false, true, false]);
+    const other = store.outbox('other', UNLIMITED);
+    await other.append(small(9));
+    await other.markReleased(other.peek(1)[0].seq);
+    await closeStore(store);
+
+    store = await openStore(dir);
+    expect(await store.deleteOutbox('other')).toBe(1);
+    // A new outbox of that name starts without stale marks (its seqs continue from the meta record's absence).
+    const again = store.outbox('other', UNLIMITED);
+    await again.append(small(10));
+    expect(again.peek(1)[0].released).toBeUndefined();
+    expect(store.outbox('central', UNLIMITED).peek(3).map((e) => e.released === true)).toEqual([false, true, false]);
+  });
+
   it('lists every outbox on disk and deletes a closed one in chunks, leaving the others alone', async () => {
     const dir = tempDir();
     let s = await openStore(dir);
