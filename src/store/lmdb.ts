@@ -564,6 +564,10 @@ class LmdbOutbox implements Outbox {
   private batchHead = 0;
   private headBuffer: HeadEntry[] = [];
   private headScanFrom = 0;
+  /** No committed entry has a lower seq: where the scan for the head starts. */
+  private headFloor: number;
+  /** The head found by this batch, the new floor once it commits. */
+  private nextHeadFloor: number | undefined;
   private committedExhausted = false;
   private headChanged = false;
   /** Counters changed in this batch, so they must be written. */
@@ -604,7 +608,9 @@ class LmdbOutbox implements Outbox {
       this.dropped = emptyDropped();
       this.lastSeq = lastKeySeq;
     }
-    this.oldestAppendedAtMs = this.readCommittedHead()?.appendedAtMs;
+    const head = this.readCommittedHead();
+    this.oldestAppendedAtMs = head?.appendedAtMs;
+    this.headFloor = head?.seq ?? this.lastSeq + 1;
     for (const key of store.outboxReleasedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
       this.released.add(keySeq(key));
     }
@@ -793,9 +799,16 @@ class LmdbOutbox implements Outbox {
         this.headBuffer.shift();
       }
       if (this.committedExhausted) break;
-      // Entries removed in this batch are still committed, normally at the head: the first read takes just
-      // enough to pass them (the head's age is needed after every batch of acknowledgements).
-      const limit = this.headScanFrom === 0 ? Math.min(HEAD_CHUNK, this.removedInFlight.size + 1) : HEAD_CHUNK;
+      let limit = HEAD_CHUNK;
+      if (this.headScanFrom === 0) {
+        // Entries removed in this batch are still committed, normally as a run at the head (acknowledgements
+        // come in order): the first read starts past that run and takes just enough to pass any other removed
+        // ones (the head's age is needed after every batch of acknowledgements).
+        let from = this.headFloor;
+        while (this.removedInFlight.has(from)) from++;
+        limit = Math.min(HEAD_CHUNK, this.removedInFlight.size - (from - this.headFloor) + 1);
+        this.headScanFrom = from;
+      }
       let n = 0;
       for (const { key, value } of this.db.getRange({
         start: seqKey(this.prefix, this.headScanFrom),
@@ -832,7 +845,11 @@ class LmdbOutbox implements Outbox {
       this.store.put(b, this.store.meta, this.metaKey, meta);
     }
     this.dirty = false;
-    if (this.headChanged) this.oldestAppendedAtMs = this.firstLive()?.appendedAtMs;
+    if (this.headChanged) {
+      const head = this.firstLive();
+      this.oldestAppendedAtMs = head?.appendedAtMs;
+      this.nextHeadFloor = head?.seq ?? this.lastSeq + 1;
+    }
     this.batchSeqs = [];
     this.batchValues = [];
     this.batchHead = 0;
@@ -845,11 +862,13 @@ class LmdbOutbox implements Outbox {
   committed(): void {
     for (const seq of this.marking.added) this.released.add(seq);
     for (const seq of this.marking.deleted) this.released.delete(seq);
+    if (this.nextHeadFloor !== undefined) this.headFloor = this.nextHeadFloor;
     this.forgetBatch();
   }
 
   private forgetBatch(): void {
     this.snapshot = undefined;
+    this.nextHeadFloor = undefined;
     this.removedInFlight = new Set();
     if (this.marking.added.length > 0 || this.marking.deleted.length > 0) this.marking = { added: [], deleted: [] };
   }
