@@ -1,20 +1,20 @@
 /**
  * One bridge's connection to its central broker, built on MQTT.js (the only module that imports `mqtt`).
  *
- * MQTT.js is used as a codec plus socket, never as a queue: the bridge's LMDB outbox is the only source of truth
- * for what still has to go up. Therefore:
+ * MQTT.js runs the connection (CONNECT/CONNACK, keepalive, SUBSCRIBE, inbound publishes with their QoS 2
+ * state), never a queue: the bridge's LMDB outbox is the only source of truth for what still has to go up.
+ * Outgoing publishes bypass it entirely: encoded by our codec, written to its socket, acks matched here. So:
  * - a new MqttClient per connection attempt, `reconnectPeriod: 0`: this class owns reconnects (decorrelated
- *   jitter, cycling through `remote.urls`), and MQTT.js never replays its in-memory outgoing store;
- * - `queueQoSZero: false`, and the bridge publishes only while `online`, so nothing waits in MQTT.js's offline
- *   queue; whatever MQTT.js holds for an open connection (at most `inflight` packets) dies with it;
- * - packet ids come from our allocator, so after a resumed session the bridge can re-send an unacknowledged
- *   message with its original packet id and DUP [MQTT-4.4.0-1];
+ *   jitter, cycling through `remote.urls`), and MQTT.js has no outgoing store to replay;
+ * - packet ids come from our allocator: an outbox entry's id follows from its seq (`outboxPacketId`), so an
+ *   unacknowledged message goes again under its id after a reconnect (DUP) or a restart [MQTT-4.4.0-1], and a
+ *   QoS 2 flow the broker received resumes at PUBREL (`release`);
  * - liveness is end to end: MQTT.js's keepalive (PINGRESP within 1.5x keepalive) plus our own ack timeout: a
  *   socket that is open but acknowledges nothing for `ackTimeoutS` is destroyed and reconnected.
  *
- * It also reports how far the upstream has provably read the stream: a PINGRESP or PUBACK proves that every
- * packet written before the matching PINGREQ/PUBLISH was received (one TCP stream, processed in order). The
- * bridge uses this to release QoS 0 entries, which nobody acknowledges.
+ * It also reports how far the upstream has provably read the stream: a PINGRESP, PUBACK or PUBREC proves that
+ * every packet written before the matching PINGREQ/PUBLISH was received (one TCP stream, processed in order).
+ * The bridge uses this to release QoS 0 entries, which nobody acknowledges.
  */
 import { readFileSync } from 'node:fs';
 import { connect, Store } from 'mqtt';
