@@ -227,7 +227,8 @@ describe('bridge against a scriptable fake upstream', () => {
   });
 
   describe('QoS 2 upstream: exactly once across reconnects and restarts', () => {
-    it('completes a message the broker received (PUBREC) with PUBREL only on a resumed session, under the same packet id [MQTT-4.4.0-1]', async () => {
+    /** A QoS 2 bridge whose message 'a' the broker received (PUBREC) and never completed (no PUBCOMP). */
+    async function receivedNotCompleted() {
       const up = d.add(await startFakeUpstream());
       answerQoS2(up, { complete: false });
       const { bridge, outbox, publish } = await setup(up.url, {}, 2);
@@ -236,6 +237,11 @@ describe('bridge against a scriptable fake upstream', () => {
       await publish('a');
       const first = up.connections[0];
       await waitFor(() => flows(first).length === 2, 5000);
+      return { up, bridge, outbox, first };
+    }
+
+    it('completes a message the broker received (PUBREC) with PUBREL only on a resumed session, under the same packet id [MQTT-4.4.0-1]', async () => {
+      const { up, outbox, first } = await receivedNotCompleted();
       const [[, , id]] = flows(first);
       expect(flows(first)).toEqual([
         ['publish', 'a', id],
@@ -290,15 +296,9 @@ describe('bridge against a scriptable fake upstream', () => {
     });
 
     it('counts a received message as delivered when the broker lost the session, without sending it again', async () => {
-      const up = d.add(await startFakeUpstream());
-      answerQoS2(up, { complete: false });
-      const { bridge, outbox, publish } = await setup(up.url, {}, 2);
-      await bridge.start();
-      await waitFor(() => up.connections.length === 1, 5000);
-      await publish('a');
-      await waitFor(() => flows(up.connections[0]).length === 2, 5000);
+      const { up, bridge, outbox, first } = await receivedNotCompleted();
       up.connack = { sessionPresent: false };
-      up.connections[0].socket.destroy();
+      first.socket.destroy();
       await waitFor(() => up.connections.length === 2 && outbox.depth.messages === 0, 5000);
       expect(flows(up.connections[1])).toEqual([]);
       expect(bridge.stats.acked).toBe(1);
