@@ -56,7 +56,12 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     log,
   });
   const broker = new Broker({
-    limits: { maxInflight: b.maxInflight, maxQueuedMessages: b.maxQueuedMessages, maxQueuedBytes: b.maxQueuedBytes },
+    limits: {
+      maxInflight: b.maxInflight,
+      maxQueuedMessages: b.maxQueuedMessages,
+      maxQueuedBytes: b.maxQueuedBytes,
+      maxQueuedInMemory: b.maxQueuedInMemory,
+    },
     store,
     stats,
     log: log.child({ mod: 'broker' }),

@@ -11,7 +11,7 @@ import { ProtocolError, StoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { Store, SubscriptionRecord } from '../store/types.js';
 import { RetainedIndex } from './retained.js';
-import { NEVER_EXPIRES, Session } from './session.js';
+import { DEFAULT_QUEUED_IN_MEMORY, NEVER_EXPIRES, Session } from './session.js';
 import type { DropReason, SessionEvents, SessionLimits } from './session.js';
 import { TopicTree } from './topic-tree.js';
 import type { Subscriber } from './topic-tree.js';
@@ -72,9 +72,14 @@ export class Broker {
   private readonly sessionEvents: SessionEvents;
   private routeGeneration = 0;
   private readonly log: Logger;
+  /** Persistent sessions' queues go on in the store past this many messages, when the store is durable. */
+  private readonly spillAfter: number;
 
   constructor(private readonly options: BrokerOptions) {
     this.stats = options.stats ?? new BrokerStats();
+    // Never below maxInflight: the QoS 2 flows under way (the oldest queued messages) are all loaded at start.
+    const inMemory = options.limits.maxQueuedInMemory ?? DEFAULT_QUEUED_IN_MEMORY;
+    this.spillAfter = options.store.durable && inMemory > 0 ? Math.max(inMemory, options.limits.maxInflight) : 0;
     this.log = options.log;
     this.retained = new RetainedIndex(options.store.retained);
     this.wills = new WillScheduler(
@@ -237,7 +242,7 @@ export class Broker {
       present = true;
     } else {
       if (existing) this.endSession(existing);
-      session = new Session(clientId, this.options.limits, this.sessionEvents);
+      session = new Session(clientId, this.options.limits, this.sessionEvents, this.spillAfter);
       this.sessions.set(clientId, session);
     }
     session.expiryIntervalS = expiryIntervalS;
@@ -277,7 +282,7 @@ export class Broker {
   restoreSessions(): number {
     const sessions = this.options.store.sessions;
     let restored = 0;
-    for (const record of sessions.loadAll()) {
+    for (const record of sessions.loadAll(this.spillAfter || undefined)) {
       const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (Date.now() - record.disconnectedAtMs) / 1000);
       const leftS = record.expiryIntervalS === NEVER_EXPIRES ? NEVER_EXPIRES : record.expiryIntervalS - downS;
       // A session that ended while the gateway was down takes its will along: due now [MQTT-3.1.3-9].
@@ -288,7 +293,7 @@ export class Broker {
         sessions.drop(record.clientId).catch((err: unknown) => this.sessionEvents.storeFailed(err, record.clientId));
         continue;
       }
-      const session = new Session(record.clientId, this.options.limits, this.sessionEvents);
+      const session = new Session(record.clientId, this.options.limits, this.sessionEvents, this.spillAfter);
       session.expiryIntervalS = record.expiryIntervalS;
       session.store = sessions;
       this.sessions.set(record.clientId, session);
@@ -296,7 +301,7 @@ export class Broker {
         session.subscriptions.set(sub.filter, sub);
         this.index(session, sub);
       }
-      session.restore(record.queue);
+      session.restore(record.queue, record.queueTail);
       for (const packetId of record.awaitingRelease) session.awaitRelease(packetId);
       this.scheduleExpiry(session, leftS);
       restored++;
@@ -350,7 +355,9 @@ export class Broker {
     const sessions = this.options.store.sessions;
     const fail = (err: unknown): void => this.sessionEvents.storeFailed(err, session.id);
     if (session.expiryIntervalS === 0) {
-      // A resumed persistent session that the client now wants to end with the connection.
+      // A resumed persistent session that the client now wants to end with the connection. If part of its
+      // queue is in the store only, the store stays until the session ends (`endSession` drops it then).
+      if (session.hasSpilled) return;
       if (session.store) sessions.drop(session.id).catch(fail);
       session.store = undefined;
       return;

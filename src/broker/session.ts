@@ -6,6 +6,7 @@
 import type { Message, QoS } from '../protocol/message.js';
 import { isExpired } from '../protocol/message.js';
 import type { PublishEncodings, ProtocolVersion } from '../protocol/codec.js';
+import { parseSharedFilter, topicMatches } from '../protocol/topics.js';
 import type { QueuedRecord, SessionStore, SubscriptionRecord } from '../store/types.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
 
@@ -58,8 +59,35 @@ export interface SessionLimits {
   readonly maxInflight: number;
   readonly maxQueuedMessages: number; // 0 = unlimited
   readonly maxQueuedBytes: number; // 0 = unlimited
+  /**
+   * Queued messages a persistent session keeps in memory when its store is durable (default
+   * DEFAULT_QUEUED_IN_MEMORY; 0 = all). Past that, its queue goes on in the store only and is read back in
+   * chunks as it drains, so a queue of millions (a historian offline over a weekend) costs disk, not memory,
+   * and loading it at start does not either. Reading back costs CPU: such a queue drains about a third slower.
+   */
+  readonly maxQueuedInMemory?: number;
 }
 
+export const DEFAULT_QUEUED_IN_MEMORY = 1000;
+/** A spilled queue is read back this many messages at a time, when fewer than `spillAfter / 2` are in memory. */
+const REFILL_CHUNK = 250;
+
+/**
+ * The part of a persistent session's queue that is in the store only: every queued message of the session
+ * with a store seq above `afterSeq`. Deliveries keep going there until it is read back completely, so the
+ * order stays that of arrival.
+ */
+interface Spill {
+  count: number;
+  /** Unknown until the first spilled message is durable (its seq minus one). */
+  afterSeq: number | undefined;
+  /** The latest spilled write: once it settled, everything spilled so far is readable or failed. */
+  lastWrite: Promise<unknown>;
+  /** A read back came up short (writes still running): it is retried when `lastWrite` settles. */
+  waiting: boolean;
+  /** A read back is scheduled for after the current writes (see `pump`). */
+  scheduled: boolean;
+}
 export const NEVER_EXPIRES = 0xffffffff;
 
 export class Session implements Subscriber {
@@ -83,17 +111,27 @@ export class Session implements Subscriber {
   private inflight: Map<number, Delivery> = NO_FLOWS;
   private queue: Delivery[] = [];
   private queueHead = 0;
+  /** Payload bytes of the whole queue, spilled part included. */
   private queuedBytes = 0;
+  private spill: Spill | undefined;
   private nextPacketId = 1;
 
+  /** `spillAfter`: queued messages kept in memory before the queue goes on in the store; 0 = never spills. */
   constructor(
     readonly id: string,
     private readonly limits: SessionLimits,
     private readonly events: SessionEvents,
+    private readonly spillAfter = 0,
   ) {}
 
+  /** Whether part of the queue is in the store only (see `spillOne`). */
+  get hasSpilled(): boolean {
+    return this.spill !== undefined;
+  }
+
+  /** Queued messages, in memory and spilled. */
   get queuedCount(): number {
-    return this.queue.length - this.queueHead;
+    return this.queue.length - this.queueHead + (this.spill?.count ?? 0);
   }
 
   isAwaitingRelease(packetId: number): boolean {
@@ -138,6 +176,10 @@ export class Session implements Subscriber {
     // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
     // acknowledged, so it survives a crash; the stored copy is removed when the flow completes.
     const stored = this.store?.enqueue(this.id, asDelivered(msg, qos, retain));
+    if (stored && (this.spill || (this.spillAfter > 0 && this.queuedCount >= this.spillAfter))) {
+      this.spillOne(msg, stored);
+      return stored.then(noop);
+    }
     const delivery: Delivery = { msg, qos, retain, subscriptionIds, group, state: 'publish', stored };
     if (link && this.queuedCount === 0 && this.inflight.size < this.window) {
       this.sendNew(link, delivery, encodings);
@@ -149,9 +191,20 @@ export class Session implements Subscriber {
 
   /**
    * Puts messages stored by an earlier run back, oldest first: QoS 2 flows that were under way in flight with
-   * their packet ids (resent on attach: PUBLISH with DUP, or PUBREL), the rest in the queue.
+   * their packet ids (resent on attach: PUBLISH with DUP, or PUBREL), the rest in the queue. `tail`: the
+   * messages after those, left in the store (a spilled queue).
    */
-  restore(queue: readonly QueuedRecord[]): void {
+  restore(queue: readonly QueuedRecord[], tail?: { count: number; bytes: number }): void {
+    if (tail !== undefined && tail.count > 0 && queue.length > 0) {
+      this.spill = {
+        count: tail.count,
+        afterSeq: queue[queue.length - 1].seq,
+        lastWrite: Promise.resolve(),
+        waiting: false,
+        scheduled: false,
+      };
+      this.queuedBytes += tail.bytes;
+    }
     for (const { seq, msg, flight } of queue) {
       const d: Delivery = {
         msg,
@@ -246,12 +299,11 @@ export class Session implements Subscriber {
     this.queue = [];
     this.queueHead = 0;
     this.queuedBytes = 0;
+    this.spill = undefined;
   }
 
   private enqueue(d: Delivery): void {
-    const max = this.limits.maxQueuedMessages;
-    const maxBytes = this.limits.maxQueuedBytes;
-    if ((max > 0 && this.queuedCount >= max) || (maxBytes > 0 && this.queuedBytes + d.msg.payload.length > maxBytes)) {
+    if (this.queueFull(d.msg)) {
       this.forget(d);
       return this.events.dropped('queue_full', d.msg);
     }
@@ -259,11 +311,96 @@ export class Session implements Subscriber {
     this.queuedBytes += d.msg.payload.length;
   }
 
+  private queueFull(msg: Message): boolean {
+    const max = this.limits.maxQueuedMessages;
+    const maxBytes = this.limits.maxQueuedBytes;
+    return (max > 0 && this.queuedCount >= max) || (maxBytes > 0 && this.queuedBytes + msg.payload.length > maxBytes);
+  }
+
+  /**
+   * Queues a message in the store only (the spilled part of the queue). A shared-subscription message spilled
+   * stays with this session: it is not handed to another member if this one disconnects.
+   */
+  private spillOne(msg: Message, stored: Promise<number>): void {
+    const store = this.store as SessionStore;
+    if (this.queueFull(msg)) {
+      stored.then((seq) => store.ack(this.id, seq)).catch((err: unknown) => this.events.storeFailed(err, this.id));
+      return this.events.dropped('queue_full', msg);
+    }
+    const spill = (this.spill ??= { count: 0, afterSeq: undefined, lastWrite: stored, waiting: false, scheduled: false });
+    spill.count++;
+    spill.lastWrite = stored;
+    this.queuedBytes += msg.payload.length;
+    stored.then(
+      (seq) => {
+        // Writes resolve in seq order: the first one to resolve is the lowest spilled seq.
+        spill.afterSeq ??= seq - 1;
+      },
+      () => {
+        // Neither in the store nor in memory (its publisher was refused): no longer queued.
+        spill.count--;
+        this.queuedBytes -= msg.payload.length;
+        if (this.spill === spill && spill.count === 0) this.spill = undefined;
+      },
+    );
+  }
+
+  /**
+   * Reads spilled messages back into memory once few are left there; false when none came (none spilled, or
+   * not yet readable: then the pump runs again when the writes settle).
+   */
+  private refill(): boolean {
+    const spill = this.spill;
+    const store = this.store;
+    const inMemory = this.queue.length - this.queueHead;
+    if (!spill || !store || inMemory >= this.spillAfter / 2 || spill.waiting) return false;
+    const want = Math.min(spill.count, REFILL_CHUNK);
+    const records = spill.afterSeq === undefined ? [] : store.readQueue(this.id, spill.afterSeq, want);
+    for (const { seq, msg } of records) {
+      this.queue.push({
+        msg,
+        qos: msg.qos,
+        retain: msg.retain,
+        subscriptionIds: this.subscriptionIdsFor(msg.topic),
+        group: undefined,
+        state: 'publish',
+        stored: Promise.resolve(seq),
+      });
+      spill.afterSeq = seq;
+    }
+    spill.count -= records.length;
+    if (spill.count === 0) this.spill = undefined;
+    else if (records.length < want) {
+      // The rest is still being written.
+      spill.waiting = true;
+      const retry = (): void => {
+        spill.waiting = false;
+        if (this.spill === spill) this.pump();
+      };
+      spill.lastWrite.then(retry, retry);
+    }
+    return records.length > 0;
+  }
+
+  /** The identifiers of this session's subscriptions that match `topic` now (for messages read back). */
+  private subscriptionIdsFor(topic: string): number[] | undefined {
+    let ids: number[] | undefined;
+    for (const sub of this.subscriptions.values()) {
+      if (sub.subscriptionId === undefined) continue;
+      const shared = parseSharedFilter(sub.filter);
+      const filter = shared === undefined ? sub.filter : shared === 'invalid' ? undefined : shared.filter;
+      if (filter !== undefined && topicMatches(filter, topic)) (ids ??= []).push(sub.subscriptionId);
+    }
+    return ids;
+  }
+
   private pump(): void {
     const link = this.link;
     if (!link) return;
     const window = this.window;
-    while (this.queueHead < this.queue.length && this.inflight.size < window) {
+    for (;;) {
+      if (this.queueHead === this.queue.length && !this.refill()) break;
+      if (this.inflight.size >= window) break;
       const d = this.queue[this.queueHead];
       this.queue[this.queueHead++] = undefined as unknown as Delivery;
       this.queuedBytes -= d.msg.payload.length;
@@ -273,6 +410,16 @@ export class Session implements Subscriber {
         continue;
       }
       this.sendNew(link, d, undefined);
+    }
+    // Read the next chunk back before the queue runs dry, but after this turn's writes went out: the read then
+    // overlaps the client's round trip instead of delaying the messages it releases.
+    const spill = this.spill;
+    if (spill && !spill.scheduled && this.queue.length - this.queueHead < this.spillAfter / 2) {
+      spill.scheduled = true;
+      setImmediate(() => {
+        spill.scheduled = false;
+        if (this.spill === spill && this.link && this.refill()) this.pump();
+      });
     }
     // Compact the array once the consumed head dominates it, keeping shift() O(1) amortized.
     if (this.queueHead > 1024 && this.queueHead * 2 > this.queue.length) {

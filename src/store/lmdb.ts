@@ -899,7 +899,7 @@ class LmdbSessionStore implements SessionStore {
     this.lastSeq = (store.meta.get('sessionSeq') as number | undefined) ?? 0;
   }
 
-  loadAll(): Iterable<SessionRecord> {
+  loadAll(queueLimit = Infinity): Iterable<SessionRecord> {
     const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
     const byId = new Map<
       string,
@@ -907,6 +907,7 @@ class LmdbSessionStore implements SessionStore {
         fields: SessionFields;
         subscriptions: SubscriptionRecord[];
         queue: QueuedRecord[];
+        tail: { count: number; bytes: number };
         awaitingRelease: number[];
         will?: PendingWill;
       }
@@ -914,7 +915,7 @@ class LmdbSessionStore implements SessionStore {
     const get = (clientId: string) => {
       let s = byId.get(clientId);
       if (s === undefined) {
-        s = { fields: { expiryIntervalS: 0 }, subscriptions: [], queue: [], awaitingRelease: [] };
+        s = { fields: { expiryIntervalS: 0 }, subscriptions: [], queue: [], tail: { count: 0, bytes: 0 }, awaitingRelease: [] };
         byId.set(clientId, s);
       }
       return s;
@@ -923,7 +924,14 @@ class LmdbSessionStore implements SessionStore {
     for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) get(keyOwner(key)).subscriptions.push(value);
     for (const key of releaseDb.getKeys({ snapshot: false })) get(keyOwner(key)).awaitingRelease.push(keySeq(key));
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
-      get(keyOwner(key)).queue.push({ seq: keySeq(key), ...decodeQueuedValue(value) });
+      const s = get(keyOwner(key));
+      const record = { seq: keySeq(key), ...decodeQueuedValue(value) };
+      if (s.queue.length < queueLimit) s.queue.push(record);
+      else {
+        // Decoded only for its payload size: nothing of it stays in memory.
+        s.tail.count++;
+        s.tail.bytes += record.msg.payload.length;
+      }
     }
     for (const { key, value } of willDb.getRange({ snapshot: false })) {
       get(key.toString('utf8')).will = { msg: decodeMessage(value, STAMPED_HEADER_BYTES), dueAtMs: stampedValueMs(value) };
@@ -936,10 +944,20 @@ class LmdbSessionStore implements SessionStore {
         ...(s.fields.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.fields.disconnectedAtMs }),
         subscriptions: s.subscriptions,
         queue: s.queue,
+        ...(s.tail.count > 0 ? { queueTail: s.tail } : {}),
         awaitingRelease: s.awaitingRelease,
         ...(s.will === undefined ? {} : { will: s.will }),
       });
     }
+    return out;
+  }
+
+  readQueue(clientId: string, afterSeq: number, limit: number): QueuedRecord[] {
+    const out: QueuedRecord[] = [];
+    if (limit <= 0) return out;
+    const prefix = this.prefixOf(clientId);
+    const range = this.store.queueDb.getRange({ start: seqKey(prefix, afterSeq + 1), end: prefixEnd(prefix), limit, snapshot: false });
+    for (const { key, value } of range) out.push({ seq: keySeq(key), ...decodeQueuedValue(value) });
     return out;
   }
 

@@ -195,21 +195,41 @@ class MemorySessionStore implements SessionStore {
     this.isClosed = isClosed;
   }
 
-  *loadAll(): Iterable<SessionRecord> {
+  *loadAll(queueLimit = Infinity): Iterable<SessionRecord> {
     for (const [clientId, s] of this.sessions) {
       const queue: QueuedRecord[] = [];
-      for (const [seq, q] of s.queue) queue.push(q.flight === undefined ? { seq, msg: q.msg } : { seq, msg: q.msg, flight: q.flight });
+      const tail = { count: 0, bytes: 0 };
+      for (const [seq, q] of s.queue) {
+        if (queue.length < queueLimit) queue.push(q.flight === undefined ? { seq, msg: q.msg } : { seq, msg: q.msg, flight: q.flight });
+        else {
+          tail.count++;
+          tail.bytes += q.msg.payload.length;
+        }
+      }
       const record: SessionRecord = {
         clientId,
         expiryIntervalS: s.expiryIntervalS,
         subscriptions: [...s.subscriptions.values()],
         queue,
+        ...(tail.count > 0 ? { queueTail: tail } : {}),
         awaitingRelease: [...s.awaitingRelease],
         ...(s.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.disconnectedAtMs }),
         ...(s.will === undefined ? {} : { will: s.will }),
       };
       yield record;
     }
+  }
+
+  readQueue(clientId: string, afterSeq: number, limit: number): QueuedRecord[] {
+    const out: QueuedRecord[] = [];
+    const queue = this.sessions.get(clientId)?.queue;
+    if (queue === undefined) return out;
+    // Map order is insertion order, which is seq order.
+    for (const [seq, q] of queue) {
+      if (out.length >= limit) break;
+      if (seq > afterSeq) out.push(q.flight === undefined ? { seq, msg: q.msg } : { seq, msg: q.msg, flight: q.flight });
+    }
+    return out;
   }
 
   putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void> {

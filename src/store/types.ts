@@ -30,6 +30,8 @@ export interface SessionRecord {
   readonly disconnectedAtMs?: number;
   readonly subscriptions: readonly SubscriptionRecord[];
   readonly queue: readonly QueuedRecord[];
+  /** Queued messages after those in `queue`, left in the store (see `loadAll`), with their payload bytes. */
+  readonly queueTail?: { readonly count: number; readonly bytes: number };
   /** Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH must not be delivered again. */
   readonly awaitingRelease: readonly number[];
   /** The will whose delay was running when the gateway stopped. */
@@ -57,7 +59,16 @@ export interface QueuedRecord {
 }
 
 export interface SessionStore {
-  loadAll(): Iterable<SessionRecord>;
+  /**
+   * Every stored session. At most `queueLimit` queued messages per session are returned (the oldest: those in
+   * flight come first); the rest stay in the store, counted in `queueTail`, and are read with `readQueue`.
+   */
+  loadAll(queueLimit?: number): Iterable<SessionRecord>;
+  /**
+   * Up to `limit` queued messages of the session with a seq above `afterSeq`, oldest first, as committed:
+   * messages whose `enqueue` has not resolved yet may be missing.
+   */
+  readQueue(clientId: string, afterSeq: number, limit: number): QueuedRecord[];
   /** Creates or updates the session's own fields (expiry, disconnect time). */
   putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void>;
   /** Removes the session with its subscriptions and queue (clean start, expiry). */

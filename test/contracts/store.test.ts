@@ -406,6 +406,34 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect([...s.loadAll()]).toEqual([]);
     });
 
+    it('loads at most queueLimit queued messages per session, counts the rest, and reads them back by seq', async () => {
+      const store = await open();
+      const s = store.sessions;
+      await s.putSession('big', { expiryIntervalS: 60 });
+      await s.putSession('small', { expiryIntervalS: 60 });
+      const seqs = await Promise.all(Array.from({ length: 7 }, (_, i) => s.enqueue('big', msg(i))));
+      await s.enqueue('small', msg(100));
+      const byId = new Map([...s.loadAll(3)].map((r) => [r.clientId, r]));
+      const big = byId.get('big')!;
+      expect(big.queue.map((q) => q.seq)).toEqual(seqs.slice(0, 3));
+      const payloadBytes = (from: number) => seqs.slice(from).reduce((n, _, i) => n + msg(from + i).payload.length, 0);
+      expect(big.queueTail).toEqual({ count: 4, bytes: payloadBytes(3) });
+      expect(byId.get('small')!.queueTail).toBeUndefined();
+      expect([...s.loadAll()].find((r) => r.clientId === 'big')!.queue).toHaveLength(7); // no limit: everything
+
+      const next = s.readQueue('big', seqs[2], 2);
+      expect(next.map((q) => [q.seq, q.msg.topic])).toEqual([
+        [seqs[3], msg(3).topic],
+        [seqs[4], msg(4).topic],
+      ]);
+      expect(s.readQueue('big', seqs[4], 10).map((q) => q.seq)).toEqual(seqs.slice(5));
+      expect(s.readQueue('big', seqs[6], 10)).toEqual([]);
+      expect(s.readQueue('nobody', 0, 10)).toEqual([]);
+      await s.ack('big', seqs[5]);
+      await store.flushed();
+      expect(s.readQueue('big', seqs[4], 10).map((q) => q.seq)).toEqual([seqs[6]]);
+    });
+
     it('drops a session with its subscriptions and queue, leaving other clients alone', async () => {
       const store = await open();
       const s = store.sessions;

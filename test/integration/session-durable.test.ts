@@ -42,6 +42,30 @@ describe('persistent sessions across a crash', () => {
     expect(again.messages).toHaveLength(50);
   });
 
+  it('reads a queue larger than maxQueuedInMemory back from the store, in order and once, before and after SIGKILL', async () => {
+    const gw = disposer.add(await startGateway({ broker: { maxQueuedMessages: 0, maxQueuedInMemory: 100 } }));
+    const sub = await openClient(gw.url, persistent('deep-sub'));
+    await sub.subscribe('deep/#', { qos: 2 });
+    await sub.disconnect();
+    const pub = await openClient(gw.url, { clientId: 'deep-pub', protocolVersion: 5 });
+    const n = 600;
+    for (let i = 0; i < n; i++) await pub.publish(`deep/${i % 2}`, `m${i}`, { qos: (1 + (i % 2)) as 1 | 2 });
+    pub.drop();
+    // Before the crash: 100 in memory, 500 only in the store; after it, the restart loads 100 again.
+    await gw.kill('SIGKILL');
+    await gw.restart();
+
+    const again = disposer.add(await openClient(gw.url, persistent('deep-sub')));
+    await again.waitForMessages(n, { timeoutMs: 20_000 });
+    await delay(300);
+    // QoS 1 on deep/0, QoS 2 on deep/1: each in publish order, none twice.
+    const expected = Array.from({ length: n }, (_, i) => `m${i}`);
+    for (const topic of ['deep/0', 'deep/1']) {
+      const got = again.messages.filter((m) => m.topic === topic).map((m) => m.payload);
+      expect(got).toEqual(expected.filter((_, i) => `deep/${i % 2}` === topic));
+    }
+  });
+
   it('keeps the subscription: messages published after the restart reach the restored session', async () => {
     const gw = disposer.add(await startGateway());
     const sub = await openClient(gw.url, persistent('restored-sub'));

@@ -1,0 +1,137 @@
+/**
+ * Issue 7: a persistent session's queue larger than DEFAULT_QUEUED_IN_MEMORY goes on in the LMDB store only and is
+ * read back in chunks as it drains, in order, once, with its subscription identifiers; after a restart too.
+ * The real broker and LMDB store in-process; the client is a ClientLink that acknowledges what it gets.
+ */
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Broker } from '../../src/broker/broker.js';
+import { DEFAULT_QUEUED_IN_MEMORY, type ClientLink, type Session } from '../../src/broker/session.js';
+import { createMessage, type QoS } from '../../src/protocol/message.js';
+import { openLmdbStore } from '../../src/store/lmdb.js';
+import type { Store } from '../../src/store/types.js';
+import { silentLogger } from '../../src/util/logger.js';
+import { useDisposer } from '../helpers/disposer.js';
+import { waitFor } from '../helpers/wait.js';
+
+v8.setFlagsFromString('--expose-gc');
+const gc = vm.runInNewContext('gc') as () => void;
+
+const d = useDisposer();
+const stores: Store[] = [];
+const brokers: Broker[] = [];
+afterEach(async () => {
+  for (const b of brokers.splice(0)) b.close();
+  for (const s of stores.splice(0)) await s.close();
+});
+
+const PAYLOAD_BYTES = 20_000;
+const SUBSCRIPTION_ID = 5;
+
+async function open(dir: string): Promise<{ broker: Broker; store: Store }> {
+  const store = await openLmdbStore({ path: dir, sync: 'relaxed', maxBytes: 0, log: silentLogger });
+  stores.push(store);
+  const broker = new Broker({ limits: { maxInflight: 20, maxQueuedMessages: 0, maxQueuedBytes: 0 }, store, log: silentLogger });
+  brokers.push(broker);
+  return { broker, store };
+}
+
+/** Publishes messages `from`..`to - 1` in-process, QoS 1 and 2 alternating; each payload starts with its number. */
+async function publishRange(broker: Broker, from: number, to: number): Promise<void> {
+  for (let start = from; start < to; start += 100) {
+    const batch: Promise<void>[] = [];
+    for (let i = start; i < Math.min(to, start + 100); i++) {
+      const payload = Buffer.alloc(PAYLOAD_BYTES);
+      payload.writeUInt32BE(i);
+      batch.push(broker.publish(createMessage({ topic: `plant/${i % 3}`, payload, qos: (1 + (i % 2)) as QoS, origin: 'plc' })));
+    }
+    await Promise.all(batch);
+  }
+}
+
+/** A connected client that acknowledges every message (PUBACK, or PUBREC then PUBCOMP) on the next tick. */
+function attachClient(session: Session): { numbers: number[]; ids: (readonly number[] | undefined)[] } {
+  const got = { numbers: [] as number[], ids: [] as (readonly number[] | undefined)[] };
+  const link: ClientLink = {
+    version: 5,
+    receiveMaximum: 65_535,
+    canTakeQoS0: () => true,
+    sendPublish(msg, qos, _retain, _dup, packetId, subscriptionIds) {
+      got.numbers.push(msg.payload.readUInt32BE(0));
+      got.ids.push(subscriptionIds);
+      setImmediate(() => {
+        if (qos === 1) session.complete(packetId);
+        else session.received(packetId, 0);
+      });
+      return true;
+    },
+    sendPubrel(packetId) {
+      setImmediate(() => session.complete(packetId));
+    },
+  };
+  session.attach(link);
+  return got;
+}
+
+function subscribe(broker: Broker, clientId: string): Session {
+  const { session } = broker.openSession(clientId, false, 3600);
+  const record = { filter: 'plant/#', qos: 2 as QoS, noLocal: false, retainAsPublished: false, retainHandling: 0 as const, subscriptionId: SUBSCRIPTION_ID };
+  void broker.persistSubscriptions(session, [record]);
+  broker.subscribeSession(session, record);
+  broker.sessionDisconnected(session);
+  return session;
+}
+
+const range = (from: number, to: number): number[] => Array.from({ length: to - from }, (_, i) => from + i);
+
+describe('persistent session queue beyond its memory window', () => {
+  it('keeps what exceeds the window in the store only, and delivers it all in order, once, with its subscription id', async () => {
+    const { broker } = await open(d.tempDir());
+    const session = subscribe(broker, 'historian');
+    gc();
+    const before = process.memoryUsage().arrayBuffers;
+    const total = 3 * DEFAULT_QUEUED_IN_MEMORY;
+    await publishRange(broker, 0, total);
+    gc();
+    const grown = process.memoryUsage().arrayBuffers - before;
+    // In memory: the window's payloads (20 MB, plus what the allocator keeps), not all of them (60 MB).
+    expect(grown).toBeLessThan(2 * DEFAULT_QUEUED_IN_MEMORY * PAYLOAD_BYTES);
+    expect(session.queuedCount).toBe(total);
+
+    const got = attachClient(session);
+    // Live traffic while the stored part is read back goes behind it.
+    await waitFor(() => got.numbers.length >= DEFAULT_QUEUED_IN_MEMORY / 2, 10_000);
+    await publishRange(broker, total, total + 200);
+    await waitFor(() => got.numbers.length >= total + 200, 20_000, { message: () => `${got.numbers.length}/${total + 200}` });
+    expect(got.numbers).toEqual(range(0, total + 200));
+    // Read back from the store, the subscription identifier is that of the matching subscription [MQTT-3.3.4-3].
+    expect(got.ids.every((ids) => ids?.[0] === SUBSCRIPTION_ID)).toBe(true);
+    await waitFor(() => session.queuedCount === 0, 5000);
+  });
+
+  it('loads only the window at start and reads the rest back from the store after a restart', async () => {
+    const dir = d.tempDir();
+    const first = await open(dir);
+    subscribe(first.broker, 'historian');
+    const total = 3 * DEFAULT_QUEUED_IN_MEMORY;
+    await publishRange(first.broker, 0, total);
+    first.broker.close();
+    brokers.splice(brokers.indexOf(first.broker), 1);
+    await first.store.close();
+    stores.splice(stores.indexOf(first.store), 1);
+
+    gc();
+    const before = process.memoryUsage().arrayBuffers;
+    const { broker } = await open(dir);
+    expect(broker.restoreSessions()).toBe(1);
+    gc();
+    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(2 * DEFAULT_QUEUED_IN_MEMORY * PAYLOAD_BYTES);
+    const session = broker.sessions.get('historian') as Session;
+    expect(session.queuedCount).toBe(total);
+    const got = attachClient(session);
+    await waitFor(() => got.numbers.length >= total, 20_000, { message: () => `${got.numbers.length}/${total}` });
+    expect(got.numbers).toEqual(range(0, total));
+    await waitFor(() => session.queuedCount === 0, 5000);
+  });
+});
