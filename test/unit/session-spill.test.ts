@@ -1,5 +1,5 @@
 /**
- * Issue 7: a persistent session's queue larger than DEFAULT_QUEUED_IN_MEMORY goes on in the LMDB store only and is
+ * Issue 7: a persistent session's queue larger than its memory window (broker.maxQueuedInMemory) goes on in the LMDB store only and is
  * read back in chunks as it drains, in order, once, with its subscription identifiers; after a restart too.
  * The real broker and LMDB store in-process; the client is a ClientLink that acknowledges what it gets.
  */
@@ -7,7 +7,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import { DEFAULT_QUEUED_IN_MEMORY, type ClientLink, type Session } from '../../src/broker/session.js';
+import type { ClientLink, Session } from '../../src/broker/session.js';
 import { createMessage, type QoS } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb.js';
 import type { Store } from '../../src/store/types.js';
@@ -26,13 +26,15 @@ afterEach(async () => {
   for (const s of stores.splice(0)) await s.close();
 });
 
+/** Queued messages kept in memory (broker.maxQueuedInMemory), small enough for a quick test. */
+const WINDOW = 1000;
 const PAYLOAD_BYTES = 20_000;
 const SUBSCRIPTION_ID = 5;
 
 async function open(dir: string): Promise<{ broker: Broker; store: Store }> {
   const store = await openLmdbStore({ path: dir, sync: 'relaxed', maxBytes: 0, log: silentLogger });
   stores.push(store);
-  const broker = new Broker({ limits: { maxInflight: 20, maxQueuedMessages: 0, maxQueuedBytes: 0 }, store, log: silentLogger });
+  const broker = new Broker({ limits: { maxInflight: 20, maxQueuedMessages: 0, maxQueuedBytes: 0, maxQueuedInMemory: WINDOW }, store, log: silentLogger });
   brokers.push(broker);
   return { broker, store };
 }
@@ -102,15 +104,15 @@ describe('persistent session queue beyond its memory window', () => {
   it('keeps what exceeds the window in the store only, and delivers it all in order, once, with its subscription id', async () => {
     const { broker } = await open(d.tempDir());
     const session = subscribe(broker, 'historian');
-    const total = 3 * DEFAULT_QUEUED_IN_MEMORY;
+    const total = 3 * WINDOW;
     const payloads = await publishRange(broker, 0, total);
     // In memory: the window, not all of them.
-    expect(await alive(payloads)).toBe(DEFAULT_QUEUED_IN_MEMORY);
+    expect(await alive(payloads)).toBe(WINDOW);
     expect(session.queuedCount).toBe(total);
 
     const got = attachClient(session);
     // Live traffic while the stored part is read back goes behind it.
-    await waitFor(() => got.numbers.length >= DEFAULT_QUEUED_IN_MEMORY / 2, 10_000);
+    await waitFor(() => got.numbers.length >= WINDOW / 2, 10_000);
     await publishRange(broker, total, total + 200);
     await waitFor(() => got.numbers.length >= total + 200, 20_000, { message: () => `${got.numbers.length}/${total + 200}` });
     expect(got.numbers).toEqual(range(0, total + 200));
@@ -123,7 +125,7 @@ describe('persistent session queue beyond its memory window', () => {
     const dir = d.tempDir();
     const first = await open(dir);
     subscribe(first.broker, 'historian');
-    const total = 3 * DEFAULT_QUEUED_IN_MEMORY;
+    const total = 3 * WINDOW;
     await publishRange(first.broker, 0, total);
     first.broker.close();
     brokers.splice(brokers.indexOf(first.broker), 1);
@@ -137,7 +139,7 @@ describe('persistent session queue beyond its memory window', () => {
     gc();
     // The window's payloads (20 MB, plus what the allocator keeps), not all of them (60 MB). No writes happen
     // here, so the figure is steady.
-    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(2 * DEFAULT_QUEUED_IN_MEMORY * PAYLOAD_BYTES);
+    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(2 * WINDOW * PAYLOAD_BYTES);
     const session = broker.sessions.get('historian') as Session;
     expect(session.queuedCount).toBe(total);
     const got = attachClient(session);
