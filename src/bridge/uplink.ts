@@ -122,7 +122,7 @@ interface Connection {
   readonly awaiting: Map<number, { sendIndex: number; atMs: number }>;
   /** QoS 1/2 flows under way on this connection, by packet id. */
   readonly flows: Map<number, Flow>;
-  /** The socket is corked until the next tick (see `writePublish`). */
+  /** The socket is corked until the next tick (see `write`). */
   corked: boolean;
   /** Last time the broker acknowledged anything (PUBACK, PUBREC, PUBCOMP, SUBACK, PINGRESP, CONNACK). */
   lastAckMs: number;
@@ -215,15 +215,15 @@ export class Uplink {
    * broker answers on this connection (never if the connection drops first: the entry is still in the outbox
    * and goes again). MQTT.js is not involved: its per-publish work (option merging, a deep copy for its
    * outgoing store, timers, logging) was the largest share of the replay's CPU, and the outbox already is the
-   * store; it ignores acks for ids it did not send. Returns the publish's send index and packet id.
+   * store; it ignores acks for ids it did not send. Returns the publish's send index.
    */
-  publish(msg: OutgoingPublish, sender?: PublishFlow): { sendIndex: number; packetId: number | undefined } {
+  publish(msg: OutgoingPublish, sender?: PublishFlow): { sendIndex: number } {
     const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
     const packetId = msg.qos > 0 ? this.startFlow(conn, msg.qos as 1 | 2, msg.packetId, sendIndex, sender, false) : undefined;
     const { bytes } = encodePublish(msg, this.options.config.remote.protocolVersion, msg.qos, msg.retain, msg.dup === true, undefined, packetId);
     this.write(conn, bytes);
-    return { sendIndex, packetId };
+    return { sendIndex };
   }
 
   /**
@@ -309,7 +309,7 @@ export class Uplink {
       error: undefined,
     };
     this.conn = conn;
-    // Our writes are already batched per tick (see writePublish); Nagle would hold the next small write until
+    // Our writes are already batched per tick (see `write`); Nagle would hold the next small write until
     // the previous one is acknowledged, which the receiver's delayed ACK postpones by up to 40 ms (measured:
     // replay at a few hundred messages/s once writes were smaller than the window). TLS sockets pass it on;
     // WebSocket streams have no such method (the ws library sets it on its socket itself).
