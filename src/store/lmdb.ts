@@ -886,7 +886,6 @@ class LmdbOutbox implements Outbox {
   }
 }
 
-
 class LmdbSessionStore implements SessionStore {
   lastSeq: number;
   private readonly store: LmdbStoreImpl;
