@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { Bridge } from '../../src/bridge/bridge.js';
 import type { UplinkHooks } from '../../src/bridge/bridge.js';
 import { createMessage } from '../../src/protocol/message.js';
-import type { Message } from '../../src/protocol/message.js';
+import type { Message, QoS } from '../../src/protocol/message.js';
 import type { OutboxEntry } from '../../src/store/types.js';
 import { checkSequence, collect, connectClient, sequence } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
@@ -29,7 +29,7 @@ function setup(urls: string[], patch: Parameters<typeof bridgeConfig>[1] = {}, h
   return { broker, store, outbox, bridge, log, config };
 }
 
-const publishLocal = (broker: ReturnType<typeof testBroker>['broker'], topic: string, payload: string, qos: 0 | 1 = 1) =>
+const publishLocal = (broker: ReturnType<typeof testBroker>['broker'], topic: string, payload: string, qos: QoS = 1) =>
   broker.publish(createMessage({ topic, payload: Buffer.from(payload), qos, origin: 'local-client' }));
 
 describe('bridge forwarding to a real Mosquitto', () => {
@@ -63,17 +63,20 @@ describe('bridge forwarding to a real Mosquitto', () => {
     expect(bridge.stats.acked).toBe(300);
   });
 
-  it('bridges over MQTT 3.1.1 as well (protocolVersion 4), QoS 0 and 1', async () => {
+  it('bridges over MQTT 3.1.1 as well (protocolVersion 4), QoS 0, 1 and 2', async () => {
     const central = d.add(await startMosquitto());
-    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 2 }));
     const { broker, outbox, bridge } = setup([central.url], { remote: { protocolVersion: 4 } as never });
     await bridge.start();
     await waitFor(() => bridge.status.type === 'online', 5000);
-    const expected = sequence(200, 'v');
-    await Promise.all(expected.map((p, i) => publishLocal(broker, i % 2 ? 'plant/q1' : 'plant/q0', p, (i % 2) as 0 | 1)));
-    await waitFor(() => new Set(up.payloads()).size >= 200, 10_000);
+    const expected = sequence(300, 'v');
+    await Promise.all(expected.map((p, i) => publishLocal(broker, `plant/q${i % 3}`, p, (i % 3) as QoS)));
+    await waitFor(() => new Set(up.payloads()).size >= 300, 10_000);
     expect(checkSequence(up.payloads(), expected)).toMatchObject({ missing: [], duplicates: 0 });
+    // Each arrived at the QoS it was published with: QoS 2 went through PUBREC/PUBREL/PUBCOMP upstream.
+    expect(up.messages.every((m) => m.topic === `plant/q${m.qos}`)).toBe(true);
     await waitFor(() => outbox.depth.messages === 0, 5000);
+    expect(bridge.stats.acked).toBe(300);
   });
 
   it('applies the out-filter QoS and remote prefix upstream', async () => {
