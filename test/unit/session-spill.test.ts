@@ -16,6 +16,7 @@ import { silentLogger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { waitFor } from '../helpers/wait.js';
 
+// A full collection on demand, without starting vitest's workers with --expose-gc: memory is what this tests.
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc') as () => void;
 
