@@ -207,15 +207,7 @@ export class Session implements Subscriber {
       this.queuedBytes += tail.bytes;
     }
     for (const { seq, msg, flight } of queue) {
-      const d: Delivery = {
-        msg,
-        qos: msg.qos,
-        retain: msg.retain,
-        subscriptionIds: undefined,
-        group: undefined,
-        state: flight?.released ? 'pubrel' : 'publish',
-        stored: Promise.resolve(seq),
-      };
+      const d = storedDelivery(seq, msg, undefined, flight?.released ? 'pubrel' : 'publish');
       if (flight !== undefined) {
         if (this.inflight === NO_FLOWS) this.inflight = new Map();
         this.inflight.set(flight.packetId, d);
@@ -358,15 +350,7 @@ export class Session implements Subscriber {
     const want = Math.min(spill.count, REFILL_CHUNK);
     const records = spill.afterSeq === undefined ? [] : store.readQueue(this.id, spill.afterSeq, want);
     for (const { seq, msg } of records) {
-      this.queue.push({
-        msg,
-        qos: msg.qos,
-        retain: msg.retain,
-        subscriptionIds: this.subscriptionIdsFor(msg.topic),
-        group: undefined,
-        state: 'publish',
-        stored: Promise.resolve(seq),
-      });
+      this.queue.push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
       spill.afterSeq = seq;
     }
     spill.count -= records.length;
@@ -473,6 +457,11 @@ export class Session implements Subscriber {
 }
 
 function noop(): void {}
+
+/** A delivery of a message read from the store (stored as delivered: its QoS and retain flag). */
+function storedDelivery(seq: number, msg: Message, subscriptionIds: readonly number[] | undefined, state: Delivery['state']): Delivery {
+  return { msg, qos: msg.qos, retain: msg.retain, subscriptionIds, group: undefined, state, stored: Promise.resolve(seq) };
+}
 
 /** The message as this session gets it (granted QoS, retain flag), which is what its store keeps. */
 function asDelivered(msg: Message, qos: QoS, retain: boolean): Message {

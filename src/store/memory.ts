@@ -23,6 +23,10 @@ import type {
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
+function queuedRecord(seq: number, q: { msg: Message; flight?: FlightState }): QueuedRecord {
+  return q.flight === undefined ? { seq, msg: q.msg } : { seq, msg: q.msg, flight: q.flight };
+}
+
 class MemoryOutbox implements Outbox {
   readonly name: string;
   limits: OutboxLimits;
@@ -144,7 +148,6 @@ class MemoryOutbox implements Outbox {
     }
   }
 
-  /** Index of the first slot (hole or entry) whose seq is > `seq`; slots keep their seq order. */
   /** The slot of the live entry `seq`; a slot without it (undefined there) when unknown or removed. */
   private indexOf(seq: number): number {
     let i = this.firstIndexAfter(seq - 1);
@@ -152,6 +155,7 @@ class MemoryOutbox implements Outbox {
     return this.entries[i]?.seq === seq ? i : this.entries.length;
   }
 
+  /** Index of the first slot (hole or entry) whose seq is > `seq`; slots keep their seq order. */
   private firstIndexAfter(seq: number): number {
     let lo = this.head;
     let hi = this.entries.length;
@@ -200,7 +204,7 @@ class MemorySessionStore implements SessionStore {
       const queue: QueuedRecord[] = [];
       const tail = { count: 0, bytes: 0 };
       for (const [seq, q] of s.queue) {
-        if (queue.length < queueLimit) queue.push(q.flight === undefined ? { seq, msg: q.msg } : { seq, msg: q.msg, flight: q.flight });
+        if (queue.length < queueLimit) queue.push(queuedRecord(seq, q));
         else {
           tail.count++;
           tail.bytes += q.msg.payload.length;
@@ -227,7 +231,7 @@ class MemorySessionStore implements SessionStore {
     // Map order is insertion order, which is seq order.
     for (const [seq, q] of queue) {
       if (out.length >= limit) break;
-      if (seq > afterSeq) out.push(q.flight === undefined ? { seq, msg: q.msg } : { seq, msg: q.msg, flight: q.flight });
+      if (seq > afterSeq) out.push(queuedRecord(seq, q));
     }
     return out;
   }
