@@ -96,9 +96,10 @@ function list(store: Store, ctx: StoreCommandContext): void {
   }
   let sessions = 0;
   let queued = 0;
-  for (const s of store.sessions.loadAll()) {
+  // Counted, not loaded: a queue may hold millions of messages.
+  for (const s of store.sessions.loadAll(0)) {
     sessions++;
-    queued += s.queue.length;
+    queued += s.queue.length + (s.queueTail?.count ?? 0);
   }
   ctx.stdout(`persistent sessions: ${sessions} (${queued} queued messages)\nretained messages: ${store.retained.count}\n`);
 }
