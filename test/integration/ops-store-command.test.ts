@@ -21,6 +21,10 @@ describe('edgeferry store', { timeout: 90_000 }, () => {
         bridges: [{ name: 'retired', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }] }],
       }),
     );
+    // A persistent session offline: its queue is counted too.
+    const sub = await openClient(gw.url, { clientId: 'store-cmd-sub', clean: false, protocolVersion: 5, properties: { sessionExpiryInterval: 3600 } });
+    await sub.subscribe('plant/#', { qos: 1 });
+    await sub.disconnect();
     const pub = await openClient(gw.url, { clientId: 'store-cmd-pub' });
     for (let i = 0; i < 3; i++) await pub.publish(`plant/line/${i}`, `m${i}`, { qos: 1 });
     await pub.stop();
@@ -34,6 +38,7 @@ describe('edgeferry store', { timeout: 90_000 }, () => {
     const listed = await runCli(['store', 'list', '-c', gw.configFile]);
     expect(listed, listed.stderr).toMatchObject({ code: 0 });
     expect(listed.stdout).toMatch(/outbox retired: 3 messages, \d+ bytes, oldest \d+ s, dropped none\n/);
+    expect(listed.stdout).toContain('persistent sessions: 1 (3 queued messages)');
     // Still configured: deleting it would only last until the next start.
     const refused = await runCli(['store', 'delete-outbox', 'retired', '-c', gw.configFile]);
     expect(refused.code).toBe(2);
