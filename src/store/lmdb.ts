@@ -607,6 +607,11 @@ class LmdbOutbox implements Outbox {
   private removedInFlight = new Set<number>();
   /** Seqs passed to `remove()` whose op has not run yet; hidden from `peek` too. */
   private readonly removalsQueued = new Map<number, number>();
+  /**
+   * Sizes of the committed entries `peek` returned, until they are removed: a removal then needs no read to
+   * keep `bytes` exact. Holds what the bridge read ahead and has in flight, a window's worth.
+   */
+  private readonly peekedBytes = new Map<number, number>();
   /** Seqs passed to `remove()`, in order, until `removalFlush` applies them. */
   private removals: number[] = [];
   private readonly removalFlush: DelayedFlush;
@@ -713,6 +718,7 @@ class LmdbOutbox implements Outbox {
     for (const { key, value } of range) {
       const seq = keySeq(key);
       if (hidden && (this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
+      this.peekedBytes.set(seq, value.length);
       out.push({
         seq,
         msg: decodeMessage(value, STAMPED_HEADER_BYTES),
@@ -765,11 +771,15 @@ class LmdbOutbox implements Outbox {
 
   private removeOne(b: Batch, seq: number): number {
     if (!Number.isSafeInteger(seq) || seq <= 0 || seq > this.lastSeq || this.removedInFlight.has(seq)) return 0;
-    let bytes: number | undefined;
-    const inBatch = this.batchSeqs.length > 0 && seq >= this.batchSeqs[0] ? this.batchSeqs.indexOf(seq) : -1;
-    if (inBatch >= 0) bytes = this.batchValues[inBatch].length;
-    else bytes = this.db.getBinaryFast(seqKey(this.prefix, seq))?.length;
-    if (bytes === undefined) return 0; // unknown or already removed: ignored by contract
+    let bytes = this.peekedBytes.get(seq);
+    if (bytes === undefined) {
+      const inBatch = this.batchSeqs.length > 0 && seq >= this.batchSeqs[0] ? this.batchSeqs.indexOf(seq) : -1;
+      if (inBatch >= 0) bytes = this.batchValues[inBatch].length;
+      else bytes = this.db.getBinaryFast(seqKey(this.prefix, seq))?.length;
+      if (bytes === undefined) return 0; // unknown or already removed: ignored by contract
+    } else {
+      this.peekedBytes.delete(seq);
+    }
     const key = seqKey(this.prefix, seq);
     this.store.del(b, this.db, key);
     if (this.released.has(seq) || this.marking.added.includes(seq)) {
