@@ -85,6 +85,8 @@ interface Inflight {
   readonly seq: number;
   readonly qos: QoS;
   readonly sendIndex: number;
+  /** A PUBREL that frees the packet id of an entry dropped unsent (see releaseAbandoned): nothing to count. */
+  readonly abandoned?: true;
 }
 
 /** How long unconfirmed QoS 0 entries may wait for a confirming ping when the window is not full. */
@@ -131,8 +133,11 @@ export class Bridge {
   /** Seqs whose removal is being committed: never sent again. */
   private readonly removing = new Set<number>();
   private removeBatch: number[] = [];
-  /** Seqs of QoS 1/2 entries unacknowledged when a connection dropped: re-sent with DUP on a resumed session. */
-  private readonly resending = new Set<number>();
+  /**
+   * QoS 1/2 entries unacknowledged when a connection dropped, seq to QoS: re-sent with DUP on a resumed session.
+   * One that leaves the outbox unsent meanwhile (limits, expiry) is released instead (see releaseAbandoned).
+   */
+  private readonly resending = new Map<number, QoS>();
   /** Highest seq this process has sent; anything at or below it going up again is a re-send. */
   private highestSentSeq = -Infinity;
   private window: number;
@@ -359,7 +364,7 @@ export class Bridge {
   private onOffline(error: Error, retryInMs: number | undefined): void {
     const wasOnline = this.currentStatus.type === 'online';
     // Unacknowledged QoS 1/2 may have reached the broker: if the session resumes, they go again with DUP.
-    for (const rec of this.inflight.values()) if (rec.qos > 0) this.resending.add(rec.seq);
+    for (const rec of this.inflight.values()) if (rec.qos > 0) this.resending.set(rec.seq, rec.qos);
     this.resetConnectionState();
     this.session = undefined;
     if (retryInMs === undefined) {
@@ -402,6 +407,7 @@ export class Bridge {
     if (this.inflight.get(rec.seq) !== rec) return;
     this.inflight.delete(rec.seq);
     this.qosInflight--;
+    if (rec.abandoned) return this.schedulePump();
     this.remove(rec.seq);
     if (result.ok) {
       this.counters.acked++;
@@ -457,6 +463,7 @@ export class Bridge {
     const dropped = this.droppedTotal();
     while (this.inflight.size < this.window && this.uplink.online) {
       const entry = this.nextEntry(dropped);
+      if (this.resending.size > 0 && !this.releaseAbandoned(entry?.seq ?? Infinity, receiveMaximum)) break;
       if (entry === undefined) break;
       if (this.removing.has(entry.seq) || this.inflight.has(entry.seq)) {
         this.advance(entry);
@@ -579,6 +586,30 @@ export class Bridge {
     rec = { seq: entry.seq, qos: 2, sendIndex };
     this.inflight.set(entry.seq, rec);
     this.qosInflight++;
+  }
+
+  /**
+   * Entries below `nextSeq` still waiting to be re-sent left the outbox unsent (dropped by its limits or expiry
+   * while the link was down). The broker may hold a QoS 2 one under its packet id, awaiting PUBREL: without one,
+   * that id would stay taken until an entry 65,000 seqs later reuses it, and a broker that does not compare
+   * content would discard that entry as a duplicate (EMQX answers 0x91). A PUBREL completes such a flow or, for
+   * an id the broker does not know, draws PUBCOMP 0x92; either way the id is free again [MQTT-4.3.3-10].
+   * QoS 1 holds nothing at the broker. Returns false when the window is full.
+   */
+  private releaseAbandoned(nextSeq: number, receiveMaximum: number): boolean {
+    for (const [seq, qos] of this.resending) {
+      if (seq >= nextSeq) continue;
+      if (qos === 2) {
+        if (this.inflight.size >= this.window || this.qosInflight >= receiveMaximum) return false;
+        let rec: Inflight | undefined;
+        const { sendIndex } = this.uplink.release(outboxPacketId(seq), { result: (result) => rec && this.onResult(rec, result) });
+        rec = { seq, qos: 2, sendIndex, abandoned: true };
+        this.inflight.set(seq, rec);
+        this.qosInflight++;
+      }
+      this.resending.delete(seq);
+    }
+    return true;
   }
 
   /** QoS 0 entries wait for a PINGRESP that proves the broker read them; make sure one is coming. */

@@ -304,6 +304,41 @@ describe('bridge against a scriptable fake upstream', () => {
       expect(bridge.stats.acked).toBe(1);
     });
 
+    it('frees the packet id of an unacknowledged message dropped by the outbox limits: PUBREL on the resumed session, no PUBLISH [MQTT-4.3.3-10]', async () => {
+      const up = d.add(await startFakeUpstream());
+      // The first connection acknowledges nothing: 'a' and then 'b' stay in flight.
+      const { bridge, outbox, publish } = await setup(up.url, { queue: { maxBytes: 1 << 30, maxMessages: 1, maxAgeS: 0, overflow: 'drop-oldest' } }, 2);
+      await bridge.start();
+      await waitFor(() => up.connections.length === 1, 5000);
+      await publish('a');
+      const first = up.connections[0];
+      await waitFor(() => flows(first).length === 1, 5000);
+      const [[, , idA]] = flows(first);
+      await publish('b'); // the outbox holds one message: 'a' is dropped while the broker may hold its id
+      await waitFor(() => flows(first).length === 2, 5000);
+      const [, [, , idB]] = flows(first);
+      expect(outbox.depth.dropped.queue_full).toBe(1);
+
+      up.connack = { sessionPresent: true };
+      answerQoS2(up, { complete: true });
+      up.onPacket = ((answer) => (c: FakeConnection, p: Packet) => {
+        answer(c, p);
+        if (p.cmd === 'pubrel' && p.messageId === idA) c.send({ cmd: 'pubcomp', messageId: idA, reasonCode: 0 } as Packet);
+      })(up.onPacket);
+      first.socket.destroy();
+      await waitFor(() => up.connections.length === 2 && outbox.depth.messages === 0, 5000);
+      await waitFor(() => flows(up.connections[1]).length === 3, 5000);
+      // 'a' is released under its id and never published again; 'b' goes again with DUP, then completes.
+      expect(flows(up.connections[1])).toEqual([
+        ['pubrel', '', idA],
+        ['publish', 'b', idB],
+        ['pubrel', '', idB],
+      ]);
+      expect(publishes(up.connections[1])[0].dup).toBe(true);
+      expect(bridge.stats.acked).toBe(1);
+      expect(outbox.depth.dropped.queue_full).toBe(1);
+    });
+
     it('drops a message refused at PUBREC (reason >= 0x80) without PUBREL, counted as rejected_upstream', async () => {
       const up = d.add(await startFakeUpstream());
       up.onPacket = (c, p) => {
