@@ -61,6 +61,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
       maxQueuedMessages: b.maxQueuedMessages,
       maxQueuedBytes: b.maxQueuedBytes,
       maxQueuedInMemory: b.maxQueuedInMemory,
+      maxQueuedBytesInMemory: b.maxQueuedBytesInMemory,
     },
     store,
     stats,

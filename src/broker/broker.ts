@@ -9,9 +9,9 @@ import { parseSharedFilter } from '../protocol/topics.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { ProtocolError, StoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import type { Store, SubscriptionRecord } from '../store/types.js';
+import type { QueueWindow, Store, SubscriptionRecord } from '../store/types.js';
 import { RetainedIndex } from './retained.js';
-import { DEFAULT_QUEUED_IN_MEMORY, NEVER_EXPIRES, Session } from './session.js';
+import { memoryWindow, NEVER_EXPIRES, Session } from './session.js';
 import type { DropReason, SessionEvents, SessionLimits } from './session.js';
 import { TopicTree } from './topic-tree.js';
 import type { Subscriber } from './topic-tree.js';
@@ -72,14 +72,12 @@ export class Broker {
   private readonly sessionEvents: SessionEvents;
   private routeGeneration = 0;
   private readonly log: Logger;
-  /** Persistent sessions' queues go on in the store past this many messages, when the store is durable. */
-  private readonly spillAfter: number;
+  /** Persistent sessions' queues go on in the store past this, when the store is durable; none: never. */
+  private readonly memoryWindow: QueueWindow | undefined;
 
   constructor(private readonly options: BrokerOptions) {
     this.stats = options.stats ?? new BrokerStats();
-    // Never below maxInflight: the QoS 2 flows under way (the oldest queued messages) are all loaded at start.
-    const inMemory = options.limits.maxQueuedInMemory ?? DEFAULT_QUEUED_IN_MEMORY;
-    this.spillAfter = options.store.durable && inMemory > 0 ? Math.max(inMemory, options.limits.maxInflight) : 0;
+    this.memoryWindow = options.store.durable ? memoryWindow(options.limits) : undefined;
     this.log = options.log;
     this.retained = new RetainedIndex(options.store.retained);
     this.wills = new WillScheduler(
@@ -242,7 +240,7 @@ export class Broker {
       present = true;
     } else {
       if (existing) this.endSession(existing);
-      session = new Session(clientId, this.options.limits, this.sessionEvents, this.spillAfter);
+      session = new Session(clientId, this.options.limits, this.sessionEvents, this.memoryWindow);
       this.sessions.set(clientId, session);
     }
     session.expiryIntervalS = expiryIntervalS;
@@ -282,7 +280,7 @@ export class Broker {
   restoreSessions(): number {
     const sessions = this.options.store.sessions;
     let restored = 0;
-    for (const record of sessions.loadAll(this.spillAfter || undefined)) {
+    for (const record of sessions.loadAll(this.memoryWindow)) {
       const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (Date.now() - record.disconnectedAtMs) / 1000);
       const leftS = record.expiryIntervalS === NEVER_EXPIRES ? NEVER_EXPIRES : record.expiryIntervalS - downS;
       // A session that ended while the gateway was down takes its will along: due now [MQTT-3.1.3-9].
@@ -293,7 +291,7 @@ export class Broker {
         sessions.drop(record.clientId).catch((err: unknown) => this.sessionEvents.storeFailed(err, record.clientId));
         continue;
       }
-      const session = new Session(record.clientId, this.options.limits, this.sessionEvents, this.spillAfter);
+      const session = new Session(record.clientId, this.options.limits, this.sessionEvents, this.memoryWindow);
       session.expiryIntervalS = record.expiryIntervalS;
       session.store = sessions;
       this.sessions.set(record.clientId, session);

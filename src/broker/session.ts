@@ -7,7 +7,7 @@ import type { Message, QoS } from '../protocol/message.js';
 import { isExpired } from '../protocol/message.js';
 import type { PublishEncodings, ProtocolVersion } from '../protocol/codec.js';
 import { parseSharedFilter, topicMatches } from '../protocol/topics.js';
-import type { QueuedRecord, SessionStore, SubscriptionRecord } from '../store/types.js';
+import { fitsWindow, type QueuedRecord, type QueueWindow, type SessionStore, type SubscriptionRecord } from '../store/types.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
 
 /** What a session needs from the connection currently attached to it (implemented by server/connection.ts). */
@@ -66,10 +66,27 @@ export interface SessionLimits {
    * and loading it at start does not either. Reading back costs CPU: that part drains at 50-60 % of the speed.
    */
   readonly maxQueuedInMemory?: number;
+  /**
+   * Payload bytes of queued messages a persistent session keeps in memory, the same way (default
+   * DEFAULT_QUEUED_BYTES_IN_MEMORY; 0 = no bound): with large payloads this bound comes first.
+   */
+  readonly maxQueuedBytesInMemory?: number;
 }
 
 export const DEFAULT_QUEUED_IN_MEMORY = 100_000;
-/** A spilled queue is read back this many messages at a time, when fewer than `spillAfter / 2` are in memory. */
+export const DEFAULT_QUEUED_BYTES_IN_MEMORY = 64 * 1024 * 1024;
+
+/**
+ * The part of a persistent session's queue kept in memory (when the store is durable), from the limits; none
+ * when both are 0 (everything in memory). At least `maxInflight` messages, so refills keep up with the window.
+ */
+export function memoryWindow(limits: SessionLimits): QueueWindow | undefined {
+  const messages = limits.maxQueuedInMemory ?? DEFAULT_QUEUED_IN_MEMORY;
+  const bytes = limits.maxQueuedBytesInMemory ?? DEFAULT_QUEUED_BYTES_IN_MEMORY;
+  if (messages === 0 && bytes === 0) return undefined;
+  return { messages: messages === 0 ? Infinity : Math.max(messages, limits.maxInflight), bytes: bytes === 0 ? Infinity : bytes };
+}
+/** A spilled queue is read back at most this many messages at a time, once less than half the window is in memory. */
 const REFILL_CHUNK = 250;
 
 /**
@@ -79,6 +96,8 @@ const REFILL_CHUNK = 250;
  */
 interface Spill {
   count: number;
+  /** Payload bytes of the spilled messages. */
+  bytes: number;
   /** Unknown until the first spilled message is durable (its seq minus one). */
   afterSeq: number | undefined;
   /** The latest spilled write: once it settled, everything spilled so far is readable or failed. */
@@ -117,12 +136,12 @@ export class Session implements Subscriber {
   private spill: Spill | undefined;
   private nextPacketId = 1;
 
-  /** `spillAfter`: queued messages kept in memory before the queue goes on in the store; 0 = never spills. */
+  /** `memoryWindow`: the part of the queue kept in memory before it goes on in the store; none = never spills. */
   constructor(
     readonly id: string,
     private readonly limits: SessionLimits,
     private readonly events: SessionEvents,
-    private readonly spillAfter = 0,
+    private readonly memoryWindow?: QueueWindow,
   ) {}
 
   /** Whether part of the queue is in the store only (see `spillOne`). */
@@ -177,7 +196,7 @@ export class Session implements Subscriber {
     // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
     // acknowledged, so it survives a crash; the stored copy is removed when the flow completes.
     const stored = this.store?.enqueue(this.id, asDelivered(msg, qos, retain));
-    if (stored && (this.spill || (this.spillAfter > 0 && this.queuedCount >= this.spillAfter))) {
+    if (stored && (this.spill || (this.memoryWindow && !fitsWindow(this.memoryWindow, this.queuedCount, this.queuedBytes, msg.payload.length)))) {
       this.spillOne(msg, stored);
       return stored.then(noop);
     }
@@ -199,6 +218,7 @@ export class Session implements Subscriber {
     if (tail !== undefined && tail.count > 0 && queue.length > 0) {
       this.spill = {
         count: tail.count,
+        bytes: tail.bytes,
         afterSeq: queue[queue.length - 1].seq,
         lastWrite: Promise.resolve(),
         waiting: false,
@@ -320,8 +340,9 @@ export class Session implements Subscriber {
       stored.then((seq) => store.ack(this.id, seq)).catch((err: unknown) => this.events.storeFailed(err, this.id));
       return this.events.dropped('queue_full', msg);
     }
-    const spill = (this.spill ??= { count: 0, afterSeq: undefined, lastWrite: stored, waiting: false, scheduled: false });
+    const spill = (this.spill ??= { count: 0, bytes: 0, afterSeq: undefined, lastWrite: stored, waiting: false, scheduled: false });
     spill.count++;
+    spill.bytes += msg.payload.length;
     spill.lastWrite = stored;
     this.queuedBytes += msg.payload.length;
     stored.then(
@@ -332,6 +353,7 @@ export class Session implements Subscriber {
       () => {
         // Neither in the store nor in memory (its publisher was refused): no longer queued.
         spill.count--;
+        spill.bytes -= msg.payload.length;
         this.queuedBytes -= msg.payload.length;
         if (this.spill === spill && spill.count === 0) this.spill = undefined;
       },
@@ -345,13 +367,14 @@ export class Session implements Subscriber {
   private refill(): boolean {
     const spill = this.spill;
     const store = this.store;
-    const inMemory = this.queue.length - this.queueHead;
-    if (!spill || !store || inMemory >= this.spillAfter / 2 || spill.waiting) return false;
+    const window = this.memoryWindow;
+    if (!spill || !store || !window || !this.belowHalfWindow(window) || spill.waiting) return false;
     const want = Math.min(spill.count, REFILL_CHUNK);
-    const records = spill.afterSeq === undefined ? [] : store.readQueue(this.id, spill.afterSeq, want);
+    const records = spill.afterSeq === undefined ? [] : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
     for (const { seq, msg } of records) {
       this.queue.push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
       spill.afterSeq = seq;
+      spill.bytes -= msg.payload.length;
     }
     spill.count -= records.length;
     if (spill.count === 0) this.spill = undefined;
@@ -365,6 +388,13 @@ export class Session implements Subscriber {
       spill.lastWrite.then(retry, retry);
     }
     return records.length > 0;
+  }
+
+  /** Whether less than half the memory window is used: time to read spilled messages back. */
+  private belowHalfWindow(window: QueueWindow): boolean {
+    const inMemory = this.queue.length - this.queueHead;
+    const inMemoryBytes = this.queuedBytes - (this.spill?.bytes ?? 0);
+    return inMemory < window.messages / 2 && inMemoryBytes < window.bytes / 2;
   }
 
   /** The identifiers of this session's subscriptions that match `topic` now (for messages read back). */
@@ -399,7 +429,7 @@ export class Session implements Subscriber {
     // Read the next chunk back before the queue runs dry, but after this turn's writes went out: the read then
     // overlaps the client's round trip instead of delaying the messages it releases.
     const spill = this.spill;
-    if (spill && !spill.scheduled && this.queue.length - this.queueHead < this.spillAfter / 2) {
+    if (spill && !spill.scheduled && this.memoryWindow && this.belowHalfWindow(this.memoryWindow)) {
       spill.scheduled = true;
       setImmediate(() => {
         spill.scheduled = false;

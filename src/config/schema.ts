@@ -91,6 +91,7 @@ const brokerSchema = z.strictObject({
   maxQueuedMessages: count.default(1000),
   maxQueuedBytes: count.default(0),
   maxQueuedInMemory: count.default(100_000),
+  maxQueuedBytesInMemory: count.default(67_108_864),
   maxTopicLevels: positive.default(128),
   topicAliasMaximum: int(0, 65_535).default(100),
   maxSessionExpiryS: int(0, 4_294_967_295).default(4_294_967_295),

@@ -53,21 +53,24 @@ import {
   prefixEnd,
   seqKey,
 } from './codec.js';
+import { QueueSplit } from './queue-window.js';
 import { closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
-import type {
-  DropReason,
-  FlightState,
-  Outbox,
-  OutboxDepth,
-  OutboxEntry,
-  OutboxLimits,
-  PendingWill,
-  QueuedRecord,
-  RetainedStore,
-  SessionRecord,
-  SessionStore,
-  Store,
-  SubscriptionRecord,
+import {
+  fitsWindow,
+  type DropReason,
+  type FlightState,
+  type Outbox,
+  type OutboxDepth,
+  type OutboxEntry,
+  type OutboxLimits,
+  type PendingWill,
+  type QueuedRecord,
+  type QueueWindow,
+  type RetainedStore,
+  type SessionRecord,
+  type SessionStore,
+  type Store,
+  type SubscriptionRecord,
 } from './types.js';
 
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
@@ -977,15 +980,14 @@ class LmdbSessionStore implements SessionStore {
     this.lastSeq = (store.meta.get('sessionSeq') as number | undefined) ?? 0;
   }
 
-  loadAll(queueLimit = Infinity): Iterable<SessionRecord> {
+  loadAll(window?: QueueWindow): Iterable<SessionRecord> {
     const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
     const byId = new Map<
       string,
       {
         fields: SessionFields;
         subscriptions: SubscriptionRecord[];
-        queue: QueuedRecord[];
-        tail: { count: number; bytes: number };
+        queue: QueueSplit;
         awaitingRelease: number[];
         will?: PendingWill;
       }
@@ -993,7 +995,7 @@ class LmdbSessionStore implements SessionStore {
     const get = (clientId: string) => {
       let s = byId.get(clientId);
       if (s === undefined) {
-        s = { fields: { expiryIntervalS: 0 }, subscriptions: [], queue: [], tail: { count: 0, bytes: 0 }, awaitingRelease: [] };
+        s = { fields: { expiryIntervalS: 0 }, subscriptions: [], queue: new QueueSplit(window), awaitingRelease: [] };
         byId.set(clientId, s);
       }
       return s;
@@ -1002,14 +1004,10 @@ class LmdbSessionStore implements SessionStore {
     for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) get(keyOwner(key)).subscriptions.push(value);
     for (const key of releaseDb.getKeys({ snapshot: false })) get(keyOwner(key)).awaitingRelease.push(keySeq(key));
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
-      const s = get(keyOwner(key));
+      // A message of the tail is decoded only for its payload size: nothing of it stays in memory.
       const record = { seq: keySeq(key), ...decodeQueuedValue(value) };
-      if (s.queue.length < queueLimit) s.queue.push(record);
-      else {
-        // Decoded only for its payload size: nothing of it stays in memory.
-        s.tail.count++;
-        s.tail.bytes += record.msg.payload.length;
-      }
+      const { queue } = get(keyOwner(key));
+      if (queue.keeps(record.msg.payload.length, record.flight !== undefined)) queue.queue.push(record);
     }
     for (const { key, value } of willDb.getRange({ snapshot: false })) {
       get(key.toString('utf8')).will = { msg: decodeMessage(value, STAMPED_HEADER_BYTES), dueAtMs: stampedValueMs(value) };
@@ -1021,8 +1019,8 @@ class LmdbSessionStore implements SessionStore {
         expiryIntervalS: s.fields.expiryIntervalS,
         ...(s.fields.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.fields.disconnectedAtMs }),
         subscriptions: s.subscriptions,
-        queue: s.queue,
-        ...(s.tail.count > 0 ? { queueTail: s.tail } : {}),
+        queue: s.queue.queue,
+        ...(s.queue.tail.count > 0 ? { queueTail: s.queue.tail } : {}),
         awaitingRelease: s.awaitingRelease,
         ...(s.will === undefined ? {} : { will: s.will }),
       });
@@ -1030,12 +1028,19 @@ class LmdbSessionStore implements SessionStore {
     return out;
   }
 
-  readQueue(clientId: string, afterSeq: number, limit: number): QueuedRecord[] {
+  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueuedRecord[] {
     const out: QueuedRecord[] = [];
-    if (limit <= 0) return out;
     const prefix = this.prefixOf(clientId);
+    const limit = Number.isFinite(window.messages) ? window.messages : undefined;
     const range = this.store.queueDb.getRange({ start: seqKey(prefix, afterSeq + 1), end: prefixEnd(prefix), limit, snapshot: false });
-    for (const { key, value } of range) out.push({ seq: keySeq(key), ...decodeQueuedValue(value) });
+    let bytes = 0;
+    for (const { key, value } of range) {
+      const record = { seq: keySeq(key), ...decodeQueuedValue(value) };
+      const size = record.msg.payload.length;
+      if (!fitsWindow(window, out.length, bytes, size)) break;
+      out.push(record);
+      bytes += size;
+    }
     return out;
   }
 

@@ -4,21 +4,24 @@
  */
 import type { Message } from '../protocol/message.js';
 import { outboxEntryBytes } from './codec.js';
+import { QueueSplit } from './queue-window.js';
 import { closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
-import type {
-  DropReason,
-  FlightState,
-  Outbox,
-  OutboxDepth,
-  OutboxEntry,
-  OutboxLimits,
-  PendingWill,
-  QueuedRecord,
-  RetainedStore,
-  SessionRecord,
-  SessionStore,
-  Store,
-  SubscriptionRecord,
+import {
+  fitsWindow,
+  type DropReason,
+  type FlightState,
+  type Outbox,
+  type OutboxDepth,
+  type OutboxEntry,
+  type OutboxLimits,
+  type PendingWill,
+  type QueuedRecord,
+  type QueueWindow,
+  type RetainedStore,
+  type SessionRecord,
+  type SessionStore,
+  type Store,
+  type SubscriptionRecord,
 } from './types.js';
 
 const RESOLVED: Promise<void> = Promise.resolve();
@@ -199,17 +202,13 @@ class MemorySessionStore implements SessionStore {
     this.isClosed = isClosed;
   }
 
-  *loadAll(queueLimit = Infinity): Iterable<SessionRecord> {
+  *loadAll(window?: QueueWindow): Iterable<SessionRecord> {
     for (const [clientId, s] of this.sessions) {
-      const queue: QueuedRecord[] = [];
-      const tail = { count: 0, bytes: 0 };
+      const split = new QueueSplit(window);
       for (const [seq, q] of s.queue) {
-        if (queue.length < queueLimit) queue.push(queuedRecord(seq, q));
-        else {
-          tail.count++;
-          tail.bytes += q.msg.payload.length;
-        }
+        if (split.keeps(q.msg.payload.length, q.flight !== undefined)) split.queue.push(queuedRecord(seq, q));
       }
+      const { queue, tail } = split;
       const record: SessionRecord = {
         clientId,
         expiryIntervalS: s.expiryIntervalS,
@@ -224,14 +223,18 @@ class MemorySessionStore implements SessionStore {
     }
   }
 
-  readQueue(clientId: string, afterSeq: number, limit: number): QueuedRecord[] {
+  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueuedRecord[] {
     const out: QueuedRecord[] = [];
     const queue = this.sessions.get(clientId)?.queue;
     if (queue === undefined) return out;
+    let bytes = 0;
     // Map order is insertion order, which is seq order.
     for (const [seq, q] of queue) {
-      if (out.length >= limit) break;
-      if (seq > afterSeq) out.push(queuedRecord(seq, q));
+      if (seq <= afterSeq) continue;
+      const size = q.msg.payload.length;
+      if (!fitsWindow(window, out.length, bytes, size)) break;
+      out.push(queuedRecord(seq, q));
+      bytes += size;
     }
     return out;
   }

@@ -97,7 +97,7 @@ function list(store: Store, ctx: StoreCommandContext): void {
   let sessions = 0;
   let queued = 0;
   // Counted, not loaded: a queue may hold millions of messages.
-  for (const s of store.sessions.loadAll(0)) {
+  for (const s of store.sessions.loadAll({ messages: 0, bytes: 0 })) {
     sessions++;
     queued += s.queue.length + (s.queueTail?.count ?? 0);
   }

@@ -58,17 +58,32 @@ export interface QueuedRecord {
   readonly flight?: FlightState;
 }
 
+/**
+ * How much of a session's queue is loaded into memory: the oldest messages until either bound is reached
+ * (payload bytes; one message always fits).
+ */
+export interface QueueWindow {
+  readonly messages: number;
+  readonly bytes: number;
+}
+
+/** Whether one more message of `size` payload bytes fits after `count` messages of `bytes`; the first always does. */
+export function fitsWindow(window: QueueWindow, count: number, bytes: number, size: number): boolean {
+  return count === 0 || (count < window.messages && bytes + size <= window.bytes);
+}
+
 export interface SessionStore {
   /**
-   * Every stored session. At most `queueLimit` queued messages per session are returned (the oldest: those in
-   * flight come first); the rest stay in the store, counted in `queueTail`, and are read with `readQueue`.
+   * Every stored session. Of each queue, the QoS 2 deliveries in flight (the oldest messages) and then what fits
+   * in `window` are returned; the rest stay in the store, counted in `queueTail`, and are read with `readQueue`.
+   * Without a window, all of it.
    */
-  loadAll(queueLimit?: number): Iterable<SessionRecord>;
+  loadAll(window?: QueueWindow): Iterable<SessionRecord>;
   /**
-   * Up to `limit` queued messages of the session with a seq above `afterSeq`, oldest first, as committed:
-   * messages whose `enqueue` has not resolved yet may be missing.
+   * The queued messages of the session with a seq above `afterSeq`, oldest first, as many as fit in `window`,
+   * as committed: messages whose `enqueue` has not resolved yet may be missing.
    */
-  readQueue(clientId: string, afterSeq: number, limit: number): QueuedRecord[];
+  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueuedRecord[];
   /** Creates or updates the session's own fields (expiry, disconnect time). */
   putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void>;
   /** Removes the session with its subscriptions and queue (clean start, expiry). */

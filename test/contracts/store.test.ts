@@ -406,32 +406,40 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect([...s.loadAll()]).toEqual([]);
     });
 
-    it('loads at most queueLimit queued messages per session, counts the rest, and reads them back by seq', async () => {
+    it('loads at most a window of queued messages per session, counts the rest, and reads them back by seq', async () => {
       const store = await open();
       const s = store.sessions;
       await s.putSession('big', { expiryIntervalS: 60 });
       await s.putSession('small', { expiryIntervalS: 60 });
       const seqs = await Promise.all(Array.from({ length: 7 }, (_, i) => s.enqueue('big', msg(i))));
       await s.enqueue('small', msg(100));
-      const byId = new Map([...s.loadAll(3)].map((r) => [r.clientId, r]));
+      const window = (messages: number, bytes = Infinity) => ({ messages, bytes });
+      const byId = new Map([...s.loadAll(window(3))].map((r) => [r.clientId, r]));
       const big = byId.get('big')!;
       expect(big.queue.map((q) => q.seq)).toEqual(seqs.slice(0, 3));
-      const payloadBytes = (from: number) => seqs.slice(from).reduce((n, _, i) => n + msg(from + i).payload.length, 0);
+      const payloadBytes = (from: number, to = 7) => seqs.slice(from, to).reduce((n, _, i) => n + msg(from + i).payload.length, 0);
       expect(big.queueTail).toEqual({ count: 4, bytes: payloadBytes(3) });
       expect(byId.get('small')!.queueTail).toBeUndefined();
-      expect([...s.loadAll()].find((r) => r.clientId === 'big')!.queue).toHaveLength(7); // no limit: everything
+      expect([...s.loadAll()].find((r) => r.clientId === 'big')!.queue).toHaveLength(7); // no window: everything
+      // A window in payload bytes: what fits in them, and always one message.
+      const byBytes = [...s.loadAll(window(Infinity, payloadBytes(0, 2)))].find((r) => r.clientId === 'big')!;
+      expect(byBytes.queue.map((q) => q.seq)).toEqual(seqs.slice(0, 2));
+      expect(byBytes.queueTail).toEqual({ count: 5, bytes: payloadBytes(2) });
+      expect([...s.loadAll(window(0, 0))].find((r) => r.clientId === 'big')!.queue).toHaveLength(1);
 
-      const next = s.readQueue('big', seqs[2], 2);
+      const next = s.readQueue('big', seqs[2], window(2));
       expect(next.map((q) => [q.seq, q.msg.topic])).toEqual([
         [seqs[3], msg(3).topic],
         [seqs[4], msg(4).topic],
       ]);
-      expect(s.readQueue('big', seqs[4], 10).map((q) => q.seq)).toEqual(seqs.slice(5));
-      expect(s.readQueue('big', seqs[6], 10)).toEqual([]);
-      expect(s.readQueue('nobody', 0, 10)).toEqual([]);
+      expect(s.readQueue('big', seqs[2], window(10, payloadBytes(3, 6))).map((q) => q.seq)).toEqual(seqs.slice(3, 6));
+      expect(s.readQueue('big', seqs[2], window(10, 1)).map((q) => q.seq)).toEqual([seqs[3]]);
+      expect(s.readQueue('big', seqs[4], window(10)).map((q) => q.seq)).toEqual(seqs.slice(5));
+      expect(s.readQueue('big', seqs[6], window(10))).toEqual([]);
+      expect(s.readQueue('nobody', 0, window(10))).toEqual([]);
       await s.ack('big', seqs[5]);
       await store.flushed();
-      expect(s.readQueue('big', seqs[4], 10).map((q) => q.seq)).toEqual([seqs[6]]);
+      expect(s.readQueue('big', seqs[4], window(10)).map((q) => q.seq)).toEqual([seqs[6]]);
     });
 
     it('drops a session with its subscriptions and queue, leaving other clients alone', async () => {

@@ -8,7 +8,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
-import type { ClientLink, Session } from '../../src/broker/session.js';
+import type { ClientLink, Session, SessionLimits } from '../../src/broker/session.js';
 import { createMessage, type QoS } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb.js';
 import type { Store } from '../../src/store/types.js';
@@ -33,10 +33,10 @@ const WINDOW = 1000;
 const PAYLOAD_BYTES = 20_000;
 const SUBSCRIPTION_ID = 5;
 
-async function open(dir: string): Promise<{ broker: Broker; store: Store }> {
+async function open(dir: string, window: Partial<SessionLimits> = { maxQueuedInMemory: WINDOW }): Promise<{ broker: Broker; store: Store }> {
   const store = await openLmdbStore({ path: dir, sync: 'relaxed', maxBytes: 0, log: silentLogger });
   stores.push(store);
-  const broker = new Broker({ limits: { maxInflight: 20, maxQueuedMessages: 0, maxQueuedBytes: 0, maxQueuedInMemory: WINDOW }, store, log: silentLogger });
+  const broker = new Broker({ limits: { maxInflight: 20, maxQueuedMessages: 0, maxQueuedBytes: 0, ...window }, store, log: silentLogger });
   brokers.push(broker);
   return { broker, store };
 }
@@ -120,6 +120,19 @@ describe('persistent session queue beyond its memory window', () => {
     expect(got.numbers).toEqual(range(0, total + 200));
     // Read back from the store, the subscription identifier is that of the matching subscription [MQTT-3.3.4-3].
     expect(got.ids.every((ids) => ids?.[0] === SUBSCRIPTION_ID)).toBe(true);
+    await waitFor(() => session.queuedCount === 0, 5000);
+  });
+
+  it('bounds the window by payload bytes too (broker.maxQueuedBytesInMemory): large payloads spill sooner', async () => {
+    const inMemory = 150;
+    const { broker } = await open(d.tempDir(), { maxQueuedInMemory: 0, maxQueuedBytesInMemory: inMemory * PAYLOAD_BYTES });
+    const session = subscribe(broker, 'historian');
+    const total = 1000;
+    const payloads = await publishRange(broker, 0, total);
+    expect(await alive(payloads)).toBe(inMemory);
+    const got = attachClient(session);
+    await waitFor(() => got.numbers.length >= total, 20_000, { message: () => `${got.numbers.length}/${total}` });
+    expect(got.numbers).toEqual(range(0, total));
     await waitFor(() => session.queuedCount === 0, 5000);
   });
 
