@@ -1,8 +1,8 @@
 /**
  * One bridge's connection to its central broker, built on MQTT.js (the only module that imports `mqtt`).
  *
- * MQTT.js runs the connection (CONNECT/CONNACK, keepalive, SUBSCRIBE, inbound publishes with their QoS 2
- * state), never a queue: the bridge's LMDB outbox is the only source of truth for what still has to go up.
+ * MQTT.js runs the connection (CONNECT/CONNACK, keepalive, SUBSCRIBE, inbound publishes; their QoS 2 state is
+ * ours, `InboundQoS2`), never a queue: the bridge's LMDB outbox is the only source of truth for what still has to go up.
  * Outgoing publishes bypass it entirely: encoded by our codec, written to its socket, acks matched here. So:
  * - a new MqttClient per connection attempt, `reconnectPeriod: 0`: this class owns reconnects (decorrelated
  *   jitter, cycling through `remote.urls`), and MQTT.js has no outgoing store to replay;
@@ -18,7 +18,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { connect, Store } from 'mqtt';
-import type { IClientOptions, IConnackPacket, IPublishPacket, MqttClient, Packet } from 'mqtt';
+import type { IClientOptions, IConnackPacket, IPublishPacket, IStore, MqttClient, Packet } from 'mqtt';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message, PublishProperties, QoS } from '../protocol/message.js';
 import { encodeAck, encodePublish } from '../protocol/codec.js';
@@ -147,8 +147,8 @@ export class Uplink {
   private retryTimer: NodeJS.Timeout | undefined;
   private livenessTimer: NodeJS.Timeout | undefined;
   private readonly backoff: Backoff;
-  /** Inbound QoS 2 state outlives a connection, so a PUBREL on a resumed session finds its PUBLISH. */
-  private incomingStore = new Store({ clean: false });
+  /** Inbound QoS 2 state outlives a connection: a PUBLISH sent again on a resumed session is not published twice. */
+  private incomingStore = new InboundQoS2((packet) => this.deliverInbound(packet));
   /** Remote filters already subscribed by this process (re-subscribe on a resumed session only if new). */
   private subscribedOnce = false;
   /** Upper bound for the QoS 1/2 window after the broker complained (DISCONNECT 0x93). */
@@ -314,7 +314,7 @@ export class Uplink {
     // replay at a few hundred messages/s once writes were smaller than the window). TLS sockets pass it on;
     // WebSocket streams have no such method (the ws library sets it on its socket itself).
     (client.stream as { setNoDelay?: (on: boolean) => void } | undefined)?.setNoDelay?.(true);
-    client.handleMessage = (packet, done) => this.handleInbound(conn, packet, done);
+    client.handleMessage = (packet, done) => this.handleInbound(packet, done);
     client.on('packetsend', (packet) => this.onPacketSend(conn, packet));
     client.on('packetreceive', (packet) => this.onPacketReceive(conn, packet));
     client.on('connect', (connack) => this.onConnect(conn, connack));
@@ -397,7 +397,7 @@ export class Uplink {
     const sessionPresent = connack.sessionPresent === true;
     if (!sessionPresent) {
       // The broker forgot our session: its QoS 2 state, and any packet id it could still hold, are gone.
-      this.incomingStore = new Store({ clean: false });
+      this.incomingStore = new InboundQoS2((packet) => this.deliverInbound(packet));
       conn.client.incomingStore = this.incomingStore;
     }
     this.options.events.online({
@@ -552,7 +552,17 @@ export class Uplink {
     conn.client.stream?.destroy();
   }
 
-  private handleInbound(conn: Connection, packet: IPublishPacket, done: (err?: Error) => void): void {
+  /**
+   * MQTT.js hands over an inbound PUBLISH to acknowledge it: at once for QoS 0 and 1 (the PUBACK waits for
+   * `done`), at PUBREL for QoS 2, which `InboundQoS2` published already.
+   */
+  private handleInbound(packet: IPublishPacket, done: (err?: Error) => void): void {
+    if (packet.qos === 2) return done();
+    this.deliverInbound(packet).then(() => done());
+  }
+
+  /** Publishes an inbound message locally; settles once it is durable there, or refused (logged, not thrown). */
+  private async deliverInbound(packet: IPublishPacket): Promise<void> {
     const msg: InboundPublish = {
       topic: packet.topic,
       payload: Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload),
@@ -560,26 +570,61 @@ export class Uplink {
       retain: packet.retain,
       properties: fromPublishProperties(packet.properties),
     };
-    let result: Promise<void> | void;
     try {
-      result = this.options.events.inbound(msg);
+      await this.options.events.inbound(msg);
     } catch (err) {
-      this.log.warn({ err, topic: msg.topic }, 'inbound message could not be published locally');
-      done();
-      return;
+      this.log.warn({ err, topic: msg.topic, url: this.conn?.url }, 'inbound message could not be published locally');
     }
-    if (!result) {
-      done();
-      return;
+  }
+}
+
+/**
+ * Inbound QoS 2, as MQTT.js's incoming store: a message is published locally, durably, when its PUBLISH
+ * arrives, and only then does MQTT.js send PUBREC (the "deliver on receipt" method of MQTT 5 §4.3.3 Figure 4.3).
+ * MQTT.js's own store keeps it in memory until PUBREL instead: a crash in between lost it, as the broker then
+ * only sends PUBREL. Here a crash before PUBREC at worst publishes it twice (the broker sends it again), and a
+ * PUBREL for an id this process does not know (after a restart) is answered with PUBCOMP: the message is in.
+ * Ids awaiting PUBREL outlive a connection, so a PUBLISH sent again on a resumed session is not published twice
+ * [MQTT-4.3.3-9].
+ */
+class InboundQoS2 implements IStore {
+  private readonly awaitingRelease = new Map<number, IPublishPacket>();
+
+  constructor(private readonly deliver: (packet: IPublishPacket) => Promise<void>) {}
+
+  put(packet: Packet, cb: (err?: Error) => void): IStore {
+    const id = packet.messageId;
+    if (packet.cmd !== 'publish' || id === undefined || this.awaitingRelease.has(id)) {
+      cb();
+      return this;
     }
-    // The PUBACK (or PUBCOMP) goes up only once the local publish is durable.
-    result.then(
-      () => done(),
-      (err: unknown) => {
-        this.log.warn({ err, topic: msg.topic, url: conn.url }, 'inbound message could not be published locally');
-        done();
-      },
-    );
+    void this.deliver(packet).then(() => {
+      this.awaitingRelease.set(id, packet);
+      cb();
+    });
+    return this;
+  }
+
+  get(packet: Pick<Packet, 'messageId'>, cb: (err?: Error, packet?: Packet) => void): IStore {
+    const stored = packet.messageId === undefined ? undefined : this.awaitingRelease.get(packet.messageId);
+    if (stored) cb(undefined, stored);
+    else cb(new Error('no QoS 2 message awaits release under this packet id'));
+    return this;
+  }
+
+  del(packet: Pick<Packet, 'messageId'>, cb: (err?: Error, packet?: Packet) => void): IStore {
+    if (packet.messageId !== undefined) this.awaitingRelease.delete(packet.messageId);
+    cb();
+    return this;
+  }
+
+  /** Read by MQTT.js only from outgoing stores, to resend: nothing goes out from here. */
+  createStream(): ReturnType<IStore['createStream']> {
+    return new Store().createStream();
+  }
+
+  close(cb: () => void): void {
+    cb();
   }
 }
 

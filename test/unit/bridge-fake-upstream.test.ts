@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { Bridge } from '../../src/bridge/bridge.js';
 import { createMessage, type QoS } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb.js';
+import { createMemoryStore } from '../../src/store/memory.js';
 import type { Outbox } from '../../src/store/types.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
@@ -337,6 +338,46 @@ describe('bridge against a scriptable fake upstream', () => {
       expect(publishes(up.connections[1])[0].dup).toBe(true);
       expect(bridge.stats.acked).toBe(1);
       expect(outbox.depth.dropped.queue_full).toBe(1);
+    });
+
+    it('publishes an inbound QoS 2 message locally before its PUBREC, so a restart before PUBREL loses nothing and PUBREL completes it [MQTT-4.3.3-9]', async () => {
+      const up = d.add(await startFakeUpstream());
+      up.connack = { sessionPresent: true };
+      const received: { cmd: string; at: number }[] = [];
+      up.onPacket = (c, p) => {
+        if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [2], reasonCode: 0 } as unknown as Packet);
+        if (p.cmd === 'pubrec' || p.cmd === 'pubcomp') received.push({ cmd: p.cmd, at: local.length });
+      };
+      const { broker } = testBroker();
+      const local: string[] = [];
+      broker.subscribe('cmd/#', { qos: 2, origin: 'observer' }, (msg) => {
+        local.push(msg.payload.toString());
+      });
+      const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] });
+      const start = async () => {
+        const bridge = new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger });
+        await bridge.start();
+        await waitFor(() => bridge.status.type === 'online', 5000);
+        return bridge;
+      };
+      const first = await start();
+      const publish = { cmd: 'publish', topic: 'cmd/stop', payload: Buffer.from('now'), qos: 2, retain: false, dup: false, messageId: 7 } as Packet;
+      up.connections[0].send(publish);
+      await waitFor(() => received.length === 1, 5000);
+      // Already in the local broker when PUBREC leaves: the central broker now only sends PUBREL.
+      expect(received).toEqual([{ cmd: 'pubrec', at: 1 }]);
+      // The same PUBLISH again (the PUBREC may not have arrived) is acknowledged, not published twice.
+      up.connections[0].send({ ...publish, dup: true } as Packet);
+      await waitFor(() => received.length === 2, 5000);
+      expect(local).toEqual(['now']);
+
+      // A restart before PUBREL: a new process knows nothing of id 7; the resumed session sends PUBREL.
+      await first.stop();
+      const second = d.add(await start());
+      up.connections[1].send({ cmd: 'pubrel', messageId: 7 } as Packet);
+      await waitFor(() => received.some((r) => r.cmd === 'pubcomp'), 5000);
+      expect(local).toEqual(['now']);
+      expect(second.status.type).toBe('online');
     });
 
     it('drops a message refused at PUBREC (reason >= 0x80) without PUBREL, counted as rejected_upstream', async () => {
