@@ -86,6 +86,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
       outbox: store.outbox(bc.name, bc.queue),
       log: log.child({ mod: 'bridge', bridge: bc.name }),
       hooks: edgeNode && bc.name === config.sparkplug?.uplink ? edgeNode.hooks : undefined,
+      maxPacketBytes: config.broker.maxPacketBytes,
     });
   let bridges = config.bridges.map(makeBridge);
   const uplinkBridge = bridges.find((bridge) => bridge.name === config.sparkplug?.uplink);

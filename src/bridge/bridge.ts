@@ -79,6 +79,8 @@ export interface BridgeOptions {
   readonly outbox: Outbox;
   readonly log: Logger;
   readonly hooks?: UplinkHooks;
+  /** The local broker's maximum packet size: announced upstream, as inbound messages are published locally. */
+  readonly maxPacketBytes?: number;
 }
 
 interface Inflight {
@@ -174,6 +176,7 @@ export class Bridge {
       log: this.log,
       will: this.hooks.will ? () => this.hooks.will?.() : undefined,
       subscriptions: this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
+      maxPacketBytes: options.maxPacketBytes,
       events: {
         connecting: (attempt) => this.setStatus({ type: 'connecting', attempt }),
         online: (session) => this.onOnline(session),

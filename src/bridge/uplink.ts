@@ -21,7 +21,7 @@ import { connect, Store } from 'mqtt';
 import type { IClientOptions, IConnackPacket, IPublishPacket, IStore, MqttClient, Packet } from 'mqtt';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message, PublishProperties, QoS } from '../protocol/message.js';
-import { encodeAck, encodePublish } from '../protocol/codec.js';
+import { encodeAck, encodePacket, encodePublish } from '../protocol/codec.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { Backoff } from '../util/backoff.js';
 import { asError, UplinkError } from '../util/errors.js';
@@ -106,6 +106,12 @@ export interface UplinkOptions {
   readonly will?: () => Message | undefined;
   /** Remote filters to subscribe to (direction in/both), with their QoS. */
   readonly subscriptions: readonly { filter: string; qos: QoS }[];
+  /**
+   * MQTT 5: the Maximum Packet Size announced in CONNECT (the local broker's `maxPacketBytes`, as what comes in
+   * is published there). MQTT.js drops a connection whose broker sends more [MQTT-3.1.2-24] before the packet
+   * is handled, so nothing larger is ever buffered twice or published locally.
+   */
+  readonly maxPacketBytes?: number;
 }
 
 /** Per-connection state; a new one for every MqttClient, so late callbacks from an old one are recognizable. */
@@ -138,6 +144,8 @@ interface Flow {
 }
 
 const DEFAULT_RECEIVE_MAXIMUM = 65_535;
+/** How long a DISCONNECT for a protocol violation may take to leave before the socket is destroyed. */
+const DISCONNECT_GRACE_MS = 1000;
 
 export class Uplink {
   private conn: Connection | undefined;
@@ -362,7 +370,7 @@ export class Uplink {
       log: () => {},
       messageIdProvider: ids,
       incomingStore: this.incomingStore,
-      properties: v5 ? { sessionExpiryInterval: remote.sessionExpiryS } : undefined,
+      properties: v5 ? { sessionExpiryInterval: remote.sessionExpiryS, maximumPacketSize: this.options.maxPacketBytes } : undefined,
       will: willMsg
         ? {
             topic: willMsg.topic,
@@ -464,9 +472,10 @@ export class Uplink {
       case 'puback':
       case 'pubrec':
       case 'pubcomp': {
-        conn.lastAckMs = performance.now();
         const id = packet.messageId;
-        if (id === undefined) break;
+        // mqtt-packet reads a body too short for a packet id as id -1 (or none) rather than failing.
+        if (id === undefined || id < 1) return this.dropMalformed(conn, `${packet.cmd} without a valid packet identifier`);
+        conn.lastAckMs = performance.now();
         const waiting = conn.awaiting.get(id);
         // PUBREC already proves receipt of the PUBLISH; PUBCOMP then only completes it.
         if (waiting && packet.cmd !== 'pubrec') conn.awaiting.delete(id);
@@ -487,6 +496,20 @@ export class Uplink {
       default:
         break;
     }
+  }
+
+  /**
+   * The broker broke the protocol (RELIABILITY §3 #38): the stream can no longer be trusted. DISCONNECT with the
+   * reason (MQTT 5), close, reconnect; what was in flight goes again.
+   */
+  private dropMalformed(conn: Connection, what: string): void {
+    if (conn.closing || conn.error) return;
+    conn.error = new UplinkError('EF_UPLINK_CONNECT', `${conn.url}: central broker sent ${what}`);
+    this.log.warn({ url: conn.url }, `central broker sent ${what}; reconnecting`);
+    const stream = conn.client.stream;
+    if (this.options.config.remote.protocolVersion !== 5) return void stream.destroy();
+    stream.end(encodePacket({ cmd: 'disconnect', reasonCode: Reason.MalformedPacket }, 5));
+    setTimeout(() => stream.destroy(), DISCONNECT_GRACE_MS).unref();
   }
 
   /** An ack for a flow of ours; anything else (MQTT.js's, or answering nothing) is left alone. */

@@ -16,6 +16,14 @@ export interface FrameHandler {
   isOpen(): boolean;
 }
 
+/**
+ * The size of a whole packet (fixed header byte, remaining length bytes and body) from its remaining length:
+ * what Maximum Packet Size limits (MQTT 5 §3.1.2.11.4).
+ */
+export function packetBytes(remainingLength: number): number {
+  return 1 + (remainingLength < 128 ? 1 : remainingLength < 16_384 ? 2 : remainingLength < 2_097_152 ? 3 : 4) + remainingLength;
+}
+
 /** Longest fixed header: 1 type byte and a 4-byte remaining length. */
 const MAX_HEADER_BYTES = 5;
 

@@ -4,7 +4,7 @@
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
 import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
-import { PacketFramer } from '../protocol/framer.js';
+import { PacketFramer, packetBytes } from '../protocol/framer.js';
 import type { FrameHandler } from '../protocol/framer.js';
 import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
@@ -189,10 +189,9 @@ export class Connection implements ClientLink, FrameHandler {
     if (this.state === 'awaiting-connect' && type !== PACKET_CONNECT) {
       throw new ProtocolError(Reason.ProtocolError, `first packet is of type ${type}, not CONNECT [MQTT-3.1.0-1]`);
     }
-    // Maximum Packet Size is the whole packet: fixed header byte, length bytes and body (MQTT 5 §3.1.2.11.4).
-    const packetBytes = 1 + (remainingLength < 128 ? 1 : remainingLength < 16_384 ? 2 : remainingLength < 2_097_152 ? 3 : 4) + remainingLength;
-    if (packetBytes > this.ctx.limits.maxPacketBytes) {
-      throw new ProtocolError(Reason.PacketTooLarge, `packet of ${packetBytes} bytes exceeds the maximum packet size`);
+    const bytes = packetBytes(remainingLength);
+    if (bytes > this.ctx.limits.maxPacketBytes) {
+      throw new ProtocolError(Reason.PacketTooLarge, `packet of ${bytes} bytes exceeds the maximum packet size`);
     }
   }
 

@@ -227,6 +227,56 @@ describe('bridge against a scriptable fake upstream', () => {
     expect(publishes(up.connections[1]).length).toBe(8);
   });
 
+  it('drops a connection whose broker sends a malformed packet, reconnects, and loses nothing (RELIABILITY §3 #38)', async () => {
+    const up = d.add(await startFakeUpstream());
+    up.connack = { sessionPresent: true };
+    // First connection: a PUBACK too short for a packet id (remaining length 1), which mqtt-packet reads as id -1.
+    // Second: a PUBACK with reserved flag bits set [MQTT-2.2.2-2]. Then a well-behaved broker.
+    const garbage = [Buffer.from([0x40, 0x01, 0x00]), Buffer.from([0x41, 0x02, 0x00, 0x01])];
+    up.onPacket = (c, p) => {
+      if (p.cmd !== 'publish') return;
+      const n = up.connections.indexOf(c);
+      if (n < garbage.length) c.socket.write(garbage[n]);
+      else c.send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
+    };
+    const { bridge, outbox, publish } = await setup(up.url);
+    await bridge.start();
+    await waitFor(() => up.connections.length === 1, 5000);
+    await publish('a');
+    await waitFor(() => up.connections.length === 3 && outbox.depth.messages === 0, 5000);
+    // MQTT 5: the first violation is answered with DISCONNECT 0x81 Malformed Packet before the close.
+    await waitFor(() => up.connections[0].packets.some((p) => p.cmd === 'disconnect'), 5000);
+    expect(up.connections[0].packets.find((p) => p.cmd === 'disconnect')).toMatchObject({ reasonCode: 0x81 });
+    expect(publishes(up.connections[2]).map((p) => [p.payload.toString(), p.dup])).toEqual([['a', true]]);
+    expect(bridge.stats.acked).toBe(1);
+  });
+
+  it('announces its Maximum Packet Size (MQTT 5) and drops a connection whose broker sends a larger packet, unpublished [MQTT-3.1.2-24]', async () => {
+    const up = d.add(await startFakeUpstream());
+    up.onPacket = (c, p) => {
+      if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [1], reasonCode: 0 } as unknown as Packet);
+    };
+    const { broker } = testBroker();
+    const local: string[] = [];
+    broker.subscribe('cmd/#', { qos: 1, origin: 'observer' }, (msg) => {
+      local.push(msg.payload.toString());
+    });
+    const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] });
+    const maxPacketBytes = 1024;
+    const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger, maxPacketBytes }));
+    await bridge.start();
+    await waitFor(() => bridge.status.type === 'online', 5000);
+    const connect = up.connections[0].packets.find((p) => p.cmd === 'connect') as Packet & { properties?: { maximumPacketSize?: number } };
+    expect(connect.properties?.maximumPacketSize).toBe(maxPacketBytes);
+    up.connections[0].send({ cmd: 'publish', topic: 'cmd/big', payload: Buffer.alloc(2000), qos: 0, retain: false, dup: false } as Packet);
+    await waitFor(() => up.connections.length === 2, 5000);
+    // Dropped before it was handled: not published locally. What fits goes through on the next connection.
+    await waitFor(() => bridge.status.type === 'online', 5000);
+    up.connections[1].send({ cmd: 'publish', topic: 'cmd/small', payload: Buffer.from('ok'), qos: 0, retain: false, dup: false } as Packet);
+    await waitFor(() => local.length === 1, 5000);
+    expect(local).toEqual(['ok']);
+  });
+
   describe('QoS 2 upstream: exactly once across reconnects and restarts', () => {
     /** A QoS 2 bridge whose message 'a' the broker received (PUBREC) and never completed (no PUBCOMP). */
     async function receivedNotCompleted() {
