@@ -9,8 +9,11 @@
  *   replay rate = delivered / (first -> last message at the upstream subscriber); lost = acked - delivered.
  * - `sigkill`: the same buffering, then SIGKILL at once after the last PUBACK, restart on the same config and
  *   data directory, restore the link: how many acknowledged messages still arrive.
+ * The `node-client` row is a reference, not a gateway: a bare Node.js client (bench/replay-client.ts) sends the M
+ * messages through the same proxy with as many in flight as the upstream allows a bridge, and nothing else: the
+ * replay rate a Node.js process reaches here with no work per message.
  */
-import type { ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -55,16 +58,20 @@ import {
 } from './harness.js';
 import { formatNumber, renderGroups, summarizeGroups, type GroupColumn, type GroupSpec, type GroupSummary } from './report.js';
 
-const gatewayKinds = ['edgeferry', 'edgeferry-relaxed', 'mosquitto-bridge', 'mosquitto-bridge-unlimited'] as const;
+const gatewayKinds = ['edgeferry', 'edgeferry-relaxed', 'mosquitto-bridge', 'mosquitto-bridge-unlimited', 'node-client'] as const;
 type GatewayKind = (typeof gatewayKinds)[number];
 const isEdgeferry = (kind: GatewayKind): boolean => kind.startsWith('edgeferry');
+const isMosquitto = (kind: GatewayKind): boolean => kind.startsWith('mosquitto');
+/** Mosquitto's `max_inflight_messages` default: what the upstream lets a bridge have in flight unless configured. */
+const mosquittoDefaultInflight = 20;
 const scenarioKinds = ['outage', 'sigkill'] as const;
 type ScenarioKind = (typeof scenarioKinds)[number];
 
 const defaults = { reps: 3, out: 'bench/results/bridge.json', repsPer: 'gateway, scenario and size' };
 const usage = `Usage: npm run bench:bridge -- [options]
   --gateways LIST       comma-separated from ${gatewayKinds.join(',')}; default all
-                        (edgeferry-relaxed = storage.sync: relaxed; mosquitto-bridge-unlimited = max_queued_messages 0)
+                        (edgeferry-relaxed = storage.sync: relaxed; mosquitto-bridge-unlimited = max_queued_messages 0;
+                        node-client = reference: a bare Node.js client replaying through the proxy, no gateway)
   --scenarios LIST      comma-separated from ${scenarioKinds.join(',')}; default both
   --payload-bytes LIST  payload sizes, comma-separated, default 64,1024 (each at least ${minPayloadBytes})
 ${loadUsage(defaults, [
@@ -129,7 +136,7 @@ function gatewayCommand(
   dir: string,
   cpuProfDir: string | undefined,
 ): { file: string; args: string[] } {
-  if (!isEdgeferry(kind)) {
+  if (isMosquitto(kind)) {
     const config = path.join(dir, 'mosquitto.conf');
     fs.writeFileSync(
       config,
@@ -208,22 +215,23 @@ const cpuPct = (cpuS: number, fromNs: bigint, toNs: bigint): number => {
   return windowS >= minCpuWindowS ? (100 * cpuS) / windowS : Number.NaN;
 };
 
-async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
-  const dir = fs.mkdtempSync(path.join(ctx.tmpDir, `${ctx.kind}-`));
-  let upstream: LaunchedProcess | null = null;
-  let gateway: LaunchedProcess | null = null;
-  let proxy: FaultProxy | null = null;
-  let subscriber: Connection | null = null;
-  let publishers: Connection[] = [];
+interface Upstream {
+  readonly process: LaunchedProcess;
+  readonly port: number;
+  readonly subscriber: Connection;
+  /** Counts what reaches the subscriber, for `publishers` publishers of `ingest`. */
+  readonly counter: SequenceCounter;
+}
+
+/** The upstream Mosquitto and its QoS 1 subscriber on `bench/#`, subscribed before anything is bridged. */
+async function startUpstream(ctx: RunContext, dir: string, publishers: number): Promise<Upstream> {
+  const port = await freePort();
+  const upstream = await launch('upstream mosquitto', upstreamCommand(port, dir, ctx.opts.upstreamInflight), dir, port);
   try {
-    // Upstream Mosquitto and its subscriber, connected before anything is bridged.
-    const upstreamPort = await freePort();
-    upstream = await launch('upstream mosquitto', upstreamCommand(upstreamPort, dir, ctx.opts.upstreamInflight), dir, upstreamPort);
-    const counts = quotas(ctx.opts.messages, ctx.opts.publishers);
-    const counter = new SequenceCounter(counts.map((n) => new Uint8Array(n)));
+    const counter = new SequenceCounter(quotas(ctx.opts.messages, publishers).map((n) => new Uint8Array(n)));
     const suback = subackWaiter();
-    subscriber = await openConnection(
-      upstreamPort,
+    const subscriber = await openConnection(
+      port,
       `${ctx.runTag}-upstream-sub`,
       true,
       (...packet) => {
@@ -234,9 +242,48 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     );
     counter.attach(subscriber.sock);
     await subscribeAndWait(subscriber, bridgedFilter, suback.granted);
+    return { process: upstream, port, subscriber, counter };
+  } catch (err) {
+    await upstream.stop();
+    throw err;
+  }
+}
+
+/** CPU of the gateway (or reference client) and the upstream, sampled while the replay makes progress. */
+function replayCpu(gatewayPid: number, upstreamPid: number): { start(): void; progress(): void; pct(): { gateway: number; upstream: number } } {
+  const at = (): { ns: bigint; gateway: number; upstream: number } => ({ ns: nowNs(), gateway: readCpuS(gatewayPid), upstream: readCpuS(upstreamPid) });
+  let first = at();
+  let last = first;
+  return {
+    start: () => {
+      first = at();
+      last = first;
+    },
+    progress: () => {
+      // A process that has exited reads NaN: keep the last sample taken while it ran.
+      const now = at();
+      if (Number.isFinite(now.gateway)) last = now;
+    },
+    pct: () => ({ gateway: cpuPct(last.gateway - first.gateway, first.ns, last.ns), upstream: cpuPct(last.upstream - first.upstream, first.ns, last.ns) }),
+  };
+}
+
+async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
+  if (ctx.kind === 'node-client') return runClientReference(ctx, notes);
+  const dir = fs.mkdtempSync(path.join(ctx.tmpDir, `${ctx.kind}-`));
+  let upstream: LaunchedProcess | null = null;
+  let gateway: LaunchedProcess | null = null;
+  let proxy: FaultProxy | null = null;
+  let subscriber: Connection | null = null;
+  let publishers: Connection[] = [];
+  try {
+    const up = await startUpstream(ctx, dir, ctx.opts.publishers);
+    upstream = up.process;
+    subscriber = up.subscriber;
+    const { counter } = up;
 
     // The link is down from the start; the gateway's bridge keeps trying.
-    proxy = await startFaultProxy(upstreamPort);
+    proxy = await startFaultProxy(up.port);
     proxies.add(proxy);
     proxy.refuse();
     const gatewayPort = await freePort();
@@ -283,21 +330,15 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const reconnected = await waitUntil(() => link.accepted > acceptedBefore, reconnectDeadlineMs);
     const reconnectNs = nowNs();
     if (!reconnected) notes.push(`the bridge did not reconnect within ${reconnectDeadlineMs / 1000} s`);
-    const gw = gateway;
-    const up = upstream;
-    const cpuAt = (): { ns: bigint; gateway: number; upstream: number } => ({ ns: nowNs(), gateway: readCpuS(gw.pid), upstream: readCpuS(up.pid) });
-    const replayStart = cpuAt();
-    let replayEnd = replayStart;
+    const cpu = replayCpu(gateway.pid, upstream.pid);
     const truncated = await waitForDelivery(counter, {
       expected: pub.acked,
       quietMs: replayQuietMs,
       deadlineMs: replayDeadlineMs,
       problem: subscriber.problem,
-      onProgress: () => {
-        replayEnd = cpuAt();
-      },
+      onProgress: cpu.progress,
     });
-    replayEnd = counter.delivered >= pub.acked ? cpuAt() : replayEnd;
+    if (counter.delivered >= pub.acked) cpu.progress();
     if (truncated) notes.push(`replay still running after ${replayDeadlineMs / 1000} s`);
     if (subscriber.problem() !== null) notes.push(`upstream subscriber: ${subscriber.problem()}`);
     if (gateway.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(gateway.exitStatus())}) during the replay`);
@@ -305,6 +346,7 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const delivered = counter.delivered;
     const lost = pub.acked - delivered;
     const replayS = counter.firstNs === 0n ? 0 : secondsBetween(counter.firstNs, counter.lastNs);
+    const { gateway: replayCpuPct, upstream: upstreamCpuPct } = cpu.pct();
     const metrics: Metrics = {
       bufferPerS: pub.acked / bufferS,
       replayPerS: delivered >= 2 && replayS > 0 ? delivered / replayS : Number.NaN,
@@ -314,8 +356,8 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
       lostPct: pub.acked > 0 ? (100 * lost) / pub.acked : 0,
       duplicates: counter.duplicates,
       bufferCpuPct,
-      replayCpuPct: cpuPct(replayEnd.gateway - replayStart.gateway, replayStart.ns, replayEnd.ns),
-      upstreamCpuPct: cpuPct(replayEnd.upstream - replayStart.upstream, replayStart.ns, replayEnd.ns),
+      replayCpuPct,
+      upstreamCpuPct,
       benchCpuPct,
       reconnectS: reconnected ? secondsBetween(restoredNs, reconnectNs) : Number.NaN,
       firstMessageS: counter.firstNs === 0n ? Number.NaN : secondsBetween(restoredNs, counter.firstNs),
@@ -336,6 +378,78 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
       await proxy.stop();
     }
     if (upstream !== null) await upstream.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The `node-client` reference: bench/replay-client.js in its own process sends the M messages through the proxy
+ * to the upstream with at most the upstream's in-flight limit unacknowledged, as a bridge would replay them.
+ */
+async function runClientReference(ctx: RunContext, notes: string[]): Promise<Metrics> {
+  const dir = fs.mkdtempSync(path.join(ctx.tmpDir, `${ctx.kind}-`));
+  let up: Upstream | null = null;
+  let proxy: FaultProxy | null = null;
+  let client: ChildProcess | null = null;
+  try {
+    up = await startUpstream(ctx, dir, 1);
+    proxy = await startFaultProxy(up.port);
+    proxies.add(proxy);
+    const { counter, subscriber } = up;
+    counter.expect([new Uint8Array(ctx.opts.messages).fill(1)]);
+    const window = ctx.opts.upstreamInflight ?? mosquittoDefaultInflight;
+    const args = ['--port', String(proxy.port), '--messages', String(ctx.opts.messages), '--window', String(window)];
+    args.push('--payload-bytes', String(ctx.payloadBytes), '--tag', `${ctx.runTag}-client`);
+    const child = spawn(process.execPath, [path.join(rootDir, 'dist/bench/replay-client.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    client = child;
+    live.add(child);
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    const cpu = replayCpu(child.pid ?? 0, up.process.pid);
+    cpu.start();
+    const truncated = await waitForDelivery(counter, {
+      expected: ctx.opts.messages,
+      quietMs: replayQuietMs,
+      deadlineMs: replayDeadlineMs,
+      problem: subscriber.problem,
+      onProgress: cpu.progress,
+    });
+    if (truncated) notes.push(`replay still running after ${replayDeadlineMs / 1000} s`);
+    await exited;
+    const report = output.trim().split('\n').pop() ?? '';
+    if (!report.startsWith('{') || (JSON.parse(report) as { complete?: boolean }).complete !== true) notes.push(`client: ${summarizeOutput(output)}`);
+    const delivered = counter.delivered;
+    const replayS = counter.firstNs === 0n ? 0 : secondsBetween(counter.firstNs, counter.lastNs);
+    const { gateway: replayCpuPct, upstream: upstreamCpuPct } = cpu.pct();
+    return {
+      bufferPerS: Number.NaN,
+      replayPerS: delivered >= 2 && replayS > 0 ? delivered / replayS : Number.NaN,
+      acked: ctx.opts.messages,
+      delivered,
+      lost: ctx.opts.messages - delivered,
+      lostPct: (100 * (ctx.opts.messages - delivered)) / ctx.opts.messages,
+      duplicates: counter.duplicates,
+      bufferCpuPct: Number.NaN,
+      replayCpuPct,
+      upstreamCpuPct,
+      benchCpuPct: Number.NaN,
+      reconnectS: Number.NaN,
+      firstMessageS: Number.NaN,
+      bufferS: Number.NaN,
+      replayS,
+      ...(ctx.scenario === 'sigkill' ? { restartS: Number.NaN } : {}),
+    };
+  } finally {
+    if (client !== null && client.exitCode === null) client.kill('SIGKILL');
+    if (client !== null) live.delete(client);
+    up?.subscriber.destroy();
+    if (proxy !== null) {
+      proxies.delete(proxy);
+      await proxy.stop();
+    }
+    if (up !== null) await up.process.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }
@@ -393,7 +507,7 @@ function renderTargets(summary: Record<string, GroupSummary>, opts: Options): st
   const verdict = (ok: boolean): string => (ok ? 'met' : 'MISSED');
   const allGroups = opts.scenarios.flatMap((s) => opts.payloadSizes.map((b) => ({ key: groupKey(s, b), label: `${s} ${b} B` })));
   for (const gw of opts.gateways.filter(isEdgeferry)) {
-    const lossy = allGroups.filter((g) => opts.gateways.some((m) => !isEdgeferry(m) && (summary[g.key]?.brokers[m]?.worst?.lost ?? 0) > 0));
+    const lossy = allGroups.filter((g) => opts.gateways.some((m) => isMosquitto(m) && (summary[g.key]?.brokers[m]?.worst?.lost ?? 0) > 0));
     const losses = lossy.map((g) => ({ label: g.label, lost: summary[g.key]?.brokers[gw]?.worst?.lost ?? Number.NaN }));
     lines.push(
       `  ${gw}: zero loss where a Mosquitto bridge loses: ` +
@@ -413,6 +527,10 @@ function renderTargets(summary: Record<string, GroupSummary>, opts: Options): st
       `  ${gw}: replay >= 20,000 msg/s (rate limit off): ${verdict(replay.every((r) => r.v >= 20_000))} ` +
         `(${replay.map((r) => `${r.label} ${formatNumber(r.v)}`).join(', ')})`,
     );
+    if (opts.gateways.includes('node-client')) {
+      const shares = allGroups.map((g) => `${g.label} ${(median(g.key, gw, 'replayPerS') / median(g.key, 'node-client', 'replayPerS')).toFixed(2)}x`);
+      lines.push(`  ${gw}: replay as a share of the bare Node.js client's (node-client, the ceiling here): ${shares.join(', ')}`);
+    }
   }
   return lines.join('\n');
 }
