@@ -3,7 +3,8 @@
  *
  * MQTT.js runs the connection (CONNECT/CONNACK, keepalive, SUBSCRIBE, inbound publishes; their QoS 2 state is
  * ours, `InboundQoS2`), never a queue: the bridge's LMDB outbox is the only source of truth for what still has to go up.
- * Outgoing publishes bypass it entirely: encoded by our codec, written to its socket, acks matched here. So:
+ * Outgoing publishes bypass it entirely: encoded by our codec, written to its transport, and their acks are taken
+ * out of the inbound bytes before MQTT.js parses them (`AckTap`) and matched here. So:
  * - a new MqttClient per connection attempt, `reconnectPeriod: 0`: this class owns reconnects (decorrelated
  *   jitter, cycling through `remote.urls`), and MQTT.js has no outgoing store to replay;
  * - packet ids come from our allocator: an outbox entry's id follows from its seq (`outboxPacketId`), so an
@@ -17,6 +18,7 @@
  * The bridge uses this to release QoS 0 entries, which nobody acknowledges.
  */
 import { readFileSync } from 'node:fs';
+import type { Duplex } from 'node:stream';
 import { connect, Store } from 'mqtt';
 import type { IClientOptions, IConnackPacket, IPublishPacket, IStore, MqttClient, Packet } from 'mqtt';
 import type { BridgeConfig } from '../config/schema.js';
@@ -24,6 +26,7 @@ import type { Message, PublishProperties, QoS } from '../protocol/message.js';
 import { encodeAck, encodePacket, encodePublish } from '../protocol/codec.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { Backoff } from '../util/backoff.js';
+import { AckTap, type PublishAck } from './ack-tap.js';
 import { asError, UplinkError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 
@@ -117,6 +120,8 @@ export interface UplinkOptions {
 /** Per-connection state; a new one for every MqttClient, so late callbacks from an old one are recognizable. */
 interface Connection {
   readonly client: MqttClient;
+  /** The transport under MQTT.js's stream (`AckTap`): our publishes are written to it directly. */
+  transport: Duplex | undefined;
   readonly url: string;
   readonly ids: PacketIdAllocator;
   online: boolean;
@@ -266,9 +271,9 @@ export class Uplink {
 
   /** The packets of one pump go out in one system call: the socket is corked until the next tick. */
   private write(conn: Connection, bytes: Buffer): void {
-    const stream = conn.client.stream;
+    const stream = conn.transport;
     // Closing but not yet closed: the entry stays in the outbox and goes again on the next connection.
-    if (!stream.writable) return;
+    if (stream === undefined || !stream.writable) return;
     if (!conn.corked) {
       conn.corked = true;
       stream.cork();
@@ -296,7 +301,8 @@ export class Uplink {
     let client: MqttClient;
     const ids = new PacketIdAllocator();
     try {
-      client = connect(url, this.clientOptions(ids));
+      // Not connected yet: its stream builder gets the AckTap around the transport first.
+      client = connect(url, { ...this.clientOptions(ids), manualConnect: true });
     } catch (err) {
       // A bad TLS file or URL: treat like a failed attempt, so the bridge keeps buffering and retries.
       this.scheduleRetry(new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err }));
@@ -304,6 +310,7 @@ export class Uplink {
     }
     const conn: Connection = {
       client,
+      transport: undefined,
       url,
       ids,
       online: false,
@@ -317,11 +324,14 @@ export class Uplink {
       error: undefined,
     };
     this.conn = conn;
-    // Our writes are already batched per tick (see `write`); Nagle would hold the next small write until
-    // the previous one is acknowledged, which the receiver's delayed ACK postpones by up to 40 ms (measured:
-    // replay at a few hundred messages/s once writes were smaller than the window). TLS sockets pass it on;
-    // WebSocket streams have no such method (the ws library sets it on its socket itself).
-    (client.stream as { setNoDelay?: (on: boolean) => void } | undefined)?.setNoDelay?.(true);
+    // MQTT.js declares its stream builder private; wrapping it is the one way in before the first byte.
+    const withBuilder = client as unknown as { streamBuilder: (c: MqttClient) => Duplex };
+    const build = withBuilder.streamBuilder;
+    withBuilder.streamBuilder = (c) => {
+      const tap = new AckTap(build(c), (cmd, packetId) => this.onPublishAck(conn, cmd, packetId, 0));
+      conn.transport = tap.transport;
+      return tap;
+    };
     client.handleMessage = (packet, done) => this.handleInbound(packet, done);
     client.on('packetsend', (packet) => this.onPacketSend(conn, packet));
     client.on('packetreceive', (packet) => this.onPacketReceive(conn, packet));
@@ -345,6 +355,18 @@ export class Uplink {
       if (conn.online && !conn.closing) client.stream.destroy();
     });
     client.on('close', () => this.onClose(conn));
+    try {
+      client.connect();
+    } catch (err) {
+      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err });
+      client.end(true);
+      return;
+    }
+    // Our writes are already batched per tick (see `write`); Nagle would hold the next small write until
+    // the previous one is acknowledged, which the receiver's delayed ACK postpones by up to 40 ms (measured:
+    // replay at a few hundred messages/s once writes were smaller than the window). TLS sockets pass it on;
+    // WebSocket streams have no such method (the ws library sets it on its socket itself).
+    (conn.transport as { setNoDelay?: (on: boolean) => void } | undefined)?.setNoDelay?.(true);
   }
 
   private clientOptions(ids: PacketIdAllocator): IClientOptions {
@@ -472,15 +494,11 @@ export class Uplink {
       case 'puback':
       case 'pubrec':
       case 'pubcomp': {
+        // Those with a reason code or properties: the short ones never reach MQTT.js (AckTap).
         const id = packet.messageId;
         // mqtt-packet reads a body too short for a packet id as id -1 (or none) rather than failing.
         if (id === undefined || id < 1) return this.dropMalformed(conn, `${packet.cmd} without a valid packet identifier`);
-        conn.lastAckMs = performance.now();
-        const waiting = conn.awaiting.get(id);
-        // PUBREC already proves receipt of the PUBLISH; PUBCOMP then only completes it.
-        if (waiting && packet.cmd !== 'pubrec') conn.awaiting.delete(id);
-        if (waiting) this.options.events.confirmed(waiting.sendIndex);
-        this.onAck(conn, packet.cmd, id, packet.reasonCode ?? 0);
+        this.onPublishAck(conn, packet.cmd, id, packet.reasonCode ?? 0);
         break;
       }
       case 'pingresp': {
@@ -510,6 +528,19 @@ export class Uplink {
     if (this.options.config.remote.protocolVersion !== 5) return void stream.destroy();
     stream.end(encodePacket({ cmd: 'disconnect', reasonCode: Reason.MalformedPacket }, 5));
     setTimeout(() => stream.destroy(), DISCONNECT_GRACE_MS).unref();
+  }
+
+  /** PUBACK, PUBREC or PUBCOMP from the broker: liveness, confirmation of what was written before, the flow. */
+  private onPublishAck(conn: Connection, cmd: PublishAck, packetId: number, reasonCode: number): void {
+    if (this.conn !== conn) return;
+    conn.lastAckMs = performance.now();
+    const waiting = conn.awaiting.get(packetId);
+    if (waiting) {
+      // PUBREC already proves receipt of the PUBLISH; PUBCOMP then only completes it.
+      if (cmd !== 'pubrec') conn.awaiting.delete(packetId);
+      this.options.events.confirmed(waiting.sendIndex);
+    }
+    this.onAck(conn, cmd, packetId, reasonCode);
   }
 
   /** An ack for a flow of ours; anything else (MQTT.js's, or answering nothing) is left alone. */
