@@ -133,8 +133,8 @@ interface Connection {
   readonly awaiting: Map<number, { sendIndex: number; atMs: number }>;
   /** QoS 1/2 flows under way on this connection, by packet id. */
   readonly flows: Map<number, Flow>;
-  /** The socket is corked until the next tick (see `write`). */
-  corked: boolean;
+  /** Packets written this tick, sent together at the next (see `write`); empty when none wait. */
+  pending: Buffer[];
   /** Last time the broker acknowledged anything (PUBACK, PUBREC, PUBCOMP, SUBACK, PINGRESP, CONNACK). */
   lastAckMs: number;
   closing: boolean;
@@ -269,26 +269,31 @@ export class Uplink {
     this.write(conn, encodeAck('pubrel', packetId, 0, this.options.config.remote.protocolVersion));
   }
 
-  /** The packets of one pump go out in one system call: the socket is corked until the next tick. */
+  /**
+   * The packets of one pump go out in one write at the next tick, joined into one buffer: a write to a socket
+   * costs about 75 µs here whatever it carries, and one buffer is cheaper for Node than a corked list (writev).
+   */
   private write(conn: Connection, bytes: Buffer): void {
+    if (conn.pending.push(bytes) === 1) process.nextTick(() => this.flush(conn));
+  }
+
+  private flush(conn: Connection): void {
+    const packets = conn.pending;
+    if (packets.length === 0) return;
+    conn.pending = [];
     const stream = conn.transport;
-    // Closing but not yet closed: the entry stays in the outbox and goes again on the next connection.
+    // Closing but not yet closed: the entries stay in the outbox and go again on the next connection.
     if (stream === undefined || !stream.writable) return;
-    if (!conn.corked) {
-      conn.corked = true;
-      stream.cork();
-      process.nextTick(() => {
-        conn.corked = false;
-        stream.uncork();
-      });
-    }
-    stream.write(bytes);
+    stream.write(packets.length === 1 ? packets[0] : Buffer.concat(packets));
   }
 
   /** Sends a PINGREQ now: its PINGRESP confirms every publish written before it. */
   ping(): void {
     const conn = this.conn;
-    if (conn?.online) conn.client.sendPing();
+    if (!conn?.online) return;
+    // Its PINGRESP confirms every publish counted so far: those waiting for this tick's write go first.
+    this.flush(conn);
+    conn.client.sendPing();
   }
 
   private connectNext(): void {
@@ -318,7 +323,7 @@ export class Uplink {
       pings: [],
       awaiting: new Map(),
       flows: new Map(),
-      corked: false,
+      pending: [],
       lastAckMs: performance.now(),
       closing: false,
       error: undefined,
