@@ -309,7 +309,7 @@ export class Uplink {
       // Not connected yet: its stream builder gets the AckTap around the transport first.
       client = connect(url, { ...this.clientOptions(ids), manualConnect: true });
     } catch (err) {
-      // A bad TLS file or URL: treat like a failed attempt, so the bridge keeps buffering and retries.
+      // An unreadable TLS file or a bad URL: treat like a failed attempt, so the bridge keeps buffering and retries.
       this.scheduleRetry(new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err }));
       return;
     }
@@ -363,8 +363,10 @@ export class Uplink {
     try {
       client.connect();
     } catch (err) {
-      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err });
-      client.end(true);
+      // Bad TLS material (the transport is built here): treat like a failed attempt, keep buffering, retry.
+      client.removeAllListeners();
+      this.conn = undefined;
+      this.scheduleRetry(new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err }));
       return;
     }
     // Our writes are already batched per tick (see `write`); Nagle would hold the next small write until

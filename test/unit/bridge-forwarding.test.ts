@@ -309,6 +309,20 @@ describe('bridge uplink connection management', () => {
     expect(outbox.depth.messages).toBe(1);
   });
 
+  it('keeps buffering and retrying when its TLS key and certificate are not PEM (a failed attempt, not a crash)', async () => {
+    const dir = d.tempDir();
+    writeFileSync(join(dir, 'client.key'), 'not a key');
+    writeFileSync(join(dir, 'client.crt'), 'not a certificate');
+    const tls = { keyFile: join(dir, 'client.key'), certFile: join(dir, 'client.crt'), rejectUnauthorized: true };
+    const { broker, bridge, outbox, log } = setup(['mqtts://127.0.0.1:1'], { reconnect: { minDelayMs: 50, maxDelayMs: 100 }, remote: { tls } });
+    await bridge.start();
+    await publishLocal(broker, 'plant/a', 'kept');
+    const failedAttempts = (): number => log.lines.filter((l) => l.msg === 'uplink attempt failed').length;
+    await waitFor(() => failedAttempts() >= 3, 5000);
+    expect(bridge.status).toMatchObject({ type: 'offline', error: expect.stringMatching(/^cannot connect to mqtts:\/\/127\.0\.0\.1:1: .*PEM/) });
+    expect(outbox.depth.messages).toBe(1);
+  });
+
   it('reports status and stats: connecting, online with backlog, offline with retry, then stopped', async () => {
     const central = d.add(await startMosquitto());
     const { broker, bridge } = setup([central.url]);
