@@ -11,7 +11,9 @@
  */
 import { Duplex } from 'node:stream';
 import { decodeShortAck } from '../protocol/codec.js';
-import { PacketFramer, type FrameHandler } from '../protocol/framer.js';
+import { PacketFramer, packetBytes, type FrameHandler } from '../protocol/framer.js';
+import { Reason } from '../protocol/reason-codes.js';
+import { ProtocolError } from '../util/errors.js';
 
 export type PublishAck = 'puback' | 'pubrec' | 'pubcomp';
 
@@ -22,13 +24,15 @@ export class AckTap extends Duplex implements FrameHandler {
     /** The transport; the uplink writes its publishes to it directly. */
     readonly transport: Duplex,
     private readonly onAck: (cmd: PublishAck, packetId: number) => void,
+    /** The Maximum Packet Size we announced (MQTT 5): a larger packet is refused at its header, never buffered. */
+    private readonly maxPacketBytes = Infinity,
   ) {
     super();
     transport.on('data', (chunk: Buffer) => {
       try {
         this.framer.push(chunk, this);
       } catch (err) {
-        this.destroy(err as Error); // a broken length: MQTT.js reports it and the uplink reconnects
+        this.destroy(err as Error); // a broken or too large packet: MQTT.js reports it and the uplink reconnects
       }
     });
     transport.on('end', () => this.push(null));
@@ -38,8 +42,12 @@ export class AckTap extends Duplex implements FrameHandler {
 
   // ---- FrameHandler ----
 
-  /** Sizes are MQTT.js's to check (Maximum Packet Size); framing only. */
-  header(): void {}
+  header(_type: number, remainingLength: number): void {
+    const bytes = packetBytes(remainingLength);
+    if (bytes > this.maxPacketBytes) {
+      throw new ProtocolError(Reason.PacketTooLarge, `central broker sent a packet of ${bytes} bytes, above our Maximum Packet Size [MQTT-3.1.2-24]`);
+    }
+  }
 
   packet(data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void {
     if (end - bodyStart === 2) {

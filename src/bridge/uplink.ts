@@ -111,8 +111,8 @@ export interface UplinkOptions {
   readonly subscriptions: readonly { filter: string; qos: QoS }[];
   /**
    * MQTT 5: the Maximum Packet Size announced in CONNECT (the local broker's `maxPacketBytes`, as what comes in
-   * is published there). MQTT.js drops a connection whose broker sends more [MQTT-3.1.2-24] before the packet
-   * is handled, so nothing larger is ever buffered twice or published locally.
+   * is published there). A broker that sends more breaks the protocol [MQTT-3.1.2-24]: the connection is dropped
+   * at the packet's header (`AckTap`), before its body is buffered, and it is never published locally.
    */
   readonly maxPacketBytes?: number;
 }
@@ -333,7 +333,7 @@ export class Uplink {
     const withBuilder = client as unknown as { streamBuilder: (c: MqttClient) => Duplex };
     const build = withBuilder.streamBuilder;
     withBuilder.streamBuilder = (c) => {
-      const tap = new AckTap(build(c), (cmd, packetId) => this.onPublishAck(conn, cmd, packetId, 0));
+      const tap = new AckTap(build(c), (cmd, packetId) => this.onPublishAck(conn, cmd, packetId, 0), this.announcedMaxPacketBytes());
       conn.transport = tap.transport;
       return tap;
     };
@@ -376,6 +376,11 @@ export class Uplink {
     (conn.transport as { setNoDelay?: (on: boolean) => void } | undefined)?.setNoDelay?.(true);
   }
 
+  /** MQTT 5 only: a 3.1.1 broker cannot know a limit, and would send the same packet after every reconnect. */
+  private announcedMaxPacketBytes(): number | undefined {
+    return this.options.config.remote.protocolVersion === 5 ? this.options.maxPacketBytes : undefined;
+  }
+
   private clientOptions(ids: PacketIdAllocator): IClientOptions {
     const { remote, ackTimeoutS } = this.options.config;
     const v5 = remote.protocolVersion === 5;
@@ -399,7 +404,7 @@ export class Uplink {
       log: () => {},
       messageIdProvider: ids,
       incomingStore: this.incomingStore,
-      properties: v5 ? { sessionExpiryInterval: remote.sessionExpiryS, maximumPacketSize: this.options.maxPacketBytes } : undefined,
+      properties: v5 ? { sessionExpiryInterval: remote.sessionExpiryS, maximumPacketSize: this.announcedMaxPacketBytes() } : undefined,
       will: willMsg
         ? {
             topic: willMsg.topic,
@@ -641,7 +646,7 @@ export class Uplink {
 
 /**
  * Inbound QoS 2, as MQTT.js's incoming store: a message is published locally, durably, when its PUBLISH
- * arrives, and only then does MQTT.js send PUBREC (the "deliver on receipt" method of MQTT 5 §4.3.3 Figure 4.3).
+ * arrives, and only then does MQTT.js send PUBREC (delivery on receipt, "Method B" of MQTT 3.1.1 Figure 4.3).
  * MQTT.js's own store keeps it in memory until PUBREL instead: a crash in between lost it, as the broker then
  * only sends PUBREL. Here a crash before PUBREC at worst publishes it twice (the broker sends it again), and a
  * PUBREL for an id this process does not know (after a restart) is answered with PUBCOMP: the message is in.

@@ -275,6 +275,9 @@ describe('bridge against a scriptable fake upstream', () => {
     up.connections[1].send({ cmd: 'publish', topic: 'cmd/small', payload: Buffer.from('ok'), qos: 0, retain: false, dup: false } as Packet);
     await waitFor(() => local.length === 1, 5000);
     expect(local).toEqual(['ok']);
+    // Refused at its fixed header: a PUBLISH declaring 10 MB is not waited for, the connection drops at once.
+    up.connections[1].socket.write(Buffer.from([0x30, 0x80, 0xad, 0xe2, 0x04]));
+    await waitFor(() => up.connections.length === 3, 5000);
   });
 
   describe('QoS 2 upstream: exactly once across reconnects and restarts', () => {
