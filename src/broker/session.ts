@@ -61,7 +61,7 @@ export interface SessionLimits {
   readonly maxQueuedBytes: number; // 0 = unlimited
   /**
    * Queued messages a persistent session keeps in memory when its store is durable (default
-   * DEFAULT_QUEUED_IN_MEMORY; 0 = all). Past that, its queue goes on in the store only and is read back in
+   * DEFAULT_QUEUED_IN_MEMORY; 0 = no bound by count). Past that, its queue goes on in the store only and is read back in
    * chunks as it drains, so a queue of millions (a historian offline over a weekend) costs disk, not memory,
    * and loading it at start does not either. Reading back costs CPU: that part drains at 50-60 % of the speed.
    */

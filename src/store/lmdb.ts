@@ -697,9 +697,9 @@ class LmdbOutbox implements Outbox {
       (isLimited(maxMessages) && this.messages + 1 > maxMessages) || (isLimited(maxBytes) && this.bytes + bytes > maxBytes);
     if (overLimit()) {
       if (overflow === 'reject-new') throw queueFullError(this.name, this.limits, bytes);
-      while (overLimit() && this.dropHead(b, 'queue_full') > 0);
+      while (overLimit() && this.makeRoom(b) > 0);
     }
-    this.store.reserve(b, bytes, overflow === 'drop-oldest' ? () => this.dropHead(b, 'queue_full') : undefined);
+    this.store.reserve(b, bytes, overflow === 'drop-oldest' ? () => this.makeRoom(b) : undefined);
     const seq = this.lastSeq + 1;
     this.store.put(b, this.db, seqKey(this.prefix, seq), value);
     this.lastSeq = seq;
@@ -809,6 +809,8 @@ class LmdbOutbox implements Outbox {
     }
     return this.store.schedule((b) => {
       this.touch(b);
+      // Acknowledged entries whose delete is pending are delivered, not expired.
+      if (this.removals.length > 0) this.applyRemovals(b);
       let n = 0;
       for (;;) {
         const head = this.firstLive();
@@ -853,6 +855,19 @@ class LmdbOutbox implements Outbox {
       dropped: { ...this.dropped },
       oldest: this.oldestAppendedAtMs,
     };
+  }
+
+  /**
+   * Frees room for an append past the limits: acknowledged entries whose delete is pending (DelayedFlush) go
+   * first, as they are no loss; else the oldest live entry is dropped. Returns the bytes freed, 0 when none.
+   */
+  private makeRoom(b: Batch): number {
+    if (this.removals.length > 0) {
+      const before = this.bytes;
+      this.applyRemovals(b);
+      if (this.bytes < before) return before - this.bytes;
+    }
+    return this.dropHead(b, 'queue_full');
   }
 
   /** Drops the oldest live entry; returns its bytes, 0 when the outbox is empty. */

@@ -157,6 +157,20 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect(box.depth.dropped.queue_full).toBe(6);
     });
 
+    it('makes room with acknowledged entries whose removal is still pending before dropping live ones', async () => {
+      const store = await open();
+      const box = store.outbox('central', { ...UNLIMITED, maxMessages: 3, overflow: 'drop-oldest' });
+      for (let i = 0; i < 3; i++) await box.append(fixed(i));
+      const [first] = box.peek(1);
+      // The central broker acknowledged the oldest; its delete is not committed yet when the next one arrives.
+      const removed = box.remove([first.seq]);
+      await box.append(fixed(3));
+      await removed;
+      expect(box.peek(10).map((e) => e.msg.payload.toString())).toEqual(['00000001', '00000002', '00000003']);
+      expect(box.depth.dropped.queue_full).toBe(0); // delivered, not dropped
+      expect(box.depth.messages).toBe(3);
+    });
+
     it('drops the oldest entries past maxBytes with drop-oldest', async () => {
       const store = await open();
       const size = outboxEntryBytes(fixed(0));
