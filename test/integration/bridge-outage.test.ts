@@ -7,10 +7,18 @@ import { checkSequence, collect, connectClient, publishSequence, sequence, type 
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { bridgePatch, startGateway } from '../helpers/gateway.js';
+import { freePort } from '../helpers/ports.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
+
+/** A per-bridge gauge of the gateway's /metrics (bridge "central"), undefined when absent. */
+async function bridgeGauge(port: number, name: string): Promise<number | undefined> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const m = new RegExp(`^${name}\\{bridge="central"\\} (\\S+)$`, 'm').exec(text);
+  return m ? Number(m[1]) : undefined;
+}
 
 /** Messages seen by a checker session that survives upstream restarts (persistent session, persistent broker). */
 function received(collectors: Collector[]): string[] {
@@ -70,6 +78,38 @@ describe('bridge: outages (issue 3 scenarios 2 and 6)', { timeout: 120_000 }, ()
     const drainRate = n / ((Date.now() - t1) / 1000);
     expect(checkSequence(up.payloads(), acked)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
     console.info(`[bridge-outage] backlog ${n} x QoS 1: buffered ${bufferRate.toFixed(0)} msg/s (500 in flight, PUBACKed), replayed ${drainRate.toFixed(0)} msg/s (unpaced, inflight 500)`);
+  });
+
+  it('over a slow uplink keeps at most the broker\'s Receive Maximum in flight, queues on disk and delivers in order (RELIABILITY §4)', async () => {
+    // Mosquitto announces its max_inflight_messages as MQTT 5 Receive Maximum (the test default is 0, unlimited).
+    const central = d.add(await startMosquitto({ extraConf: 'max_inflight_messages 20' }));
+    const proxy = d.add(await startFaultProxy(central.port));
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const metricsPort = await freePort();
+    const gw = d.add(await startGateway({ ...bridgePatch(proxy.url, { inflight: 100, ackTimeoutS: 10 }), metrics: { host: '127.0.0.1', port: metricsPort } }));
+    await waitFor(async () => (await bridgeGauge(metricsPort, 'edgeferry_bridge_connected')) === 1, 10_000);
+    proxy.setDelayMs(50); // 100 ms round trip: at most 20 acknowledgements per round trip come back
+    const local = await connectClient(gw.url);
+    d.defer(() => local.endAsync(true));
+    const n = 1000;
+    const acked = await publishSequence(local, 'plant/slow', n, { qos: 1, prefix: 'S', concurrency: 100 });
+    expect(acked).toHaveLength(n);
+    let maxInflight = 0;
+    let maxBacklog = 0;
+    await waitFor(
+      async () => {
+        maxInflight = Math.max(maxInflight, (await bridgeGauge(metricsPort, 'edgeferry_bridge_inflight_messages')) ?? 0);
+        maxBacklog = Math.max(maxBacklog, (await bridgeGauge(metricsPort, 'edgeferry_bridge_backlog_messages')) ?? 0);
+        return up.messages.length >= n;
+      },
+      60_000,
+      { intervalMs: 20, message: () => `${up.messages.length}/${n} upstream, max inflight ${maxInflight}` },
+    );
+    expect(checkSequence(up.payloads(), acked)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(maxInflight).toBeGreaterThan(0);
+    expect(maxInflight).toBeLessThanOrEqual(20); // [MQTT-3.3.4-7]: never more than the broker's Receive Maximum
+    expect(maxBacklog).toBeGreaterThan(100); // the rest waited in the outbox, not in memory or a socket
+    await waitFor(async () => (await bridgeGauge(metricsPort, 'edgeferry_bridge_backlog_messages')) === 0, 5000);
   });
 
   it('loses nothing when the link is cut (RST, then refused) for a while during a 10,000-message stream', async () => {
