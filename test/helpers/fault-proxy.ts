@@ -50,19 +50,28 @@ export async function startFaultProxy(targetPort: number, targetHost = '127.0.0.
   const pairs = new Set<Pair>();
 
   const pipe = (pair: Pair, from: Socket, to: Socket): void => {
-    // Chunks are scheduled no earlier than the previous one, so order survives a delay change.
-    let lastDueMs = 0;
+    // Delayed chunks wait in one queue per direction and one timer writes them in arrival order, also across a
+    // delay change. (A timer per chunk reordered the stream: timers due at the same time in different timer
+    // lists fire in no fixed order.)
+    const queue: { dueMs: number; chunk: Buffer }[] = [];
+    let timer: NodeJS.Timeout | undefined;
+    const drain = (): void => {
+      timer = undefined;
+      const nowMs = performance.now();
+      while (queue.length > 0 && queue[0].dueMs <= nowMs) {
+        const { chunk } = queue.shift() as { chunk: Buffer };
+        if (!pair.dead && !to.destroyed) to.write(chunk);
+      }
+      if (queue.length > 0) timer = setTimeout(drain, queue[0].dueMs - nowMs);
+    };
     from.on('data', (chunk: Buffer) => {
       if (pair.dead) return; // blackholed: the bytes vanish
-      if (delayMs <= 0) {
+      if (delayMs <= 0 && queue.length === 0) {
         to.write(chunk);
         return;
       }
-      const dueMs = Math.max(Date.now() + delayMs, lastDueMs);
-      lastDueMs = dueMs;
-      setTimeout(() => {
-        if (!pair.dead && !to.destroyed) to.write(chunk);
-      }, dueMs - Date.now());
+      queue.push({ dueMs: performance.now() + delayMs, chunk });
+      timer ??= setTimeout(drain, queue[0].dueMs - performance.now());
     });
   };
 
