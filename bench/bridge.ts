@@ -250,15 +250,11 @@ async function startUpstream(ctx: RunContext, dir: string, publishers: number): 
 }
 
 /** CPU of the gateway (or reference client) and the upstream, sampled while the replay makes progress. */
-function replayCpu(gatewayPid: number, upstreamPid: number): { start(): void; progress(): void; pct(): { gateway: number; upstream: number } } {
+function replayCpu(gatewayPid: number, upstreamPid: number): { progress(): void; pct(): { gateway: number; upstream: number } } {
   const at = (): { ns: bigint; gateway: number; upstream: number } => ({ ns: nowNs(), gateway: readCpuS(gatewayPid), upstream: readCpuS(upstreamPid) });
-  let first = at();
+  const first = at();
   let last = first;
   return {
-    start: () => {
-      first = at();
-      last = first;
-    },
     progress: () => {
       // A process that has exited reads NaN: keep the last sample taken while it ran.
       const now = at();
@@ -408,7 +404,6 @@ async function runClientReference(ctx: RunContext, notes: string[]): Promise<Met
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     const cpu = replayCpu(child.pid ?? 0, up.process.pid);
-    cpu.start();
     const truncated = await waitForDelivery(counter, {
       expected: ctx.opts.messages,
       quietMs: replayQuietMs,
