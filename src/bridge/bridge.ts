@@ -132,8 +132,7 @@ export class Bridge {
   private aheadHead = 0;
   /** The outbox's dropped total when `ahead` was read. */
   private aheadDropped = 0;
-  /** Seqs whose removal is being committed: never sent again. */
-  private readonly removing = new Set<number>();
+  /** Acknowledged seqs of this turn, passed to the outbox together (it hides them from `peek` from then on). */
   private removeBatch: number[] = [];
   /**
    * QoS 1/2 entries unacknowledged when a connection dropped, seq to QoS: re-sent with DUP on a resumed session.
@@ -468,7 +467,7 @@ export class Bridge {
       const entry = this.nextEntry(dropped);
       if (this.resending.size > 0 && !this.releaseAbandoned(entry?.seq ?? Infinity, receiveMaximum)) break;
       if (entry === undefined) break;
-      if (this.removing.has(entry.seq) || this.inflight.has(entry.seq)) {
+      if (this.inflight.has(entry.seq)) {
         this.advance(entry);
         continue;
       }
@@ -638,26 +637,22 @@ export class Bridge {
   }
 
   private remove(seq: number): void {
-    this.removing.add(seq);
     this.removeBatch.push(seq);
     if (this.removeBatch.length === 1) queueMicrotask(() => this.flushRemovals());
   }
 
-  /** One outbox commit for all acknowledgements of this turn. */
+  /**
+   * One outbox call for all acknowledgements of this turn, before the next pump reads the outbox: from then on
+   * `peek` no longer returns them, and the store commits them with the others of the next few ms.
+   */
   private flushRemovals(): void {
     if (this.removeBatch.length === 0) return;
     const seqs = this.removeBatch;
     this.removeBatch = [];
-    this.outbox.remove(seqs).then(
-      () => {
-        for (const seq of seqs) this.removing.delete(seq);
-      },
-      (err: unknown) => {
-        // The entries stay journaled and go up again after the next reconnect: a duplicate, not a loss.
-        for (const seq of seqs) this.removing.delete(seq);
-        this.log.error({ err, count: seqs.length }, 'outbox removal failed');
-      },
-    );
+    this.outbox.remove(seqs).catch((err: unknown) => {
+      // The entries stay journaled and go up again after the next reconnect: a duplicate, not a loss.
+      this.log.error({ err, count: seqs.length }, 'outbox removal failed');
+    });
   }
 
   private resetConnectionState(): void {

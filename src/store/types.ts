@@ -155,7 +155,10 @@ export interface Outbox {
   append(msg: Message): Promise<void>;
   /** Up to `limit` entries, oldest first, with seq > `afterSeq` when given. Reads only; never blocks writers. */
   peek(limit: number, afterSeq?: number): readonly OutboxEntry[];
-  /** Removes acknowledged entries; unknown seqs are ignored. Collected for a few ms and committed together. */
+  /**
+   * Removes acknowledged entries; unknown seqs are ignored. `peek` no longer returns them from the call on; the
+   * deletes are collected for a few ms and committed together.
+   */
   remove(seqs: readonly number[]): Promise<void>;
   /**
    * Records that the central broker has a QoS 2 entry (PUBREC), durable when resolved: from then on, also after

@@ -164,6 +164,7 @@ describe.each(impls)('store contract: $name', (impl) => {
       const [first] = box.peek(1);
       // The central broker acknowledged the oldest; its delete is not committed yet when the next one arrives.
       const removed = box.remove([first.seq]);
+      expect(box.peek(10).map((e) => e.seq)).not.toContain(first.seq); // hidden from the call on
       await box.append(fixed(3));
       await removed;
       expect(box.peek(10).map((e) => e.msg.payload.toString())).toEqual(['00000001', '00000002', '00000003']);
