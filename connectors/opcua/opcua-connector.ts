@@ -136,7 +136,7 @@ export class OpcuaConnector implements Connector {
       resolved: new Map(),
       closed: false,
       lost: false,
-      lastAliveMs: Date.now(),
+      lastAliveMs: performance.now(),
       pending: [],
       flushScheduled: false,
     };
@@ -465,7 +465,7 @@ export class OpcuaConnector implements Connector {
 
   private onChange(run: Run, tag: ResolvedTag, dataValue: DataValue): void {
     if (run.closed || run.lost) return;
-    run.lastAliveMs = Date.now();
+    run.lastAliveMs = performance.now();
     const name = tag.config.name;
     let good = dataValue.statusCode.isGood();
     let value: TagValue | undefined;
@@ -509,7 +509,7 @@ export class OpcuaConnector implements Connector {
     opened.session.on('session_closed', (status: { name?: string }) => this.lose(run, `the server closed the session (${status?.name ?? 'no status'})`));
     subscription.on('raw_notification', () => {
       // Keep-alives and data both prove the server is publishing.
-      run.lastAliveMs = Date.now();
+      run.lastAliveMs = performance.now();
     });
     subscription.on('status_changed', (status: { name: string }) => {
       if (status.name !== 'GoodSubscriptionTransferred') this.lose(run, `the subscription ended (${status.name})`);
@@ -526,10 +526,10 @@ export class OpcuaConnector implements Connector {
     const subscription = run.subscription!;
     const keepAliveMs = subscription.publishingInterval * subscription.maxKeepAliveCount;
     const deadlineMs = Math.round(keepAliveMs * 1.5 + 1000);
-    run.lastAliveMs = Date.now();
+    run.lastAliveMs = performance.now();
     run.watchdog = setInterval(
       () => {
-        const silentMs = Date.now() - run.lastAliveMs;
+        const silentMs = performance.now() - run.lastAliveMs;
         if (silentMs > deadlineMs) this.lose(run, `no data and no keep-alive for ${silentMs} ms (deadline ${deadlineMs} ms)`);
       },
       Math.max(100, Math.min(1000, Math.round(deadlineMs / 4))),

@@ -27,6 +27,7 @@ import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
 import { outboxPacketId, Uplink } from './uplink.js';
 import type { InboundPublish, PublishResult, UplinkSession } from './uplink.js';
+import { steadyNowMs } from '../util/clock.js';
 
 export type UplinkStatus =
   | { type: 'connecting'; attempt: number }
@@ -199,7 +200,7 @@ export class Bridge {
       connected: this.uplink.online,
       backlogMessages: depth.messages,
       backlogBytes: depth.bytes,
-      oldestAgeS: depth.oldestAppendedAtMs === undefined ? 0 : Math.max(0, (Date.now() - depth.oldestAppendedAtMs) / 1000),
+      oldestAgeS: depth.oldestAppendedAtMs === undefined ? 0 : Math.max(0, (steadyNowMs() - depth.oldestAppendedAtMs) / 1000),
       inflight: this.inflight.size,
       sent: this.counters.sent,
       resent: this.counters.resent,
@@ -345,7 +346,7 @@ export class Bridge {
   private onOnline(session: UplinkSession): void {
     if (!this.running) return;
     this.session = session;
-    this.sessionStartWallMs = Date.now();
+    this.sessionStartWallMs = steadyNowMs();
     if (this.everOnline) this.counters.reconnects++;
     this.everOnline = true;
     if (!session.sessionPresent) this.resending.clear();

@@ -16,6 +16,7 @@ import type { DropReason, SessionEvents, SessionLimits } from './session.js';
 import { TopicTree } from './topic-tree.js';
 import type { Subscriber } from './topic-tree.js';
 import { WillScheduler } from './wills.js';
+import { steadyNowMs } from '../util/clock.js';
 
 export interface SubscribeOptions {
   qos: QoS;
@@ -33,7 +34,7 @@ export type BrokerDropReason = DropReason | 'not_authorized';
 
 /** Plain counters, read by `$SYS` and the metrics endpoint on demand. */
 export class BrokerStats {
-  readonly startedAtMs = Date.now();
+  readonly startedAtMs = steadyNowMs();
   clientsConnected = 0;
   clientsMaximum = 0;
   connectionsTotal = 0;
@@ -281,7 +282,7 @@ export class Broker {
     const sessions = this.options.store.sessions;
     let restored = 0;
     for (const record of sessions.loadAll(this.memoryWindow)) {
-      const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (Date.now() - record.disconnectedAtMs) / 1000);
+      const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (steadyNowMs() - record.disconnectedAtMs) / 1000);
       const leftS = record.expiryIntervalS === NEVER_EXPIRES ? NEVER_EXPIRES : record.expiryIntervalS - downS;
       // A session that ended while the gateway was down takes its will along: due now [MQTT-3.1.3-9].
       if (record.will) {
@@ -313,7 +314,7 @@ export class Broker {
     if (this.sessions.get(session.id) !== session) return;
     const expiryS = session.expiryIntervalS;
     if (expiryS === 0) return this.endSession(session);
-    this.persistSession(session, Date.now());
+    this.persistSession(session, steadyNowMs());
     this.scheduleExpiry(session, expiryS);
   }
 

@@ -6,6 +6,7 @@
  */
 import type { Message } from '../protocol/message.js';
 import type { PendingWill, SessionStore } from '../store/types.js';
+import { steadyNowMs } from '../util/clock.js';
 
 interface Pending {
   readonly msg: Message;
@@ -38,7 +39,7 @@ export class WillScheduler {
       this.publish(msg);
       return;
     }
-    const dueAtMs = Date.now() + delayS * 1000;
+    const dueAtMs = steadyNowMs() + delayS * 1000;
     store?.putWill(clientId, { msg, dueAtMs }).catch((err: unknown) => this.storeFailed(err, clientId));
     this.arm(clientId, { msg, dueAtMs, store, timer: undefined });
   }
@@ -84,9 +85,9 @@ export class WillScheduler {
   }
 
   private arm(clientId: string, p: Pending): void {
-    const delayMs = Math.max(0, p.dueAtMs - Date.now());
+    const delayMs = Math.max(0, p.dueAtMs - steadyNowMs());
     // Timers stop at 2^31-1 ms (24.8 days); a longer delay is re-armed when that one ends.
-    p.timer = setTimeout(() => (Date.now() >= p.dueAtMs ? this.fire(clientId) : this.arm(clientId, p)), Math.min(delayMs, 2 ** 31 - 1));
+    p.timer = setTimeout(() => (steadyNowMs() >= p.dueAtMs ? this.fire(clientId) : this.arm(clientId, p)), Math.min(delayMs, 2 ** 31 - 1));
     p.timer.unref();
     this.pending.set(clientId, p);
   }

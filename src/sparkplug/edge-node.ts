@@ -31,6 +31,7 @@ import { asHistorical, decodePayload, encodePayload, readTimestamp, withBdSeq, w
 import type { SparkplugConfig } from './schema.js';
 import { deviceTopic, nodeTopic, parseTopic, stateTopic } from './topics.js';
 import type { DeviceMessageType, NodeMessageType } from './topics.js';
+import { steadyNowMs } from '../util/clock.js';
 
 /** Origin of every message the edge node publishes locally. */
 export const EDGE_NODE_ORIGIN = 'edge-node';
@@ -100,8 +101,8 @@ interface UpstreamSession {
   /** The next upstream seq. */
   seq: number;
   born: boolean;
-  /** Wall-clock ms of the current upstream births: entries journaled before are historical. */
-  birthWallMs: number;
+  /** When the current upstream births went out (steady clock, util/clock.ts): entries journaled before are historical. */
+  birthAtMs: number;
   /** Local NBIRTH (by payload timestamp) the current upstream NBIRTH stands for. */
   nodeBirthTs: number | undefined;
   /** Devices born upstream in this session → the local DBIRTH timestamp (life) they stand for. */
@@ -454,7 +455,7 @@ export class EdgeNode implements DeviceHost {
     // Upstream, the local births reach the host through the outbox; with publishNow they go at once.
     const up = this.up;
     if (up?.born && this.control?.publishNow && this.nodeBirthTs !== undefined) {
-      const births = this.upstreamBirths(up, Date.now());
+      const births = this.upstreamBirths(up, steadyNowMs());
       if (!this.control.publishNow(births)) this.log.debug('uplink offline; upstream rebirth follows on connect');
     }
   }
@@ -583,7 +584,7 @@ export class EdgeNode implements DeviceHost {
       const up = this.up;
       if (!up || up.born || !this.control?.online) return;
       if (this.control.publishNow) {
-        if (this.control.publishNow(this.upstreamBirths(up, Date.now()))) this.resumeUplink();
+        if (this.control.publishNow(this.upstreamBirths(up, steadyNowMs()))) this.resumeUplink();
         return;
       }
       if (!this.loggedNoPublishNow) {
@@ -638,7 +639,7 @@ export class EdgeNode implements DeviceHost {
   private prologue(): Message[] {
     const bdSeq = this.pendingUplinkBdSeq ?? this.state.nextUplinkBdSeq();
     this.pendingUplinkBdSeq = undefined;
-    const up: UpstreamSession = { bdSeq, seq: 0, born: false, birthWallMs: Date.now(), nodeBirthTs: undefined, devices: new Map() };
+    const up: UpstreamSession = { bdSeq, seq: 0, born: false, birthAtMs: steadyNowMs(), nodeBirthTs: undefined, devices: new Map() };
     this.up = up;
     if (this.stopping) return [];
     if (this.gateUplink && !this.hostOnline) {
@@ -646,7 +647,7 @@ export class EdgeNode implements DeviceHost {
       this.log.info({ primaryHostId: this.config.primaryHostId }, 'uplink connected; births wait for the primary host');
       return [];
     }
-    const births = this.upstreamBirths(up, up.birthWallMs);
+    const births = this.upstreamBirths(up, up.birthAtMs);
     this.resumeUplink();
     return births;
   }
@@ -655,10 +656,10 @@ export class EdgeNode implements DeviceHost {
    * NBIRTH (seq 0, the session's bdSeq) + one DBIRTH per device born locally, with the values local host
    * applications were last told, so the journaled data that follows applies on top of them.
    */
-  private upstreamBirths(up: UpstreamSession, wallMs: number): Message[] {
+  private upstreamBirths(up: UpstreamSession, atMs: number): Message[] {
     up.born = true;
     up.seq = 0;
-    up.birthWallMs = wallMs;
+    up.birthAtMs = atMs;
     up.nodeBirthTs = this.nodeBirthTs;
     up.devices.clear();
     const timestamp = Date.now();
@@ -724,7 +725,7 @@ export class EdgeNode implements DeviceHost {
     deviceId: string | undefined,
   ): Message | null {
     const msg = entry.msg;
-    const historical = backlog || entry.appendedAtMs < up.birthWallMs;
+    const historical = backlog || entry.appendedAtMs < up.birthAtMs;
     const renumbered = (payload: Buffer): Message => ({ ...msg, payload });
     switch (type) {
       case 'NBIRTH': {
@@ -734,7 +735,7 @@ export class EdgeNode implements DeviceHost {
         up.born = true;
         up.seq = 1;
         up.nodeBirthTs = ts;
-        up.birthWallMs = entry.appendedAtMs;
+        up.birthAtMs = entry.appendedAtMs;
         up.devices.clear();
         return renumbered(withBdSeq(msg.payload, up.bdSeq, 0));
       }

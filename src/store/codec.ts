@@ -7,7 +7,8 @@
  *
  * Message layout (all integers big-endian):
  *   u8  flags        bits 0-1 QoS, bit 2 retain, bit 3 has expiry, bit 4 has properties
- *   f64 expiresAtMs  only with bit 3: WALL-CLOCK ms. `Message.expiresAt` is on the `performance.now()` clock,
+ *   f64 expiresAtMs  only with bit 3: ms since the epoch by the steady clock (util/clock.ts), which steps of
+ *                    the system clock do not move. `Message.expiresAt` is on the `performance.now()` clock,
  *                    which restarts with the process, so it is converted on write and back on read; time
  *                    spent down then counts towards expiry.
  *   u16 topic length, topic (UTF-8)
@@ -20,6 +21,7 @@
  */
 import type { Message, PublishProperties, QoS, UserProperties } from '../protocol/message.js';
 import type { FlightState } from './types.js';
+import { steadyNowMs } from '../util/clock.js';
 
 /** Format byte at the start of every stored message value; bump with a schema migration. */
 export const VALUE_FORMAT = 1;
@@ -44,13 +46,13 @@ const P_CORRELATION = 5;
 const P_USER_STRING = 6;
 const P_USER_ARRAY = 7;
 
-/** Converts a `performance.now()` deadline into wall-clock ms (for storage). */
-export function monoToWallMs(monoMs: number, nowWallMs = Date.now(), nowMonoMs = performance.now()): number {
+/** Converts a `performance.now()` deadline into wall-clock ms of the steady clock (for storage). */
+export function monoToWallMs(monoMs: number, nowWallMs = steadyNowMs(), nowMonoMs = performance.now()): number {
   return nowWallMs + (monoMs - nowMonoMs);
 }
 
-/** Converts a stored wall-clock deadline back onto this process's `performance.now()` clock. */
-export function wallToMonoMs(wallMs: number, nowWallMs = Date.now(), nowMonoMs = performance.now()): number {
+/** Converts a stored deadline (steady clock) back onto this process's `performance.now()` clock. */
+export function wallToMonoMs(wallMs: number, nowWallMs = steadyNowMs(), nowMonoMs = performance.now()): number {
   return nowMonoMs + (wallMs - nowWallMs);
 }
 

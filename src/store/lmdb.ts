@@ -72,6 +72,7 @@ import {
   type Store,
   type SubscriptionRecord,
 } from './types.js';
+import { adoptClockBase, steadyNowMs } from '../util/clock.js';
 
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
 const PAGE_STATS_MAX_AGE_MS = 1000;
@@ -344,7 +345,7 @@ class LmdbStoreImpl implements Store {
    */
   private usedBytesEstimate(): number {
     const estimate = this.pageBytes.used + this.pageBytes.reservedSince * RESERVE_MARGIN;
-    const nowMs = Date.now();
+    const nowMs = performance.now();
     if (nowMs - this.pageBytes.readAtMs < PAGE_STATS_MAX_AGE_MS && estimate < this.maxBytes * PAGE_STATS_EXACT_ABOVE) {
       return estimate;
     }
@@ -681,7 +682,7 @@ class LmdbOutbox implements Outbox {
   append(msg: Message): Promise<void> {
     let value: Bin;
     try {
-      value = encodeStampedValue(msg, Date.now());
+      value = encodeStampedValue(msg, steadyNowMs());
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
@@ -798,7 +799,7 @@ class LmdbOutbox implements Outbox {
     return bytes;
   }
 
-  expire(nowMs: number = Date.now()): Promise<number> {
+  expire(nowMs: number = steadyNowMs()): Promise<number> {
     const maxAgeS = this.limits.maxAgeS;
     if (this.store.isClosing) return Promise.reject(closedError());
     const cutoffMs = nowMs - maxAgeS * 1000;
@@ -1502,6 +1503,9 @@ export async function openLmdbStore(
         );
       }
     }
+    // Stamps stored by an earlier process of this boot compare exactly with ours (see util/clock.ts).
+    const clockBase = adoptClockBase(store.meta.get('clock'));
+    if (clockBase !== undefined) await store.meta.put('clock', clockBase);
     log.info({ sync: opts.sync, maxBytes: opts.maxBytes }, 'store open');
     return store;
   } catch (err) {

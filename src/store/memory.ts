@@ -23,6 +23,7 @@ import {
   type Store,
   type SubscriptionRecord,
 } from './types.js';
+import { steadyNowMs } from '../util/clock.js';
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
@@ -62,7 +63,7 @@ class MemoryOutbox implements Outbox {
       if (overflow === 'reject-new') return Promise.reject(queueFullError(this.name, this.limits, bytes));
       while (overLimit() && this.dropHead()) this.dropped.queue_full++;
     }
-    this.entries.push({ seq: ++this.lastSeq, msg, appendedAtMs: Date.now(), bytes });
+    this.entries.push({ seq: ++this.lastSeq, msg, appendedAtMs: steadyNowMs(), bytes });
     this.messages++;
     this.bytes += bytes;
     return RESOLVED;
@@ -100,7 +101,7 @@ class MemoryOutbox implements Outbox {
     return RESOLVED;
   }
 
-  expire(nowMs: number = Date.now()): Promise<number> {
+  expire(nowMs: number = steadyNowMs()): Promise<number> {
     if (this.isClosed()) return Promise.reject(closedError());
     if (!isLimited(this.limits.maxAgeS)) return Promise.resolve(0);
     const cutoffMs = nowMs - this.limits.maxAgeS * 1000;

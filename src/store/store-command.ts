@@ -7,6 +7,7 @@
 import { parseArgs } from 'node:util';
 import { asError, StoreError } from '../util/errors.js';
 import type { OutboxLimits, Store } from './types.js';
+import { steadyNowMs } from '../util/clock.js';
 
 export const storeUsage = `  edgeferry store list [-c FILE]
                            outboxes (messages, bytes, oldest entry, dropped), persistent sessions and retained
@@ -78,7 +79,7 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
 }
 
 function list(store: Store, ctx: StoreCommandContext): void {
-  const nowMs = Date.now();
+  const nowMs = steadyNowMs();
   ctx.stdout(`store ${ctx.storePath}\n`);
   const names = store.outboxNames().sort();
   if (names.length === 0) ctx.stdout('outboxes: none\n');

@@ -126,7 +126,7 @@ export interface OutboxEntry {
   /** Strictly increasing per outbox, never reused, independent of the wall clock. */
   readonly seq: number;
   readonly msg: Message;
-  /** Wall-clock ms when appended (for ages and for Sparkplug historical data). */
+  /** When appended, in ms since the epoch by the steady clock (util/clock.ts): for ages and the backlog flag. */
   readonly appendedAtMs: number;
   /** Bytes the entry counts against `maxBytes`. */
   readonly bytes: number;
@@ -139,7 +139,7 @@ export type DropReason = 'queue_full' | 'expired' | 'rejected_upstream';
 export interface OutboxDepth {
   readonly messages: number;
   readonly bytes: number;
-  /** Wall-clock ms of the oldest entry, undefined when empty. */
+  /** When the oldest entry was appended (steady clock, util/clock.ts), undefined when empty. */
   readonly oldestAppendedAtMs: number | undefined;
   readonly dropped: Readonly<Record<DropReason, number>>;
 }

@@ -14,6 +14,8 @@ export interface Received {
   readonly qos: number;
   readonly retain: boolean;
   readonly dup: boolean;
+  /** MQTT 5 properties as MQTT.js decoded them (protocolVersion 5 only). */
+  readonly properties?: Readonly<Record<string, unknown>>;
 }
 
 export interface Collector {
@@ -40,7 +42,7 @@ export async function collect(
   // and MQTT.js would emit (and acknowledge) them before an await on the connection let us attach a listener.
   const messages: Received[] = [];
   client.on('message', (topic, payload, packet) => {
-    messages.push({ topic, payload, qos: packet.qos, retain: packet.retain, dup: packet.dup });
+    messages.push({ topic, payload, qos: packet.qos, retain: packet.retain, dup: packet.dup, properties: packet.properties });
   });
   await new Promise<void>((resolve, reject) => {
     client.once('connect', () => resolve());

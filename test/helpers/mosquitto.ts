@@ -10,6 +10,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
+import type { TestPki } from '../fixtures/certs.js';
 import { freePort } from './ports.js';
 import { removeDir, tempDir } from './temp.js';
 import { delay } from './wait.js';
@@ -142,4 +143,25 @@ function canConnect(port: number): Promise<boolean> {
     });
     socket.once('error', () => resolve(false));
   });
+}
+
+/**
+ * A Mosquitto with a second listener for TLS on `tlsUrl` (server certificate from `pki`, `require_certificate`
+ * for mutual TLS); `url` stays plain, for checkers.
+ */
+export async function startTlsMosquitto(
+  pki: TestPki,
+  options: { requireCertificate?: boolean } = {},
+): Promise<{ central: Mosquitto; tlsPort: number; tlsUrl: string }> {
+  const tlsPort = await freePort();
+  const central = await startMosquitto({
+    extraConf: [
+      `listener ${tlsPort} 127.0.0.1`,
+      `cafile ${pki.ca}`,
+      `certfile ${pki.server.cert}`,
+      `keyfile ${pki.server.key}`,
+      `require_certificate ${options.requireCertificate === true}`,
+    ].join('\n'),
+  });
+  return { central, tlsPort, tlsUrl: `mqtts://127.0.0.1:${tlsPort}` };
 }

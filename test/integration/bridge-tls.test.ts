@@ -1,64 +1,21 @@
 /**
  * Issue 3 scenario 9: TLS and mutual TLS uplinks to Mosquitto, with a CA, server and client certificates made
- * by openssl at test time.
+ * by openssl at test time (test/fixtures/certs.ts).
  */
-import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { makeCerts } from '../fixtures/certs.js';
 import { collect, connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, startGateway } from '../helpers/gateway.js';
-import { startMosquitto } from '../helpers/mosquitto.js';
-import { freePort } from '../helpers/ports.js';
+import { startTlsMosquitto } from '../helpers/mosquitto.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
-interface Certs {
-  ca: string;
-  serverCert: string;
-  serverKey: string;
-  clientCert: string;
-  clientKey: string;
-}
-
-function makeCerts(dir: string): Certs {
-  const run = (args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  run(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=edgeferry-test-ca', '-keyout', 'ca.key', '-out', 'ca.pem']);
-  const leaf = (name: string, ext: string) => {
-    run(['req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.csr`]);
-    run(['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '1', '-out', `${name}.pem`, '-extfile', ext]);
-  };
-  execFileSync('sh', ['-c', 'printf "subjectAltName=IP:127.0.0.1,DNS:localhost\\nextendedKeyUsage=serverAuth\\n" > server.ext; printf "extendedKeyUsage=clientAuth\\n" > client.ext'], { cwd: dir });
-  leaf('server', 'server.ext');
-  leaf('client', 'client.ext');
-  return {
-    ca: join(dir, 'ca.pem'),
-    serverCert: join(dir, 'server.pem'),
-    serverKey: join(dir, 'server.key'),
-    clientCert: join(dir, 'client.pem'),
-    clientKey: join(dir, 'client.key'),
-  };
-}
-
-async function tlsCentral(certs: Certs, requireCertificate: boolean) {
-  const tlsPort = await freePort();
-  const central = await startMosquitto({
-    extraConf: [
-      `listener ${tlsPort} 127.0.0.1`,
-      `cafile ${certs.ca}`,
-      `certfile ${certs.serverCert}`,
-      `keyfile ${certs.serverKey}`,
-      `require_certificate ${requireCertificate}`,
-    ].join('\n'),
-  });
-  return { central, tlsUrl: `mqtts://127.0.0.1:${tlsPort}` };
-}
-
 describe('bridge: TLS uplinks (issue 3 scenario 9)', { timeout: 120_000 }, () => {
   it('bridges over TLS, verifying the central broker against the configured CA', async () => {
     const certs = makeCerts(d.tempDir());
-    const { central, tlsUrl } = await tlsCentral(certs, false);
+    const { central, tlsUrl } = await startTlsMosquitto(certs);
     d.add(central);
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     const gw = d.add(await startGateway(bridgePatch(tlsUrl, { remote: { tls: { caFile: certs.ca } } })));
@@ -70,11 +27,11 @@ describe('bridge: TLS uplinks (issue 3 scenario 9)', { timeout: 120_000 }, () =>
 
   it('bridges over mutual TLS with a client certificate, and buffers (does not deliver) without one', async () => {
     const certs = makeCerts(d.tempDir());
-    const { central, tlsUrl } = await tlsCentral(certs, true);
+    const { central, tlsUrl } = await startTlsMosquitto(certs, { requireCertificate: true });
     d.add(central);
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     const withCert = d.add(
-      await startGateway(bridgePatch(tlsUrl, { remote: { tls: { caFile: certs.ca, certFile: certs.clientCert, keyFile: certs.clientKey } } })),
+      await startGateway(bridgePatch(tlsUrl, { remote: { tls: { caFile: certs.ca, certFile: certs.clients.client.cert, keyFile: certs.clients.client.key } } })),
     );
     const local = await connectClient(withCert.url);
     d.defer(() => local.endAsync(true));

@@ -1,0 +1,61 @@
+/**
+ * The clock for every time edgeferry stores or turns into an age: outbox append stamps, message expiry deadlines,
+ * will due times, session disconnect times, and the ages in metrics and `edgeferry store list`.
+ *
+ * It reads like the wall clock (ms since the epoch) but advances with the monotonic clock. So a step of the
+ * system clock while edgeferry runs neither ages nor rejuvenates anything. Steps happen: NTP correcting a box
+ * that booted with a flat RTC battery at 1970, an operator setting the time. Without this clock, a forward step
+ * of years made `queue.maxAgeS` drop the whole backlog at the next tick, and expired every queued message with
+ * a message expiry interval.
+ *
+ * Its base is fixed once per boot. The first process of a boot that opens the store records the base there
+ * (with the boot id), and every later process of that boot takes it over (`adoptClockBase`): Linux's monotonic
+ * clock counts from boot, so times stored by a process that crashed or restarted still compare exactly. After a
+ * reboot the base comes from the system clock again; times stored before it are compared as that clock says,
+ * the only measure left.
+ *
+ * Not for timestamps that say when something happened outside (Sparkplug metric timestamps, log lines): those
+ * are the system clock's.
+ */
+import { readFileSync } from 'node:fs';
+
+/** The monotonic clock in ms since boot (Linux; since some fixed point elsewhere) minus `performance.now()`. */
+const monotonicOffsetMs = Number(process.hrtime.bigint() / 1000n) / 1000 - performance.now();
+
+/** The wall-clock time at monotonic 0 (boot): `steadyNowMs()` = base + monotonic ms. */
+let baseMs = Date.now() - (performance.now() + monotonicOffsetMs);
+
+/** Now, by the steady clock: ms since the epoch, immune to steps of the system clock (see the top). */
+export function steadyNowMs(): number {
+  return baseMs + monotonicOffsetMs + performance.now();
+}
+
+/** The base of the steady clock as recorded in the store, per boot. */
+export interface ClockBase {
+  readonly bootId: string;
+  readonly baseMs: number;
+}
+
+/** This boot's id (Linux), or undefined where there is none. */
+function currentBootId(): string | undefined {
+  try {
+    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Takes over the base a process of this boot recorded, so times it stored compare exactly. Returns the base to
+ * record when none is recorded for this boot, undefined when nothing needs writing.
+ */
+export function adoptClockBase(recorded: unknown): ClockBase | undefined {
+  const bootId = currentBootId();
+  if (bootId === undefined) return undefined;
+  const r = recorded as Partial<ClockBase> | undefined;
+  if (r?.bootId === bootId && typeof r.baseMs === 'number' && Number.isFinite(r.baseMs)) {
+    baseMs = r.baseMs;
+    return undefined;
+  }
+  return { bootId, baseMs };
+}
