@@ -7,7 +7,8 @@
  * - the step ages nothing, in the running process and in the next one of the same boot: `queue.maxAgeS` does not
  *   drop the backlog journaled "in 1970", and a message expiry interval keeps counting from when the message
  *   came, so everything arrives after the step, its expiry interval reduced only by the time that really
- *   passed [MQTT-3.3.2-6].
+ *   passed [MQTT-3.3.2-6];
+ * - a delayed will goes out when its delay ends, also when the clock steps back meanwhile [MQTT-3.1.3-9].
  */
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -38,6 +39,14 @@ function libfaketime(): string {
 /** libfaketime's absolute time syntax; the clock runs on from there. */
 const fakeTime = (date: Date): string => `@${date.toISOString().slice(0, 19).replace('T', ' ')}\n`;
 
+/** A gateway environment whose wall clock (only) reads `clockFile`, re-read on every call: writing it steps the clock. */
+const fakeClockEnv = (clockFile: string): Record<string, string> => ({
+  LD_PRELOAD: libfaketime(),
+  FAKETIME_TIMESTAMP_FILE: clockFile,
+  FAKETIME_NO_CACHE: '1',
+  FAKETIME_DONT_FAKE_MONOTONIC: '1',
+});
+
 /**
  * A central Mosquitto with a TLS listener behind a fault proxy, its checker (MQTT 5, to see expiry intervals),
  * and a gateway whose wall clock reads 1970 and is set through `setClock`; 20 QoS 1 messages are journaled
@@ -59,14 +68,7 @@ async function journalIn1970() {
         ...bridgePatch(`mqtts://127.0.0.1:${proxy.port}`, { remote: { tls: { caFile: pki.ca } }, queue: { maxAgeS: 3600 } }),
         metrics: { host: '127.0.0.1', port: metricsPort },
       },
-      {
-        env: {
-          LD_PRELOAD: libfaketime(),
-          FAKETIME_TIMESTAMP_FILE: clockFile,
-          FAKETIME_NO_CACHE: '1',
-          FAKETIME_DONT_FAKE_MONOTONIC: '1',
-        },
-      },
+      { env: fakeClockEnv(clockFile) },
     ),
   );
   /** A value of the gateway's /metrics, by the series' name and labels. */
@@ -126,5 +128,26 @@ describe('clock jumps (RELIABILITY §4)', { timeout: 120_000 }, () => {
     await setup.gw.kill('SIGKILL');
     await setup.gw.restart();
     await expectNothingAged(setup);
+  });
+
+  it('sends a delayed will when its delay ends although the clock stepped back an hour meanwhile [MQTT-3.1.3-9]', async () => {
+    const clockFile = join(d.tempDir(), 'faketime');
+    writeFileSync(clockFile, fakeTime(new Date()));
+    const gw = d.add(await startGateway({}, { env: fakeClockEnv(clockFile) }));
+    const watcher = d.add(await collect(gw.url, 'wills/#', { qos: 1 }));
+    const client = await connectClient(gw.url, {
+      protocolVersion: 5,
+      clientId: 'will-across-a-step',
+      properties: { sessionExpiryInterval: 60 },
+      will: { topic: 'wills/line1', payload: Buffer.from('gone'), qos: 1, retain: false, properties: { willDelayInterval: 2 } },
+    });
+    const droppedAt = performance.now();
+    client.stream.destroy(); // lost, not a DISCONNECT: the will is due in 2 s
+    await delay(500); // the gateway saw the loss and set the will's due time; now the clock steps back
+    writeFileSync(clockFile, fakeTime(new Date(Date.now() - 3_600_000)));
+    await waitFor(() => watcher.messages.length === 1, 8000);
+    expect(performance.now() - droppedAt).toBeGreaterThanOrEqual(1900);
+    expect(watcher.payloads()).toEqual(['gone']);
+    client.end(true);
   });
 });
