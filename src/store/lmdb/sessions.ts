@@ -1,0 +1,288 @@
+/** Persistent sessions in the LMDB store: records, subscriptions, queued messages, flight state, wills. */
+import type { Database } from 'lmdb';
+import type { Message } from '../../protocol/message.js';
+import { asError, StoreError } from '../../util/errors.js';
+import {
+  decodeMessage,
+  encodeStampedValue,
+  decodeQueuedValue,
+  encodePlainValue,
+  encodeQueuedValue,
+  FLIGHT_HEADER_BYTES,
+  keyOwner,
+  keySeq,
+  nameKey,
+  STAMPED_HEADER_BYTES,
+  stampedValueMs,
+  ownerPrefix,
+  PLAIN_HEADER_BYTES,
+  prefixEnd,
+  RELEASE_MARK,
+  seqKey,
+} from '../codec.js';
+import { QueueSplit } from '../queue-window.js';
+import { closedError } from '../outbox-limits.js';
+import {
+  fitsWindow,
+  type FlightState,
+  type PendingWill,
+  type QueuedRecord,
+  type QueueWindow,
+  type SessionRecord,
+  type SessionStore,
+  type SubscriptionRecord,
+} from '../types.js';
+import { DelayedFlush, type Batch } from './batch.js';
+import type { LmdbStoreImpl } from './store.js';
+
+export interface SessionFields {
+  expiryIntervalS: number;
+  disconnectedAtMs?: number;
+}
+
+export class LmdbSessionStore implements SessionStore {
+  lastSeq: number;
+  private readonly store: LmdbStoreImpl;
+  private readonly prefixes = new Map<string, Buffer>();
+  private ackKeys: Buffer[] = [];
+  /** The deletes of acked messages go at the end of the batch that flushes them, after any flight state in it. */
+  private readonly ackFlush: DelayedFlush;
+
+  constructor(store: LmdbStoreImpl) {
+    this.store = store;
+    this.ackFlush = new DelayedFlush(store, (b) => {
+      b.flushAcks = true;
+    });
+    this.lastSeq = (store.meta.get('sessionSeq') as number | undefined) ?? 0;
+  }
+
+  loadAll(window?: QueueWindow): Iterable<SessionRecord> {
+    const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
+    const byId = new Map<
+      string,
+      {
+        fields: SessionFields;
+        subscriptions: SubscriptionRecord[];
+        queue: QueueSplit;
+        awaitingRelease: number[];
+        will?: PendingWill;
+      }
+    >();
+    const get = (clientId: string) => {
+      let s = byId.get(clientId);
+      if (s === undefined) {
+        s = { fields: { expiryIntervalS: 0 }, subscriptions: [], queue: new QueueSplit(window), awaitingRelease: [] };
+        byId.set(clientId, s);
+      }
+      return s;
+    };
+    for (const { key, value } of sessionDb.getRange({ snapshot: false })) get(key.toString('utf8')).fields = value;
+    for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) get(keyOwner(key)).subscriptions.push(value);
+    for (const key of releaseDb.getKeys({ snapshot: false })) get(keyOwner(key)).awaitingRelease.push(keySeq(key));
+    for (const { key, value } of queueDb.getRange({ snapshot: false })) {
+      // A message of the tail is decoded only for its payload size: nothing of it stays in memory.
+      const record = { seq: keySeq(key), ...decodeQueuedValue(value) };
+      const { queue } = get(keyOwner(key));
+      if (queue.keeps(record.msg.payload.length, record.flight !== undefined)) queue.queue.push(record);
+    }
+    for (const { key, value } of willDb.getRange({ snapshot: false })) {
+      get(key.toString('utf8')).will = { msg: decodeMessage(value, STAMPED_HEADER_BYTES), dueAtMs: stampedValueMs(value) };
+    }
+    const out: SessionRecord[] = [];
+    for (const [clientId, s] of byId) {
+      out.push({
+        clientId,
+        expiryIntervalS: s.fields.expiryIntervalS,
+        ...(s.fields.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.fields.disconnectedAtMs }),
+        subscriptions: s.subscriptions,
+        queue: s.queue.queue,
+        ...(s.queue.tail.count > 0 ? { queueTail: s.queue.tail } : {}),
+        awaitingRelease: s.awaitingRelease,
+        ...(s.will === undefined ? {} : { will: s.will }),
+      });
+    }
+    return out;
+  }
+
+  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueuedRecord[] {
+    const out: QueuedRecord[] = [];
+    const prefix = this.prefixOf(clientId);
+    const limit = Number.isFinite(window.messages) ? window.messages : undefined;
+    const range = this.store.queueDb.getRange({ start: seqKey(prefix, afterSeq + 1), end: prefixEnd(prefix), limit, snapshot: false });
+    let bytes = 0;
+    for (const { key, value } of range) {
+      const record = { seq: keySeq(key), ...decodeQueuedValue(value) };
+      const size = record.msg.payload.length;
+      if (!fitsWindow(window, out.length, bytes, size)) break;
+      out.push(record);
+      bytes += size;
+    }
+    return out;
+  }
+
+  putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void> {
+    const value: SessionFields = { expiryIntervalS: fields.expiryIntervalS };
+    if (fields.disconnectedAtMs !== undefined) value.disconnectedAtMs = fields.disconnectedAtMs;
+    return this.keyed(clientId, (b, key) => this.store.put(b, this.store.sessionDb, key, value), Buffer.from(clientId, 'utf8'));
+  }
+
+  drop(clientId: string): Promise<void> {
+    this.prefixes.delete(clientId);
+    return this.keyed(clientId, (b, key) => {
+      const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
+      b.droppedSessions.add(clientId);
+      this.store.del(b, sessionDb, key);
+      this.store.del(b, willDb, key);
+      const prefix = ownerPrefix(clientId);
+      const end = prefixEnd(prefix);
+      for (const db of [subscriptionDb, queueDb, releaseDb] as Database<unknown, Buffer>[]) {
+        const keys = [...db.getKeys({ start: prefix, end, snapshot: false })];
+        for (const k of keys) this.store.del(b, db, k);
+      }
+      // Written earlier in this same batch, so not in the committed keys above.
+      for (const written of b.sessionKeys.get(clientId) ?? []) this.store.del(b, written.db, written.key);
+      b.sessionKeys.delete(clientId);
+    }, Buffer.from(clientId, 'utf8'));
+  }
+
+  putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void> {
+    const value: SubscriptionRecord = { ...sub };
+    return this.keyed(clientId, (b, key) => {
+      this.store.put(b, this.store.subscriptionDb, key, value);
+      this.remember(b, clientId, this.store.subscriptionDb, key);
+    }, () => nameKey(ownerPrefix(clientId), sub.filter));
+  }
+
+  deleteSubscription(clientId: string, filter: string): Promise<void> {
+    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.subscriptionDb, key), () =>
+      nameKey(ownerPrefix(clientId), filter),
+    );
+  }
+
+  enqueue(clientId: string, msg: Message): Promise<number> {
+    let value: Buffer;
+    let prefix: Buffer;
+    try {
+      value = encodePlainValue(msg);
+      prefix = this.prefixOf(clientId);
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+    }
+    if (prefix.length + 8 > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
+    return this.store.schedule((b) => {
+      this.store.reserve(b, value.length);
+      const seq = this.lastSeq + 1;
+      const key = seqKey(prefix, seq);
+      this.store.put(b, this.store.queueDb, key, value);
+      b.sessionSeqBefore ??= this.lastSeq;
+      this.lastSeq = seq;
+      this.remember(b, clientId, this.store.queueDb, key);
+      return seq;
+    });
+  }
+
+  putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
+    return this.keyed(clientId, (b, key) => {
+      this.store.put(b, this.store.releaseDb, key, RELEASE_MARK);
+      this.remember(b, clientId, this.store.releaseDb, key);
+    }, () => seqKey(ownerPrefix(clientId), packetId));
+  }
+
+  deleteAwaitingRelease(clientId: string, packetId: number): Promise<void> {
+    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.releaseDb, key), () =>
+      seqKey(ownerPrefix(clientId), packetId),
+    );
+  }
+
+  putWill(clientId: string, will: PendingWill): Promise<void> {
+    let value: Buffer;
+    try {
+      value = encodeStampedValue(will.msg, will.dueAtMs);
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store will: ${asError(err).message}`, { cause: err }));
+    }
+    return this.keyed(clientId, (b, key) => {
+      this.store.reserve(b, value.length);
+      this.store.put(b, this.store.willDb, key, value);
+      this.remember(b, clientId, this.store.willDb, key);
+    }, Buffer.from(clientId, 'utf8'));
+  }
+
+  deleteWill(clientId: string): Promise<void> {
+    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.willDb, key), Buffer.from(clientId, 'utf8'));
+  }
+
+  markInFlight(clientId: string, seq: number, msg: Message, flight: FlightState): Promise<void> {
+    let value: Buffer;
+    let key: Buffer;
+    try {
+      value = encodeQueuedValue(msg, flight);
+      key = seqKey(this.prefixOf(clientId), seq);
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+    }
+    return this.store.schedule((b) => {
+      // Only while still queued. Called once the enqueue is durable, so a missing key was acknowledged or dropped
+      // in an earlier batch; a drop in this batch is not visible yet. Acks of this batch run after it (finishBatch).
+      if (b.droppedSessions.has(clientId) || !this.store.queueDb.doesExist(key)) return;
+      this.store.reserve(b, FLIGHT_HEADER_BYTES - PLAIN_HEADER_BYTES);
+      this.store.put(b, this.store.queueDb, key, value);
+    });
+  }
+
+  ack(clientId: string, seq: number): Promise<void> {
+    if (this.store.isClosing) return Promise.reject(closedError());
+    let key: Buffer;
+    try {
+      key = seqKey(this.prefixOf(clientId), seq);
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }));
+    }
+    this.ackKeys.push(key);
+    return this.ackFlush.wait();
+  }
+
+  /** Close: collected acks go now, so a graceful stop delivers nothing twice. */
+  flushAcks(): void {
+    this.ackFlush.now();
+  }
+
+  /** End of building a batch: the deletes of the collected acks, when the batch flushes them. */
+  finishBatch(b: Batch): void {
+    if (!b.flushAcks) return;
+    for (const k of this.ackKeys) this.store.del(b, this.store.queueDb, k);
+    this.ackKeys = [];
+  }
+
+  /** The key prefix of a client id, kept while the session lives: every queued message and ack needs it. */
+  private prefixOf(clientId: string): Buffer {
+    let prefix = this.prefixes.get(clientId);
+    if (prefix === undefined) this.prefixes.set(clientId, (prefix = ownerPrefix(clientId)));
+    return prefix;
+  }
+
+  private remember(b: Batch, clientId: string, db: Database<any, any>, key: Buffer): void {
+    let keys = b.sessionKeys.get(clientId);
+    if (keys === undefined) b.sessionKeys.set(clientId, (keys = []));
+    keys.push({ db, key });
+  }
+
+  /** Builds the key up front (invalid ids and over-long keys reject at once), then schedules `run`. */
+  private keyed(clientId: string, run: (b: Batch, key: Buffer) => void, key: Buffer | (() => Buffer)): Promise<void> {
+    let k: Buffer;
+    try {
+      k = typeof key === 'function' ? key() : key;
+    } catch (err) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }));
+    }
+    if (k.length > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
+    return this.store.schedule((b) => run(b, k));
+  }
+}
+
+function keyTooLong(clientId: string): StoreError {
+  return new StoreError(
+    'EF_STORE_WRITE',
+    `client id (${Buffer.byteLength(clientId)} bytes) plus topic filter exceed the store's key limit`,
+  );
+}

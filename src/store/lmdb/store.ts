@@ -1,0 +1,449 @@
+/**
+ * The durable store: one LMDB environment (lmdb-js) in `storage.path` with named databases for the bridge
+ * outboxes (outbox.ts), persistent sessions (sessions.ts) and retained messages (retained.ts). This class owns
+ * the environment and the write path that all of them share; ../lmdb.ts opens it. Only src/store imports `lmdb`.
+ *
+ * How writes work (see RELIABILITY.md §1):
+ * - Every change is an operation queued in JS. On the next `setImmediate`, all queued operations are turned
+ *   into asynchronous lmdb-js puts/removes inside ONE explicit `batch()` call, which lmdb-js commits as one
+ *   transaction: one commit and one fsync however many operations it holds (group commit). Counters in the
+ *   `meta` database are written in the same batch, hence in the same transaction as the entries.
+ *   (lmdb-js's automatic event-turn batching is switched off: it creates a commit promise nobody holds, which
+ *   rejects unhandled when a commit fails, e.g. on a full disk, and would kill the process. Verified.)
+ * - Only one batch is in flight at a time: the next one is issued once the previous transaction has
+ *   *committed* (its fsync may still be running; `overlappingSync` overlaps it with the next transaction).
+ *   So when a batch is built, the committed database is exactly what the JS state describes, decisions
+ *   (limits, drops, sequence numbers) are made against it, and a failed commit can be rolled back in JS by
+ *   restoring the few counters it touched.
+ * - lmdb-js async transaction callbacks (`db.transaction(fn)`) are NOT used: with lmdb 3.5.6 on this platform
+ *   the callback never ran and the process could not even exit (verified; see the report of the store work).
+ * - A write promise resolves once its transaction is flushed (`sync: 'full'`): lmdb-js resolves writes at
+ *   commit, before the fsync, so the flush promise (`env.flushed`, captured when the batch is issued) is
+ *   awaited too. Only then may the caller acknowledge (PUBACK/PUBREC).
+ * - `sync: 'relaxed'` resolves at commit. Loss window: a process crash (kill -9, OOM) loses nothing that was
+ *   resolved, because a committed transaction is in the OS page cache; a power loss or kernel crash can lose
+ *   the transactions committed since the last completed fsync, i.e. roughly the writes of the last one or two
+ *   batches (milliseconds on an SSD, up to the device's sync latency on SD cards). The database itself stays
+ *   consistent (LMDB's meta pages). It also opens LMDB with MDB_NOMETASYNC: one fsync per commit instead of two,
+ *   and an OS crash may undo the last transaction, which is inside that window. (Measured with lmdb 3.5.6 here:
+ *   the commit callback comes after the data fsync anyway, so `relaxed` gains mostly from the second one.)
+ * - Not used, on purpose: `noSync` (loses data on an OS crash), `useWritemap` (SIGBUS on a full disk, stray
+ *   writes corrupt), compression (lmdb-js#324 leaks in queue-like use), long read transactions (scans pass
+ *   `snapshot: false`).
+ */
+import type { Database, RootDatabase } from 'lmdb';
+import { asError, StoreError } from '../../util/errors.js';
+import type { Logger } from '../../util/logger.js';
+import { ownerPrefix, prefixEnd } from '../codec.js';
+import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
+import type { Outbox, OutboxLimits, Store, SubscriptionRecord } from '../types.js';
+import { Batch, type Op } from './batch.js';
+import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey } from './outbox.js';
+import { LmdbRetainedStore } from './retained.js';
+import { LmdbSessionStore, type SessionFields } from './sessions.js';
+
+/** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
+const PAGE_STATS_MAX_AGE_MS = 1000;
+const PAGE_STATS_EXACT_ABOVE = 0.9;
+/** Pages per value byte, generously: 64-byte values with 8-byte keys fill pages about 2:1. */
+const RESERVE_MARGIN = 3;
+/** Entries deleted per transaction when a whole outbox is deleted. */
+const DELETE_CHUNK = 10_000;
+
+export interface LmdbStoreOptions {
+  /** Data directory; created if missing. */
+  readonly path: string;
+  readonly sync: 'full' | 'relaxed';
+  /** Bound on the B-tree pages in use (live data plus tree overhead); 0 = unbounded. */
+  readonly maxBytes: number;
+  readonly log: Logger;
+}
+
+/** The data directory's lock file (lmdb.ts), released when the store closes. */
+export interface StoreLock {
+  release(): void;
+}
+
+/** `batch()` exists on every lmdb-js database but is missing from its typings. */
+interface LmdbBatcher {
+  batch(action: () => void): Promise<unknown>;
+}
+
+export class LmdbStoreImpl implements Store {
+  readonly retained: LmdbRetainedStore;
+  readonly sessions: LmdbSessionStore;
+  readonly env: RootDatabase;
+  readonly meta: Database<unknown, string>;
+  readonly outboxDb: Database<Buffer, Buffer>;
+  readonly retainedDb: Database<Buffer, Buffer>;
+  readonly sessionDb: Database<SessionFields, Buffer>;
+  readonly subscriptionDb: Database<SubscriptionRecord, Buffer>;
+  readonly queueDb: Database<Buffer, Buffer>;
+  /** Incoming QoS 2 packet ids awaiting PUBREL, keyed like the queue (owner prefix + id). */
+  readonly releaseDb: Database<Buffer, Buffer>;
+  /** Delayed wills waiting out their delay, keyed by client id (stamped with their due time). */
+  readonly willDb: Database<Buffer, Buffer>;
+  /** Outbox entries the central broker has received (QoS 2 PUBREC), keyed like the outbox. */
+  readonly outboxReleasedDb: Database<Buffer, Buffer>;
+  readonly durable = true;
+  readonly log: Logger;
+  readonly path: string;
+  readonly maxKeyBytes: number;
+  private readonly relaxed: boolean;
+  private readonly maxBytes: number;
+  private readonly outboxes = new Map<string, LmdbOutbox>();
+  private readonly lock: StoreLock;
+
+  private queue: Op[] = [];
+  private inFlight: Batch | undefined;
+  private issueScheduled = false;
+  /** Settles (never rejects) when every batch issued so far has settled; keeps resolutions in order. */
+  private lastSettled: Promise<void> = Promise.resolve();
+  private closing = false;
+  private closed: Promise<void> | undefined;
+  private commitFailing = false;
+  private storeFullEpisode = false;
+  private pageBytes = { used: 0, readAtMs: -Infinity, reservedSince: 0 };
+
+  constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
+    this.env = env;
+    this.log = log;
+    this.path = opts.path;
+    this.lock = lock;
+    this.relaxed = opts.sync === 'relaxed';
+    this.maxBytes = opts.maxBytes;
+    // Not in lmdb-js's typings; 1978 is LMDB's compiled-in default.
+    this.maxKeyBytes = (env as unknown as { maxKeySize?: number }).maxKeySize ?? 1978;
+    this.meta = env.openDB<unknown, string>('meta', { encoding: 'json' });
+    this.outboxDb = env.openDB<Buffer, Buffer>('outbox', { encoding: 'binary', keyEncoding: 'binary' });
+    this.retainedDb = env.openDB<Buffer, Buffer>('retained', { encoding: 'binary', keyEncoding: 'binary' });
+    this.sessionDb = env.openDB<SessionFields, Buffer>('sessions', { encoding: 'json', keyEncoding: 'binary' });
+    this.subscriptionDb = env.openDB<SubscriptionRecord, Buffer>('subscriptions', {
+      encoding: 'json',
+      keyEncoding: 'binary',
+    });
+    this.queueDb = env.openDB<Buffer, Buffer>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
+    this.releaseDb = env.openDB<Buffer, Buffer>('session-qos2', { encoding: 'binary', keyEncoding: 'binary' });
+    // Added after schema 1 shipped without it: opening creates it empty, which is what an older store means.
+    this.willDb = env.openDB<Buffer, Buffer>('session-will', { encoding: 'binary', keyEncoding: 'binary' });
+    this.outboxReleasedDb = env.openDB<Buffer, Buffer>('outbox-released', { encoding: 'binary', keyEncoding: 'binary' });
+    this.retained = new LmdbRetainedStore(this);
+    this.sessions = new LmdbSessionStore(this);
+  }
+
+  get isClosing(): boolean {
+    return this.closing;
+  }
+
+  outbox(name: string, limits: OutboxLimits): Outbox {
+    if (this.closing) throw closedError();
+    let box = this.outboxes.get(name);
+    if (box === undefined) {
+      try {
+        box = new LmdbOutbox(this, name, limits);
+      } catch (err) {
+        if (err instanceof StoreError) throw err;
+        throw new StoreError('EF_STORE_OPEN', `outbox "${name}" in ${this.path} is unreadable: ${asError(err).message}`, {
+          cause: err,
+        });
+      }
+      this.outboxes.set(name, box);
+    } else {
+      box.limits = limits; // a config reload may change limits; content stays
+    }
+    return box;
+  }
+
+  outboxNames(): string[] {
+    const names: string[] = [];
+    for (const key of this.meta.getKeys({ start: OUTBOX_META_PREFIX, end: OUTBOX_META_END, snapshot: false })) {
+      names.push(String(key).slice(OUTBOX_META_PREFIX.length));
+    }
+    return names;
+  }
+
+  async deleteOutbox(name: string): Promise<number> {
+    if (this.closing) throw closedError();
+    if (this.outboxes.has(name)) throw outboxInUseError(name);
+    const prefix = ownerPrefix(name);
+    const end = prefixEnd(prefix);
+    let deleted = 0;
+    // In chunks, one transaction each: an outbox may hold millions of entries. Each chunk reads the keys the
+    // previous chunk's commit left.
+    for (;;) {
+      const n = await this.schedule((b) => {
+        let count = 0;
+        for (const key of this.outboxDb.getKeys({ start: prefix, end, limit: DELETE_CHUNK, snapshot: false })) {
+          this.del(b, this.outboxDb, key);
+          count++;
+        }
+        if (count < DELETE_CHUNK) {
+          // At most a window's worth of marks: the last chunk takes them all.
+          for (const key of this.outboxReleasedDb.getKeys({ start: prefix, end, snapshot: false })) {
+            this.del(b, this.outboxReleasedDb, key);
+          }
+          this.del(b, this.meta, outboxMetaKey(name));
+        }
+        return count;
+      });
+      deleted += n;
+      if (n < DELETE_CHUNK) return deleted;
+    }
+  }
+
+  /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
+  schedule<T>(run: (b: Batch) => T): Promise<T> {
+    if (this.closing) return Promise.reject(closedError());
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ run, resolve: resolve as (v: unknown) => void, reject });
+      this.scheduleIssue();
+    });
+  }
+
+  /**
+   * Issues a write in the batch being built. Called only inside `env.batch()` (see `issue`), where lmdb-js
+   * returns an already-resolved placeholder; the batch's own promise reports the commit.
+   */
+  put(_b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown): void {
+    void db.put(key, value);
+  }
+
+  del(_b: Batch, db: Database<any, any>, key: Buffer | string): void {
+    void db.remove(key);
+  }
+
+  /**
+   * Accounts `bytes` more against `storage.maxBytes` in this batch. `makeRoom` may free space (drop-oldest)
+   * and returns the bytes it freed, 0 when it cannot. Throws EF_STORE_FULL when the store stays full.
+   */
+  reserve(b: Batch, bytes: number, makeRoom?: () => number): void {
+    if (!isLimited(this.maxBytes)) return;
+    b.usedBytes ??= this.usedBytesEstimate();
+    b.reservedBytes += bytes;
+    while (b.usedBytes + bytes > this.maxBytes) {
+      const freed = makeRoom === undefined ? 0 : makeRoom();
+      if (freed === 0) {
+        b.storeFull = true;
+        if (!this.storeFullEpisode) {
+          this.storeFullEpisode = true;
+          this.log.warn(
+            { maxBytes: this.maxBytes, usedBytes: b.usedBytes },
+            'store full (storage.maxBytes): new messages are refused until space is freed',
+          );
+        }
+        throw new StoreError(
+          'EF_STORE_FULL',
+          `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes); ${bytes} more bytes refused`,
+        );
+      }
+    }
+    b.usedBytes += bytes;
+  }
+
+  /** Tells the byte estimate of this batch that `bytes` were removed. */
+  release(b: Batch, bytes: number): void {
+    if (b.usedBytes !== undefined) b.usedBytes -= bytes;
+  }
+
+  /**
+   * The store's used bytes as of the last commit. Reading the page counts costs a `getStats` call per database, a few
+   * per cent of the CPU at one batch per millisecond, so they are read at most once a second while far below
+   * the limit, and on every batch near it (exact where it matters). In between, what committed batches
+   * reserved is added with a margin for keys and page fill, so the estimate only errs high.
+   */
+  private usedBytesEstimate(): number {
+    const estimate = this.pageBytes.used + this.pageBytes.reservedSince * RESERVE_MARGIN;
+    const nowMs = performance.now();
+    if (nowMs - this.pageBytes.readAtMs < PAGE_STATS_MAX_AGE_MS && estimate < this.maxBytes * PAGE_STATS_EXACT_ABOVE) {
+      return estimate;
+    }
+    this.pageBytes = { used: this.usedPageBytes(), readAtMs: nowMs, reservedSince: 0 };
+    return this.pageBytes.used;
+  }
+
+  /** Bytes of the B-tree pages in use by our databases (free pages are reusable and not counted). */
+  private usedPageBytes(): number {
+    let pages = 0;
+    let pageSize = 4096;
+    for (const db of [
+      this.meta,
+      this.outboxDb,
+      this.retainedDb,
+      this.sessionDb,
+      this.subscriptionDb,
+      this.queueDb,
+      this.releaseDb,
+      this.willDb,
+      this.outboxReleasedDb,
+    ]) {
+      const s = db.getStats() as {
+        pageSize: number;
+        treeBranchPageCount: number;
+        treeLeafPageCount: number;
+        overflowPages: number;
+      };
+      pages += s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages;
+      pageSize = s.pageSize;
+    }
+    return pages * pageSize;
+  }
+
+  private scheduleIssue(): void {
+    if (this.issueScheduled || this.inFlight !== undefined) return;
+    this.issueScheduled = true;
+    // setImmediate rather than a microtask: operations from every I/O callback of this loop iteration join.
+    setImmediate(() => this.issue());
+  }
+
+  private issue(): void {
+    this.issueScheduled = false;
+    if (this.inFlight !== undefined || this.queue.length === 0) return;
+    const ops = this.queue;
+    this.queue = [];
+    const b = new Batch();
+    this.inFlight = b;
+    // One explicit lmdb-js batch = one transaction, and its promise is the only one lmdb-js creates for it.
+    // (With lmdb-js's default event-turn batching it also creates a commit promise that nobody holds; when a
+    // commit fails, e.g. on a full disk, that one rejects unhandled and kills the process. Verified.)
+    let commit: Promise<unknown>;
+    try {
+      commit = (this.env as unknown as LmdbBatcher).batch(() => this.build(b, ops));
+    } catch (err) {
+      commit = Promise.reject(err);
+    }
+    // Captured now, so it is the flush of the transaction just queued (what `separateFlushed` would give).
+    // It never rejects: a failed commit is reported by `commit`.
+    const flushed = this.relaxed
+      ? undefined
+      : new Promise<void>((resolve) => {
+          this.env.flushed.then(
+            () => resolve(),
+            () => resolve(),
+          );
+        });
+    const previous = this.lastSettled;
+    let settle!: () => void;
+    this.lastSettled = new Promise<void>((resolve) => (settle = resolve));
+    commit.then(
+      () => {
+        this.afterCommit(b);
+        void Promise.all([previous, flushed]).then(() => {
+          for (const op of b.done) op.resolve(op.value);
+          settle();
+        });
+      },
+      (err: unknown) => {
+        this.afterFailedCommit(b, err);
+        void previous.then(() => {
+          const failure = new StoreError(
+            'EF_STORE_WRITE',
+            `a write to the store in ${this.path} failed: ${asError(err).message}`,
+            { cause: err },
+          );
+          for (const op of b.done) op.reject(failure);
+          settle();
+        });
+      },
+    );
+  }
+
+  /** Runs the queued operations and writes the counters they changed, all inside one lmdb-js batch. */
+  private build(b: Batch, ops: Op[]): void {
+    for (const op of ops) {
+      try {
+        op.value = op.run(b);
+        b.done.push(op);
+      } catch (err) {
+        op.reject(err instanceof StoreError ? err : new StoreError('EF_STORE_WRITE', asError(err).message, { cause: err }));
+      }
+    }
+    try {
+      for (const box of b.outboxes) box.finishBatch(b);
+      this.sessions.finishBatch(b);
+      if (b.sessionSeqBefore !== undefined) this.put(b, this.meta, 'sessionSeq', this.sessions.lastSeq);
+    } catch (err) {
+      // Queueing a counter write fails only if the environment is broken; the commit then fails as well and
+      // rejects the batch. Logged here because it is the first sign.
+      this.log.error({ err }, 'failed to queue store counters');
+    }
+    if (!b.storeFull && this.storeFullEpisode && b.usedBytes !== undefined) {
+      this.storeFullEpisode = false;
+      this.log.info('store below storage.maxBytes again');
+    }
+  }
+
+  private afterCommit(b: Batch): void {
+    this.pageBytes.reservedSince += b.reservedBytes;
+    for (const box of b.outboxes) box.committed();
+    if (this.commitFailing) {
+      this.commitFailing = false;
+      this.log.info('store writes succeed again');
+    }
+    this.inFlight = undefined;
+    if (this.queue.length > 0) this.scheduleIssue();
+  }
+
+  private afterFailedCommit(b: Batch, err: unknown): void {
+    // lmdb-js attaches a second promise with the OS error (EIO on a full disk) and rejects it separately;
+    // unhandled, that rejection would kill the process.
+    const detail = (err as { commitError?: Promise<unknown> } | undefined)?.commitError;
+    if (detail !== undefined && typeof detail.then === 'function') {
+      detail.then(undefined, (cause: unknown) => {
+        this.log.error({ err: cause }, 'store commit error detail');
+      });
+    }
+    if (!this.commitFailing) {
+      this.commitFailing = true;
+      this.log.error({ err }, 'store commit failed: writes are refused until a commit succeeds');
+    }
+    for (const box of b.outboxes) box.rollback();
+    if (b.sessionSeqBefore !== undefined) this.sessions.lastSeq = b.sessionSeqBefore;
+    if (b.retainedCountBefore !== undefined) this.retained.setCount(b.retainedCountBefore);
+    this.inFlight = undefined;
+    if (this.queue.length > 0) this.scheduleIssue();
+  }
+
+  async flushed(): Promise<void> {
+    if (this.closing) return this.closed;
+    await this.drain();
+  }
+
+  /** Settles after every operation queued so far, then after the flush of everything committed. */
+  private async drain(): Promise<void> {
+    // A no-op through the queue settles after every earlier batch (resolutions are ordered).
+    await new Promise<unknown>((resolve, reject) => {
+      this.queue.push({ run: () => undefined, resolve, reject });
+      this.scheduleIssue();
+    });
+    await new Promise<void>((resolve) => {
+      this.env.flushed.then(
+        () => resolve(),
+        () => resolve(), // a failed commit was already reported to the writes it affected
+      );
+    });
+  }
+
+  close(): Promise<void> {
+    if (this.closed === undefined) {
+      this.sessions.flushAcks();
+      for (const box of this.outboxes.values()) box.flushRemovals();
+      this.closing = true; // refuse new operations; those already queued still complete
+      this.closed = this.doClose();
+    }
+    return this.closed;
+  }
+
+  private async doClose(): Promise<void> {
+    try {
+      await this.drain();
+    } catch (err) {
+      this.log.error({ err }, 'store writes pending at close failed');
+    }
+    try {
+      await this.env.close();
+    } finally {
+      this.lock.release();
+    }
+    this.log.info('store closed');
+  }
+}
