@@ -29,6 +29,7 @@ import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { EdgeNode } from './sparkplug/edge-node.js';
 import type { UplinkControl } from './sparkplug/edge-node.js';
 import { topicMatches } from './protocol/topics.js';
+import { watchClockSteps } from './util/clock.js';
 
 export interface Gateway {
   readonly listeners: readonly BoundListener[];
@@ -150,6 +151,12 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     log.info({ host: config.metrics.host, port }, 'metrics endpoint listening');
   }
 
+  const stopClockWatch = watchClockSteps((stepMs) =>
+    log.warn(
+      { stepS: Math.round(stepMs / 1000), now: new Date().toISOString() },
+      'the system clock stepped; ages, expiry and will delays keep counting real time',
+    ),
+  );
   log.info({ version: VERSION, listeners: listeners.length, bridges: bridges.length }, 'edgeferry started');
   await systemd.ready(`${listeners.length} listener(s), ${bridges.length} bridge(s)`);
   // The event loop itself drives the pings, so a blocked loop stops them and systemd restarts us.
@@ -161,6 +168,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     stop: () =>
       (stopping ??= (async () => {
         await systemd.stopping();
+        stopClockWatch();
         sys.stop();
         // Connectors stop and the edge node publishes its NDEATH while local clients and the uplink still listen.
         await edgeNode?.stop();

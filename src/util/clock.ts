@@ -63,3 +63,23 @@ export function adoptClockBase(recorded: unknown): ClockBase | undefined {
   }
   return { bootId, baseMs };
 }
+
+/** A difference between the system clock and the steady clock that moves by this much at once is a step. */
+const STEP_THRESHOLD_MS = 2000;
+
+/**
+ * Calls `onStep` (with the step in ms, positive forward) when the system clock steps, checked every `everyMs`.
+ * For the log: whoever reads Sparkplug timestamps or log times at 3 a.m. should know the clock jumped, and that
+ * ages, expiry and will delays did not. Returns the function that stops watching.
+ */
+export function watchClockSteps(onStep: (stepMs: number) => void, everyMs = 1000): () => void {
+  let offsetMs = Date.now() - steadyNowMs();
+  const timer = setInterval(() => {
+    const nowOffsetMs = Date.now() - steadyNowMs();
+    const stepMs = nowOffsetMs - offsetMs;
+    offsetMs = nowOffsetMs;
+    if (Math.abs(stepMs) >= STEP_THRESHOLD_MS) onStep(stepMs);
+  }, everyMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}

@@ -119,6 +119,15 @@ describe('clock jumps (RELIABILITY §4)', { timeout: 120_000 }, () => {
   it('buffers while TLS says "not yet valid" in 1970; a 56-year step while running ages nothing', async () => {
     const setup = await journalIn1970();
     setup.setClock(new Date());
+    // The log says so once, for whoever wonders at 3 a.m. why timestamps jumped.
+    await waitFor(() => /the system clock stepped/.test(setup.gw.output()), 5000);
+    const step = setup.gw
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('the system clock stepped'))
+      .map((line) => (JSON.parse(line) as { stepS: number }).stepS);
+    expect(step).toHaveLength(1);
+    expect(step[0]).toBeGreaterThan(56 * 365 * 86_400);
     await expectNothingAged(setup);
   });
 
@@ -148,6 +157,7 @@ describe('clock jumps (RELIABILITY §4)', { timeout: 120_000 }, () => {
     await waitFor(() => watcher.messages.length === 1, 8000);
     expect(performance.now() - droppedAt).toBeGreaterThanOrEqual(1900);
     expect(watcher.payloads()).toEqual(['gone']);
+    expect(gw.output()).toMatch(/"stepS":-36\d\d,.*the system clock stepped/);
     client.end(true);
   });
 });
