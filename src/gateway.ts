@@ -20,7 +20,7 @@ import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/log.js';
 import { openLmdbStore } from './store/lmdb.js';
-import type { Store } from './store/types.js';
+import { deadLetterOutbox, type Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
 import { createConnectorRegistry } from '../connectors/index.js';
 import type { ConnectorConfig, ConnectorRegistry } from '../connectors/index.js';
@@ -85,6 +85,10 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
       broker,
       // The same name gives the same outbox: a bridge reconfigured on reload finds its backlog.
       outbox: store.outbox(bc.name, bc.queue),
+      deadLetter:
+        bc.queue.deadLetter.maxMessages > 0
+          ? store.outbox(deadLetterOutbox(bc.name), { ...bc.queue.deadLetter, maxAgeS: 0, overflow: 'drop-oldest' })
+          : undefined,
       log: log.child({ mod: 'bridge', bridge: bc.name }),
       hooks: edgeNode && bc.name === config.sparkplug?.uplink ? edgeNode.hooks : undefined,
       maxPacketBytes: config.broker.maxPacketBytes,
@@ -369,7 +373,9 @@ async function readinessProblems(store: Store, bridges: readonly Bridge[], serve
  * dropped silently); said once at start, with the way to inspect and delete it.
  */
 function warnOrphanOutboxes(store: Store, bridges: readonly BridgeConfig[], log: Logger): void {
-  const orphans = store.outboxNames().filter((name) => !bridges.some((b) => b.name === name));
+  const orphans = store
+    .outboxNames()
+    .filter((name) => !bridges.some((b) => b.name === name || deadLetterOutbox(b.name) === name));
   if (orphans.length === 0) return;
   log.warn(
     { outboxes: orphans },

@@ -53,6 +53,8 @@ export interface BridgeStats {
   readonly connected: boolean;
   readonly backlogMessages: number;
   readonly backlogBytes: number;
+  /** Refused messages kept in the dead-letter outbox (0 when it is off). */
+  readonly deadLetterMessages: number;
   /** Age of the oldest journaled entry, 0 when empty. */
   readonly oldestAgeS: number;
   readonly inflight: number;
@@ -82,11 +84,15 @@ export interface BridgeOptions {
   readonly hooks?: UplinkHooks;
   /** The local broker's maximum packet size: announced upstream, as inbound messages are published locally. */
   readonly maxPacketBytes?: number;
+  /** Where messages the central broker refuses are kept (`deadLetterOutbox(name)`); without it they are dropped. */
+  readonly deadLetter?: Outbox;
 }
 
 interface Inflight {
   readonly seq: number;
   readonly qos: QoS;
+  /** The entry's message as journaled (before any hook rewrote it): what a refusal keeps as a dead letter. */
+  readonly msg?: Message;
   readonly sendIndex: number;
   /** A PUBREL that frees the packet id of an entry dropped unsent (see releaseAbandoned): nothing to count. */
   readonly abandoned?: true;
@@ -106,6 +112,7 @@ export class Bridge {
   private readonly config: BridgeConfig;
   private readonly broker: Broker;
   private readonly outbox: Outbox;
+  private readonly deadLetter: Outbox | undefined;
   private readonly log: Logger;
   private readonly hooks: UplinkHooks;
   private readonly topics: TopicMap;
@@ -164,6 +171,7 @@ export class Bridge {
     this.origin = `bridge:${this.name}`;
     this.broker = options.broker;
     this.outbox = options.outbox;
+    this.deadLetter = options.deadLetter;
     this.log = options.log;
     this.hooks = options.hooks ?? {};
     this.topics = new TopicMap(options.config.topics);
@@ -200,6 +208,7 @@ export class Bridge {
       connected: this.uplink.online,
       backlogMessages: depth.messages,
       backlogBytes: depth.bytes,
+      deadLetterMessages: this.deadLetter?.depth.messages ?? 0,
       oldestAgeS: depth.oldestAppendedAtMs === undefined ? 0 : Math.max(0, (steadyNowMs() - depth.oldestAppendedAtMs) / 1000),
       inflight: this.inflight.size,
       sent: this.counters.sent,
@@ -411,14 +420,14 @@ export class Bridge {
     this.inflight.delete(rec.seq);
     this.qosInflight--;
     if (rec.abandoned) return this.schedulePump();
-    this.remove(rec.seq);
     if (result.ok) {
+      this.remove(rec.seq);
       this.counters.acked++;
       this.episodes.delete('rejected');
     } else {
-      // Retrying a refused message would block the queue head forever: drop it, counted.
-      this.outbox.countDropped('rejected_upstream', 1);
-      this.warnOnce('rejected', { reasonCode: result.reasonCode, reason: reasonName(result.reasonCode) }, 'central broker refused a message; dropped');
+      // Retrying a refused message would block the queue head forever: it leaves the queue.
+      const reason = { reasonCode: result.reasonCode, reason: reasonName(result.reasonCode) };
+      this.refuse(rec.seq, rec.msg, 'rejected', reason, 'central broker refused a message');
     }
     this.schedulePump();
   }
@@ -538,9 +547,8 @@ export class Bridge {
     }
     const maxBytes = this.session?.maximumPacketSizeBytes;
     if (maxBytes !== undefined && msg.payload.length + Buffer.byteLength(msg.topic) + PACKET_OVERHEAD_BYTES > maxBytes) {
-      this.outbox.countDropped('rejected_upstream', 1);
-      this.warnOnce('too-large', { topic: msg.topic, bytes: msg.payload.length, maxBytes }, 'message larger than the central broker accepts; dropped');
-      this.remove(entry.seq);
+      const fields = { topic: msg.topic, bytes: msg.payload.length, maxBytes };
+      this.refuse(entry.seq, entry.msg, 'too-large', fields, 'message larger than the central broker accepts');
       return;
     }
     const dup = this.resending.delete(entry.seq);
@@ -565,7 +573,8 @@ export class Bridge {
             received: msg.qos === 2 ? () => this.outbox.markReleased(entry.seq) : undefined,
           },
     );
-    rec = { seq: entry.seq, qos: msg.qos, sendIndex };
+    // QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC >= 0x80) keeps it as a dead letter.
+    rec = { seq: entry.seq, qos: msg.qos, sendIndex, msg: msg.qos > 0 ? entry.msg : undefined };
     this.inflight.set(entry.seq, rec);
     this.counters.sent++;
     // Sends go in seq order, so a seq at or below the highest one sent is a re-send.
@@ -635,6 +644,25 @@ export class Bridge {
   private sendPrologue(): void {
     const messages = this.hooks.prologue?.() ?? [];
     if (messages.length > 0) this.publishNow(messages);
+  }
+
+  /**
+   * The central broker refuses the entry: it leaves the outbox, into the dead-letter outbox when there is one (kept
+   * for `edgeferry store requeue`), else dropped and counted. The dead-letter append is queued before the removal,
+   * and store batches commit in order, so a crash never loses the entry between the two.
+   */
+  private refuse(seq: number, msg: Message | undefined, episode: string, fields: object, text: string): void {
+    const deadLetter = msg === undefined ? undefined : this.deadLetter;
+    if (deadLetter !== undefined && msg !== undefined) {
+      deadLetter.append(msg).catch((err: unknown) => {
+        this.outbox.countDropped('rejected_upstream', 1);
+        this.log.error({ err, topic: msg.topic }, 'a refused message could not be kept as a dead letter; dropped');
+      });
+    } else {
+      this.outbox.countDropped('rejected_upstream', 1);
+    }
+    this.remove(seq);
+    this.warnOnce(episode, fields, deadLetter ? `${text}; kept as a dead letter` : `${text}; dropped`);
   }
 
   private remove(seq: number): void {

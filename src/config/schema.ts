@@ -209,6 +209,11 @@ const bridgeSchema = z
         maxMessages: positive.default(10_000_000),
         maxAgeS: count.default(0),
         overflow: z.enum(['drop-oldest', 'reject-new']).default('drop-oldest'),
+        // Messages the central broker refused (PUBACK/PUBREC >= 0x80, too large) are kept here, oldest dropped
+        // first, until requeued with `edgeferry store requeue`; maxMessages 0 drops them (counted) instead.
+        deadLetter: z
+          .strictObject({ maxMessages: count.default(10_000), maxBytes: positive.default(16_777_216) })
+          .prefault({}),
       })
       .prefault({}),
     reconnect: z

@@ -88,6 +88,7 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   mirroredGauge(r, 'edgeferry_bridge_connected', '1 when the uplink is online', ['bridge'], () => bridges((st) => (st.connected ? 1 : 0)));
   mirroredGauge(r, 'edgeferry_bridge_backlog_messages', 'Messages in the outbox', ['bridge'], () => bridges((st) => st.backlogMessages));
   mirroredGauge(r, 'edgeferry_bridge_backlog_bytes', 'Bytes in the outbox', ['bridge'], () => bridges((st) => st.backlogBytes));
+  mirroredGauge(r, 'edgeferry_bridge_dead_letter_messages', 'Refused messages kept for requeueing', ['bridge'], () => bridges((st) => st.deadLetterMessages));
   mirroredGauge(r, 'edgeferry_bridge_oldest_age_seconds', 'Age of the oldest outbox entry', ['bridge'], () => bridges((st) => st.oldestAgeS));
   mirroredGauge(r, 'edgeferry_bridge_inflight_messages', 'Messages sent upstream and not yet acknowledged', ['bridge'], () => bridges((st) => st.inflight));
   mirroredGauge(r, 'edgeferry_bridge_replay_rate_messages_per_second', 'Backlog replay rate', ['bridge'], () => bridges((st) => st.replayRatePerS));

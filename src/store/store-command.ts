@@ -1,12 +1,13 @@
 /**
- * `edgeferry store list | delete-outbox NAME`: what the data directory holds, and the way to delete the outbox
- * of a bridge that was removed from the configuration (its backlog stays on disk until someone decides).
+ * `edgeferry store list | delete-outbox NAME | requeue NAME`: what the data directory holds, the way to delete the
+ * outbox of a bridge that was removed from the configuration (its backlog stays on disk until someone decides),
+ * and the way to send a bridge's dead letters (messages the central broker refused) again once the cause is fixed.
  * Runs while edgeferry is stopped: one process at a time may open the store, and the refusal names the one
  * that holds it.
  */
 import { parseArgs } from 'node:util';
 import { asError, StoreError } from '../util/errors.js';
-import type { OutboxLimits, Store } from './types.js';
+import { deadLetterOutbox, type OutboxLimits, type Store } from './types.js';
 import { steadyNowMs } from '../util/clock.js';
 
 export const storeUsage = `  edgeferry store list [-c FILE]
@@ -14,10 +15,15 @@ export const storeUsage = `  edgeferry store list [-c FILE]
                            messages in the data directory of FILE; edgeferry must be stopped
   edgeferry store delete-outbox NAME [-c FILE]
                            delete outbox NAME and its backlog (for a bridge removed from the configuration)
+  edgeferry store requeue NAME [-c FILE]
+                           move the dead letters of bridge NAME (messages the central broker refused) to the end
+                           of its outbox, to be sent again at the next start
 `;
 
-/** Limits only matter for appends, which these commands never make. */
+/** Limits only matter for appends, which only `requeue` makes: it moves what the operator asks for, unbounded. */
 const READ_ONLY: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'reject-new' };
+/** Dead letters moved per step of `requeue` (one store batch each). */
+const REQUEUE_CHUNK = 1000;
 
 export interface StoreCommandContext {
   /** Opens the store of the configuration's `storage.path`; undefined when there is no data directory yet. */
@@ -39,7 +45,9 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
     return 2;
   }
   const [command, name] = positionals;
-  const usable = (command === 'list' && positionals.length === 1) || (command === 'delete-outbox' && positionals.length === 2);
+  const usable =
+    (command === 'list' && positionals.length === 1) ||
+    ((command === 'delete-outbox' || command === 'requeue') && positionals.length === 2);
   if (!usable) {
     ctx.stderr(`Usage:\n${storeUsage}`);
     return 2;
@@ -57,7 +65,10 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
   }
   try {
     if (command === 'list') list(store, ctx);
-    else {
+    else if (command === 'requeue') {
+      const moved = await requeue(store, name);
+      ctx.stdout(moved === 0 ? `bridge "${name}" has no dead letters\n` : `moved ${moved} dead letters of bridge "${name}" to its outbox\n`);
+    } else {
       if (ctx.bridgeNames.includes(name)) {
         ctx.stderr(
           `edgeferry store: bridge "${name}" is still in the configuration; remove it there first, or its backlog ` +
@@ -90,7 +101,12 @@ function list(store: Store, ctx: StoreCommandContext): void {
       .filter(([, n]) => n > 0)
       .map(([reason, n]) => `${reason} ${n}`)
       .join(', ');
-    const note = ctx.bridgeNames.includes(name) ? '' : '  (no bridge of this name in the configuration)';
+    const deadOf = ctx.bridgeNames.find((bridge) => deadLetterOutbox(bridge) === name);
+    const note = ctx.bridgeNames.includes(name)
+      ? ''
+      : deadOf !== undefined
+        ? `  (refused by the central broker; send again with "edgeferry store requeue ${deadOf}")`
+        : '  (no bridge of this name in the configuration)';
     ctx.stdout(
       `outbox ${name}: ${d.messages} messages, ${d.bytes} bytes, oldest ${oldest}, dropped ${dropped || 'none'}${note}\n`,
     );
@@ -103,4 +119,23 @@ function list(store: Store, ctx: StoreCommandContext): void {
     queued += s.queue.length + (s.queueTail?.count ?? 0);
   }
   ctx.stdout(`persistent sessions: ${sessions} (${queued} queued messages)\nretained messages: ${store.retained.count}\n`);
+}
+
+/**
+ * Moves the dead letters of bridge `name` to the end of its outbox, oldest first, in chunks: each chunk is
+ * appended, then removed from the dead letters. A crash between the two leaves a chunk in both: sent again and
+ * still listed, never lost.
+ */
+async function requeue(store: Store, name: string): Promise<number> {
+  if (!store.outboxNames().includes(deadLetterOutbox(name))) return 0;
+  const dead = store.outbox(deadLetterOutbox(name), READ_ONLY);
+  const outbox = store.outbox(name, READ_ONLY);
+  let moved = 0;
+  for (;;) {
+    const chunk = dead.peek(REQUEUE_CHUNK);
+    if (chunk.length === 0) return moved;
+    await Promise.all(chunk.map((entry) => outbox.append(entry.msg)));
+    await dead.remove(chunk.map((entry) => entry.seq));
+    moved += chunk.length;
+  }
 }

@@ -136,6 +136,12 @@ export interface OutboxEntry {
 
 export type DropReason = 'queue_full' | 'expired' | 'rejected_upstream';
 
+/**
+ * The outbox that keeps what the central broker refused for bridge `bridge` (its dead letters), until an operator
+ * requeues them. The dot keeps it apart from bridge names, which cannot contain one.
+ */
+export const deadLetterOutbox = (bridge: string): string => `${bridge}.dead-letter`;
+
 export interface OutboxDepth {
   readonly messages: number;
   readonly bytes: number;

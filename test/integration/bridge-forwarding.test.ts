@@ -43,12 +43,16 @@ describe('bridge: steady stream and inbound commands (issue 3 scenarios 1 and 8)
     expect(checkSequence(on('plant/ws/q0'), q0)).toMatchObject({ missing: [], outOfOrder: 0 });
   });
 
-  it('drops a message the central broker refuses (PUBACK 0x87), counts it, and goes on with the next ones', async () => {
+  it('with dead letters off, drops a message the central broker refuses (PUBACK 0x87), counts it, and goes on', async () => {
     const acl = join(d.tempDir('edgeferry-acl-'), 'acl');
     writeFileSync(acl, 'topic read #\ntopic write plant/ok/#\n'); // anonymous clients: read all, write plant/ok/#
     const central = d.add(await startMosquitto({ extraConf: `acl_file ${acl}` }));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
-    const gw = d.add(await startGateway(bridgePatch(central.url, { topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }] })));
+    const gw = d.add(
+      await startGateway(
+        bridgePatch(central.url, { topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }], queue: { deadLetter: { maxMessages: 0 } } }),
+      ),
+    );
     const local = await connectClient(gw.url);
     d.defer(() => local.endAsync(true));
     await local.publishAsync('plant/secret/x', 'refused', { qos: 1 });

@@ -10,7 +10,7 @@ import { Bridge } from '../../src/bridge/bridge.js';
 import { createMessage, type QoS } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb.js';
 import { createMemoryStore } from '../../src/store/memory.js';
-import type { Outbox } from '../../src/store/types.js';
+import { deadLetterOutbox, type Outbox } from '../../src/store/types.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { delay, waitFor } from '../helpers/wait.js';
@@ -110,6 +110,36 @@ function answerQoS2(up: FakeUpstream, opts: { complete: boolean; withhold?: stri
 }
 
 describe('bridge against a scriptable fake upstream', () => {
+  it('keeps refused messages as dead letters (PUBACK >= 0x80, above Maximum Packet Size) and goes on with the rest', async () => {
+    const up = d.add(await startFakeUpstream());
+    up.connack = { sessionPresent: false, properties: { maximumPacketSize: 200 } };
+    up.onPacket = (c, p) => {
+      if (p.cmd !== 'publish') return;
+      const reasonCode = p.payload.toString() === 'refuse-me' ? 0x97 : 0; // 0x97 Quota exceeded
+      c.send({ cmd: 'puback', messageId: p.messageId, reasonCode } as Packet);
+    };
+    const { broker, store } = testBroker();
+    const config = bridgeConfig([up.url]);
+    const outbox = store.outbox(config.name, config.queue);
+    const limits = { maxMessages: 10, maxBytes: 1 << 20, maxAgeS: 0, overflow: 'drop-oldest' } as const;
+    const deadLetter = store.outbox(deadLetterOutbox(config.name), limits);
+    const bridge = d.add(new Bridge({ config, broker, outbox, deadLetter, log: silentLogger }));
+    await bridge.start();
+    await waitFor(() => up.connections.length === 1, 5000);
+    for (const payload of ['a', 'refuse-me', 'x'.repeat(500), 'b']) {
+      await broker.publish(createMessage({ topic: 'plant/x', payload: Buffer.from(payload), qos: 1, origin: 'local' }));
+    }
+    await waitFor(() => outbox.depth.messages === 0 && deadLetter.depth.messages === 2, 5000);
+    expect(publishes(up.connections[0]).map((p) => p.payload.toString())).toEqual(['a', 'refuse-me', 'b']);
+    // In the order refused: the large one at its send, 'refuse-me' when its PUBACK came.
+    expect(deadLetter.peek(10).map((e) => [e.msg.topic, e.msg.qos, e.msg.payload.toString().slice(0, 9)])).toEqual([
+      ['plant/x', 1, 'xxxxxxxxx'],
+      ['plant/x', 1, 'refuse-me'],
+    ]);
+    expect(bridge.stats.deadLetterMessages).toBe(2);
+    expect(outbox.depth.dropped.rejected_upstream).toBe(0);
+  });
+
   it('never has more QoS 1 messages unacknowledged than the CONNACK Receive Maximum', async () => {
     const up = d.add(await startFakeUpstream());
     up.connack = { sessionPresent: false, properties: { receiveMaximum: 5 } };
@@ -361,7 +391,7 @@ describe('bridge against a scriptable fake upstream', () => {
     it('frees the packet id of an unacknowledged message dropped by the outbox limits: PUBREL on the resumed session, no PUBLISH [MQTT-4.3.3-10]', async () => {
       const up = d.add(await startFakeUpstream());
       // The first connection acknowledges nothing: 'a' and then 'b' stay in flight.
-      const { bridge, outbox, publish } = await setup(up.url, { queue: { maxBytes: 1 << 30, maxMessages: 1, maxAgeS: 0, overflow: 'drop-oldest' } }, 2);
+      const { bridge, outbox, publish } = await setup(up.url, { queue: { maxBytes: 1 << 30, maxMessages: 1, maxAgeS: 0, overflow: 'drop-oldest', deadLetter: { maxMessages: 0, maxBytes: 1 } } }, 2);
       await bridge.start();
       await waitFor(() => up.connections.length === 1, 5000);
       await publish('a');

@@ -33,7 +33,7 @@ export function bridgeConfig(
     inflight: 100,
     ackTimeoutS: 30,
     replay: { messagesPerS: 0, bytesPerS: 0 },
-    queue: { maxBytes: 1 << 30, maxMessages: 10_000_000, maxAgeS: 0, overflow: 'drop-oldest' },
+    queue: { maxBytes: 1 << 30, maxMessages: 10_000_000, maxAgeS: 0, overflow: 'drop-oldest', deadLetter: { maxMessages: 0, maxBytes: 1 } },
     reconnect: { minDelayMs: 100, maxDelayMs: 500 },
     ...rest,
     remote: {

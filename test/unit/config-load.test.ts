@@ -68,7 +68,13 @@ listeners:
     const [b] = parse(bridge('')).bridges;
     expect(b.remote).toMatchObject({ clientId: 'edgeferry-central', protocolVersion: 5, keepaliveS: 60, cleanStart: false });
     expect(b.topics).toEqual([{ filter: 'a/#', direction: 'out', localPrefix: '', remotePrefix: '' }]);
-    expect(b.queue).toEqual({ maxBytes: 1_073_741_824, maxMessages: 10_000_000, maxAgeS: 0, overflow: 'drop-oldest' });
+    expect(b.queue).toEqual({
+      maxBytes: 1_073_741_824,
+      maxMessages: 10_000_000,
+      maxAgeS: 0,
+      overflow: 'drop-oldest',
+      deadLetter: { maxMessages: 10_000, maxBytes: 16_777_216 },
+    });
     expect(b.reconnect).toEqual({ minDelayMs: 1000, maxDelayMs: 30_000 });
   });
 
