@@ -124,7 +124,7 @@ export class Bridge {
   private pausedReason: string | undefined;
   private unsubscribers: (() => void)[] = [];
   private session: UplinkSession | undefined;
-  private sessionStartWallMs = 0;
+  private sessionStartMs = 0;
   private everOnline = false;
 
   /** Sent and not yet acknowledged/confirmed, by seq, in send order. */
@@ -355,7 +355,7 @@ export class Bridge {
   private onOnline(session: UplinkSession): void {
     if (!this.running) return;
     this.session = session;
-    this.sessionStartWallMs = steadyNowMs();
+    this.sessionStartMs = steadyNowMs();
     if (this.everOnline) this.counters.reconnects++;
     this.everOnline = true;
     if (!session.sessionPresent) this.resending.clear();
@@ -538,7 +538,7 @@ export class Bridge {
     if (entry.released) return this.sendRelease(entry);
     let msg: Message = entry.msg;
     if (this.hooks.rewrite) {
-      const rewritten = this.hooks.rewrite(entry, entry.appendedAtMs < this.sessionStartWallMs);
+      const rewritten = this.hooks.rewrite(entry, entry.appendedAtMs < this.sessionStartMs);
       if (rewritten === null) {
         this.remove(entry.seq);
         return;
@@ -652,9 +652,9 @@ export class Bridge {
    * and store batches commit in order, so a crash never loses the entry between the two.
    */
   private refuse(seq: number, msg: Message | undefined, episode: string, fields: object, text: string): void {
-    const deadLetter = msg === undefined ? undefined : this.deadLetter;
-    if (deadLetter !== undefined && msg !== undefined) {
-      deadLetter.append(msg).catch((err: unknown) => {
+    const kept = msg !== undefined && this.deadLetter !== undefined;
+    if (msg !== undefined && this.deadLetter !== undefined) {
+      this.deadLetter.append(msg).catch((err: unknown) => {
         this.outbox.countDropped('rejected_upstream', 1);
         this.log.error({ err, topic: msg.topic }, 'a refused message could not be kept as a dead letter; dropped');
       });
@@ -662,7 +662,7 @@ export class Bridge {
       this.outbox.countDropped('rejected_upstream', 1);
     }
     this.remove(seq);
-    this.warnOnce(episode, fields, deadLetter ? `${text}; kept as a dead letter` : `${text}; dropped`);
+    this.warnOnce(episode, fields, kept ? `${text}; kept as a dead letter` : `${text}; dropped`);
   }
 
   private remove(seq: number): void {
