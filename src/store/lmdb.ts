@@ -222,9 +222,9 @@ export async function openLmdbStore(
         );
       }
     }
-    // Stamps stored by an earlier process of this boot compare exactly with ours (see util/clock.ts).
-    const clockBase = adoptClockBase(store.meta.get('clock'));
-    if (clockBase !== undefined) await store.meta.put('clock', clockBase);
+    // The steady clock goes on from the timeline the store recorded, so stored times keep their ages (util/clock.ts).
+    adoptClockBase(store.meta.get('clock'));
+    await store.keepClockRecord();
     log.info({ sync: opts.sync, maxBytes: opts.maxBytes }, 'store open');
     return store;
   } catch (err) {

@@ -11,8 +11,8 @@
  * Its base is fixed once per boot. The first process of a boot that opens the store records the base there
  * (with the boot id), and every later process of that boot takes it over (`adoptClockBase`): Linux's monotonic
  * clock counts from boot, so times stored by a process that crashed or restarted still compare exactly. After a
- * reboot the base comes from the system clock again; times stored before it are compared as that clock says,
- * the only measure left.
+ * reboot the base comes from the system clock again, so time spent down counts, unless the recorded timeline
+ * shows that one of the two clocks was wrong (see `adoptClockBase`).
  *
  * It may drift from the system clock by what adjusts the system clock without stepping it (measured here: a VM
  * whose wall clock gains 280 ppm on the monotonic one, 24 s a day). Ages stay right: they are monotonic time.
@@ -33,11 +33,22 @@ export function steadyNowMs(): number {
   return baseMs + monotonicOffsetMs + performance.now();
 }
 
-/** The base of the steady clock as recorded in the store, per boot. */
-export interface ClockBase {
+/** The steady clock as recorded in the store: this boot's base, and how far the clock got (updated as it runs). */
+export interface ClockRecord {
   readonly bootId: string;
   readonly baseMs: number;
+  /** The steady time when the record was last written (store open, every minute, close). */
+  readonly lastSeenMs: number;
 }
+
+/**
+ * No clock that was right can read earlier than this (this code did not exist before). A recorded timeline
+ * below it was counted on a wrong clock (a flat RTC battery at 1970).
+ */
+const TIMELINE_FLOOR_MS = Date.UTC(2026, 0, 1);
+
+/** The boot the current base belongs to, once `adoptClockBase` ran (undefined: nothing is recorded). */
+let baseBootId: string | undefined;
 
 /** This boot's id (Linux), or undefined where there is none. */
 export function currentBootId(): string | undefined {
@@ -50,18 +61,32 @@ export function currentBootId(): string | undefined {
 }
 
 /**
- * Takes over the base a process of this boot recorded, so times it stored compare exactly. Returns the base to
- * record when none is recorded for this boot, undefined when nothing needs writing.
+ * Sets the steady clock's base from the store's record, so that times stored earlier compare with ours:
+ * - the same boot: its base, exactly (Linux's monotonic clock counts from boot);
+ * - a new boot: the system clock's, so the time spent down counts, unless the recorded timeline cannot be
+ *   trusted against it: it is ahead of the system clock (the clock is wrong now, e.g. a flat RTC battery), or it
+ *   was counted on a clock that was wrong then (below TIMELINE_FLOOR_MS). Then the recorded timeline goes on
+ *   where it stopped, as if no time had passed: stored times keep their ages rather than jumping by decades,
+ *   which would expire everything (or nothing).
+ * Returns the record to write now, undefined where there are no boot ids.
  */
-export function adoptClockBase(recorded: unknown): ClockBase | undefined {
-  const bootId = currentBootId();
+export function adoptClockBase(recorded: unknown, bootId = currentBootId()): ClockRecord | undefined {
   if (bootId === undefined) return undefined;
-  const r = recorded as Partial<ClockBase> | undefined;
-  if (r?.bootId === bootId && typeof r.baseMs === 'number' && Number.isFinite(r.baseMs)) {
-    baseMs = r.baseMs;
-    return undefined;
+  const r = recorded as Partial<ClockRecord> | undefined;
+  const monotonicMs = monotonicOffsetMs + performance.now();
+  if (r !== undefined && typeof r.baseMs === 'number' && Number.isFinite(r.baseMs)) {
+    const lastSeenMs = typeof r.lastSeenMs === 'number' && Number.isFinite(r.lastSeenMs) ? r.lastSeenMs : r.baseMs;
+    if (r.bootId === bootId) baseMs = r.baseMs;
+    else if (lastSeenMs > Date.now() || lastSeenMs < TIMELINE_FLOOR_MS) baseMs = lastSeenMs - monotonicMs;
+    else baseMs = Date.now() - monotonicMs;
   }
-  return { bootId, baseMs };
+  baseBootId = bootId;
+  return clockRecord();
+}
+
+/** The record to keep in the store (see ClockRecord), undefined before `adoptClockBase` or without boot ids. */
+export function clockRecord(): ClockRecord | undefined {
+  return baseBootId === undefined ? undefined : { bootId: baseBootId, baseMs, lastSeenMs: steadyNowMs() };
 }
 
 /** A difference between the system clock and the steady clock that moves by this much at once is a step. */

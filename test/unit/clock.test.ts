@@ -1,21 +1,48 @@
-/** The steady clock (src/util/clock.ts): its base per boot, taken over from the store. */
+/** The steady clock (src/util/clock.ts): its base per boot, and the timeline it continues across a reboot. */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { adoptClockBase, steadyNowMs } from '../../src/util/clock.js';
+import { adoptClockBase, clockRecord, steadyNowMs } from '../../src/util/clock.js';
+
+const HOUR_MS = 3_600_000;
+const thisBoot = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+
+/** |steady clock - expected| in ms. */
+const offBy = (expectedMs: number): number => Math.abs(steadyNowMs() - expectedMs);
 
 describe('steady clock', () => {
-  it('starts at the system clock and takes over a base recorded in this boot, not one of another boot', () => {
-    expect(Math.abs(steadyNowMs() - Date.now())).toBeLessThan(1000);
-    const bootId = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
-    const own = adoptClockBase(undefined);
-    expect(own?.bootId).toBe(bootId);
-    // Another boot's base is not ours: ours is returned, to be recorded.
-    expect(adoptClockBase({ bootId: 'another-boot', baseMs: 0 })).toEqual(own);
-    expect(adoptClockBase({ bootId, baseMs: Number.NaN })).toEqual(own);
-    // This boot's base, recorded by a process that saw the system clock an hour behind: taken over.
-    const before = steadyNowMs();
-    expect(adoptClockBase({ bootId, baseMs: own!.baseMs - 3_600_000 })).toBeUndefined();
-    expect(before - steadyNowMs()).toBeGreaterThan(3_599_000);
-    expect(before - steadyNowMs()).toBeLessThan(3_600_000);
+  it('starts at the system clock and records this boot', () => {
+    expect(offBy(Date.now())).toBeLessThan(1000);
+    const record = adoptClockBase(undefined);
+    expect(record?.bootId).toBe(thisBoot);
+    expect(Math.abs((record?.lastSeenMs ?? 0) - Date.now())).toBeLessThan(1000);
+    expect(clockRecord()?.baseMs).toBe(record?.baseMs);
+  });
+
+  it('takes over the base recorded in this boot exactly, whatever the system clock says now', () => {
+    const own = adoptClockBase(undefined, thisBoot)!;
+    // Recorded by a process of this boot that saw the system clock an hour behind: ages keep counting from it.
+    adoptClockBase({ bootId: thisBoot, baseMs: own.baseMs - HOUR_MS, lastSeenMs: Date.now() - HOUR_MS }, thisBoot);
+    expect(offBy(Date.now() - HOUR_MS)).toBeLessThan(1000);
+    adoptClockBase({ bootId: thisBoot, baseMs: Number.NaN, lastSeenMs: 0 }, thisBoot); // garbage: ignored
+    expect(offBy(Date.now() - HOUR_MS)).toBeLessThan(1000);
+  });
+
+  it('after a reboot counts the time down by the system clock when the recorded timeline is plausible', () => {
+    const earlier = { bootId: 'an-earlier-boot', baseMs: Date.now() - 48 * HOUR_MS, lastSeenMs: Date.now() - 5 * HOUR_MS };
+    adoptClockBase(earlier, thisBoot);
+    expect(offBy(Date.now())).toBeLessThan(1000);
+  });
+
+  it('after a reboot goes on where the recorded timeline stopped when one of the clocks was wrong', () => {
+    // The last boot counted on a clock at 1970 (flat RTC battery), this one on a right clock: without this, every
+    // stored time would look 56 years old and expire.
+    const stoppedAt1970 = Date.UTC(1970, 0, 3);
+    adoptClockBase({ bootId: 'an-earlier-boot', baseMs: Date.UTC(1970, 0, 1), lastSeenMs: stoppedAt1970 }, thisBoot);
+    expect(offBy(stoppedAt1970)).toBeLessThan(1000);
+    // The last boot ran on a right clock, this one on a wrong one (behind it): stored times would be in the future.
+    const stoppedAhead = Date.now() + 56 * 365 * 24 * HOUR_MS;
+    adoptClockBase({ bootId: 'an-earlier-boot', baseMs: stoppedAhead - HOUR_MS, lastSeenMs: stoppedAhead }, thisBoot);
+    expect(offBy(stoppedAhead)).toBeLessThan(1000);
+    expect(clockRecord()?.bootId).toBe(thisBoot);
   });
 });

@@ -41,12 +41,15 @@ import { Batch, type Op } from './batch.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey } from './outbox.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore, type SessionFields } from './sessions.js';
+import { clockRecord } from '../../util/clock.js';
 
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
 const PAGE_STATS_MAX_AGE_MS = 1000;
 const PAGE_STATS_EXACT_ABOVE = 0.9;
 /** Pages per value byte, generously: 64-byte values with 8-byte keys fill pages about 2:1. */
 const RESERVE_MARGIN = 3;
+/** How often the steady clock's record is written (see keepClockRecord). */
+const CLOCK_RECORD_EVERY_MS = 60_000;
 /** Entries deleted per transaction when a whole outbox is deleted. */
 const DELETE_CHUNK = 10_000;
 
@@ -104,6 +107,7 @@ export class LmdbStoreImpl implements Store {
   private commitFailing = false;
   private storeFullEpisode = false;
   private pageBytes = { used: 0, readAtMs: -Infinity, reservedSince: 0 };
+  private clockTimer: NodeJS.Timeout | undefined;
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
     this.env = env;
@@ -423,8 +427,31 @@ export class LmdbStoreImpl implements Store {
     });
   }
 
+  /**
+   * Keeps the steady clock's record (util/clock.ts) in `meta`: now, every CLOCK_RECORD_EVERY_MS and at close, so
+   * the next boot knows how far this timeline got. Settles when the first write is durable.
+   */
+  async keepClockRecord(): Promise<void> {
+    await this.recordClock();
+    this.clockTimer ??= setInterval(() => {
+      this.recordClock().catch((err: unknown) => this.log.warn({ err }, 'clock record not stored'));
+    }, CLOCK_RECORD_EVERY_MS);
+    this.clockTimer.unref();
+  }
+
+  private recordClock(): Promise<void> {
+    return this.schedule((b) => {
+      const record = clockRecord();
+      if (record !== undefined) this.put(b, this.meta, 'clock', record);
+    });
+  }
+
   close(): Promise<void> {
     if (this.closed === undefined) {
+      if (this.clockTimer !== undefined) {
+        clearInterval(this.clockTimer);
+        this.recordClock().catch((err: unknown) => this.log.warn({ err }, 'clock record not stored at close'));
+      }
       this.sessions.flushAcks();
       for (const box of this.outboxes.values()) box.flushRemovals();
       this.closing = true; // refuse new operations; those already queued still complete
