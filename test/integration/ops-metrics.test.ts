@@ -155,7 +155,7 @@ describe('metrics endpoint', { timeout: 60_000 }, () => {
   it('answers /readyz with 503 naming the bridge while its upstream is down, and 200 once it is connected', async () => {
     const central = d.add(await startMosquitto());
     await central.stop();
-    const { metricsPort } = await metricsGateway(bridgePatch(central.url));
+    const { gw, metricsPort } = await metricsGateway(bridgePatch(central.url));
     const down = await getJson(metricsPort, '/readyz');
     expect(down.status).toBe(503);
     const body = JSON.parse(down.body) as { ready: boolean; problems: string[] };
@@ -165,7 +165,11 @@ describe('metrics endpoint', { timeout: 60_000 }, () => {
     expect((await scrape(metricsPort)).value('edgeferry_bridge_connected', { bridge: 'central' })).toBe(0);
 
     await central.restart();
-    await waitFor(async () => (await getJson(metricsPort, '/readyz')).status === 200, 15_000, { message: '/readyz 200 after the upstream came back' });
+    let last = down;
+    await waitFor(async () => (last = await getJson(metricsPort, '/readyz')).status === 200, 15_000, {
+      // Seen once under full-suite load, not reproduced: say what was not ready, and what the gateway logged.
+      message: () => `/readyz 200 after the upstream came back; last answer ${last.status} ${last.body}\n${gw.output().slice(-2000)}`,
+    });
     expect((await scrape(metricsPort)).value('edgeferry_bridge_connected', { bridge: 'central' })).toBe(1);
   });
 
