@@ -17,7 +17,8 @@
  *   payload          the rest of the value
  *
  * Values are prefixed by a u8 format version (`VALUE_FORMAT`); stamped values (outbox entries, delayed wills)
- * also carry an f64 wall-clock time right after it (append time, due time), readable without decoding.
+ * also carry an f64 time (ms since the epoch by the steady clock, util/clock.ts) right after it (append time, due
+ * time), readable without decoding.
  */
 import type { Message, PublishProperties, QoS, UserProperties } from '../protocol/message.js';
 import type { FlightState } from './types.js';
@@ -30,7 +31,7 @@ const FLAG_RETAIN = 0x04;
 const FLAG_EXPIRY = 0x08;
 const FLAG_PROPS = 0x10;
 
-/** Bytes before the message in a stamped value: format byte + f64 wall-clock ms. */
+/** Bytes before the message in a stamped value: format byte + f64 ms (steady clock). */
 export const STAMPED_HEADER_BYTES = 9;
 /** Bytes before the message in a retained or session-queue value: the format byte. */
 export const PLAIN_HEADER_BYTES = 1;
@@ -297,7 +298,7 @@ export function decodeMessage(buf: Buffer, offset: number, nowWallMs?: number, n
   return msg;
 }
 
-/** Encodes a stamped value: format byte, a wall-clock time (an outbox entry's append, a will's due time), message. */
+/** Encodes a stamped value: format byte, a steady-clock time (an outbox entry's append, a will's due time), message. */
 export function encodeStampedValue(msg: Message, stampMs: number): Buffer {
   const buf = encodeMessage(msg, STAMPED_HEADER_BYTES);
   buf[0] = VALUE_FORMAT;
@@ -305,7 +306,7 @@ export function encodeStampedValue(msg: Message, stampMs: number): Buffer {
   return buf;
 }
 
-/** Reads the wall-clock time of a stamped value without decoding the message. */
+/** Reads the steady-clock time of a stamped value without decoding the message. */
 export function stampedValueMs(value: Buffer): number {
   return value.readDoubleBE(1);
 }

@@ -26,7 +26,7 @@ export interface SubscriptionRecord {
 export interface SessionRecord {
   readonly clientId: string;
   readonly expiryIntervalS: number; // 0xFFFFFFFF: never expires
-  /** Wall-clock ms of the disconnect, so time spent down counts towards expiry after a restart. */
+  /** When it disconnected (steady clock, util/clock.ts), so time spent down counts towards expiry after a restart. */
   readonly disconnectedAtMs?: number;
   readonly subscriptions: readonly SubscriptionRecord[];
   readonly queue: readonly QueuedRecord[];
@@ -41,7 +41,7 @@ export interface SessionRecord {
 /** A will waiting out its delay (MQTT 5 Will Delay Interval) after its client's connection was lost. */
 export interface PendingWill {
   readonly msg: Message;
-  /** Wall-clock ms when it is due, so time spent down counts. */
+  /** When it is due (steady clock, util/clock.ts), so time spent down counts. */
   readonly dueAtMs: number;
 }
 
