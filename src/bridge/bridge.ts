@@ -573,8 +573,7 @@ export class Bridge {
             received: msg.qos === 2 ? () => this.outbox.markReleased(entry.seq) : undefined,
           },
     );
-    // QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC >= 0x80) keeps it as a dead letter.
-    rec = { seq: entry.seq, qos: msg.qos, sendIndex, msg: msg.qos > 0 ? entry.msg : undefined };
+    rec = { seq: entry.seq, qos: msg.qos, sendIndex, msg: entry.msg };
     this.inflight.set(entry.seq, rec);
     this.counters.sent++;
     // Sends go in seq order, so a seq at or below the highest one sent is a re-send.

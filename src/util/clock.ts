@@ -68,10 +68,10 @@ export function currentBootId(): string | undefined {
  *   was counted on a clock that was wrong then (below TIMELINE_FLOOR_MS). Then the recorded timeline goes on
  *   where it stopped, as if no time had passed: stored times keep their ages rather than jumping by decades,
  *   which would expire everything (or nothing).
- * Returns the record to write now, undefined where there are no boot ids.
+ * Where there are no boot ids, the base stays the system clock's and nothing is recorded (`clockRecord`).
  */
-export function adoptClockBase(recorded: unknown, bootId = currentBootId()): ClockRecord | undefined {
-  if (bootId === undefined) return undefined;
+export function adoptClockBase(recorded: unknown, bootId = currentBootId()): void {
+  if (bootId === undefined) return;
   const r = recorded as Partial<ClockRecord> | undefined;
   const monotonicMs = monotonicOffsetMs + performance.now();
   if (r !== undefined && typeof r.baseMs === 'number' && Number.isFinite(r.baseMs)) {
@@ -81,7 +81,6 @@ export function adoptClockBase(recorded: unknown, bootId = currentBootId()): Clo
     else baseMs = Date.now() - monotonicMs;
   }
   baseBootId = bootId;
-  return clockRecord();
 }
 
 /** The record to keep in the store (see ClockRecord), undefined before `adoptClockBase` or without boot ids. */

@@ -12,14 +12,15 @@ const offBy = (expectedMs: number): number => Math.abs(steadyNowMs() - expectedM
 describe('steady clock', () => {
   it('starts at the system clock and records this boot', () => {
     expect(offBy(Date.now())).toBeLessThan(1000);
-    const record = adoptClockBase(undefined);
+    adoptClockBase(undefined);
+    const record = clockRecord();
     expect(record?.bootId).toBe(thisBoot);
     expect(Math.abs((record?.lastSeenMs ?? 0) - Date.now())).toBeLessThan(1000);
-    expect(clockRecord()?.baseMs).toBe(record?.baseMs);
   });
 
   it('takes over the base recorded in this boot exactly, whatever the system clock says now', () => {
-    const own = adoptClockBase(undefined, thisBoot)!;
+    adoptClockBase(undefined, thisBoot);
+    const own = clockRecord()!;
     // Recorded by a process of this boot that saw the system clock an hour behind: ages keep counting from it.
     adoptClockBase({ bootId: thisBoot, baseMs: own.baseMs - HOUR_MS, lastSeenMs: Date.now() - HOUR_MS }, thisBoot);
     expect(offBy(Date.now() - HOUR_MS)).toBeLessThan(1000);

@@ -432,6 +432,7 @@ export class LmdbStoreImpl implements Store {
    * the next boot knows how far this timeline got. Settles when the first write is durable.
    */
   async keepClockRecord(): Promise<void> {
+    if (clockRecord() === undefined) return; // no boot ids here: nothing to record
     await this.recordClock();
     this.clockTimer ??= setInterval(() => {
       this.recordClock().catch((err: unknown) => this.log.warn({ err }, 'clock record not stored'));
