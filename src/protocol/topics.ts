@@ -64,12 +64,27 @@ export function topicMatches(filter: string, topic: string): boolean {
   if (topic.charCodeAt(0) === 36 /* $ */ && (filter.charCodeAt(0) === 43 || filter.charCodeAt(0) === 35)) {
     return false;
   }
-  const f = filter.split('/');
-  const t = topic.split('/');
-  for (let i = 0; i < f.length; i++) {
-    if (f[i] === '#') return true;
-    if (i >= t.length) return false;
-    if (f[i] !== '+' && f[i] !== t[i]) return false;
+  // Walks both strings level by level without splitting them: this runs per message (ACLs, bridge rules).
+  let fi = 0;
+  let ti = 0;
+  for (;;) {
+    const fEnd = levelEnd(filter, fi);
+    const level = fEnd - fi;
+    if (level === 1 && filter.charCodeAt(fi) === 35 /* # */) return true; // also matches the parent level
+    if (ti > topic.length) return false; // the topic has fewer levels
+    const tEnd = levelEnd(topic, ti);
+    if (!(level === 1 && filter.charCodeAt(fi) === 43 /* + */)) {
+      if (tEnd - ti !== level) return false;
+      for (let k = 0; k < level; k++) if (filter.charCodeAt(fi + k) !== topic.charCodeAt(ti + k)) return false;
+    }
+    fi = fEnd + 1;
+    ti = tEnd + 1;
+    if (fi > filter.length) return ti > topic.length; // both end at the same level
   }
-  return f.length === t.length;
+}
+
+/** Index of the '/' ending the level that starts at `from`, or the string's length. */
+function levelEnd(s: string, from: number): number {
+  const i = s.indexOf('/', from);
+  return i === -1 ? s.length : i;
 }

@@ -129,6 +129,13 @@ describe('topic matching', () => {
     ['sport/tennis/+', 'sport/tennis', false],
     ['sport/tennis/+', 'sport/tennis/', true],
     ['A/b', 'a/b', false], // case sensitive [MQTT-4.7.3-4]
+    ['a/b/#', 'a/b', true],
+    ['+/+', 'a', false],
+    ['a//b', 'a//b', true],
+    ['a//b', 'a/b', false],
+    ['/', '/', true],
+    ['ab/c', 'a/c', false],
+    ['a/bc', 'a/b', false],
   ])('filter %j matches topic %j: %s', (filter, topic, expected) => {
     expect(topicMatches(filter, topic)).toBe(expected);
   });

@@ -384,7 +384,10 @@ export class LmdbStoreImpl implements Store {
       this.log.info('store writes succeed again');
     }
     this.inFlight = undefined;
-    if (this.queue.length > 0) this.scheduleIssue();
+    // Issued now, not on the next setImmediate: lmdb-js starts the write thread from a setImmediate of its own,
+    // and one issued from a setImmediate would start only after the next poll phase (the socket reads of a
+    // whole loop iteration), while the disk sits idle.
+    if (this.queue.length > 0) this.issue();
   }
 
   private afterFailedCommit(b: Batch, err: unknown): void {
