@@ -11,11 +11,13 @@
  * Its base is fixed once per boot. The first process of a boot that opens the store records the base there
  * (with the boot id), and every later process of that boot takes it over (`adoptClockBase`): Linux's monotonic
  * clock counts from boot, so times stored by a process that crashed or restarted still compare exactly. After a
- * reboot the base comes from the system clock again, so time spent down counts, unless the recorded timeline
- * shows that one of the two clocks was wrong (see `adoptClockBase`).
+ * reboot the timeline goes on from where it stopped plus the time spent down, by the system clock, unless the
+ * system clock was wrong then or is behind now (see `adoptClockBase`).
  *
- * It may drift from the system clock by what adjusts the system clock without stepping it (measured here: a VM
- * whose wall clock gains 280 ppm on the monotonic one, 24 s a day). Ages stay right: they are monotonic time.
+ * So it may differ from the system clock: by a step seen while running (a timeline started at 1970 stays 56
+ * years behind), and by what adjusts the system clock without stepping it (measured here: a VM whose wall clock
+ * gains 280 ppm on the monotonic one, 24 s a day). Nothing shows its absolute value; only differences between
+ * its readings are used (ages, deadlines), and those stay right.
  *
  * Not for timestamps that say when something happened outside (Sparkplug metric timestamps, log lines): those
  * are the system clock's.
@@ -39,6 +41,8 @@ export interface ClockRecord {
   readonly baseMs: number;
   /** The steady time when the record was last written (store open, every minute, close). */
   readonly lastSeenMs: number;
+  /** The system clock at that moment: the next boot counts the time spent down from it. */
+  readonly lastSeenSystemMs: number;
 }
 
 /**
@@ -63,29 +67,39 @@ export function currentBootId(): string | undefined {
 /**
  * Sets the steady clock's base from the store's record, so that times stored earlier compare with ours:
  * - the same boot: its base, exactly (Linux's monotonic clock counts from boot);
- * - a new boot: the system clock's, so the time spent down counts, unless the recorded timeline cannot be
- *   trusted against it: it is ahead of the system clock (the clock is wrong now, e.g. a flat RTC battery), or it
- *   was counted on a clock that was wrong then (below TIMELINE_FLOOR_MS). Then the recorded timeline goes on
- *   where it stopped, as if no time had passed: stored times keep their ages rather than jumping by decades,
- *   which would expire everything (or nothing).
+ * - a new boot: the recorded timeline goes on from where it stopped plus the time spent down, counted by the
+ *   system clock from the recorded `lastSeenSystemMs` to now. Unless that count cannot be trusted: the system
+ *   clock was wrong then (below TIMELINE_FLOOR_MS) or is behind it now (wrong now, e.g. a flat RTC battery).
+ *   Then no time is counted as spent down: stored times keep their ages rather than jumping by decades, which
+ *   would expire everything (or nothing). A timeline that started on a wrong clock (1970) thus stays behind the
+ *   system clock, but counts the time spent down once the system clock is right.
  * Where there are no boot ids, the base stays the system clock's and nothing is recorded (`clockRecord`).
  */
 export function adoptClockBase(recorded: unknown, bootId = currentBootId()): void {
   if (bootId === undefined) return;
   const r = recorded as Partial<ClockRecord> | undefined;
   const monotonicMs = monotonicOffsetMs + performance.now();
-  if (r !== undefined && typeof r.baseMs === 'number' && Number.isFinite(r.baseMs)) {
-    const lastSeenMs = typeof r.lastSeenMs === 'number' && Number.isFinite(r.lastSeenMs) ? r.lastSeenMs : r.baseMs;
-    if (r.bootId === bootId) baseMs = r.baseMs;
-    else if (lastSeenMs > Date.now() || lastSeenMs < TIMELINE_FLOOR_MS) baseMs = lastSeenMs - monotonicMs;
-    else baseMs = Date.now() - monotonicMs;
+  if (r !== undefined && finite(r.baseMs)) {
+    if (r.bootId === bootId) {
+      baseMs = r.baseMs;
+    } else {
+      const lastSeenMs = finite(r.lastSeenMs) ? r.lastSeenMs : r.baseMs;
+      // Records written before lastSeenSystemMs existed: the timeline then restarted from the system clock.
+      const systemThenMs = finite(r.lastSeenSystemMs) ? r.lastSeenSystemMs : lastSeenMs;
+      const systemNowMs = Date.now();
+      const downMs = systemThenMs >= TIMELINE_FLOOR_MS && systemNowMs >= systemThenMs ? systemNowMs - systemThenMs : 0;
+      baseMs = lastSeenMs + downMs - monotonicMs;
+    }
   }
   baseBootId = bootId;
 }
 
+const finite = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
 /** The record to keep in the store (see ClockRecord), undefined before `adoptClockBase` or without boot ids. */
 export function clockRecord(): ClockRecord | undefined {
-  return baseBootId === undefined ? undefined : { bootId: baseBootId, baseMs, lastSeenMs: steadyNowMs() };
+  if (baseBootId === undefined) return undefined;
+  return { bootId: baseBootId, baseMs, lastSeenMs: steadyNowMs(), lastSeenSystemMs: Date.now() };
 }
 
 /** A difference between the system clock and the steady clock that moves by this much at once is a step. */

@@ -32,6 +32,21 @@ describe('steady clock', () => {
     const earlier = { bootId: 'an-earlier-boot', baseMs: Date.now() - 48 * HOUR_MS, lastSeenMs: Date.now() - 5 * HOUR_MS };
     adoptClockBase(earlier, thisBoot);
     expect(offBy(Date.now())).toBeLessThan(1000);
+    // The same from a record that has the system clock too.
+    adoptClockBase({ ...earlier, lastSeenSystemMs: earlier.lastSeenMs }, thisBoot);
+    expect(offBy(Date.now())).toBeLessThan(1000);
+  });
+
+  it('after a reboot counts the time down on a timeline that started on a wrong clock, once the system clock was right', () => {
+    // The store's timeline began at 1970 (flat RTC battery); NTP then set the system clock while edgeferry ran (the
+    // timeline did not step with it), and the record kept both. Down for 5 hours since: they count.
+    const stoppedAt1970 = Date.UTC(1970, 0, 3);
+    const systemThen = Date.now() - 5 * HOUR_MS;
+    adoptClockBase({ bootId: 'an-earlier-boot', baseMs: Date.UTC(1970, 0, 1), lastSeenMs: stoppedAt1970, lastSeenSystemMs: systemThen }, thisBoot);
+    expect(offBy(stoppedAt1970 + 5 * HOUR_MS)).toBeLessThan(1000);
+    const record = clockRecord()!;
+    expect(Math.abs(record.lastSeenSystemMs - Date.now())).toBeLessThan(1000);
+    expect(Math.abs(record.lastSeenMs - (stoppedAt1970 + 5 * HOUR_MS))).toBeLessThan(1000);
   });
 
   it('after a reboot goes on where the recorded timeline stopped when one of the clocks was wrong', () => {
