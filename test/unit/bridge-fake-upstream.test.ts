@@ -1,6 +1,6 @@
 /**
  * The bridge against a scriptable fake central broker built on mqtt-packet (RELIABILITY §4 harness): Receive
- * Maximum, session resume with original packet ids and DUP, unknown PUBACK ids, DISCONNECT 0x93.
+ * Maximum, session resume with original packet ids and DUP, unknown PUBACK ids, DISCONNECT 0x93, reconnect storms.
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import mqttPacket from 'mqtt-packet';
@@ -31,6 +31,9 @@ interface FakeUpstream {
   onPacket: (conn: FakeConnection, packet: Packet) => void;
   /** CONNACK to answer the next CONNECTs with. */
   connack: { sessionPresent: boolean; properties?: Record<string, unknown> };
+  /** While true, every CONNECT is recorded in `refused` and its connection closed unanswered (an overloaded broker). */
+  refuse: boolean;
+  readonly refused: { clientId: string; atMs: number }[];
   stop(): Promise<void>;
 }
 
@@ -42,6 +45,8 @@ async function startFakeUpstream(): Promise<FakeUpstream> {
     connections,
     onPacket: () => undefined,
     connack: { sessionPresent: false },
+    refuse: false,
+    refused: [],
     stop: async () => {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -61,6 +66,11 @@ async function startFakeUpstream(): Promise<FakeUpstream> {
     };
     parser.on('packet', (packet: Packet) => {
       conn.packets.push(packet);
+      if (packet.cmd === 'connect' && fake.refuse) {
+        fake.refused.push({ clientId: packet.clientId, atMs: performance.now() });
+        socket.destroy();
+        return;
+      }
       if (packet.cmd === 'connect') {
         connections.push(conn);
         conn.send({ cmd: 'connack', returnCode: 0, reasonCode: 0, sessionPresent: fake.connack.sessionPresent, properties: fake.connack.properties } as Packet);
@@ -241,6 +251,25 @@ describe('bridge against a scriptable fake upstream', () => {
     };
     for (const p of publishes(up.connections[1])) up.connections[1].send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
     await waitFor(() => outbox.depth.messages === 0, 5000);
+  });
+
+  it('spreads the reconnects of many gateways while the upstream refuses them (decorrelated jitter, RELIABILITY §4 reconnect storm)', async () => {
+    const up = d.add(await startFakeUpstream());
+    up.refuse = true;
+    const gateways = 20;
+    const attempts = 5;
+    for (let i = 0; i < gateways; i++) {
+      const { bridge } = await setup(up.url, { reconnect: { minDelayMs: 50, maxDelayMs: 2000 }, remote: { clientId: `gw-${i}` } });
+      void bridge.start();
+    }
+    const nth = (clientId: string): number | undefined => up.refused.filter((c) => c.clientId === clientId)[attempts - 1]?.atMs;
+    const ids = Array.from({ length: gateways }, (_, i) => `gw-${i}`);
+    await waitFor(() => ids.every((id) => nth(id) !== undefined), 30_000);
+    // All started within a few ms; a backoff without jitter would keep them in lockstep, each attempt a burst.
+    const times = ids.map((id) => nth(id)!).sort((a, b) => a - b);
+    expect(times[times.length - 1] - times[0]).toBeGreaterThan(250);
+    const busiest = Math.max(...times.map((t) => times.filter((u) => u >= t && u < t + 20).length));
+    expect(busiest).toBeLessThanOrEqual(gateways / 2);
   });
 
   it('halves its window after DISCONNECT 0x93 Receive Maximum exceeded', async () => {
