@@ -46,10 +46,10 @@ export interface ClockRecord {
 }
 
 /**
- * No clock that was right can read earlier than this (this code did not exist before). A recorded timeline
- * below it was counted on a wrong clock (a flat RTC battery at 1970).
+ * No clock that was right can read earlier than this (this code did not exist before). A system clock reading
+ * below it came from a wrong clock (a flat RTC battery at 1970).
  */
-const TIMELINE_FLOOR_MS = Date.UTC(2026, 0, 1);
+const CLOCK_FLOOR_MS = Date.UTC(2026, 0, 1);
 
 /** The boot the current base belongs to, once `adoptClockBase` ran (undefined: nothing is recorded). */
 let baseBootId: string | undefined;
@@ -69,7 +69,7 @@ export function currentBootId(): string | undefined {
  * - the same boot: its base, exactly (Linux's monotonic clock counts from boot);
  * - a new boot: the recorded timeline goes on from where it stopped plus the time spent down, counted by the
  *   system clock from the recorded `lastSeenSystemMs` to now. Unless that count cannot be trusted: the system
- *   clock was wrong then (below TIMELINE_FLOOR_MS) or is behind it now (wrong now, e.g. a flat RTC battery).
+ *   clock was wrong then (below CLOCK_FLOOR_MS) or is behind it now (wrong now, e.g. a flat RTC battery).
  *   Then no time is counted as spent down: stored times keep their ages rather than jumping by decades, which
  *   would expire everything (or nothing). A timeline that started on a wrong clock (1970) thus stays behind the
  *   system clock, but counts the time spent down once the system clock is right.
@@ -87,7 +87,7 @@ export function adoptClockBase(recorded: unknown, bootId = currentBootId()): voi
       // Records written before lastSeenSystemMs existed: the timeline then restarted from the system clock.
       const systemThenMs = finite(r.lastSeenSystemMs) ? r.lastSeenSystemMs : lastSeenMs;
       const systemNowMs = Date.now();
-      const downMs = systemThenMs >= TIMELINE_FLOOR_MS && systemNowMs >= systemThenMs ? systemNowMs - systemThenMs : 0;
+      const downMs = systemThenMs >= CLOCK_FLOOR_MS && systemNowMs >= systemThenMs ? systemNowMs - systemThenMs : 0;
       baseMs = lastSeenMs + downMs - monotonicMs;
     }
   }
