@@ -545,7 +545,7 @@ function renderTargets(summary: Record<string, GroupSummary>, opts: Options): st
 }
 
 function describeRun(r: RunRecord): string {
-  const head = `[rep ${r.rep}] ${r.scenario.padEnd(7)} ${`${r.payloadBytes} B`.padStart(6)} ${r.gateway.padEnd(26)}`;
+  const head = `[rep ${r.rep}] ${r.scenario.padEnd(8)} ${`${r.payloadBytes} B`.padStart(6)} ${r.gateway.padEnd(26)}`;
   const tail = `(${r.elapsedS.toFixed(1)} s, load ${r.loadavg1.toFixed(1)})${r.notes.length > 0 ? ` NOTE: ${r.notes.join('; ')}` : ''}`;
   if (!r.ok || r.metrics === undefined) return `${head} FAILED: ${(r.error ?? '').split('\n')[0].slice(0, 300)}`;
   const m = r.metrics;
