@@ -15,7 +15,7 @@ import type { ClientLink, Session } from '../broker/session.js';
 import type { ListenerPolicy, ServerContext } from './context.js';
 import type { Transport } from './transport.js';
 import { handleConnect } from './handlers/connect.js';
-import { handlePublish, handlePubrel } from './handlers/publish.js';
+import { handlePublish, handlePubrel, type PendingAck } from './handlers/publish.js';
 import { handlePuback, handlePubrec, handlePubcomp } from './handlers/acks.js';
 import { handleSubscribe } from './handlers/subscribe.js';
 import { handleUnsubscribe } from './handlers/unsubscribe.js';
@@ -57,9 +57,11 @@ export class Connection implements ClientLink, FrameHandler {
   private topicAliasesOut: Map<string, number> | undefined;
   /** Packets that arrived while the CONNECT was being authenticated, dispatched once it completes. */
   private deferred: Packet[] | undefined;
-  /** The tail of pending acknowledgements, so PUBACKs go out in the order of the PUBLISHes [MQTT-4.6.0-2]. */
-  ackTail: Promise<void> | undefined;
-  pendingAcks = 0;
+  /**
+   * QoS 1/2 acknowledgements waiting for their message to be stored, in the order of the PUBLISHes: they go out
+   * in that order [MQTT-4.6.0-2] (handlers/publish.ts). Its head is always one still waiting.
+   */
+  readonly pendingAcks: PendingAck[] = [];
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   overBufferSinceMs: number | undefined;

@@ -93,28 +93,42 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
     const remembered = session.store?.putAwaitingRelease(session.id, packetId);
     if (remembered) durable = durable ? Promise.all([durable, remembered]).then(() => undefined) : remembered;
   }
-  if (!durable && conn.pendingAcks === 0) return acknowledge(conn, qos, packetId, Reason.Success);
+  if (!durable && conn.pendingAcks.length === 0) return acknowledge(conn, qos, packetId, Reason.Success);
   // Wait for durability, keeping acknowledgements in the order of the publishes [MQTT-4.6.0-2].
-  conn.pendingAcks++;
-  const previous = conn.ackTail;
-  const tail = (async () => {
-    let code: number = Reason.Success;
-    try {
-      await durable;
-    } catch (err) {
-      code = err instanceof ProtocolError ? err.reasonCode : Reason.UnspecifiedError;
+  const pending: PendingAck = { qos, packetId, code: durable ? undefined : Reason.Success };
+  conn.pendingAcks.push(pending);
+  durable?.then(
+    () => settle(conn, pending, Reason.Success),
+    (err: unknown) => {
       conn.log.warn({ err, topic, clientId: conn.clientId }, 'message not accepted: could not be stored');
-    }
-    await previous;
-    conn.pendingAcks--;
-    if (code !== Reason.Success) {
-      if (qos === 2) forgetAwaitingRelease(session, packetId)?.catch((e: unknown) => conn.log.warn({ err: e }, 'QoS 2 release not stored'));
+      settle(conn, pending, err instanceof ProtocolError ? err.reasonCode : Reason.UnspecifiedError);
+    },
+  );
+}
+
+/** A QoS 1/2 acknowledgement waiting in `Connection.pendingAcks`; `code` is set once its message is stored (or not). */
+export interface PendingAck {
+  readonly qos: QoS;
+  readonly packetId: number;
+  code: number | undefined;
+}
+
+/** Records the outcome of one pending acknowledgement and sends every one at the head that is settled. */
+function settle(conn: Connection, settled: PendingAck, code: number): void {
+  settled.code = code;
+  const queue = conn.pendingAcks;
+  while (queue.length > 0 && queue[0].code !== undefined) {
+    const { qos, packetId, code: reasonCode } = queue.shift()!;
+    if (reasonCode !== Reason.Success) {
+      if (qos === 2) forgetAwaitingRelease(conn.session!, packetId)?.catch((e: unknown) => conn.log.warn({ err: e }, 'QoS 2 release not stored'));
       // Without a way to say "not stored" in 3.1.1, the client gets no acknowledgement and resends after reconnect.
-      if (!v5) return conn.close(undefined, 'message could not be stored');
+      if (conn.version !== 5) {
+        queue.length = 0;
+        return conn.close(undefined, 'message could not be stored');
+      }
     }
-    acknowledge(conn, qos, packetId, code);
-  })();
-  conn.ackTail = tail;
+    acknowledge(conn, qos, packetId, reasonCode!);
+  }
 }
 
 function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: number): void {
