@@ -76,22 +76,22 @@ describe('bridge: queue limits (issue 3 scenario 7)', { timeout: 120_000 }, () =
     // the 11th on refused) and an unbridged one (no store write, so it could be acknowledged at once).
     const nobody = `mqtt://127.0.0.1:${await freePort()}`; // the uplink stays down
     const gw = d.add(await startGateway(bridgePatch(nobody, { queue: { maxMessages: 10, overflow: 'reject-new' } })));
-    const pipeline = (raw: RawClient): void => {
-      for (let id = 1; id <= 40; id++) raw.publish(id % 2 === 1 ? 'plant/order' : 'other/order', `m${id}`, { qos: 1, messageId: id });
+    const pipeline = (raw: RawClient, bridged: (id: number) => boolean): void => {
+      for (let id = 1; id <= 40; id++) raw.publish(bridged(id) ? 'plant/order' : 'other/order', `m${id}`, { qos: 1, messageId: id });
     };
     const pubacks = (raw: RawClient): [number, number][] =>
       raw.packets('puback').map((p: Packet & { cmd: 'puback' }) => [p.messageId!, p.reasonCode ?? 0]);
 
     // MQTT 5: every publish gets its PUBACK in order; bridged ones 11 to 20 (ids 21, 23, ..., 39) with 0x97.
     const v5 = d.add(await RawClient.connect(gw.port, { clientId: 'order-v5' }, { protocolVersion: 5 }));
-    pipeline(v5);
+    pipeline(v5, (id) => id % 2 === 1);
     await v5.until(() => (v5.packets('puback').length >= 40 ? true : undefined), 10_000, '40 PUBACKs');
     expect(pubacks(v5)).toEqual(Array.from({ length: 40 }, (_, i) => [i + 1, i + 1 >= 21 && (i + 1) % 2 === 1 ? 0x97 : 0]));
 
     // MQTT 3.1.1 cannot refuse: the connection closes at the first refused publish, after acknowledging exactly
     // the publishes before it, in order. The outbox is full now, so that is the first bridged one.
     const v3 = d.add(await RawClient.connect(gw.port, { clientId: 'order-v3' }, { protocolVersion: 4 }));
-    for (let id = 1; id <= 40; id++) v3.publish(id % 2 === 0 ? 'plant/order' : 'other/order', `m${id}`, { qos: 1, messageId: id });
+    pipeline(v3, (id) => id % 2 === 0);
     await v3.waitForClose(10_000);
     expect(pubacks(v3)).toEqual([[1, 0]]);
   });
