@@ -651,17 +651,20 @@ export class Bridge {
    * and store batches commit in order, so a crash never loses the entry between the two.
    */
   private refuse(seq: number, msg: Message | undefined, episode: string, fields: object, text: string): void {
-    const kept = msg !== undefined && this.deadLetter !== undefined;
-    if (msg !== undefined && this.deadLetter !== undefined) {
-      this.deadLetter.append(msg).catch((err: unknown) => {
-        this.outbox.countDropped('rejected_upstream', 1);
-        this.log.error({ err, topic: msg.topic }, 'a refused message could not be kept as a dead letter; dropped');
-      });
-    } else {
-      this.outbox.countDropped('rejected_upstream', 1);
-    }
+    const kept = this.keepAsDeadLetter(msg);
+    if (!kept) this.outbox.countDropped('rejected_upstream', 1);
     this.remove(seq);
     this.warnOnce(episode, fields, kept ? `${text}; kept as a dead letter` : `${text}; dropped`);
+  }
+
+  /** Queues a refused message for the dead-letter outbox; false when there is none (or no message to keep). */
+  private keepAsDeadLetter(msg: Message | undefined): boolean {
+    if (msg === undefined || this.deadLetter === undefined) return false;
+    this.deadLetter.append(msg).catch((err: unknown) => {
+      this.outbox.countDropped('rejected_upstream', 1);
+      this.log.error({ err, topic: msg.topic }, 'a refused message could not be kept as a dead letter; dropped');
+    });
+    return true;
   }
 
   private remove(seq: number): void {
