@@ -442,14 +442,16 @@ export class Uplink {
       this.incomingStore = new InboundQoS2((packet) => this.deliverInbound(packet));
       conn.client.incomingStore = this.incomingStore;
     }
+    // SUBSCRIBE goes on the wire before anything the online handler sends (backlog, Sparkplug births), so the
+    // broker, reading the connection in order, has the command subscription before a host can answer a birth
+    // [tck-id-message-flow-edge-node-ncmd-subscribe].
+    this.subscribe(conn, sessionPresent);
     this.options.events.online({
       url: conn.url,
       sessionPresent,
       receiveMaximum: Math.min(props?.receiveMaximum ?? DEFAULT_RECEIVE_MAXIMUM, this.windowLimit),
       maximumPacketSizeBytes: props?.maximumPacketSize,
     });
-    if (this.conn !== conn || !conn.online) return;
-    this.subscribe(conn, sessionPresent);
   }
 
   private subscribe(conn: Connection, sessionPresent: boolean): void {

@@ -150,6 +150,27 @@ describe('bridge against a scriptable fake upstream', () => {
     expect(outbox.depth.dropped.rejected_upstream).toBe(0);
   });
 
+  it('sends its SUBSCRIBE before the births and the backlog, so the broker has the command subscription before a host sees a birth [tck-id-message-flow-edge-node-ncmd-subscribe]', async () => {
+    const up = d.add(await startFakeUpstream());
+    const { broker, store } = testBroker();
+    const config = bridgeConfig([up.url], {
+      topics: [
+        { filter: 'plant/#', direction: 'out', localPrefix: '', remotePrefix: '' },
+        { filter: 'cmd/#', direction: 'in', qos: 1, localPrefix: '', remotePrefix: '' },
+      ] as typeof config.topics,
+    });
+    const outbox = store.outbox(config.name, config.queue);
+    const prologue = () => [createMessage({ topic: 'plant/birth', payload: Buffer.from('birth'), qos: 0, origin: 'sparkplug' })];
+    const bridge = d.add(new Bridge({ config, broker, outbox, hooks: { prologue }, log: silentLogger }));
+    up.refuse = true;
+    await bridge.start();
+    await broker.publish(createMessage({ topic: 'plant/x', payload: Buffer.from('backlog'), qos: 1, origin: 'local' }));
+    up.refuse = false;
+    await waitFor(() => up.connections.length === 1 && publishes(up.connections[0]).length === 2, 5000);
+    const order = up.connections[0].packets.filter((p) => p.cmd !== 'pingreq');
+    expect(order.map((p) => (p.cmd === 'publish' ? p.payload.toString() : p.cmd))).toEqual(['connect', 'subscribe', 'birth', 'backlog']);
+  });
+
   it('never has more QoS 1 messages unacknowledged than the CONNACK Receive Maximum', async () => {
     const up = d.add(await startFakeUpstream());
     up.connack = { sessionPresent: false, properties: { receiveMaximum: 5 } };
