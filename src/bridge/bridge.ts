@@ -26,7 +26,7 @@ import { ReplayPacer } from './token-bucket.js';
 import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
 import { outboxPacketId, Uplink } from './uplink.js';
-import type { InboundPublish, PublishResult, UplinkSession } from './uplink.js';
+import type { InboundPublish, PublishFlow, PublishResult, UplinkSession } from './uplink.js';
 import { steadyNowMs } from '../util/clock.js';
 
 export type UplinkStatus =
@@ -88,14 +88,39 @@ export interface BridgeOptions {
   readonly deadLetter?: Outbox;
 }
 
-interface Inflight {
-  readonly seq: number;
-  readonly qos: QoS;
-  /** The entry's message as journaled (before any hook rewrote it): what a refusal keeps as a dead letter. */
-  readonly msg?: Message;
-  readonly sendIndex: number;
-  /** A PUBREL that frees the packet id of an entry dropped unsent (see releaseAbandoned): nothing to count. */
-  readonly abandoned?: true;
+/** What an in-flight entry reports to its bridge. */
+interface FlightOwner {
+  onResult(flight: Inflight, result: PublishResult): void;
+  /** QoS 2: records that the broker received the entry (PUBREC) before the PUBREL goes. */
+  markReleased(seq: number): Promise<void>;
+}
+
+/**
+ * An outbox entry sent on the current connection and not yet acknowledged or confirmed; for QoS 1/2 it is also
+ * the flow's sender that the uplink reports to (one object per message, no closures).
+ */
+class Inflight implements PublishFlow {
+  /** Set once written: the uplink's send index of its PUBLISH or PUBREL. */
+  sendIndex = 0;
+
+  constructor(
+    private readonly owner: FlightOwner,
+    readonly seq: number,
+    readonly qos: QoS,
+    /** The entry's message as journaled (before any hook rewrote it): what a refusal keeps as a dead letter. */
+    readonly msg: Message | undefined,
+    /** A PUBREL that frees the packet id of an entry dropped unsent (see releaseAbandoned): nothing to count. */
+    readonly abandoned = false,
+  ) {}
+
+  result(result: PublishResult): void {
+    this.owner.onResult(this, result);
+  }
+
+  /** PUBREL only once the receipt is durable: from then on, also after a crash, the entry is only released. */
+  received(): Promise<void> {
+    return this.owner.markReleased(this.seq);
+  }
 }
 
 /** How long unconfirmed QoS 0 entries may wait for a confirming ping when the window is not full. */
@@ -129,6 +154,10 @@ export class Bridge {
 
   /** Sent and not yet acknowledged/confirmed, by seq, in send order. */
   private readonly inflight = new Map<number, Inflight>();
+  private readonly flightOwner: FlightOwner = {
+    onResult: (flight, result) => this.onResult(flight, result),
+    markReleased: (seq) => this.outbox.markReleased(seq),
+  };
   private qosInflight = 0;
   /** Unconfirmed QoS 0 sends in send order; `q0Head` is the first live one. */
   private q0: Inflight[] = [];
@@ -276,7 +305,7 @@ export class Bridge {
   publishNow(messages: readonly Message[]): boolean {
     if (!this.running || !this.uplink.online) return false;
     for (const msg of messages) {
-      this.uplink.publish(msg, {
+      this.uplink.publish(msg, undefined, false, {
         result: (result) => {
           if (!result.ok) this.log.warn({ topic: msg.topic, reasonCode: result.reasonCode }, 'central broker refused a message sent outside the outbox');
         },
@@ -552,28 +581,9 @@ export class Bridge {
       return;
     }
     const dup = this.resending.delete(entry.seq);
-    let rec: Inflight | undefined;
-    const { sendIndex } = this.uplink.publish(
-      {
-        topic: msg.topic,
-        payload: msg.payload,
-        qos: msg.qos,
-        retain: msg.retain,
-        properties: msg.properties,
-        expiresAt: msg.expiresAt,
-        packetId: msg.qos > 0 ? outboxPacketId(entry.seq) : undefined,
-        dup: dup && msg.qos > 0,
-      },
-      msg.qos === 0
-        ? undefined
-        : {
-            result: (result) => rec && this.onResult(rec, result),
-            // PUBREL only once the receipt is durable: from then on, also after a crash, the entry is only
-            // released, never published again, so the broker cannot deliver it twice.
-            received: msg.qos === 2 ? () => this.outbox.markReleased(entry.seq) : undefined,
-          },
-    );
-    rec = { seq: entry.seq, qos: msg.qos, sendIndex, msg: entry.msg };
+    const rec = new Inflight(this.flightOwner, entry.seq, msg.qos, entry.msg);
+    rec.sendIndex =
+      msg.qos === 0 ? this.uplink.publish(msg, undefined, false) : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec);
     this.inflight.set(entry.seq, rec);
     this.counters.sent++;
     // Sends go in seq order, so a seq at or below the highest one sent is a re-send.
@@ -592,9 +602,8 @@ export class Bridge {
       this.remove(entry.seq);
       return;
     }
-    let rec: Inflight | undefined;
-    const { sendIndex } = this.uplink.release(outboxPacketId(entry.seq), { result: (result) => rec && this.onResult(rec, result) });
-    rec = { seq: entry.seq, qos: 2, sendIndex };
+    const rec = new Inflight(this.flightOwner, entry.seq, 2, undefined);
+    rec.sendIndex = this.uplink.release(outboxPacketId(entry.seq), rec);
     this.inflight.set(entry.seq, rec);
     this.qosInflight++;
   }
@@ -612,9 +621,8 @@ export class Bridge {
       if (seq >= nextSeq) continue;
       if (qos === 2) {
         if (this.inflight.size >= this.window || this.qosInflight >= receiveMaximum) return false;
-        let rec: Inflight | undefined;
-        const { sendIndex } = this.uplink.release(outboxPacketId(seq), { result: (result) => rec && this.onResult(rec, result) });
-        rec = { seq, qos: 2, sendIndex, abandoned: true };
+        const rec = new Inflight(this.flightOwner, seq, 2, undefined, true);
+        rec.sendIndex = this.uplink.release(outboxPacketId(seq), rec);
         this.inflight.set(seq, rec);
         this.qosInflight++;
       }

@@ -51,16 +51,13 @@ export interface InboundPublish {
   readonly properties?: PublishProperties;
 }
 
+/** What goes up: a `Message` is one. */
 export interface OutgoingPublish {
   readonly topic: string;
   readonly payload: Buffer;
   readonly qos: QoS;
   readonly retain: boolean;
   readonly properties?: PublishProperties;
-  /** The packet id to use when it is free: an outbox entry's own (see `outboxPacketId`). */
-  readonly packetId?: number;
-  /** A re-send of a publish that may have reached the broker before [MQTT-3.3.1-1]. */
-  readonly dup?: boolean;
   /** Remaining message expiry is computed from this message's deadline. */
   readonly expiresAt?: number;
 }
@@ -129,8 +126,6 @@ interface Connection {
   sendIndex: number;
   /** Outstanding PINGREQs: send index at the time of writing, and when. */
   readonly pings: { mark: number; atMs: number }[];
-  /** Outstanding QoS 1/2 publishes by packet id: send index and when. */
-  readonly awaiting: Map<number, { sendIndex: number; atMs: number }>;
   /** QoS 1/2 flows under way on this connection, by packet id. */
   readonly flows: Map<number, Flow>;
   /** Packets written this tick, sent together at the next (see `write`); empty when none wait. */
@@ -146,9 +141,15 @@ interface Flow {
   readonly sender: PublishFlow | undefined;
   /** QoS 2: PUBREC arrived (or the flow resumed at PUBREL); only PUBCOMP is awaited. */
   released: boolean;
+  /** Send index of its PUBLISH (or resumed PUBREL): an answer confirms everything written before. */
+  readonly sendIndex: number;
+  /** When it was written: liveness (`checkLiveness`). */
+  readonly atMs: number;
 }
 
 const DEFAULT_RECEIVE_MAXIMUM = 65_535;
+/** The result of every accepted publish (shared: results are only read). */
+const ACCEPTED: PublishResult = { ok: true };
 /** How long a DISCONNECT for a protocol violation may take to leave before the socket is destroyed. */
 const DISCONNECT_GRACE_MS = 1000;
 
@@ -228,26 +229,28 @@ export class Uplink {
    * broker answers on this connection (never if the connection drops first: the entry is still in the outbox
    * and goes again). MQTT.js is not involved: its per-publish work (option merging, a deep copy for its
    * outgoing store, timers, logging) was the largest share of the replay's CPU, and the outbox already is the
-   * store; it ignores acks for ids it did not send. Returns the publish's send index.
+   * store; it ignores acks for ids it did not send. `packetId` is the one to use when it is free (an outbox
+   * entry's own, see `outboxPacketId`); `dup` marks a re-send that may have reached the broker [MQTT-3.3.1-1].
+   * Returns the publish's send index.
    */
-  publish(msg: OutgoingPublish, sender?: PublishFlow): { sendIndex: number } {
+  publish(msg: OutgoingPublish, packetId: number | undefined, dup: boolean, sender?: PublishFlow): number {
     const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
-    const packetId = msg.qos > 0 ? this.startFlow(conn, msg.qos as 1 | 2, msg.packetId, sendIndex, sender, false) : undefined;
-    const { bytes } = encodePublish(msg, this.options.config.remote.protocolVersion, msg.qos, msg.retain, msg.dup === true, undefined, packetId);
+    const id = msg.qos > 0 ? this.startFlow(conn, msg.qos as 1 | 2, packetId, sendIndex, sender, false) : undefined;
+    const { bytes } = encodePublish(msg, this.options.config.remote.protocolVersion, msg.qos, msg.retain, dup && id !== undefined, undefined, id);
     this.write(conn, bytes);
-    return { sendIndex };
+    return sendIndex;
   }
 
   /**
    * Resumes a QoS 2 flow the broker already received (PUBREC before a reconnect or restart): PUBREL under its
    * packet id, then PUBCOMP reports the result [MQTT-4.4.0-1]. Needs the session the broker kept.
    */
-  release(packetId: number, sender: PublishFlow): { sendIndex: number } {
+  release(packetId: number, sender: PublishFlow): number {
     const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
     this.writePubrel(conn, this.startFlow(conn, 2, packetId, sendIndex, sender, true));
-    return { sendIndex };
+    return sendIndex;
   }
 
   private onlineConnection(): Connection {
@@ -259,9 +262,8 @@ export class Uplink {
   private startFlow(conn: Connection, qos: 1 | 2, wanted: number | undefined, sendIndex: number, sender: PublishFlow | undefined, released: boolean): number {
     const id = conn.ids.allocateAs(wanted);
     if (id === null) throw new UplinkError('EF_INTERNAL', 'no free packet id'); // the window is far below 65535
-    conn.awaiting.set(id, { sendIndex, atMs: performance.now() });
     // Registered even without a sender: the final ack frees the packet id.
-    conn.flows.set(id, { qos, sender, released });
+    conn.flows.set(id, { qos, sender, released, sendIndex, atMs: performance.now() });
     return id;
   }
 
@@ -321,7 +323,6 @@ export class Uplink {
       online: false,
       sendIndex: 0,
       pings: [],
-      awaiting: new Map(),
       flows: new Map(),
       pending: [],
       lastAckMs: performance.now(),
@@ -346,7 +347,7 @@ export class Uplink {
       conn.error = new UplinkError('EF_UPLINK_CONNECT', `central broker sent DISCONNECT 0x${reason.toString(16)}`);
       if (reason === Reason.ReceiveMaximumExceeded) {
         // The broker's limit is lower than it announced (or than we assumed): halve the window from now on.
-        this.windowLimit = Math.max(1, Math.floor(Math.min(this.windowLimit, Math.max(conn.awaiting.size, 2)) / 2));
+        this.windowLimit = Math.max(1, Math.floor(Math.min(this.windowLimit, Math.max(conn.flows.size, 2)) / 2));
         this.log.warn({ url, windowLimit: this.windowLimit }, 'central broker says too many messages in flight; window reduced');
       }
     });
@@ -548,23 +549,14 @@ export class Uplink {
   private onPublishAck(conn: Connection, cmd: PublishAck, packetId: number, reasonCode: number): void {
     if (this.conn !== conn) return;
     conn.lastAckMs = performance.now();
-    const waiting = conn.awaiting.get(packetId);
-    if (waiting) {
-      // PUBREC already proves receipt of the PUBLISH; PUBCOMP then only completes it.
-      if (cmd !== 'pubrec') conn.awaiting.delete(packetId);
-      this.options.events.confirmed(waiting.sendIndex);
-    }
-    this.onAck(conn, cmd, packetId, reasonCode);
-  }
-
-  /** An ack for a flow of ours; anything else (MQTT.js's, or answering nothing) is left alone. */
-  private onAck(conn: Connection, cmd: 'puback' | 'pubrec' | 'pubcomp', packetId: number, reasonCode: number): void {
+    // An ack for a flow of ours; anything else (MQTT.js's, or answering nothing) is left alone.
     const flow = conn.flows.get(packetId);
     if (!flow) return;
+    this.options.events.confirmed(flow.sendIndex);
     if (cmd === 'pubrec') {
       if (flow.qos !== 2 || flow.released) return;
       // An error reason ends the flow at PUBREC, without PUBREL (MQTT 5 §4.3.3).
-      if (reasonCode >= 0x80) return this.settle(conn, packetId, reasonCode);
+      if (reasonCode >= 0x80) return this.settle(conn, packetId, flow, reasonCode);
       flow.released = true;
       const durable = flow.sender?.received?.();
       if (!durable) return this.writePubrel(conn, packetId);
@@ -579,17 +571,14 @@ export class Uplink {
     if (cmd === 'puback' ? flow.qos !== 1 : !flow.released) return;
     // PUBCOMP ends the flow whatever its reason: 0x92 (id not found) after a resumed PUBREL means the broker
     // completed it before.
-    this.settle(conn, packetId, cmd === 'puback' ? reasonCode : 0);
+    this.settle(conn, packetId, flow, cmd === 'puback' ? reasonCode : 0);
   }
 
-  private settle(conn: Connection, packetId: number, reasonCode: number): void {
-    const flow = conn.flows.get(packetId);
-    if (!flow) return;
+  private settle(conn: Connection, packetId: number, flow: Flow, reasonCode: number): void {
     conn.flows.delete(packetId);
-    conn.awaiting.delete(packetId);
     conn.ids.deallocate(packetId);
     if (!flow.sender) return;
-    if (reasonCode < 0x80) return flow.sender.result({ ok: true });
+    if (reasonCode < 0x80) return flow.sender.result(ACCEPTED);
     flow.sender.result({
       ok: false,
       reasonCode,
@@ -608,7 +597,7 @@ export class Uplink {
     const nowMs = performance.now();
     if (nowMs - conn.lastAckMs <= limitMs) return;
     let oldestMs = conn.pings.length > 0 ? conn.pings[0].atMs : Infinity;
-    for (const w of conn.awaiting.values()) if (w.atMs < oldestMs) oldestMs = w.atMs;
+    for (const f of conn.flows.values()) if (f.atMs < oldestMs) oldestMs = f.atMs;
     if (oldestMs === Infinity) {
       // Nothing outstanding: probe, so a silent link is found even without traffic.
       conn.client.sendPing();
