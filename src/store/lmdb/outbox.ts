@@ -178,7 +178,7 @@ export class LmdbOutbox implements Outbox {
         msg: decodeMessage(value, STAMPED_HEADER_BYTES),
         appendedAtMs: stampedValueMs(value),
         bytes: value.length,
-        ...(this.released.size > 0 && this.released.has(seq) ? { released: true } : {}),
+        released: this.released.size > 0 && this.released.has(seq),
       });
       if (out.length >= limit) break;
     }
