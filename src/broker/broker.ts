@@ -7,7 +7,7 @@ import { isExpired } from '../protocol/message.js';
 import { PublishEncodings } from '../protocol/codec.js';
 import { parseSharedFilter } from '../protocol/topics.js';
 import { Reason } from '../protocol/reason-codes.js';
-import { ProtocolError, StoreError } from '../util/errors.js';
+import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { QueueWindow, Store, SubscriptionRecord } from '../store/types.js';
 import { RetainedIndex } from './retained.js';
@@ -105,17 +105,19 @@ export class Broker {
   }
 
   /** In-process publish: same routing, retained and durability path as a client's PUBLISH. */
-  publish(msg: Message): Promise<void> {
+  publish(msg: Message): Promise<unknown> {
     return this.route(msg) ?? Promise.resolve();
   }
 
   /**
    * Routes one message to every matching subscriber, once per subscriber at the highest matching QoS with every
    * matching subscription identifier [MQTT-3.3.4-2/3/5]. Returns a promise only when some subscriber (a bridge
-   * outbox, the retained store) made the publisher wait, so the common path allocates no promise.
+   * outbox, a persistent session, the retained store) made the publisher wait, so the common path allocates no
+   * promise. It rejects with the store's error when one of them could not store the message (EF_STORE_FULL:
+   * a full outbox or store, which the publisher hears as 0x97 Quota exceeded).
    */
-  route(msg: Message): Promise<void> | undefined {
-    let waits: Promise<void>[] | undefined;
+  route(msg: Message): Promise<unknown> | undefined {
+    let waits: Promise<unknown>[] | undefined;
     if (msg.retain) (waits ??= []).push(this.retained.set(msg));
     const { subscriptions, groups } = this.tree.match(msg.topic);
     if (subscriptions.length === 0 && groups.length === 0) return settle(waits);
@@ -377,7 +379,7 @@ export class Broker {
     }
   }
 
-  private publishWill(msg: Message): Promise<void> | undefined {
+  private publishWill(msg: Message): Promise<unknown> | undefined {
     if (isExpired(msg)) return undefined;
     this.stats.messagesReceived[msg.qos]++;
     const routed = this.route(msg);
@@ -386,16 +388,10 @@ export class Broker {
   }
 }
 
-/** Waits for every subscriber that asked to be waited for; a full outbox becomes 0x97 Quota exceeded. */
-function settle(waits: Promise<void>[] | undefined): Promise<void> | undefined {
+/** Waits for every subscriber that asked to be waited for (one promise, not a new one, for the common single wait). */
+function settle(waits: Promise<unknown>[] | undefined): Promise<unknown> | undefined {
   if (!waits) return undefined;
-  const all = waits.length === 1 ? waits[0] : Promise.all(waits).then(() => undefined);
-  return all.catch((err: unknown) => {
-    if (err instanceof StoreError && err.code === 'EF_STORE_FULL') {
-      throw new ProtocolError(Reason.QuotaExceeded, 'store-and-forward queue is full', { cause: err });
-    }
-    throw err;
-  });
+  return waits.length === 1 ? waits[0] : Promise.all(waits);
 }
 
 class InProcessSubscriber implements Subscriber {

@@ -183,7 +183,7 @@ export class Session implements Subscriber {
     subscriptionIds: readonly number[] | undefined,
     encodings: PublishEncodings | undefined,
     group?: SharedGroup,
-  ): void | Promise<void> {
+  ): void | Promise<unknown> {
     const link = this.link;
     if (qos === 0) {
       // QoS 0 is not queued for offline clients (Mosquitto's default) and is the first thing shed by a slow one.
@@ -198,7 +198,7 @@ export class Session implements Subscriber {
     const stored = this.store?.enqueue(this.id, asDelivered(msg, qos, retain));
     if (stored && (this.spill || (this.memoryWindow && !fitsWindow(this.memoryWindow, this.queuedCount, this.queuedBytes, msg.payload.length)))) {
       this.spillOne(msg, stored);
-      return stored.then(noop);
+      return stored;
     }
     const delivery: Delivery = { msg, qos, retain, subscriptionIds, group, state: 'publish', stored };
     if (link && this.queuedCount === 0 && this.inflight.size < this.window) {
@@ -206,7 +206,7 @@ export class Session implements Subscriber {
     } else {
       this.enqueue(delivery);
     }
-    return stored?.then(noop);
+    return stored;
   }
 
   /**
@@ -485,8 +485,6 @@ export class Session implements Subscriber {
     return id;
   }
 }
-
-function noop(): void {}
 
 /** A delivery of a message read from the store (stored as delivered: its QoS and retain flag). */
 function storedDelivery(seq: number, msg: Message, subscriptionIds: readonly number[] | undefined, state: Delivery['state']): Delivery {

@@ -20,7 +20,7 @@ export interface Subscriber {
     subscriptionIds: readonly number[] | undefined,
     encodings: PublishEncodings | undefined,
     group?: SharedGroup,
-  ): void | Promise<void>;
+  ): void | Promise<unknown>;
   /** Scratch fields to merge overlapping subscriptions within one routing pass without a map. */
   routeMark: number;
   routeSlot: number;

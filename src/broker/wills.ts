@@ -21,7 +21,7 @@ export class WillScheduler {
 
   constructor(
     /** Routes the will; resolves once it is durable wherever it had to go. */
-    private readonly publish: (msg: Message) => Promise<void> | undefined,
+    private readonly publish: (msg: Message) => Promise<unknown> | undefined,
     private readonly storeFailed: (err: unknown, clientId: string) => void,
   ) {}
 

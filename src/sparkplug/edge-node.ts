@@ -434,7 +434,7 @@ export class EdgeNode implements DeviceHost {
   }
 
   /** Publishes to the local broker. QoS 0 births and data (Sparkplug), QoS 1 for NDEATH. */
-  private publishLocal(topic: string, payload: { timestamp: number; seq?: number; metrics: readonly MetricOut[] }, qos: QoS = 0): Promise<void> {
+  private publishLocal(topic: string, payload: { timestamp: number; seq?: number; metrics: readonly MetricOut[] }, qos: QoS = 0): Promise<unknown> {
     const msg = createMessage({ topic, payload: encodePayload(payload), qos, retain: false, origin: EDGE_NODE_ORIGIN });
     const published = this.broker.publish(msg);
     published.catch((err: unknown) => this.log.warn({ err: asError(err), topic }, 'local publish failed'));

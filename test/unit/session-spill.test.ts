@@ -48,7 +48,7 @@ async function open(dir: string, window: Partial<SessionLimits> = { maxQueuedInM
 async function publishRange(broker: Broker, from: number, to: number): Promise<WeakRef<Buffer>[]> {
   const refs: WeakRef<Buffer>[] = [];
   for (let start = from; start < to; start += 100) {
-    const batch: Promise<void>[] = [];
+    const batch: Promise<unknown>[] = [];
     for (let i = start; i < Math.min(to, start + 100); i++) {
       const payload = Buffer.alloc(PAYLOAD_BYTES);
       payload.writeUInt32BE(i);

@@ -31,7 +31,7 @@ export class RecordingBroker {
     });
   }
 
-  publish(msg: Message): Promise<void> {
+  publish(msg: Message): Promise<unknown> {
     return this.broker.publish(msg);
   }
 

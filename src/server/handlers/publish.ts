@@ -5,7 +5,7 @@ import { createMessage } from '../../protocol/message.js';
 import type { QoS } from '../../protocol/message.js';
 import { Reason } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
-import { ProtocolError } from '../../util/errors.js';
+import { ProtocolError, StoreError } from '../../util/errors.js';
 import type { Connection } from '../connection.js';
 import type { Session } from '../../broker/session.js';
 import { checkUserProperties, checkWireProperties, toPublishProperties } from './properties.js';
@@ -91,7 +91,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
     session.awaitRelease(packetId);
     // A persistent session remembers the id across restarts, so a resent PUBLISH after a crash is not delivered twice.
     const remembered = session.store?.putAwaitingRelease(session.id, packetId);
-    if (remembered) durable = durable ? Promise.all([durable, remembered]).then(() => undefined) : remembered;
+    if (remembered) durable = durable ? Promise.all([durable, remembered]) : remembered;
   }
   if (!durable && conn.pendingAcks.length === 0) return acknowledge(conn, qos, packetId, Reason.Success);
   // Wait for durability, keeping acknowledgements in the order of the publishes [MQTT-4.6.0-2].
@@ -101,9 +101,16 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
     () => settle(conn, pending, Reason.Success),
     (err: unknown) => {
       conn.log.warn({ err, topic, clientId: conn.clientId }, 'message not accepted: could not be stored');
-      settle(conn, pending, err instanceof ProtocolError ? err.reasonCode : Reason.UnspecifiedError);
+      settle(conn, pending, refusalReason(err));
     },
   );
+}
+
+/** The reason code for a publish that could not be stored: 0x97 Quota exceeded when an outbox or the store is full. */
+function refusalReason(err: unknown): number {
+  if (err instanceof ProtocolError) return err.reasonCode;
+  if (err instanceof StoreError && err.code === 'EF_STORE_FULL') return Reason.QuotaExceeded;
+  return Reason.UnspecifiedError;
 }
 
 /** A QoS 1/2 acknowledgement waiting in `Connection.pendingAcks`; `code` is set once its message is stored (or not). */
