@@ -14,7 +14,7 @@ import { openLmdbStore } from '../src/store/lmdb.js';
 import type { Store } from '../src/store/types.js';
 import { silentLogger } from '../src/util/logger.js';
 import { parseOrExit, positiveInt, runMain, scratchDir } from './harness.js';
-import { formatNumber } from './report.js';
+import { formatNumber, median } from './report.js';
 
 const usage = `Usage: npm run bench:store -- [options]
   --in-flight N        writes waiting for durability at any time, default 160 (bench:persistence: 10 publishers x 16)
@@ -95,8 +95,7 @@ async function main(): Promise<void> {
       }
     }
     for (const [kind, list] of rates) {
-      const sorted = [...list].sort((a, b) => a - b);
-      process.stdout.write(`${kind.padEnd(13)} median ${formatNumber(Math.round(sorted[sorted.length >> 1]))} msg/s\n`);
+      process.stdout.write(`${kind.padEnd(13)} median ${formatNumber(Math.round(median(list)))} msg/s\n`);
     }
   } finally {
     cleanup();

@@ -581,7 +581,9 @@ export class Bridge {
       return;
     }
     const dup = this.resending.delete(entry.seq);
-    const rec = new Inflight(this.flightOwner, entry.seq, msg.qos, entry.msg);
+    // QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC >= 0x80) keeps it as a dead letter.
+    // QoS 0 ones wait up to 1.5x keepalive for a confirming ping and need none.
+    const rec = new Inflight(this.flightOwner, entry.seq, msg.qos, msg.qos > 0 ? entry.msg : undefined);
     rec.sendIndex =
       msg.qos === 0 ? this.uplink.publish(msg, undefined, false) : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec);
     this.inflight.set(entry.seq, rec);
