@@ -151,10 +151,15 @@ describe('persistent session queue beyond its memory window', () => {
     const before = process.memoryUsage().arrayBuffers;
     const { broker } = await open(dir);
     expect(broker.restoreSessions()).toBe(1);
-    gc();
-    // The window's payloads (20 MB, plus what the allocator keeps), not all of them (60 MB). No writes happen
-    // here, so the figure is steady.
-    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(2 * WINDOW * PAYLOAD_BYTES);
+    // The window's payloads (20 MB, plus what the allocator keeps), not all of them (60 MB). Reading the tail
+    // for its sizes leaves 40 MB of copies behind, and V8 frees collected backing stores on a background thread,
+    // so the figure settles only after a collection has finished sweeping: polled, with a full collection each
+    // time. Were the whole queue held, it would never fall below 60 MB.
+    const held = (): number => {
+      gc();
+      return process.memoryUsage().arrayBuffers - before;
+    };
+    await waitFor(() => held() < 2 * WINDOW * PAYLOAD_BYTES, 5000, { message: () => `${held()} bytes held` });
     const session = broker.sessions.get('historian') as Session;
     expect(session.queuedCount).toBe(total);
     const got = attachClient(session);
