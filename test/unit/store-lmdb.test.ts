@@ -8,6 +8,9 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb.js';
+import { encodeStampedValue, ownerPrefix, seqKey } from '../../src/store/codec.js';
+import { outboxMetaKey, type OutboxMeta } from '../../src/store/lmdb/outbox.js';
+import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger, type Logger } from '../../src/util/logger.js';
@@ -83,6 +86,72 @@ describe('LMDB store', () => {
     const reopenedOther = store.outbox('emptied', UNLIMITED);
     await reopenedOther.append(small(2));
     expect(reopenedOther.peek(1)[0].seq).toBeGreaterThan(otherSeq);
+  });
+
+  it('stores an outbox in chunks: removals out of order survive a reopen, and a chunk goes once all of it is removed', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir);
+    let box = store.outbox('central', UNLIMITED);
+    await Promise.all(Array.from({ length: 300 }, (_, i) => box.append(small(i)))); // one batch: chunks of 128, 128, 44
+    const seqs = box.peek(300).map((e) => e.seq);
+    await box.remove([seqs[5], seqs[150], seqs[299]]);
+    await closeStore(store);
+
+    store = await openStore(dir);
+    box = store.outbox('central', UNLIMITED);
+    const left = seqs.filter((_, i) => i !== 5 && i !== 150 && i !== 299);
+    expect(box.peek(300).map((e) => e.seq)).toEqual(left);
+    expect(box.depth.messages).toBe(297);
+    await box.remove(seqs.slice(0, 200));
+    await closeStore(store);
+
+    store = await openStore(dir);
+    box = store.outbox('central', UNLIMITED);
+    expect(box.peek(300).map((e) => e.seq)).toEqual(left.filter((seq) => seq > seqs[199]));
+    expect(box.depth.messages).toBe(99);
+    // The first chunk is gone, the second still holds live entries; one mark is left (the last entry).
+    const impl = store as unknown as LmdbStoreImpl;
+    const prefix = ownerPrefix('central');
+    expect([...impl.outboxDb.getKeys({ start: prefix, snapshot: false })].length).toBe(2);
+    expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(1);
+    await box.remove(seqs.slice(200, 299));
+    expect([box.depth.messages, box.peek(10)]).toEqual([0, []]);
+    expect([...impl.outboxDb.getKeys({ start: prefix, snapshot: false })].length).toBe(0);
+    expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(0);
+  });
+
+  it('reads an outbox written before chunks (one entry per key, gaps where entries were removed)', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir);
+    const impl = store as unknown as LmdbStoreImpl;
+    const prefix = ownerPrefix('central');
+    const values = [2, 4, 5].map((seq) => [seq, encodeStampedValue(small(seq), 1000 + seq)] as const);
+    for (const [seq, value] of values) impl.outboxDb.putSync(seqKey(prefix, seq), value);
+    const bytes = values.reduce((sum, [, v]) => sum + v.length, 0);
+    const meta: OutboxMeta = { lastSeq: 5, messages: 3, bytes, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } };
+    impl.meta.putSync(outboxMetaKey('central'), meta);
+    await closeStore(store);
+
+    store = await openStore(dir);
+    let box = store.outbox('central', UNLIMITED);
+    expect(box.peek(10).map((e) => [e.seq, e.appendedAtMs, e.msg.payload[0]])).toEqual(values.map(([seq]) => [seq, 1000 + seq, seq]));
+    expect(box.depth.oldestAppendedAtMs).toBe(1002);
+    await box.remove([3, 4]); // 3 is a gap: ignored
+    await box.markReleased(3);
+    expect(box.depth.messages).toBe(2);
+    await box.append(small(6));
+    await closeStore(store);
+
+    store = await openStore(dir);
+    box = store.outbox('central', UNLIMITED);
+    expect(box.peek(10).map((e) => [e.seq, e.released === true])).toEqual([
+      [2, false],
+      [5, false],
+      [6, false],
+    ]);
+    await box.remove([2]);
+    expect(box.depth.oldestAppendedAtMs).toBe(1005);
+    expect(box.depth.bytes).toBe(values[2][1].length + box.peek(10)[1].bytes);
   });
 
   it('keeps the released mark of an outbox entry (QoS 2 PUBREC) across a reopen, and deletes it with the outbox', async () => {

@@ -1,36 +1,32 @@
-/** A bridge outbox in the LMDB store: the journal of messages bound upstream (see store.ts for batches). */
+/**
+ * A bridge outbox in the LMDB store: the journal of messages bound upstream (see store.ts for batches). Entries
+ * are stored in chunks, one per batch, and removed by moving a floor (outbox-chunk.ts).
+ */
 import type { Database } from 'lmdb';
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
-import {
-  decodeMessage,
-  encodeStampedValue,
-  keySeq,
-  STAMPED_HEADER_BYTES,
-  stampedValueMs,
-  ownerPrefix,
-  prefixEnd,
-  RELEASE_MARK,
-  seqKey,
-} from '../codec.js';
+import { decodeMessage, encodeStampedValue, keySeq, ownerPrefix, prefixEnd, RELEASE_MARK, seqKey, STAMPED_HEADER_BYTES, stampedValueMs } from '../codec.js';
 import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
 import { steadyNowMs } from '../../util/clock.js';
 import { DelayedFlush, type Batch } from './batch.js';
+import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk, seqBoundKey } from './outbox-chunk.js';
 import type { LmdbStoreImpl } from './store.js';
 
 /** Outbox counters live in `meta` under `outbox:<name>`; the range of those keys lists the outboxes. */
 export const OUTBOX_META_PREFIX = 'outbox:';
 export const OUTBOX_META_END = 'outbox;';
 export const outboxMetaKey = (name: string): string => OUTBOX_META_PREFIX + name;
-/** Outbox entries read per step when looking for the oldest live one. */
-const HEAD_CHUNK = 64;
+/** Chunks kept decoded: what the bridge reads ahead and has in flight, and the head. */
+const CACHED_CHUNKS = 8;
 
 export interface OutboxMeta {
   lastSeq: number;
   messages: number;
   bytes: number;
   dropped: Record<DropReason, number>;
+  /** No live entry has a lower seq. Absent in stores from before chunks, whose first entry is live. */
+  floor?: number;
 }
 
 interface HeadEntry {
@@ -52,8 +48,14 @@ export class LmdbOutbox implements Outbox {
   private bytes: number;
   private dropped: Record<DropReason, number>;
   private oldestAppendedAtMs: number | undefined;
+  /** No committed live entry has a lower seq. */
+  private floor: number;
+  /** Committed removals at or above the floor (acknowledged out of order), each with a mark in outbox-removed. */
+  private readonly removed = new Set<number>();
   /** Seqs with a committed `released` mark (QoS 2 received upstream); at most a window's worth. */
   private readonly released = new Set<number>();
+  /** Decoded chunks by first seq, oldest read first; chunks never change, so they stay valid until deleted. */
+  private readonly chunks = new Map<number, Chunk>();
 
   // Per batch (see Batch): undo data, changes not yet visible to readers, head scanning.
   private snapshot: (OutboxMeta & { oldest: number | undefined }) | undefined;
@@ -61,26 +63,18 @@ export class LmdbOutbox implements Outbox {
   private removedInFlight = new Set<number>();
   /** Seqs passed to `remove()` whose op has not run yet; hidden from `peek` too. */
   private readonly removalsQueued = new Map<number, number>();
-  /**
-   * Sizes of the committed entries `peek` returned, until they are removed: a removal then needs no read to
-   * keep `bytes` exact. Holds what the bridge read ahead and has in flight, a window's worth.
-   */
-  private readonly peekedBytes = new Map<number, number>();
   /** Seqs passed to `remove()`, in order, until `removalFlush` applies them. */
   private removals: number[] = [];
   private readonly removalFlush: DelayedFlush;
-  /** Seqs and values appended in this batch (not readable from the database before the commit). */
-  private batchSeqs: number[] = [];
+  /** Values appended in this batch, from seq `batchFirstSeq` on (not readable from the database before the commit). */
   private batchValues: Buffer[] = [];
-  /** Index in `batchSeqs` before which every entry was removed again (drop-oldest on a tiny queue). */
-  private batchHead = 0;
-  private headBuffer: HeadEntry[] = [];
-  private headScanFrom = 0;
-  /** No committed entry has a lower seq: where the scan for the head starts. */
-  private headFloor: number;
-  /** The head found by this batch, the new floor once it commits. */
-  private nextHeadFloor: number | undefined;
-  private committedExhausted = false;
+  private batchFirstSeq = 0;
+  /** Where this batch's search for the head resumes: every entry below it is removed. */
+  private scanFrom = 0;
+  /** The floor once this batch commits. */
+  private nextFloor: number | undefined;
+  /** Chunks this batch deletes (the floor passed them), by first seq: leave the cache at the commit. */
+  private deletedChunks: number[] = [];
   private headChanged = false;
   /** Counters changed in this batch, so they must be written. */
   private dirty = false;
@@ -101,32 +95,41 @@ export class LmdbOutbox implements Outbox {
     this.metaKey = outboxMetaKey(name);
     this.removalFlush = new DelayedFlush(store, (b) => this.applyRemovals(b));
     const meta = store.meta.get(this.metaKey) as OutboxMeta | undefined;
-    let lastKeySeq = 0;
-    for (const key of this.db.getKeys({ start: this.end, end: this.prefix, reverse: true, limit: 1, snapshot: false })) {
-      lastKeySeq = keySeq(key);
+    let firstStored: number | undefined;
+    let lastStored = 0;
+    for (const key of this.db.getKeys({ start: this.prefix, end: this.end, limit: 1, snapshot: false })) {
+      firstStored = chunkStart(key, this.prefix.length);
     }
+    for (const key of this.db.getKeys({ start: this.end, end: this.prefix, reverse: true, limit: 1, snapshot: false })) {
+      lastStored = chunkStart(key, this.prefix.length) + chunkCount(key, this.prefix.length) - 1;
+    }
+    for (const key of store.outboxRemovedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
+      this.removed.add(keySeq(key));
+    }
+    for (const key of store.outboxReleasedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
+      this.released.add(keySeq(key));
+    }
+    this.lastSeq = Math.max(meta?.lastSeq ?? 0, lastStored);
+    this.floor = meta?.floor ?? firstStored ?? this.lastSeq + 1;
     if (meta !== undefined) {
       this.messages = meta.messages;
       this.bytes = meta.bytes;
       this.dropped = { ...emptyDropped(), ...meta.dropped };
-      this.lastSeq = Math.max(meta.lastSeq, lastKeySeq);
     } else {
       // No counters yet (new outbox): count what is there, normally nothing.
       this.messages = 0;
       this.bytes = 0;
-      for (const { value } of this.db.getRange({ start: this.prefix, end: this.end, snapshot: false })) {
-        this.messages++;
-        this.bytes += value.length;
+      for (const chunk of this.chunksFrom(this.floor)) {
+        for (let seq = Math.max(chunk.start, this.floor); seq < chunk.end; seq++) {
+          if (this.removed.has(seq)) continue;
+          this.messages++;
+          this.bytes += chunk.bytes(seq);
+        }
       }
       this.dropped = emptyDropped();
-      this.lastSeq = lastKeySeq;
     }
-    const head = this.readCommittedHead();
-    this.oldestAppendedAtMs = head?.appendedAtMs;
-    this.headFloor = head?.seq ?? this.lastSeq + 1;
-    for (const key of store.outboxReleasedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
-      this.released.add(keySeq(key));
-    }
+    this.oldestAppendedAtMs = this.firstLive()?.appendedAtMs;
+    this.scanFrom = 0;
   }
 
   append(msg: Message): Promise<void> {
@@ -152,12 +155,11 @@ export class LmdbOutbox implements Outbox {
     }
     this.store.reserve(b, bytes, overflow === 'drop-oldest' ? () => this.makeRoom(b) : undefined);
     const seq = this.lastSeq + 1;
-    this.store.put(b, this.db, seqKey(this.prefix, seq), value);
+    if (this.batchValues.length === 0) this.batchFirstSeq = seq;
+    this.batchValues.push(value); // written as a chunk when the batch is finished
     this.lastSeq = seq;
     this.messages++;
     this.bytes += bytes;
-    this.batchSeqs.push(seq);
-    this.batchValues.push(value);
     this.dirty = true;
     if (this.messages === 1) this.headChanged = true;
   }
@@ -165,22 +167,21 @@ export class LmdbOutbox implements Outbox {
   peek(limit: number, afterSeq?: number): readonly OutboxEntry[] {
     const out: OutboxEntry[] = [];
     if (limit <= 0) return out;
-    const hidden = this.removedInFlight.size > 0 || this.removalsQueued.size > 0;
-    const start = afterSeq === undefined ? this.prefix : seqKey(this.prefix, Math.floor(afterSeq) + 1);
-    // Without `limit` in the range when entries may be hidden; the iteration is lazy and stops below.
-    const range = this.db.getRange({ start, end: this.end, snapshot: false, ...(hidden ? {} : { limit }) });
-    for (const { key, value } of range) {
-      const seq = keySeq(key);
-      if (hidden && (this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
-      this.peekedBytes.set(seq, value.length);
-      out.push({
-        seq,
-        msg: decodeMessage(value, STAMPED_HEADER_BYTES),
-        appendedAtMs: stampedValueMs(value),
-        bytes: value.length,
-        released: this.released.size > 0 && this.released.has(seq),
-      });
-      if (out.length >= limit) break;
+    const from = afterSeq === undefined ? this.floor : Math.max(this.floor, Math.floor(afterSeq) + 1);
+    const hidden = this.removed.size > 0 || this.removedInFlight.size > 0 || this.removalsQueued.size > 0;
+    for (const chunk of this.chunksFrom(from)) {
+      for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
+        if (hidden && (this.removed.has(seq) || this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
+        const value = chunk.entry(seq);
+        out.push({
+          seq,
+          msg: decodeMessage(value, STAMPED_HEADER_BYTES),
+          appendedAtMs: stampedValueMs(value),
+          bytes: value.length,
+          released: this.released.size > 0 && this.released.has(seq),
+        });
+        if (out.length >= limit) return out;
+      }
     }
     return out;
   }
@@ -214,30 +215,33 @@ export class LmdbOutbox implements Outbox {
   markReleased(seq: number): Promise<void> {
     if (this.store.isClosing) return Promise.reject(closedError());
     return this.store.schedule((b) => {
-      if (!Number.isSafeInteger(seq) || seq <= 0 || seq > this.lastSeq || this.removedInFlight.has(seq) || this.released.has(seq)) return;
-      const key = seqKey(this.prefix, seq);
-      if (!this.batchSeqs.includes(seq) && this.db.getBinaryFast(key) === undefined) return; // unknown: ignored
+      if (!this.isLive(seq) || this.released.has(seq) || this.entryBytes(seq) === undefined) return; // unknown: ignored
       this.touch(b);
-      this.store.put(b, this.store.outboxReleasedDb, key, RELEASE_MARK);
+      this.store.put(b, this.store.outboxReleasedDb, seqKey(this.prefix, seq), RELEASE_MARK);
       this.marking.added.push(seq);
     });
   }
 
+  /** Whether `seq` may be a live entry: in range and not removed (it may still be a gap, see `entryBytes`). */
+  private isLive(seq: number): boolean {
+    return (
+      Number.isSafeInteger(seq) && seq >= this.floor && seq <= this.lastSeq && !this.removed.has(seq) && !this.removedInFlight.has(seq)
+    );
+  }
+
+  /** Stored bytes of entry `seq`, committed or appended in this batch; undefined when there is none. */
+  private entryBytes(seq: number): number | undefined {
+    if (this.batchValues.length > 0 && seq >= this.batchFirstSeq) return this.batchValues[seq - this.batchFirstSeq]?.length;
+    const chunk = this.chunkHolding(seq);
+    return chunk === undefined ? undefined : chunk.bytes(seq);
+  }
+
   private removeOne(b: Batch, seq: number): number {
-    if (!Number.isSafeInteger(seq) || seq <= 0 || seq > this.lastSeq || this.removedInFlight.has(seq)) return 0;
-    let bytes = this.peekedBytes.get(seq);
-    if (bytes === undefined) {
-      const inBatch = this.batchSeqs.length > 0 && seq >= this.batchSeqs[0] ? this.batchSeqs.indexOf(seq) : -1;
-      if (inBatch >= 0) bytes = this.batchValues[inBatch].length;
-      else bytes = this.db.getBinaryFast(seqKey(this.prefix, seq))?.length;
-      if (bytes === undefined) return 0; // unknown or already removed: ignored by contract
-    } else {
-      this.peekedBytes.delete(seq);
-    }
-    const key = seqKey(this.prefix, seq);
-    this.store.del(b, this.db, key);
+    if (!this.isLive(seq)) return 0;
+    const bytes = this.entryBytes(seq);
+    if (bytes === undefined) return 0; // unknown or already removed: ignored by contract
     if (this.released.has(seq) || this.marking.added.includes(seq)) {
-      this.store.del(b, this.store.outboxReleasedDb, key);
+      this.store.del(b, this.store.outboxReleasedDb, seqKey(this.prefix, seq));
       this.marking.deleted.push(seq);
     }
     this.removedInFlight.add(seq);
@@ -325,95 +329,136 @@ export class LmdbOutbox implements Outbox {
   private dropHead(b: Batch, reason: DropReason): number {
     const head = this.firstLive();
     if (head === undefined) return 0;
-    this.headBuffer.shift();
     const freed = this.removeOne(b, head.seq);
     if (freed > 0) this.dropped[reason]++;
     return freed;
   }
 
-  /**
-   * The oldest entry not removed in this batch: committed entries (read ahead in chunks, as the committed
-   * database does not change while the batch is built), then those appended in this batch.
-   */
+  /** The oldest entry not removed, committed or appended in this batch. */
   private firstLive(): HeadEntry | undefined {
-    for (;;) {
-      while (this.headBuffer.length > 0) {
-        const e = this.headBuffer[0];
-        if (!this.removedInFlight.has(e.seq)) return e;
-        this.headBuffer.shift();
+    const from = Math.max(this.scanFrom, this.floor);
+    const batchFrom = this.batchValues.length > 0 ? this.batchFirstSeq : this.lastSeq + 1;
+    if (from < batchFrom) {
+      for (const chunk of this.chunksFrom(from)) {
+        for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
+          if (this.removed.has(seq) || this.removedInFlight.has(seq)) continue;
+          this.scanFrom = seq;
+          const value = chunk.entry(seq);
+          return { seq, bytes: value.length, appendedAtMs: stampedValueMs(value) };
+        }
+        this.scanFrom = chunk.end;
       }
-      if (this.committedExhausted) break;
-      let limit = HEAD_CHUNK;
-      if (this.headScanFrom === 0) {
-        // Entries removed in this batch are still committed, normally as a run at the head (acknowledgements
-        // come in order): the first read starts past that run and takes just enough to pass any other removed
-        // ones (the head's age is needed after every batch of acknowledgements).
-        let from = this.headFloor;
-        while (this.removedInFlight.has(from)) from++;
-        limit = Math.min(HEAD_CHUNK, this.removedInFlight.size - (from - this.headFloor) + 1);
-        this.headScanFrom = from;
-      }
-      let n = 0;
-      for (const { key, value } of this.db.getRange({
-        start: seqKey(this.prefix, this.headScanFrom),
-        end: this.end,
-        limit,
-        snapshot: false,
-      })) {
-        const seq = keySeq(key);
-        this.headBuffer.push({ seq, bytes: value.length, appendedAtMs: stampedValueMs(value) });
-        this.headScanFrom = seq + 1;
-        n++;
-      }
-      if (n < limit) this.committedExhausted = true;
     }
-    while (this.batchHead < this.batchSeqs.length && this.removedInFlight.has(this.batchSeqs[this.batchHead])) {
-      this.batchHead++;
+    for (let seq = Math.max(from, batchFrom); seq <= this.lastSeq; seq++) {
+      if (this.removedInFlight.has(seq)) continue;
+      this.scanFrom = seq;
+      const value = this.batchValues[seq - this.batchFirstSeq];
+      return { seq, bytes: value.length, appendedAtMs: stampedValueMs(value) };
     }
-    if (this.batchHead === this.batchSeqs.length) return undefined;
-    const value = this.batchValues[this.batchHead];
-    return { seq: this.batchSeqs[this.batchHead], bytes: value.length, appendedAtMs: stampedValueMs(value) };
+    this.scanFrom = this.lastSeq + 1;
+    return undefined;
   }
 
-  private readCommittedHead(): HeadEntry | undefined {
-    for (const { key, value } of this.db.getRange({ start: this.prefix, end: this.end, limit: 1, snapshot: false })) {
-      return { seq: keySeq(key), bytes: value.length, appendedAtMs: stampedValueMs(value) };
+  /** The committed chunk holding `seq`, if any (a stored entry from before chunks may leave gaps). */
+  private chunkHolding(seq: number): Chunk | undefined {
+    const key = this.keyHolding(seq);
+    return key === undefined ? undefined : this.chunk(key);
+  }
+
+  /** The key of the committed chunk holding `seq`: from the cache when it is there (the head, what was peeked). */
+  private keyHolding(seq: number): Buffer | undefined {
+    for (const chunk of this.chunks.values()) if (chunk.has(seq)) return chunk.key;
+    const bound = seqBoundKey(this.prefix, seq, true);
+    for (const key of this.db.getKeys({ start: bound, end: this.prefix, reverse: true, limit: 1, snapshot: false })) {
+      if (chunkStart(key, this.prefix.length) + chunkCount(key, this.prefix.length) > seq) return key;
     }
     return undefined;
   }
 
-  /** End of building a batch: persist counters in the same transaction, recompute the head's age. */
-  finishBatch(b: Batch): void {
-    if (this.dirty) {
-      const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped };
-      this.store.put(b, this.store.meta, this.metaKey, meta);
+  /** Keys of the committed chunks holding seqs from `seq` on, in order; the database is read only past the first. */
+  private *keysFrom(seq: number): Generator<Buffer> {
+    const first = this.keyHolding(seq);
+    let start = seqBoundKey(this.prefix, seq);
+    if (first !== undefined) {
+      yield first;
+      start = seqBoundKey(this.prefix, chunkStart(first, this.prefix.length) + chunkCount(first, this.prefix.length));
     }
-    this.dirty = false;
+    yield* this.db.getKeys({ start, end: this.end, snapshot: false });
+  }
+
+  private *chunksFrom(seq: number): Generator<Chunk> {
+    for (const key of this.keysFrom(seq)) yield this.chunk(key);
+  }
+
+  /** The chunk under `key`, decoded once and cached. */
+  private chunk(key: Buffer): Chunk {
+    const cached = this.chunks.get(chunkStart(key, this.prefix.length));
+    if (cached !== undefined) return cached;
+    const value = this.db.get(key);
+    if (value === undefined) throw new StoreError('EF_STORE_OPEN', `outbox "${this.name}": a chunk vanished while read`);
+    const chunk = new Chunk(key, this.prefix.length, value);
+    this.chunks.set(chunk.start, chunk);
+    if (this.chunks.size > CACHED_CHUNKS) this.chunks.delete(this.chunks.keys().next().value as number);
+    return chunk;
+  }
+
+  /**
+   * End of building a batch: the appends go in as chunks; the floor moves up to the new head, deleting the chunks
+   * it passed; removals above the floor are marked; the counters are persisted in the same transaction.
+   */
+  finishBatch(b: Batch): void {
     if (this.headChanged) {
       const head = this.firstLive();
       this.oldestAppendedAtMs = head?.appendedAtMs;
-      this.nextHeadFloor = head?.seq ?? this.lastSeq + 1;
+      this.nextFloor = head?.seq ?? this.lastSeq + 1;
     }
-    this.batchSeqs = [];
+    const floor = this.nextFloor ?? this.floor;
+    const values = this.batchValues;
+    for (let i = Math.max(0, floor - this.batchFirstSeq); i < values.length; ) {
+      const to = chunkEnd(values, i);
+      this.store.put(b, this.db, chunkKey(this.prefix, this.batchFirstSeq + i, to - i), encodeChunk(values, i, to));
+      i = to;
+    }
+    if (floor > this.floor) {
+      for (const key of this.keysFrom(this.floor)) {
+        const start = chunkStart(key, this.prefix.length);
+        if (start + chunkCount(key, this.prefix.length) > floor) break;
+        this.store.del(b, this.db, key);
+        this.deletedChunks.push(start);
+      }
+      for (const seq of this.removed) if (seq < floor) this.store.del(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq));
+    }
+    for (const seq of this.removedInFlight) {
+      if (seq >= floor) this.store.put(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq), RELEASE_MARK);
+    }
+    if (this.dirty) {
+      const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped, floor };
+      this.store.put(b, this.store.meta, this.metaKey, meta);
+    }
+    this.dirty = false;
     this.batchValues = [];
-    this.batchHead = 0;
-    this.headBuffer = [];
-    this.headScanFrom = 0;
-    this.committedExhausted = false;
+    this.scanFrom = 0;
     this.headChanged = false;
   }
 
   committed(): void {
     for (const seq of this.marking.added) this.released.add(seq);
     for (const seq of this.marking.deleted) this.released.delete(seq);
-    if (this.nextHeadFloor !== undefined) this.headFloor = this.nextHeadFloor;
+    const floor = this.nextFloor ?? this.floor;
+    for (const seq of this.removedInFlight) if (seq >= floor) this.removed.add(seq);
+    if (floor > this.floor) {
+      for (const seq of this.removed) if (seq < floor) this.removed.delete(seq);
+      this.floor = floor;
+    }
+    for (const start of this.deletedChunks) this.chunks.delete(start);
     this.forgetBatch();
   }
 
   private forgetBatch(): void {
     this.snapshot = undefined;
-    this.nextHeadFloor = undefined;
+    this.nextFloor = undefined;
     this.removedInFlight = new Set();
+    this.deletedChunks = [];
     if (this.marking.added.length > 0 || this.marking.deleted.length > 0) this.marking = { added: [], deleted: [] };
   }
 

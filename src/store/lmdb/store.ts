@@ -38,7 +38,7 @@ import { ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
 import type { Outbox, OutboxLimits, Store, SubscriptionRecord } from '../types.js';
 import { Batch, type Op } from './batch.js';
-import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey } from './outbox.js';
+import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type OutboxMeta } from './outbox.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore, type SessionFields } from './sessions.js';
 import { clockRecord } from '../../util/clock.js';
@@ -88,6 +88,8 @@ export class LmdbStoreImpl implements Store {
   readonly willDb: Database<Buffer, Buffer>;
   /** Outbox entries the central broker has received (QoS 2 PUBREC), keyed like the outbox. */
   readonly outboxReleasedDb: Database<Buffer, Buffer>;
+  /** Outbox entries removed out of order, above their outbox's floor (see outbox-chunk.ts), keyed like the outbox. */
+  readonly outboxRemovedDb: Database<Buffer, Buffer>;
   readonly durable = true;
   readonly log: Logger;
   readonly path: string;
@@ -131,6 +133,7 @@ export class LmdbStoreImpl implements Store {
     // Added after schema 1 shipped without it: opening creates it empty, which is what an older store means.
     this.willDb = env.openDB<Buffer, Buffer>('session-will', { encoding: 'binary', keyEncoding: 'binary' });
     this.outboxReleasedDb = env.openDB<Buffer, Buffer>('outbox-released', { encoding: 'binary', keyEncoding: 'binary' });
+    this.outboxRemovedDb = env.openDB<Buffer, Buffer>('outbox-removed', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
   }
@@ -171,27 +174,23 @@ export class LmdbStoreImpl implements Store {
     if (this.outboxes.has(name)) throw outboxInUseError(name);
     const prefix = ownerPrefix(name);
     const end = prefixEnd(prefix);
-    let deleted = 0;
-    // In chunks, one transaction each: an outbox may hold millions of entries. Each chunk reads the keys the
-    // previous chunk's commit left.
+    const entries = (this.meta.get(outboxMetaKey(name)) as OutboxMeta | undefined)?.messages ?? 0;
+    // In parts, one transaction each: an outbox may hold millions of entries. Each part reads the keys the
+    // previous part's commit left.
     for (;;) {
       const n = await this.schedule((b) => {
         let count = 0;
-        for (const key of this.outboxDb.getKeys({ start: prefix, end, limit: DELETE_CHUNK, snapshot: false })) {
-          this.del(b, this.outboxDb, key);
-          count++;
-        }
-        if (count < DELETE_CHUNK) {
-          // At most a window's worth of marks: the last chunk takes them all.
-          for (const key of this.outboxReleasedDb.getKeys({ start: prefix, end, snapshot: false })) {
-            this.del(b, this.outboxReleasedDb, key);
+        for (const db of [this.outboxDb, this.outboxRemovedDb, this.outboxReleasedDb]) {
+          for (const key of db.getKeys({ start: prefix, end, limit: DELETE_CHUNK - count, snapshot: false })) {
+            this.del(b, db, key);
+            count++;
           }
-          this.del(b, this.meta, outboxMetaKey(name));
+          if (count >= DELETE_CHUNK) return count;
         }
+        this.del(b, this.meta, outboxMetaKey(name));
         return count;
       });
-      deleted += n;
-      if (n < DELETE_CHUNK) return deleted;
+      if (n < DELETE_CHUNK) return entries;
     }
   }
 
@@ -279,6 +278,7 @@ export class LmdbStoreImpl implements Store {
       this.releaseDb,
       this.willDb,
       this.outboxReleasedDb,
+      this.outboxRemovedDb,
     ]) {
       const s = db.getStats() as {
         pageSize: number;

@@ -1,0 +1,138 @@
+/**
+ * How outbox entries lie in LMDB: in chunks. The entries one batch (one transaction) appends to an outbox are
+ * one value, under the key `owner prefix, u64 seq of the first entry, u32 entry count`.
+ *
+ * Why: lmdb-js costs a few µs per value read, written or deleted (a Buffer per value read, an instruction and a
+ * B-tree operation per write). With one value per message that was most of a replay's CPU: a 1 KiB entry cost
+ * about 4.5 µs to read and as much again to delete. A chunk is read, written and deleted as one.
+ *
+ * Chunks never change once written. The outbox records removed entries by its floor (no live entry has a lower
+ * seq) and, for the few removed out of order, by marks; a chunk is deleted once the floor passes its end.
+ *
+ * Value: u8 CHUNK_FORMAT, u32 count, count x u32 end offsets (from the start of the data), then the entries,
+ * each a stamped value (codec.ts). A key with only 8 bytes after the prefix is an entry written before chunks
+ * (one stamped value, the seq in the key): it is read as a chunk of one.
+ */
+
+/** Format byte of a chunk value; a stored entry from before chunks starts with VALUE_FORMAT (1). */
+const CHUNK_FORMAT = 3;
+const CHUNK_HEADER_BYTES = 5;
+/** Caps per chunk, so a peek or a head lookup never copies much more than it uses. */
+export const MAX_CHUNK_ENTRIES = 128;
+export const MAX_CHUNK_BYTES = 128 * 1024;
+const SEQ_BYTES = 8;
+const COUNT_BYTES = 4;
+
+/** The key of a chunk of `count` entries from seq `start`. */
+export function chunkKey(prefix: Buffer, start: number, count: number): Buffer {
+  const key = Buffer.allocUnsafe(prefix.length + SEQ_BYTES + COUNT_BYTES);
+  writeSeq(key, prefix, start);
+  key.writeUInt32BE(count, prefix.length + SEQ_BYTES);
+  return key;
+}
+
+/**
+ * The key to start a range at seq `seq`: sorts before every chunk that starts at `seq` or later. With
+ * `lastOfSeq`, it sorts after every chunk that starts at `seq`: a reverse range from it finds the chunk holding
+ * `seq`.
+ */
+export function seqBoundKey(prefix: Buffer, seq: number, lastOfSeq = false): Buffer {
+  if (lastOfSeq) return chunkKey(prefix, seq, 0xffff_ffff);
+  const key = Buffer.allocUnsafe(prefix.length + SEQ_BYTES);
+  writeSeq(key, prefix, seq);
+  return key;
+}
+
+function writeSeq(key: Buffer, prefix: Buffer, seq: number): void {
+  prefix.copy(key, 0);
+  key.writeUInt32BE(Math.floor(seq / 0x1_0000_0000), prefix.length);
+  key.writeUInt32BE(seq >>> 0, prefix.length + 4);
+}
+
+/** Seq of the first entry under `key`. */
+export function chunkStart(key: Buffer, prefixBytes: number): number {
+  return key.readUInt32BE(prefixBytes) * 0x1_0000_0000 + key.readUInt32BE(prefixBytes + 4);
+}
+
+/** Entries under `key`: 1 for an entry from before chunks. */
+export function chunkCount(key: Buffer, prefixBytes: number): number {
+  return key.length === prefixBytes + SEQ_BYTES + COUNT_BYTES ? key.readUInt32BE(prefixBytes + SEQ_BYTES) : 1;
+}
+
+/** The value of a chunk of `values[from]` .. `values[to - 1]`. */
+export function encodeChunk(values: readonly Buffer[], from: number, to: number): Buffer {
+  const count = to - from;
+  const dataStart = CHUNK_HEADER_BYTES + 4 * count;
+  let dataBytes = 0;
+  for (let i = from; i < to; i++) dataBytes += values[i].length;
+  const buf = Buffer.allocUnsafe(dataStart + dataBytes);
+  buf[0] = CHUNK_FORMAT;
+  buf.writeUInt32BE(count, 1);
+  let end = 0;
+  for (let i = from; i < to; i++) {
+    values[i].copy(buf, dataStart + end);
+    end += values[i].length;
+    buf.writeUInt32BE(end, CHUNK_HEADER_BYTES + 4 * (i - from));
+  }
+  return buf;
+}
+
+/** Where the next chunk of `values` (from index `from`) ends: at most MAX_CHUNK_ENTRIES and MAX_CHUNK_BYTES. */
+export function chunkEnd(values: readonly Buffer[], from: number): number {
+  let bytes = values[from].length;
+  let to = from + 1;
+  while (to < values.length && to - from < MAX_CHUNK_ENTRIES && bytes + values[to].length <= MAX_CHUNK_BYTES) {
+    bytes += values[to].length;
+    to++;
+  }
+  return to;
+}
+
+/** A stored chunk, read once: its entries are views into one buffer (the copy lmdb-js returned). */
+export class Chunk {
+  readonly start: number;
+  readonly count: number;
+  private readonly dataStart: number;
+
+  constructor(
+    readonly key: Buffer,
+    prefixBytes: number,
+    private readonly buf: Buffer,
+  ) {
+    this.start = chunkStart(key, prefixBytes);
+    this.count = chunkCount(key, prefixBytes);
+    const chunked = key.length !== prefixBytes + SEQ_BYTES;
+    if (chunked && (buf[0] !== CHUNK_FORMAT || buf.readUInt32BE(1) !== this.count)) {
+      throw new RangeError(`outbox chunk at seq ${this.start} does not match its key`);
+    }
+    this.dataStart = chunked ? CHUNK_HEADER_BYTES + 4 * this.count : -1;
+  }
+
+  /** Seq after the last entry. */
+  get end(): number {
+    return this.start + this.count;
+  }
+
+  has(seq: number): boolean {
+    return seq >= this.start && seq < this.start + this.count;
+  }
+
+  /** The stamped value of entry `seq` (which `has`). */
+  entry(seq: number): Buffer {
+    if (this.dataStart < 0) return this.buf;
+    const i = seq - this.start;
+    return this.buf.subarray(this.dataStart + this.offset(i), this.dataStart + this.offset(i + 1));
+  }
+
+  /** Stored bytes of entry `seq` (which `has`): what it counts against `maxBytes`. */
+  bytes(seq: number): number {
+    if (this.dataStart < 0) return this.buf.length;
+    const i = seq - this.start;
+    return this.offset(i + 1) - this.offset(i);
+  }
+
+  /** Where entry `i` starts in the data (`count`: where the data ends). */
+  private offset(i: number): number {
+    return i === 0 ? 0 : this.buf.readUInt32BE(CHUNK_HEADER_BYTES + 4 * (i - 1));
+  }
+}
