@@ -252,15 +252,15 @@ function readProperties(buf: Buffer, start: number, end: number): PublishPropert
 }
 
 /**
- * Decodes a message stored by `encodeMessage` starting at `offset`. The payload is a view into `buf`, so the
+ * Decodes a message stored by `encodeMessage` from `offset` to `end`. The payload is a view into `buf`, so the
  * caller must pass a buffer it owns (lmdb-js `get`/`getRange` return copies for `encoding: 'binary'`).
  */
-export function decodeMessage(buf: Buffer, offset: number, nowWallMs?: number, nowMonoMs?: number): Message {
+export function decodeMessage(buf: Buffer, offset: number, end = buf.length): Message {
   let o = offset;
   const flags = buf[o++];
   let expiresAt: number | undefined;
   if (flags & FLAG_EXPIRY) {
-    expiresAt = wallToMonoMs(buf.readDoubleBE(o), nowWallMs, nowMonoMs);
+    expiresAt = wallToMonoMs(buf.readDoubleBE(o));
     o += 8;
   }
   const topicLen = buf.readUInt16BE(o);
@@ -282,7 +282,7 @@ export function decodeMessage(buf: Buffer, offset: number, nowWallMs?: number, n
   // read them (encoding, routing) monomorphic.
   return {
     topic,
-    payload: buf.subarray(o),
+    payload: buf.subarray(o, end),
     qos: (flags & 0x03) as QoS,
     retain: (flags & FLAG_RETAIN) !== 0,
     properties,
@@ -299,9 +299,9 @@ export function encodeStampedValue(msg: Message, stampMs: number): Buffer {
   return buf;
 }
 
-/** Reads the steady-clock time of a stamped value without decoding the message. */
-export function stampedValueMs(value: Buffer): number {
-  return value.readDoubleBE(1);
+/** Reads the steady-clock time of a stamped value (starting at `at` in `value`) without decoding the message. */
+export function stampedValueMs(value: Buffer, at = 0): number {
+  return value.readDoubleBE(at + 1);
 }
 
 /** Format byte of a session-queue value with a flight state: u16 packet id and u8 released follow. */

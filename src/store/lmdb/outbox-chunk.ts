@@ -14,6 +14,9 @@
  * (one stamped value, the seq in the key): it is read as a chunk of one.
  */
 
+import { decodeMessage, STAMPED_HEADER_BYTES, stampedValueMs } from '../codec.js';
+import type { OutboxEntry } from '../types.js';
+
 /** Format byte of a chunk value; a stored entry from before chunks starts with VALUE_FORMAT (1). */
 const CHUNK_FORMAT = 3;
 const CHUNK_HEADER_BYTES = 5;
@@ -117,11 +120,22 @@ export class Chunk {
     return seq >= this.start && seq < this.start + this.count;
   }
 
-  /** The stamped value of entry `seq` (which `has`). */
-  entry(seq: number): Buffer {
-    if (this.dataStart < 0) return this.buf;
-    const i = seq - this.start;
-    return this.buf.subarray(this.dataStart + this.offset(i), this.dataStart + this.offset(i + 1));
+  /** Entry `seq` (which `has`), its message a view into the chunk. */
+  entry(seq: number, released: boolean): OutboxEntry {
+    const at = this.dataStart < 0 ? 0 : this.dataStart + this.offset(seq - this.start);
+    const end = this.dataStart < 0 ? this.buf.length : this.dataStart + this.offset(seq - this.start + 1);
+    return {
+      seq,
+      msg: decodeMessage(this.buf, at + STAMPED_HEADER_BYTES, end),
+      appendedAtMs: stampedValueMs(this.buf, at),
+      bytes: end - at,
+      released,
+    };
+  }
+
+  /** When entry `seq` (which `has`) was appended. */
+  appendedAtMs(seq: number): number {
+    return stampedValueMs(this.buf, this.dataStart < 0 ? 0 : this.dataStart + this.offset(seq - this.start));
   }
 
   /** Stored bytes of entry `seq` (which `has`): what it counts against `maxBytes`. */

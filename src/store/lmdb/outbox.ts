@@ -5,7 +5,7 @@
 import type { Database } from 'lmdb';
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
-import { decodeMessage, encodeStampedValue, keySeq, ownerPrefix, prefixEnd, RELEASE_MARK, seqKey, STAMPED_HEADER_BYTES, stampedValueMs } from '../codec.js';
+import { encodeStampedValue, keySeq, ownerPrefix, prefixEnd, RELEASE_MARK, seqKey, stampedValueMs } from '../codec.js';
 import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
 import { steadyNowMs } from '../../util/clock.js';
@@ -172,14 +172,7 @@ export class LmdbOutbox implements Outbox {
     for (const chunk of this.chunksFrom(from)) {
       for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
         if (hidden && (this.removed.has(seq) || this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
-        const value = chunk.entry(seq);
-        out.push({
-          seq,
-          msg: decodeMessage(value, STAMPED_HEADER_BYTES),
-          appendedAtMs: stampedValueMs(value),
-          bytes: value.length,
-          released: this.released.size > 0 && this.released.has(seq),
-        });
+        out.push(chunk.entry(seq, this.released.size > 0 && this.released.has(seq)));
         if (out.length >= limit) return out;
       }
     }
@@ -343,8 +336,7 @@ export class LmdbOutbox implements Outbox {
         for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
           if (this.removed.has(seq) || this.removedInFlight.has(seq)) continue;
           this.scanFrom = seq;
-          const value = chunk.entry(seq);
-          return { seq, bytes: value.length, appendedAtMs: stampedValueMs(value) };
+          return { seq, bytes: chunk.bytes(seq), appendedAtMs: chunk.appendedAtMs(seq) };
         }
         this.scanFrom = chunk.end;
       }
@@ -375,15 +367,17 @@ export class LmdbOutbox implements Outbox {
     return undefined;
   }
 
-  /** Keys of the committed chunks holding seqs from `seq` on, in order; the database is read only past the first. */
+  /**
+   * Keys of the committed chunks holding seqs from `seq` on, in order. Consecutive chunks in the cache follow one
+   * another without a database read (a range read costs more than a small chunk's decoding).
+   */
   private *keysFrom(seq: number): Generator<Buffer> {
-    const first = this.keyHolding(seq);
-    let start = seqBoundKey(this.prefix, seq);
-    if (first !== undefined) {
-      yield first;
-      start = seqBoundKey(this.prefix, chunkStart(first, this.prefix.length) + chunkCount(first, this.prefix.length));
+    let next = seq;
+    for (let key = this.keyHolding(seq); key !== undefined; key = this.chunks.get(next)?.key) {
+      yield key;
+      next = chunkStart(key, this.prefix.length) + chunkCount(key, this.prefix.length);
     }
-    yield* this.db.getKeys({ start, end: this.end, snapshot: false });
+    yield* this.db.getKeys({ start: seqBoundKey(this.prefix, next), end: this.end, snapshot: false });
   }
 
   private *chunksFrom(seq: number): Generator<Chunk> {
