@@ -23,7 +23,7 @@ import { connect, Store } from 'mqtt';
 import type { IClientOptions, IConnackPacket, IPublishPacket, IStore, MqttClient, Packet } from 'mqtt';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message, PublishProperties, QoS } from '../protocol/message.js';
-import { encodeAck, encodePacket, encodePublish } from '../protocol/codec.js';
+import { appendPublish, encodeAck, encodePacket, PacketArena } from '../protocol/codec.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { Backoff } from '../util/backoff.js';
 import { AckTap, type PublishAck } from './ack-tap.js';
@@ -128,8 +128,8 @@ interface Connection {
   readonly pings: { mark: number; atMs: number }[];
   /** QoS 1/2 flows under way on this connection, by packet id. */
   readonly flows: Map<number, Flow>;
-  /** Packets written this tick, sent together at the next (see `write`); empty when none wait. */
-  pending: Buffer[];
+  /** Packets written this tick, sent together at the next (see `write`). */
+  readonly pending: PacketArena;
   /** Last time the broker acknowledged anything (PUBACK, PUBREC, PUBCOMP, SUBACK, PINGRESP, CONNACK). */
   lastAckMs: number;
   closing: boolean;
@@ -237,8 +237,8 @@ export class Uplink {
     const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
     const id = msg.qos > 0 ? this.startFlow(conn, msg.qos as 1 | 2, packetId, sendIndex, sender, false) : undefined;
-    const { bytes } = encodePublish(msg, this.options.config.remote.protocolVersion, msg.qos, msg.retain, dup && id !== undefined, undefined, id);
-    this.write(conn, bytes);
+    this.scheduleFlush(conn);
+    appendPublish(conn.pending, msg, this.options.config.remote.protocolVersion, msg.qos, msg.retain, dup && id !== undefined, id ?? 0);
     return sendIndex;
   }
 
@@ -272,21 +272,25 @@ export class Uplink {
   }
 
   /**
-   * The packets of one pump go out in one write at the next tick, joined into one buffer: a write to a socket
-   * costs about 75 µs here whatever it carries, and one buffer is cheaper for Node than a corked list (writev).
+   * The packets of one pump go out in one write at the next tick, encoded back to back into one buffer
+   * (`PacketArena`): a write to a socket costs about 75 µs here whatever it carries.
    */
   private write(conn: Connection, bytes: Buffer): void {
-    if (conn.pending.push(bytes) === 1) process.nextTick(() => this.flush(conn));
+    this.scheduleFlush(conn);
+    conn.pending.append(bytes);
+  }
+
+  private scheduleFlush(conn: Connection): void {
+    if (conn.pending.empty) process.nextTick(() => this.flush(conn));
   }
 
   private flush(conn: Connection): void {
-    const packets = conn.pending;
-    if (packets.length === 0) return;
-    conn.pending = [];
+    if (conn.pending.empty) return;
+    const packets = conn.pending.take();
     const stream = conn.transport;
     // Closing but not yet closed: the entries stay in the outbox and go again on the next connection.
     if (stream === undefined || !stream.writable) return;
-    stream.write(packets.length === 1 ? packets[0] : Buffer.concat(packets));
+    stream.write(packets);
   }
 
   /** Sends a PINGREQ now: its PINGRESP confirms every publish written before it. */
@@ -324,7 +328,7 @@ export class Uplink {
       sendIndex: 0,
       pings: [],
       flows: new Map(),
-      pending: [],
+      pending: new PacketArena(),
       lastAckMs: performance.now(),
       closing: false,
       error: undefined,

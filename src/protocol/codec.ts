@@ -88,25 +88,16 @@ function writeString(buf: Buffer, offset: number, s: string, byteLen: number): n
   return offset + 2 + byteLen;
 }
 
-/**
- * Encodes a PUBLISH for `msg` at `qos` with the given retain and dup flags. For QoS > 0 the packet id is written
- * as `packetId` (default 0, to be patched with `withPacketId`).
- */
-export function encodePublish(
-  msg: PublishContent,
-  version: ProtocolVersion,
-  qos: QoS,
-  retain: boolean,
-  dup: boolean,
-  extras?: PublishExtras,
-  packetId = 0,
-): EncodedPublish {
+/** The sizes of the PUBLISH being encoded: module scratch, as encoding is synchronous (measure, then write). */
+const layout = { topic: '', topicLen: 0, propsLen: 0, expiryS: undefined as number | undefined, remaining: 0, total: 0 };
+
+function measurePublish(msg: PublishContent, version: ProtocolVersion, qos: QoS, extras: PublishExtras | undefined): typeof layout {
   const topic = extras?.omitTopic ? '' : msg.topic;
   const topicLen = Buffer.byteLength(topic);
   let propsLen = 0;
   let expiryS: number | undefined;
-  const p = version === 5 ? msg.properties : undefined;
   if (version === 5) {
+    const p = msg.properties;
     if (p) {
       if (p.payloadFormatIndicator !== undefined) propsLen += 2;
       expiryS = remainingExpiryS(msg);
@@ -124,11 +115,31 @@ export function encodePublish(
     if (extras?.topicAlias !== undefined) propsLen += 3;
     if (extras?.subscriptionIds) for (const id of extras.subscriptionIds) propsLen += 1 + vbiLength(id);
   }
-  const remaining =
-    2 + topicLen + (qos > 0 ? 2 : 0) + (version === 5 ? vbiLength(propsLen) + propsLen : 0) + msg.payload.length;
-  const buf = Buffer.allocUnsafe(1 + vbiLength(remaining) + remaining);
-  buf[0] = 0x30 | (dup ? 0x08 : 0) | (qos << 1) | (retain ? 1 : 0);
-  let o = writeVbi(buf, 1, remaining);
+  const remaining = 2 + topicLen + (qos > 0 ? 2 : 0) + (version === 5 ? vbiLength(propsLen) + propsLen : 0) + msg.payload.length;
+  layout.topic = topic;
+  layout.topicLen = topicLen;
+  layout.propsLen = propsLen;
+  layout.expiryS = expiryS;
+  layout.remaining = remaining;
+  layout.total = 1 + vbiLength(remaining) + remaining;
+  return layout;
+}
+
+/** Writes the PUBLISH just measured (`layout`) at `offset`; returns the offset of its packet id, -1 for QoS 0. */
+function writePublish(
+  buf: Buffer,
+  offset: number,
+  msg: PublishContent,
+  version: ProtocolVersion,
+  qos: QoS,
+  retain: boolean,
+  dup: boolean,
+  extras: PublishExtras | undefined,
+  packetId: number,
+): number {
+  const { topic, topicLen, propsLen, expiryS, remaining } = layout;
+  buf[offset] = 0x30 | (dup ? 0x08 : 0) | (qos << 1) | (retain ? 1 : 0);
+  let o = writeVbi(buf, offset + 1, remaining);
   o = writeString(buf, o, topic, topicLen);
   let packetIdOffset = -1;
   if (qos > 0) {
@@ -137,6 +148,7 @@ export function encodePublish(
     o += 2;
   }
   if (version === 5) {
+    const p = msg.properties;
     o = writeVbi(buf, o, propsLen);
     if (p) {
       if (p.payloadFormatIndicator !== undefined) {
@@ -185,7 +197,78 @@ export function encodePublish(
     }
   }
   msg.payload.copy(buf, o);
-  return { bytes: buf, packetIdOffset };
+  return packetIdOffset;
+}
+
+/**
+ * Encodes a PUBLISH for `msg` at `qos` with the given retain and dup flags. For QoS > 0 the packet id is written
+ * as `packetId` (default 0, to be patched with `withPacketId`).
+ */
+export function encodePublish(
+  msg: PublishContent,
+  version: ProtocolVersion,
+  qos: QoS,
+  retain: boolean,
+  dup: boolean,
+  extras?: PublishExtras,
+  packetId = 0,
+): EncodedPublish {
+  const buf = Buffer.allocUnsafe(measurePublish(msg, version, qos, extras).total);
+  return { bytes: buf, packetIdOffset: writePublish(buf, 0, msg, version, qos, retain, dup, extras, packetId) };
+}
+
+/** Encodes a PUBLISH (no per-delivery extras) at the end of `arena`. */
+export function appendPublish(arena: PacketArena, msg: PublishContent, version: ProtocolVersion, qos: QoS, retain: boolean, dup: boolean, packetId: number): void {
+  const at = arena.reserve(measurePublish(msg, version, qos, undefined).total);
+  writePublish(arena.buf, at, msg, version, qos, retain, dup, undefined, packetId);
+}
+
+/**
+ * The packets of one socket write, encoded back to back into one buffer: no buffer per packet and no copy to join
+ * them. `take()` hands out what was written since the last take; that memory is the writer's from then on (the
+ * socket may hold it), and later packets go after it, or into a new buffer once this one is full.
+ */
+export class PacketArena {
+  private memory = Buffer.allocUnsafe(0);
+  private start = 0;
+  private end = 0;
+
+  constructor(private readonly chunkBytes = 64 * 1024) {}
+
+  /** The buffer `reserve` returned an offset into. */
+  get buf(): Buffer {
+    return this.memory;
+  }
+
+  get empty(): boolean {
+    return this.end === this.start;
+  }
+
+  /** Makes room for `bytes` more and returns their offset in `buf`; the packets not yet taken move along. */
+  reserve(bytes: number): number {
+    if (this.end + bytes > this.memory.length) {
+      const kept = this.end - this.start;
+      const next = Buffer.allocUnsafe(Math.max(this.chunkBytes, 2 * (kept + bytes)));
+      this.memory.copy(next, 0, this.start, this.end);
+      this.memory = next;
+      this.start = 0;
+      this.end = kept;
+    }
+    const at = this.end;
+    this.end += bytes;
+    return at;
+  }
+
+  append(packet: Buffer): void {
+    const at = this.reserve(packet.length); // first: it may replace `memory`
+    packet.copy(this.memory, at);
+  }
+
+  take(): Buffer {
+    const out = this.memory.subarray(this.start, this.end);
+    this.start = this.end;
+    return out;
+  }
 }
 
 /** A copy of a shared encoding with its packet identifier set. */

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import mqttPacket from 'mqtt-packet';
 import type { IPublishPacket, Packet } from 'mqtt-packet';
-import { PublishEncodings, createParser, decodePublish, encodePacket, encodePublish, withPacketId } from '../../src/protocol/codec.js';
+import { PacketArena, PublishEncodings, appendPublish, createParser, decodePublish, encodeAck, encodePacket, encodePublish, withPacketId } from '../../src/protocol/codec.js';
 import type { ProtocolVersion } from '../../src/protocol/codec.js';
 import { createMessage } from '../../src/protocol/message.js';
 import type { Message, QoS } from '../../src/protocol/message.js';
@@ -154,6 +154,33 @@ describe('encodePublish', () => {
     const p = parsePublish(encodePublish(msg, 5, 0, false, false).bytes, 5);
     expect(p.topic).toBe('€'.repeat(50));
     expect({ ...p.properties?.userProperties }).toEqual({ 'ключ': '値'.repeat(40) });
+  });
+});
+
+describe('PacketArena and appendPublish', () => {
+  it('encodes packets back to back; what was taken stays intact while later packets fill and outgrow the arena', () => {
+    const arena = new PacketArena(16); // small, so the packets below need new memory several times
+    const msg = (i: number): Message => createMessage({ topic: `t/${i}`, payload: Buffer.alloc(100, i), qos: 1 });
+    arena.append(encodeAck('pubrel', 12, 0, 5));
+    appendPublish(arena, msg(1), 5, 1, false, false, 11);
+    appendPublish(arena, msg(2), 5, 1, true, true, 13);
+    const first = arena.take();
+    const copy = Buffer.from(first);
+    for (let i = 3; i < 8; i++) appendPublish(arena, msg(i), 4, 1, false, false, 10 + i);
+    const second = arena.take();
+    expect(first.equals(copy)).toBe(true);
+    expect(arena.empty).toBe(true);
+    const expected = Buffer.concat([
+      encodeAck('pubrel', 12, 0, 5),
+      encodePublish(msg(1), 5, 1, false, false, undefined, 11).bytes,
+      encodePublish(msg(2), 5, 1, true, true, undefined, 13).bytes,
+    ]);
+    expect(first.equals(expected)).toBe(true);
+    const parser = mqttPacket.parser({ protocolVersion: 4 });
+    const ids: number[] = [];
+    parser.on('packet', (p: Packet) => ids.push((p as IPublishPacket).messageId as number));
+    parser.parse(second);
+    expect(ids).toEqual([13, 14, 15, 16, 17]);
   });
 });
 
