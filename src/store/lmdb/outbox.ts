@@ -457,6 +457,11 @@ export class LmdbOutbox implements Outbox {
   }
 
   rollback(): void {
+    // A batch that failed while it was built may not have reached finishBatch.
+    this.batchValues = [];
+    this.scanFrom = 0;
+    this.headChanged = false;
+    this.dirty = false;
     const s = this.snapshot;
     if (s !== undefined) {
       this.lastSeq = s.lastSeq;
