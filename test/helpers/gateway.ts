@@ -8,7 +8,7 @@
  * The config is written as JSON (valid YAML): a TCP listener on a free port, a temp storage dir, JSON logs at
  * `warn`, and `patch` merged on top (objects merged deeply, arrays replaced). Readiness is systemd's READY=1.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,6 +49,18 @@ export interface GatewayOptions {
   readyTimeoutMs?: number;
   /** Extra environment for the process, applied last (e.g. `NOTIFY_SOCKET`, `WATCHDOG_USEC`). */
   env?: Record<string, string>;
+  /**
+   * Run the process in a mount namespace of its own, with this file bound over /etc/hosts: host names resolve as
+   * the test writes them, for this process only. Needs root (see `privateHostsProblem`).
+   */
+  hostsFile?: string;
+}
+
+/** Why `hostsFile` cannot work here (no root, no mount namespaces), or undefined when it can. */
+export function privateHostsProblem(): string | undefined {
+  const probe = spawnSync('unshare', ['-m', 'sh', '-c', 'mount --bind /dev/null /etc/hosts'], { encoding: 'utf8' });
+  if (probe.error !== undefined) return probe.error.message;
+  return probe.status === 0 ? undefined : probe.stderr.trim() || `unshare exited ${probe.status}`;
 }
 
 export async function startGateway(patch: object = {}, options: GatewayOptions = {}): Promise<Gateway> {
@@ -78,7 +90,13 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
    */
   const launch = async (): Promise<void> => {
     const notify = options.env?.NOTIFY_SOCKET === undefined ? openNotifySocket(dir) : undefined;
-    const child = spawn(process.execPath, [CLI, '--config', configFile], {
+    const gateway = [process.execPath, CLI, '--config', configFile];
+    // `unshare` and `sh` exec in turn, so the child's pid is the gateway's and signals reach it directly.
+    const [command, ...args] =
+      options.hostsFile === undefined
+        ? gateway
+        : ['unshare', '-m', 'sh', '-c', 'mount --bind "$0" /etc/hosts && exec "$@"', options.hostsFile, ...gateway];
+    const child = spawn(command, args, {
       cwd: dir,
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, NOTIFY_SOCKET: notify?.path ?? '', ...options.env },

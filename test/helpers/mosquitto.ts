@@ -22,11 +22,13 @@ export interface MosquittoOptions {
   persistence?: boolean;
   /** Listen on this port instead of a free one. */
   port?: number;
+  /** Listen on this loopback address instead of 127.0.0.1 (e.g. 127.0.0.2: a second broker on the same port). */
+  host?: string;
 }
 
 export interface Mosquitto {
   readonly port: number;
-  /** `mqtt://127.0.0.1:<port>` */
+  /** `mqtt://<host>:<port>` */
   readonly url: string;
   /** Temp dir with mosquitto.conf, mosquitto.log and the persistence file. */
   readonly dir: string;
@@ -46,12 +48,13 @@ export interface Mosquitto {
 export async function startMosquitto(options: MosquittoOptions = {}): Promise<Mosquitto> {
   const dir = tempDir('edgeferry-mosquitto-');
   const port = options.port ?? (await freePort());
+  const host = options.host ?? '127.0.0.1';
   const conf = join(dir, 'mosquitto.conf');
   const logFile = join(dir, 'mosquitto.log');
   writeFileSync(
     conf,
     [
-      `listener ${port} 127.0.0.1`,
+      `listener ${port} ${host}`,
       'allow_anonymous true',
       // Tests run as root in CI containers; Mosquitto would otherwise switch to its own user and lose access
       // to the temp dir. Ignored when not root.
@@ -85,8 +88,8 @@ export async function startMosquitto(options: MosquittoOptions = {}): Promise<Mo
       if (child.exitCode !== null || child.signalCode !== null) {
         throw new Error(`mosquitto exited (${child.exitCode ?? child.signalCode}): ${stderr}\n${readLog()}`);
       }
-      if (await canConnect(port)) return;
-      if (Date.now() > deadline) throw new Error(`mosquitto did not listen on ${port}: ${stderr}\n${readLog()}`);
+      if (await canConnect(port, host)) return;
+      if (Date.now() > deadline) throw new Error(`mosquitto did not listen on ${host}:${port}: ${stderr}\n${readLog()}`);
       await delay(25);
     }
   };
@@ -112,7 +115,7 @@ export async function startMosquitto(options: MosquittoOptions = {}): Promise<Mo
   await launch();
   const handle: Mosquitto = {
     port,
-    url: `mqtt://127.0.0.1:${port}`,
+    url: `mqtt://${host}:${port}`,
     dir,
     get running() {
       return proc !== undefined && proc.exitCode === null && proc.signalCode === null;
@@ -134,9 +137,9 @@ export async function startMosquitto(options: MosquittoOptions = {}): Promise<Mo
   return handle;
 }
 
-function canConnect(port: number): Promise<boolean> {
+function canConnect(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
-    const socket = tcpConnect(port, '127.0.0.1');
+    const socket = tcpConnect(port, host);
     socket.once('connect', () => {
       socket.destroy();
       resolve(true);

@@ -160,7 +160,7 @@ describe('encodePublish', () => {
 describe('PacketArena and appendPublish', () => {
   it('encodes packets back to back; what was taken stays intact while later packets fill and outgrow the arena', () => {
     const arena = new PacketArena(16); // small, so the packets below need new memory several times
-    const msg = (i: number): Message => createMessage({ topic: `t/${i}`, payload: Buffer.alloc(100, i), qos: 1 });
+    const msg = (i: number): Message => createMessage({ topic: `t/${i}`, payload: Buffer.alloc(100, i), qos: 1, origin: 'test' });
     arena.append(encodeAck('pubrel', 12, 0, 5));
     appendPublish(arena, msg(1), 5, 1, false, false, 11);
     appendPublish(arena, msg(2), 5, 1, true, true, 13);
