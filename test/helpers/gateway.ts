@@ -162,6 +162,13 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
   };
 }
 
+/** A per-bridge gauge from the gateway's /metrics on `port` (bridge "central"), undefined when absent. */
+export async function bridgeGauge(port: number, name: string): Promise<number | undefined> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const m = new RegExp(`^${name}\\{bridge="central"\\} (\\S+)$`, 'm').exec(text);
+  return m ? Number(m[1]) : undefined;
+}
+
 /** Whether something accepts TCP connections on the port (the connection is closed at once). */
 function accepts(port: number): Promise<boolean> {
   return new Promise((resolveAccepts) => {

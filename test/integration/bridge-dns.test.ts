@@ -9,19 +9,13 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checkSequence, collect, connectClient, publishSequence } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { bridgePatch, privateHostsProblem, startGateway } from '../helpers/gateway.js';
+import { bridgeGauge, bridgePatch, privateHostsProblem, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 const NAME = 'central.edgeferry.test';
-
-async function bridgeGauge(port: number, name: string): Promise<number | undefined> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const m = new RegExp(`^${name}\\{bridge="central"\\} (\\S+)$`, 'm').exec(text);
-  return m ? Number(m[1]) : undefined;
-}
 
 describe('bridge: the central broker by host name (RELIABILITY §4)', { timeout: 90_000 }, () => {
   it('retries while the name does not resolve, goes up once it does, and follows the name to a new address', async (ctx) => {

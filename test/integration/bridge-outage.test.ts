@@ -6,19 +6,12 @@ import { describe, expect, it } from 'vitest';
 import { checkSequence, collect, connectClient, publishSequence, sequence, type Collector } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
-import { bridgePatch, startGateway } from '../helpers/gateway.js';
+import { bridgeGauge, bridgePatch, startGateway } from '../helpers/gateway.js';
 import { freePort } from '../helpers/ports.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
-
-/** A per-bridge gauge of the gateway's /metrics (bridge "central"), undefined when absent. */
-async function bridgeGauge(port: number, name: string): Promise<number | undefined> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const m = new RegExp(`^${name}\\{bridge="central"\\} (\\S+)$`, 'm').exec(text);
-  return m ? Number(m[1]) : undefined;
-}
 
 /** Messages seen by a checker session that survives upstream restarts (persistent session, persistent broker). */
 function received(collectors: Collector[]): string[] {
