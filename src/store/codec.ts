@@ -35,7 +35,7 @@ const FLAG_PROPS = 0x10;
 export const STAMPED_HEADER_BYTES = 9;
 /** Bytes before the message in a retained or session-queue value: the format byte. */
 export const PLAIN_HEADER_BYTES = 1;
-/** The value of a mark record (a QoS 2 id awaiting PUBREL, a released outbox entry): only its key matters. */
+/** The value of a mark record (a QoS 2 id awaiting PUBREL, a released or removed outbox entry): only its key matters. */
 export const RELEASE_MARK = Buffer.from([1]);
 
 const MAX_U16 = 0xffff;
