@@ -36,7 +36,7 @@ export const STAMPED_HEADER_BYTES = 9;
 /** Bytes before the message in a retained or session-queue value: the format byte. */
 export const PLAIN_HEADER_BYTES = 1;
 /** The value of a mark record (a QoS 2 id awaiting PUBREL, a released or removed outbox entry): only its key matters. */
-export const RELEASE_MARK = Buffer.from([1]);
+export const MARK = Buffer.from([1]);
 
 const MAX_U16 = 0xffff;
 
@@ -370,10 +370,9 @@ export function seqKey(prefix: Buffer, seq: number): Buffer {
   return key;
 }
 
-/** The sequence number at the end of a key built by `seqKey`. */
-export function keySeq(key: Buffer): number {
-  const o = key.length - 8;
-  return key.readUInt32BE(o) * 0x1_0000_0000 + key.readUInt32BE(o + 4);
+/** The sequence number at the end of a key built by `seqKey`, or at byte `at` of a longer key. */
+export function keySeq(key: Buffer, at = key.length - 8): number {
+  return key.readUInt32BE(at) * 0x1_0000_0000 + key.readUInt32BE(at + 4);
 }
 
 /** `prefix` followed by the UTF-8 of `name` (subscription keys: client prefix + filter). */

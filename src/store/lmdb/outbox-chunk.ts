@@ -14,47 +14,33 @@
  * (one stamped value, the seq in the key): it is read as a chunk of one.
  */
 
-import { decodeMessage, STAMPED_HEADER_BYTES, stampedValueMs } from '../codec.js';
+import { decodeMessage, keySeq, seqKey, STAMPED_HEADER_BYTES, stampedValueMs } from '../codec.js';
 import type { OutboxEntry } from '../types.js';
 
 /** Format byte of a chunk value; a stored entry from before chunks starts with VALUE_FORMAT (1). */
 const CHUNK_FORMAT = 3;
 const CHUNK_HEADER_BYTES = 5;
 /** Caps per chunk, so a peek or a head lookup never copies much more than it uses. */
-export const MAX_CHUNK_ENTRIES = 128;
-export const MAX_CHUNK_BYTES = 128 * 1024;
+const MAX_CHUNK_ENTRIES = 128;
+const MAX_CHUNK_BYTES = 128 * 1024;
 const SEQ_BYTES = 8;
 const COUNT_BYTES = 4;
 
-/** The key of a chunk of `count` entries from seq `start`. */
+/**
+ * The key of a chunk of `count` entries from seq `start`. It sorts after the key `seqKey(prefix, start)` of an
+ * entry from before chunks; with count 0xffffffff it sorts after every chunk that starts at `start`, so a reverse
+ * range from it finds the chunk holding `start`.
+ */
 export function chunkKey(prefix: Buffer, start: number, count: number): Buffer {
   const key = Buffer.allocUnsafe(prefix.length + SEQ_BYTES + COUNT_BYTES);
-  writeSeq(key, prefix, start);
+  seqKey(prefix, start).copy(key);
   key.writeUInt32BE(count, prefix.length + SEQ_BYTES);
   return key;
 }
 
-/**
- * The key to start a range at seq `seq`: sorts before every chunk that starts at `seq` or later. With
- * `lastOfSeq`, it sorts after every chunk that starts at `seq`: a reverse range from it finds the chunk holding
- * `seq`.
- */
-export function seqBoundKey(prefix: Buffer, seq: number, lastOfSeq = false): Buffer {
-  if (lastOfSeq) return chunkKey(prefix, seq, 0xffff_ffff);
-  const key = Buffer.allocUnsafe(prefix.length + SEQ_BYTES);
-  writeSeq(key, prefix, seq);
-  return key;
-}
-
-function writeSeq(key: Buffer, prefix: Buffer, seq: number): void {
-  prefix.copy(key, 0);
-  key.writeUInt32BE(Math.floor(seq / 0x1_0000_0000), prefix.length);
-  key.writeUInt32BE(seq >>> 0, prefix.length + 4);
-}
-
 /** Seq of the first entry under `key`. */
 export function chunkStart(key: Buffer, prefixBytes: number): number {
-  return key.readUInt32BE(prefixBytes) * 0x1_0000_0000 + key.readUInt32BE(prefixBytes + 4);
+  return keySeq(key, prefixBytes);
 }
 
 /** Entries under `key`: 1 for an entry from before chunks. */

@@ -5,12 +5,12 @@
 import type { Database } from 'lmdb';
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
-import { encodeStampedValue, keySeq, ownerPrefix, prefixEnd, RELEASE_MARK, seqKey, stampedValueMs } from '../codec.js';
+import { encodeStampedValue, keySeq, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
 import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
 import { steadyNowMs } from '../../util/clock.js';
 import { DelayedFlush, type Batch } from './batch.js';
-import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk, seqBoundKey } from './outbox-chunk.js';
+import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk } from './outbox-chunk.js';
 import type { LmdbStoreImpl } from './store.js';
 
 /** Outbox counters live in `meta` under `outbox:<name>`; the range of those keys lists the outboxes. */
@@ -210,7 +210,7 @@ export class LmdbOutbox implements Outbox {
     return this.store.schedule((b) => {
       if (!this.isLive(seq) || this.released.has(seq) || this.entryBytes(seq) === undefined) return; // unknown: ignored
       this.touch(b);
-      this.store.put(b, this.store.outboxReleasedDb, seqKey(this.prefix, seq), RELEASE_MARK);
+      this.store.put(b, this.store.outboxReleasedDb, seqKey(this.prefix, seq), MARK);
       this.marking.added.push(seq);
     });
   }
@@ -353,14 +353,24 @@ export class LmdbOutbox implements Outbox {
 
   /** The committed chunk holding `seq`, if any (a stored entry from before chunks may leave gaps). */
   private chunkHolding(seq: number): Chunk | undefined {
-    const key = this.keyHolding(seq);
+    const cached = this.cachedHolding(seq);
+    if (cached !== undefined) return cached;
+    const key = this.storedKeyHolding(seq);
     return key === undefined ? undefined : this.chunk(key);
   }
 
   /** The key of the committed chunk holding `seq`: from the cache when it is there (the head, what was peeked). */
   private keyHolding(seq: number): Buffer | undefined {
-    for (const chunk of this.chunks.values()) if (chunk.has(seq)) return chunk.key;
-    const bound = seqBoundKey(this.prefix, seq, true);
+    return this.cachedHolding(seq)?.key ?? this.storedKeyHolding(seq);
+  }
+
+  private cachedHolding(seq: number): Chunk | undefined {
+    for (const chunk of this.chunks.values()) if (chunk.has(seq)) return chunk;
+    return undefined;
+  }
+
+  private storedKeyHolding(seq: number): Buffer | undefined {
+    const bound = chunkKey(this.prefix, seq, 0xffff_ffff);
     for (const key of this.db.getKeys({ start: bound, end: this.prefix, reverse: true, limit: 1, snapshot: false })) {
       if (chunkStart(key, this.prefix.length) + chunkCount(key, this.prefix.length) > seq) return key;
     }
@@ -377,7 +387,7 @@ export class LmdbOutbox implements Outbox {
       yield key;
       next = chunkStart(key, this.prefix.length) + chunkCount(key, this.prefix.length);
     }
-    yield* this.db.getKeys({ start: seqBoundKey(this.prefix, next), end: this.end, snapshot: false });
+    yield* this.db.getKeys({ start: seqKey(this.prefix, next), end: this.end, snapshot: false });
   }
 
   private *chunksFrom(seq: number): Generator<Chunk> {
@@ -423,7 +433,7 @@ export class LmdbOutbox implements Outbox {
       for (const seq of this.removed) if (seq < floor) this.store.del(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq));
     }
     for (const seq of this.removedInFlight) {
-      if (seq >= floor) this.store.put(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq), RELEASE_MARK);
+      if (seq >= floor) this.store.put(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq), MARK);
     }
     if (this.dirty) {
       const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped, floor };

@@ -17,7 +17,7 @@ import {
   ownerPrefix,
   PLAIN_HEADER_BYTES,
   prefixEnd,
-  RELEASE_MARK,
+  MARK,
   seqKey,
 } from '../codec.js';
 import { QueueSplit } from '../queue-window.js';
@@ -183,7 +183,7 @@ export class LmdbSessionStore implements SessionStore {
 
   putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
     return this.keyed(clientId, (b, key) => {
-      this.store.put(b, this.store.releaseDb, key, RELEASE_MARK);
+      this.store.put(b, this.store.releaseDb, key, MARK);
       this.remember(b, clientId, this.store.releaseDb, key);
     }, () => seqKey(ownerPrefix(clientId), packetId));
   }
