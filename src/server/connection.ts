@@ -52,6 +52,8 @@ export class Connection implements ClientLink, FrameHandler {
   requestProblemInformation = true;
   /** Incoming QoS 1/2 publishes not yet completed, checked against our Receive Maximum. */
   inboundInflight = 0;
+  /** Reading paused by `holdInboundWhenFull`. */
+  private inboundHeld = false;
   /** Created on first use: most clients never use topic aliases, and idle connections should stay small. */
   topicAliasesIn: Map<number, string> | undefined;
   private topicAliasesOut: Map<string, number> | undefined;
@@ -277,6 +279,26 @@ export class Connection implements ClientLink, FrameHandler {
     } catch (err) {
       this.protocolFailure(err);
     }
+  }
+
+  /**
+   * Flow control for clients without Receive Maximum (MQTT 3.1.1): they cannot know our limit, so rather than
+   * being disconnected for a burst (and resending it after reconnecting, to be stored once more each time), they
+   * are not read from while `receiveMaximum` of their QoS 1/2 publishes wait for an acknowledgement; TCP holds
+   * back the rest. Packets of the chunk already read still go through: the excess is bounded by one read.
+   * An MQTT 5 client was told the limit, and exceeding it is a protocol error (handlers/publish.ts).
+   */
+  holdInboundWhenFull(): void {
+    if (this.inboundHeld || this.version === 5 || this.inboundInflight < this.ctx.limits.receiveMaximum) return;
+    this.inboundHeld = true;
+    this.transport.pause();
+  }
+
+  /** An incoming QoS 1/2 flow completed: reading resumes once the client is below the limit again. */
+  resumeInbound(): void {
+    if (!this.inboundHeld || this.inboundInflight >= this.ctx.limits.receiveMaximum) return;
+    this.inboundHeld = false;
+    this.transport.resume();
   }
 
   /** The CONNECT was accepted or refused: dispatch what arrived meanwhile, resume reading. */

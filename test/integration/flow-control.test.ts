@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
-import { RawClient, type ConnectOptions } from '../helpers/raw-client.js';
+import { encode, RawClient, type ConnectOptions } from '../helpers/raw-client.js';
 import { waitFor } from '../helpers/wait.js';
 
 const RECEIVE_MAXIMUM = 3;
@@ -53,6 +53,26 @@ describe('Receive Maximum and inflight windows', () => {
     expect(disconnect.reasonCode).toBe(0x93);
     await c.waitForClose(3000);
     expect(c.packets('pubrec').map((p) => p.messageId)).toEqual([1, 2, 3, 4]);
+  });
+
+  it('holds back a 3.1.1 client over Receive Maximum by not reading (it was never told the limit) instead of disconnecting it', async () => {
+    // A device reconnecting with a backlog resends it in one burst. Disconnected for that, it would resend the
+    // same burst after every reconnect, and each time the accepted part would be stored and forwarded once more
+    // (found by the soak, bench/soak.ts).
+    // A persistent subscriber: each PUBACK waits for its message to be stored, so acknowledgements lag the burst.
+    const sub = await client(gw, { clientId: 'flow-v4-sub', clean: false, properties: { sessionExpiryInterval: 60 } });
+    const received: string[] = [];
+    sub.on('message', (_topic, payload) => received.push(payload.toString()));
+    await sub.subscribeAsync('flow/v4', { qos: 1 });
+    const pub = d.add(await RawClient.connect(gw.port, { clientId: 'flow-v4-pub' }, { protocolVersion: 4 }));
+    const count = 40 * RECEIVE_MAXIMUM;
+    const burst = Array.from({ length: count }, (_, i) => encode({ cmd: 'publish', topic: 'flow/v4', payload: Buffer.from(`b${i}`), qos: 1, messageId: i + 1, dup: false, retain: false }, 4));
+    pub.write(Buffer.concat(burst));
+    await pub.until(() => pub.packets('puback').length >= count || undefined, 10_000, `${count} PUBACK`, true);
+    expect(pub.closed).toBe(false);
+    expect(pub.packets('puback').map((p) => p.messageId)).toEqual(Array.from({ length: count }, (_, i) => i + 1));
+    await waitFor(() => received.length >= count, 10_000, { message: () => `${received.length} of ${count} messages at the subscriber` });
+    expect(received).toEqual(Array.from({ length: count }, (_, i) => `b${i}`));
   });
 
   it('never has more unacknowledged QoS 1 PUBLISHes in flight to a client than its Receive Maximum, and sends the rest in order as acks come [MQTT-3.3.4-9]', async () => {

@@ -46,8 +46,9 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
 
   const session = conn.session!;
   if (qos > 0) {
-    // Our Receive Maximum bounds what a client may have unacknowledged [MQTT-3.3.4-9].
-    if (++conn.inboundInflight > limits.receiveMaximum) {
+    // Our Receive Maximum bounds what an MQTT 5 client may have unacknowledged [MQTT-3.3.4-9]; a 3.1.1 client was
+    // never told it, and gets flow control instead (`holdInboundWhenFull`).
+    if (++conn.inboundInflight > limits.receiveMaximum && conn.version === 5) {
       throw new ProtocolError(Reason.ReceiveMaximumExceeded, `more than ${limits.receiveMaximum} QoS 1/2 publishes in flight`);
     }
     // A resent QoS 2 PUBLISH whose PUBREC was already sent is not delivered again [MQTT-4.3.3-9].
@@ -55,6 +56,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
       conn.inboundInflight--;
       return acknowledge(conn, 2, packetId, Reason.Success);
     }
+    conn.holdInboundWhenFull();
   }
 
   let reason: number | undefined;
@@ -143,6 +145,7 @@ function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: n
   // QoS 2 stays in flight until PUBCOMP unless refused.
   else if (reasonCode >= 0x80) conn.inboundInflight--;
   conn.sendAck(qos === 1 ? 'puback' : 'pubrec', packetId, reasonCode);
+  conn.resumeInbound();
 }
 
 export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
@@ -153,6 +156,7 @@ export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
   // connection); like the spec's send quota, which is not raised above its initial value (MQTT 5 §4.9), the
   // count never drops below zero, or a resumed client could exceed our Receive Maximum.
   if (known && conn.inboundInflight > 0) conn.inboundInflight--;
+  conn.resumeInbound();
   const pubcomp = (): void => conn.sendAck('pubcomp', packetId, known ? Reason.Success : Reason.PacketIdentifierNotFound);
   const forgotten = known ? forgetAwaitingRelease(session, packetId) : undefined;
   // PUBCOMP only once the id is forgotten durably: the client may reuse the id for a new message right after it.
