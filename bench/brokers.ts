@@ -153,13 +153,23 @@ export interface TrackedProcess {
   exitStatus(): number | string | null;
 }
 
-/** Spawns a broker process in `dir`, keeping the tail of its output; it stays in `live` until it exits. */
-export function spawnTracked(file: string, args: string[], dir: string, live: Set<ChildProcess>): TrackedProcess {
+/**
+ * Spawns a broker process in `dir`, keeping the tail of its output (all of it also goes to `onOutput`, when
+ * given); it stays in `live` until it exits.
+ */
+export function spawnTracked(
+  file: string,
+  args: string[],
+  dir: string,
+  live: Set<ChildProcess>,
+  onOutput?: (chunk: Buffer) => void,
+): TrackedProcess {
   const child = spawn(file, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);
   let tail = '';
   const keep = (chunk: Buffer): void => {
     tail = (tail + chunk.toString('utf8')).slice(-outputTailBytes);
+    onOutput?.(chunk);
   };
   child.stdout?.on('data', keep);
   child.stderr?.on('data', keep);
@@ -209,6 +219,8 @@ export interface LaunchOptions {
   /** Client id prefix of the readiness probes (the attempt number is appended). */
   probePrefix: string;
   readyTimeoutMs?: number;
+  /** Every chunk of its stdout and stderr. */
+  onOutput?: (chunk: Buffer) => void;
 }
 
 /**
@@ -216,7 +228,7 @@ export interface LaunchOptions {
  * A process that exits first, or is not ready in time (then SIGKILLed), makes it throw with the gist of its output.
  */
 export async function launchUntilReady(o: LaunchOptions): Promise<LaunchedProcess> {
-  const { child, exited, outputTail, exitStatus } = spawnTracked(o.file, o.args, o.dir, o.live);
+  const { child, exited, outputTail, exitStatus } = spawnTracked(o.file, o.args, o.dir, o.live, o.onOutput);
   const stop = async (): Promise<void> => {
     if (exitStatus() !== null) return;
     child.kill('SIGTERM');

@@ -284,19 +284,20 @@ export class Connection implements ClientLink, FrameHandler {
   /**
    * Flow control for clients without Receive Maximum (MQTT 3.1.1): they cannot know our limit, so rather than
    * being disconnected for a burst (and resending it after reconnecting, to be stored once more each time), they
-   * are not read from while `receiveMaximum` of their QoS 1/2 publishes wait for an acknowledgement; TCP holds
-   * back the rest. Packets of the chunk already read still go through: the excess is bounded by one read.
-   * An MQTT 5 client was told the limit, and exceeding it is a protocol error (handlers/publish.ts).
+   * are not read from while `receiveMaximum` of their QoS 1/2 publishes wait to be stored before we can
+   * acknowledge them; TCP holds back the rest. Packets of the chunk already read still go through: the excess is
+   * bounded by one read. QoS 2 flows waiting for the client's PUBREL do not count, or their PUBRELs would never
+   * be read. An MQTT 5 client was told the limit, and exceeding it is a protocol error (handlers/publish.ts).
    */
   holdInboundWhenFull(): void {
-    if (this.inboundHeld || this.version === 5 || this.inboundInflight < this.ctx.limits.receiveMaximum) return;
+    if (this.inboundHeld || this.version === 5 || this.pendingAcks.length < this.ctx.limits.receiveMaximum) return;
     this.inboundHeld = true;
     this.transport.pause();
   }
 
-  /** An incoming QoS 1/2 flow completed: reading resumes once the client is below the limit again. */
+  /** An acknowledgement went out: reading resumes once the client is below the limit again. */
   resumeInbound(): void {
-    if (!this.inboundHeld || this.inboundInflight >= this.ctx.limits.receiveMaximum) return;
+    if (!this.inboundHeld || this.pendingAcks.length >= this.ctx.limits.receiveMaximum) return;
     this.inboundHeld = false;
     this.transport.resume();
   }

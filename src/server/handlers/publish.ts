@@ -47,7 +47,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
   const session = conn.session!;
   if (qos > 0) {
     // Our Receive Maximum bounds what an MQTT 5 client may have unacknowledged [MQTT-3.3.4-9]; a 3.1.1 client was
-    // never told it, and gets flow control instead (`holdInboundWhenFull`).
+    // never told it, and gets flow control instead (`Connection.holdInboundWhenFull`).
     if (++conn.inboundInflight > limits.receiveMaximum && conn.version === 5) {
       throw new ProtocolError(Reason.ReceiveMaximumExceeded, `more than ${limits.receiveMaximum} QoS 1/2 publishes in flight`);
     }
@@ -56,7 +56,6 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
       conn.inboundInflight--;
       return acknowledge(conn, 2, packetId, Reason.Success);
     }
-    conn.holdInboundWhenFull();
   }
 
   let reason: number | undefined;
@@ -99,6 +98,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
   // Wait for durability, keeping acknowledgements in the order of the publishes [MQTT-4.6.0-2].
   const pending: PendingAck = { qos, packetId, code: durable ? undefined : Reason.Success };
   conn.pendingAcks.push(pending);
+  conn.holdInboundWhenFull();
   durable?.then(
     () => settle(conn, pending, Reason.Success),
     (err: unknown) => {
@@ -156,7 +156,6 @@ export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
   // connection); like the spec's send quota, which is not raised above its initial value (MQTT 5 §4.9), the
   // count never drops below zero, or a resumed client could exceed our Receive Maximum.
   if (known && conn.inboundInflight > 0) conn.inboundInflight--;
-  conn.resumeInbound();
   const pubcomp = (): void => conn.sendAck('pubcomp', packetId, known ? Reason.Success : Reason.PacketIdentifierNotFound);
   const forgotten = known ? forgetAwaitingRelease(session, packetId) : undefined;
   // PUBCOMP only once the id is forgotten durably: the client may reuse the id for a new message right after it.
