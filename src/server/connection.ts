@@ -50,7 +50,7 @@ export class Connection implements ClientLink, FrameHandler {
   maxPacketBytes = 268435455;
   topicAliasMaximum = 0;
   requestProblemInformation = true;
-  /** Incoming QoS 1/2 publishes not yet completed, checked against our Receive Maximum. */
+  /** Incoming QoS 1/2 publishes not yet completed, checked against our Receive Maximum (MQTT 5). */
   inboundInflight = 0;
   /** Reading paused by `holdInboundWhenFull`. */
   private inboundHeld = false;
