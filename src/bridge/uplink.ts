@@ -693,11 +693,12 @@ class InboundQoS2 implements IStore {
 class PacketIdAllocator implements MessageIdProvider {
   private next = OUTBOX_PACKET_IDS + 1;
   private last: number | null = null;
-  private readonly inUse = new Set<number>();
+  /** 1 per packet id in use: a fixed table, as ids come and go with every message. */
+  private readonly inUse = new Uint8Array(65_536);
 
   /** `wanted` if it is free (an outbox entry's own id), else what `allocate` gives. */
   allocateAs(wanted: number | undefined): number | null {
-    if (wanted !== undefined && !this.inUse.has(wanted)) return this.use(wanted);
+    if (wanted !== undefined && this.inUse[wanted] === 0) return this.use(wanted);
     return this.allocate();
   }
 
@@ -706,9 +707,9 @@ class PacketIdAllocator implements MessageIdProvider {
     for (let i = OUTBOX_PACKET_IDS; i < 65_535; i++) {
       const id = this.next;
       this.next = id === 65_535 ? OUTBOX_PACKET_IDS + 1 : id + 1;
-      if (!this.inUse.has(id)) return this.use(id);
+      if (this.inUse[id] === 0) return this.use(id);
     }
-    for (let id = 1; id <= OUTBOX_PACKET_IDS; id++) if (!this.inUse.has(id)) return this.use(id);
+    for (let id = 1; id <= OUTBOX_PACKET_IDS; id++) if (this.inUse[id] === 0) return this.use(id);
     return null;
   }
 
@@ -717,21 +718,21 @@ class PacketIdAllocator implements MessageIdProvider {
   }
 
   register(id: number): boolean {
-    if (this.inUse.has(id)) return false;
-    this.inUse.add(id);
+    if (this.inUse[id] === 1) return false;
+    this.inUse[id] = 1;
     return true;
   }
 
   deallocate(id: number): void {
-    this.inUse.delete(id);
+    this.inUse[id] = 0;
   }
 
   clear(): void {
-    this.inUse.clear();
+    this.inUse.fill(0);
   }
 
   private use(id: number): number {
-    this.inUse.add(id);
+    this.inUse[id] = 1;
     this.last = id;
     return id;
   }
