@@ -5,7 +5,8 @@
  * sends to the gateway at a steady rate, a sequence number in each payload; a subscriber on the upstream checks
  * every arrival. Each cycle the link is cut (RST, then refused) for --outage-s and restored; every
  * --kill-every cycles the gateway is also SIGKILLed during the outage and restarted on the same data directory.
- * The last sample of each cycle (data file size, gateway RSS, backlog) is taken just before the next cut.
+ * Each cycle's sample (data file size, gateway RSS, backlog) is taken at its end, just before the next cut.
+ * Replay is paced at 5x the publish rate, so the token bucket runs too.
  *
  * It fails (exit 1, naming the check) when, at the end:
  * - a message the gateway acknowledged never reached the upstream (after the backlog drained);
@@ -13,7 +14,8 @@
  *   duplicates, which at-least-once allows and which are counted);
  * - the data file grew after the warm-up cycles by more than a quarter (and 1 MB): freed pages must be reused
  *   under queue-like use (the lmdb-js#321 guard);
- * - the publisher had to hold messages back (more than 5 s of them unacknowledged): the gateway fell behind;
+ * - an outage's backlog did not drain within its cycle, or the publisher had to hold messages back (more than
+ *   5 s of them unacknowledged): the gateway fell behind;
  * - the gateway logged at level error or above, or did not come back after a SIGKILL;
  * - the gateway's RSS at the end is more than twice its RSS after the warm-up.
  */
@@ -32,8 +34,8 @@ const usage = [
   'usage: npm run soak -- [options]',
   '  --duration D        how long to run: 24h, 90m, 600s or seconds, default 10m',
   '  --rate N            QoS 1 messages/s published to the gateway, default 2000',
-  '  --payload-bytes N   payload size, default 256 (at least 8)',
-  '  --cycle-s N         one fault cycle: forwarding, then the outage, default 60',
+  '  --payload-bytes N   payload size, default 256 (at least 4: the sequence number)',
+  '  --cycle-s N         one fault cycle: the outage, then forwarding, default 60',
   '  --outage-s N        link down per cycle, default 15',
   '  --kill-every N      SIGKILL the gateway during every Nth outage (0: never), default 4',
   '  --warmup-cycles N   cycles before the data file and RSS baselines are taken (best with the first SIGKILL',
@@ -85,7 +87,7 @@ function parseOptions(): Options | null {
     warmupCycles: values['warmup-cycles'] === '0' ? 0 : positiveInt(values['warmup-cycles'], 4, 'warmup-cycles'),
     out: values.out,
   };
-  if (opts.payloadBytes < 8) throw new Error('--payload-bytes must be at least 8 (the sequence number)');
+  if (opts.payloadBytes < 4) throw new Error('--payload-bytes must be at least 4 (the sequence number)');
   if (opts.outageS >= opts.cycleS) throw new Error('--outage-s must be shorter than --cycle-s');
   return opts;
 }
@@ -114,17 +116,15 @@ class Ledger {
   readonly seen = new SeqBits();
   published = 0;
   ackedCount = 0;
-  received = 0;
   unique = 0;
   duplicates = 0;
   /** First arrivals that were not the next sequence number, and the first few of them. */
   outOfOrder = 0;
   readonly outOfOrderExamples: string[] = [];
-  /** Sequence numbers below this all arrived. */
+  /** One past the highest sequence number seen: the next one expected. */
   private next = 0;
 
   arrive(seq: number): void {
-    this.received++;
     if (this.seen.has(seq)) {
       this.duplicates++;
       return;
@@ -264,6 +264,9 @@ function subscriber(port: number): Promise<MqttClient> {
   });
 }
 
+/** Unique among the unacknowledged, which are far fewer than 65,535. */
+const packetIdOf = (seq: number): number => (seq % 65_535) + 1;
+
 /**
  * A device publishing `rate` QoS 1 messages/s in 10 ms ticks, as a PLC gateway would: it keeps what the gateway
  * has not acknowledged and, after a reconnect (the gateway was SIGKILLed), sends all of it again in order (DUP)
@@ -304,8 +307,7 @@ class Publisher {
           continue;
         }
         const seq = this.ledger.published++;
-        const id = (seq % 65_535) + 1;
-        this.unacked.set(id, seq);
+        this.unacked.set(packetIdOf(seq), seq);
         out.push(this.packet(seq, false));
       }
       if (out.length > 0) this.conn?.sock.write(Buffer.concat(out));
@@ -325,16 +327,17 @@ class Publisher {
   private packet(seq: number, dup: boolean): Buffer {
     const p = Buffer.from(this.template);
     if (dup) p[0] |= 0x08;
-    p.writeUInt16BE((seq % 65_535) + 1, this.payloadAt - 2);
+    p.writeUInt16BE(packetIdOf(seq), this.payloadAt - 2);
     p.writeUInt32BE(seq, this.payloadAt);
     return p;
   }
 
   private readonly onPacket: PacketHandler = (type, _flags, buf, start) => {
     if (type !== PacketType.puback) return;
-    const seq = this.unacked.get(buf.readUInt16BE(start));
+    const id = buf.readUInt16BE(start);
+    const seq = this.unacked.get(id);
     if (seq === undefined) return;
-    this.unacked.delete(buf.readUInt16BE(start));
+    this.unacked.delete(id);
     this.ledger.acked.add(seq);
     this.ledger.ackedCount++;
   };
