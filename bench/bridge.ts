@@ -37,10 +37,10 @@ import {
   openConnection,
   quotas,
   secondsBetween,
-  sleep,
   subackWaiter,
   subscribeAndWait,
   waitForDelivery,
+  waitUntil,
   type Connection,
 } from './qos1-load.js';
 import {
@@ -190,15 +190,6 @@ function gatewayCommand(
 /** Polled every 50 ms, because the restart time after SIGKILL is one of the figures. */
 function launch(name: string, command: { file: string; args: string[] }, dir: string, port: number): Promise<LaunchedProcess> {
   return launchUntilReady({ name, ...command, dir, port, live, pollMs: 50, probePrefix: 'bridge-probe-' });
-}
-
-async function waitUntil(condition: () => boolean, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) return false;
-    await sleep(10);
-  }
-  return true;
 }
 
 // ---- one run --------------------------------------------------------------------------------------------

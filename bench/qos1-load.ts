@@ -20,6 +20,16 @@ import {
 } from './mqtt-wire.js';
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls `condition` every `pollMs` until it holds (true) or `timeoutMs` passed (false). */
+export async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs: number, pollMs = 10): Promise<boolean> {
+  const deadline = performance.now() + timeoutMs;
+  while (!(await condition())) {
+    if (performance.now() > deadline) return false;
+    await sleep(pollMs);
+  }
+  return true;
+}
 export const nowNs = (): bigint => process.hrtime.bigint();
 export const secondsBetween = (fromNs: bigint, toNs: bigint): number => Number(toNs - fromNs) / 1e9;
 export const errorText = (err: unknown): string => (err instanceof Error ? err.message : String(err));

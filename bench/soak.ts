@@ -28,7 +28,7 @@ import { startFaultProxy, type FaultProxy } from '../test/helpers/fault-proxy.js
 import { freePort, killAllBrokers, launchUntilReady, readRssKb, startBroker, type LaunchedProcess, type RunningBroker } from './brokers.js';
 import { parseOrExit, positiveInt, rootDir, runMain, scratchDir } from './harness.js';
 import { encodePublish, PacketType, publishPayloadOffset, type PacketHandler } from './mqtt-wire.js';
-import { openConnection, sleep, type Connection } from './qos1-load.js';
+import { openConnection, sleep, waitUntil, type Connection } from './qos1-load.js';
 
 const usage = [
   'usage: npm run soak -- [options]',
@@ -362,15 +362,6 @@ class Publisher {
   }
 }
 
-async function waitFor(condition: () => Promise<boolean> | boolean, timeoutMs: number): Promise<boolean> {
-  const deadline = performance.now() + timeoutMs;
-  while (!(await condition())) {
-    if (performance.now() > deadline) return false;
-    await sleep(100);
-  }
-  return true;
-}
-
 /** The processes of a soak and what it has seen so far. */
 interface Rig {
   readonly opts: Options;
@@ -408,7 +399,7 @@ async function runCycle(rig: Rig, cycle: number): Promise<Sample | undefined> {
   proxy.restore();
   const restoredMs = performance.now();
   // Drained: no more than a second of live traffic waiting.
-  const drained = await waitFor(async () => ((await gw.backlog()) ?? Infinity) <= opts.rate, cycleEndMs - restoredMs);
+  const drained = await waitUntil(async () => ((await gw.backlog()) ?? Infinity) <= opts.rate, cycleEndMs - restoredMs, 100);
   if (!drained) rig.problems.push(`cycle ${cycle}: the backlog did not drain before the next outage`);
   const drainS = drained ? (performance.now() - restoredMs) / 1000 : undefined;
   await sleep(cycleEndMs - performance.now());
@@ -486,9 +477,9 @@ async function main(): Promise<void> {
       process.stdout.write(sampleLine(sample) + '\n');
     }
     // Everything acknowledged must arrive: the publisher's last PUBACKs, then the bridge's backlog.
-    await waitFor(() => publisher.waiting === 0, 30_000);
+    await waitUntil(() => publisher.waiting === 0, 30_000, 100);
     publisher.stop();
-    await waitFor(() => ledger.unique >= ledger.published, 60_000);
+    await waitUntil(() => ledger.unique >= ledger.published, 60_000, 100);
     const { missing } = check(rig, samples, publisher.heldBack);
     const totals = {
       published: ledger.published,
