@@ -67,6 +67,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     store,
     stats,
     log: log.child({ mod: 'broker' }),
+    audit,
   });
   const restored = broker.restoreSessions();
   if (restored > 0) log.info({ sessions: restored }, 'persistent sessions restored');
@@ -256,7 +257,15 @@ function createEdgeNode(
       log.warn({ bridge: uplink.name }, 'the Sparkplug uplink has no in filter for NCMD: host applications cannot command this node');
     }
   }
-  return new EdgeNode({ config: sp, broker, connectors, stateDir: config.storage.path, log: log.child({ mod: 'sparkplug' }), audit });
+  return new EdgeNode({
+    config: sp,
+    broker,
+    connectors,
+    stateDir: config.storage.path,
+    log: log.child({ mod: 'sparkplug' }),
+    audit,
+    identify: (origin) => broker.identify(origin),
+  });
 }
 
 function createConnector(registry: ConnectorRegistry, c: ConnectorConfig, storagePath: string, log: Logger): Connector {

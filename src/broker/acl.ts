@@ -58,35 +58,79 @@ export class Acl {
     return { acl: new Acl(anonymous, users, patterns), problems };
   }
 
-  /** May `user`/`clientId` do `action` on `topic`? For subscriptions, `topic` is the filter itself. */
-  allows(action: 'read' | 'write', topic: string, clientId: string, user: string | undefined, isFilter = false): boolean {
-    const rules = user === undefined ? this.anonymous : (this.users.get(user) ?? []);
-    const safeIdentity = !/[+#/]/.test(clientId) && (user === undefined || !/[+#/]/.test(user));
+  /**
+   * May `user`/`clientId` do `action` on `topic`? Called for every delivered message, so it allocates nothing
+   * unless a `%c`/`%u` pattern has to be expanded.
+   */
+  allows(action: 'read' | 'write', topic: string, clientId: string, user: string | undefined): boolean {
+    const rules = this.rulesOf(clientId, user);
+    for (const r of rules) if (r.access === 'deny' && topicMatches(r.filter, topic)) return false;
+    for (const r of rules) if ((r.access === 'readwrite' || r.access === action) && topicMatches(r.filter, topic)) return true;
+    return false;
+  }
+
+  /**
+   * May `user`/`clientId` subscribe to `filter`? Granted when some topic it can match is readable: a grant overlaps
+   * it and their common part is not wholly denied, as in Mosquitto, so `#` works on a box with one denied subtree.
+   * Every delivered message is checked again with `allows('read', topic)`. (Several deny rules that together
+   * cover a filter are not detected: such a subscription is granted and receives nothing.)
+   */
+  allowsSubscription(filter: string, clientId: string, user: string | undefined): boolean {
+    const rules = this.rulesOf(clientId, user);
+    for (const grant of rules) {
+      if (grant.access !== 'read' && grant.access !== 'readwrite') continue;
+      const common = intersection(grant.filter, filter);
+      if (common !== undefined && !rules.some((r) => r.access === 'deny' && covers(r.filter, common))) return true;
+    }
+    return false;
+  }
+
+  /** The user's (or the anonymous) rules followed by the patterns expanded for this identity. */
+  private rulesOf(clientId: string, user: string | undefined): readonly Rule[] {
+    const rules = user === undefined ? this.anonymous : (this.users.get(user) ?? NO_RULES);
+    if (this.patterns.length === 0) return rules;
+    // A client id or user name holding a wildcard or a level separator never matches a pattern (CVE-2017-7650).
+    if (/[+#/]/.test(clientId) || (user !== undefined && /[+#/]/.test(user))) return rules;
     // A `%u` pattern never applies to an anonymous client (Mosquitto): it must be skipped before expansion, or
     // `users/%u/#` would become `users//#` for everyone without a user name.
-    const expanded = safeIdentity
-      ? this.patterns
-          .filter((r) => user !== undefined || !r.filter.includes('%u'))
-          .map((r) => ({ access: r.access, filter: r.filter.replaceAll('%c', clientId).replaceAll('%u', user ?? '') }))
-      : [];
-    const all = [...rules, ...expanded];
-    // For a subscription filter, a rule applies if some topic could match both: a deny that overlaps refuses the
-    // whole subscription (so `#` cannot bypass it), a grant that overlaps allows it, and every delivered message
-    // is checked again with `read` on its own topic.
-    const matches = (r: Rule): boolean => (isFilter ? filtersOverlap(r.filter, topic) : topicMatches(r.filter, topic));
-    if (all.some((r) => r.access === 'deny' && matches(r))) return false;
-    return all.some((r) => (r.access === 'readwrite' || r.access === action) && matches(r));
+    const expanded = this.patterns
+      .filter((r) => user !== undefined || !r.filter.includes('%u'))
+      .map((r) => ({ access: r.access, filter: r.filter.replaceAll('%c', clientId).replaceAll('%u', user ?? '') }));
+    return [...rules, ...expanded];
   }
 }
 
-/** Whether some topic could match both filters. */
-function filtersOverlap(a: string, b: string): boolean {
+const NO_RULES: readonly Rule[] = [];
+
+/** The filter matching exactly the topics that match both `a` and `b`, or undefined when none does. */
+export function intersection(a: string, b: string): string | undefined {
   const x = a.split('/');
   const y = b.split('/');
-  for (let i = 0; i < Math.max(x.length, y.length); i++) {
-    if (x[i] === '#' || y[i] === '#') return true;
-    if (x[i] === undefined || y[i] === undefined) return false;
-    if (x[i] !== '+' && y[i] !== '+' && x[i] !== y[i]) return false;
+  const out: string[] = [];
+  for (let i = 0; ; i++) {
+    if (x[i] === '#') return [...out, ...y.slice(i)].join('/') || '#';
+    if (y[i] === '#') return [...out, ...x.slice(i)].join('/') || '#';
+    if (x[i] === undefined || y[i] === undefined) {
+      // `a/#` also matches `a`: a filter that ends where the other goes on with `#` shares its parent topic.
+      if (x[i] === undefined && y[i] === undefined) return out.join('/');
+      return (x[i] ?? y[i]) === '#' ? out.join('/') : undefined;
+    }
+    if (x[i] === '+') out.push(y[i]);
+    else if (y[i] === '+' || x[i] === y[i]) out.push(x[i]);
+    else return undefined;
   }
-  return true;
+}
+
+/** Whether every topic that matches `inner` also matches `outer`. */
+export function covers(outer: string, inner: string): boolean {
+  const o = outer.split('/');
+  const n = inner.split('/');
+  for (let i = 0; ; i++) {
+    if (o[i] === '#') return true;
+    if (o[i] === undefined) return n[i] === undefined;
+    if (n[i] === undefined) return o[i] === '#';
+    if (n[i] === '#') return false;
+    if (o[i] === '+') continue;
+    if (n[i] === '+' || n[i] !== o[i]) return false;
+  }
 }

@@ -54,6 +54,9 @@ export interface AuthEvents {
   denied(c: ClientInfo, action: 'publish' | 'subscribe', topic: string): void;
 }
 
+/** How a refused login with a user name that is not in the password file appears in the log. */
+export const UNKNOWN_USER = '<unknown>';
+
 const quietEvents: AuthEvents = { loginRefused: () => {}, loginAccepted: () => {}, denied: () => {} };
 
 export class FileAuth implements AuthHooks {
@@ -93,7 +96,7 @@ export class FileAuth implements AuthHooks {
   authorizeSubscribe(c: ClientInfo, filter: string, qos: QoS): QoS | number {
     // Shared subscriptions are checked on their inner filter.
     const inner = filter.startsWith('$share/') ? filter.split('/').slice(2).join('/') : filter;
-    if (this.acl && !this.acl.allows('read', inner, c.clientId, c.username, true)) {
+    if (this.acl && !this.acl.allowsSubscription(inner, c.clientId, c.username)) {
       this.events.denied(c, 'subscribe', filter);
       return Reason.NotAuthorized;
     }
@@ -118,7 +121,9 @@ export class FileAuth implements AuthHooks {
     const f = this.failures.get(c.remoteAddress);
     if (f) f.count++;
     else this.failures.set(c.remoteAddress, { count: 1, firstMs: performance.now() });
-    this.events.loginRefused(c, why);
+    // People type passwords into the user field: a name that is no known user is not written to the log.
+    const known = c.username === undefined || c.certificateVerified || this.passwords?.has(c.username);
+    this.events.loginRefused(known ? c : { ...c, username: UNKNOWN_USER }, why);
     return reason;
   }
 }

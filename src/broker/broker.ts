@@ -12,7 +12,8 @@ import type { Logger } from '../util/logger.js';
 import type { QueueWindow, Store, SubscriptionRecord } from '../store/types.js';
 import { RetainedIndex } from './retained.js';
 import { memoryWindow, NEVER_EXPIRES, Session } from './session.js';
-import type { DropReason, SessionEvents, SessionLimits } from './session.js';
+import type { DropReason, ReadGate, SessionEvents, SessionLimits, SessionOwner } from './session.js';
+import type { ClientInfo } from './auth.js';
 import { TopicTree } from './topic-tree.js';
 import type { Subscriber } from './topic-tree.js';
 import { WillScheduler } from './wills.js';
@@ -30,7 +31,7 @@ export interface SubscribeOptions {
 /** An in-process subscriber's callback; a returned promise makes the publisher wait for it (durability). */
 export type Deliver = (msg: Message) => void | Promise<void>;
 
-export type BrokerDropReason = DropReason | 'not_authorized';
+export type BrokerDropReason = DropReason;
 
 /** Plain counters, read by `$SYS` and the metrics endpoint on demand. */
 export class BrokerStats {
@@ -48,6 +49,7 @@ export class BrokerStats {
     too_large: 0,
     slow_client: 0,
     not_authorized: 0,
+    session_taken_over: 0,
   };
   authFailures = 0;
   readonly aclDenied = { publish: 0, subscribe: 0 };
@@ -61,6 +63,8 @@ export interface BrokerOptions {
   readonly stats?: BrokerStats;
   readonly store: Store;
   readonly log: Logger;
+  /** Where a discarded session of another identity is recorded (the audit log); default: `log`. */
+  readonly audit?: Logger;
 }
 
 export class Broker {
@@ -75,6 +79,7 @@ export class Broker {
   private readonly log: Logger;
   /** Persistent sessions' queues go on in the store past this, when the store is durable; none: never. */
   private readonly memoryWindow: QueueWindow | undefined;
+  private readonly readGate: ReadGate = { check: undefined };
 
   constructor(private readonly options: BrokerOptions) {
     this.stats = options.stats ?? new BrokerStats();
@@ -98,6 +103,22 @@ export class Broker {
         if (member) member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
       },
     };
+  }
+
+  /**
+   * Who is behind a message origin (a client id), for the audit log: the session owner's user name, and while
+   * connected its certificate identity and address. Nothing for in-process origins (`bridge:<name>`, ...).
+   */
+  identify(origin: string): { user?: string; certificate?: string; remote?: string } {
+    const session = this.sessions.get(origin);
+    if (!session) return {};
+    const link = session.link;
+    return { user: session.owner ?? undefined, certificate: link?.certificateIdentity, remote: link?.remoteAddress };
+  }
+
+  /** The ACL read check every session's deliveries pass from now on (at start and on reload). */
+  setReadCheck(check: ((client: ClientInfo, topic: string) => boolean) | undefined): void {
+    this.readGate.check = check;
   }
 
   get subscriptionCount(): { normal: number; shared: number } {
@@ -231,19 +252,29 @@ export class Broker {
    * Finds or creates the session for a connecting client. With clean start an existing session is discarded
    * (its pending will fires) [MQTT-3.1.2-4]. Returns whether a session was present [MQTT-3.2.2-2/3].
    * A session with an expiry interval is persistent: it is written to the store and survives restarts.
+   * A session belongs to the identity that made it: another identity (a user name, or anonymous against named)
+   * gets a new, empty session, and the old one is discarded, its queued messages counted as dropped.
    */
-  openSession(clientId: string, cleanStart: boolean, expiryIntervalS: number): { session: Session; present: boolean } {
+  openSession(clientId: string, owner: SessionOwner, cleanStart: boolean, expiryIntervalS: number): { session: Session; present: boolean } {
     this.cancelExpiry(clientId);
-    const existing = this.sessions.get(clientId);
+    let existing = this.sessions.get(clientId);
+    if (existing && existing.owner !== undefined && existing.owner !== owner) {
+      this.discardForeign(existing, owner);
+      existing = undefined;
+    }
     let session: Session;
     let present = false;
     if (existing && !cleanStart) {
       this.wills.cancel(clientId);
+      if (existing.owner === undefined) {
+        existing.adopt(owner);
+        this.log.info({ clientId, owner: owner ?? '<anonymous>' }, 'a session stored without its owner was resumed: its owner is now the client that resumed it');
+      }
       session = existing;
       present = true;
     } else {
       if (existing) this.endSession(existing);
-      session = new Session(clientId, this.options.limits, this.sessionEvents, this.memoryWindow);
+      session = new Session(clientId, owner, this.options.limits, this.sessionEvents, this.readGate, this.memoryWindow);
       this.sessions.set(clientId, session);
     }
     session.expiryIntervalS = expiryIntervalS;
@@ -294,7 +325,7 @@ export class Broker {
         sessions.drop(record.clientId).catch((err: unknown) => this.sessionEvents.storeFailed(err, record.clientId));
         continue;
       }
-      const session = new Session(record.clientId, this.options.limits, this.sessionEvents, this.memoryWindow);
+      const session = new Session(record.clientId, record.owner, this.options.limits, this.sessionEvents, this.readGate, this.memoryWindow);
       session.expiryIntervalS = record.expiryIntervalS;
       session.store = sessions;
       this.sessions.set(record.clientId, session);
@@ -308,6 +339,17 @@ export class Broker {
       restored++;
     }
     return restored;
+  }
+
+  /** Ends the session of another identity under the client id `owner` connects with; said in the audit log. */
+  private discardForeign(session: Session, owner: SessionOwner): void {
+    const queued = session.queuedCount + session.inflightCount;
+    this.stats.dropped.session_taken_over += queued;
+    (this.options.audit ?? this.log).warn(
+      { clientId: session.id, owner: session.owner ?? '<anonymous>', by: owner ?? '<anonymous>', droppedMessages: queued },
+      'session discarded: a client of another identity connected with its client id',
+    );
+    this.endSession(session);
   }
 
   /** The connection of `session` closed: keep the session for its expiry interval, or end it now. */
@@ -368,7 +410,7 @@ export class Broker {
       // A session turning persistent: its subscriptions so far must be stored too.
       for (const sub of session.subscriptions.values()) sessions.putSubscription(session.id, sub).catch(fail);
     }
-    sessions.putSession(session.id, { expiryIntervalS: session.expiryIntervalS, disconnectedAtMs }).catch(fail);
+    sessions.putSession(session.id, { expiryIntervalS: session.expiryIntervalS, disconnectedAtMs, owner: session.owner }).catch(fail);
   }
 
   private cancelExpiry(clientId: string): void {

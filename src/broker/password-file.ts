@@ -21,6 +21,8 @@ export interface PasswordFileProblem {
 }
 
 export class PasswordFile {
+  private decoyEntry: PasswordEntry | undefined;
+
   private constructor(private readonly users: ReadonlyMap<string, PasswordEntry>) {}
 
   get size(): number {
@@ -47,15 +49,31 @@ export class PasswordFile {
     return this.users.has(user);
   }
 
-  /** Constant-time check; PBKDF2 runs on the thread pool so high iteration counts do not block the loop. */
+  /**
+   * Constant-time check; PBKDF2 runs on the thread pool so high iteration counts do not block the loop. An unknown
+   * user costs the same PBKDF2 work as a known one, so the answer's timing does not tell whether a user exists.
+   */
   async verify(user: string, password: Buffer): Promise<boolean> {
-    const entry = this.users.get(user);
-    if (!entry) return false;
+    const known = this.users.get(user);
+    const entry = known ?? this.decoy;
     const computed =
       entry.kind === 7
         ? await pbkdf2Async(password, entry.salt, entry.iterations, entry.hash.length, 'sha512')
         : createHash('sha512').update(password).update(entry.salt).digest();
-    return computed.length === entry.hash.length && timingSafeEqual(computed, entry.hash);
+    return computed.length === entry.hash.length && timingSafeEqual(computed, entry.hash) && known !== undefined;
+  }
+
+  /** What an unknown user's password is checked against: a `$7$` entry with the file's most common iteration count. */
+  private get decoy(): PasswordEntry {
+    if (this.decoyEntry === undefined) {
+      const counts = new Map<number, number>();
+      for (const e of this.users.values()) if (e.kind === 7) counts.set(e.iterations, (counts.get(e.iterations) ?? 0) + 1);
+      let iterations = 101; // mosquitto_passwd's default
+      let most = 0;
+      for (const [n, count] of counts) if (count > most) [iterations, most] = [n, count];
+      this.decoyEntry = { kind: 7, iterations, salt: randomBytes(12), hash: randomBytes(64) };
+    }
+    return this.decoyEntry;
   }
 }
 

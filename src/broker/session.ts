@@ -9,10 +9,14 @@ import type { PublishEncodings, ProtocolVersion } from '../protocol/codec.js';
 import { parseSharedFilter, topicMatches } from '../protocol/topics.js';
 import { fitsWindow, type QueuedRecord, type QueueWindow, type SessionStore, type SubscriptionRecord } from '../store/types.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
+import type { ClientInfo } from './auth.js';
 
 /** What a session needs from the connection currently attached to it (implemented by server/connection.ts). */
 export interface ClientLink {
   readonly version: ProtocolVersion;
+  /** Where the client connects from, and its verified client certificate's identity (for the audit log). */
+  readonly remoteAddress: string;
+  readonly certificateIdentity: string | undefined;
   /** The client's Receive Maximum (v5), else 65535. */
   readonly receiveMaximum: number;
   /** False while the connection's write buffer is over its limit: QoS 0 is then dropped for this client. */
@@ -44,7 +48,18 @@ interface Delivery {
   stored: Promise<number> | undefined;
 }
 
-export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client';
+export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client' | 'not_authorized' | 'session_taken_over';
+
+/** Who a session belongs to: the user name it was made with (a certificate's identity included), null for anonymous. */
+export type SessionOwner = string | null;
+
+/**
+ * The ACL read check in force now, one object shared by every session and swapped on reload, so that sessions
+ * online, offline and restored from the store all answer to the rules of the moment.
+ */
+export interface ReadGate {
+  check: ((client: ClientInfo, topic: string) => boolean) | undefined;
+}
 
 /** Hooks from the session back to the broker: counters and shared-subscription redelivery. */
 export interface SessionEvents {
@@ -124,7 +139,13 @@ export class Session implements Subscriber {
   /** performance.now() when the session was last disconnected. */
   disconnectedAtMs = 0;
 
-  mayRead: ((topic: string) => boolean) | undefined;
+  /**
+   * Who made the session. Undefined only for a session stored before owners were recorded: the next client to
+   * resume it adopts it, and until then what it queues is checked against the reader when it is sent.
+   */
+  owner: SessionOwner | undefined;
+  /** The identity the ACL read check is asked about (kept, so a check allocates nothing). */
+  private reader: ClientInfo;
   routeMark = 0;
   routeSlot = 0;
 
@@ -139,14 +160,36 @@ export class Session implements Subscriber {
   /** `memoryWindow`: the part of the queue kept in memory before it goes on in the store; none = never spills. */
   constructor(
     readonly id: string,
+    owner: SessionOwner | undefined,
     private readonly limits: SessionLimits,
     private readonly events: SessionEvents,
+    private readonly readGate: ReadGate,
     private readonly memoryWindow?: QueueWindow,
-  ) {}
+  ) {
+    this.owner = owner;
+    this.reader = { clientId: id, username: owner ?? undefined };
+  }
+
+  /** A client resumed a session stored without an owner: it is the owner from now on. */
+  adopt(owner: SessionOwner): void {
+    this.owner = owner;
+    this.reader = { clientId: this.id, username: owner ?? undefined };
+  }
+
+  /** The ACL read check of the rules in force now, for this session's owner; every delivery passes it. */
+  mayRead(topic: string): boolean {
+    const check = this.readGate.check;
+    return check === undefined || this.owner === undefined || check(this.reader, topic);
+  }
 
   /** Whether part of the queue is in the store only (see `spillOne`). */
   get hasSpilled(): boolean {
     return this.spill !== undefined;
+  }
+
+  /** Messages sent and not yet acknowledged. */
+  get inflightCount(): number {
+    return this.inflight.size;
   }
 
   /** Queued messages, in memory and spilled. */
@@ -243,11 +286,11 @@ export class Session implements Subscriber {
     this.link = link;
     for (const [packetId, f] of this.inflight) {
       if (f.state === 'pubrel') link.sendPubrel(packetId);
-      else if (!isExpired(f.msg)) link.sendPublish(f.msg, f.qos, f.retain, true, packetId, f.subscriptionIds, undefined);
-      else {
+      else if (isExpired(f.msg) || !this.mayRead(f.msg.topic)) {
         this.inflight.delete(packetId);
         this.forget(f);
-      }
+        this.events.dropped(isExpired(f.msg) ? 'expired' : 'not_authorized', f.msg);
+      } else link.sendPublish(f.msg, f.qos, f.retain, true, packetId, f.subscriptionIds, undefined);
     }
     this.pump();
   }
@@ -422,6 +465,12 @@ export class Session implements Subscriber {
       if (isExpired(d.msg)) {
         this.forget(d);
         this.events.dropped('expired', d.msg);
+        continue;
+      }
+      // Queued under the rules of its arrival (or restored from the store): the rules of now decide.
+      if (!this.mayRead(d.msg.topic)) {
+        this.forget(d);
+        this.events.dropped('not_authorized', d.msg);
         continue;
       }
       this.sendNew(link, d, undefined);

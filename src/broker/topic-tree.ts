@@ -11,8 +11,8 @@ export interface Subscriber {
   readonly id: string;
   /** Shared groups prefer members that can take a message now. */
   isOnline(): boolean;
-  /** ACL read check per delivered message; absent means everything matching may be read. */
-  mayRead?: (topic: string) => boolean;
+  /** ACL read check per delivered message; absent (in-process subscribers) means everything matching may be read. */
+  mayRead?(topic: string): boolean;
   deliver(
     msg: Message,
     qos: QoS,

@@ -96,6 +96,14 @@ export class Connection implements ClientLink, FrameHandler {
 
   // ---- ClientLink (used by the session) ----
 
+  get remoteAddress(): string {
+    return this.transport.remoteAddress;
+  }
+
+  get certificateIdentity(): string | undefined {
+    return this.transport.certificateIdentity;
+  }
+
   canTakeQoS0(): boolean {
     return this.transport.bufferedBytes + this.pendingBytes < this.ctx.limits.maxWriteBufferBytes;
   }
@@ -362,15 +370,6 @@ export class Connection implements ClientLink, FrameHandler {
       this.ctx.broker.sessionDisconnected(session);
     }
     this.log.debug({ clientId: this.clientId, remote: this.transport.remoteAddress, why }, 'connection closed');
-  }
-
-  /** Installs the ACL read check (per delivered message) of the current auth rules on this client's session. */
-  applyReadCheck(): void {
-    const session = this.session;
-    if (!session) return;
-    const auth = this.ctx.auth;
-    const client = { clientId: this.clientId, username: this.username };
-    session.mayRead = auth.authorizeRead ? (topic) => auth.authorizeRead!(client, topic) : undefined;
   }
 
   /** Keep-alive, connect timeout and slow-reader checks, driven by one broker-wide timer. */

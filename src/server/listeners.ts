@@ -58,12 +58,16 @@ export class MqttServer {
 
   constructor(broker: Broker, auth: AuthHooks, limits: ServerLimits, log: Logger) {
     this.ctx = { broker, auth, limits, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
+    this.setAuth(auth);
   }
 
-  /** Applies new authentication and ACL rules without dropping connections (reload). */
+  /**
+   * Applies authentication and ACL rules (at start, and on reload without dropping connections): the next
+   * operation of every client and every delivery to every session, connected or not, answers to them.
+   */
   setAuth(auth: AuthHooks): void {
     this.ctx.auth = auth;
-    for (const conn of this.ctx.clients.values()) conn.applyReadCheck();
+    this.ctx.broker.setReadCheck(auth.authorizeRead?.bind(auth));
   }
 
   /**

@@ -76,7 +76,22 @@ export interface EdgeNodeOptions {
   readonly log: Logger;
   /** Where commands from host applications (rebirths, DCMD writes, refusals) are recorded with who sent them. */
   readonly audit?: Logger;
+  /**
+   * Who is behind a command's origin (a local client id): its authenticated user, certificate identity and address,
+   * for the audit log; a client id alone is whatever the client chose.
+   */
+  readonly identify?: (origin: string) => SenderIdentity;
 }
+
+/** What the audit log says of a command's sender besides its client id (`who`). */
+export interface SenderIdentity {
+  readonly user?: string;
+  readonly certificate?: string;
+  readonly remote?: string;
+}
+
+/** A command's sender as its audit lines name it. */
+type Sender = SenderIdentity & { readonly who: string };
 
 export interface EdgeNodeStats {
   readonly localBorn: boolean;
@@ -122,6 +137,7 @@ export class EdgeNode implements DeviceHost {
   private readonly broker: Pick<Broker, 'publish' | 'subscribe'>;
   private readonly log: Logger;
   private readonly audit: Logger;
+  private readonly identify: ((origin: string) => SenderIdentity) | undefined;
   private readonly state: NodeState;
   private readonly devices = new Map<string, Device>();
   private readonly nodeMetrics: NodeMetric[];
@@ -171,6 +187,7 @@ export class EdgeNode implements DeviceHost {
     this.broker = options.broker;
     this.log = options.log;
     this.audit = options.audit ?? options.log;
+    this.identify = options.identify;
     this.state = new NodeState(options.stateDir, this.config.groupId, this.config.edgeNodeId);
     this.gateLocal = this.config.primaryHostId !== undefined && this.config.uplink === undefined;
     this.gateUplink = this.config.primaryHostId !== undefined && this.config.uplink !== undefined;
@@ -442,15 +459,19 @@ export class EdgeNode implements DeviceHost {
   }
 
   /** NCMD Rebirth: the same bdSeq, seq reset, NBIRTH and every DBIRTH again; data stops meanwhile (sync). */
-  private rebirth(who: string): void {
+  private sender(msg: Message): Sender {
+    return { who: msg.origin, ...this.identify?.(msg.origin) };
+  }
+
+  private rebirth(who: Sender): void {
     const now = performance.now();
     if (now - this.lastRebirthMs < this.config.rebirthDebounceMs) {
-      this.log.info({ who, debounceMs: this.config.rebirthDebounceMs }, 'rebirth request ignored: one was just answered');
+      this.log.info({ ...who, debounceMs: this.config.rebirthDebounceMs }, 'rebirth request ignored: one was just answered');
       return;
     }
     this.lastRebirthMs = now;
     this.counters.rebirths++;
-    this.audit.info({ who }, 'rebirth requested');
+    this.audit.info(who, 'rebirth requested');
     if (this.localBorn) this.publishLocalBirths();
     // Upstream, the local births reach the host through the outbox; with publishNow they go at once.
     const up = this.up;
@@ -464,7 +485,7 @@ export class EdgeNode implements DeviceHost {
   // Commands
 
   private onNodeCommand(msg: Message): void {
-    const who = msg.origin;
+    const who = this.sender(msg);
     let metrics: readonly MetricIn[];
     try {
       metrics = decodePayload(msg.payload, (m) => {
@@ -487,7 +508,7 @@ export class EdgeNode implements DeviceHost {
   }
 
   private onDeviceCommand(msg: Message): void {
-    const who = msg.origin;
+    const who = this.sender(msg);
     const topic = parseTopic(msg.topic);
     const device = topic?.deviceId !== undefined ? this.devices.get(topic.deviceId) : undefined;
     if (!device) {
@@ -521,19 +542,19 @@ export class EdgeNode implements DeviceHost {
       device.write(name, value).then(
         () => {
           this.counters.writesOk++;
-          this.audit.info({ who, device: device.id, metric: name, value: String(value) }, 'DCMD write done');
+          this.audit.info({ ...who, device: device.id, metric: name, value: String(value) }, 'DCMD write done');
         },
         (err: unknown) => {
           this.counters.writesFailed++;
-          this.audit.warn({ who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
+          this.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
         },
       );
     }
   }
 
-  private refuse(who: string, topic: string, metric: string | undefined, why: string): void {
+  private refuse(who: Sender, topic: string, metric: string | undefined, why: string): void {
     this.counters.commandsRefused++;
-    this.audit.warn({ who, topic, metric, why }, 'command refused');
+    this.audit.warn({ ...who, topic, metric, why }, 'command refused');
   }
 
   // -----------------------------------------------------------------------------------------------------------

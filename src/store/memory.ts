@@ -18,6 +18,7 @@ import {
   type QueuedRecord,
   type QueueWindow,
   type RetainedStore,
+  type SessionFields,
   type SessionRecord,
   type SessionStore,
   type Store,
@@ -188,6 +189,7 @@ class MemoryOutbox implements Outbox {
 interface MemorySession {
   expiryIntervalS: number;
   disconnectedAtMs?: number;
+  owner?: string | null;
   subscriptions: Map<string, SubscriptionRecord>;
   queue: Map<number, { msg: Message; flight?: FlightState }>; // insertion order is seq order
   awaitingRelease: Set<number>;
@@ -218,6 +220,7 @@ class MemorySessionStore implements SessionStore {
         ...(tail.count > 0 ? { queueTail: tail } : {}),
         awaitingRelease: [...s.awaitingRelease],
         ...(s.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.disconnectedAtMs }),
+        ...(s.owner === undefined ? {} : { owner: s.owner }),
         ...(s.will === undefined ? {} : { will: s.will }),
       };
       yield record;
@@ -240,11 +243,12 @@ class MemorySessionStore implements SessionStore {
     return out;
   }
 
-  putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void> {
+  putSession(clientId: string, fields: SessionFields): Promise<void> {
     if (this.isClosed()) return Promise.reject(closedError());
     const s = this.session(clientId);
     s.expiryIntervalS = fields.expiryIntervalS;
     s.disconnectedAtMs = fields.disconnectedAtMs;
+    s.owner = fields.owner;
     return RESOLVED;
   }
 

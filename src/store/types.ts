@@ -26,6 +26,8 @@ export interface SubscriptionRecord {
 export interface SessionRecord {
   readonly clientId: string;
   readonly expiryIntervalS: number; // 0xFFFFFFFF: never expires
+  /** The user name that made the session, null for an anonymous client; absent in records of older versions. */
+  readonly owner?: string | null;
   /** When it disconnected (steady clock, util/clock.ts), so time spent down counts towards expiry after a restart. */
   readonly disconnectedAtMs?: number;
   readonly subscriptions: readonly SubscriptionRecord[];
@@ -72,6 +74,14 @@ export function fitsWindow(window: QueueWindow, count: number, bytes: number, si
   return count === 0 || (count < window.messages && bytes + size <= window.bytes);
 }
 
+/** A session's own record: what `putSession` stores. */
+export interface SessionFields {
+  readonly expiryIntervalS: number;
+  readonly disconnectedAtMs?: number;
+  /** undefined: not known (a session stored before owners were recorded). */
+  readonly owner?: string | null;
+}
+
 export interface SessionStore {
   /**
    * Every stored session. Of each queue, the QoS 2 deliveries in flight (the oldest messages) and then what fits
@@ -85,7 +95,7 @@ export interface SessionStore {
    */
   readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueuedRecord[];
   /** Creates or updates the session's own fields (expiry, disconnect time). */
-  putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void>;
+  putSession(clientId: string, fields: SessionFields): Promise<void>;
   /** Removes the session with its subscriptions and queue (clean start, expiry). */
   drop(clientId: string): Promise<void>;
   putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void>;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Acl } from '../../src/broker/acl.js';
+import { Acl, covers, intersection } from '../../src/broker/acl.js';
 
 const text = `
 # anonymous clients
@@ -38,11 +38,43 @@ describe('Mosquitto ACL files', () => {
     expect(acl.allows('read', 'plant/4/telemetry', 'c', 'plc-gw')).toBe(false);
   });
 
-  it('refuses a subscription whose filter overlaps a deny, so # cannot bypass it', () => {
-    expect(acl.allows('read', '#', 'c', 'hmi', true)).toBe(false);
-    expect(acl.allows('read', 'plant/#', 'c', 'hmi', true)).toBe(true);
-    expect(acl.allows('read', '+/x', 'c', 'hmi', true)).toBe(false);
+  it('grants a subscription when some topic it can match is readable, and refuses it only when none is (as Mosquitto)', () => {
+    expect(acl.allowsSubscription('#', 'c', 'hmi')).toBe(true);
+    expect(acl.allowsSubscription('+/x', 'c', 'hmi')).toBe(true);
+    expect(acl.allowsSubscription('plant/#', 'c', 'hmi')).toBe(true);
+    expect(acl.allowsSubscription('secret/#', 'c', 'hmi')).toBe(false);
+    expect(acl.allowsSubscription('secret/+/x', 'c', 'hmi')).toBe(false);
+    // plc-gw reads spBv1.0/# except NCMD: a filter inside the denied part is refused, one reaching beyond it is not.
+    expect(acl.allowsSubscription('spBv1.0/+/NCMD/#', 'c', 'plc-gw')).toBe(false);
+    expect(acl.allowsSubscription('spBv1.0/g/+/n', 'c', 'plc-gw')).toBe(true);
+    // write-only grants give nothing to read.
+    expect(acl.allowsSubscription('plant/+/telemetry', 'c', 'plc-gw')).toBe(false);
+    // The per-message check still holds the denied part back.
     expect(acl.allows('read', 'secret/a', 'c', 'hmi')).toBe(false);
+  });
+
+  it('lets `topic readwrite #` + `topic deny test/nosubscribe` subscribe # and +/+ but not the denied topic', () => {
+    const { acl: mosq } = Acl.parse('topic readwrite #\ntopic deny test/nosubscribe\n');
+    expect(mosq.allowsSubscription('#', 'c', undefined)).toBe(true);
+    expect(mosq.allowsSubscription('+/+', 'c', undefined)).toBe(true);
+    expect(mosq.allowsSubscription('test/nosubscribe', 'c', undefined)).toBe(false);
+    expect(mosq.allows('read', 'test/nosubscribe', 'c', undefined)).toBe(false);
+    expect(mosq.allows('read', 'test/other', 'c', undefined)).toBe(true);
+  });
+
+  it('computes the common part of two filters and whether one filter covers another', () => {
+    expect(intersection('#', 'a/+')).toBe('a/+');
+    expect(intersection('a/#', 'a')).toBe('a');
+    expect(intersection('+/b', 'a/+')).toBe('a/b');
+    expect(intersection('a/b', 'a/c')).toBeUndefined();
+    expect(intersection('a', 'a/+')).toBeUndefined();
+    expect(intersection('#', '#')).toBe('#');
+    expect(covers('a/#', 'a')).toBe(true);
+    expect(covers('a/+', 'a/b/c')).toBe(false);
+    expect(covers('+/+', 'a/b')).toBe(true);
+    expect(covers('a/b', 'a/+')).toBe(false);
+    expect(covers('secret/#', 'secret/+/x')).toBe(true);
+    expect(covers('a/+', 'a/#')).toBe(false);
   });
 
   it('substitutes %u and %c as whole levels and ignores identities containing wildcards (CVE-2017-7650)', () => {

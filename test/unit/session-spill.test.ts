@@ -72,6 +72,8 @@ function attachClient(session: Session): { numbers: number[]; ids: (readonly num
   const got = { numbers: [] as number[], ids: [] as (readonly number[] | undefined)[] };
   const link: ClientLink = {
     version: 5,
+    remoteAddress: '127.0.0.1',
+    certificateIdentity: undefined,
     receiveMaximum: 65_535,
     canTakeQoS0: () => true,
     sendPublish(msg, qos, _retain, _dup, packetId, subscriptionIds) {
@@ -92,7 +94,7 @@ function attachClient(session: Session): { numbers: number[]; ids: (readonly num
 }
 
 function subscribe(broker: Broker, clientId: string): Session {
-  const { session } = broker.openSession(clientId, false, 3600);
+  const { session } = broker.openSession(clientId, null, false, 3600);
   const record = { filter: 'plant/#', qos: 2 as QoS, noLocal: false, retainAsPublished: false, retainHandling: 0 as const, subscriptionId: SUBSCRIPTION_ID };
   void broker.persistSubscriptions(session, [record]);
   broker.subscribeSession(session, record);

@@ -146,11 +146,11 @@ function accept(
     expiryS = packet.clean === false ? NEVER_EXPIRES : 0;
   }
   const cleanStart = packet.clean ?? true;
-  const { session, present } = broker.openSession(p.clientId, cleanStart, expiryS);
+  // The session's owner is the authenticated user name (a client certificate's identity with useIdentityAsUsername).
+  const { session, present } = broker.openSession(p.clientId, conn.username ?? null, cleanStart, expiryS);
 
   conn.state = 'connected';
   conn.session = session;
-  conn.applyReadCheck();
   conn.keepaliveMs = p.keepaliveS * 1000;
   if (v5) {
     conn.receiveMaximum = props?.receiveMaximum ?? 65535;

@@ -28,17 +28,13 @@ import {
   type PendingWill,
   type QueuedRecord,
   type QueueWindow,
+  type SessionFields,
   type SessionRecord,
   type SessionStore,
   type SubscriptionRecord,
 } from '../types.js';
 import { DelayedFlush, type Batch } from './batch.js';
 import type { LmdbStoreImpl } from './store.js';
-
-export interface SessionFields {
-  expiryIntervalS: number;
-  disconnectedAtMs?: number;
-}
 
 export class LmdbSessionStore implements SessionStore {
   lastSeq: number;
@@ -94,6 +90,7 @@ export class LmdbSessionStore implements SessionStore {
         clientId,
         expiryIntervalS: s.fields.expiryIntervalS,
         ...(s.fields.disconnectedAtMs === undefined ? {} : { disconnectedAtMs: s.fields.disconnectedAtMs }),
+        ...(s.fields.owner === undefined ? {} : { owner: s.fields.owner }),
         subscriptions: s.subscriptions,
         queue: s.queue.queue,
         ...(s.queue.tail.count > 0 ? { queueTail: s.queue.tail } : {}),
@@ -120,9 +117,10 @@ export class LmdbSessionStore implements SessionStore {
     return out;
   }
 
-  putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void> {
-    const value: SessionFields = { expiryIntervalS: fields.expiryIntervalS };
+  putSession(clientId: string, fields: SessionFields): Promise<void> {
+    const value: { -readonly [K in keyof SessionFields]: SessionFields[K] } = { expiryIntervalS: fields.expiryIntervalS };
     if (fields.disconnectedAtMs !== undefined) value.disconnectedAtMs = fields.disconnectedAtMs;
+    if (fields.owner !== undefined) value.owner = fields.owner;
     return this.keyed(clientId, (b, key) => this.store.put(b, this.store.sessionDb, key, value), Buffer.from(clientId, 'utf8'));
   }
 

@@ -36,11 +36,11 @@ import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
 import { ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
-import type { Outbox, OutboxLimits, Store, SubscriptionRecord } from '../types.js';
+import type { Outbox, OutboxLimits, SessionFields, Store, SubscriptionRecord } from '../types.js';
 import { Batch, type Op } from './batch.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type OutboxMeta } from './outbox.js';
 import { LmdbRetainedStore } from './retained.js';
-import { LmdbSessionStore, type SessionFields } from './sessions.js';
+import { LmdbSessionStore } from './sessions.js';
 import { clockRecord } from '../../util/clock.js';
 
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
