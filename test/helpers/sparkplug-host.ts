@@ -63,8 +63,8 @@ export interface SparkplugHost {
   stop(): Promise<void>;
 }
 
-export async function startSparkplugHost(url: string, groupId: string, options: { clientId?: string } = {}): Promise<SparkplugHost> {
-  const client = await connectAsync(url, { reconnectPeriod: 0, connectTimeout: 5000, clientId: options.clientId, protocolVersion: 5 });
+export async function startSparkplugHost(url: string, groupId: string, options: { clientId?: string; username?: string } = {}): Promise<SparkplugHost> {
+  const client = await connectAsync(url, { reconnectPeriod: 0, connectTimeout: 5000, clientId: options.clientId, username: options.username, protocolVersion: 5 });
   const messages: HostMessage[] = [];
   const violations: string[] = [];
   const sessions = new Map<string, NodeSession>();

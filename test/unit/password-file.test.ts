@@ -23,6 +23,25 @@ describe('Mosquitto password files', () => {
     expect(await passwords.verify('mallory', Buffer.from('s3cret'))).toBe(false);
   });
 
+  it('spends the same PBKDF2 work on an unknown user as on a known one, so timing does not tell whether a user exists', async () => {
+    // A high iteration count makes the PBKDF2 work dominate: with none spent for unknown users, they answer at once.
+    const { file } = PasswordFile.parse(await hashPasswordLine('alice', 's3cret', 200_000));
+    const median = async (user: string): Promise<number> => {
+      const times: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const start = performance.now();
+        expect(await file.verify(user, Buffer.from('wrong'))).toBe(false);
+        times.push(performance.now() - start);
+      }
+      return times.sort((a, b) => a - b)[2];
+    };
+    const known = await median('alice');
+    const unknown = await median('mallory');
+    // Same work: the ratio stays near 1 however busy the machine is; a shortcut would put it near 0.
+    expect(unknown / known).toBeGreaterThan(0.5);
+    expect(await file.verify('alice', Buffer.from('s3cret'))).toBe(true);
+  });
+
   it('verifies the legacy $6$ format (salted SHA-512)', async () => {
     const line = 'alice:$6$IycKO8PZOBxcNN5n$IkGphdbgt0dW5w1d6GdyTiOIW6SmtpiwQlFPiJ41XQLqLfhxTawZjgAArf34tc0ojf0+9wEE7RgcqYjW8XgTyg==';
     const { file, problems } = PasswordFile.parse(line);
