@@ -25,6 +25,9 @@ export class Acl {
     private readonly patterns: readonly Rule[],
   ) {}
 
+  /** Rules with the patterns expanded, by identity (client id, and user name when there is one). */
+  private readonly expanded = new Map<string, readonly Rule[]>();
+
   static parse(text: string): { acl: Acl; problems: AclProblem[] } {
     const anonymous: Rule[] = [];
     const users = new Map<string, Rule[]>();
@@ -91,14 +94,25 @@ export class Acl {
     if (this.patterns.length === 0) return rules;
     // A client id or user name holding a wildcard or a level separator never matches a pattern (CVE-2017-7650).
     if (/[+#/]/.test(clientId) || (user !== undefined && /[+#/]/.test(user))) return rules;
-    // A `%u` pattern never applies to an anonymous client (Mosquitto): it must be skipped before expansion, or
-    // `users/%u/#` would become `users//#` for everyone without a user name.
-    const expanded = this.patterns
-      .filter((r) => user !== undefined || !r.filter.includes('%u'))
-      .map((r) => ({ access: r.access, filter: r.filter.replaceAll('%c', clientId).replaceAll('%u', user ?? '') }));
-    return [...rules, ...expanded];
+    // Expanded once per identity, not per delivered message (a new Acl comes with every reload).
+    const key = user === undefined ? clientId : `${clientId}\u0000${user}`;
+    let all = this.expanded.get(key);
+    if (all === undefined) {
+      // A `%u` pattern never applies to an anonymous client (Mosquitto): it must be skipped before expansion, or
+      // `users/%u/#` would become `users//#` for everyone without a user name.
+      const own = this.patterns
+        .filter((r) => user !== undefined || !r.filter.includes('%u'))
+        .map((r) => ({ access: r.access, filter: r.filter.replaceAll('%c', clientId).replaceAll('%u', user ?? '') }));
+      all = [...rules, ...own];
+      if (this.expanded.size >= MAX_EXPANDED) this.expanded.clear();
+      this.expanded.set(key, all);
+    }
+    return all;
   }
 }
+
+/** Identities whose expanded patterns are kept; past that the cache starts over (it only saves work). */
+const MAX_EXPANDED = 10_000;
 
 const NO_RULES: readonly Rule[] = [];
 
