@@ -100,7 +100,12 @@ export class Broker {
       storeFailed: (err, clientId) => this.log.error({ err, clientId }, 'session store write failed'),
       redeliverShared: (group, d, from) => {
         const member = group.pick(from);
-        if (member) member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
+        if (!member) return;
+        if (member.subscriber.mayRead && !member.subscriber.mayRead(d.msg.topic)) {
+          this.stats.dropped.not_authorized++;
+          return;
+        }
+        member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
       },
     };
   }
