@@ -5,6 +5,7 @@
  * a problem in the listeners (zod skips an object's refinements while its own fields have issues).
  */
 import { isIP } from 'node:net';
+import { createSecureContext } from 'node:tls';
 import { z } from 'zod';
 import { isValidTopicFilter } from '../protocol/topics.js';
 import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
@@ -16,6 +17,33 @@ const count = z.number().int().nonnegative();
 const positive = z.number().int().positive();
 const filePath = z.string().min(1);
 
+/**
+ * TLS 1.2 suites offered by default: forward-secret (ECDHE) AEAD only. TLS 1.3 keeps OpenSSL's suites, which are
+ * all of that kind; `TLS_...` names in a `ciphers` string choose among them.
+ */
+export const DEFAULT_TLS_CIPHERS = [
+  'ECDHE-ECDSA-AES128-GCM-SHA256',
+  'ECDHE-RSA-AES128-GCM-SHA256',
+  'ECDHE-ECDSA-AES256-GCM-SHA384',
+  'ECDHE-RSA-AES256-GCM-SHA384',
+  'ECDHE-ECDSA-CHACHA20-POLY1305',
+  'ECDHE-RSA-CHACHA20-POLY1305',
+].join(':');
+
+/** An OpenSSL cipher string that selects at least one suite; a typo fails the config, not the first handshake. */
+const cipherString = z
+  .string()
+  .min(1)
+  .refine((ciphers) => {
+    try {
+      createSecureContext({ ciphers });
+      return true;
+    } catch {
+      return false;
+    }
+  }, 'not an OpenSSL cipher string that selects any cipher (see `openssl ciphers -v STRING`)')
+  .default(DEFAULT_TLS_CIPHERS);
+
 const tlsSchema = z
   .strictObject({
     certFile: filePath,
@@ -24,6 +52,7 @@ const tlsSchema = z
     requireCertificate: z.boolean().default(false),
     useIdentityAsUsername: z.boolean().default(false),
     minVersion: z.enum(['TLSv1.2', 'TLSv1.3']).default('TLSv1.2'),
+    ciphers: cipherString,
   })
   .superRefine((tls, ctx) => {
     if (tls.useIdentityAsUsername && !tls.requireCertificate) {
@@ -151,6 +180,7 @@ const remoteTlsSchema = z
     keyFile: filePath.optional(),
     servername: z.string().min(1).optional(),
     rejectUnauthorized: z.boolean().default(true),
+    ciphers: cipherString,
   })
   .superRefine((tls, ctx) => {
     if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {

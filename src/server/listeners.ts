@@ -34,6 +34,7 @@ export interface ListenerSpec {
     readonly requireCertificate: boolean;
     readonly useIdentityAsUsername: boolean;
     readonly minVersion: string;
+    readonly ciphers: string;
   };
 }
 
@@ -182,5 +183,8 @@ function loadTls(t: NonNullable<ListenerSpec['tls']>): tls.TlsOptions {
     requestCert: t.requireCertificate,
     rejectUnauthorized: t.requireCertificate,
     minVersion: t.minVersion as tls.SecureVersion,
+    ciphers: t.ciphers,
+    // The server's order of preference, so a client offering a weak suite first still gets a strong one.
+    honorCipherOrder: true,
   };
 }

@@ -180,6 +180,18 @@ describe('listener rules', () => {
     expect(problems.map((p) => p.path)).toEqual(['listeners.0.tls.useIdentityAsUsername', 'listeners.1.tls.caFile']);
   });
 
+  it('tls.ciphers defaults to forward-secret AEAD suites and must select at least one cipher', () => {
+    const config = parse('listeners: [{ type: tls, port: 8883, tls: { certFile: /dev/null, keyFile: /dev/null } }]\n');
+    expect(config.listeners[0].tls?.ciphers.split(':').every((c) => /^ECDHE-(ECDSA|RSA)-(AES(128|256)-GCM-SHA(256|384)|CHACHA20-POLY1305)$/.test(c))).toBe(true);
+    const problems = problemsOf(`listeners:
+  - { type: tls, port: 8883, tls: { certFile: /dev/null, keyFile: /dev/null, ciphers: "NO-SUCH-CIPHER" } }
+${bridge('').replace('remote: {', 'remote: { tls: { ciphers: "" },').replace('mqtt://', 'mqtts://').replace(/^\nbridges:/, 'bridges:')}`);
+    expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'listeners.0.tls.ciphers: not an OpenSSL cipher string that selects any cipher (see `openssl ciphers -v STRING`)',
+      expect.stringMatching(/^bridges\.0\.remote\.tls\.ciphers: Too small/),
+    ]);
+  });
+
   it('a path is only for WebSocket listeners, and defaults to /mqtt', () => {
     expect(problemsOf('listeners: [{ port: 1883, path: /x }]\n').map((p) => p.path)).toEqual(['listeners.0.path']);
     expect(parse('listeners: [{ type: ws, port: 8080 }]\n').listeners[0].path).toBe('/mqtt');
