@@ -72,6 +72,9 @@ const listenerSchema = z
     tls: tlsSchema.optional(),
     allowAnonymous: z.boolean().optional(),
     maxConnections: positive.optional(),
+    // Connections that have not completed CONNECT: a budget of their own, so idle sockets cannot lock others out.
+    maxPendingConnections: positive.default(1000),
+    maxPendingPerAddress: positive.default(100),
   })
   .superRefine((listener, ctx) => {
     const isSecure = listener.type === 'tls' || listener.type === 'wss';

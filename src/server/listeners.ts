@@ -15,6 +15,7 @@ import { Reason } from '../protocol/reason-codes.js';
 import { EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { Connection } from './connection.js';
+import { PendingConnections } from './pending.js';
 import { WriteFlusher } from './context.js';
 import type { ListenerPolicy, ServerContext, ServerLimits } from './context.js';
 import { SocketTransport, webSocketTransport } from './transport.js';
@@ -27,6 +28,8 @@ export interface ListenerSpec {
   readonly path?: string;
   readonly allowAnonymous: boolean;
   readonly maxConnections?: number;
+  readonly maxPendingConnections: number;
+  readonly maxPendingPerAddress: number;
   readonly tls?: {
     readonly certFile: string;
     readonly keyFile: string;
@@ -51,6 +54,8 @@ interface Running {
 }
 
 const TIMER_INTERVAL_MS = 500;
+/** A full pre-CONNECT budget is logged at most this often per listener: a flood must not flood the log too. */
+const BUDGET_WARN_INTERVAL_MS = 60_000;
 
 export class MqttServer {
   private readonly ctx: ServerContext;
@@ -126,23 +131,48 @@ export class MqttServer {
   }
 
   private async listen(spec: ListenerSpec): Promise<Running> {
+    const pending = new PendingConnections<Connection>(spec.maxPendingConnections, spec.maxPendingPerAddress);
     const policy: ListenerPolicy = {
       allowAnonymous: spec.allowAnonymous,
       identityIsUsername: spec.tls?.useIdentityAsUsername ?? false,
       connections: 0,
+      pending,
     };
     const running: Running = { spec, server: undefined as unknown as net.Server };
+    const stats = this.ctx.broker.stats;
+    let budgetWarnedAtMs = -Infinity;
+    const budgetFull = (why: string, remote: string): void => {
+      stats.disconnects.server_busy = (stats.disconnects.server_busy ?? 0) + 1;
+      const now = performance.now();
+      if (now - budgetWarnedAtMs < BUDGET_WARN_INTERVAL_MS) return;
+      budgetWarnedAtMs = now;
+      this.ctx.log.warn({ listener: spec.type, port: spec.port, remote, pending: pending.size }, why);
+    };
     const accept = (transport: Transport, closeSocket: () => void): void => {
-      const max = Math.min(this.ctx.limits.maxConnections, spec.maxConnections ?? Infinity);
-      if (this.ctx.connections.size >= max || policy.connections >= (spec.maxConnections ?? Infinity)) {
-        // Over the limit: refuse before any MQTT state exists [RELIABILITY #35].
-        this.ctx.broker.stats.disconnects.server_busy = (this.ctx.broker.stats.disconnects.server_busy ?? 0) + 1;
+      const remote = transport.remoteAddress;
+      // Refused before any MQTT state exists [RELIABILITY #35]. One address cannot take the whole budget.
+      if (pending.fromAddress(remote) >= pending.maxPerAddress) {
+        budgetFull('too many connections without CONNECT from one address: refusing more from it', remote);
         closeSocket();
         return;
       }
+      const max = Math.min(this.ctx.limits.maxConnections, spec.maxConnections ?? Infinity);
+      const isFull = this.ctx.connections.size >= max || policy.connections >= (spec.maxConnections ?? Infinity);
+      if (isFull || pending.size >= pending.max) {
+        // A socket that has not logged in never locks out one that may: the oldest of them makes room.
+        const oldest = pending.oldest();
+        if (oldest === undefined) {
+          budgetFull('connection limit reached: refusing new connections', remote);
+          closeSocket();
+          return;
+        }
+        budgetFull('too many connections without CONNECT: closing the oldest to make room', remote);
+        oldest.close(undefined, 'no CONNECT yet, closed to make room for a new connection');
+      }
       new Connection(transport, this.ctx, policy);
     };
-    const tlsOptions = spec.tls ? loadTls(spec.tls) : undefined;
+    // A TLS handshake or WebSocket upgrade is bounded by the connect timeout too, as is the CONNECT after it.
+    const tlsOptions = spec.tls ? { ...loadTls(spec.tls), handshakeTimeout: this.ctx.limits.connectTimeoutMs } : undefined;
     let server: net.Server;
     if (spec.type === 'tcp' || spec.type === 'tls') {
       const onSocket = (socket: net.Socket): void => accept(new SocketTransport(socket), () => socket.destroy());
@@ -150,6 +180,8 @@ export class MqttServer {
       if (spec.type === 'tls') server.on('tlsClientError', (err) => this.ctx.log.debug({ err }, 'TLS handshake failed'));
     } else {
       const httpServer = spec.type === 'ws' ? http.createServer() : https.createServer(tlsOptions!);
+      httpServer.headersTimeout = this.ctx.limits.connectTimeoutMs;
+      httpServer.requestTimeout = this.ctx.limits.connectTimeoutMs;
       server = httpServer;
       httpServer.on('request', (_req, res: http.ServerResponse) => {
         res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket only\n');

@@ -36,7 +36,7 @@ describe('defaults', () => {
   it('an empty file gives the broker-only defaults, with storage relative to the config directory', () => {
     const config = parse('');
     expect(config.listeners).toEqual([
-      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true },
+      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true, maxPendingConnections: 1000, maxPendingPerAddress: 100 },
     ]);
     expect(config.broker.maxPacketBytes).toBe(1_048_576);
     expect(config.broker.maxSessionExpiryS).toBe(4_294_967_295);
