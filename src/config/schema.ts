@@ -147,11 +147,34 @@ const authSchema = z.strictObject({
   aclFile: filePath.optional(),
 });
 
-const metricsSchema = z.strictObject({
-  /** The HTTP endpoint for /metrics, /healthz and /readyz; loopback unless you mean otherwise. */
-  host: z.string().min(1).default('127.0.0.1'),
-  port: int(0, 65_535).default(9883),
-});
+const metricsAuthSchema = z
+  .strictObject({
+    /** HTTP basic auth: these users, with their password in auth.passwordFile. */
+    users: z.array(z.string().min(1)).min(1).optional(),
+    /** A bearer token (`Authorization: Bearer <token>`): the file's content, without its trailing newline. */
+    tokenFile: filePath.optional(),
+  })
+  .refine((auth) => auth.users !== undefined || auth.tokenFile !== undefined, 'set users (basic auth), tokenFile (bearer token), or both');
+
+const metricsSchema = z
+  .strictObject({
+    /** The HTTP endpoint for /metrics, /healthz and /readyz; loopback unless you mean otherwise. */
+    host: z.string().min(1).default('127.0.0.1'),
+    port: int(0, 65_535).default(9883),
+    /** Who may read /metrics and /readyz (/healthz stays open); without it, anyone who reaches the port. */
+    auth: metricsAuthSchema.optional(),
+    allowUnauthenticated: z.boolean().default(false),
+  })
+  .superRefine((metrics, ctx) => {
+    // /metrics shows bridge names, topology and traffic: off loopback it needs credentials, or an explicit choice.
+    if (!isLoopback(metrics.host) && metrics.auth === undefined && !metrics.allowUnauthenticated) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['auth'],
+        message: `${metrics.host} is not a loopback address: set metrics.auth (users or tokenFile), or allowUnauthenticated: true`,
+      });
+    }
+  });
 
 const logSchema = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
@@ -319,6 +342,9 @@ export const configSchema = z
         });
       }
     });
+    if (config.metrics?.auth?.users !== undefined && config.auth.passwordFile === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['metrics', 'auth', 'users'], message: 'basic auth checks passwords in auth.passwordFile: set it' });
+    }
     const uplink = config.sparkplug?.uplink;
     if (uplink !== undefined && !config.bridges.some((bridge) => bridge.name === uplink)) {
       ctx.addIssue({ code: 'custom', path: ['sparkplug', 'uplink'], message: `no bridge is named "${uplink}"` });
@@ -345,6 +371,7 @@ export type StorageConfig = z.output<typeof storageSchema>;
 export type LogConfig = z.output<typeof logSchema>;
 export type AuthConfig = z.output<typeof authSchema>;
 export type MetricsConfig = z.output<typeof metricsSchema>;
+export type MetricsAuthConfig = z.output<typeof metricsAuthSchema>;
 export type BridgeConfig = z.output<typeof bridgeSchema>;
 export type BridgeTopicConfig = z.output<typeof bridgeTopicSchema>;
 export type ConnectorConfigEntry = z.output<typeof connectorSchema>;

@@ -229,6 +229,20 @@ ${bridge('').replace('remote: {', 'remote: { tls: { ciphers: "" },').replace('mq
   });
 });
 
+describe('metrics rules', () => {
+  it('metrics off loopback need auth or allowUnauthenticated: true; basic auth needs the password file', () => {
+    const problems = problemsOf('metrics: { host: 0.0.0.0, auth: { users: [prometheus] } }\n');
+    expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual(['metrics.auth.users: basic auth checks passwords in auth.passwordFile: set it']);
+    expect(problemsOf('metrics: { host: 10.0.0.5 }\n').map((p) => p.path)).toEqual(['metrics.auth']);
+    expect(problemsOf('metrics: { auth: {} }\n').map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'metrics.auth: set users (basic auth), tokenFile (bearer token), or both',
+    ]);
+    expect(problemsOf('metrics: { auth: { tokenFile: nope.token } }\n').map((p) => p.path)).toEqual(['metrics.auth.tokenFile']);
+    expect(parse('metrics: { host: 0.0.0.0, allowUnauthenticated: true }\n').metrics).toMatchObject({ host: '0.0.0.0', allowUnauthenticated: true });
+    expect(parse('metrics: {}\n').metrics).toEqual({ host: '127.0.0.1', port: 9883, allowUnauthenticated: false });
+  });
+});
+
 describe('bridge rules', () => {
   it('accepts valid topic filters', () => {
     const config = parse(`
