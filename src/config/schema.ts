@@ -75,6 +75,10 @@ const listenerSchema = z
     // Connections that have not completed CONNECT: a budget of their own, so idle sockets cannot lock others out.
     maxPendingConnections: positive.default(1000),
     maxPendingPerAddress: positive.default(100),
+    /** ws/wss: the web origins whose pages may connect (the browser's `Origin` header), e.g. https://hmi.example:8443. */
+    allowedOrigins: z
+      .array(z.string().regex(/^https?:\/\/[^/\s]+$/, 'an origin is scheme://host[:port], e.g. https://hmi.example:8443'))
+      .optional(),
   })
   .superRefine((listener, ctx) => {
     const isSecure = listener.type === 'tls' || listener.type === 'wss';
@@ -86,6 +90,9 @@ const listenerSchema = z
     }
     if (listener.path !== undefined && (listener.type === 'tcp' || listener.type === 'tls')) {
       ctx.addIssue({ code: 'custom', path: ['path'], message: 'only ws and wss listeners have a path' });
+    }
+    if (listener.allowedOrigins !== undefined && (listener.type === 'tcp' || listener.type === 'tls')) {
+      ctx.addIssue({ code: 'custom', path: ['allowedOrigins'], message: 'only ws and wss listeners have browser clients' });
     }
   })
   .transform(({ path, ...listener }) => ({ ...listener, path: path ?? '/mqtt' }));

@@ -30,6 +30,7 @@ export interface ListenerSpec {
   readonly maxConnections?: number;
   readonly maxPendingConnections: number;
   readonly maxPendingPerAddress: number;
+  readonly allowedOrigins?: readonly string[];
   readonly tls?: {
     readonly certFile: string;
     readonly keyFile: string;
@@ -54,8 +55,8 @@ interface Running {
 }
 
 const TIMER_INTERVAL_MS = 500;
-/** A full pre-CONNECT budget is logged at most this often per listener: a flood must not flood the log too. */
-const BUDGET_WARN_INTERVAL_MS = 60_000;
+/** Refusals that a flood repeats (a full budget, a foreign origin) are logged at most this often per listener. */
+const REFUSAL_LOG_INTERVAL_MS = 60_000;
 
 export class MqttServer {
   private readonly ctx: ServerContext;
@@ -140,13 +141,10 @@ export class MqttServer {
     };
     const running: Running = { spec, server: undefined as unknown as net.Server };
     const stats = this.ctx.broker.stats;
-    let budgetWarnedAtMs = -Infinity;
+    const budgetLogDue = throttle(REFUSAL_LOG_INTERVAL_MS);
     const budgetFull = (why: string, remote: string): void => {
       stats.disconnects.server_busy = (stats.disconnects.server_busy ?? 0) + 1;
-      const now = performance.now();
-      if (now - budgetWarnedAtMs < BUDGET_WARN_INTERVAL_MS) return;
-      budgetWarnedAtMs = now;
-      this.ctx.log.warn({ listener: spec.type, port: spec.port, remote, pending: pending.size }, why);
+      if (budgetLogDue()) this.ctx.log.warn({ listener: spec.type, port: spec.port, remote, pending: pending.size }, why);
     };
     const accept = (transport: Transport, closeSocket: () => void): void => {
       const remote = transport.remoteAddress;
@@ -186,9 +184,19 @@ export class MqttServer {
       httpServer.on('request', (_req, res: http.ServerResponse) => {
         res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket only\n');
       });
+      const isOriginAllowed = originPolicy(spec);
+      const originLogDue = throttle(REFUSAL_LOG_INTERVAL_MS);
       const wss = new WebSocketServer({
         server: httpServer,
         path: spec.path ?? '/mqtt',
+        verifyClient: (info: { origin?: string; req: http.IncomingMessage }, done: (ok: boolean, code?: number, message?: string) => void) => {
+          if (isOriginAllowed(info.origin)) return done(true);
+          if (originLogDue()) {
+            this.ctx.log.info({ listener: spec.type, port: spec.port, origin: info.origin, remote: info.req.socket.remoteAddress },
+              'WebSocket upgrade refused: a browser page from an origin not in allowedOrigins');
+          }
+          done(false, 403, 'Origin not allowed');
+        },
         maxPayload: this.ctx.limits.maxPacketBytes + 5,
         handleProtocols: (protocols) => (protocols.has('mqtt') ? 'mqtt' : protocols.has('mqttv3.1') ? 'mqttv3.1' : false),
       });
@@ -205,6 +213,29 @@ export class MqttServer {
     server.on('error', (err) => this.ctx.log.error({ err, listener: spec.type, port: spec.port }, 'listener error'));
     return running;
   }
+}
+
+/**
+ * Which browser pages may open a WebSocket: requests without an `Origin` header come from programs, not pages, and
+ * are always let through. A listed origin is always allowed. An unlisted one is refused where the browser itself
+ * would bring the credentials (anonymous access, client certificates) or where a list is set; on a listener that
+ * needs a password, a page must present one like any client, so without a list any origin may try.
+ */
+function originPolicy(spec: ListenerSpec): (origin: string | undefined) => boolean {
+  const allowed = new Set(spec.allowedOrigins?.map((o) => o.toLowerCase()));
+  const checks = spec.allowedOrigins !== undefined || spec.allowAnonymous || spec.tls?.requireCertificate === true;
+  return (origin) => origin === undefined || !checks || allowed.has(origin.toLowerCase());
+}
+
+/** True at most once per interval: for log lines that a flood would otherwise repeat. */
+function throttle(intervalMs: number): () => boolean {
+  let lastMs = -Infinity;
+  return () => {
+    const now = performance.now();
+    if (now - lastMs < intervalMs) return false;
+    lastMs = now;
+    return true;
+  };
 }
 
 function loadTls(t: NonNullable<ListenerSpec['tls']>): tls.TlsOptions {

@@ -192,6 +192,14 @@ ${bridge('').replace('remote: {', 'remote: { tls: { ciphers: "" },').replace('mq
     ]);
   });
 
+  it('allowedOrigins is for WebSocket listeners, each entry an origin as browsers send it', () => {
+    const problems = problemsOf(`listeners:
+  - { type: tcp, port: 1, allowedOrigins: ["https://a.example"] }
+  - { type: ws, port: 2, allowedOrigins: ["https://a.example/", "a.example", "http://b.example:8080"] }
+`);
+    expect(problems.map((p) => p.path)).toEqual(['listeners.0.allowedOrigins', 'listeners.1.allowedOrigins.0', 'listeners.1.allowedOrigins.1']);
+  });
+
   it('a path is only for WebSocket listeners, and defaults to /mqtt', () => {
     expect(problemsOf('listeners: [{ port: 1883, path: /x }]\n').map((p) => p.path)).toEqual(['listeners.0.path']);
     expect(parse('listeners: [{ type: ws, port: 8080 }]\n').listeners[0].path).toBe('/mqtt');
