@@ -106,7 +106,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   broker.wills.start();
   warnOrphanOutboxes(store, config.bridges, log);
 
-  const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }));
+  const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }), audit);
   let listeners: BoundListener[];
   try {
     listeners = await server.start(config.listeners);

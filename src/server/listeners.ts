@@ -63,7 +63,14 @@ export class MqttServer {
   private readonly running: Running[] = [];
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(broker: Broker, auth: AuthHooks, limits: ServerLimits, log: Logger) {
+  constructor(
+    broker: Broker,
+    auth: AuthHooks,
+    limits: ServerLimits,
+    log: Logger,
+    /** Rejected client certificates are written here too. */
+    private readonly audit: Logger,
+  ) {
     this.ctx = { broker, auth, limits, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
   }
 
@@ -171,13 +178,27 @@ export class MqttServer {
     };
     // A TLS handshake or WebSocket upgrade is bounded by the connect timeout too, as is the CONNECT after it.
     const tlsOptions = spec.tls ? { ...loadTls(spec.tls), handshakeTimeout: this.ctx.limits.connectTimeoutMs } : undefined;
+    /** mTLS: a client certificate that did not verify closes its connection here, logged with OpenSSL's reason. */
+    const isVerified = (socket: tls.TLSSocket): boolean => {
+      if (!spec.tls?.requireCertificate || socket.authorized) return true;
+      const facts = { listener: spec.type, port: spec.port, remote: socket.remoteAddress, ...certificateRejection(socket) };
+      this.ctx.log.info(facts, 'client certificate rejected');
+      this.audit.warn(facts, 'client certificate rejected');
+      socket.destroy();
+      return false;
+    };
     let server: net.Server;
     if (spec.type === 'tcp' || spec.type === 'tls') {
-      const onSocket = (socket: net.Socket): void => accept(new SocketTransport(socket), () => socket.destroy());
+      const onSocket = (socket: net.Socket): void => {
+        if (socket instanceof tls.TLSSocket && !isVerified(socket)) return;
+        accept(new SocketTransport(socket), () => socket.destroy());
+      };
       server = spec.type === 'tcp' ? net.createServer(onSocket) : tls.createServer(tlsOptions!, onSocket);
       if (spec.type === 'tls') server.on('tlsClientError', (err) => this.ctx.log.debug({ err }, 'TLS handshake failed'));
     } else {
       const httpServer = spec.type === 'ws' ? http.createServer() : https.createServer(tlsOptions!);
+      // Before the HTTP request is read: an unverified client never reaches the WebSocket upgrade.
+      if (spec.type === 'wss') httpServer.on('secureConnection', (socket: tls.TLSSocket) => void isVerified(socket));
       httpServer.headersTimeout = this.ctx.limits.connectTimeoutMs;
       httpServer.requestTimeout = this.ctx.limits.connectTimeoutMs;
       server = httpServer;
@@ -227,6 +248,37 @@ function originPolicy(spec: ListenerSpec): (origin: string | undefined) => boole
   return (origin) => origin === undefined || !checks || allowed.has(origin.toLowerCase());
 }
 
+/** OpenSSL's verify results for client certificates, in the words an operator looks for. */
+const CERTIFICATE_REASONS: Readonly<Record<string, string>> = {
+  CERT_HAS_EXPIRED: 'expired',
+  CERT_NOT_YET_VALID: 'not yet valid',
+  CERT_REVOKED: 'revoked',
+  UNABLE_TO_GET_ISSUER_CERT: 'unknown CA',
+  UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'unknown CA',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'unknown CA',
+  SELF_SIGNED_CERT_IN_CHAIN: 'unknown CA',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'self-signed',
+  CERT_SIGNATURE_FAILURE: 'bad signature',
+  INVALID_PURPOSE: 'not for client authentication',
+};
+
+/** Why a client certificate was not accepted, and whose it claims to be (for the log: nothing here is verified). */
+function certificateRejection(socket: tls.TLSSocket): Record<string, string | undefined> {
+  const peer = socket.getPeerCertificate();
+  if (peer === null || Object.keys(peer).length === 0) return { reason: 'no certificate' };
+  const code = String(socket.authorizationError);
+  const cn = peer.subject?.CN;
+  const issuer = peer.issuer?.CN;
+  return {
+    reason: CERTIFICATE_REASONS[code] ?? code,
+    code,
+    subject: typeof cn === 'string' ? cn : undefined,
+    issuer: typeof issuer === 'string' ? issuer : undefined,
+    notAfter: peer.valid_to,
+    fingerprint: peer.fingerprint256,
+  };
+}
+
 /** True at most once per interval: for log lines that a flood would otherwise repeat. */
 function throttle(intervalMs: number): () => boolean {
   let lastMs = -Infinity;
@@ -244,7 +296,8 @@ function loadTls(t: NonNullable<ListenerSpec['tls']>): tls.TlsOptions {
     key: readFileSync(t.keyFile),
     ca: t.caFile ? readFileSync(t.caFile) : undefined,
     requestCert: t.requireCertificate,
-    rejectUnauthorized: t.requireCertificate,
+    // The certificate is checked once the handshake is done (`isVerified`), so that the log can say why it failed.
+    rejectUnauthorized: false,
     minVersion: t.minVersion as tls.SecureVersion,
     ciphers: t.ciphers,
     // The server's order of preference, so a client offering a weak suite first still gets a strong one.

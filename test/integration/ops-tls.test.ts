@@ -146,6 +146,42 @@ describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
     expect(sub.payloads('mtls/a')).toEqual(['over-tls', 'from-bob']);
   });
 
+  it('logs each rejected client certificate at info with the TLS reason (no certificate, unknown CA, expired), plus an audit line', async () => {
+    for (const type of ['tls', 'wss'] as const) {
+      const { gw, securePort } = await gatewayWith({ type, tls: serverTls({ caFile: pki.ca, requireCertificate: true }) }, {}, { logLevel: 'info' });
+      const url = type === 'tls' ? `mqtts://127.0.0.1:${securePort}` : `wss://127.0.0.1:${securePort}/mqtt`;
+      const ca = readFileSync(pki.ca);
+      const attempts = [
+        {},
+        { cert: readFileSync(pki.rogueClient.cert), key: readFileSync(pki.rogueClient.key) },
+        { cert: readFileSync(pki.expiredClients.carol.cert), key: readFileSync(pki.expiredClients.carol.key) },
+      ];
+      for (const certs of attempts) {
+        const outcome = await openClient(url, { ca, ...certs }, 3000).then(
+          (c) => (d.add(c), 'connected'),
+          () => 'refused',
+        );
+        expect(outcome, type).toBe('refused');
+      }
+      const rejections = () =>
+        gw
+          .output()
+          .split('\n')
+          .filter((l) => l.includes('"msg":"client certificate rejected"'))
+          .map((l) => JSON.parse(l) as { level: number; mod: string; reason: string; subject?: string; remote: string });
+      await waitFor(() => rejections().length >= 6, 5000, { message: () => gw.output() });
+      const byMod = (mod: string) => rejections().filter((r) => r.mod === mod).map((r) => ({ level: r.level, reason: r.reason, subject: r.subject }));
+      const expected = (level: number) => [
+        { level, reason: 'no certificate', subject: undefined },
+        { level, reason: 'unknown CA', subject: 'rogue' },
+        { level, reason: 'expired', subject: 'carol' },
+      ];
+      expect(byMod('server'), type).toEqual(expected(30)); // info
+      expect(byMod('audit'), type).toEqual(expected(40)); // warn, like refused logins
+      expect(rejections().every((r) => r.remote.endsWith('127.0.0.1'))).toBe(true);
+    }
+  });
+
   it('uses the certificate CN as the user name for the ACL with useIdentityAsUsername, ignoring the CONNECT user name', async () => {
     const dir = d.tempDir('edgeferry-acl-');
     const aclFile = join(dir, 'acl');
