@@ -224,15 +224,27 @@ const remoteTlsSchema = z
 
 const isSecureUrl = (url: string) => url.startsWith('mqtts:') || url.startsWith('wss:');
 
+function hasNoCredentials(url: string): boolean {
+  try {
+    const parsed = new URL(url);
+    return parsed.username === '' && parsed.password === '';
+  } catch {
+    return true; // not a URL at all: z.url() reports that
+  }
+}
+
 const remoteSchema = z
   .strictObject({
     urls: z
       .array(
-        z.url({
-          protocol: /^(mqtt|mqtts|ws|wss)$/,
-          hostname: /./,
-          error: 'must be an mqtt://, mqtts://, ws:// or wss:// URL with a host',
-        }),
+        z
+          .url({
+            protocol: /^(mqtt|mqtts|ws|wss)$/,
+            hostname: /./,
+            error: 'must be an mqtt://, mqtts://, ws:// or wss:// URL with a host',
+          })
+          // A URL is logged with every connection attempt: a password in it would end up in the logs.
+          .refine(hasNoCredentials, 'must not carry credentials (user:password@): set remote.username, and remote.password or remote.passwordFile'),
       )
       .min(1),
     clientId: z.string().min(1).optional(),

@@ -152,3 +152,18 @@ describe('edgeferry passwd', { timeout: 60_000 }, () => {
     expect(() => statSync(file)).toThrow();
   });
 });
+
+describe('bridge URL credentials', { timeout: 60_000 }, () => {
+  it('refuses user:password@ in a bridge url with exit code 2, naming the keys to use and never printing the password', async () => {
+    const dir = d.tempDir('edgeferry-bridge-url-');
+    const file = join(dir, 'gw.yaml');
+    writeFileSync(file, ['bridges:', '  - name: central', '    remote: { urls: ["mqtts://line4:Pl4nt-S3cret@backbone.example:8883"] }', '    topics: [{ filter: "a/#" }]', ''].join('\n'));
+    for (const args of [['--check-config', '--config', file], ['--config', file]]) {
+      const r = await runCli(args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr + r.stdout).toMatch(/bridges\.0\.remote\.urls\.0: must not carry credentials \(user:password@\): set remote\.username, and remote\.password or remote\.passwordFile/);
+      expect(r.stderr + r.stdout).not.toContain('Pl4nt-S3cret');
+    }
+  });
+});
+

@@ -314,6 +314,20 @@ bridges:
     ]);
   });
 
+  it('refuses credentials inside a url, pointing at username and password/passwordFile, without repeating them', () => {
+    for (const url of ['mqtt://gw:s3cret@backbone.example:1883', 'mqtts://gw@backbone.example', 'wss://:s3cret@backbone.example/mqtt']) {
+      const problems = problemsOf(bridge('').replace('mqtt://backbone.example:1883', url));
+      expect(problems.map((p) => `${p.path}: ${p.message}`), url).toEqual([
+        'bridges.0.remote.urls.0: must not carry credentials (user:password@): set remote.username, and remote.password or remote.passwordFile',
+      ]);
+      try {
+        parse(bridge('').replace('mqtt://backbone.example:1883', url));
+      } catch (err) {
+        expect((err as Error).message).not.toContain('s3cret');
+      }
+    }
+  });
+
   it('a reconnect maxDelayMs below minDelayMs is refused', () => {
     expect(problemsOf(bridge('    reconnect: { minDelayMs: 5000, maxDelayMs: 1000 }')).map((p) => p.path)).toEqual([
       'bridges.0.reconnect.maxDelayMs',
