@@ -3,7 +3,7 @@
  * The `edgeferry` command: arguments → config → logger → gateway, and signals to stop (SIGTERM, SIGINT) or
  * reload (SIGHUP). Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
  */
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { updatePasswordFile } from './broker/password-file.js';
 import { opcuaUsage, runOpcuaCommand } from '../connectors/opcua/opcua-command.js';
@@ -17,6 +17,7 @@ import { createLogger, type RootLogger } from './ops/log.js';
 import { runStoreCommand, storeUsage } from './store/store-command.js';
 import { asError, ConfigError, StoreError } from './util/errors.js';
 import { silentLogger } from './util/logger.js';
+import { replaceFile } from './util/replace-file.js';
 
 const EXIT_RUNTIME = 1;
 const EXIT_CONFIG = 2;
@@ -71,7 +72,10 @@ function parseCommandLine() {
   return { ...values, logFormat: logFormat as (typeof LOG_FORMATS)[number] | undefined };
 }
 
-/** `edgeferry passwd FILE USER [--delete]`: the file is replaced atomically, keeping its other lines. */
+/**
+ * `edgeferry passwd FILE USER [--delete]`: the file is replaced atomically, keeping its other lines, its mode, owner
+ * and group (the service user must still read it), and through a symlink its target. A new file is 0600.
+ */
 async function passwdCommand(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({ args: argv, options: { delete: { type: 'boolean' } }, allowPositionals: true });
   const [file, user] = positionals;
@@ -79,9 +83,7 @@ async function passwdCommand(argv: string[]): Promise<void> {
   const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
   const password = values.delete ? undefined : await readPassword();
   if (password === '') throw new TypeError('the password must not be empty');
-  const tmp = `${file}.tmp-${process.pid}`;
-  writeFileSync(tmp, await updatePasswordFile(text, user, password), { mode: 0o600 });
-  renameSync(tmp, file);
+  replaceFile(file, await updatePasswordFile(text, user, password), 0o600);
   process.stdout.write(`${values.delete ? 'removed' : 'set'} the password of "${user}" in ${file}\n`);
 }
 

@@ -6,7 +6,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
-import type { BridgeConfig, Config } from './config/schema.js';
+import type { BridgeConfig, Config, MetricsConfig } from './config/schema.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
 import { BrokerStats } from './broker/broker.js';
@@ -17,6 +17,9 @@ import { MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
+import type { MetricsAccess } from './ops/metrics.js';
+import { PasswordFile } from './broker/password-file.js';
+import { ConfigError } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/log.js';
 import { openLmdbStore } from './store/lmdb.js';
@@ -104,7 +107,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   broker.wills.start();
   warnOrphanOutboxes(store, config.bridges, log);
 
-  const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }));
+  const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }), audit);
   let listeners: BoundListener[];
   try {
     listeners = await server.start(config.listeners);
@@ -151,7 +154,13 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
       storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
       readinessProblems: async () => readinessProblems(store, bridges, server),
     });
-    metrics = new MetricsServer(registry, { readinessProblems: async () => readinessProblems(store, bridges, server) }, log.child({ mod: 'metrics' }));
+    metrics = new MetricsServer(
+      registry,
+      { readinessProblems: async () => readinessProblems(store, bridges, server) },
+      log.child({ mod: 'metrics' }),
+      audit,
+      metricsAccess(config.metrics, config.auth.passwordFile),
+    );
     const port = await metrics.start(config.metrics.host, config.metrics.port);
     log.info({ host: config.metrics.host, port }, 'metrics endpoint listening');
   }
@@ -190,6 +199,14 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         auth = createAuth(next, audit, stats);
         server.setAuth(auth);
         audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
+      }
+      // The metrics section itself needs a restart; its users' passwords and its token follow their files.
+      if (metrics && config.metrics) {
+        try {
+          metrics.setAccess(metricsAccess(config.metrics, next.auth.passwordFile));
+        } catch (err) {
+          log.error({ err }, 'metrics credentials not reloaded, the endpoint keeps the current ones');
+        }
       }
       // Certificates are re-read even when the config is unchanged: renewing one replaces the files in place.
       try {
@@ -358,6 +375,26 @@ function createAuth(config: Config, audit: Logger, stats: BrokerStats): AuthHook
       audit.warn({ clientId: c.clientId, username: c.username, action, topic }, 'denied by ACL');
     },
   });
+}
+
+/** The credentials of `metrics.auth`, read from their files now (at start, and again on reload). */
+function metricsAccess(metrics: MetricsConfig, passwordFile: string | undefined): MetricsAccess | undefined {
+  const { auth } = metrics;
+  if (auth === undefined) return undefined;
+  let verifyUser: MetricsAccess['verifyUser'];
+  if (auth.users !== undefined && passwordFile !== undefined) {
+    // createAuth has read the same file first and refused it if it has bad lines.
+    const { file } = PasswordFile.parse(readFileSync(passwordFile, 'utf8'));
+    const users = new Set(auth.users);
+    // The password is checked first, so an unlisted user costs the same time as a listed one.
+    verifyUser = async (user, password) => (await file.verify(user, password)) && users.has(user);
+  }
+  let token: string | undefined;
+  if (auth.tokenFile !== undefined) {
+    token = readFileSync(auth.tokenFile, 'utf8').replace(/\r?\n$/, '');
+    if (token === '') throw new ConfigError(auth.tokenFile, [{ path: 'metrics.auth.tokenFile', message: 'the token file is empty' }]);
+  }
+  return { verifyUser, token };
 }
 
 function fileSize(path: string): number | undefined {

@@ -428,6 +428,8 @@ export class Uplink {
       if (tls.keyFile) options.key = readFileSync(tls.keyFile);
       if (tls.servername) options.servername = tls.servername;
       options.rejectUnauthorized = tls.rejectUnauthorized;
+      // MQTT.js hands its options to tls.connect for mqtts://, but only wsOptions (and a few keys) to wss://.
+      Object.assign(options, { ciphers: tls.ciphers, wsOptions: { ciphers: tls.ciphers } });
     }
     return options;
   }

@@ -116,6 +116,8 @@ function resolveFiles(config: Config, baseDir: string, report: (path: Path, mess
   config.listeners.forEach((listener, i) => {
     if (listener.tls) resolveTls(listener.tls, ['listeners', i, 'tls']);
   });
+  const metricsAuth = config.metrics?.auth;
+  if (metricsAuth?.tokenFile !== undefined) metricsAuth.tokenFile = readable(metricsAuth.tokenFile, ['metrics', 'auth', 'tokenFile']);
   config.bridges.forEach(({ remote }, i) => {
     if (remote.tls) resolveTls(remote.tls, ['bridges', i, 'remote', 'tls']);
     if (remote.passwordFile === undefined) return;

@@ -5,6 +5,7 @@
  * a problem in the listeners (zod skips an object's refinements while its own fields have issues).
  */
 import { isIP } from 'node:net';
+import { createSecureContext } from 'node:tls';
 import { z } from 'zod';
 import { isValidTopicFilter } from '../protocol/topics.js';
 import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
@@ -16,6 +17,33 @@ const count = z.number().int().nonnegative();
 const positive = z.number().int().positive();
 const filePath = z.string().min(1);
 
+/**
+ * TLS 1.2 suites offered by default: forward-secret (ECDHE) AEAD only. TLS 1.3 keeps OpenSSL's suites, which are
+ * all of that kind; `TLS_...` names in a `ciphers` string choose among them.
+ */
+export const DEFAULT_TLS_CIPHERS = [
+  'ECDHE-ECDSA-AES128-GCM-SHA256',
+  'ECDHE-RSA-AES128-GCM-SHA256',
+  'ECDHE-ECDSA-AES256-GCM-SHA384',
+  'ECDHE-RSA-AES256-GCM-SHA384',
+  'ECDHE-ECDSA-CHACHA20-POLY1305',
+  'ECDHE-RSA-CHACHA20-POLY1305',
+].join(':');
+
+/** An OpenSSL cipher string that selects at least one suite; a typo fails the config, not the first handshake. */
+const cipherString = z
+  .string()
+  .min(1)
+  .refine((ciphers) => {
+    try {
+      createSecureContext({ ciphers });
+      return true;
+    } catch {
+      return false;
+    }
+  }, 'not an OpenSSL cipher string that selects any cipher (see `openssl ciphers -v STRING`)')
+  .default(DEFAULT_TLS_CIPHERS);
+
 const tlsSchema = z
   .strictObject({
     certFile: filePath,
@@ -24,6 +52,7 @@ const tlsSchema = z
     requireCertificate: z.boolean().default(false),
     useIdentityAsUsername: z.boolean().default(false),
     minVersion: z.enum(['TLSv1.2', 'TLSv1.3']).default('TLSv1.2'),
+    ciphers: cipherString,
   })
   .superRefine((tls, ctx) => {
     if (tls.useIdentityAsUsername && !tls.requireCertificate) {
@@ -43,6 +72,13 @@ const listenerSchema = z
     tls: tlsSchema.optional(),
     allowAnonymous: z.boolean().optional(),
     maxConnections: positive.optional(),
+    // Connections that have not completed CONNECT: a budget of their own, so idle sockets cannot lock others out.
+    maxPendingConnections: positive.default(1000),
+    maxPendingPerAddress: positive.default(100),
+    /** ws/wss: the web origins whose pages may connect (the browser's `Origin` header), e.g. https://hmi.example:8443. */
+    allowedOrigins: z
+      .array(z.string().regex(/^https?:\/\/[^/\s]+$/, 'an origin is scheme://host[:port], e.g. https://hmi.example:8443'))
+      .optional(),
   })
   .superRefine((listener, ctx) => {
     const isSecure = listener.type === 'tls' || listener.type === 'wss';
@@ -54,6 +90,9 @@ const listenerSchema = z
     }
     if (listener.path !== undefined && (listener.type === 'tcp' || listener.type === 'tls')) {
       ctx.addIssue({ code: 'custom', path: ['path'], message: 'only ws and wss listeners have a path' });
+    }
+    if (listener.allowedOrigins !== undefined && (listener.type === 'tcp' || listener.type === 'tls')) {
+      ctx.addIssue({ code: 'custom', path: ['allowedOrigins'], message: 'only ws and wss listeners have browser clients' });
     }
   })
   .transform(({ path, ...listener }) => ({ ...listener, path: path ?? '/mqtt' }));
@@ -115,11 +154,34 @@ const authSchema = z.strictObject({
   aclFile: filePath.optional(),
 });
 
-const metricsSchema = z.strictObject({
-  /** The HTTP endpoint for /metrics, /healthz and /readyz; loopback unless you mean otherwise. */
-  host: z.string().min(1).default('127.0.0.1'),
-  port: int(0, 65_535).default(9883),
-});
+const metricsAuthSchema = z
+  .strictObject({
+    /** HTTP basic auth: these users, with their password in auth.passwordFile. */
+    users: z.array(z.string().min(1)).min(1).optional(),
+    /** A bearer token (`Authorization: Bearer <token>`): the file's content, without its trailing newline. */
+    tokenFile: filePath.optional(),
+  })
+  .refine((auth) => auth.users !== undefined || auth.tokenFile !== undefined, 'set users (basic auth), tokenFile (bearer token), or both');
+
+const metricsSchema = z
+  .strictObject({
+    /** The HTTP endpoint for /metrics, /healthz and /readyz; loopback unless you mean otherwise. */
+    host: z.string().min(1).default('127.0.0.1'),
+    port: int(0, 65_535).default(9883),
+    /** Who may read /metrics and /readyz (/healthz stays open); without it, anyone who reaches the port. */
+    auth: metricsAuthSchema.optional(),
+    allowUnauthenticated: z.boolean().default(false),
+  })
+  .superRefine((metrics, ctx) => {
+    // /metrics shows bridge names, topology and traffic: off loopback it needs credentials, or an explicit choice.
+    if (!isLoopback(metrics.host) && metrics.auth === undefined && !metrics.allowUnauthenticated) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['auth'],
+        message: `${metrics.host} is not a loopback address: set metrics.auth (users or tokenFile), or allowUnauthenticated: true`,
+      });
+    }
+  });
 
 const logSchema = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
@@ -151,6 +213,7 @@ const remoteTlsSchema = z
     keyFile: filePath.optional(),
     servername: z.string().min(1).optional(),
     rejectUnauthorized: z.boolean().default(true),
+    ciphers: cipherString,
   })
   .superRefine((tls, ctx) => {
     if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {
@@ -161,15 +224,27 @@ const remoteTlsSchema = z
 
 const isSecureUrl = (url: string) => url.startsWith('mqtts:') || url.startsWith('wss:');
 
+function hasNoCredentials(url: string): boolean {
+  try {
+    const parsed = new URL(url);
+    return parsed.username === '' && parsed.password === '';
+  } catch {
+    return true; // not a URL at all: z.url() reports that
+  }
+}
+
 const remoteSchema = z
   .strictObject({
     urls: z
       .array(
-        z.url({
-          protocol: /^(mqtt|mqtts|ws|wss)$/,
-          hostname: /./,
-          error: 'must be an mqtt://, mqtts://, ws:// or wss:// URL with a host',
-        }),
+        z
+          .url({
+            protocol: /^(mqtt|mqtts|ws|wss)$/,
+            hostname: /./,
+            error: 'must be an mqtt://, mqtts://, ws:// or wss:// URL with a host',
+          })
+          // A URL is logged with every connection attempt: a password in it would end up in the logs.
+          .refine(hasNoCredentials, 'must not carry credentials (user:password@): set remote.username, and remote.password or remote.passwordFile'),
       )
       .min(1),
     clientId: z.string().min(1).optional(),
@@ -286,6 +361,9 @@ export const configSchema = z
         });
       }
     });
+    if (config.metrics?.auth?.users !== undefined && config.auth.passwordFile === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['metrics', 'auth', 'users'], message: 'basic auth checks passwords in auth.passwordFile: set it' });
+    }
     const uplink = config.sparkplug?.uplink;
     if (uplink !== undefined && !config.bridges.some((bridge) => bridge.name === uplink)) {
       ctx.addIssue({ code: 'custom', path: ['sparkplug', 'uplink'], message: `no bridge is named "${uplink}"` });
@@ -312,6 +390,7 @@ export type StorageConfig = z.output<typeof storageSchema>;
 export type LogConfig = z.output<typeof logSchema>;
 export type AuthConfig = z.output<typeof authSchema>;
 export type MetricsConfig = z.output<typeof metricsSchema>;
+export type MetricsAuthConfig = z.output<typeof metricsAuthSchema>;
 export type BridgeConfig = z.output<typeof bridgeSchema>;
 export type BridgeTopicConfig = z.output<typeof bridgeTopicSchema>;
 export type ConnectorConfigEntry = z.output<typeof connectorSchema>;

@@ -4,6 +4,7 @@
  * from the modules' plain counters at scrape time, so the message path never touches prom-client.
  * Names: `edgeferry_<module>_<thing>_<unit>` (ARCHITECTURE §5); the README lists them.
  */
+import { createHash, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
@@ -114,18 +115,76 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   return r;
 }
 
+/** Who may read /metrics and /readyz (`metrics.auth`); /healthz answers anyone: it tells only that we run. */
+export interface MetricsAccess {
+  /** HTTP basic auth: whether `user` may read the metrics and `password` is theirs. */
+  readonly verifyUser?: (user: string, password: Buffer) => Promise<boolean>;
+  /** The bearer token (`Authorization: Bearer <token>`). */
+  readonly token?: string;
+}
+
+const REALM = 'edgeferry metrics';
+
+/** Checks a request's Authorization header against a `MetricsAccess`; the token is compared in constant time. */
+class Gate {
+  private readonly tokenDigest: Buffer | undefined;
+  /** The 401's WWW-Authenticate header: one challenge per accepted scheme. */
+  readonly challenges: string[] = [];
+
+  constructor(private readonly access: MetricsAccess) {
+    this.tokenDigest = access.token === undefined ? undefined : sha256(access.token);
+    if (access.verifyUser) this.challenges.push(`Basic realm="${REALM}", charset="UTF-8"`);
+    if (access.token !== undefined) this.challenges.push(`Bearer realm="${REALM}"`);
+  }
+
+  /** Undefined when allowed, else why not (for the audit line; never the credentials). */
+  async refusal(header: string | undefined): Promise<string | undefined> {
+    if (header === undefined) return 'no credentials';
+    const space = header.indexOf(' ');
+    const scheme = header.slice(0, space < 0 ? header.length : space).toLowerCase();
+    const value = space < 0 ? '' : header.slice(space + 1).trim();
+    if (scheme === 'bearer' && this.tokenDigest) {
+      // Digests of equal length, so neither the length nor a prefix of the token shows in the timing.
+      return timingSafeEqual(sha256(value), this.tokenDigest) ? undefined : 'wrong bearer token';
+    }
+    if (scheme === 'basic' && this.access.verifyUser) {
+      const decoded = Buffer.from(value, 'base64');
+      const colon = decoded.indexOf(':');
+      if (colon < 0) return 'malformed basic credentials';
+      const user = decoded.subarray(0, colon).toString('utf8');
+      return (await this.access.verifyUser(user, decoded.subarray(colon + 1))) ? undefined : 'bad user name or password';
+    }
+    return `scheme ${scheme} not accepted here`;
+  }
+}
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
+
 export class MetricsServer {
   private server: http.Server | undefined;
+  private gate: Gate | undefined;
 
   constructor(
     private readonly registry: Registry,
     private readonly sources: Pick<MetricsSources, 'readinessProblems'>,
     private readonly log: Logger,
-  ) {}
+    /** Refused requests are written here. */
+    private readonly audit: Logger,
+    access: MetricsAccess | undefined,
+  ) {
+    this.setAccess(access);
+  }
+
+  /** New credentials (reload: the password file or the token file changed); undefined opens the endpoint. */
+  setAccess(access: MetricsAccess | undefined): void {
+    this.gate = access === undefined ? undefined : new Gate(access);
+  }
 
   async start(host: string, port: number): Promise<number> {
     const server = http.createServer((req, res) => {
-      this.handle(req.url ?? '/', res).catch((err: unknown) => {
+      this.serve(req, res).catch((err: unknown) => {
         this.log.error({ err, url: req.url }, 'metrics request failed');
         if (!res.headersSent) res.writeHead(500);
         res.end();
@@ -146,8 +205,17 @@ export class MetricsServer {
     server.closeAllConnections();
   }
 
-  private async handle(url: string, res: http.ServerResponse): Promise<void> {
-    const path = url.split('?')[0];
+  private async serve(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const path = (req.url ?? '/').split('?')[0];
+    const gate = this.gate;
+    if (gate && path !== '/healthz') {
+      const refusal = await gate.refusal(req.headers.authorization);
+      if (refusal !== undefined) {
+        this.audit.warn({ remote: req.socket.remoteAddress, path, why: refusal }, 'metrics request refused');
+        res.writeHead(401, { 'www-authenticate': gate.challenges, 'content-type': 'text/plain' }).end('unauthorized\n');
+        return;
+      }
+    }
     if (path === '/metrics') {
       const body = await this.registry.metrics();
       res.writeHead(200, { 'content-type': this.registry.contentType }).end(body);

@@ -83,6 +83,7 @@ export class Connection implements ClientLink, FrameHandler {
     transport.onClose(() => this.close(undefined, 'socket closed'));
     ctx.connections.add(this);
     listener.connections++;
+    listener.pending.add(this);
   }
 
   get allowAnonymous(): boolean {
@@ -312,6 +313,7 @@ export class Connection implements ClientLink, FrameHandler {
 
   /** The CONNECT was accepted or refused: dispatch what arrived meanwhile, resume reading. */
   authenticated(): void {
+    if (this.state === 'connected') this.listener.pending.delete(this);
     const deferred = this.deferred;
     this.deferred = undefined;
     this.transport.resume();
@@ -357,6 +359,7 @@ export class Connection implements ClientLink, FrameHandler {
     setTimeout(() => this.transport.destroy(), 2000).unref();
     this.ctx.connections.delete(this);
     this.listener.connections--;
+    this.listener.pending.delete(this);
     if (wasConnected) this.ctx.broker.stats.clientsConnected--;
     if (this.ctx.clients.get(this.clientId) === this) this.ctx.clients.delete(this.clientId);
     const session = this.session;

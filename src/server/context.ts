@@ -3,6 +3,7 @@ import type { Broker } from '../broker/broker.js';
 import type { AuthHooks } from '../broker/auth.js';
 import type { Logger } from '../util/logger.js';
 import type { Connection } from './connection.js';
+import type { PendingConnections } from './pending.js';
 
 export interface ServerLimits {
   readonly maxConnections: number;
@@ -25,6 +26,8 @@ export interface ListenerPolicy {
   readonly identityIsUsername: boolean;
   /** Open connections of this listener (for its own maxConnections). */
   connections: number;
+  /** Those that have not completed CONNECT yet (maxPendingConnections, maxPendingPerAddress). */
+  readonly pending: PendingConnections<Connection>;
 }
 
 export interface ServerContext {

@@ -15,6 +15,7 @@ import { Reason } from '../protocol/reason-codes.js';
 import { EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { Connection } from './connection.js';
+import { PendingConnections } from './pending.js';
 import { WriteFlusher } from './context.js';
 import type { ListenerPolicy, ServerContext, ServerLimits } from './context.js';
 import { SocketTransport, webSocketTransport } from './transport.js';
@@ -27,6 +28,9 @@ export interface ListenerSpec {
   readonly path?: string;
   readonly allowAnonymous: boolean;
   readonly maxConnections?: number;
+  readonly maxPendingConnections: number;
+  readonly maxPendingPerAddress: number;
+  readonly allowedOrigins?: readonly string[];
   readonly tls?: {
     readonly certFile: string;
     readonly keyFile: string;
@@ -34,6 +38,7 @@ export interface ListenerSpec {
     readonly requireCertificate: boolean;
     readonly useIdentityAsUsername: boolean;
     readonly minVersion: string;
+    readonly ciphers: string;
   };
 }
 
@@ -50,13 +55,22 @@ interface Running {
 }
 
 const TIMER_INTERVAL_MS = 500;
+/** Refusals that a flood repeats (a full budget, a foreign origin) are logged at most this often per listener. */
+const REFUSAL_LOG_INTERVAL_MS = 60_000;
 
 export class MqttServer {
   private readonly ctx: ServerContext;
   private readonly running: Running[] = [];
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(broker: Broker, auth: AuthHooks, limits: ServerLimits, log: Logger) {
+  constructor(
+    broker: Broker,
+    auth: AuthHooks,
+    limits: ServerLimits,
+    log: Logger,
+    /** Rejected client certificates are written here too. */
+    private readonly audit: Logger,
+  ) {
     this.ctx = { broker, auth, limits, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
     this.setAuth(auth);
   }
@@ -129,37 +143,85 @@ export class MqttServer {
   }
 
   private async listen(spec: ListenerSpec): Promise<Running> {
+    const pending = new PendingConnections<Connection>(spec.maxPendingConnections, spec.maxPendingPerAddress);
     const policy: ListenerPolicy = {
       allowAnonymous: spec.allowAnonymous,
       identityIsUsername: spec.tls?.useIdentityAsUsername ?? false,
       connections: 0,
+      pending,
     };
     const running: Running = { spec, server: undefined as unknown as net.Server };
+    const stats = this.ctx.broker.stats;
+    const budgetLogDue = throttle(REFUSAL_LOG_INTERVAL_MS);
+    const budgetFull = (why: string, remote: string): void => {
+      stats.disconnects.server_busy = (stats.disconnects.server_busy ?? 0) + 1;
+      if (budgetLogDue()) this.ctx.log.warn({ listener: spec.type, port: spec.port, remote, pending: pending.size }, why);
+    };
     const accept = (transport: Transport, closeSocket: () => void): void => {
-      const max = Math.min(this.ctx.limits.maxConnections, spec.maxConnections ?? Infinity);
-      if (this.ctx.connections.size >= max || policy.connections >= (spec.maxConnections ?? Infinity)) {
-        // Over the limit: refuse before any MQTT state exists [RELIABILITY #35].
-        this.ctx.broker.stats.disconnects.server_busy = (this.ctx.broker.stats.disconnects.server_busy ?? 0) + 1;
+      const remote = transport.remoteAddress;
+      // Refused before any MQTT state exists [RELIABILITY #35]. One address cannot take the whole budget.
+      if (pending.fromAddress(remote) >= pending.maxPerAddress) {
+        budgetFull('too many connections without CONNECT from one address: refusing more from it', remote);
         closeSocket();
         return;
       }
+      const max = Math.min(this.ctx.limits.maxConnections, spec.maxConnections ?? Infinity);
+      const isFull = this.ctx.connections.size >= max || policy.connections >= (spec.maxConnections ?? Infinity);
+      if (isFull || pending.size >= pending.max) {
+        // A socket that has not logged in never locks out one that may: the oldest of them makes room.
+        const oldest = pending.oldest();
+        if (oldest === undefined) {
+          budgetFull('connection limit reached: refusing new connections', remote);
+          closeSocket();
+          return;
+        }
+        budgetFull('too many connections without CONNECT: closing the oldest to make room', remote);
+        oldest.close(undefined, 'no CONNECT yet, closed to make room for a new connection');
+      }
       new Connection(transport, this.ctx, policy);
     };
-    const tlsOptions = spec.tls ? loadTls(spec.tls) : undefined;
+    // A TLS handshake or WebSocket upgrade is bounded by the connect timeout too, as is the CONNECT after it.
+    const tlsOptions = spec.tls ? { ...loadTls(spec.tls), handshakeTimeout: this.ctx.limits.connectTimeoutMs } : undefined;
+    /** mTLS: a client certificate that did not verify closes its connection here, logged with OpenSSL's reason. */
+    const isVerified = (socket: tls.TLSSocket): boolean => {
+      if (!spec.tls?.requireCertificate || socket.authorized) return true;
+      const facts = { listener: spec.type, port: spec.port, remote: socket.remoteAddress, ...certificateRejection(socket) };
+      this.ctx.log.info(facts, 'client certificate rejected');
+      this.audit.warn(facts, 'client certificate rejected');
+      socket.destroy();
+      return false;
+    };
     let server: net.Server;
     if (spec.type === 'tcp' || spec.type === 'tls') {
-      const onSocket = (socket: net.Socket): void => accept(new SocketTransport(socket), () => socket.destroy());
+      const onSocket = (socket: net.Socket): void => {
+        if (socket instanceof tls.TLSSocket && !isVerified(socket)) return;
+        accept(new SocketTransport(socket), () => socket.destroy());
+      };
       server = spec.type === 'tcp' ? net.createServer(onSocket) : tls.createServer(tlsOptions!, onSocket);
       if (spec.type === 'tls') server.on('tlsClientError', (err) => this.ctx.log.debug({ err }, 'TLS handshake failed'));
     } else {
       const httpServer = spec.type === 'ws' ? http.createServer() : https.createServer(tlsOptions!);
+      // Before the HTTP request is read: an unverified client never reaches the WebSocket upgrade.
+      if (spec.type === 'wss') httpServer.on('secureConnection', (socket: tls.TLSSocket) => void isVerified(socket));
+      httpServer.headersTimeout = this.ctx.limits.connectTimeoutMs;
+      httpServer.requestTimeout = this.ctx.limits.connectTimeoutMs;
       server = httpServer;
       httpServer.on('request', (_req, res: http.ServerResponse) => {
         res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket only\n');
       });
+      const isOriginAllowed = originPolicy(spec);
+      const originLogDue = throttle(REFUSAL_LOG_INTERVAL_MS);
       const wss = new WebSocketServer({
         server: httpServer,
         path: spec.path ?? '/mqtt',
+        verifyClient: (info: { origin?: string; req: http.IncomingMessage }, done: (ok: boolean, code?: number, message?: string) => void) => {
+          if (isOriginAllowed(info.origin)) return done(true);
+          if (originLogDue()) {
+            this.ctx.log.info({ listener: spec.type, port: spec.port, origin: info.origin, remote: info.req.socket.remoteAddress },
+              'WebSocket upgrade refused: a browser page from an origin not in allowedOrigins');
+          }
+          done(false, 403, 'Origin not allowed');
+        },
         maxPayload: this.ctx.limits.maxPacketBytes + 5,
         handleProtocols: (protocols) => (protocols.has('mqtt') ? 'mqtt' : protocols.has('mqttv3.1') ? 'mqttv3.1' : false),
       });
@@ -178,13 +240,71 @@ export class MqttServer {
   }
 }
 
+/**
+ * Which browser pages may open a WebSocket: requests without an `Origin` header come from programs, not pages, and
+ * are always let through. A listed origin is always allowed. An unlisted one is refused where the browser itself
+ * would bring the credentials (anonymous access, client certificates) or where a list is set; on a listener that
+ * needs a password, a page must present one like any client, so without a list any origin may try.
+ */
+function originPolicy(spec: ListenerSpec): (origin: string | undefined) => boolean {
+  const allowed = new Set(spec.allowedOrigins?.map((o) => o.toLowerCase()));
+  const checks = spec.allowedOrigins !== undefined || spec.allowAnonymous || spec.tls?.requireCertificate === true;
+  return (origin) => origin === undefined || !checks || allowed.has(origin.toLowerCase());
+}
+
+/** OpenSSL's verify results for client certificates, in the words an operator looks for. */
+const CERTIFICATE_REASONS: Readonly<Record<string, string>> = {
+  CERT_HAS_EXPIRED: 'expired',
+  CERT_NOT_YET_VALID: 'not yet valid',
+  CERT_REVOKED: 'revoked',
+  UNABLE_TO_GET_ISSUER_CERT: 'unknown CA',
+  UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'unknown CA',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'unknown CA',
+  SELF_SIGNED_CERT_IN_CHAIN: 'unknown CA',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'self-signed',
+  CERT_SIGNATURE_FAILURE: 'bad signature',
+  INVALID_PURPOSE: 'not for client authentication',
+};
+
+/** Why a client certificate was not accepted, and whose it claims to be (for the log: nothing here is verified). */
+function certificateRejection(socket: tls.TLSSocket): Record<string, string | undefined> {
+  const peer = socket.getPeerCertificate();
+  if (peer === null || Object.keys(peer).length === 0) return { reason: 'no certificate' };
+  const code = String(socket.authorizationError);
+  const cn = peer.subject?.CN;
+  const issuer = peer.issuer?.CN;
+  return {
+    reason: CERTIFICATE_REASONS[code] ?? code,
+    code,
+    subject: typeof cn === 'string' ? cn : undefined,
+    issuer: typeof issuer === 'string' ? issuer : undefined,
+    notAfter: peer.valid_to,
+    fingerprint: peer.fingerprint256,
+  };
+}
+
+/** True at most once per interval: for log lines that a flood would otherwise repeat. */
+function throttle(intervalMs: number): () => boolean {
+  let lastMs = -Infinity;
+  return () => {
+    const now = performance.now();
+    if (now - lastMs < intervalMs) return false;
+    lastMs = now;
+    return true;
+  };
+}
+
 function loadTls(t: NonNullable<ListenerSpec['tls']>): tls.TlsOptions {
   return {
     cert: readFileSync(t.certFile),
     key: readFileSync(t.keyFile),
     ca: t.caFile ? readFileSync(t.caFile) : undefined,
     requestCert: t.requireCertificate,
-    rejectUnauthorized: t.requireCertificate,
+    // The certificate is checked once the handshake is done (`isVerified`), so that the log can say why it failed.
+    rejectUnauthorized: false,
     minVersion: t.minVersion as tls.SecureVersion,
+    ciphers: t.ciphers,
+    // The server's order of preference, so a client offering a weak suite first still gets a strong one.
+    honorCipherOrder: true,
   };
 }

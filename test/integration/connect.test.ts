@@ -2,6 +2,10 @@
  * CONNECT / CONNACK: protocol levels, client identifier rules, session take-over, keep alive and its maximum,
  * and MQTT over WebSocket. MQTT 3.1, 3.1.1 and 5.0.
  */
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import mqttPacket from 'mqtt-packet';
 import type { IConnackPacket, IDisconnectPacket, IPublishPacket } from 'mqtt-packet';
@@ -298,3 +302,81 @@ describe('MQTT over WebSocket', () => {
     expect(err).toBeInstanceOf(Error);
   });
 });
+
+/** A raw WebSocket upgrade request for the MQTT subprotocol; resolves the HTTP status (101 when upgraded). */
+function upgradeStatus(port: number, origin: string | undefined): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({
+      host: '127.0.0.1',
+      port,
+      path: '/mqtt',
+      headers: {
+        connection: 'Upgrade',
+        upgrade: 'websocket',
+        'sec-websocket-version': '13',
+        'sec-websocket-key': randomBytes(16).toString('base64'),
+        'sec-websocket-protocol': 'mqtt',
+        ...(origin === undefined ? {} : { origin }),
+      },
+    });
+    req.once('upgrade', (res, socket) => {
+      socket.destroy();
+      resolve(res.statusCode ?? 0);
+    });
+    req.once('response', (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.once('error', reject);
+    req.end();
+  });
+}
+
+describe('WebSocket allowedOrigins', () => {
+  async function wsGateway(listener: Record<string, unknown>, patch: Record<string, unknown> = {}) {
+    const port = await freePort();
+    const ws = await freePort();
+    const g = d.add(
+      await startGateway({
+        listeners: [{ type: 'tcp', host: '127.0.0.1', port }, { type: 'ws', host: '127.0.0.1', port: ws, ...listener }],
+        ...patch,
+      }),
+    );
+    return { g, ws };
+  }
+
+  it('on an anonymous listener refuses browser pages from unlisted origins (403), admits listed ones and clients without Origin', async () => {
+    const { ws } = await wsGateway({ allowedOrigins: ['https://hmi.example:8443'] });
+    expect(await upgradeStatus(ws, 'https://evil.example')).toBe(403);
+    expect(await upgradeStatus(ws, 'http://localhost:8000')).toBe(403);
+    expect(await upgradeStatus(ws, 'https://hmi.example:8443')).toBe(101);
+    expect(await upgradeStatus(ws, undefined)).toBe(101);
+    // MQTT end to end: a page of the listed origin connects; one of another origin does not.
+    const url = `ws://127.0.0.1:${ws}/mqtt`;
+    const listed = d.add(await openClient(url, { protocolVersion: 5, wsOptions: { origin: 'https://hmi.example:8443' } }));
+    expect(listed.connack.reasonCode).toBe(0);
+    const foreign = await openClient(url, { protocolVersion: 5, wsOptions: { origin: 'https://evil.example' } }, 3000).then(
+      (c) => (d.add(c), 'connected'),
+      () => 'refused',
+    );
+    expect(foreign).toBe('refused');
+  });
+
+  it('on an anonymous listener without allowedOrigins refuses every browser page, not programs', async () => {
+    const { ws } = await wsGateway({});
+    expect(await upgradeStatus(ws, 'http://127.0.0.1:8080')).toBe(403);
+    expect(await upgradeStatus(ws, undefined)).toBe(101);
+  });
+
+  it('on a listener that needs a password admits any origin (the page must log in), unless allowedOrigins is set', async () => {
+    const dir = d.tempDir('edgeferry-ws-origin-');
+    const passwordFile = join(dir, 'passwd');
+    execFileSync('mosquitto_passwd', ['-c', '-b', passwordFile, 'hmi', 'hmi-secret'], { stdio: 'pipe' });
+    const open = await wsGateway({ allowAnonymous: false }, { auth: { passwordFile } });
+    expect(await upgradeStatus(open.ws, 'https://any.example')).toBe(101);
+    const listed = await wsGateway({ allowAnonymous: false, allowedOrigins: ['https://hmi.example'] }, { auth: { passwordFile } });
+    expect(await upgradeStatus(listed.ws, 'https://any.example')).toBe(403);
+    expect(await upgradeStatus(listed.ws, 'https://hmi.example')).toBe(101);
+  });
+});
+

@@ -3,6 +3,7 @@
  * process: maxConnections [RELIABILITY #35], maxPacketBytes (0x95) [RELIABILITY #5], maxTopicLevels,
  * maxQueuedMessages and maxQueuedBytes (drops counted in `$SYS/broker/publish/messages/dropped`).
  */
+import { connect as netConnect, type Socket } from 'node:net';
 import type { MqttClient } from 'mqtt';
 import mqttPacket from 'mqtt-packet';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,6 +11,7 @@ import { connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { RawClient, type ConnectOptions, type ProtocolVersion } from '../helpers/raw-client.js';
+import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -73,25 +75,87 @@ describe('broker.maxConnections', () => {
     held.pop()!.destroy();
     await connectWhenFree('after-free');
   });
+});
 
-  it('counts connections that have not sent CONNECT yet, so idle sockets are bounded too [RELIABILITY #35]', async () => {
-    // MAX idle sockets (no CONNECT), then one real client: refused. Retried while slots of the previous test
-    // are still closing (then an idle socket itself is refused, and that try does not count).
-    await waitFor(
-      async () => {
-        const idle = await Promise.all(Array.from({ length: MAX }, () => RawClient.open(gw.port)));
-        for (const c of idle) d.add(c);
-        const probe = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
-        probe.send(connectPacket('behind-idle'));
-        await probe.until(() => probe.closed || probe.received.length > 0, 3000, 'an answer to the probe');
-        const refusedAtAccept = probe.closed && probe.bytesReceived === 0 && idle.every((c) => !c.closed);
-        for (const c of [...idle, probe]) c.destroy();
-        return refusedAtAccept;
-      },
-      10_000,
-      { message: 'the connection after the idle sockets was not refused' },
+/**
+ * `count` TCP sockets from `localAddress` (any 127.0.0.0/8 address is this host) that never send a byte, opened in
+ * batches so the listen backlog does not drop SYNs. Resolves once every one is connected; `closed` tells which the
+ * gateway closed since.
+ */
+async function idleSockets(port: number, count: number, localAddress: string): Promise<Socket[]> {
+  const sockets: Socket[] = [];
+  d.defer(() => {
+    for (const s of sockets) s.destroy();
+  });
+  for (let first = 0; first < count; first += 200) {
+    const batch = Array.from(
+      { length: Math.min(200, count - first) },
+      () =>
+        new Promise<Socket>((resolve, reject) => {
+          const s = netConnect({ port, host: '127.0.0.1', localAddress });
+          s.once('connect', () => {
+            s.on('error', () => {}); // a refused socket may see a reset
+            s.resume(); // read, so the gateway's FIN is seen and `closed` set
+            resolve(s);
+          });
+          s.once('error', reject);
+        }),
     );
-    await connectWhenFree('after-idle');
+    sockets.push(...(await Promise.all(batch)));
+  }
+  return sockets;
+}
+
+const openCount = (sockets: readonly Socket[]): number => sockets.filter((s) => !s.closed).length;
+
+describe('listener maxPendingConnections, maxPendingPerAddress: a budget for connections without CONNECT', { timeout: 60_000 }, () => {
+  it('3,000 idle sockets from one address leave a real client from another connecting at once', async () => {
+    // maxConnections below the flood: before the budget, the idle sockets took every slot for connectTimeoutMs.
+    const gw = d.add(await startGateway({ broker: { maxConnections: 2000, connectTimeoutMs: 30_000 } }));
+    const flood = await idleSockets(gw.port, 3000, '127.0.0.2');
+    // The default per-address budget (100) holds; the rest of that address's sockets are closed at once.
+    await waitFor(() => openCount(flood) === 100, 10_000, { message: () => `${openCount(flood)} idle sockets open, expected 100` });
+    const started = performance.now();
+    const client = d.add(await RawClient.connect(gw.port, { clientId: 'after-flood' }, { protocolVersion: 5, openTimeoutMs: 2000 }));
+    expect(performance.now() - started).toBeLessThan(2000);
+    await client.subscribe('flood/ok');
+    client.publish('flood/ok', 'through', { qos: 1, messageId: 1 });
+    await client.until(() => client.publishes.length > 0, 5000, 'its own message back');
+  });
+
+  it('lets a client that sends CONNECT in when idle sockets hold every slot of maxConnections: the oldest idle one makes room', async () => {
+    const gw = d.add(await startGateway({ broker: { maxConnections: 5, connectTimeoutMs: 30_000 } }));
+    const idle = await idleSockets(gw.port, 5, '127.0.0.2');
+    const client = d.add(await RawClient.connect(gw.port, { clientId: 'behind-idle' }, { protocolVersion: 5 }));
+    await waitFor(() => idle[0].closed, 3000, { message: 'the oldest idle socket was not closed' });
+    expect(openCount(idle)).toBe(4);
+    // Every slot holds a CONNECTed client or an idle socket that is now the oldest: the next client still gets in.
+    expect(client.closed).toBe(false);
+  });
+
+  it('keeps at most maxPendingConnections per listener, closing the oldest, and never touches CONNECTed clients', async () => {
+    const port = await freePort();
+    const gw = d.add(
+      await startGateway({
+        listeners: [{ type: 'tcp', host: '127.0.0.1', port, maxPendingConnections: 200, maxPendingPerAddress: 50 }],
+        broker: { connectTimeoutMs: 30_000 },
+      }),
+    );
+    const early: Socket[] = [];
+    for (let i = 2; i < 8; i++) early.push(...(await idleSockets(gw.port, 50, `127.0.0.${i}`)));
+    // 300 from six addresses, 50 each (within the per-address budget): only 200 stay, and the first 100 went.
+    await waitFor(() => openCount(early) === 200, 10_000, { message: () => `${openCount(early)} idle sockets open, expected 200` });
+    expect(openCount(early.slice(0, 100))).toBe(0);
+
+    const client = d.add(await RawClient.connect(gw.port, { clientId: 'logged-in' }, { protocolVersion: 5 }));
+    // Once CONNECTed it is out of the budget: another wave of idle sockets does not close it.
+    const late: Socket[] = [];
+    for (let i = 8; i < 14; i++) late.push(...(await idleSockets(gw.port, 50, `127.0.0.${i}`)));
+    await waitFor(() => openCount([...early, ...late]) === 200, 10_000, { message: () => `${openCount([...early, ...late])} idle sockets open, expected 200` });
+    expect(client.closed).toBe(false);
+    await client.subscribe('budget/ok');
+    client.publish('budget/ok', 'still here', { qos: 1, messageId: 1 });
+    await client.until(() => client.publishes.length > 0, 5000, 'its own message back');
   });
 });
 

@@ -4,7 +4,7 @@
  * `mosquitto_passwd` without disturbing their other lines.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
@@ -30,6 +30,15 @@ async function mosquittoLogin(port: number, user: string, password: string): Pro
 function mosquittoWith(passwordFile: string) {
   return startMosquitto({ extraConf: [`password_file ${passwordFile}`, 'allow_anonymous false'].join('\n') });
 }
+
+/**
+ * An owner and group other than the ones a new file gets: as root (CI) daemon (1) and nogroup (65534); otherwise
+ * our own uid and one of our other groups, the only change a non-root user may make.
+ */
+const OTHER =
+  process.getuid?.() === 0
+    ? { uid: 1, gid: 65534 }
+    : { uid: process.getuid!(), gid: process.getgroups!().find((g) => g !== process.getgid!()) ?? process.getgid!() };
 
 describe('edgeferry passwd', { timeout: 60_000 }, () => {
   it('creates a file that Debian mosquitto accepts as password_file, and that edgeferry accepts', async () => {
@@ -93,6 +102,40 @@ describe('edgeferry passwd', { timeout: 60_000 }, () => {
     expect(await mosquittoLogin(mosquitto.port, 'alice', 'alice-pw')).toMatchObject({ code: 0 });
   });
 
+  it('keeps the mode, owner and group of the file it changes (0640, another group, so the service group still reads it)', async () => {
+    const dir = d.tempDir('edgeferry-passwd-');
+    const file = join(dir, 'passwd');
+    execFileSync('mosquitto_passwd', ['-c', '-b', file, 'bob', 'bob-pw'], { stdio: 'pipe' });
+    chownSync(file, OTHER.uid, OTHER.gid);
+    chmodSync(file, 0o640);
+    expect((await passwd([file, 'alice'], 'alice-pw\n')).code).toBe(0);
+    const after = statSync(file);
+    expect({ mode: after.mode & 0o7777, uid: after.uid, gid: after.gid }).toEqual({ mode: 0o640, ...OTHER });
+    expect(readFileSync(file, 'utf8')).toMatch(/^bob:.*\nalice:/);
+    expect((await passwd([file, 'bob', '--delete'])).code).toBe(0);
+    expect(statSync(file).mode & 0o7777).toBe(0o640);
+    // No temp file is left beside it.
+    expect(readdirSync(dir)).toEqual(['passwd']);
+  });
+
+  it('writes through a symlink to its target, keeping the link and the target\'s mode, owner and group', async () => {
+    const dir = d.tempDir('edgeferry-passwd-');
+    mkdirSync(join(dir, 'real'));
+    const target = join(dir, 'real', 'passwd');
+    const link = join(dir, 'passwd');
+    execFileSync('mosquitto_passwd', ['-c', '-b', target, 'bob', 'bob-pw'], { stdio: 'pipe' });
+    chownSync(target, OTHER.uid, OTHER.gid);
+    chmodSync(target, 0o640);
+    symlinkSync('real/passwd', link);
+    expect((await passwd([link, 'alice'], 'alice-pw\n')).code).toBe(0);
+    expect(lstatSync(link).isSymbolicLink()).toBe(true);
+    expect(readlinkSync(link)).toBe('real/passwd');
+    const after = statSync(target);
+    expect({ mode: after.mode & 0o7777, uid: after.uid, gid: after.gid }).toEqual({ mode: 0o640, ...OTHER });
+    expect(readFileSync(target, 'utf8')).toMatch(/^bob:.*\nalice:/);
+    expect(readdirSync(join(dir, 'real'))).toEqual(['passwd']);
+  });
+
   it('refuses an empty password, a missing one, a deleted user that does not exist, and bad usage, with exit code 2', async () => {
     const dir = d.tempDir('edgeferry-passwd-');
     const file = join(dir, 'passwd');
@@ -109,3 +152,18 @@ describe('edgeferry passwd', { timeout: 60_000 }, () => {
     expect(() => statSync(file)).toThrow();
   });
 });
+
+describe('bridge URL credentials', { timeout: 60_000 }, () => {
+  it('refuses user:password@ in a bridge url with exit code 2, naming the keys to use and never printing the password', async () => {
+    const dir = d.tempDir('edgeferry-bridge-url-');
+    const file = join(dir, 'gw.yaml');
+    writeFileSync(file, ['bridges:', '  - name: central', '    remote: { urls: ["mqtts://line4:Pl4nt-S3cret@backbone.example:8883"] }', '    topics: [{ filter: "a/#" }]', ''].join('\n'));
+    for (const args of [['--check-config', '--config', file], ['--config', file]]) {
+      const r = await runCli(args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr + r.stdout).toMatch(/bridges\.0\.remote\.urls\.0: must not carry credentials \(user:password@\): set remote\.username, and remote\.password or remote\.passwordFile/);
+      expect(r.stderr + r.stdout).not.toContain('Pl4nt-S3cret');
+    }
+  });
+});
+

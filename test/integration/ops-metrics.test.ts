@@ -3,9 +3,12 @@
  * (Prometheus text, names `edgeferry_<module>_<thing>_<unit>`), `/healthz`, and `/readyz` with a bridge whose
  * upstream is down and then up.
  */
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
-import { bridgePatch, startGateway } from '../helpers/gateway.js';
+import { bridgePatch, runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
@@ -174,3 +177,76 @@ describe('metrics endpoint', { timeout: 60_000 }, () => {
   });
 
 });
+
+describe('metrics.auth', { timeout: 60_000 }, () => {
+  const request = async (port: number, path: string, authorization?: string) => {
+    const res = await fetch(`http://127.0.0.1:${port}${path}`, { headers: authorization ? { authorization } : {} });
+    return { status: res.status, challenge: res.headers.get('www-authenticate'), body: await res.text() };
+  };
+  const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
+
+  it('asks for basic auth (401 with WWW-Authenticate) and admits only the listed users with their password from auth.passwordFile', async () => {
+    const dir = d.tempDir('edgeferry-metrics-auth-');
+    const passwordFile = join(dir, 'passwd');
+    execFileSync('mosquitto_passwd', ['-c', '-b', passwordFile, 'prometheus', 'scrape-secret'], { stdio: 'pipe' });
+    execFileSync('mosquitto_passwd', ['-b', passwordFile, 'alice', 'alice-secret'], { stdio: 'pipe' });
+    const metricsPort = await freePort();
+    const gw = d.add(
+      await startGateway({
+        auth: { passwordFile },
+        listeners: [{ type: 'tcp', host: '127.0.0.1', port: await freePort(), allowAnonymous: true }],
+        metrics: { host: '127.0.0.1', port: metricsPort, auth: { users: ['prometheus'] } },
+      }),
+    );
+    const none = await request(metricsPort, '/metrics');
+    expect(none.status).toBe(401);
+    expect(none.challenge).toMatch(/^Basic realm="edgeferry metrics"/);
+    expect(none.body).not.toMatch(/edgeferry_/);
+    expect((await request(metricsPort, '/metrics', basic('prometheus', 'wrong'))).status).toBe(401);
+    // A valid MQTT user that is not listed for metrics.
+    expect((await request(metricsPort, '/metrics', basic('alice', 'alice-secret'))).status).toBe(401);
+    expect((await request(metricsPort, '/readyz')).status).toBe(401);
+
+    const ok = await request(metricsPort, '/metrics', basic('prometheus', 'scrape-secret'));
+    expect(ok.status).toBe(200);
+    expect(ok.body).toMatch(/^edgeferry_broker_clients_connected 0$/m);
+    expect((await request(metricsPort, '/readyz', basic('prometheus', 'scrape-secret'))).status).toBe(200);
+    // /healthz tells only that the process answers: open, for a service manager's probe.
+    expect((await request(metricsPort, '/healthz')).status).toBe(200);
+    // Refusals are audited, without the credentials.
+    await waitFor(() => (gw.output().match(/"msg":"metrics request refused"/g) ?? []).length >= 4, 5000, { message: () => gw.output() });
+    expect(gw.output()).not.toMatch(/scrape-secret|wrong|alice-secret/);
+  });
+
+  it('accepts a bearer token from metrics.auth.tokenFile, re-read on SIGHUP', async () => {
+    const dir = d.tempDir('edgeferry-metrics-token-');
+    const tokenFile = join(dir, 'metrics.token');
+    writeFileSync(tokenFile, 'first-token-0123456789\n');
+    const metricsPort = await freePort();
+    const gw = d.add(await startGateway({ metrics: { host: '127.0.0.1', port: metricsPort, auth: { tokenFile } } }));
+    const none = await request(metricsPort, '/metrics');
+    expect(none.status).toBe(401);
+    expect(none.challenge).toBe('Bearer realm="edgeferry metrics"');
+    expect((await request(metricsPort, '/metrics', 'Bearer first-token-012345678')).status).toBe(401);
+    expect((await request(metricsPort, '/metrics', 'Bearer first-token-01234567890')).status).toBe(401);
+    expect((await request(metricsPort, '/metrics', basic('first-token-0123456789', ''))).status).toBe(401);
+    expect((await request(metricsPort, '/metrics', 'Bearer first-token-0123456789')).status).toBe(200);
+
+    writeFileSync(tokenFile, 'second-token\n');
+    gw.proc.kill('SIGHUP');
+    await waitFor(async () => (await request(metricsPort, '/metrics', 'Bearer second-token')).status === 200, 10_000);
+    expect((await request(metricsPort, '/metrics', 'Bearer first-token-0123456789')).status).toBe(401);
+  });
+
+  it('refuses to start with metrics off loopback and no auth, unless allowUnauthenticated: true', async () => {
+    const dir = d.tempDir('edgeferry-metrics-cfg-');
+    const file = join(dir, 'gw.yaml');
+    writeFileSync(file, 'metrics: { host: 0.0.0.0, port: 9883 }\n');
+    const refused = await runCli(['--check-config', '--config', file]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/metrics\.auth: 0\.0\.0\.0 is not a loopback address: set metrics\.auth \(users or tokenFile\), or allowUnauthenticated: true/);
+    writeFileSync(file, 'metrics: { host: 0.0.0.0, port: 9883, allowUnauthenticated: true }\n');
+    expect((await runCli(['--check-config', '--config', file])).code).toBe(0);
+  });
+});
+

@@ -195,7 +195,7 @@ describe('systemd unit file', { timeout: 60_000 }, () => {
     expect(m![2]).toBe('OK');
   });
 
-  it('declares the notify type, watchdog, restart policy, dedicated user, directories and hardening the issue asks for', () => {
+  it('declares the notify type, watchdog, restart policy, dedicated user, directories, memory ceiling and hardening the issue asks for', () => {
     expect(directive('Type')).toEqual(['notify']);
     expect(Number(directive('WatchdogSec')[0])).toBeGreaterThan(0);
     expect(directive('Restart')).toEqual(['on-failure']);
@@ -210,6 +210,8 @@ describe('systemd unit file', { timeout: 60_000 }, () => {
     expect(directive('RestrictAddressFamilies')[0]).toMatch(/AF_INET/);
     expect(directive('ExecReload')[0]).toMatch(/kill -HUP \$MAINPID/);
     expect(Number(directive('TimeoutStopSec')[0])).toBeGreaterThan(25); // the CLI's own stop deadline is 25 s
+    // A flood that escapes the gateway's limits restarts this service instead of starving the box.
+    expect(directive('MemoryMax')[0]).toMatch(/^\d+[KMG]$/);
   });
 
   it('runs as systemd would run it: ExecStartPre checks the config, ExecStart notifies READY, ExecReload reloads, SIGTERM exits 0', async () => {

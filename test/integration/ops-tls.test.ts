@@ -6,6 +6,7 @@
 import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import tls from 'node:tls';
+import { execFile } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts, opensslVersion, type TestPki } from '../fixtures/certs.js';
 import { useDisposer } from '../helpers/disposer.js';
@@ -20,7 +21,7 @@ let pki: TestPki;
 
 beforeAll(() => {
   expect(opensslVersion()).toMatch(/^OpenSSL 3\./);
-  pki = makeCerts(tempDir('edgeferry-pki-'), { clients: ['alice', 'bob'] });
+  pki = makeCerts(tempDir('edgeferry-pki-'), { clients: ['alice', 'bob'], rsaServer: true, expiredClients: ['carol'] });
 });
 afterAll(() => {
   if (pki) removeDir(pki.dir);
@@ -145,6 +146,42 @@ describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
     expect(sub.payloads('mtls/a')).toEqual(['over-tls', 'from-bob']);
   });
 
+  it('logs each rejected client certificate at info with the TLS reason (no certificate, unknown CA, expired), plus an audit line', async () => {
+    for (const type of ['tls', 'wss'] as const) {
+      const { gw, securePort } = await gatewayWith({ type, tls: serverTls({ caFile: pki.ca, requireCertificate: true }) }, {}, { logLevel: 'info' });
+      const url = type === 'tls' ? `mqtts://127.0.0.1:${securePort}` : `wss://127.0.0.1:${securePort}/mqtt`;
+      const ca = readFileSync(pki.ca);
+      const attempts = [
+        {},
+        { cert: readFileSync(pki.rogueClient.cert), key: readFileSync(pki.rogueClient.key) },
+        { cert: readFileSync(pki.expiredClients.carol.cert), key: readFileSync(pki.expiredClients.carol.key) },
+      ];
+      for (const certs of attempts) {
+        const outcome = await openClient(url, { ca, ...certs }, 3000).then(
+          (c) => (d.add(c), 'connected'),
+          () => 'refused',
+        );
+        expect(outcome, type).toBe('refused');
+      }
+      const rejections = () =>
+        gw
+          .output()
+          .split('\n')
+          .filter((l) => l.includes('"msg":"client certificate rejected"'))
+          .map((l) => JSON.parse(l) as { level: number; mod: string; reason: string; subject?: string; remote: string });
+      await waitFor(() => rejections().length >= 6, 5000, { message: () => gw.output() });
+      const byMod = (mod: string) => rejections().filter((r) => r.mod === mod).map((r) => ({ level: r.level, reason: r.reason, subject: r.subject }));
+      const expected = (level: number) => [
+        { level, reason: 'no certificate', subject: undefined },
+        { level, reason: 'unknown CA', subject: 'rogue' },
+        { level, reason: 'expired', subject: 'carol' },
+      ];
+      expect(byMod('server'), type).toEqual(expected(30)); // info
+      expect(byMod('audit'), type).toEqual(expected(40)); // warn, like refused logins
+      expect(rejections().every((r) => r.remote.endsWith('127.0.0.1'))).toBe(true);
+    }
+  });
+
   it('uses the certificate CN as the user name for the ACL with useIdentityAsUsername, ignoring the CONNECT user name', async () => {
     const dir = d.tempDir('edgeferry-acl-');
     const aclFile = join(dir, 'acl');
@@ -209,6 +246,52 @@ describe('secure WebSocket listener (wss)', { timeout: 60_000 }, () => {
     expect(await subackCodes(alice, ['alice/#', 'other/#'])).toEqual([1, 0x87]);
     await alice.publish('alice/x', 'via-wss', { qos: 1 });
     await alice.waitForMessages(1);
+  });
+});
+
+/**
+ * The suite `openssl s_client` negotiates with these options, or '(NONE)' when the handshake fails (the server
+ * offers none of the client's suites).
+ */
+function negotiatedCipher(port: number, options: readonly string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    // stdin closed at once: s_client ends after the handshake.
+    const child = execFile('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', 'localhost', ...options],
+      { timeout: 10_000, encoding: 'utf8' }, (_err, stdout) => {
+        const m = /Cipher is (\S+)/.exec(stdout);
+        if (m) resolve(m[1]);
+        else reject(new Error(`no "Cipher is" line from openssl s_client ${options.join(' ')}:\n${stdout}`));
+      });
+    child.stdin?.end();
+  });
+}
+
+describe('TLS cipher policy (tls.ciphers)', { timeout: 60_000 }, () => {
+  const rsaTls = (extra: Record<string, unknown> = {}) => ({ certFile: pki.rsaServer!.cert, keyFile: pki.rsaServer!.key, ...extra });
+
+  it('offers only forward-secret AEAD suites on TLS 1.2 by default (ECDHE with AES-GCM or CHACHA20-POLY1305), TLS 1.3 as is', async () => {
+    const { securePort } = await gatewayWith({ type: 'tls', tls: rsaTls() });
+    // Static RSA key exchange (no forward secrecy) and CBC with SHA-1 (not AEAD) are refused.
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'AES128-SHA'])).toBe('(NONE)');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES128-SHA'])).toBe('(NONE)');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES256-SHA384'])).toBe('(NONE)');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES128-GCM-SHA256'])).toBe('ECDHE-RSA-AES128-GCM-SHA256');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-CHACHA20-POLY1305'])).toBe('ECDHE-RSA-CHACHA20-POLY1305');
+    // A client offering a weak suite first still gets a strong one: the server's order decides.
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'AES128-SHA:ECDHE-RSA-AES256-GCM-SHA384'])).toBe('ECDHE-RSA-AES256-GCM-SHA384');
+    expect(await negotiatedCipher(securePort, ['-tls1_3'])).toMatch(/^TLS_/);
+  });
+
+  it('applies the same default to wss listeners, with an ECDSA certificate too', async () => {
+    const { securePort } = await gatewayWith({ type: 'wss', tls: serverTls() });
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-ECDSA-AES128-SHA'])).toBe('(NONE)');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-ECDSA-AES128-GCM-SHA256'])).toBe('ECDHE-ECDSA-AES128-GCM-SHA256');
+  });
+
+  it('uses the configured OpenSSL cipher string instead', async () => {
+    const { securePort } = await gatewayWith({ type: 'tls', tls: rsaTls({ ciphers: 'ECDHE-RSA-AES256-GCM-SHA384' }) });
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES128-GCM-SHA256'])).toBe('(NONE)');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES256-GCM-SHA384'])).toBe('ECDHE-RSA-AES256-GCM-SHA384');
   });
 });
 

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Bridge } from '../../src/bridge/bridge.js';
 import type { UplinkHooks } from '../../src/bridge/bridge.js';
+import { DEFAULT_TLS_CIPHERS } from '../../src/config/schema.js';
 import { createMessage } from '../../src/protocol/message.js';
 import type { Message, QoS } from '../../src/protocol/message.js';
 import type { OutboxEntry } from '../../src/store/types.js';
@@ -313,7 +314,7 @@ describe('bridge uplink connection management', () => {
     const dir = d.tempDir();
     writeFileSync(join(dir, 'client.key'), 'not a key');
     writeFileSync(join(dir, 'client.crt'), 'not a certificate');
-    const tls = { keyFile: join(dir, 'client.key'), certFile: join(dir, 'client.crt'), rejectUnauthorized: true };
+    const tls = { keyFile: join(dir, 'client.key'), certFile: join(dir, 'client.crt'), rejectUnauthorized: true, ciphers: DEFAULT_TLS_CIPHERS };
     const { broker, bridge, outbox, log } = setup(['mqtts://127.0.0.1:1'], { reconnect: { minDelayMs: 50, maxDelayMs: 100 }, remote: { tls } });
     await bridge.start();
     await publishLocal(broker, 'plant/a', 'kept');

@@ -30,7 +30,7 @@ describe('config files', () => {
   it('the embedded default is a loopback-only broker with anonymous access and data under the package root', () => {
     const config = loadConfig(join(configDir, 'edgeferry.yaml'));
     expect(config.listeners).toEqual([
-      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true },
+      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true, maxPendingConnections: 1000, maxPendingPerAddress: 100 },
     ]);
     expect(config.storage.path).toBe(join(root, 'data'));
     expect(config.bridges).toEqual([]);

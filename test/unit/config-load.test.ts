@@ -36,7 +36,7 @@ describe('defaults', () => {
   it('an empty file gives the broker-only defaults, with storage relative to the config directory', () => {
     const config = parse('');
     expect(config.listeners).toEqual([
-      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true },
+      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true, maxPendingConnections: 1000, maxPendingPerAddress: 100 },
     ]);
     expect(config.broker.maxPacketBytes).toBe(1_048_576);
     expect(config.broker.maxSessionExpiryS).toBe(4_294_967_295);
@@ -180,6 +180,26 @@ describe('listener rules', () => {
     expect(problems.map((p) => p.path)).toEqual(['listeners.0.tls.useIdentityAsUsername', 'listeners.1.tls.caFile']);
   });
 
+  it('tls.ciphers defaults to forward-secret AEAD suites and must select at least one cipher', () => {
+    const config = parse('listeners: [{ type: tls, port: 8883, tls: { certFile: /dev/null, keyFile: /dev/null } }]\n');
+    expect(config.listeners[0].tls?.ciphers.split(':').every((c) => /^ECDHE-(ECDSA|RSA)-(AES(128|256)-GCM-SHA(256|384)|CHACHA20-POLY1305)$/.test(c))).toBe(true);
+    const problems = problemsOf(`listeners:
+  - { type: tls, port: 8883, tls: { certFile: /dev/null, keyFile: /dev/null, ciphers: "NO-SUCH-CIPHER" } }
+${bridge('').replace('remote: {', 'remote: { tls: { ciphers: "" },').replace('mqtt://', 'mqtts://').replace(/^\nbridges:/, 'bridges:')}`);
+    expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'listeners.0.tls.ciphers: not an OpenSSL cipher string that selects any cipher (see `openssl ciphers -v STRING`)',
+      expect.stringMatching(/^bridges\.0\.remote\.tls\.ciphers: Too small/),
+    ]);
+  });
+
+  it('allowedOrigins is for WebSocket listeners, each entry an origin as browsers send it', () => {
+    const problems = problemsOf(`listeners:
+  - { type: tcp, port: 1, allowedOrigins: ["https://a.example"] }
+  - { type: ws, port: 2, allowedOrigins: ["https://a.example/", "a.example", "http://b.example:8080"] }
+`);
+    expect(problems.map((p) => p.path)).toEqual(['listeners.0.allowedOrigins', 'listeners.1.allowedOrigins.0', 'listeners.1.allowedOrigins.1']);
+  });
+
   it('a path is only for WebSocket listeners, and defaults to /mqtt', () => {
     expect(problemsOf('listeners: [{ port: 1883, path: /x }]\n').map((p) => p.path)).toEqual(['listeners.0.path']);
     expect(parse('listeners: [{ type: ws, port: 8080 }]\n').listeners[0].path).toBe('/mqtt');
@@ -214,6 +234,20 @@ describe('listener rules', () => {
         location: `gw.yaml:1:${yaml.indexOf('nope.key') + 1}`,
       },
     ]);
+  });
+});
+
+describe('metrics rules', () => {
+  it('metrics off loopback need auth or allowUnauthenticated: true; basic auth needs the password file', () => {
+    const problems = problemsOf('metrics: { host: 0.0.0.0, auth: { users: [prometheus] } }\n');
+    expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual(['metrics.auth.users: basic auth checks passwords in auth.passwordFile: set it']);
+    expect(problemsOf('metrics: { host: 10.0.0.5 }\n').map((p) => p.path)).toEqual(['metrics.auth']);
+    expect(problemsOf('metrics: { auth: {} }\n').map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'metrics.auth: set users (basic auth), tokenFile (bearer token), or both',
+    ]);
+    expect(problemsOf('metrics: { auth: { tokenFile: nope.token } }\n').map((p) => p.path)).toEqual(['metrics.auth.tokenFile']);
+    expect(parse('metrics: { host: 0.0.0.0, allowUnauthenticated: true }\n').metrics).toMatchObject({ host: '0.0.0.0', allowUnauthenticated: true });
+    expect(parse('metrics: {}\n').metrics).toEqual({ host: '127.0.0.1', port: 9883, allowUnauthenticated: false });
   });
 });
 
@@ -278,6 +312,20 @@ bridges:
       'bridges.0.remote.tls: no url uses mqtts:// or wss://',
       'bridges.1.remote.username: MQTT 3.1.1 sends a password only with a username [MQTT-3.1.2-22]',
     ]);
+  });
+
+  it('refuses credentials inside a url, pointing at username and password/passwordFile, without repeating them', () => {
+    for (const url of ['mqtt://gw:s3cret@backbone.example:1883', 'mqtts://gw@backbone.example', 'wss://:s3cret@backbone.example/mqtt']) {
+      const problems = problemsOf(bridge('').replace('mqtt://backbone.example:1883', url));
+      expect(problems.map((p) => `${p.path}: ${p.message}`), url).toEqual([
+        'bridges.0.remote.urls.0: must not carry credentials (user:password@): set remote.username, and remote.password or remote.passwordFile',
+      ]);
+      try {
+        parse(bridge('').replace('mqtt://backbone.example:1883', url));
+      } catch (err) {
+        expect((err as Error).message).not.toContain('s3cret');
+      }
+    }
   });
 
   it('a reconnect maxDelayMs below minDelayMs is refused', () => {

@@ -12,6 +12,7 @@ import { Broker } from '../../src/broker/broker.js';
 import { Connection } from '../../src/server/connection.js';
 import { WriteFlusher, type ServerContext, type ServerLimits } from '../../src/server/context.js';
 import type { Transport } from '../../src/server/transport.js';
+import { PendingConnections } from '../../src/server/pending.js';
 import { createMemoryStore } from '../../src/store/memory.js';
 import type { LogFn, Logger } from '../../src/util/logger.js';
 
@@ -216,7 +217,7 @@ async function runCase(ctx: ServerContext, seed: number): Promise<void> {
     parts.push(random() < 0.5 ? mutate(base, random) : base);
   }
   const transport = new FakeTransport();
-  new Connection(transport, ctx, { allowAnonymous: true, identityIsUsername: false, connections: 0 });
+  new Connection(transport, ctx, { allowAnonymous: true, identityIsUsername: false, connections: 0, pending: new PendingConnections(1000, 100) });
   let first = true;
   for (const chunk of chunks(Buffer.concat(parts), random)) {
     transport.feed(chunk);
@@ -262,7 +263,7 @@ describe('Connection under fuzzed input', () => {
     const got: string[] = [];
     const unsubscribe = ctx.broker.subscribe('after/#', { qos: 0, origin: 'checker' }, (msg) => void got.push(msg.payload.toString()));
     const transport = new FakeTransport();
-    new Connection(transport, ctx, { allowAnonymous: true, identityIsUsername: false, connections: 0 });
+    new Connection(transport, ctx, { allowAnonymous: true, identityIsUsername: false, connections: 0, pending: new PendingConnections(1000, 100) });
     transport.feed(connectBytes(4, 'after-fuzz'));
     await turn();
     transport.feed(mqttPacket.generate({ cmd: 'publish', topic: 'after/x', payload: Buffer.from('ok'), qos: 1, messageId: 1, dup: false, retain: false }, { protocolVersion: 4 }));
