@@ -66,7 +66,10 @@ export class Connection implements ClientLink, FrameHandler {
   readonly pendingAcks: PendingAck[] = [];
   private pending: Buffer[] = [];
   private pendingBytes = 0;
-  overBufferSinceMs: number | undefined;
+  /** QoS 0 messages shed for this client since its write buffer last drained (see `checkTimers`). */
+  private shedSinceDrain = 0;
+  /** Since when the timer has seen the write buffer backed up without draining. */
+  private backedUpSinceMs: number | undefined;
   /** Since when an incomplete packet has been held: a body trickled in byte by byte must still end [RELIABILITY #6]. */
   private partialSinceMs: number | undefined;
   readonly log: Logger;
@@ -105,8 +108,11 @@ export class Connection implements ClientLink, FrameHandler {
     return this.transport.certificateIdentity;
   }
 
+  /** Asked before each QoS 0 delivery; a refusal sheds that message, so it is counted for the slow-reader check. */
   canTakeQoS0(): boolean {
-    return this.transport.bufferedBytes + this.pendingBytes < this.ctx.limits.maxWriteBufferBytes;
+    if (this.transport.bufferedBytes + this.pendingBytes < this.ctx.limits.maxWriteBufferBytes) return true;
+    this.shedSinceDrain++;
+    return false;
   }
 
   sendPublish(
@@ -391,15 +397,30 @@ export class Connection implements ClientLink, FrameHandler {
     if (this.partialSinceMs !== undefined && nowMs - this.partialSinceMs > packetDeadlineMs) {
       return this.close(Reason.MalformedPacket, 'incomplete packet not finished in time');
     }
-    if (this.transport.bufferedBytes > limits.maxWriteBufferBytes) {
-      this.overBufferSinceMs ??= nowMs;
-      if (nowMs - this.overBufferSinceMs > limits.slowClientTimeoutMs) {
-        this.ctx.broker.stats.dropped.slow_client++;
-        this.transport.destroy();
-        this.close(undefined, 'client does not read: write buffer full for too long');
-      }
-    } else {
-      this.overBufferSinceMs = undefined;
+    this.checkDraining(nowMs);
+  }
+
+  /**
+   * A client that reads too slowly: its write buffer is over the limit, or QoS 0 messages are being shed for it,
+   * and it has not drained (below half the limit) for `slowClientTimeoutMs`. Draining is what counts, not being
+   * under the limit: a reader that takes a trickle keeps the buffer just under it while nearly everything is shed.
+   */
+  private checkDraining(nowMs: number): void {
+    const limit = this.ctx.limits.maxWriteBufferBytes;
+    const buffered = this.transport.bufferedBytes + this.pendingBytes;
+    if (buffered < limit / 2) {
+      this.shedSinceDrain = 0;
+      this.backedUpSinceMs = undefined;
+      return;
     }
+    if (this.shedSinceDrain === 0 && buffered <= limit) return;
+    this.backedUpSinceMs ??= nowMs;
+    const stuckMs = nowMs - this.backedUpSinceMs;
+    if (stuckMs <= this.ctx.limits.slowClientTimeoutMs) return;
+    this.log.warn(
+      { clientId: this.clientId, remote: this.transport.remoteAddress, bufferedBytes: buffered, shed: this.shedSinceDrain, stuckMs: Math.round(stuckMs) },
+      'disconnecting a client that does not read: write buffer not drained within slowClientTimeoutMs',
+    );
+    this.close(Reason.QuotaExceeded, 'client does not read: write buffer not drained in time');
   }
 }

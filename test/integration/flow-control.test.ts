@@ -3,13 +3,14 @@
  * `maxInflight`, the client's Maximum Packet Size, and a subscriber that stops reading (bounded write buffer, QoS 0
  * shed for it, disconnected after `slowClientTimeoutMs`, nobody else slowed) [RELIABILITY #18, #34].
  */
+import { readFileSync } from 'node:fs';
 import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { encode, RawClient, type ConnectOptions } from '../helpers/raw-client.js';
-import { waitFor } from '../helpers/wait.js';
+import { delay, waitFor } from '../helpers/wait.js';
 
 const RECEIVE_MAXIMUM = 3;
 const MAX_INFLIGHT = 5;
@@ -268,4 +269,91 @@ describe('a subscriber that stops reading', () => {
     // The healthy subscriber's 25 MB next to a stalled reader took bounded time.
     expect(streamMs).toBeLessThan(20_000);
   });
+});
+
+describe('subscribers that read a trickle (issue 17 #10)', () => {
+  const MAX_WRITE_BUFFER_BYTES = 128 * 1024;
+  const SLOW_CLIENT_TIMEOUT_MS = 1500;
+  const SLOW_READERS = 10;
+  /** Each slow reader takes this much every TRICKLE_MS: 320 KB/s, well below the stream sent to it. */
+  const TRICKLE_BYTES = 16 * 1024;
+  const TRICKLE_MS = 50;
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({ broker: { maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES, slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  /** The gateway process's resident memory, from the kernel. */
+  function gatewayRssBytes(): number {
+    const status = readFileSync(`/proc/${gw.proc.pid}/status`, 'utf8');
+    return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) * 1024;
+  }
+
+  /** The client ids in the gateway's slow-reader warnings so far. */
+  function warnedClientIds(): string[] {
+    const lines = gw.output().split('\n').filter((line) => line.includes('disconnecting a client that does not read'));
+    return lines.map((line) => (JSON.parse(line) as { clientId: string }).clientId);
+  }
+
+  /** A v5 subscriber that stops reading, then takes TRICKLE_BYTES every TRICKLE_MS: never drained, never quite stalled. */
+  async function trickleReader(i: number): Promise<RawClient> {
+    const c = await raw5(gw, { clientId: `trickle-${i}` });
+    await c.subscribe([{ topic: 'trickle/stream', qos: 0 }]);
+    c.pause();
+    const timer = setInterval(() => {
+      if (!c.closed && c.socket.isPaused()) c.socket.read(Math.min(TRICKLE_BYTES, c.socket.readableLength) || undefined);
+    }, TRICKLE_MS);
+    d.defer(() => clearInterval(timer));
+    return c;
+  }
+
+  it(`disconnects ${SLOW_READERS} readers that keep the write buffer just under maxWriteBufferBytes after slowClientTimeoutMs (v5: DISCONNECT 0x97), logged once each, while a fast one gets every message`, async () => {
+    const fast = await client(gw, { protocolVersion: 5 });
+    let fastCount = 0;
+    let outOfOrder = 0;
+    fast.on('message', (_t, payload) => {
+      if (payload.readUInt32BE(0) !== fastCount) outOfOrder++;
+      fastCount++;
+    });
+    await fast.subscribeAsync('trickle/stream', { qos: 0 });
+    const slow: RawClient[] = [];
+    for (let i = 0; i < SLOW_READERS; i++) slow.push(await trickleReader(i));
+    const rssBefore = gatewayRssBytes();
+    let rssPeak = rssBefore;
+
+    // 1 KiB messages at about 2 MB/s, kept at most 64 ahead of the fast subscriber; the slow ones get ~320 KB/s.
+    const pub = await client(gw, { protocolVersion: 5 });
+    const startedAt = performance.now();
+    const payload = Buffer.alloc(1024, 7);
+    let sent = 0;
+    while (slow.some((c) => !c.closed) && performance.now() - startedAt < 12_000) {
+      for (let k = 0; k < 20; k++) {
+        const p = Buffer.from(payload);
+        p.writeUInt32BE(sent++, 0);
+        pub.publish('trickle/stream', p, { qos: 0 });
+      }
+      await waitFor(() => sent - fastCount <= 64, 5000, { intervalMs: 1, message: () => `fast subscriber stuck at ${fastCount} of ${sent}` });
+      await delay(10);
+      rssPeak = Math.max(rssPeak, gatewayRssBytes());
+      // A reader the gateway gave up on reads at full speed from then on, to reach the DISCONNECT behind its backlog.
+      for (const id of warnedClientIds()) slow[Number(id.slice('trickle-'.length))]?.resume();
+    }
+    const closedAfterMs = slow.map((c) => (c.closedAtMs ?? Infinity) - startedAt);
+    expect(closedAfterMs.every((ms) => ms < 12_000), `slow readers still open after 12 s: ${slow.filter((c) => !c.closed).length}`).toBe(true);
+    expect(Math.min(...closedAfterMs)).toBeGreaterThan(SLOW_CLIENT_TIMEOUT_MS);
+    // The fast subscriber was not held back and lost nothing.
+    await waitFor(() => fastCount >= sent, 5000, { message: () => `fast subscriber got ${fastCount} of ${sent}` });
+    expect(outOfOrder).toBe(0);
+    expect(fast.connected).toBe(true);
+    // Each slow reader got DISCONNECT 0x97 Quota exceeded at the end of what it had not read (it read on, slowly).
+    for (const c of slow) expect(c.packets('disconnect').map((p) => p.reasonCode), c.describe()).toEqual([0x97]);
+    // One warning per slow reader, none for the fast one.
+    expect(warnedClientIds().sort()).toEqual(slow.map((_, i) => `trickle-${i}`).sort());
+    // Memory stayed within the write buffers of the slow readers plus a margin (no growth with the stream).
+    expect(rssPeak - rssBefore).toBeLessThan(SLOW_READERS * MAX_WRITE_BUFFER_BYTES * 4 + 64 * 1024 * 1024);
+    expect(gw.proc.exitCode).toBeNull();
+  }, 40_000);
 });

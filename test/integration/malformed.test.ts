@@ -353,6 +353,23 @@ describe('#10 malformed CONNECT flags', () => {
     });
   }
 
+  malformed('MQTT 3.1.1: closes on a CONNECT with Will QoS 3 without a CONNACK [MQTT-3.1.2-14]', async () => {
+    const c = await open();
+    // flags 0x1e: will QoS 3, will flag, clean session; client id "id", will topic "t", will payload "p".
+    c.write('10 14 0004 4d515454 04 1e 001e 0002 6964 0001 74 0001 70');
+    await c.waitForClose(PROMPT_MS);
+    expect(c.bytesReceived).toBe(0);
+  });
+
+  malformed('MQTT 5: refuses a CONNECT with Will QoS 3 with CONNACK 0x81 Malformed Packet [MQTT-3.1.2-12]', async () => {
+    const c = await open(5);
+    // As above with empty CONNECT and will property lists.
+    c.write('10 16 0004 4d515454 05 1e 001e 00 0002 6964 00 0001 74 0001 70');
+    const connack = (await c.expect('connack', PROMPT_MS)) as IConnackPacket;
+    expect(connack.reasonCode).toBe(0x81);
+    await c.waitForClose(PROMPT_MS);
+  });
+
   malformed('MQTT 3.1.1: closes on a password without a user name [MQTT-3.1.2-22]', async () => {
     const c = await open();
     // flags 0x42: password + clean session; client id "id", password "pw".

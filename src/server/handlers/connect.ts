@@ -37,6 +37,11 @@ export function handleConnect(conn: Connection, packet: ConnectPacket): void {
   if (!v5 && packet.password !== undefined && packet.username === undefined) {
     throw new ProtocolError(Reason.MalformedPacket, 'password without user name [MQTT-3.1.2-22]');
   }
+  if ((packet.will?.qos ?? 0) > 2) {
+    // mqtt-packet takes the two Will QoS bits as they come; 3 makes the CONNECT malformed [MQTT-3.1.2-14].
+    if (v5) return refuse(conn, Reason.MalformedPacket, 'Will QoS 3 [MQTT-3.1.2-12]');
+    throw new ProtocolError(Reason.MalformedPacket, 'Will QoS 3 [MQTT-3.1.2-14]');
+  }
   if (v5 && (props?.receiveMaximum === 0 || props?.maximumPacketSize === 0)) {
     throw new ProtocolError(Reason.ProtocolError, 'receive maximum and maximum packet size must not be 0');
   }
