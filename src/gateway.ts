@@ -148,6 +148,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
           }),
         ),
       storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
+      storeCorruptRecords: () => store.corruptRecords,
       readinessProblems: async () => readinessProblems(store, bridges, server),
     });
     metrics = new MetricsServer(registry, { readinessProblems: async () => readinessProblems(store, bridges, server) }, log.child({ mod: 'metrics' }));

@@ -393,15 +393,19 @@ export class Session implements Subscriber {
     const window = this.memoryWindow;
     if (!spill || !store || !window || !this.belowHalfWindow(window) || spill.waiting) return false;
     const want = Math.min(spill.count, REFILL_CHUNK);
-    const records = spill.afterSeq === undefined ? [] : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
+    const read = spill.afterSeq === undefined ? undefined : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
+    const records = read?.records ?? [];
     for (const { seq, msg } of records) {
       this.queue.push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
-      spill.afterSeq = seq;
       spill.bytes -= msg.payload.length;
     }
-    spill.count -= records.length;
-    if (spill.count === 0) this.spill = undefined;
-    else if (records.length < want) {
+    if (read?.lastSeq !== undefined) spill.afterSeq = read.lastSeq;
+    // Damaged records are gone from the queue (their bytes are unknown: the count is what ends the spill).
+    spill.count -= records.length + (read?.skipped ?? 0);
+    if (spill.count <= 0) {
+      this.queuedBytes -= spill.bytes; // what is left belonged to damaged records
+      this.spill = undefined;
+    } else if (records.length + (read?.skipped ?? 0) < want) {
       // The rest is still being written.
       spill.waiting = true;
       const retry = (): void => {

@@ -77,6 +77,12 @@ export interface LmdbStoreOptions {
   readonly log: Logger;
 }
 
+/** A record whose value did not check out, under its database and key. */
+export interface DamagedRecord {
+  readonly db: Database<any, any>;
+  readonly key: Buffer;
+}
+
 /** The data directory's lock file (lmdb.ts), released when the store closes. */
 export interface StoreLock {
   release(): void;
@@ -123,6 +129,8 @@ export class LmdbStoreImpl implements Store {
   private closed: Promise<void> | undefined;
   private commitFailing = false;
   private full: FullEpisode | undefined;
+  /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
+  corruptRecords = 0;
   private pageBytes = { used: 0, readAtMs: -Infinity, reservedSince: 0 };
   private clockTimer: NodeJS.Timeout | undefined;
 
@@ -208,6 +216,20 @@ export class LmdbStoreImpl implements Store {
       });
       if (n < DELETE_CHUNK) return entries;
     }
+  }
+
+  /**
+   * Damaged records one read came across (checksum or layout wrong), already skipped by the reader: counted,
+   * logged with where they are (one line per read), and deleted, so that they are not met again.
+   */
+  reportCorrupt(what: string, where: Record<string, unknown>, records: number, damaged: readonly DamagedRecord[]): void {
+    if (records === 0) return;
+    this.corruptRecords += records;
+    this.log.error({ what, ...where, records }, 'damaged records in the store skipped (checksum mismatch): they are not delivered');
+    if (this.closing || damaged.length === 0) return;
+    this.schedule((b) => {
+      for (const { db, key } of damaged) this.del(b, db, key);
+    }).catch((err: unknown) => this.log.warn({ err }, 'damaged records not deleted'));
   }
 
   /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
