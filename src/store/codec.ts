@@ -377,6 +377,30 @@ export function decodeQueuedValue(value: Buffer): { msg: Message; flight?: Fligh
   };
 }
 
+/** Format byte of a JSON value (session record, subscription); one stored before checksums starts with `{`. */
+const JSON_FORMAT = 4;
+
+/** Encodes a session record or subscription: format byte, JSON, checksum. */
+export function encodeJsonValue(value: unknown): Buffer {
+  const json = JSON.stringify(value);
+  const buf = Buffer.allocUnsafe(1 + Buffer.byteLength(json) + CHECKSUM_BYTES);
+  buf[0] = JSON_FORMAT;
+  buf.write(json, 1, 'utf8');
+  return seal(buf);
+}
+
+/** Decodes a value of `encodeJsonValue`, or plain JSON from before checksums, checked (CorruptValueError when damaged). */
+export function decodeJsonValue<T>(value: Buffer): T {
+  const content = unseal(value);
+  const legacy = value[0] === 0x7b; // '{'
+  if (!legacy && formatOf(value) !== JSON_FORMAT) throw new CorruptValueError(`unknown value format ${value[0]}`);
+  try {
+    return JSON.parse(value.toString('utf8', legacy ? 0 : 1, content)) as T;
+  } catch (err) {
+    throw new CorruptValueError(`undecodable JSON value (${(err as Error).message})`);
+  }
+}
+
 /** Encodes a retained or session-queue value: format byte, message, checksum. */
 export function encodePlainValue(msg: Message): Buffer {
   const buf = encodeMessage(msg, PLAIN_HEADER_BYTES);

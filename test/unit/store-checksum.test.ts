@@ -128,6 +128,24 @@ describe('stored value checksums', () => {
     expect(store.corruptRecords).toBe(0);
   });
 
+  it('reads session records from before checksums, and keeps a session whose record is damaged, never expiring', async () => {
+    const dir = tempDir();
+    const errors: { obj: Record<string, unknown>; msg: string }[] = [];
+    let store = await openStore(dir, recordingLogger(errors));
+    await store.sessions.putSession('old', { expiryIntervalS: 60 });
+    await store.sessions.putSession('hit', { expiryIntervalS: 60 });
+    await store.sessions.enqueue('hit', msg(1));
+    store.sessionDb.putSync(Buffer.from('old'), Buffer.from('{"expiryIntervalS":60}')); // as written before checksums
+    damage(store.sessionDb, Buffer.from('hit'), 5);
+    await closeStore(store);
+    store = await openStore(dir, recordingLogger(errors));
+    const byId = new Map([...store.sessions.loadAll()].map((r) => [r.clientId, r]));
+    expect(byId.get('old')?.expiryIntervalS).toBe(60);
+    expect(byId.get('hit')?.expiryIntervalS).toBe(0xffffffff);
+    expect(byId.get('hit')?.queue).toHaveLength(1);
+    expect(errors[0].obj).toMatchObject({ what: 'session records', clientIds: ['hit'], records: 1 });
+  });
+
   it('skips a damaged record read back from a spilled queue and reports how many it skipped', async () => {
     const dir = tempDir();
     const errors: { obj: Record<string, unknown>; msg: string }[] = [];

@@ -4,7 +4,9 @@ import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
 import {
   CorruptValueError,
+  decodeJsonValue,
   decodeStampedValue,
+  encodeJsonValue,
   encodeStampedValue,
   decodeQueuedValue,
   encodePlainValue,
@@ -34,6 +36,9 @@ import {
 } from '../types.js';
 import { DelayedFlush, type Batch } from './batch.js';
 import type { DamagedRecord, LmdbStoreImpl } from './store.js';
+
+/** MQTT 5's Session Expiry Interval that never ends. */
+const NEVER_EXPIRES = 0xffffffff;
 
 export interface SessionFields {
   expiryIntervalS: number;
@@ -76,8 +81,20 @@ export class LmdbSessionStore implements SessionStore {
       }
       return s;
     };
-    for (const { key, value } of sessionDb.getRange({ snapshot: false })) get(key.toString('utf8')).fields = value;
-    for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) get(keyOwner(key)).subscriptions.push(value);
+    const damagedSessions = new Damaged(this.store, 'session records');
+    for (const { key, value } of sessionDb.getRange({ snapshot: false })) {
+      // A damaged record loses its expiry, not the session: it stays (never expiring) with its queue until its
+      // client comes back and sets a new one.
+      const fields = damagedSessions.check(sessionDb, key, value, decodeJsonValue<SessionFields>) ?? { expiryIntervalS: NEVER_EXPIRES };
+      get(key.toString('utf8')).fields = fields;
+    }
+    damagedSessions.report();
+    const damagedSubscriptions = new Damaged(this.store, 'subscriptions');
+    for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) {
+      const sub = damagedSubscriptions.check(subscriptionDb, key, value, decodeJsonValue<SubscriptionRecord>);
+      if (sub !== undefined) get(keyOwner(key)).subscriptions.push(sub);
+    }
+    damagedSubscriptions.report();
     for (const key of releaseDb.getKeys({ snapshot: false })) get(keyOwner(key)).awaitingRelease.push(keySeq(key));
     const damaged = new Damaged(this.store, 'queued messages');
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
@@ -140,7 +157,7 @@ export class LmdbSessionStore implements SessionStore {
   putSession(clientId: string, fields: { expiryIntervalS: number; disconnectedAtMs?: number }): Promise<void> {
     const value: SessionFields = { expiryIntervalS: fields.expiryIntervalS };
     if (fields.disconnectedAtMs !== undefined) value.disconnectedAtMs = fields.disconnectedAtMs;
-    return this.keyed(clientId, (b, key) => this.store.put(b, this.store.sessionDb, key, value), Buffer.from(clientId, 'utf8'));
+    return this.keyed(clientId, (b, key) => this.store.put(b, this.store.sessionDb, key, encodeJsonValue(value)), Buffer.from(clientId, 'utf8'));
   }
 
   drop(clientId: string): Promise<void> {
@@ -163,7 +180,7 @@ export class LmdbSessionStore implements SessionStore {
   }
 
   putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void> {
-    const value: SubscriptionRecord = { ...sub };
+    const value = encodeJsonValue(sub);
     return this.keyed(clientId, (b, key) => {
       this.store.put(b, this.store.subscriptionDb, key, value);
       this.remember(b, clientId, this.store.subscriptionDb, key);
@@ -325,7 +342,7 @@ class Damaged {
     if (this.records.length === 0) return;
     const keys = this.records.map((r) => r.key);
     const owners = [...new Set(keys.map(keyOwner))];
-    const seqs = this.what === 'delayed wills' ? undefined : keys.map((k) => keySeq(k));
+    const seqs = this.what === 'queued messages' ? keys.map((k) => keySeq(k)) : undefined;
     this.store.reportCorrupt(
       this.what,
       seqs === undefined ? { clientIds: owners } : { clientIds: owners, seqFrom: Math.min(...seqs), seqTo: Math.max(...seqs) },

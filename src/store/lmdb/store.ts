@@ -36,11 +36,11 @@ import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
 import { ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
-import type { Outbox, OutboxLimits, Store, SubscriptionRecord } from '../types.js';
+import type { Outbox, OutboxLimits, Store } from '../types.js';
 import { Batch, type Op } from './batch.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type OutboxMeta } from './outbox.js';
 import { LmdbRetainedStore } from './retained.js';
-import { LmdbSessionStore, type SessionFields } from './sessions.js';
+import { LmdbSessionStore } from './sessions.js';
 import { clockRecord } from '../../util/clock.js';
 import { commitCause, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
 
@@ -100,8 +100,9 @@ export class LmdbStoreImpl implements Store {
   readonly meta: Database<unknown, string>;
   readonly outboxDb: Database<Buffer, Buffer>;
   readonly retainedDb: Database<Buffer, Buffer>;
-  readonly sessionDb: Database<SessionFields, Buffer>;
-  readonly subscriptionDb: Database<SubscriptionRecord, Buffer>;
+  /** Session records and subscriptions: checksummed JSON (codec.ts encodeJsonValue). */
+  readonly sessionDb: Database<Buffer, Buffer>;
+  readonly subscriptionDb: Database<Buffer, Buffer>;
   readonly queueDb: Database<Buffer, Buffer>;
   /** Incoming QoS 2 packet ids awaiting PUBREL, keyed like the queue (owner prefix + id). */
   readonly releaseDb: Database<Buffer, Buffer>;
@@ -146,11 +147,8 @@ export class LmdbStoreImpl implements Store {
     this.meta = env.openDB<unknown, string>('meta', { encoding: 'json' });
     this.outboxDb = env.openDB<Buffer, Buffer>('outbox', { encoding: 'binary', keyEncoding: 'binary' });
     this.retainedDb = env.openDB<Buffer, Buffer>('retained', { encoding: 'binary', keyEncoding: 'binary' });
-    this.sessionDb = env.openDB<SessionFields, Buffer>('sessions', { encoding: 'json', keyEncoding: 'binary' });
-    this.subscriptionDb = env.openDB<SubscriptionRecord, Buffer>('subscriptions', {
-      encoding: 'json',
-      keyEncoding: 'binary',
-    });
+    this.sessionDb = env.openDB<Buffer, Buffer>('sessions', { encoding: 'binary', keyEncoding: 'binary' });
+    this.subscriptionDb = env.openDB<Buffer, Buffer>('subscriptions', { encoding: 'binary', keyEncoding: 'binary' });
     this.queueDb = env.openDB<Buffer, Buffer>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
     this.releaseDb = env.openDB<Buffer, Buffer>('session-qos2', { encoding: 'binary', keyEncoding: 'binary' });
     // Added after schema 1 shipped without it: opening creates it empty, which is what an older store means.
