@@ -54,6 +54,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     path: config.storage.path,
     sync: config.storage.sync,
     maxBytes: config.storage.maxBytes,
+    verify: config.storage.verifyOnStart,
     log,
   });
   const broker = new Broker({
