@@ -57,6 +57,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     path: config.storage.path,
     sync: config.storage.sync,
     maxBytes: config.storage.maxBytes,
+    verify: config.storage.verifyOnStart,
     log,
   });
   const broker = new Broker({
@@ -152,6 +153,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
           }),
         ),
       storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
+      storeCorruptRecords: () => store.corruptRecords,
       readinessProblems: async () => readinessProblems(store, bridges, server),
     });
     metrics = new MetricsServer(

@@ -359,7 +359,8 @@ export class Bridge {
       this.warnOnce('reject-new', { depth: this.outbox.depth.messages, bytes: this.outbox.depth.bytes }, 'outbox full, refusing new messages');
       return;
     }
-    this.log.error({ err }, 'outbox append failed');
+    // A failed commit is logged by the store, once until commits succeed again; this would repeat it per message.
+    if (!(err instanceof StoreError)) this.log.error({ err }, 'outbox append failed');
   }
 
   /** Drop-oldest happens inside the outbox; warn once per episode when its counter moves. */

@@ -17,9 +17,21 @@ export class RetainedIndex {
 
   /** Stores, replaces or (empty payload) deletes the retained message of `msg.topic` [MQTT-3.3.1-5/6/10/11]. */
   set(msg: Message): Promise<void> {
-    if (msg.payload.length === 0) this.byTopic.delete(msg.topic);
-    else this.byTopic.set(msg.topic, msg);
-    return this.store.set(msg);
+    const before = this.byTopic.get(msg.topic);
+    const after = msg.payload.length === 0 ? undefined : msg;
+    this.apply(msg.topic, after);
+    const stored = this.store.set(msg);
+    // Refused by the store (full disk): its publisher hears so, and the index goes back to what the store holds,
+    // unless a later message for the topic replaced it meanwhile. Registered before the publisher's handler.
+    stored.then(undefined, () => {
+      if (this.byTopic.get(msg.topic) === after) this.apply(msg.topic, before);
+    });
+    return stored;
+  }
+
+  private apply(topic: string, msg: Message | undefined): void {
+    if (msg === undefined) this.byTopic.delete(topic);
+    else this.byTopic.set(topic, msg);
   }
 
   /** Retained messages matching `filter`, dropping any that expired meanwhile. */

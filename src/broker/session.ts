@@ -8,6 +8,7 @@ import { isExpired } from '../protocol/message.js';
 import type { PublishEncodings, ProtocolVersion } from '../protocol/codec.js';
 import { parseSharedFilter, topicMatches } from '../protocol/topics.js';
 import { fitsWindow, type QueuedRecord, type QueueWindow, type SessionStore, type SubscriptionRecord } from '../store/types.js';
+import { StoreError } from '../util/errors.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
 import type { ClientInfo } from './auth.js';
 
@@ -64,7 +65,7 @@ export interface ReadGate {
 /** Hooks from the session back to the broker: counters and shared-subscription redelivery. */
 export interface SessionEvents {
   dropped(reason: DropReason, msg: Message): void;
-  /** A write to the session store failed (the message stays in memory; durability is lost for it). */
+  /** A write after a delivery failed for a reason other than the store's own (StoreError, logged by the store). */
   storeFailed(err: unknown, clientId: string): void;
   sent(qos: QoS): void;
   redeliverShared(group: SharedGroup, delivery: Delivery, from: Subscriber): void;
@@ -248,6 +249,9 @@ export class Session implements Subscriber {
       this.sendNew(link, delivery, encodings);
     } else {
       this.enqueue(delivery);
+      // Registered before the publisher's own handler, so a refused message has left the queue before the
+      // refusal (0x97) goes out. One sent already cannot be called back: a live delivery does not wait for the disk.
+      stored?.then(undefined, () => this.unqueue(delivery));
     }
     return stored;
   }
@@ -358,6 +362,25 @@ export class Session implements Subscriber {
     this.spill = undefined;
   }
 
+  /** A queued message whose store write failed: its publisher was refused, so it is never delivered. */
+  private unqueue(d: Delivery): void {
+    // Refusals hit the newest messages: search from the tail.
+    for (let i = this.queue.length - 1; i >= this.queueHead; i--) {
+      if (this.queue[i] !== d) continue;
+      this.queue.splice(i, 1);
+      this.queuedBytes -= d.msg.payload.length;
+      return;
+    }
+  }
+
+  /**
+   * A write after a delivery (its removal, its flight state) failed. Store errors are left to the store, which
+   * logs them once per episode (a full disk fails thousands of these); a refused delivery has nothing to remove.
+   */
+  private readonly writeFailed = (err: unknown): void => {
+    if (!(err instanceof StoreError)) this.events.storeFailed(err, this.id);
+  };
+
   private enqueue(d: Delivery): void {
     if (this.queueFull(d.msg)) {
       this.forget(d);
@@ -380,7 +403,7 @@ export class Session implements Subscriber {
   private spillOne(msg: Message, stored: Promise<number>): void {
     const store = this.store as SessionStore;
     if (this.queueFull(msg)) {
-      stored.then((seq) => store.ack(this.id, seq)).catch((err: unknown) => this.events.storeFailed(err, this.id));
+      stored.then((seq) => store.ack(this.id, seq)).catch(this.writeFailed);
       return this.events.dropped('queue_full', msg);
     }
     const spill = (this.spill ??= { count: 0, bytes: 0, afterSeq: undefined, lastWrite: stored, waiting: false, scheduled: false });
@@ -413,15 +436,19 @@ export class Session implements Subscriber {
     const window = this.memoryWindow;
     if (!spill || !store || !window || !this.belowHalfWindow(window) || spill.waiting) return false;
     const want = Math.min(spill.count, REFILL_CHUNK);
-    const records = spill.afterSeq === undefined ? [] : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
+    const read = spill.afterSeq === undefined ? undefined : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
+    const records = read?.records ?? [];
     for (const { seq, msg } of records) {
       this.queue.push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
-      spill.afterSeq = seq;
       spill.bytes -= msg.payload.length;
     }
-    spill.count -= records.length;
-    if (spill.count === 0) this.spill = undefined;
-    else if (records.length < want) {
+    if (read?.lastSeq !== undefined) spill.afterSeq = read.lastSeq;
+    // Damaged records are gone from the queue (their bytes are unknown: the count is what ends the spill).
+    spill.count -= records.length + (read?.skipped ?? 0);
+    if (spill.count <= 0) {
+      this.queuedBytes -= spill.bytes; // what is left belonged to damaged records
+      this.spill = undefined;
+    } else if (records.length + (read?.skipped ?? 0) < want) {
       // The rest is still being written.
       spill.waiting = true;
       const retry = (): void => {
@@ -516,14 +543,14 @@ export class Session implements Subscriber {
     if (!d.stored || !store) return;
     const flight = { packetId, released: d.state === 'pubrel' };
     const msg = asDelivered(d.msg, d.qos, d.retain);
-    d.stored.then((seq) => store.markInFlight(this.id, seq, msg, flight)).catch((err: unknown) => this.events.storeFailed(err, this.id));
+    d.stored.then((seq) => store.markInFlight(this.id, seq, msg, flight)).catch(this.writeFailed);
   }
 
   /** The delivery is done with (acknowledged, dropped, or handed to another session): remove its stored copy. */
   private forget(d: Delivery): void {
     const store = this.store;
     if (!d.stored || !store) return;
-    d.stored.then((seq) => store.ack(this.id, seq)).catch((err: unknown) => this.events.storeFailed(err, this.id));
+    d.stored.then((seq) => store.ack(this.id, seq)).catch(this.writeFailed);
   }
 
   private allocatePacketId(): number {

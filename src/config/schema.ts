@@ -145,6 +145,8 @@ const storageSchema = z.strictObject({
   path: filePath.default('./data'),
   sync: z.enum(['full', 'relaxed']).default('full'),
   maxBytes: positive.default(2_147_483_648),
+  /** The integrity walk of the data directory at start, in a child process: quick (structure), full (and checksums), off. */
+  verifyOnStart: z.enum(['quick', 'full', 'off']).default('quick'),
 });
 
 const authSchema = z.strictObject({

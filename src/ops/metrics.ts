@@ -31,6 +31,8 @@ export interface MetricsSources {
   connectors(): ReadonlyMap<string, ConnectorStats>;
   /** Bytes used by the store's data file, undefined when not known. */
   storeBytes(): number | undefined;
+  /** Damaged store records found while running (skipped, never delivered). */
+  storeCorruptRecords(): number;
   /** Readiness problems, empty when ready. */
   readinessProblems(): Promise<string[]>;
 }
@@ -112,6 +114,9 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
     const bytes = s.storeBytes();
     return bytes === undefined ? [] : [[{}, bytes]];
   });
+  mirroredCounter(r, 'edgeferry_store_corrupt_records_total', 'Damaged store records (bad checksum) skipped, never delivered', [], () => [
+    [{}, s.storeCorruptRecords()],
+  ]);
   return r;
 }
 

@@ -19,13 +19,52 @@
  * Values are prefixed by a u8 format version (`VALUE_FORMAT`); stamped values (outbox entries, delayed wills)
  * also carry an f64 time (ms since the epoch by the steady clock, util/clock.ts) right after it (append time, due
  * time), readable without decoding.
+ *
+ * Checksums: LMDB checks no page checksums, and flash storage gets damaged by power cuts. Every message value
+ * ends in a u32 CRC-32 of everything before it, and its format byte carries SEALED to say so; `unseal` checks
+ * it on every read. Values written before checksums (format byte without SEALED) are read as they are.
  */
 import type { Message, PublishProperties, QoS, UserProperties } from '../protocol/message.js';
+import { crc32 } from 'node:zlib';
 import type { FlightState } from './types.js';
 import { steadyNowMs } from '../util/clock.js';
 
 /** Format byte at the start of every stored message value; bump with a schema migration. */
 export const VALUE_FORMAT = 1;
+/** Set in the format byte of a value that ends in its checksum. */
+const SEALED = 0x80;
+/** The checksum at the end of a sealed value: CRC-32 of the bytes before it. */
+export const CHECKSUM_BYTES = 4;
+
+/** A stored value whose checksum or layout does not hold: damaged on disk. */
+export class CorruptValueError extends RangeError {}
+
+/** Writes the checksum into the last CHECKSUM_BYTES of `buf` (left free by its encoder) and marks its format byte. */
+function seal(buf: Buffer): Buffer {
+  buf[0] |= SEALED;
+  const end = buf.length - CHECKSUM_BYTES;
+  buf.writeUInt32BE(crc32(buf.subarray(0, end)), end);
+  return buf;
+}
+
+/**
+ * The end (exclusive) of the content of the value at `at`..`end` of `buf`, after checking its checksum: `end` minus
+ * the checksum, or `end` for a value from before checksums. Throws CorruptValueError when it does not hold.
+ */
+export function unseal(buf: Buffer, at = 0, end = buf.length): number {
+  if (!(at >= 0 && end <= buf.length && end > at)) throw new CorruptValueError(`value bounds ${at}..${end} outside ${buf.length} bytes`);
+  if ((buf[at] & SEALED) === 0) return end;
+  const content = end - CHECKSUM_BYTES;
+  if (content <= at || crc32(buf.subarray(at, content)) !== buf.readUInt32BE(content)) {
+    throw new CorruptValueError('checksum mismatch');
+  }
+  return content;
+}
+
+/** The format byte of a value, without the SEALED flag. */
+function formatOf(buf: Buffer, at = 0): number {
+  return buf[at] & ~SEALED;
+}
 
 const FLAG_RETAIN = 0x04;
 const FLAG_EXPIRY = 0x08;
@@ -86,9 +125,9 @@ function hasProperties(msg: Message): msg is Message & { properties: PublishProp
   return msg.properties !== undefined && Object.keys(msg.properties).length > 0;
 }
 
-/** Encoded size of `msg` without any value header: what a stored message costs. */
+/** Encoded size of `msg` without any value header: what a stored message costs (its checksum included). */
 export function encodedMessageBytes(msg: Message): number {
-  let n = 1 + 2 + Buffer.byteLength(msg.topic) + 2 + Buffer.byteLength(msg.origin) + msg.payload.length;
+  let n = 1 + 2 + Buffer.byteLength(msg.topic) + 2 + Buffer.byteLength(msg.origin) + msg.payload.length + CHECKSUM_BYTES;
   if (msg.expiresAt !== undefined) n += 8;
   if (hasProperties(msg)) n += 4 + propertiesBytes(msg.properties);
   return n;
@@ -146,8 +185,8 @@ function writeProperties(buf: Buffer, offset: number, p: PublishProperties): num
 }
 
 /**
- * Encodes `msg` into a new buffer after `headerBytes` bytes left for the caller (format byte, append time).
- * Throws RangeError when the topic or origin exceeds 65535 bytes (MQTT's own limit).
+ * Encodes `msg` into a new buffer after `headerBytes` bytes left for the caller (format byte, append time), and
+ * before CHECKSUM_BYTES left for `seal`. Throws RangeError when the topic or origin exceeds 65535 bytes (MQTT's own limit).
  */
 export function encodeMessage(msg: Message, headerBytes: number, nowWallMs?: number, nowMonoMs?: number): Buffer {
   const topicBytes = Buffer.byteLength(msg.topic);
@@ -165,7 +204,8 @@ export function encodeMessage(msg: Message, headerBytes: number, nowWallMs?: num
     2 +
     originBytes +
     (props === undefined ? 0 : 4 + propBytes) +
-    msg.payload.length;
+    msg.payload.length +
+    CHECKSUM_BYTES;
   const buf = Buffer.allocUnsafe(size);
   let o = headerBytes;
   let flags = msg.qos & 0x03;
@@ -296,7 +336,14 @@ export function encodeStampedValue(msg: Message, stampMs: number): Buffer {
   const buf = encodeMessage(msg, STAMPED_HEADER_BYTES);
   buf[0] = VALUE_FORMAT;
   buf.writeDoubleBE(stampMs, 1);
-  return buf;
+  return seal(buf);
+}
+
+/** Decodes the stamped value at `at`..`end` of `buf`, checked (CorruptValueError when damaged). */
+export function decodeStampedValue(buf: Buffer, at = 0, end = buf.length): { msg: Message; stampMs: number } {
+  const content = unseal(buf, at, end);
+  if (formatOf(buf, at) !== VALUE_FORMAT) throw new CorruptValueError(`unknown value format ${buf[at]}`);
+  return { msg: decodeChecked(buf, at + STAMPED_HEADER_BYTES, content), stampMs: stampedValueMs(buf, at) };
 }
 
 /** Reads the steady-clock time of a stamped value (starting at `at` in `value`) without decoding the message. */
@@ -315,22 +362,69 @@ export function encodeQueuedValue(msg: Message, flight?: FlightState): Buffer {
   buf[0] = FLIGHT_FORMAT;
   buf.writeUInt16BE(flight.packetId, 1);
   buf[3] = flight.released ? 1 : 0;
-  return buf;
+  return seal(buf);
 }
 
+/** Decodes a session-queue value, checked (CorruptValueError when damaged). */
 export function decodeQueuedValue(value: Buffer): { msg: Message; flight?: FlightState } {
-  if (value[0] !== FLIGHT_FORMAT) return { msg: decodeMessage(value, PLAIN_HEADER_BYTES) };
+  const content = unseal(value);
+  const format = formatOf(value);
+  if (format === VALUE_FORMAT) return { msg: decodeChecked(value, PLAIN_HEADER_BYTES, content) };
+  if (format !== FLIGHT_FORMAT) throw new CorruptValueError(`unknown value format ${value[0]}`);
   return {
-    msg: decodeMessage(value, FLIGHT_HEADER_BYTES),
+    msg: decodeChecked(value, FLIGHT_HEADER_BYTES, content),
     flight: { packetId: value.readUInt16BE(1), released: value[3] === 1 },
   };
 }
 
-/** Encodes a retained or session-queue value: format byte, message. */
+/** Format byte of a JSON value (session record, subscription); one stored before checksums starts with `{`. */
+const JSON_FORMAT = 4;
+
+/** Encodes a session record or subscription: format byte, JSON, checksum. */
+export function encodeJsonValue(value: unknown): Buffer {
+  const json = JSON.stringify(value);
+  const buf = Buffer.allocUnsafe(1 + Buffer.byteLength(json) + CHECKSUM_BYTES);
+  buf[0] = JSON_FORMAT;
+  buf.write(json, 1, 'utf8');
+  return seal(buf);
+}
+
+/** Decodes a value of `encodeJsonValue`, or plain JSON from before checksums, checked (CorruptValueError when damaged). */
+export function decodeJsonValue<T>(value: Buffer): T {
+  const content = unseal(value);
+  const legacy = value[0] === 0x7b; // '{'
+  if (!legacy && formatOf(value) !== JSON_FORMAT) throw new CorruptValueError(`unknown value format ${value[0]}`);
+  try {
+    return JSON.parse(value.toString('utf8', legacy ? 0 : 1, content)) as T;
+  } catch (err) {
+    throw new CorruptValueError(`undecodable JSON value (${(err as Error).message})`);
+  }
+}
+
+/** Encodes a retained or session-queue value: format byte, message, checksum. */
 export function encodePlainValue(msg: Message): Buffer {
   const buf = encodeMessage(msg, PLAIN_HEADER_BYTES);
   buf[0] = VALUE_FORMAT;
-  return buf;
+  return seal(buf);
+}
+
+/** Decodes a retained value, checked (CorruptValueError when damaged). */
+export function decodePlainValue(value: Buffer): Message {
+  const content = unseal(value);
+  if (formatOf(value) !== VALUE_FORMAT) throw new CorruptValueError(`unknown value format ${value[0]}`);
+  return decodeChecked(value, PLAIN_HEADER_BYTES, content);
+}
+
+/**
+ * `decodeMessage` for a value whose checksum held, or one from before checksums: a layout that does not parse
+ * (possible only in the latter) is damage too.
+ */
+function decodeChecked(buf: Buffer, offset: number, end: number): Message {
+  try {
+    return decodeMessage(buf, offset, end);
+  } catch (err) {
+    throw new CorruptValueError(`undecodable value (${(err as Error).message})`);
+  }
 }
 
 /** Bytes an outbox entry for `msg` counts against `maxBytes`: exactly the stored value's length. */

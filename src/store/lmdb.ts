@@ -10,6 +10,7 @@ import { asError, StoreError } from '../util/errors.js';
 import type { Store } from './types.js';
 import { adoptClockBase, currentBootId } from '../util/clock.js';
 import { LmdbStoreImpl, type LmdbStoreOptions, type StoreLock } from './lmdb/store.js';
+import { verifyInChild } from './verify.js';
 
 export type { LmdbStoreOptions };
 
@@ -24,6 +25,17 @@ function openError(dir: string, what: string, cause?: unknown): StoreError {
     `cannot open the data directory ${dir}: ${what}. Nothing was changed. Restore a backup, or start once ` +
       `with --reset-store, which moves the directory aside (kept for analysis) and starts with an empty store.`,
     cause === undefined ? undefined : { cause },
+  );
+}
+
+/** A store the integrity walk found damaged: what is damaged, and the two ways out. */
+function damagedError(dir: string, damage: readonly string[]): StoreError {
+  return new StoreError(
+    'EF_STORE_OPEN',
+    `the data directory ${dir} is damaged:\n  ${damage.join('\n  ')}\nNothing was changed. Two ways out, with edgeferry ` +
+      `stopped: \`edgeferry store salvage\` copies every record that still reads into a new data directory and moves ` +
+      `the damaged one aside (what is lost is listed), or start once with --reset-store, which moves the directory ` +
+      `aside and starts with an empty store.`,
   );
 }
 
@@ -177,6 +189,13 @@ export async function openLmdbStore(
     throw openError(dir, `the directory cannot be created (${asError(err).message})`, err);
   }
   checkDataFile(dir);
+  const mode = opts.verify ?? 'off';
+  if (mode !== 'off' && fs.existsSync(path.join(dir, 'data.mdb'))) {
+    const startedMs = performance.now();
+    const damage = verifyInChild(dir, mode);
+    if (damage.length > 0) throw damagedError(dir, damage);
+    log.info({ mode, durationMs: Math.round(performance.now() - startedMs) }, 'store verified');
+  }
   let lock: StoreLock;
   try {
     lock = acquireLock(dir);

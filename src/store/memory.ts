@@ -13,6 +13,7 @@ import {
   type Outbox,
   type OutboxDepth,
   type OutboxEntry,
+  type QueueRead,
   type OutboxLimits,
   type PendingWill,
   type QueuedRecord,
@@ -227,10 +228,10 @@ class MemorySessionStore implements SessionStore {
     }
   }
 
-  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueuedRecord[] {
+  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueueRead {
     const out: QueuedRecord[] = [];
     const queue = this.sessions.get(clientId)?.queue;
-    if (queue === undefined) return out;
+    if (queue === undefined) return { records: out, skipped: 0, lastSeq: undefined };
     let bytes = 0;
     // Map order is insertion order, which is seq order.
     for (const [seq, q] of queue) {
@@ -240,7 +241,7 @@ class MemorySessionStore implements SessionStore {
       out.push(queuedRecord(seq, q));
       bytes += size;
     }
-    return out;
+    return { records: out, skipped: 0, lastSeq: out.at(-1)?.seq };
   }
 
   putSession(clientId: string, fields: SessionFields): Promise<void> {
@@ -351,6 +352,7 @@ class MemoryRetainedStore implements RetainedStore {
 
 class MemoryStore implements Store {
   readonly durable = false;
+  readonly corruptRecords = 0; // nothing is read back from a disk
   readonly retained: MemoryRetainedStore;
   readonly sessions: MemorySessionStore;
   private readonly outboxes = new Map<string, MemoryOutbox>();

@@ -69,6 +69,15 @@ export interface QueueWindow {
   readonly bytes: number;
 }
 
+/** What `readQueue` found. */
+export interface QueueRead {
+  readonly records: QueuedRecord[];
+  /** Damaged records passed over (never delivered; the store counts and logs them and deletes them). */
+  readonly skipped: number;
+  /** The highest seq read, skipped records included; undefined when nothing was there. */
+  readonly lastSeq: number | undefined;
+}
+
 /** Whether one more message of `size` payload bytes fits after `count` messages of `bytes`; the first always does. */
 export function fitsWindow(window: QueueWindow, count: number, bytes: number, size: number): boolean {
   return count === 0 || (count < window.messages && bytes + size <= window.bytes);
@@ -93,7 +102,7 @@ export interface SessionStore {
    * The queued messages of the session with a seq above `afterSeq`, oldest first, as many as fit in `window`,
    * as committed: messages whose `enqueue` has not resolved yet may be missing.
    */
-  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueuedRecord[];
+  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueueRead;
   /** Creates or updates the session's own fields (expiry, disconnect time). */
   putSession(clientId: string, fields: SessionFields): Promise<void>;
   /** Removes the session with its subscriptions and queue (clean start, expiry). */
@@ -191,6 +200,8 @@ export interface Outbox {
 export interface Store {
   /** Whether what is stored outlives the process (LMDB); the memory store's content ends with it. */
   readonly durable: boolean;
+  /** Damaged records (bad checksum) found while running: skipped, never delivered, deleted. */
+  readonly corruptRecords: number;
   readonly retained: RetainedStore;
   readonly sessions: SessionStore;
   /** Opens (or creates) the named outbox; the same name returns the same outbox with its content. */

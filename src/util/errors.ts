@@ -9,7 +9,7 @@ export const ErrorCodes = {
   EF_LISTENER_BIND: 'a listener could not bind its address',
   EF_STORE_OPEN: 'the data directory cannot be opened',
   EF_STORE_WRITE: 'a write to the data directory failed',
-  EF_STORE_FULL: 'the store reached its size limit',
+  EF_STORE_FULL: 'the store reached its size limit, or the disk is full',
   EF_UPLINK_CONNECT: 'an uplink could not connect to its central broker',
   EF_UPLINK_REJECTED: 'the central broker rejected the uplink',
   EF_CONNECTOR_UNREACHABLE: 'a connector cannot reach its device',

@@ -444,18 +444,20 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect([...s.loadAll(window(0, 0))].find((r) => r.clientId === 'big')!.queue).toHaveLength(1);
 
       const next = s.readQueue('big', seqs[2], window(2));
-      expect(next.map((q) => [q.seq, q.msg.topic])).toEqual([
+      expect(next.skipped).toBe(0);
+      expect(next.lastSeq).toBe(seqs[4]);
+      expect(next.records.map((q) => [q.seq, q.msg.topic])).toEqual([
         [seqs[3], msg(3).topic],
         [seqs[4], msg(4).topic],
       ]);
-      expect(s.readQueue('big', seqs[2], window(10, payloadBytes(3, 6))).map((q) => q.seq)).toEqual(seqs.slice(3, 6));
-      expect(s.readQueue('big', seqs[2], window(10, 1)).map((q) => q.seq)).toEqual([seqs[3]]);
-      expect(s.readQueue('big', seqs[4], window(10)).map((q) => q.seq)).toEqual(seqs.slice(5));
-      expect(s.readQueue('big', seqs[6], window(10))).toEqual([]);
-      expect(s.readQueue('nobody', 0, window(10))).toEqual([]);
+      expect(s.readQueue('big', seqs[2], window(10, payloadBytes(3, 6))).records.map((q) => q.seq)).toEqual(seqs.slice(3, 6));
+      expect(s.readQueue('big', seqs[2], window(10, 1)).records.map((q) => q.seq)).toEqual([seqs[3]]);
+      expect(s.readQueue('big', seqs[4], window(10)).records.map((q) => q.seq)).toEqual(seqs.slice(5));
+      expect(s.readQueue('big', seqs[6], window(10))).toEqual({ records: [], skipped: 0, lastSeq: undefined });
+      expect(s.readQueue('nobody', 0, window(10))).toEqual({ records: [], skipped: 0, lastSeq: undefined });
       await s.ack('big', seqs[5]);
       await store.flushed();
-      expect(s.readQueue('big', seqs[4], window(10)).map((q) => q.seq)).toEqual([seqs[6]]);
+      expect(s.readQueue('big', seqs[4], window(10)).records.map((q) => q.seq)).toEqual([seqs[6]]);
     });
 
     it('drops a session with its subscriptions and queue, leaving other clients alone', async () => {

@@ -102,7 +102,8 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
   durable?.then(
     () => settle(conn, pending, Reason.Success),
     (err: unknown) => {
-      conn.log.warn({ err, topic, clientId: conn.clientId }, 'message not accepted: could not be stored');
+      // The store logs its refusals once per episode (a full disk refuses thousands a second); not again per message.
+      if (!(err instanceof StoreError)) conn.log.warn({ err, topic, clientId: conn.clientId }, 'message not accepted: could not be stored');
       settle(conn, pending, refusalReason(err));
     },
   );

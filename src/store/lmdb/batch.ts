@@ -37,7 +37,13 @@ export class Batch {
   usedBytes: number | undefined;
   /** Bytes reserved in this batch (releases not subtracted), for the estimate between page-count reads. */
   reservedBytes = 0;
+  /** Operations that asked for room (`reserve`): what a failed commit refuses, for the episode's count. */
+  reservations = 0;
   storeFull = false;
+  /** While the disk is full, this batch is the one allowed to try whether it has room again. */
+  probe = false;
+  /** The batch deletes something: once committed, a full disk may have room again. */
+  deletes = false;
 }
 
 /**

@@ -10,11 +10,12 @@
  * seq) and, for the few removed out of order, by marks; a chunk is deleted once the floor passes its end.
  *
  * Value: u8 CHUNK_FORMAT, u32 count, count x u32 end offsets (from the start of the data), then the entries,
- * each a stamped value (codec.ts). A key with only 8 bytes after the prefix is an entry written before chunks
+ * each a stamped value (codec.ts) with its own checksum, so one damaged entry costs only itself. A chunk whose
+ * header does not match its key is damaged as a whole: every entry of it reads as damaged. A key with only 8 bytes after the prefix is an entry written before chunks
  * (one stamped value, the seq in the key): it is read as a chunk of one.
  */
 
-import { decodeMessage, keySeq, seqKey, STAMPED_HEADER_BYTES, stampedValueMs } from '../codec.js';
+import { CorruptValueError, decodeStampedValue, keySeq, seqKey, stampedValueMs } from '../codec.js';
 import type { OutboxEntry } from '../types.js';
 
 /** Format byte of a chunk value; a stored entry from before chunks starts with VALUE_FORMAT (1). */
@@ -91,11 +92,13 @@ export class Chunk {
     this.start = chunkStart(key, prefixBytes);
     this.count = chunkCount(key, prefixBytes);
     const chunked = key.length !== prefixBytes + SEQ_BYTES;
-    if (chunked && (buf[0] !== CHUNK_FORMAT || buf.readUInt32BE(1) !== this.count)) {
-      throw new RangeError(`outbox chunk at seq ${this.start} does not match its key`);
-    }
+    this.damaged =
+      chunked && (buf.length < CHUNK_HEADER_BYTES + 4 * this.count || buf[0] !== CHUNK_FORMAT || buf.readUInt32BE(1) !== this.count);
     this.dataStart = chunked ? CHUNK_HEADER_BYTES + 4 * this.count : -1;
   }
+
+  /** The header does not match the key: no entry can be found in it. */
+  readonly damaged: boolean;
 
   /** Seq after the last entry. */
   get end(): number {
@@ -106,29 +109,27 @@ export class Chunk {
     return seq >= this.start && seq < this.start + this.count;
   }
 
-  /** Entry `seq` (which `has`), its message a view into the chunk. */
+  /** Entry `seq` (which `has`), its message a view into the chunk; CorruptValueError when it is damaged. */
   entry(seq: number, released: boolean): OutboxEntry {
+    if (this.damaged) throw new CorruptValueError(`outbox chunk at seq ${this.start} does not match its key`);
     const at = this.dataStart < 0 ? 0 : this.dataStart + this.offset(seq - this.start);
     const end = this.dataStart < 0 ? this.buf.length : this.dataStart + this.offset(seq - this.start + 1);
-    return {
-      seq,
-      msg: decodeMessage(this.buf, at + STAMPED_HEADER_BYTES, end),
-      appendedAtMs: stampedValueMs(this.buf, at),
-      bytes: end - at,
-      released,
-    };
+    const { msg, stampMs } = decodeStampedValue(this.buf, at, end);
+    return { seq, msg, appendedAtMs: stampMs, bytes: end - at, released };
   }
 
-  /** When entry `seq` (which `has`) was appended. */
+  /** When entry `seq` (which `has`) was appended (unchecked: 0 when the chunk is damaged, so it goes first). */
   appendedAtMs(seq: number): number {
-    return stampedValueMs(this.buf, this.dataStart < 0 ? 0 : this.dataStart + this.offset(seq - this.start));
+    const at = this.dataStart < 0 ? 0 : this.dataStart + this.offset(seq - this.start);
+    return this.damaged || at + 9 > this.buf.length ? 0 : stampedValueMs(this.buf, at);
   }
 
-  /** Stored bytes of entry `seq` (which `has`): what it counts against `maxBytes`. */
+  /** Stored bytes of entry `seq` (which `has`): what it counts against `maxBytes` (0 when damaged). */
   bytes(seq: number): number {
     if (this.dataStart < 0) return this.buf.length;
+    if (this.damaged) return 0;
     const i = seq - this.start;
-    return this.offset(i + 1) - this.offset(i);
+    return Math.max(0, this.offset(i + 1) - this.offset(i));
   }
 
   /** Where entry `i` starts in the data (`count`: where the data ends). */

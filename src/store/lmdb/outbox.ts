@@ -5,7 +5,7 @@
 import type { Database } from 'lmdb';
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
-import { encodeStampedValue, keySeq, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
+import { CorruptValueError, encodeStampedValue, keySeq, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
 import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
 import { steadyNowMs } from '../../util/clock.js';
@@ -169,14 +169,31 @@ export class LmdbOutbox implements Outbox {
     if (limit <= 0) return out;
     const from = afterSeq === undefined ? this.floor : Math.max(this.floor, Math.floor(afterSeq) + 1);
     const hidden = this.removed.size > 0 || this.removedInFlight.size > 0 || this.removalsQueued.size > 0;
-    for (const chunk of this.chunksFrom(from)) {
-      for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
-        if (hidden && (this.removed.has(seq) || this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
-        out.push(chunk.entry(seq, this.released.size > 0 && this.released.has(seq)));
-        if (out.length >= limit) return out;
+    let damaged: number[] | undefined;
+    try {
+      for (const chunk of this.chunksFrom(from)) {
+        for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
+          if (hidden && (this.removed.has(seq) || this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
+          try {
+            out.push(chunk.entry(seq, this.released.size > 0 && this.released.has(seq)));
+          } catch (err) {
+            if (!(err instanceof CorruptValueError)) throw err;
+            (damaged ??= []).push(seq);
+            continue;
+          }
+          if (out.length >= limit) return out;
+        }
       }
+      return out;
+    } finally {
+      if (damaged !== undefined) this.dropDamaged(damaged);
     }
-    return out;
+  }
+
+  /** Damaged entries met by a read: never sent; removed like acknowledged ones (counted by the store). */
+  private dropDamaged(seqs: number[]): void {
+    this.store.reportCorrupt('outbox entries', { outbox: this.name, seqFrom: seqs[0], seqTo: seqs[seqs.length - 1] }, seqs.length, []);
+    this.remove(seqs).catch((err: unknown) => this.store.log.warn({ err, outbox: this.name }, 'damaged outbox entries not removed'));
   }
 
   remove(seqs: readonly number[]): Promise<void> {

@@ -1,9 +1,9 @@
 /** Retained messages in the LMDB store. */
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
-import { decodeMessage, encodePlainValue, PLAIN_HEADER_BYTES } from '../codec.js';
+import { CorruptValueError, decodePlainValue, encodePlainValue } from '../codec.js';
 import type { RetainedStore } from '../types.js';
-import type { LmdbStoreImpl } from './store.js';
+import type { DamagedRecord, LmdbStoreImpl } from './store.js';
 
 export class LmdbRetainedStore implements RetainedStore {
   private readonly store: LmdbStoreImpl;
@@ -14,10 +14,22 @@ export class LmdbRetainedStore implements RetainedStore {
     this.n = (store.retainedDb.getStats() as { entryCount: number }).entryCount;
   }
 
-  *loadAll(): Iterable<Message> {
-    for (const { value } of this.store.retainedDb.getRange({ snapshot: false })) {
-      yield decodeMessage(value, PLAIN_HEADER_BYTES);
+  loadAll(): Iterable<Message> {
+    const out: Message[] = [];
+    const damaged: DamagedRecord[] = [];
+    for (const { key, value } of this.store.retainedDb.getRange({ snapshot: false })) {
+      try {
+        out.push(decodePlainValue(value));
+      } catch (err) {
+        if (!(err instanceof CorruptValueError)) throw err;
+        damaged.push({ db: this.store.retainedDb, key });
+      }
     }
+    if (damaged.length > 0) {
+      this.n -= damaged.length;
+      this.store.reportCorrupt('retained messages', { topics: damaged.map((d) => d.key.toString('utf8')) }, damaged.length, damaged);
+    }
+    return out;
   }
 
   set(msg: Message): Promise<void> {

@@ -3,7 +3,10 @@ import type { Database } from 'lmdb';
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
 import {
-  decodeMessage,
+  CorruptValueError,
+  decodeJsonValue,
+  decodeStampedValue,
+  encodeJsonValue,
   encodeStampedValue,
   decodeQueuedValue,
   encodePlainValue,
@@ -12,8 +15,6 @@ import {
   keyOwner,
   keySeq,
   nameKey,
-  STAMPED_HEADER_BYTES,
-  stampedValueMs,
   ownerPrefix,
   PLAIN_HEADER_BYTES,
   prefixEnd,
@@ -27,6 +28,7 @@ import {
   type FlightState,
   type PendingWill,
   type QueuedRecord,
+  type QueueRead,
   type QueueWindow,
   type SessionFields,
   type SessionRecord,
@@ -34,7 +36,10 @@ import {
   type SubscriptionRecord,
 } from '../types.js';
 import { DelayedFlush, type Batch } from './batch.js';
-import type { LmdbStoreImpl } from './store.js';
+import type { DamagedRecord, LmdbStoreImpl } from './store.js';
+
+/** MQTT 5's Session Expiry Interval that never ends. */
+const NEVER_EXPIRES = 0xffffffff;
 
 export class LmdbSessionStore implements SessionStore {
   lastSeq: number;
@@ -72,18 +77,37 @@ export class LmdbSessionStore implements SessionStore {
       }
       return s;
     };
-    for (const { key, value } of sessionDb.getRange({ snapshot: false })) get(key.toString('utf8')).fields = value;
-    for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) get(keyOwner(key)).subscriptions.push(value);
+    const damagedSessions = new Damaged(this.store, 'session records');
+    for (const { key, value } of sessionDb.getRange({ snapshot: false })) {
+      // A damaged record loses its expiry, not the session: it stays (never expiring) with its queue until its
+      // client comes back and sets a new one.
+      const fields = damagedSessions.check(sessionDb, key, value, decodeJsonValue<SessionFields>) ?? { expiryIntervalS: NEVER_EXPIRES };
+      get(key.toString('utf8')).fields = fields;
+    }
+    damagedSessions.report();
+    const damagedSubscriptions = new Damaged(this.store, 'subscriptions');
+    for (const { key, value } of subscriptionDb.getRange({ snapshot: false })) {
+      const sub = damagedSubscriptions.check(subscriptionDb, key, value, decodeJsonValue<SubscriptionRecord>);
+      if (sub !== undefined) get(keyOwner(key)).subscriptions.push(sub);
+    }
+    damagedSubscriptions.report();
     for (const key of releaseDb.getKeys({ snapshot: false })) get(keyOwner(key)).awaitingRelease.push(keySeq(key));
+    const damaged = new Damaged(this.store, 'queued messages');
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
       // A message of the tail is decoded only for its payload size: nothing of it stays in memory.
-      const record = { seq: keySeq(key), ...decodeQueuedValue(value) };
+      const decoded = damaged.check(queueDb, key, value, decodeQueuedValue);
+      if (decoded === undefined) continue;
+      const record = { seq: keySeq(key), ...decoded };
       const { queue } = get(keyOwner(key));
       if (queue.keeps(record.msg.payload.length, record.flight !== undefined)) queue.queue.push(record);
     }
+    damaged.report();
+    const damagedWills = new Damaged(this.store, 'delayed wills');
     for (const { key, value } of willDb.getRange({ snapshot: false })) {
-      get(key.toString('utf8')).will = { msg: decodeMessage(value, STAMPED_HEADER_BYTES), dueAtMs: stampedValueMs(value) };
+      const will = damagedWills.check(willDb, key, value, decodeStampedValue);
+      if (will !== undefined) get(key.toString('utf8')).will = { msg: will.msg, dueAtMs: will.stampMs };
     }
+    damagedWills.report();
     const out: SessionRecord[] = [];
     for (const [clientId, s] of byId) {
       out.push({
@@ -101,27 +125,37 @@ export class LmdbSessionStore implements SessionStore {
     return out;
   }
 
-  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueuedRecord[] {
+  readQueue(clientId: string, afterSeq: number, window: QueueWindow): QueueRead {
     const out: QueuedRecord[] = [];
     const prefix = this.prefixOf(clientId);
     const limit = Number.isFinite(window.messages) ? window.messages : undefined;
-    const range = this.store.queueDb.getRange({ start: seqKey(prefix, afterSeq + 1), end: prefixEnd(prefix), limit, snapshot: false });
+    const { queueDb } = this.store;
+    const range = queueDb.getRange({ start: seqKey(prefix, afterSeq + 1), end: prefixEnd(prefix), limit, snapshot: false });
+    const damaged = new Damaged(this.store, 'queued messages');
     let bytes = 0;
+    let lastSeq: number | undefined;
     for (const { key, value } of range) {
-      const record = { seq: keySeq(key), ...decodeQueuedValue(value) };
+      const decoded = damaged.check(queueDb, key, value, decodeQueuedValue);
+      if (decoded === undefined) {
+        lastSeq = keySeq(key);
+        continue;
+      }
+      const record = { seq: keySeq(key), ...decoded };
       const size = record.msg.payload.length;
       if (!fitsWindow(window, out.length, bytes, size)) break;
       out.push(record);
+      lastSeq = record.seq;
       bytes += size;
     }
-    return out;
+    damaged.report();
+    return { records: out, skipped: damaged.count, lastSeq };
   }
 
   putSession(clientId: string, fields: SessionFields): Promise<void> {
     const value: { -readonly [K in keyof SessionFields]: SessionFields[K] } = { expiryIntervalS: fields.expiryIntervalS };
     if (fields.disconnectedAtMs !== undefined) value.disconnectedAtMs = fields.disconnectedAtMs;
     if (fields.owner !== undefined) value.owner = fields.owner;
-    return this.keyed(clientId, (b, key) => this.store.put(b, this.store.sessionDb, key, value), Buffer.from(clientId, 'utf8'));
+    return this.keyed(clientId, (b, key) => this.store.put(b, this.store.sessionDb, key, encodeJsonValue(value)), Buffer.from(clientId, 'utf8'));
   }
 
   drop(clientId: string): Promise<void> {
@@ -144,7 +178,7 @@ export class LmdbSessionStore implements SessionStore {
   }
 
   putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void> {
-    const value: SubscriptionRecord = { ...sub };
+    const value = encodeJsonValue(sub);
     return this.keyed(clientId, (b, key) => {
       this.store.put(b, this.store.subscriptionDb, key, value);
       this.remember(b, clientId, this.store.subscriptionDb, key);
@@ -275,6 +309,44 @@ export class LmdbSessionStore implements SessionStore {
     }
     if (k.length > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
     return this.store.schedule((b) => run(b, k));
+  }
+}
+
+/** The damaged records one read of a session database met: skipped, then reported together (see reportCorrupt). */
+class Damaged {
+  private readonly records: DamagedRecord[] = [];
+
+  constructor(
+    private readonly store: LmdbStoreImpl,
+    private readonly what: string,
+  ) {}
+
+  get count(): number {
+    return this.records.length;
+  }
+
+  /** `decode(value)`, or undefined when the record is damaged (remembered for the report). */
+  check<T>(db: DamagedRecord['db'], key: Buffer, value: Buffer, decode: (value: Buffer) => T): T | undefined {
+    try {
+      return decode(value);
+    } catch (err) {
+      if (!(err instanceof CorruptValueError)) throw err;
+      this.records.push({ db, key });
+      return undefined;
+    }
+  }
+
+  report(): void {
+    if (this.records.length === 0) return;
+    const keys = this.records.map((r) => r.key);
+    const owners = [...new Set(keys.map(keyOwner))];
+    const seqs = this.what === 'queued messages' ? keys.map((k) => keySeq(k)) : undefined;
+    this.store.reportCorrupt(
+      this.what,
+      seqs === undefined ? { clientIds: owners } : { clientIds: owners, seqFrom: Math.min(...seqs), seqTo: Math.max(...seqs) },
+      this.records.length,
+      this.records,
+    );
   }
 }
 

@@ -36,12 +36,14 @@ import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
 import { ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
-import type { Outbox, OutboxLimits, SessionFields, Store, SubscriptionRecord } from '../types.js';
+import type { Outbox, OutboxLimits, Store } from '../types.js';
 import { Batch, type Op } from './batch.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type OutboxMeta } from './outbox.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
 import { clockRecord } from '../../util/clock.js';
+import { commitCause, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
+import type { VerifyMode } from '../verify.js';
 
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
 const PAGE_STATS_MAX_AGE_MS = 1000;
@@ -52,6 +54,20 @@ const RESERVE_MARGIN = 3;
 const CLOCK_RECORD_EVERY_MS = 60_000;
 /** Entries deleted per transaction when a whole outbox is deleted. */
 const DELETE_CHUNK = 10_000;
+/** While the disk is full, new messages are refused at once, and one batch this often tries whether there is room. */
+const DISK_FULL_RETRY_MS = 1000;
+
+/**
+ * A time during which the store refuses new messages (EF_STORE_FULL), because of `storage.maxBytes` or a full
+ * disk: logged when it begins and, with the number refused, when it ends, never per message.
+ */
+interface FullEpisode {
+  readonly cause: 'maxBytes' | 'disk';
+  readonly sinceMs: number;
+  refused: number;
+  /** A full disk: when a batch may try again (see DISK_FULL_RETRY_MS). */
+  retryAtMs: number;
+}
 
 export interface LmdbStoreOptions {
   /** Data directory; created if missing. */
@@ -59,7 +75,15 @@ export interface LmdbStoreOptions {
   readonly sync: 'full' | 'relaxed';
   /** Bound on the B-tree pages in use (live data plus tree overhead); 0 = unbounded. */
   readonly maxBytes: number;
+  /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see ../verify.ts); default off. */
+  readonly verify?: VerifyMode;
   readonly log: Logger;
+}
+
+/** A record whose value did not check out, under its database and key. */
+export interface DamagedRecord {
+  readonly db: Database<any, any>;
+  readonly key: Buffer;
 }
 
 /** The data directory's lock file (lmdb.ts), released when the store closes. */
@@ -79,8 +103,9 @@ export class LmdbStoreImpl implements Store {
   readonly meta: Database<unknown, string>;
   readonly outboxDb: Database<Buffer, Buffer>;
   readonly retainedDb: Database<Buffer, Buffer>;
-  readonly sessionDb: Database<SessionFields, Buffer>;
-  readonly subscriptionDb: Database<SubscriptionRecord, Buffer>;
+  /** Session records and subscriptions: checksummed JSON (codec.ts encodeJsonValue). */
+  readonly sessionDb: Database<Buffer, Buffer>;
+  readonly subscriptionDb: Database<Buffer, Buffer>;
   readonly queueDb: Database<Buffer, Buffer>;
   /** Incoming QoS 2 packet ids awaiting PUBREL, keyed like the queue (owner prefix + id). */
   readonly releaseDb: Database<Buffer, Buffer>;
@@ -107,7 +132,9 @@ export class LmdbStoreImpl implements Store {
   private closing = false;
   private closed: Promise<void> | undefined;
   private commitFailing = false;
-  private storeFullEpisode = false;
+  private full: FullEpisode | undefined;
+  /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
+  corruptRecords = 0;
   private pageBytes = { used: 0, readAtMs: -Infinity, reservedSince: 0 };
   private clockTimer: NodeJS.Timeout | undefined;
 
@@ -123,11 +150,8 @@ export class LmdbStoreImpl implements Store {
     this.meta = env.openDB<unknown, string>('meta', { encoding: 'json' });
     this.outboxDb = env.openDB<Buffer, Buffer>('outbox', { encoding: 'binary', keyEncoding: 'binary' });
     this.retainedDb = env.openDB<Buffer, Buffer>('retained', { encoding: 'binary', keyEncoding: 'binary' });
-    this.sessionDb = env.openDB<SessionFields, Buffer>('sessions', { encoding: 'json', keyEncoding: 'binary' });
-    this.subscriptionDb = env.openDB<SubscriptionRecord, Buffer>('subscriptions', {
-      encoding: 'json',
-      keyEncoding: 'binary',
-    });
+    this.sessionDb = env.openDB<Buffer, Buffer>('sessions', { encoding: 'binary', keyEncoding: 'binary' });
+    this.subscriptionDb = env.openDB<Buffer, Buffer>('subscriptions', { encoding: 'binary', keyEncoding: 'binary' });
     this.queueDb = env.openDB<Buffer, Buffer>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
     this.releaseDb = env.openDB<Buffer, Buffer>('session-qos2', { encoding: 'binary', keyEncoding: 'binary' });
     // Added after schema 1 shipped without it: opening creates it empty, which is what an older store means.
@@ -136,6 +160,7 @@ export class LmdbStoreImpl implements Store {
     this.outboxRemovedDb = env.openDB<Buffer, Buffer>('outbox-removed', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
+    muteLmdbCommitErrors();
   }
 
   get isClosing(): boolean {
@@ -194,6 +219,20 @@ export class LmdbStoreImpl implements Store {
     }
   }
 
+  /**
+   * Damaged records one read came across (checksum or layout wrong), already skipped by the reader: counted,
+   * logged with where they are (one line per read), and deleted, so that they are not met again.
+   */
+  reportCorrupt(what: string, where: Record<string, unknown>, records: number, damaged: readonly DamagedRecord[]): void {
+    if (records === 0) return;
+    this.corruptRecords += records;
+    this.log.error({ what, ...where, records }, 'damaged records in the store skipped (checksum mismatch): they are not delivered');
+    if (this.closing || damaged.length === 0) return;
+    this.schedule((b) => {
+      for (const { db, key } of damaged) this.del(b, db, key);
+    }).catch((err: unknown) => this.log.warn({ err }, 'damaged records not deleted'));
+  }
+
   /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
   schedule<T>(run: (b: Batch) => T): Promise<T> {
     if (this.closing) return Promise.reject(closedError());
@@ -211,7 +250,8 @@ export class LmdbStoreImpl implements Store {
     void db.put(key, value);
   }
 
-  del(_b: Batch, db: Database<any, any>, key: Buffer | string): void {
+  del(b: Batch, db: Database<any, any>, key: Buffer | string): void {
+    b.deletes = true;
     void db.remove(key);
   }
 
@@ -220,20 +260,28 @@ export class LmdbStoreImpl implements Store {
    * and returns the bytes it freed, 0 when it cannot. Throws EF_STORE_FULL when the store stays full.
    */
   reserve(b: Batch, bytes: number, makeRoom?: () => number): void {
+    const full = this.full;
+    if (full?.cause === 'disk' && !b.probe) {
+      // Refused without asking the disk, which LMDB would answer with a failed commit (and a stderr line) each time.
+      const nowMs = performance.now();
+      if (nowMs < full.retryAtMs) {
+        b.storeFull = true;
+        full.refused++;
+        throw this.diskFullError();
+      }
+      full.retryAtMs = nowMs + DISK_FULL_RETRY_MS;
+      b.probe = true;
+    }
+    b.reservations++;
+    b.reservedBytes += bytes;
     if (!isLimited(this.maxBytes)) return;
     b.usedBytes ??= this.usedBytesEstimate();
-    b.reservedBytes += bytes;
     while (b.usedBytes + bytes > this.maxBytes) {
       const freed = makeRoom === undefined ? 0 : makeRoom();
       if (freed === 0) {
         b.storeFull = true;
-        if (!this.storeFullEpisode) {
-          this.storeFullEpisode = true;
-          this.log.warn(
-            { maxBytes: this.maxBytes, usedBytes: b.usedBytes },
-            'store full (storage.maxBytes): new messages are refused until space is freed',
-          );
-        }
+        b.reservations--;
+        this.beginFull('maxBytes', { maxBytes: this.maxBytes, usedBytes: b.usedBytes }).refused++;
         throw new StoreError(
           'EF_STORE_FULL',
           `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes); ${bytes} more bytes refused`,
@@ -241,6 +289,39 @@ export class LmdbStoreImpl implements Store {
       }
     }
     b.usedBytes += bytes;
+  }
+
+  private diskFullError(cause?: unknown): StoreError {
+    return new StoreError(
+      'EF_STORE_FULL',
+      `the disk of the store in ${this.path} is full; new messages are refused until there is room`,
+      cause === undefined ? undefined : { cause },
+    );
+  }
+
+  /** Starts a full episode (logged once), or returns the one running for the same cause. */
+  private beginFull(cause: FullEpisode['cause'], detail: Record<string, unknown>): FullEpisode {
+    if (this.full?.cause === cause) return this.full;
+    const nowMs = performance.now();
+    this.full = { cause, sinceMs: nowMs, refused: this.full?.refused ?? 0, retryAtMs: nowMs + DISK_FULL_RETRY_MS };
+    this.log.warn(
+      detail,
+      cause === 'disk'
+        ? 'store full (the disk is full): new messages are refused until there is room'
+        : 'store full (storage.maxBytes): new messages are refused until space is freed',
+    );
+    return this.full;
+  }
+
+  /** A batch that reserved room committed: the full episode, if any, is over. */
+  private endFull(): void {
+    const full = this.full;
+    if (full === undefined) return;
+    this.full = undefined;
+    this.log.info(
+      { refused: full.refused, durationS: Math.round((performance.now() - full.sinceMs) / 100) / 10 },
+      full.cause === 'disk' ? 'store accepts messages again (the disk has room)' : 'store below storage.maxBytes again',
+    );
   }
 
   /** Tells the byte estimate of this batch that `bytes` were removed. */
@@ -337,15 +418,14 @@ export class LmdbStoreImpl implements Store {
         });
       },
       (err: unknown) => {
-        this.afterFailedCommit(b, err);
-        void previous.then(() => {
-          const failure = new StoreError(
-            'EF_STORE_WRITE',
-            `a write to the store in ${this.path} failed: ${asError(err).message}`,
-            { cause: err },
-          );
-          for (const op of b.done) op.reject(failure);
-          settle();
+        // The OS error decides what the writers hear (full disk: EF_STORE_FULL), so it is awaited first. The batch
+        // stays in flight meanwhile: nothing is built on the state it is about to roll back.
+        void commitCause(err).then((cause) => {
+          const failure = this.afterFailedCommit(b, err, cause);
+          void previous.then(() => {
+            for (const op of b.done) op.reject(failure);
+            settle();
+          });
         });
       },
     );
@@ -370,14 +450,12 @@ export class LmdbStoreImpl implements Store {
       // rejects the batch. Logged here because it is the first sign.
       this.log.error({ err }, 'failed to queue store counters');
     }
-    if (!b.storeFull && this.storeFullEpisode && b.usedBytes !== undefined) {
-      this.storeFullEpisode = false;
-      this.log.info('store below storage.maxBytes again');
-    }
   }
 
   private afterCommit(b: Batch): void {
     this.pageBytes.reservedSince += b.reservedBytes;
+    if (b.reservations > 0 && !b.storeFull) this.endFull();
+    else if (b.deletes && this.full?.cause === 'disk') this.full.retryAtMs = 0; // freed pages: the next batch may try
     for (const box of b.outboxes) box.committed();
     if (this.commitFailing) {
       this.commitFailing = false;
@@ -390,24 +468,27 @@ export class LmdbStoreImpl implements Store {
     if (this.queue.length > 0) this.issue();
   }
 
-  private afterFailedCommit(b: Batch, err: unknown): void {
-    // lmdb-js attaches a second promise with the OS error (EIO on a full disk) and rejects it separately;
-    // unhandled, that rejection would kill the process.
-    const detail = (err as { commitError?: Promise<unknown> } | undefined)?.commitError;
-    if (detail !== undefined && typeof detail.then === 'function') {
-      detail.then(undefined, (cause: unknown) => {
-        this.log.error({ err: cause }, 'store commit error detail');
+  /** Rolls back what the batch changed in JS and returns the error its writers get. */
+  private afterFailedCommit(b: Batch, err: unknown, cause: unknown): StoreError {
+    let failure: StoreError;
+    if (isDiskFull(cause, this.path, b.reservedBytes * RESERVE_MARGIN)) {
+      this.beginFull('disk', { err: cause }).refused += b.reservations;
+      failure = this.diskFullError(cause);
+    } else {
+      if (!this.commitFailing) {
+        this.commitFailing = true;
+        this.log.error({ err: cause }, 'store commit failed: writes are refused until a commit succeeds');
+      }
+      failure = new StoreError('EF_STORE_WRITE', `a write to the store in ${this.path} failed: ${asError(cause).message}`, {
+        cause: err,
       });
-    }
-    if (!this.commitFailing) {
-      this.commitFailing = true;
-      this.log.error({ err }, 'store commit failed: writes are refused until a commit succeeds');
     }
     for (const box of b.outboxes) box.rollback();
     if (b.sessionSeqBefore !== undefined) this.sessions.lastSeq = b.sessionSeqBefore;
     if (b.retainedCountBefore !== undefined) this.retained.setCount(b.retainedCountBefore);
     this.inFlight = undefined;
     if (this.queue.length > 0) this.scheduleIssue();
+    return failure;
   }
 
   async flushed(): Promise<void> {
