@@ -7,8 +7,8 @@
  * is reported bad (quality BAD) and named in the log, its neighbours keep their values, and the next plan
  * reads around it. Other exceptions make that block's tags bad for the cycle.
  */
-import type { Connector, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
-import { ConnectorError } from '../contract.js';
+import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
+import { ConnectorError, ValueRefusedError } from '../contract.js';
 import type { Logger } from '../../src/util/logger.js';
 import { PollLoop } from '../polling.js';
 import type { PollStats } from '../polling.js';
@@ -46,6 +46,9 @@ export class ModbusConnector implements Connector {
   /** Tags refused on their own, by index: read alone, reported bad. */
   private readonly bad = new Set<number>();
   private replanNeeded = false;
+  /** A poll cycle is reading; tags written meanwhile are left out of its samples (their read-back is newer). */
+  private polling = false;
+  private readonly writtenDuringCycle = new Set<string>();
   private link: ModbusLink | undefined;
   private offClose: (() => void) | undefined;
   private sink: TagSink | undefined;
@@ -113,30 +116,34 @@ export class ModbusConnector implements Connector {
     this.loop.start(this.config.pollIntervalMs);
   }
 
-  async write(name: string, value: TagValue): Promise<void> {
+  async write(name: string, value: TagValue): Promise<ReadBack | undefined> {
     const entry = this.byName.get(name);
     const refuse = (why: string, retryable = false, cause?: unknown): ConnectorError =>
       new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write ${name}: ${why}`, { retryable, cause });
     if (!entry) throw refuse('no such tag');
     const { tag, planned } = entry;
     if (!tag.writable) throw refuse('the tag is read-only');
+    let image: boolean | number[];
+    try {
+      image = tag.table === 'coil' ? encodeCoil(value) : encodeRegisters(tag, value);
+    } catch (err) {
+      if (err instanceof EncodeError) throw new ValueRefusedError(this.id, name, err.message);
+      throw err;
+    }
     const link = this.link;
     if (!this.active || !link) throw refuse('the device is not connected', true);
-    const multiple = this.config.writeMultiple;
+    const { unitId, timeoutMs, writeMultiple } = this.config;
     try {
-      if (tag.table === 'coil') {
-        await link.writeCoil(this.config.unitId, planned.address, encodeCoil(value), multiple, this.config.timeoutMs);
-      } else {
-        await link.writeRegisters(this.config.unitId, planned.address, encodeRegisters(tag, value), multiple, this.config.timeoutMs);
-      }
       this.requests++;
+      if (typeof image === 'boolean') await link.writeCoil(unitId, planned.address, image, writeMultiple, timeoutMs);
+      else await link.writeRegisters(unitId, planned.address, image, writeMultiple, timeoutMs);
     } catch (err) {
-      if (err instanceof EncodeError) throw refuse(err.message);
       if (err instanceof ModbusException) throw refuse(`the device refused: ${err.message}`, false, err);
       throw refuse(errorMessage(err), true, err);
     }
-    // The next poll verifies the write; run it now so the new value shows up at once.
-    this.loop.trigger();
+    // A poll cycle under way may have read the tag before the write: its sample must not follow the read-back.
+    if (this.polling) this.writtenDuringCycle.add(name);
+    return this.readBack(link, planned, image);
   }
 
   async stop(): Promise<void> {
@@ -174,7 +181,10 @@ export class ModbusConnector implements Connector {
 
   private async cycle(): Promise<void> {
     if (!this.active) return;
-    const outcome = await this.readAll();
+    this.polling = true;
+    const outcome = await this.readAll().finally(() => {
+      this.polling = false;
+    });
     if (!this.active) return;
     if (outcome instanceof Error) {
       this.reportLost(outcome);
@@ -183,11 +193,16 @@ export class ModbusConnector implements Connector {
     this.deliver(outcome);
   }
 
-  private deliver(samples: TagSample[]): void {
+  private deliver(samples: readonly TagSample[]): void {
     if (this.replanNeeded) {
       this.replanNeeded = false;
       this.blocks = this.plan();
       this.log.debug({ blocks: this.blocks.length, badTags: this.bad.size }, 'read plan changed');
+    }
+    if (this.writtenDuringCycle.size > 0) {
+      const written = this.writtenDuringCycle;
+      samples = samples.filter((sample) => !written.has(sample.name));
+      written.clear();
     }
     if (samples.length > 0) this.sink?.data(samples);
   }
@@ -220,7 +235,7 @@ export class ModbusConnector implements Connector {
         this.log.info({ tag: this.config.tags[t.index].name }, 'tag readable again');
         this.uncut(t);
       }
-      samples.push({ name: this.config.tags[t.index].name, value: this.decode(t, block, result), timestamp: now, good: true });
+      samples.push({ name: this.config.tags[t.index].name, value: this.decode(t, result, t.address - block.address), timestamp: now, good: true });
     }
     return undefined;
   }
@@ -273,9 +288,9 @@ export class ModbusConnector implements Connector {
     return last ?? new LinkError('stopped');
   }
 
-  private decode(t: PlannedTag, block: Block, data: ReadResult): TagValue {
+  /** The tag's value from `data`, where its first register (bit) is at `offset`. */
+  private decode(t: PlannedTag, data: ReadResult, offset: number): TagValue {
     const tag = this.config.tags[t.index];
-    const offset = t.address - block.address;
     if (tag.table === 'coil' || tag.table === 'discrete') return Boolean(data[offset]);
     return decodeRegisters(tag, data as readonly number[], offset);
   }
@@ -306,6 +321,22 @@ export class ModbusConnector implements Connector {
     set?.delete(t.address);
     set?.delete(t.address + t.width);
     this.replanNeeded = true;
+  }
+
+  /** The written tag read back (one request), compared with what was written by its raw image. */
+  private async readBack(link: ModbusLink, t: PlannedTag, written: boolean | readonly number[]): Promise<ReadBack | undefined> {
+    const { unitId, timeoutMs } = this.config;
+    let data: ReadResult;
+    try {
+      this.requests++;
+      data = await link.read(unitId, t.table, t.address, t.width, timeoutMs);
+    } catch (err) {
+      this.log.warn({ tag: this.config.tags[t.index].name, err: errorMessage(err) }, 'written tag could not be read back');
+      return undefined;
+    }
+    const timestamp = Date.now();
+    const matches = typeof written === 'boolean' ? Boolean(data[0]) === written : written.every((reg, i) => reg === data[i]);
+    return { value: this.decode(t, data, 0), timestamp, matches };
   }
 
   private reportLost(err: Error): void {

@@ -70,6 +70,11 @@ const tagSchema = z
     /** Report by exception: a numeric change smaller than this is not published. */
     deadband: z.number().nonnegative().optional(),
     writable: z.boolean().default(false),
+    /**
+     * Writes to a scaled integer tag: a value between two register values is refused (false), or the nearest
+     * register value is written (true).
+     */
+    roundWrites: z.boolean().default(false),
     description: z.string().optional(),
   })
   .superRefine((tag, ctx) => {
@@ -85,6 +90,9 @@ const tagSchema = z
     const numeric = !['bool', 'bit', 'string'].includes(tag.datatype);
     if (!numeric && (tag.scale !== 1 || tag.offset !== 0)) issue('scale', `scale and offset apply to numbers, not ${tag.datatype}`);
     if (!numeric && tag.deadband !== undefined) issue('deadband', `a deadband applies to numbers, not ${tag.datatype}`);
+    if (tag.roundWrites && (!tag.writable || !tag.datatype.includes('int') || (tag.scale === 1 && tag.offset === 0))) {
+      issue('roundWrites', 'applies to writable integer tags with a scale or offset only');
+    }
     if (tag.writable && (tag.table === 'discrete' || tag.table === 'input')) {
       issue('writable', `${tag.table} ${tag.table === 'input' ? 'registers' : 'inputs'} are read-only in Modbus`);
     }
