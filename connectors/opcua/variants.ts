@@ -323,7 +323,7 @@ export function sameValue(written: TagValue, readBack: TagValue, builtIn: number
 function describe(value: unknown): string {
   if (Buffer.isBuffer(value)) return 'bytes';
   if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'number' && !Number.isInteger(value)) return `the fraction ${value}`;
+  if (typeof value === 'number' && Number.isFinite(value) && !Number.isInteger(value)) return `the fraction ${value}`;
   if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
   return `${typeof value} ${String(value)}`;
 }

@@ -5,6 +5,7 @@ import {
   ArrayKind,
   BuiltInType,
   builtInTypeName,
+  sameValue,
   sparkplugDatatypeFor,
   tagValueToVariant,
   variantToTagValue,
@@ -88,6 +89,21 @@ describe('OPC UA variants', () => {
     expect(() => tagValueToVariant(1e39, BuiltInType.Float, false)).toThrow('1e+39 is out of range for Float');
     expect(tagValueToVariant(1e39, BuiltInType.Double, false).value).toBe(1e39);
     expect(tagValueToVariant(Number.NaN, BuiltInType.Float, false).value).toBeNaN();
+  });
+});
+
+describe('OPC UA write read-back comparison', () => {
+  it('matches a read-back at the node\'s precision and tells a different value apart', () => {
+    expect(sameValue(0.1, Math.fround(0.1), BuiltInType.Float)).toBe(true);
+    expect(sameValue(0.1, Math.fround(0.1), BuiltInType.Double)).toBe(false);
+    expect(sameValue(250, 100, BuiltInType.UInt16)).toBe(false);
+    expect(sameValue(7, 7n, BuiltInType.Int64)).toBe(true);
+    expect(sameValue(2n ** 53n + 1n, 2n ** 53n, BuiltInType.UInt64)).toBe(false);
+    expect(sameValue(Number.NaN, Number.NaN, BuiltInType.Double)).toBe(true);
+    expect(sameValue([1, 2], [1, 2], BuiltInType.Int16)).toBe(true);
+    expect(sameValue([1, 2], [1, 3], BuiltInType.Int16)).toBe(false);
+    expect(sameValue('on', 'on', BuiltInType.String)).toBe(true);
+    expect(sameValue(Buffer.from([1]), Buffer.from([2]), BuiltInType.ByteString)).toBe(false);
   });
 });
 
