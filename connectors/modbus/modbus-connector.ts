@@ -18,7 +18,7 @@ import { ADDRESS_EXCEPTIONS, LinkError, ModbusException } from './modbus-link.js
 import type { LinkPool, LinkTarget, ModbusLink } from './modbus-link.js';
 import { decodeRegisters, EncodeError, encodeCoil, encodeRegisters, sparkplugDatatype } from './registers.js';
 import type { ModbusConnectorConfig, ModbusTable, ModbusTagConfig } from './schema.js';
-import { widthOf } from './schema.js';
+import { describeSpan, overlappingTags, widthOf } from './schema.js';
 
 type ReadResult = readonly number[] | readonly boolean[];
 
@@ -77,6 +77,10 @@ export class ModbusConnector implements Connector {
       width: widthOf(tag),
     }));
     this.byName = new Map(config.tags.map((tag, i) => [tag.name, { tag, planned: this.planned[i] }]));
+    for (const [i, j] of overlappingTags(config.tags)) {
+      const [a, b] = [config.tags[i], config.tags[j]];
+      log.warn({ tags: [a.name, b.name], at: [describeSpan(a), describeSpan(b)] }, 'tags overlap: both read the shared registers, each its own way');
+    }
     this.blocks = this.plan();
     this.loop = new PollLoop(config.pollIntervalMs, () => this.cycle(), (err) => this.log.error({ err }, 'poll cycle failed'));
   }

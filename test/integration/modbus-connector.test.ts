@@ -3,6 +3,9 @@
  * a socat pseudo-terminal pair. Each test reads known register images, counts the requests the server saw,
  * and checks what the connector reported.
  */
+import { spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { TagSample, TagSink } from '../../connectors/contract.js';
 import { ConnectorError } from '../../src/util/errors.js';
@@ -17,6 +20,9 @@ import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
+
+/** The built CLI, as the `edgeferry` bin runs it (`npm run build` first). */
+const CLI = join(import.meta.dirname, '../../dist/src/cli.js');
 
 interface Recorder {
   readonly batches: TagSample[][];
@@ -297,5 +303,45 @@ describe.skipIf(!hasSocat())('Modbus RTU over a socat pty pair against pymodbus'
     // About one cycle per 100 ms: the dead unit does not hold the bus once it is stopped (backoff).
     expect(Date.now() - t0).toBeLessThan(2500);
     expect(rec1.lost).toEqual([]);
+  });
+});
+
+describe('overlapping Modbus tags', () => {
+  it('--check-config refuses a writable tag that shares registers with another, naming both and where', () => {
+    const dir = d.tempDir('edgeferry-overlap-');
+    const file = join(dir, 'edgeferry.yaml');
+    writeFileSync(
+      file,
+      [
+        'storage: { path: data }',
+        'connectors:',
+        '  - { id: press-1, type: modbus, transport: tcp, host: 127.0.0.1, addressBase: 0, tags: [',
+        '      { name: temperature, table: holding, address: 0, datatype: float32 },',
+        '      { name: mode, table: holding, address: 1, datatype: int16, writable: true } ] }',
+        '',
+      ].join('\n'),
+    );
+    const r = spawnSync(process.execPath, [CLI, '--check-config', '-c', file], { encoding: 'utf8' });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(
+      'connectors.0.tags.1.address: "mode" (holding 1) overlaps "temperature" (holding 0..1); a writable tag must not share registers or bits with another tag',
+    );
+  });
+
+  it('reads overlapping read-only tags each its own way, with a warning naming both', async () => {
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 0, [0x4148, 0x0000]); // 12.5 as float32; the low word alone is 0
+    const logs: LogLines = [];
+    const tags = [
+      { name: 'temperature', table: 'holding', address: 0, datatype: 'float32' },
+      { name: 'low-word', table: 'holding', address: 1, datatype: 'uint16' },
+    ];
+    const c = connector(sim, { tags }, logs);
+    expect(logs.filter((l) => l.level === 'warn').map((l) => [l.msg, l.fields.tags, l.fields.at])).toEqual([
+      ['tags overlap: both read the shared registers, each its own way', ['temperature', 'low-word'], ['holding 0..1', 'holding 1']],
+    ]);
+    const rec = recorder();
+    await c.start(sinkFor(rec));
+    expect([rec.latest('temperature')?.value, rec.latest('low-word')?.value]).toEqual([12.5, 0]);
   });
 });
