@@ -5,9 +5,9 @@
  */
 import type { z } from 'zod';
 import type { Logger } from '../src/util/logger.js';
-import type { ConnectorError } from '../src/util/errors.js';
+import { ConnectorError } from '../src/util/errors.js';
 
-export { ConnectorError } from '../src/util/errors.js';
+export { ConnectorError };
 
 /** Sparkplug B datatypes a tag may declare (Sparkplug 3.0 §6.4.16). */
 export type TagDatatype =
@@ -40,6 +40,27 @@ export interface TagSample {
   readonly good: boolean;
 }
 
+/** A written tag as read back from the device right after the write. */
+export interface ReadBack {
+  readonly value: TagValue;
+  /** Epoch ms of the read. */
+  readonly timestamp: number;
+  /** False when the device took the write but holds another value: it clamped it, or its program changed it. */
+  readonly matches: boolean;
+}
+
+/**
+ * A write refused before anything went to the device: the value does not fit the tag (its type, range, string
+ * length, or no exact register value after scale/offset). `why` says which, for the audit line.
+ */
+export class ValueRefusedError extends ConnectorError {
+  readonly why: string;
+  constructor(connectorId: string, tag: string, why: string) {
+    super('EF_CONNECTOR_WRITE', connectorId, `write ${tag} refused: ${why}`, { retryable: false });
+    this.why = why;
+  }
+}
+
 export interface TagSink {
   data(samples: readonly TagSample[]): void;
   /** The device is lost (connection dropped, repeated timeouts); the runtime restarts the connector later. */
@@ -53,8 +74,12 @@ export interface Connector {
   readonly tags: readonly TagDefinition[];
   /** Connects, then delivers samples until stop(); rejects with a ConnectorError if the device is unreachable. */
   start(sink: TagSink): Promise<void>;
-  /** Writes a tag (Sparkplug DCMD); rejects with a ConnectorError (unknown, read-only, wrong type, device error). */
-  write(tag: string, value: TagValue): Promise<void>;
+  /**
+   * Writes a tag (Sparkplug DCMD) and reads it back: resolves with what the device holds now, or undefined when
+   * that read failed (the write itself was accepted). Rejects with a ValueRefusedError before any I/O when the
+   * value does not fit the tag, else with a ConnectorError (unknown, read-only, device refused or unreachable).
+   */
+  write(tag: string, value: TagValue): Promise<ReadBack | undefined>;
   /** Idempotent; releases sockets and timers. */
   stop(): Promise<void>;
 }

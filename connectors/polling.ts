@@ -46,7 +46,6 @@ export class PollLoop {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private active = false;
-  private triggered = false;
   private nextAtMs = 0;
   private cycles = 0;
   private overruns = 0;
@@ -67,17 +66,6 @@ export class PollLoop {
     this.active = true;
     this.nextAtMs = performance.now() + initialDelayMs;
     this.schedule(initialDelayMs);
-  }
-
-  /** Runs a cycle as soon as possible (after the one in progress): e.g. to show a write in the next data. */
-  trigger(): void {
-    if (!this.active) return;
-    if (this.running) {
-      this.triggered = true;
-      return;
-    }
-    clearTimeout(this.timer);
-    this.schedule(0);
   }
 
   /** Stops the loop and waits for a cycle in progress to end. */
@@ -119,11 +107,6 @@ export class PollLoop {
         if (durationMs > this.maxDurationMs) this.maxDurationMs = durationMs;
         this.running = undefined;
         if (!this.active) return;
-        if (this.triggered) {
-          this.triggered = false;
-          this.schedule(0);
-          return;
-        }
         this.nextAtMs += this.intervalMs;
         if (this.nextAtMs < endMs) {
           const missed = Math.ceil((endMs - this.nextAtMs) / this.intervalMs);

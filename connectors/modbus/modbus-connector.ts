@@ -7,8 +7,8 @@
  * is reported bad (quality BAD) and named in the log, its neighbours keep their values, and the next plan
  * reads around it. Other exceptions make that block's tags bad for the cycle.
  */
-import type { Connector, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
-import { ConnectorError } from '../contract.js';
+import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
+import { ConnectorError, ValueRefusedError } from '../contract.js';
 import type { Logger } from '../../src/util/logger.js';
 import { PollLoop } from '../polling.js';
 import type { PollStats } from '../polling.js';
@@ -18,7 +18,7 @@ import { ADDRESS_EXCEPTIONS, LinkError, ModbusException } from './modbus-link.js
 import type { LinkPool, LinkTarget, ModbusLink } from './modbus-link.js';
 import { decodeRegisters, EncodeError, encodeCoil, encodeRegisters, sparkplugDatatype } from './registers.js';
 import type { ModbusConnectorConfig, ModbusTable, ModbusTagConfig } from './schema.js';
-import { widthOf } from './schema.js';
+import { describeSpan, overlappingTags, widthOf } from './schema.js';
 
 type ReadResult = readonly number[] | readonly boolean[];
 
@@ -46,6 +46,9 @@ export class ModbusConnector implements Connector {
   /** Tags refused on their own, by index: read alone, reported bad. */
   private readonly bad = new Set<number>();
   private replanNeeded = false;
+  /** A poll cycle is reading; tags written meanwhile are left out of its samples (their read-back is newer). */
+  private polling = false;
+  private readonly writtenDuringCycle = new Set<string>();
   private link: ModbusLink | undefined;
   private offClose: (() => void) | undefined;
   private sink: TagSink | undefined;
@@ -74,6 +77,10 @@ export class ModbusConnector implements Connector {
       width: widthOf(tag),
     }));
     this.byName = new Map(config.tags.map((tag, i) => [tag.name, { tag, planned: this.planned[i] }]));
+    for (const [i, j] of overlappingTags(config.tags)) {
+      const [a, b] = [config.tags[i], config.tags[j]];
+      log.warn({ tags: [a.name, b.name], at: [describeSpan(a), describeSpan(b)] }, 'tags overlap: both read the shared registers, each its own way');
+    }
     this.blocks = this.plan();
     this.loop = new PollLoop(config.pollIntervalMs, () => this.cycle(), (err) => this.log.error({ err }, 'poll cycle failed'));
   }
@@ -113,30 +120,34 @@ export class ModbusConnector implements Connector {
     this.loop.start(this.config.pollIntervalMs);
   }
 
-  async write(name: string, value: TagValue): Promise<void> {
+  async write(name: string, value: TagValue): Promise<ReadBack | undefined> {
     const entry = this.byName.get(name);
     const refuse = (why: string, retryable = false, cause?: unknown): ConnectorError =>
       new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write ${name}: ${why}`, { retryable, cause });
     if (!entry) throw refuse('no such tag');
     const { tag, planned } = entry;
     if (!tag.writable) throw refuse('the tag is read-only');
+    let image: boolean | number[];
+    try {
+      image = tag.table === 'coil' ? encodeCoil(value) : encodeRegisters(tag, value);
+    } catch (err) {
+      if (err instanceof EncodeError) throw new ValueRefusedError(this.id, name, err.message);
+      throw err;
+    }
     const link = this.link;
     if (!this.active || !link) throw refuse('the device is not connected', true);
-    const multiple = this.config.writeMultiple;
+    const { unitId, timeoutMs, writeMultiple } = this.config;
     try {
-      if (tag.table === 'coil') {
-        await link.writeCoil(this.config.unitId, planned.address, encodeCoil(value), multiple, this.config.timeoutMs);
-      } else {
-        await link.writeRegisters(this.config.unitId, planned.address, encodeRegisters(tag, value), multiple, this.config.timeoutMs);
-      }
       this.requests++;
+      if (typeof image === 'boolean') await link.writeCoil(unitId, planned.address, image, writeMultiple, timeoutMs);
+      else await link.writeRegisters(unitId, planned.address, image, writeMultiple, timeoutMs);
     } catch (err) {
-      if (err instanceof EncodeError) throw refuse(err.message);
       if (err instanceof ModbusException) throw refuse(`the device refused: ${err.message}`, false, err);
       throw refuse(errorMessage(err), true, err);
     }
-    // The next poll verifies the write; run it now so the new value shows up at once.
-    this.loop.trigger();
+    // A poll cycle under way may have read the tag before the write: its sample must not follow the read-back.
+    if (this.polling) this.writtenDuringCycle.add(name);
+    return this.readBack(link, planned, image);
   }
 
   async stop(): Promise<void> {
@@ -174,7 +185,10 @@ export class ModbusConnector implements Connector {
 
   private async cycle(): Promise<void> {
     if (!this.active) return;
-    const outcome = await this.readAll();
+    this.polling = true;
+    const outcome = await this.readAll().finally(() => {
+      this.polling = false;
+    });
     if (!this.active) return;
     if (outcome instanceof Error) {
       this.reportLost(outcome);
@@ -183,11 +197,16 @@ export class ModbusConnector implements Connector {
     this.deliver(outcome);
   }
 
-  private deliver(samples: TagSample[]): void {
+  private deliver(samples: readonly TagSample[]): void {
     if (this.replanNeeded) {
       this.replanNeeded = false;
       this.blocks = this.plan();
       this.log.debug({ blocks: this.blocks.length, badTags: this.bad.size }, 'read plan changed');
+    }
+    if (this.writtenDuringCycle.size > 0) {
+      const written = this.writtenDuringCycle;
+      samples = samples.filter((sample) => !written.has(sample.name));
+      written.clear();
     }
     if (samples.length > 0) this.sink?.data(samples);
   }
@@ -220,7 +239,7 @@ export class ModbusConnector implements Connector {
         this.log.info({ tag: this.config.tags[t.index].name }, 'tag readable again');
         this.uncut(t);
       }
-      samples.push({ name: this.config.tags[t.index].name, value: this.decode(t, block, result), timestamp: now, good: true });
+      samples.push({ name: this.config.tags[t.index].name, value: this.decode(t, result, t.address - block.address), timestamp: now, good: true });
     }
     return undefined;
   }
@@ -273,9 +292,9 @@ export class ModbusConnector implements Connector {
     return last ?? new LinkError('stopped');
   }
 
-  private decode(t: PlannedTag, block: Block, data: ReadResult): TagValue {
+  /** The tag's value from `data`, where its first register (bit) is at `offset`. */
+  private decode(t: PlannedTag, data: ReadResult, offset: number): TagValue {
     const tag = this.config.tags[t.index];
-    const offset = t.address - block.address;
     if (tag.table === 'coil' || tag.table === 'discrete') return Boolean(data[offset]);
     return decodeRegisters(tag, data as readonly number[], offset);
   }
@@ -306,6 +325,22 @@ export class ModbusConnector implements Connector {
     set?.delete(t.address);
     set?.delete(t.address + t.width);
     this.replanNeeded = true;
+  }
+
+  /** The written tag read back (one request), compared with what was written by its raw image. */
+  private async readBack(link: ModbusLink, t: PlannedTag, written: boolean | readonly number[]): Promise<ReadBack | undefined> {
+    const { unitId, timeoutMs } = this.config;
+    let data: ReadResult;
+    try {
+      this.requests++;
+      data = await link.read(unitId, t.table, t.address, t.width, timeoutMs);
+    } catch (err) {
+      this.log.warn({ tag: this.config.tags[t.index].name, err: errorMessage(err) }, 'written tag could not be read back');
+      return undefined;
+    }
+    const timestamp = Date.now();
+    const matches = typeof written === 'boolean' ? Boolean(data[0]) === written : written.every((reg, i) => reg === data[i]);
+    return { value: this.decode(t, data, 0), timestamp, matches };
   }
 
   private reportLost(err: Error): void {

@@ -10,6 +10,8 @@ import { widthOf } from './schema.js';
 export type RegisterTag = Pick<ModbusTagConfig, 'table' | 'datatype' | 'byteOrder' | 'scale' | 'offset'> & {
   readonly length?: number;
   readonly bit?: number;
+  /** Scaled integer tags: write the nearest register value instead of refusing one that is not exact. */
+  readonly roundWrites?: boolean;
 };
 
 const NATIVE_DATATYPE: Readonly<Record<ModbusDatatype, TagDatatype>> = {
@@ -131,17 +133,36 @@ const INT_RANGES: Partial<Record<ModbusDatatype, [bigint, bigint]>> = {
 
 const FLOAT32_MAX = 3.4028234663852886e38;
 
-/** The raw integer for an integer datatype: scale/offset undone and rounded, range-checked. */
+/**
+ * Slack for the float arithmetic of undoing scale/offset, in register counts relative to the operands: 21.5
+ * with scale 0.1 computes as 214.99999999999997 and is the exact register value 215; 21.55 (215.5) is not.
+ */
+const UNSCALE_SLACK = 1e-12;
+
+/**
+ * The raw integer for an integer datatype: scale/offset undone (a value between two register values is refused,
+ * or rounded with `roundWrites`), range-checked against the register type.
+ */
 function toRawInteger(tag: RegisterTag, value: TagValue): bigint {
   let raw: bigint;
   if (isScaled(tag)) {
     if (typeof value !== 'number' && typeof value !== 'bigint') throw new EncodeError(`expects a number, got ${typeof value}`);
-    const unscaled = (Number(value) - tag.offset) / tag.scale;
+    const engineering = Number(value);
+    const unscaled = (engineering - tag.offset) / tag.scale;
     if (!Number.isFinite(unscaled)) throw new EncodeError(`${String(value)} is not a finite number`);
-    raw = BigInt(Math.round(unscaled));
+    const nearest = Math.round(unscaled);
+    const slack = UNSCALE_SLACK * Math.max(1, (Math.abs(engineering) + Math.abs(tag.offset)) / Math.abs(tag.scale));
+    if (Math.abs(unscaled - nearest) > slack && !tag.roundWrites) {
+      throw new EncodeError(
+        `${engineering} is no exact ${tag.datatype} register value with scale ${tag.scale} and offset ${tag.offset} ` +
+          `(the nearest, ${nearest}, reads as ${nearest * tag.scale + tag.offset}; set roundWrites to round)`,
+      );
+    }
+    raw = BigInt(nearest);
   } else if (typeof value === 'bigint') {
     raw = value;
   } else if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw new EncodeError(`${value} is not a finite number`);
     if (!Number.isInteger(value)) throw new EncodeError(`${value} is not an integer`);
     raw = BigInt(value);
   } else {

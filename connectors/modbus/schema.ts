@@ -51,6 +51,34 @@ export function widthOf(tag: { table: ModbusTable; datatype: ModbusDatatype; len
 
 const isBitTable = (table: ModbusTable): boolean => table === 'coil' || table === 'discrete';
 
+type OverlapTag = { table: ModbusTable; address: number; datatype: ModbusDatatype; length?: number };
+
+/**
+ * Pairs of tags (indexes, lower first) whose registers or bits overlap in one table, e.g. a float32 at 0 and an
+ * int16 at 1. `bit` tags select one bit of a register and are meant to share it, so they never count.
+ */
+export function overlappingTags(tags: readonly OverlapTag[]): [number, number][] {
+  const order = tags
+    .map((tag, index) => ({ tag, index }))
+    .filter((e) => e.tag.datatype !== 'bit')
+    .sort((a, b) => a.tag.table.localeCompare(b.tag.table) || a.tag.address - b.tag.address);
+  const pairs: [number, number][] = [];
+  for (let i = 0; i < order.length; i++) {
+    const a = order[i].tag;
+    const end = a.address + widthOf(a);
+    for (let j = i + 1; j < order.length && order[j].tag.table === a.table && order[j].tag.address < end; j++) {
+      pairs.push([Math.min(order[i].index, order[j].index), Math.max(order[i].index, order[j].index)]);
+    }
+  }
+  return pairs;
+}
+
+/** `holding 0..1` or `coil 5`: where a tag sits, in the config's own addresses. */
+export function describeSpan(tag: OverlapTag): string {
+  const width = widthOf(tag);
+  return `${tag.table} ${tag.address}${width > 1 ? `..${tag.address + width - 1}` : ''}`;
+}
+
 const tagSchema = z
   .strictObject({
     /** The Sparkplug metric name; `/` builds folders in host applications. */
@@ -70,6 +98,11 @@ const tagSchema = z
     /** Report by exception: a numeric change smaller than this is not published. */
     deadband: z.number().nonnegative().optional(),
     writable: z.boolean().default(false),
+    /**
+     * Writes to a scaled integer tag: a value between two register values is refused (false), or the nearest
+     * register value is written (true).
+     */
+    roundWrites: z.boolean().default(false),
     description: z.string().optional(),
   })
   .superRefine((tag, ctx) => {
@@ -85,6 +118,9 @@ const tagSchema = z
     const numeric = !['bool', 'bit', 'string'].includes(tag.datatype);
     if (!numeric && (tag.scale !== 1 || tag.offset !== 0)) issue('scale', `scale and offset apply to numbers, not ${tag.datatype}`);
     if (!numeric && tag.deadband !== undefined) issue('deadband', `a deadband applies to numbers, not ${tag.datatype}`);
+    if (tag.roundWrites && (!tag.writable || !tag.datatype.includes('int') || (tag.scale === 1 && tag.offset === 0))) {
+      issue('roundWrites', 'applies to writable integer tags with a scale or offset only');
+    }
     if (tag.writable && (tag.table === 'discrete' || tag.table === 'input')) {
       issue('writable', `${tag.table} ${tag.table === 'input' ? 'registers' : 'inputs'} are read-only in Modbus`);
     }
@@ -153,6 +189,18 @@ export const modbusConnectorSchema = z
         ctx.addIssue({ code: 'custom', path: ['tags', i, 'length'], message: `longer than maxRegistersPerRead (${limit})` });
       }
     });
+    // Two tags over the same registers read them two ways; with a writable one, a write changes the other.
+    for (const [i, j] of overlappingTags(c.tags)) {
+      const [a, b] = [c.tags[i], c.tags[j]];
+      if (!a.writable && !b.writable) continue; // read-only overlaps are allowed, and logged at start
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tags', b.writable ? j : i, 'address'],
+        message:
+          `"${b.name}" (${describeSpan(b)}) overlaps "${a.name}" (${describeSpan(a)}); ` +
+          'a writable tag must not share registers or bits with another tag',
+      });
+    }
     if (c.transport === 'rtu' && (c.unitId < 1 || c.unitId > 247)) {
       ctx.addIssue({ code: 'custom', path: ['unitId'], message: 'RTU unit ids are 1..247' });
     }

@@ -14,7 +14,8 @@
  * tags run.
  */
 import type { ClientMonitoredItemBase, ClientSubscription, DataValue, NodeId } from 'node-opcua-client';
-import type { Connector, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
+import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
+import { ValueRefusedError } from '../contract.js';
 import { ConnectorError, asError } from '../../src/util/errors.js';
 import type { Logger } from '../../src/util/logger.js';
 import { openSession, UntrustedServerError, withDeadline, type OpenedSession } from './open-session.js';
@@ -24,6 +25,7 @@ import {
   builtInTypeName,
   isArrayDatatype,
   isCompatibleDatatype,
+  sameValue,
   sparkplugDatatypeFor,
   tagValueToVariant,
   variantToTagValue,
@@ -189,7 +191,7 @@ export class OpcuaConnector implements Connector {
     }
   }
 
-  async write(tag: string, value: TagValue): Promise<void> {
+  async write(tag: string, value: TagValue): Promise<ReadBack | undefined> {
     const entry = this.definitions.get(tag);
     const refuse = (reason: string, retryable = false, cause?: unknown): ConnectorError =>
       new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write to ${tag} refused: ${reason}`, { retryable, cause });
@@ -207,7 +209,7 @@ export class OpcuaConnector implements Connector {
     try {
       variant = tagValueToVariant(value, resolved.builtIn, resolved.isArray);
     } catch (err) {
-      if (err instanceof WriteTypeError) throw refuse(`wrong type: ${err.message}`, false, err);
+      if (err instanceof WriteTypeError) throw new ValueRefusedError(this.id, tag, err.message);
       throw err;
     }
     let status;
@@ -231,6 +233,26 @@ export class OpcuaConnector implements Connector {
       throw refuse(`the server answered ${status.name} (${status.description})`, retryable);
     }
     this.log.debug({ tag, nodeId: resolved.nodeId.toString() }, 'opcua write done');
+    return this.readBack(opened, resolved, value);
+  }
+
+  /** The written node's Value read back, compared with what was written (at the node's precision). */
+  private async readBack(opened: OpenedSession, resolved: ResolvedTag, written: TagValue): Promise<ReadBack | undefined> {
+    const name = resolved.config.name;
+    try {
+      const dataValue = await withDeadline(
+        opened.session.read({ nodeId: resolved.nodeId, attributeId: opened.lib.ua.AttributeIds.Value }),
+        this.config.requestTimeoutMs,
+        () => new Error(`no answer within ${this.config.requestTimeoutMs} ms`),
+      );
+      if (!dataValue.statusCode.isGood()) throw new Error(`the server answered ${dataValue.statusCode.name}`);
+      const value = variantToTagValue(dataValue.value, resolved.definition.datatype);
+      if (value === undefined) throw new Error('the server returned no value');
+      return { value, timestamp: Date.now(), matches: sameValue(written, value, resolved.builtIn) };
+    } catch (err) {
+      this.log.warn({ tag: name, err: asError(err).message }, 'written tag could not be read back');
+      return undefined;
+    }
   }
 
   async stop(): Promise<void> {

@@ -218,6 +218,8 @@ const intRanges: Partial<Record<number, readonly [bigint, bigint]>> = {
   [BuiltInType.UInt64]: [0n, 2n ** 64n - 1n],
 };
 
+const FLOAT32_MAX = 3.4028234663852886e38;
+
 /**
  * Builds the Variant to write `value` to a node of built-in type `builtIn` (scalar or one-dimensional array),
  * so the write always uses the node's own type. Throws WriteTypeError when the value does not fit: a
@@ -255,6 +257,10 @@ function scalarForWrite(value: unknown, builtIn: number, where: string): unknown
       return typeof value === 'boolean' ? value : fail();
     case BuiltInType.Float:
     case BuiltInType.Double:
+      // NaN and infinities are Float values; a finite number beyond float32 would arrive as infinity.
+      if (builtIn === BuiltInType.Float && typeof value === 'number' && Number.isFinite(value) && Math.abs(value) > FLOAT32_MAX) {
+        throw new WriteTypeError(`${value} is out of range for Float${where ? ` at ${where}` : ''}`);
+      }
       if (typeof value === 'number') return value;
       // A whole bigint that a double holds exactly is a number in all but name (Sparkplug decoders vary).
       if (typeof value === 'bigint' && BigInt(Number(value)) === value) return Number(value);
@@ -295,10 +301,29 @@ function typedArrayFor(builtIn: number, items: unknown[]): unknown {
   }
 }
 
+/**
+ * Whether a value read back from a node of built-in type `builtIn` is the one written: a Float node keeps
+ * float32 precision, so 0.1 written reads back as 0.10000000149 and still matches.
+ */
+export function sameValue(written: TagValue, readBack: TagValue, builtIn: number): boolean {
+  if (Array.isArray(written) && Array.isArray(readBack)) {
+    return written.length === readBack.length && written.every((w, i) => sameValue(w, readBack[i], builtIn));
+  }
+  if (Buffer.isBuffer(written) && Buffer.isBuffer(readBack)) return written.equals(readBack);
+  if (typeof written === 'number' && typeof readBack === 'number') {
+    const f = builtIn === BuiltInType.Float ? Math.fround : (n: number): number => n;
+    return Object.is(f(written), f(readBack)) || f(written) === f(readBack);
+  }
+  // 64-bit nodes: a number may have been written, a bigint comes back.
+  const integer = (v: TagValue): v is number | bigint => typeof v === 'bigint' || Number.isInteger(v);
+  if (integer(written) && integer(readBack)) return BigInt(written) === BigInt(readBack);
+  return written === readBack;
+}
+
 function describe(value: unknown): string {
   if (Buffer.isBuffer(value)) return 'bytes';
   if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'number' && !Number.isInteger(value)) return `the fraction ${value}`;
+  if (typeof value === 'number' && Number.isFinite(value) && !Number.isInteger(value)) return `the fraction ${value}`;
   if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
   return `${typeof value} ${String(value)}`;
 }

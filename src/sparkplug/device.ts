@@ -4,7 +4,7 @@
  * as good), publishes DDEATH when the device is lost, and restarts it after a decorrelated-jitter backoff.
  * Connectors never retry: backoff lives here, so all connectors behave the same (ARCHITECTURE §3).
  */
-import type { Connector, TagDatatype, TagDefinition, TagSample, TagValue } from '../../connectors/contract.js';
+import type { Connector, ReadBack, TagDatatype, TagDefinition, TagSample, TagValue } from '../../connectors/contract.js';
 import { Backoff } from '../util/backoff.js';
 import { asError } from '../util/errors.js';
 import type { ConnectorError } from '../util/errors.js';
@@ -192,9 +192,20 @@ export class Device {
     return metrics;
   }
 
-  /** Writes a tag through the connector (DCMD); rejects with the connector's error. */
-  write(name: string, value: TagValue): Promise<void> {
-    return this.connector.write(name, value);
+  /**
+   * Writes a tag through the connector (DCMD) and publishes the value read back from the device, not the one
+   * commanded, past the deadband (a host waits for this confirmation); rejects with the connector's error.
+   */
+  async write(name: string, value: TagValue): Promise<ReadBack | undefined> {
+    const readBack = await this.connector.write(name, value);
+    if (readBack === undefined || this.state !== 'online' || !this.answered) return readBack;
+    const def = this.definitions.get(name);
+    const change = def && this.change({ name, value: readBack.value, timestamp: readBack.timestamp, good: true }, def, undefined);
+    if (change && this.host.born) {
+      this.counters.changes++;
+      this.host.publishDeviceData(this, [change]);
+    }
+    return readBack;
   }
 
   /** The declared datatype of a metric, by name or alias. */
@@ -279,31 +290,36 @@ export class Device {
     for (const s of samples) {
       const def = this.definitions.get(s.name);
       if (!def) continue; // a connector bug; never publish a metric the birth did not declare
-      this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
-      if (this.bornTs === undefined) continue;
-      const pub = this.published.get(s.name);
-      const alias = this.aliases.get(s.name);
-      if (!s.good) {
-        if (pub && !pub.good && pub.value === null) continue;
-        changes.push({ alias, valueType: def.datatype, timestamp: s.timestamp, value: null, quality: Quality.Bad });
-        this.published.set(s.name, { value: null, good: false });
-        continue;
-      }
-      if (pub && pub.good && !hasChanged(pub.value, s.value, def.deadband)) continue;
-      changes.push({
-        alias,
-        valueType: def.datatype,
-        timestamp: s.timestamp,
-        value: s.value,
-        // Say GOOD explicitly when leaving BAD/STALE: host applications keep the last quality they saw.
-        quality: pub && !pub.good ? Quality.Good : undefined,
-      });
-      this.published.set(s.name, { value: s.value, good: true });
+      const change = this.change(s, def, def.deadband);
+      if (change) changes.push(change);
     }
     if (changes.length > 0 && this.host.born) {
       this.counters.changes += changes.length;
       this.host.publishDeviceData(this, changes);
     }
+  }
+
+  /** Records a sample; the DDATA metric to publish when it changes what hosts were told (report by exception). */
+  private change(s: TagSample, def: TagDefinition, deadband: number | undefined): MetricOut | undefined {
+    this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
+    if (this.bornTs === undefined) return undefined;
+    const pub = this.published.get(s.name);
+    const alias = this.aliases.get(s.name);
+    if (!s.good) {
+      if (pub && !pub.good && pub.value === null) return undefined;
+      this.published.set(s.name, { value: null, good: false });
+      return { alias, valueType: def.datatype, timestamp: s.timestamp, value: null, quality: Quality.Bad };
+    }
+    if (pub && pub.good && !hasChanged(pub.value, s.value, deadband)) return undefined;
+    this.published.set(s.name, { value: s.value, good: true });
+    return {
+      alias,
+      valueType: def.datatype,
+      timestamp: s.timestamp,
+      value: s.value,
+      // Say GOOD explicitly when leaving BAD/STALE: host applications keep the last quality they saw.
+      quality: pub && !pub.good ? Quality.Good : undefined,
+    };
   }
 
   private onLost(err: ConnectorError): void {

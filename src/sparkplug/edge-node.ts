@@ -18,11 +18,13 @@
  * without one, the local session.
  */
 import type { Connector, TagDatatype, TagValue } from '../../connectors/contract.js';
+import { ValueRefusedError } from '../../connectors/contract.js';
 import type { Broker } from '../broker/broker.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { createMessage } from '../protocol/message.js';
 import { asError, EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
+import { commandValueProblem } from './command-value.js';
 import { Device } from './device.js';
 import type { DeviceHost } from './device.js';
 import { NodeState } from './node-state.js';
@@ -533,18 +535,24 @@ export class EdgeNode implements DeviceHost {
         this.refuse(who, msg.topic, name, 'read-only metric');
         continue;
       }
-      const problem = typeProblem(def.datatype, metric);
+      const problem = commandValueProblem(def.datatype, metric);
       if (problem) {
-        this.refuse(who, msg.topic, name, problem);
+        this.refuse(who, msg.topic, name, problem, metric.value);
         continue;
       }
       const value = metric.value as TagValue;
       device.write(name, value).then(
-        () => {
+        (readBack) => {
           this.counters.writesOk++;
-          this.audit.info({ ...who, device: device.id, metric: name, value: String(value) }, 'DCMD write done');
+          const line = { ...who, device: device.id, metric: name, value: String(value), readBack: readBack && String(readBack.value) };
+          if (readBack && !readBack.matches) this.audit.warn(line, 'DCMD write accepted, but the device reads back another value');
+          else this.audit.info(line, 'DCMD write done');
         },
         (err: unknown) => {
+          if (err instanceof ValueRefusedError) {
+            this.refuse(who, msg.topic, name, err.why, value);
+            return;
+          }
           this.counters.writesFailed++;
           this.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
         },
@@ -552,9 +560,9 @@ export class EdgeNode implements DeviceHost {
     }
   }
 
-  private refuse(who: Sender, topic: string, metric: string | undefined, why: string): void {
+  private refuse(who: Sender, topic: string, metric: string | undefined, why: string, value?: TagValue | null): void {
     this.counters.commandsRefused++;
-    this.audit.warn({ ...who, topic, metric, why }, 'command refused');
+    this.audit.warn({ ...who, topic, metric, value: value == null ? undefined : String(value), why }, 'command refused');
   }
 
   // -----------------------------------------------------------------------------------------------------------
@@ -812,42 +820,4 @@ export class EdgeNode implements DeviceHost {
       };
     });
   }
-}
-
-/** Why a command value does not fit the metric's declared datatype, or undefined if it does. */
-export function typeProblem(datatype: TagDatatype, metric: MetricIn): string | undefined {
-  if (metric.datatype !== undefined && metric.datatype !== datatype) {
-    return `wrong type: the metric is ${datatype}, the command says ${metric.datatype}`;
-  }
-  const v = metric.value;
-  if (v === null) return 'no value';
-  const ok = (() => {
-    switch (datatype) {
-      case 'Boolean':
-        return typeof v === 'boolean';
-      case 'Int8':
-      case 'Int16':
-      case 'Int32':
-      case 'UInt8':
-      case 'UInt16':
-      case 'UInt32':
-        return typeof v === 'number' && Number.isInteger(v);
-      case 'Int64':
-      case 'UInt64':
-        return typeof v === 'bigint';
-      case 'Float':
-      case 'Double':
-        return typeof v === 'number';
-      case 'String':
-      case 'Text':
-        return typeof v === 'string';
-      case 'DateTime':
-        return typeof v === 'number';
-      case 'Bytes':
-        return Buffer.isBuffer(v);
-      default:
-        return Array.isArray(v);
-    }
-  })();
-  return ok ? undefined : `wrong type: ${datatype} expected`;
 }

@@ -280,17 +280,25 @@ function decodeMetric(m: ProtoMetric, lookup: DatatypeLookup | undefined): Metri
   };
 }
 
+/**
+ * The value of a metric, never narrowed: an integer that does not fit its declared type stays out of range, so
+ * a command check refuses it instead of writing its truncated bits. Hosts differ in where they put integers:
+ * Int8..Int32 travel as 32-bit two's complement in `int_value` (sign-extended: Tahu Java and JS), UInt32 in
+ * `int_value` (Sparkplug 3.0) or `long_value` (Tahu), 64-bit integers and DateTime in `long_value`.
+ */
 function readValue(m: ProtoMetric, type: MetricDatatype | undefined): TagValue | null {
   const has = (k: string): boolean => Object.prototype.hasOwnProperty.call(m, k);
   if (has('intValue')) {
     const raw = (m.intValue as number) >>> 0;
     switch (type) {
       case 'Int8':
-        return (raw << 24) >> 24;
       case 'Int16':
-        return (raw << 16) >> 16;
       case 'Int32':
         return raw | 0;
+      case 'Int64':
+        return BigInt(raw | 0);
+      case 'UInt64':
+        return BigInt(raw);
       case 'Boolean':
         return raw !== 0;
       default:
@@ -299,9 +307,26 @@ function readValue(m: ProtoMetric, type: MetricDatatype | undefined): TagValue |
   }
   if (has('longValue')) {
     const raw = fromLong(m.longValue);
-    if (type === 'DateTime') return Number(BigInt.asIntN(64, raw));
-    if (type === 'Int64') return BigInt.asIntN(64, raw);
-    return raw;
+    switch (type) {
+      case 'UInt64':
+        return raw;
+      case 'Int64':
+        return BigInt.asIntN(64, raw);
+      case 'DateTime':
+        return Number(BigInt.asIntN(64, raw));
+      case 'Int8':
+      case 'Int16':
+      case 'Int32':
+        return asNumberIfSafe(BigInt.asIntN(64, raw));
+      case 'UInt8':
+      case 'UInt16':
+      case 'UInt32':
+        return asNumberIfSafe(raw);
+      case 'Boolean':
+        return raw !== 0n;
+      default:
+        return raw;
+    }
   }
   if (has('floatValue')) return m.floatValue as number;
   if (has('doubleValue')) return m.doubleValue as number;
@@ -312,6 +337,11 @@ function readValue(m: ProtoMetric, type: MetricDatatype | undefined): TagValue |
     return type !== undefined && type.endsWith('Array') ? decodeArray(type, bytes) : bytes;
   }
   return null;
+}
+
+/** A number when exact (what 8-32 bit values are), else the bigint, so an out-of-range value is reported as sent. */
+function asNumberIfSafe(n: bigint): number | bigint {
+  return n >= BigInt(Number.MIN_SAFE_INTEGER) && n <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(n) : n;
 }
 
 function decodeArray(type: MetricDatatype, bytes: Buffer): TagValue {

@@ -40,6 +40,8 @@ export interface ModbusSim {
   resetRequests(): Promise<void>;
   /** Addresses that answer with exception 2 (illegal data address) whenever a request touches them. */
   bad(unit: number, table: SimTable, addresses: readonly number[]): Promise<void>;
+  /** Writes to this address store at most `max` (a PLC program limiting a setpoint); the write succeeds. */
+  clamp(unit: number, table: SimTable, address: number, max: number): Promise<void>;
   mute(unit: number): Promise<void>;
   unmute(unit: number): Promise<void>;
   /** Kills the server process (a device that disappears entirely). */
@@ -133,6 +135,9 @@ export async function startModbusSim(options: { units?: readonly number[]; rtu?:
     },
     bad: async (unit, table, addresses) => {
       await command({ cmd: 'bad', unit, table, addresses });
+    },
+    clamp: async (unit, table, address, max) => {
+      await command({ cmd: 'clamp', unit, table, address, max });
     },
     mute: async (unit) => {
       await command({ cmd: 'mute', unit });

@@ -3,6 +3,9 @@
  * a socat pseudo-terminal pair. Each test reads known register images, counts the requests the server saw,
  * and checks what the connector reported.
  */
+import { spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { TagSample, TagSink } from '../../connectors/contract.js';
 import { ConnectorError } from '../../src/util/errors.js';
@@ -17,6 +20,9 @@ import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
+
+/** The built CLI, as the `edgeferry` bin runs it (`npm run build` first). */
+const CLI = join(import.meta.dirname, '../../dist/src/cli.js');
 
 interface Recorder {
   readonly batches: TagSample[][];
@@ -184,7 +190,7 @@ describe('Modbus TCP against pymodbus', () => {
     expect((await reads(sim)).slice(-1).map((r) => [r.address, r.count])).toEqual([[0, 8]]);
   });
 
-  it('writes with FC 5, 6, 15 and 16, in the tag encoding, range-checked; the next poll shows the value', async () => {
+  it('writes with FC 5, 6, 15 and 16, in the tag encoding, range-checked, and reads each written tag back', async () => {
     const sim = d.add(await startModbusSim());
     const rec = recorder();
     const tags = [
@@ -197,27 +203,34 @@ describe('Modbus TCP against pymodbus', () => {
     const c = connector(sim, { tags, pollIntervalMs: 60_000 });
     await c.start(sinkFor(rec));
     await sim.resetRequests();
-    await c.write('valve', true);
-    await c.write('speed', -300);
-    await c.write('setpoint', 12.5);
-    await c.write('total', 2n ** 40n + 5n);
-    const writes = (await sim.requests()).filter((r) => r.op === 'write');
-    expect(writes.map((r) => [r.table, r.address, r.count])).toEqual([
-      ['co', 3, 1], ['hr', 10, 1], ['hr', 12, 2], ['hr', 20, 4],
+    // Each write is followed by a read of the same address: the value the device holds now.
+    expect(await c.write('valve', true)).toMatchObject({ value: true, matches: true });
+    expect(await c.write('speed', -300)).toMatchObject({ value: -300, matches: true });
+    expect(await c.write('setpoint', 12.5)).toMatchObject({ value: 12.5, matches: true });
+    expect(await c.write('total', 2n ** 40n + 5n)).toMatchObject({ value: 2n ** 40n + 5n, matches: true });
+    const requests = await sim.requests();
+    expect(requests.map((r) => [r.op, r.table, r.address, r.count])).toEqual([
+      ['write', 'co', 3, 1], ['read', 'co', 3, 1],
+      ['write', 'hr', 10, 1], ['read', 'hr', 10, 1],
+      ['write', 'hr', 12, 2], ['read', 'hr', 12, 2],
+      ['write', 'hr', 20, 4], ['read', 'hr', 20, 4],
     ]);
     expect(await sim.get(1, 'co', 3, 1)).toEqual([1]);
     expect(await sim.get(1, 'hr', 10, 1)).toEqual([0x10000 - 300]);
     expect(await sim.get(1, 'hr', 12, 2)).toEqual([0x0000, 0x4148]);
     expect(await sim.get(1, 'hr', 20, 4)).toEqual([0, 0x0100, 0, 5]);
-    // The write triggers a poll at once: the new values come back as samples.
-    await waitFor(() => rec.latest('setpoint')?.value === 12.5 && rec.latest('valve')?.value === true, 3000);
-    expect(rec.latest('total')?.value).toBe(2n ** 40n + 5n);
 
-    const refusal = (p: Promise<void>) => p.then(() => 'accepted', (e: unknown) => (e instanceof ConnectorError ? `${e.code}: ${e.message}` : String(e)));
-    expect(await refusal(c.write('speed', 40_000))).toMatch(/^EF_CONNECTOR_WRITE: write speed: 40000 is outside int16/);
+    const refusal = (p: Promise<unknown>) => p.then(() => 'accepted', (e: unknown) => (e instanceof ConnectorError ? `${e.code}: ${e.message}` : String(e)));
+    await sim.resetRequests();
+    expect(await refusal(c.write('speed', 40_000))).toBe('EF_CONNECTOR_WRITE: write speed refused: 40000 is outside int16 (-32768..32767)');
+    expect(await refusal(c.write('speed', 70_000))).toBe('EF_CONNECTOR_WRITE: write speed refused: 70000 is outside int16 (-32768..32767)');
+    expect(await refusal(c.write('speed', Number.NaN))).toBe('EF_CONNECTOR_WRITE: write speed refused: NaN is not a finite number');
     expect(await refusal(c.write('ro', 1))).toMatch(/read-only/);
     expect(await refusal(c.write('nope', 1))).toMatch(/no such tag/);
     expect(await refusal(c.write('valve', 1))).toMatch(/expects a boolean/);
+    // Refused before the wire: the device saw no request.
+    expect(await sim.requests()).toEqual([]);
+    expect(await sim.get(1, 'hr', 10, 1)).toEqual([0x10000 - 300]);
 
     // FC 15/16 for devices without the single-write functions.
     const multi = connector(sim, { id: 'multi', tags, pollIntervalMs: 60_000, writeMultiple: true });
@@ -290,5 +303,45 @@ describe.skipIf(!hasSocat())('Modbus RTU over a socat pty pair against pymodbus'
     // About one cycle per 100 ms: the dead unit does not hold the bus once it is stopped (backoff).
     expect(Date.now() - t0).toBeLessThan(2500);
     expect(rec1.lost).toEqual([]);
+  });
+});
+
+describe('overlapping Modbus tags', () => {
+  it('--check-config refuses a writable tag that shares registers with another, naming both and where', () => {
+    const dir = d.tempDir('edgeferry-overlap-');
+    const file = join(dir, 'edgeferry.yaml');
+    writeFileSync(
+      file,
+      [
+        'storage: { path: data }',
+        'connectors:',
+        '  - { id: press-1, type: modbus, transport: tcp, host: 127.0.0.1, addressBase: 0, tags: [',
+        '      { name: temperature, table: holding, address: 0, datatype: float32 },',
+        '      { name: mode, table: holding, address: 1, datatype: int16, writable: true } ] }',
+        '',
+      ].join('\n'),
+    );
+    const r = spawnSync(process.execPath, [CLI, '--check-config', '-c', file], { encoding: 'utf8' });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(
+      'connectors.0.tags.1.address: "mode" (holding 1) overlaps "temperature" (holding 0..1); a writable tag must not share registers or bits with another tag',
+    );
+  });
+
+  it('reads overlapping read-only tags each its own way, with a warning naming both', async () => {
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 0, [0x4148, 0x0000]); // 12.5 as float32; the low word alone is 0
+    const logs: LogLines = [];
+    const tags = [
+      { name: 'temperature', table: 'holding', address: 0, datatype: 'float32' },
+      { name: 'low-word', table: 'holding', address: 1, datatype: 'uint16' },
+    ];
+    const c = connector(sim, { tags }, logs);
+    expect(logs.filter((l) => l.level === 'warn').map((l) => [l.msg, l.fields.tags, l.fields.at])).toEqual([
+      ['tags overlap: both read the shared registers, each its own way', ['temperature', 'low-word'], ['holding 0..1', 'holding 1']],
+    ]);
+    const rec = recorder();
+    await c.start(sinkFor(rec));
+    expect([rec.latest('temperature')?.value, rec.latest('low-word')?.value]).toEqual([12.5, 0]);
   });
 });

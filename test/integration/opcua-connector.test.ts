@@ -239,7 +239,7 @@ describe('OPC UA connector against a node-opcua server', () => {
     expect(sink.samples.some((s) => ['text', 'mismatch', 'ghost', 'lost-path'].includes(s.name))).toBe(false);
   });
 
-  it('writes with the node\'s own data type; the server has the value and the next sample shows it', async () => {
+  it('writes with the node\'s own data type, reads each written node back; the server has the value and the next sample shows it', async () => {
     const c = connector({
       subscription: { publishingIntervalMs: 100 },
       tags: [
@@ -253,11 +253,12 @@ describe('OPC UA connector against a node-opcua server', () => {
     const sink = new RecordingSink();
     await c.start(sink);
     await waitFor(() => sink.latest('setpoint') && sink.latest('total'), 15_000);
-    await c.write('setpoint', 12.25);
-    await c.write('mode', 3);
-    await c.write('total', 2n ** 53n + 1n); // beyond a double's integers
-    await c.write('label', 'running');
-    await c.write('enabled', true);
+    // Each write resolves with the node's Value read back from the server.
+    expect(await c.write('setpoint', 12.25)).toMatchObject({ value: 12.25, matches: true });
+    expect(await c.write('mode', 3)).toMatchObject({ value: 3, matches: true });
+    expect(await c.write('total', 2n ** 53n + 1n)).toMatchObject({ value: 2n ** 53n + 1n, matches: true }); // beyond a double's integers
+    expect(await c.write('label', 'running')).toMatchObject({ value: 'running', matches: true });
+    expect(await c.write('enabled', true)).toMatchObject({ value: true, matches: true });
     await waitFor(
       () =>
         sink.latest('setpoint')?.value === 12.25 &&
@@ -287,6 +288,7 @@ describe('OPC UA connector against a node-opcua server', () => {
     const sink = new RecordingSink();
     await expect(c.write('setpoint', 1)).rejects.toThrow(/not connected/);
     await c.start(sink);
+    const modeWrites = server.events.filter((e) => e.event === 'write' && e.name === 'Mode').length;
     const refusal = async (tag: string, value: Parameters<typeof c.write>[1], pattern: RegExp) => {
       const err = await c.write(tag, value).then(
         () => undefined,
@@ -300,11 +302,15 @@ describe('OPC UA connector against a node-opcua server', () => {
     await refusal('readonly-tag', 'x', /not writable/);
     await refusal('locked', 1, /read-only on the server/);
     await refusal('nope', 1, /no such tag/);
-    await refusal('setpoint', 'twelve', /wrong type: the node is Double; got the string "twelve"/);
-    await refusal('mode', 1.5, /wrong type: .*fraction 1.5/);
-    await refusal('mode', 70_000, /out of range for Int16/);
+    await refusal('setpoint', 'twelve', /write setpoint refused: the node is Double; got the string "twelve"/);
+    await refusal('mode', 1.5, /refused: the node is Int16; got the fraction 1.5/);
+    await refusal('mode', 70_000, /^write mode refused: 70000 is out of range for Int16 \(-32768..32767\)$/);
+    await refusal('mode', -32_769, /-32769 is out of range for Int16/);
+    await refusal('mode', Number.NaN, /the node is Int16; got number NaN/);
     await refusal('mode', [1, 2], /scalar Int16; got an array/);
     expect(c.problems).toEqual([]); // a read-only node declared writable is a warning, not a tag error
+    // Refused before the wire: the server saw no write of Mode.
+    expect(server.events.filter((e) => e.event === 'write' && e.name === 'Mode').length).toBe(modeWrites);
   });
 
   it('stop() during start() abandons the start and leaves nothing running', async () => {

@@ -4,6 +4,8 @@
  * bridge. Run `npm run build` first.
  */
 import { describe, expect, it } from 'vitest';
+import Long from 'long';
+import { get as getSparkplug } from 'sparkplug-payload';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startGateway } from '../helpers/gateway.js';
@@ -12,7 +14,7 @@ import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { startSparkplugHost } from '../helpers/sparkplug-host.js';
 import type { HostMessage, SparkplugHost } from '../helpers/sparkplug-host.js';
-import { delay } from '../helpers/wait.js';
+import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
@@ -249,6 +251,136 @@ describe('Sparkplug edge node over the bridge uplink', () => {
     await host.write(NODE, 'press-1', [{ name: 'setpoint', datatype: 'Int16', value: 77 }]);
     await host.waitFor((h) => h.value(NODE, 'press-1', 'setpoint') === 77, 10_000, 'DCMD result in DDATA');
     expect(await sim.get(1, 'hr', 4, 1)).toEqual([77]);
+    expect(host.violations).toEqual([]);
+  });
+});
+
+describe('DCMD writes through the gateway never write a wrong value', () => {
+  const typed = (sim: ModbusSim) => [
+    {
+      id: 'press-1',
+      type: 'modbus',
+      transport: 'tcp',
+      host: '127.0.0.1',
+      port: sim.port,
+      unitId: 1,
+      addressBase: 0,
+      pollIntervalMs: 100,
+      timeoutMs: 1500,
+      retries: 0,
+      tags: [
+        { name: 'i16', table: 'holding', address: 0, datatype: 'int16', writable: true },
+        { name: 'u16', table: 'holding', address: 1, datatype: 'uint16', writable: true },
+        { name: 'i32', table: 'holding', address: 2, datatype: 'int32', writable: true },
+        { name: 'u32', table: 'holding', address: 4, datatype: 'uint32', writable: true },
+        { name: 'i64', table: 'holding', address: 6, datatype: 'int64', writable: true },
+        { name: 'u64', table: 'holding', address: 10, datatype: 'uint64', writable: true },
+        { name: 'f32', table: 'holding', address: 14, datatype: 'float32', writable: true },
+        { name: 'f64', table: 'holding', address: 16, datatype: 'float64', writable: true },
+        { name: 'label', table: 'holding', address: 20, datatype: 'string', length: 4, writable: true },
+        { name: 'speed', table: 'holding', address: 30, datatype: 'int16', scale: 0.1, writable: true },
+        { name: 'limit', table: 'holding', address: 31, datatype: 'uint16', writable: true },
+        { name: 'valve', table: 'coil', address: 0, datatype: 'bool', writable: true },
+      ],
+    },
+  ];
+
+  /** A DCMD as a host on the Tahu JS library (`sparkplug-payload`) builds it: datatype in every metric. */
+  const tahuDcmd = async (host: SparkplugHost, metrics: { name: string; type: string; value: unknown }[]): Promise<void> => {
+    const tahu = getSparkplug('spBv1.0');
+    if (!tahu) throw new Error('sparkplug-payload has no spBv1.0');
+    await host.client.publishAsync(`spBv1.0/${GROUP}/DCMD/${NODE}/press-1`, Buffer.from(tahu.encodePayload({ timestamp: Date.now(), metrics: metrics as never })));
+  };
+
+  const auditLines = (gw: { output(): string }, msg: string) =>
+    gw
+      .output()
+      .split('\n')
+      .filter((l) => l.includes(`"${msg}"`))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+  it('writes every datatype a sparkplug-payload host sends, and confirms each with the value read back from the PLC', async () => {
+    const sim = d.add(await startModbusSim());
+    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await tahuDcmd(host, [
+      { name: 'i16', type: 'Int16', value: -32_768 },
+      { name: 'u16', type: 'UInt16', value: 65_535 },
+      { name: 'i32', type: 'Int32', value: -2_000_000_000 },
+      // The library puts UInt32 into long_value (Sparkplug 3.0: int_value); both are accepted.
+      { name: 'u32', type: 'UInt32', value: 4_000_000_000 },
+      { name: 'i64', type: 'Int64', value: Long.fromString('-9000000000000000000') },
+      { name: 'u64', type: 'UInt64', value: Long.fromString('18000000000000000000', true) },
+      { name: 'f32', type: 'Float', value: 1.5 },
+      { name: 'f64', type: 'Double', value: Math.PI },
+      { name: 'label', type: 'String', value: 'OK-7' },
+      { name: 'speed', type: 'Double', value: 21.5 },
+      { name: 'valve', type: 'Boolean', value: true },
+    ]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'valve') === true && h.value(NODE, 'press-1', 'label') === 'OK-7', 10_000, 'confirmations');
+    // Big-endian register images (ABCD), as the PLC holds them.
+    expect(await sim.get(1, 'hr', 0, 20)).toEqual([
+      0x8000, 0xffff, 0x88ca, 0x6c00, 0xee6b, 0x2800, 0x8319, 0x93af, 0x1d7c, 0x0000, 0xf9cc, 0xd8a1, 0xc508, 0x0000,
+      0x3fc0, 0x0000, 0x4009, 0x21fb, 0x5444, 0x2d18,
+    ]);
+    expect(await sim.get(1, 'hr', 20, 4)).toEqual([0x4f4b, 0x2d37, 0, 0]);
+    expect(await sim.get(1, 'hr', 30, 1)).toEqual([215]);
+    const values = ['i16', 'u16', 'i32', 'u32', 'i64', 'u64', 'f32', 'f64', 'label', 'speed', 'valve'].map((n) => host.value(NODE, 'press-1', n));
+    expect(values).toEqual([-32_768, 65_535, -2_000_000_000, 4_000_000_000, -9_000_000_000_000_000_000n, 18_000_000_000_000_000_000n, 1.5, Math.PI, 'OK-7', 21.5, true]);
+    const done = auditLines(gw, 'DCMD write done');
+    expect(done.map((l) => l.metric).sort()).toEqual(['f32', 'f64', 'i16', 'i32', 'i64', 'label', 'speed', 'u16', 'u32', 'u64', 'valve']);
+    expect(done.every((l) => l.who === 'tahu-host' && l.value === l.readBack)).toBe(true);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('refuses a value out of range, not an exact register value after scale, or too long, with an audit line and no write', async () => {
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 0, [5]);
+    await sim.set(1, 'hr', 30, [100]);
+    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await sim.resetRequests();
+    // 70000 to an int16 once reached a PLC as 4464.
+    await tahuDcmd(host, [{ name: 'i16', type: 'Int16', value: 70_000 }]);
+    await tahuDcmd(host, [{ name: 'u16', type: 'UInt16', value: -1 }]);
+    await tahuDcmd(host, [{ name: 'speed', type: 'Double', value: 21.55 }]);
+    await tahuDcmd(host, [{ name: 'label', type: 'String', value: 'TOO-LONG!' }]);
+    await waitFor(() => auditLines(gw, 'command refused').length === 4, 10_000, { message: 'four refusals' });
+    expect(auditLines(gw, 'command refused').map((l) => [l.mod, l.who, l.metric, l.value, l.why])).toEqual([
+      ['audit', 'tahu-host', 'i16', '70000', '70000 is outside Int16 (-32768..32767)'],
+      ['audit', 'tahu-host', 'u16', '4294967295', '4294967295 is outside UInt16 (0..65535)'],
+      ['audit', 'tahu-host', 'speed', '21.55', '21.55 is no exact int16 register value with scale 0.1 and offset 0 (the nearest, 216, reads as 21.6; set roundWrites to round)'],
+      ['audit', 'tahu-host', 'label', 'TOO-LONG!', '9 characters do not fit 4 registers'],
+    ]);
+    expect((await sim.requests()).filter((r) => r.op === 'write')).toEqual([]);
+    expect(await sim.get(1, 'hr', 0, 1)).toEqual([5]);
+    expect(await sim.get(1, 'hr', 30, 1)).toEqual([100]);
+    expect(auditLines(gw, 'DCMD write done')).toEqual([]);
+  });
+
+  it('confirms a write the PLC clamped with the value it holds, and logs that it reads back differently', async () => {
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 31, [10]);
+    await sim.clamp(1, 'hr', 31, 100);
+    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    const mark = host.messages.length;
+    await tahuDcmd(host, [{ name: 'limit', type: 'UInt16', value: 250 }]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'limit') === 100, 10_000, 'read-back value');
+    // The commanded 250 never shows up: the first DDATA after the command already carries what the PLC holds.
+    const limits = host.messages
+      .slice(mark)
+      .filter((m) => m.type === 'DDATA')
+      .flatMap((m) => m.payload.metrics.filter((x) => host.nameOf(NODE, x) === 'limit').map((x) => x.value));
+    expect(limits).toEqual([100]);
+    const lines = auditLines(gw, 'DCMD write accepted, but the device reads back another value');
+    expect(lines.map((l) => [l.level, l.who, l.metric, l.value, l.readBack])).toEqual([[40, 'tahu-host', 'limit', '250', '100']]);
     expect(host.violations).toEqual([]);
   });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { planBlocks, splitBlock } from '../../connectors/modbus/blocks.js';
 import type { PlannedTag } from '../../connectors/modbus/blocks.js';
-import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
+import { modbusConnectorSchema, overlappingTags } from '../../connectors/modbus/schema.js';
 import type { ModbusTable } from '../../connectors/modbus/schema.js';
 
 const LIMITS = { maxRegisters: 125, maxBits: 2000, maxGapRegisters: 4, maxGapBits: 16 };
@@ -106,5 +106,37 @@ describe('Modbus connector config', () => {
     expect(problems([{ name: 'a', table: 'holding', address: 65_535, datatype: 'int32' }])[0]).toMatch(/beyond address 65535/);
     expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }], { id: 'a/b' })[0]).toMatch(/^id: /);
     expect(modbusConnectorSchema.safeParse({ ...base, addressBase: undefined, tags: [{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }] }).success).toBe(false);
+    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16', roundWrites: true, writable: true }])).toEqual([
+      'tags.0.roundWrites: applies to writable integer tags with a scale or offset only',
+    ]);
+  });
+
+  it('refuses overlapping tags when one of them is writable, naming both; read-only overlaps and bits of one register pass', () => {
+    const problems = (tags: unknown[], extra: object = {}) => {
+      const r = modbusConnectorSchema.safeParse({ ...base, ...extra, tags });
+      return r.success ? [] : r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
+    };
+    const temperature = { name: 'temperature', table: 'holding', address: 0, datatype: 'float32' };
+    const mode = { name: 'mode', table: 'holding', address: 1, datatype: 'int16' };
+    expect(problems([temperature, { ...mode, writable: true }])).toEqual([
+      'tags.1.address: "mode" (holding 1) overlaps "temperature" (holding 0..1); a writable tag must not share registers or bits with another tag',
+    ]);
+    expect(problems([{ ...temperature, writable: true }, mode])).toEqual([
+      'tags.0.address: "mode" (holding 1) overlaps "temperature" (holding 0..1); a writable tag must not share registers or bits with another tag',
+    ]);
+    // Register numbers as configured (addressBase 1), and a long string over several tags.
+    expect(
+      problems(
+        [
+          { name: 'label', table: 'holding', address: 10, datatype: 'string', length: 4, writable: true },
+          { name: 'code', table: 'holding', address: 13, datatype: 'uint32' },
+        ],
+        { addressBase: 1 },
+      ),
+    ).toEqual(['tags.0.address: "code" (holding 13..14) overlaps "label" (holding 10..13); a writable tag must not share registers or bits with another tag']);
+    expect(problems([temperature, mode])).toEqual([]);
+    expect(problems([{ ...mode, writable: true }, { ...mode, name: 'mode-coil', table: 'coil', datatype: 'bool', writable: true }])).toEqual([]);
+    expect(problems([{ ...mode, writable: true }, { name: 'ready', table: 'holding', address: 1, datatype: 'bit', bit: 3 }])).toEqual([]);
+    expect(overlappingTags(modbusConnectorSchema.parse({ ...base, tags: [temperature, mode, { ...mode, name: 'm2', address: 2 }] }).tags)).toEqual([[0, 1]]);
   });
 });

@@ -84,16 +84,54 @@ describe('Modbus register images', () => {
     expect(encodeRegisters(tag('bool'), true)).toEqual([1]);
   });
 
-  it('applies scale and offset, publishes scaled values as Double and rounds writes back to raw integers', () => {
+  it('applies scale and offset, publishes scaled values as Double and writes the exact raw integer back', () => {
     const t = tag('uint16', 'ABCD', { scale: 0.1, offset: -10 });
     expect(sparkplugDatatype(t)).toBe('Double');
     expect(decodeRegisters(t, [250], 0)).toBeCloseTo(15);
     expect(encodeRegisters(t, 15)).toEqual([250]);
-    expect(encodeRegisters(t, 15.04)).toEqual([250]);
+    // 21.5 computes as 214.99999999999997 raw counts: the exact register value 215, not a fraction of one.
+    expect(encodeRegisters(tag('int16', 'ABCD', { scale: 0.1 }), 21.5)).toEqual([215]);
+    expect(encodeRegisters(tag('int32', 'ABCD', { scale: 0.01, offset: 273.15 }), 293.15)).toEqual([0, 2000]);
     expect(() => encodeRegisters(t, -11)).toThrow(/outside uint16/);
     expect(sparkplugDatatype(tag('uint16'))).toBe('UInt16');
     expect(sparkplugDatatype(tag('float32'))).toBe('Float');
     expect(sparkplugDatatype(tag('int64'))).toBe('Int64');
+  });
+
+  it('refuses a scaled value between two register values, or rounds it with roundWrites', () => {
+    const t = tag('uint16', 'ABCD', { scale: 0.1, offset: -10 });
+    expect(() => encodeRegisters(t, 15.04)).toThrow(
+      '15.04 is no exact uint16 register value with scale 0.1 and offset -10 (the nearest, 250, reads as 15; set roundWrites to round)',
+    );
+    expect(() => encodeRegisters(tag('int16', 'ABCD', { scale: 0.5 }), 0.25)).toThrow(/no exact int16 register value/);
+    expect(encodeRegisters({ ...t, roundWrites: true }, 15.04)).toEqual([250]);
+    expect(encodeRegisters({ ...t, roundWrites: true }, 15.06)).toEqual([251]);
+    // Rounding never widens the range.
+    expect(() => encodeRegisters({ ...t, roundWrites: true }, 6543.6)).toThrow(/65536 is outside uint16/);
+    expect(() => encodeRegisters(t, Number.NaN)).toThrow(/not a finite number/);
+  });
+
+  it('range-checks every integer register type at both ends, and NaN/Infinity', () => {
+    const bounds: [ModbusDatatype, number | bigint, number | bigint][] = [
+      ['int16', -32_768, 32_767], ['uint16', 0, 65_535], ['int32', -2_147_483_648, 2_147_483_647], ['uint32', 0, 4_294_967_295],
+      ['int64', -(2n ** 63n), 2n ** 63n - 1n], ['uint64', 0n, 2n ** 64n - 1n],
+    ];
+    for (const [datatype, min, max] of bounds) {
+      const t = tag(datatype, datatype.endsWith('64') ? 'ABCDEFGH' : 'ABCD');
+      expect(decodeRegisters(t, encodeRegisters(t, min), 0)).toBe(min);
+      expect(decodeRegisters(t, encodeRegisters(t, max), 0)).toBe(max);
+      const below = typeof min === 'bigint' ? min - 1n : min - 1;
+      const above = typeof max === 'bigint' ? max + 1n : max + 1;
+      expect(() => encodeRegisters(t, below), `${datatype} ${below}`).toThrow(new RegExp(`outside ${datatype}`));
+      expect(() => encodeRegisters(t, above), `${datatype} ${above}`).toThrow(new RegExp(`outside ${datatype}`));
+      expect(() => encodeRegisters(t, Number.NaN)).toThrow(/not a finite number/);
+      expect(() => encodeRegisters(t, -Infinity)).toThrow(/not a finite number/);
+    }
+    // The case that reached a PLC as 4464: 70000 for an int16 register.
+    expect(() => encodeRegisters(tag('int16'), 70_000)).toThrow('70000 is outside int16 (-32768..32767)');
+    // A string register block holds 2 characters per register, no more.
+    expect(encodeRegisters(tag('string', 'ABCD', { length: 2 }), 'ABCD')).toEqual([0x4142, 0x4344]);
+    expect(() => encodeRegisters(tag('string', 'ABCD', { length: 2 }), 'ABCDE')).toThrow('5 characters do not fit 2 registers');
   });
 
   it('refuses writes out of range or of the wrong type', () => {

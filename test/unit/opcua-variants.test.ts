@@ -4,6 +4,8 @@ import { opcuaConnectorSchema } from '../../connectors/opcua/schema.js';
 import {
   ArrayKind,
   BuiltInType,
+  builtInTypeName,
+  sameValue,
   sparkplugDatatypeFor,
   tagValueToVariant,
   variantToTagValue,
@@ -66,6 +68,42 @@ describe('OPC UA variants', () => {
     expect(() => tagValueToVariant(256, BuiltInType.Byte, false)).toThrow(/out of range for Byte/);
     expect(() => tagValueToVariant([1, 'a'], BuiltInType.Int32, true)).toThrow(/at \[1\]/);
     expect(() => tagValueToVariant(Buffer.from('x'), BuiltInType.String, false)).toThrow(/got bytes/);
+  });
+
+  it('range-checks writes against the node\'s DataType like Modbus registers: every integer type, NaN/Infinity, float32', () => {
+    const bounds: [number, bigint, bigint][] = [
+      [BuiltInType.SByte, -128n, 127n], [BuiltInType.Byte, 0n, 255n], [BuiltInType.Int16, -32_768n, 32_767n],
+      [BuiltInType.UInt16, 0n, 65_535n], [BuiltInType.Int32, -(2n ** 31n), 2n ** 31n - 1n], [BuiltInType.UInt32, 0n, 2n ** 32n - 1n],
+      [BuiltInType.Int64, -(2n ** 63n), 2n ** 63n - 1n], [BuiltInType.UInt64, 0n, 2n ** 64n - 1n],
+    ];
+    for (const [builtIn, min, max] of bounds) {
+      const name = builtInTypeName(builtIn);
+      expect(() => tagValueToVariant(min, builtIn, false)).not.toThrow();
+      expect(() => tagValueToVariant(max, builtIn, false)).not.toThrow();
+      expect(() => tagValueToVariant(min - 1n, builtIn, false)).toThrow(`${min - 1n} is out of range for ${name}`);
+      expect(() => tagValueToVariant(max + 1n, builtIn, false)).toThrow(`${max + 1n} is out of range for ${name}`);
+      expect(() => tagValueToVariant(Number.NaN, builtIn, false)).toThrow(WriteTypeError);
+      expect(() => tagValueToVariant(Infinity, builtIn, false)).toThrow(WriteTypeError);
+    }
+    expect(() => tagValueToVariant(70_000, BuiltInType.Int16, false)).toThrow('70000 is out of range for Int16 (-32768..32767)');
+    expect(() => tagValueToVariant(1e39, BuiltInType.Float, false)).toThrow('1e+39 is out of range for Float');
+    expect(tagValueToVariant(1e39, BuiltInType.Double, false).value).toBe(1e39);
+    expect(tagValueToVariant(Number.NaN, BuiltInType.Float, false).value).toBeNaN();
+  });
+});
+
+describe('OPC UA write read-back comparison', () => {
+  it('matches a read-back at the node\'s precision and tells a different value apart', () => {
+    expect(sameValue(0.1, Math.fround(0.1), BuiltInType.Float)).toBe(true);
+    expect(sameValue(0.1, Math.fround(0.1), BuiltInType.Double)).toBe(false);
+    expect(sameValue(250, 100, BuiltInType.UInt16)).toBe(false);
+    expect(sameValue(7, 7n, BuiltInType.Int64)).toBe(true);
+    expect(sameValue(2n ** 53n + 1n, 2n ** 53n, BuiltInType.UInt64)).toBe(false);
+    expect(sameValue(Number.NaN, Number.NaN, BuiltInType.Double)).toBe(true);
+    expect(sameValue([1, 2], [1, 2], BuiltInType.Int16)).toBe(true);
+    expect(sameValue([1, 2], [1, 3], BuiltInType.Int16)).toBe(false);
+    expect(sameValue('on', 'on', BuiltInType.String)).toBe(true);
+    expect(sameValue(Buffer.from([1]), Buffer.from([2]), BuiltInType.ByteString)).toBe(false);
   });
 });
 

@@ -10,6 +10,7 @@ import { removeDir, tempDir } from '../helpers/temp.js';
 import { waitFor } from '../helpers/wait.js';
 import { command, Decoder, RecordingBroker, FakeConnector } from './sparkplug-setup.js';
 import { steadyNowMs } from '../../src/util/clock.js';
+import { ValueRefusedError } from '../../connectors/contract.js';
 
 interface LogLine {
   level: string;
@@ -228,6 +229,60 @@ describe('Sparkplug edge node: DCMD', () => {
     expect(refused).toHaveLength(6);
     press.emit({ count: 2 });
     expect(kinds(decoded()).at(-1)).toMatch(/^DDATA:press-1/);
+  });
+
+  it('refuses a value outside the metric\'s datatype, and one the connector finds does not fit the device, with a command refused line and no write', async () => {
+    const gauge = new FakeConnector('press-1', [
+      { name: 'setpoint', datatype: 'Int16', writable: true },
+      { name: 'speed', datatype: 'Double', writable: true },
+    ]);
+    const { node, broker, logs } = setup({ connectors: [gauge] });
+    await node.start();
+    gauge.emit({ setpoint: 5, speed: 1 });
+    const dcmd = (metrics: Parameters<typeof command>[0]) =>
+      broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command(metrics), { origin: 'scada-1' });
+    // 70000 as an Int16 reached a PLC as 4464 once; now it is refused before the connector sees it.
+    dcmd([{ name: 'setpoint', datatype: 'Int16', value: 70_000 }]);
+    dcmd([{ name: 'setpoint', datatype: 'Int16', value: -32_769 }]);
+    expect(gauge.writes).toEqual([]);
+    gauge.writeError = new ValueRefusedError('press-1', 'speed', '21.55 is no exact int16 register value with scale 0.1 and offset 0');
+    dcmd([{ name: 'speed', datatype: 'Double', value: 21.55 }]);
+    await waitFor(() => logs.filter((l) => l.msg === 'command refused').length === 3, 1000);
+    const refused = logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.metric, l.fields.value, l.fields.why]);
+    expect(refused).toEqual([
+      ['setpoint', '70000', '70000 is outside Int16 (-32768..32767)'],
+      ['setpoint', '-32769', '-32769 is outside Int16 (-32768..32767)'],
+      ['speed', '21.55', '21.55 is no exact int16 register value with scale 0.1 and offset 0'],
+    ]);
+    expect(node.stats).toMatchObject({ commandsRefused: 3, writesFailed: 0, writesOk: 0 });
+  });
+
+  it('confirms a write with the value read back from the device, past the deadband, and logs one that reads back differently', async () => {
+    const oven = new FakeConnector('press-1', [{ name: 'setpoint', datatype: 'Float', writable: true, deadband: 5 }]);
+    const { node, broker, logs, decoded } = setup({ connectors: [oven] });
+    await node.start();
+    oven.emit({ setpoint: 20 });
+    const dcmd = (value: number) =>
+      broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ name: 'setpoint', datatype: 'Float', value }]), { origin: 'scada-1' });
+    const ddata = () => decoded().filter((m) => m.type === 'DDATA').map((m) => m.payload.metrics[0].value);
+    // Inside the deadband (5), but a host waits for the confirmation of its own write.
+    dcmd(21);
+    await waitFor(() => ddata().length === 1, 1000);
+    expect(ddata()).toEqual([21]);
+    // The PLC clamps to 100: the DDATA says 100 (not the commanded 250), and the audit log says so.
+    oven.holds = (_tag, value) => Math.min(Number(value), 100);
+    dcmd(250);
+    await waitFor(() => ddata().length === 2, 1000);
+    expect(ddata()).toEqual([21, 100]);
+    const audit = logs.filter((l) => l.msg.startsWith('DCMD write')).map((l) => [l.level, l.msg, l.fields.value, l.fields.readBack]);
+    expect(audit).toEqual([
+      ['info', 'DCMD write done', '21', '21'],
+      ['warn', 'DCMD write accepted, but the device reads back another value', '250', '100'],
+    ]);
+    // The same value again changes nothing hosts were told: no DDATA.
+    dcmd(100);
+    await waitFor(() => node.stats.writesOk === 3, 1000);
+    expect(ddata()).toEqual([21, 100]);
   });
 
   it('logs a write the device refused', async () => {

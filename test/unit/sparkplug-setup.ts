@@ -2,7 +2,7 @@
  * Test doubles for the edge node's unit tests: the real broker in process (recording what is published) and a
  * connector the test drives by hand.
  */
-import type { Connector, TagDefinition, TagSample, TagSink, TagValue } from '../../connectors/contract.js';
+import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue } from '../../connectors/contract.js';
 import { ConnectorError } from '../../src/util/errors.js';
 import type { Message, QoS } from '../../src/protocol/message.js';
 import { createMessage } from '../../src/protocol/message.js';
@@ -116,9 +116,14 @@ export class FakeConnector implements Connector {
     this.sink?.lost(new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, 'timed out'));
   }
 
-  write(tag: string, value: TagValue): Promise<void> {
+  /** What the device holds after a write of `value` (a PLC may clamp it); the value itself by default. */
+  holds: (tag: string, value: TagValue) => TagValue = (_tag, value) => value;
+
+  write(tag: string, value: TagValue): Promise<ReadBack | undefined> {
+    if (this.writeError) return Promise.reject(this.writeError);
     this.writes.push({ tag, value });
-    return this.writeError ? Promise.reject(this.writeError) : Promise.resolve();
+    const held = this.holds(tag, value);
+    return Promise.resolve({ value: held, timestamp: Date.now(), matches: held === value });
   }
 
   stop(): Promise<void> {
