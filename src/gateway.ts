@@ -1,7 +1,8 @@
 /**
  * The composition root: the only place that constructs and wires the parts. start → reload → stop.
- * Shutdown order (ARCHITECTURE §9): stop connectors (the edge node publishes NDEATH) → stop accepting and
- * disconnect clients → stop bridges (outboxes stay on disk) → close the broker (pending wills) → close the store.
+ * Shutdown order (docs/architecture.md#start-and-stop): stop connectors (the edge node publishes NDEATH) → stop
+ * accepting and disconnect clients → close the broker (delayed wills of durable sessions wait for the next run) → stop
+ * bridges (outboxes stay on disk) → close the store.
  */
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
