@@ -159,7 +159,8 @@ class Gate {
       const user = decoded.subarray(0, colon).toString('utf8');
       return (await this.access.verifyUser(user, decoded.subarray(colon + 1))) ? undefined : 'bad user name or password';
     }
-    return `scheme ${scheme} not accepted here`;
+    // Not echoed: a header without a scheme may be a bare secret.
+    return 'authorization scheme not accepted here';
   }
 }
 

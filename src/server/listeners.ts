@@ -181,7 +181,8 @@ export class MqttServer {
       new Connection(transport, this.ctx, policy);
     };
     // A TLS handshake or WebSocket upgrade is bounded by the connect timeout too, as is the CONNECT after it.
-    const tlsOptions = spec.tls ? { ...loadTls(spec.tls), handshakeTimeout: this.ctx.limits.connectTimeoutMs } : undefined;
+    const connectTimeoutMs = this.ctx.limits.connectTimeoutMs;
+    const tlsOptions = spec.tls ? { ...loadTls(spec.tls), handshakeTimeout: connectTimeoutMs } : undefined;
     /** mTLS: a client certificate that did not verify closes its connection here, logged with OpenSSL's reason. */
     const isVerified = (socket: tls.TLSSocket): boolean => {
       if (!spec.tls?.requireCertificate || socket.authorized) return true;
@@ -198,13 +199,19 @@ export class MqttServer {
         accept(new SocketTransport(socket), () => socket.destroy());
       };
       server = spec.type === 'tcp' ? net.createServer(onSocket) : tls.createServer(tlsOptions!, onSocket);
-      if (spec.type === 'tls') server.on('tlsClientError', (err) => this.ctx.log.debug({ err }, 'TLS handshake failed'));
+      if (spec.type === 'tls') {
+        // With a listener here Node leaves the socket open (a handshake timeout, for one): close it.
+        server.on('tlsClientError', (err, socket: tls.TLSSocket) => {
+          this.ctx.log.debug({ err }, 'TLS handshake failed');
+          socket.destroy();
+        });
+      }
     } else {
-      const httpServer = spec.type === 'ws' ? http.createServer() : https.createServer(tlsOptions!);
+      // Node checks these timeouts every connectionsCheckingInterval (30 s by default).
+      const upgradeTimeouts = { headersTimeout: connectTimeoutMs, requestTimeout: connectTimeoutMs, connectionsCheckingInterval: TIMER_INTERVAL_MS };
+      const httpServer = spec.type === 'ws' ? http.createServer(upgradeTimeouts) : https.createServer({ ...tlsOptions!, ...upgradeTimeouts });
       // Before the HTTP request is read: an unverified client never reaches the WebSocket upgrade.
       if (spec.type === 'wss') httpServer.on('secureConnection', (socket: tls.TLSSocket) => void isVerified(socket));
-      httpServer.headersTimeout = this.ctx.limits.connectTimeoutMs;
-      httpServer.requestTimeout = this.ctx.limits.connectTimeoutMs;
       server = httpServer;
       httpServer.on('request', (_req, res: http.ServerResponse) => {
         res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket only\n');

@@ -2,12 +2,15 @@
  * Issue 3 scenario 9: TLS and mutual TLS uplinks to Mosquitto, with a CA, server and client certificates made
  * by openssl at test time (test/fixtures/certs.ts).
  */
+import { readFileSync } from 'node:fs';
+import { connect as netConnect, type AddressInfo } from 'node:net';
+import tls from 'node:tls';
 import { describe, expect, it } from 'vitest';
 import { makeCerts } from '../fixtures/certs.js';
 import { collect, connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, startGateway } from '../helpers/gateway.js';
-import { startTlsMosquitto } from '../helpers/mosquitto.js';
+import { startMosquitto, startTlsMosquitto } from '../helpers/mosquitto.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -46,5 +49,41 @@ describe('bridge: TLS uplinks (issue 3 scenario 9)', { timeout: 120_000 }, () =>
     await local2.publishAsync('plant/mtls', 'without-cert', { qos: 1 }); // accepted locally: buffered
     await delay(1500);
     expect(up.payloads()).not.toContain('without-cert');
+  });
+
+  it('offers only forward-secret AEAD suites on TLS 1.2 by default, and remote.tls.ciphers when set', async () => {
+    const certs = makeCerts(d.tempDir());
+    const central = d.add(await startMosquitto());
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    // A TLS front of the central broker that speaks only TLS 1.2 with a CBC suite (not AEAD), as old appliances do.
+    const front = tls.createServer(
+      { cert: readFileSync(certs.server.cert), key: readFileSync(certs.server.key), maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-SHA' },
+      (socket) => {
+        const upstream = netConnect(central.port, '127.0.0.1');
+        socket.pipe(upstream).pipe(socket);
+        socket.on('error', () => upstream.destroy());
+        upstream.on('error', () => socket.destroy());
+      },
+    );
+    await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
+    d.defer(() => new Promise<void>((resolve) => front.close(() => resolve())));
+    const frontUrl = `mqtts://127.0.0.1:${(front.address() as AddressInfo).port}`;
+    const handshakes = { failed: 0 };
+    front.on('tlsClientError', () => handshakes.failed++);
+
+    const strict = d.add(await startGateway(bridgePatch(frontUrl, { remote: { clientId: 'strict', tls: { caFile: certs.ca } } })));
+    const local = await connectClient(strict.url);
+    d.defer(() => local.endAsync(true));
+    await local.publishAsync('plant/ciphers', 'refused-suite', { qos: 1 }); // accepted locally: buffered
+    await waitFor(() => handshakes.failed >= 2, 10_000, { message: 'the default bridge did not fail its handshakes' });
+    expect(up.payloads()).not.toContain('refused-suite');
+
+    const legacy = d.add(
+      await startGateway(bridgePatch(frontUrl, { remote: { clientId: 'legacy', tls: { caFile: certs.ca, ciphers: 'ECDHE-ECDSA-AES128-SHA' } } })),
+    );
+    const local2 = await connectClient(legacy.url);
+    d.defer(() => local2.endAsync(true));
+    await local2.publishAsync('plant/ciphers', 'chosen-suite', { qos: 1 });
+    await waitFor(() => up.payloads().includes('chosen-suite'), 10_000);
   });
 });

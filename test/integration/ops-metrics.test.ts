@@ -230,7 +230,11 @@ describe('metrics.auth', { timeout: 60_000 }, () => {
     expect((await request(metricsPort, '/metrics', 'Bearer first-token-012345678')).status).toBe(401);
     expect((await request(metricsPort, '/metrics', 'Bearer first-token-01234567890')).status).toBe(401);
     expect((await request(metricsPort, '/metrics', basic('first-token-0123456789', ''))).status).toBe(401);
+    expect((await request(metricsPort, '/metrics', 'first-token-0123456789')).status).toBe(401);
     expect((await request(metricsPort, '/metrics', 'Bearer first-token-0123456789')).status).toBe(200);
+    // Refusals are audited without what was sent, even a bare token without a scheme.
+    await waitFor(() => (gw.output().match(/"msg":"metrics request refused"/g) ?? []).length >= 5, 5000, { message: () => gw.output() });
+    expect(gw.output()).not.toContain('first-token');
 
     writeFileSync(tokenFile, 'second-token\n');
     gw.proc.kill('SIGHUP');

@@ -13,6 +13,7 @@ import { useDisposer } from '../helpers/disposer.js';
 import { startGateway, type Gateway, type GatewayOptions } from '../helpers/gateway.js';
 import { ConnectFailure, openClient, runTool, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
+import { RawClient } from '../helpers/raw-client.js';
 import { waitFor } from '../helpers/wait.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 
@@ -292,6 +293,32 @@ describe('TLS cipher policy (tls.ciphers)', { timeout: 60_000 }, () => {
     const { securePort } = await gatewayWith({ type: 'tls', tls: rsaTls({ ciphers: 'ECDHE-RSA-AES256-GCM-SHA384' }) });
     expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES128-GCM-SHA256'])).toBe('(NONE)');
     expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES256-GCM-SHA384'])).toBe('ECDHE-RSA-AES256-GCM-SHA384');
+  });
+});
+
+describe('pre-CONNECT phases bounded by broker.connectTimeoutMs', { timeout: 60_000 }, () => {
+  it('closes a socket that never completes its TLS handshake (tls, wss) or WebSocket upgrade (ws) after the connect timeout', async () => {
+    const ports = { tls: await freePort(), wss: await freePort(), ws: await freePort() };
+    d.add(
+      await startGateway({
+        listeners: [
+          { type: 'tcp', host: '127.0.0.1', port: await freePort() },
+          { type: 'tls', host: '127.0.0.1', port: ports.tls, tls: serverTls() },
+          { type: 'wss', host: '127.0.0.1', port: ports.wss, tls: serverTls() },
+          { type: 'ws', host: '127.0.0.1', port: ports.ws },
+        ],
+        broker: { connectTimeoutMs: 1000 },
+      }),
+    );
+    // Silent sockets, and one that starts an upgrade request and stops mid-headers.
+    const silent = await Promise.all(Object.values(ports).map((port) => RawClient.open(port)));
+    const partial = await RawClient.open(ports.ws);
+    partial.socket.write('GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\n');
+    for (const c of [...silent, partial]) d.add(c);
+    // Before: Node's defaults kept them 120 s (TLS handshake) and 60-300 s (HTTP headers and request).
+    const names = [...Object.keys(ports), 'ws partial'];
+    const outcomes = await Promise.all([...silent, partial].map((c, i) => c.waitForClose(5000).then(() => `${names[i]} closed`, () => `${names[i]} open`)));
+    expect(outcomes).toEqual(names.map((n) => `${n} closed`));
   });
 });
 
