@@ -151,6 +151,15 @@ describe('Sparkplug edge node on the local broker', () => {
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
     await sim.mute(1);
     await host.waitFor((h) => h.of('DDEATH', 'press-1').length === 1, 10_000, 'DDEATH');
+    // One short line: which device, what, where, why (no "[object Object]", nothing repeated).
+    const lost = gw
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"device lost"'))
+      .map((l) => JSON.parse(l) as { device: string; err: { message: string } });
+    expect(lost.map((l) => [l.device, l.err.message])).toEqual([
+      ['press-1', `unit 1 at tcp://127.0.0.1:${sim.port}: read holding 0+5: no answer within 1500 ms`],
+    ]);
     await sim.set(1, 'hr', 2, [0, 1234]);
     await sim.unmute(1);
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 2, 10_000, 'DBIRTH again');
