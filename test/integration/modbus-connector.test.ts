@@ -366,7 +366,7 @@ describe('Modbus connector errors an operator can read', () => {
     const rec = recorder();
     const c = connector(sim, { tags, timeoutMs: 300 });
     await c.start(sinkFor(rec));
-    // A device that refuses an address: Modbus v1.1b3 §7 exception 2, named.
+    // A device that refuses an address: exception 2 (Modbus Application Protocol v1.1b3 §7), named.
     await sim.bad(1, 'hr', [4]);
     const writeErr = await c.write('y', 1).then(() => undefined, (e: unknown) => e);
     expect(logged(writeErr)).toBe(`write y: unit 1 at tcp://127.0.0.1:${sim.port} refused: write holding 4+1: exception 2 "illegal data address"`);

@@ -344,7 +344,7 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     expect(host.violations).toEqual([]);
   });
 
-  it('refuses a value out of range, not an exact register value after scale, or too long, with an audit line and no write', async () => {
+  it('refuses a value out of range, not an exact register value after scale, or too long, with an audit line and no write [tck-id-operational-behavior-data-commands-dcmd-metric-value]', async () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [5]);
     await sim.set(1, 'hr', 30, [100]);
