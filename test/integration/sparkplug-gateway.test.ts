@@ -294,6 +294,13 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     },
   ];
 
+  /** The rebirth answered: a DBIRTH of press-1 after the latest NBIRTH. */
+  const rebornAfter = (h: SparkplugHost): boolean => {
+    const types = h.messages.map((m) => `${m.type}:${m.deviceId ?? ''}`);
+    const nbirth = types.lastIndexOf('NBIRTH:');
+    return nbirth >= 0 && types.lastIndexOf('DBIRTH:press-1') > nbirth;
+  };
+
   /** A DCMD as a host on the Tahu JS library (`sparkplug-payload`) builds it: datatype in every metric. */
   const tahuDcmd = async (host: SparkplugHost, metrics: { name: string; type: string; value: unknown }[]): Promise<void> => {
     const tahu = getSparkplug('spBv1.0');
@@ -313,7 +320,9 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
-    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await host.waitFor(rebornAfter, 10_000, 'births');
+    // The host joined a running session: what it saw before the rebirth answered is not this test's subject.
+    const joined = host.violations.length;
     await tahuDcmd(host, [
       { name: 'i16', type: 'Int16', value: -32_768 },
       { name: 'u16', type: 'UInt16', value: 65_535 },
@@ -341,7 +350,7 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const done = auditLines(gw, 'DCMD write done');
     expect(done.map((l) => l.metric).sort()).toEqual(['f32', 'f64', 'i16', 'i32', 'i64', 'label', 'speed', 'u16', 'u32', 'u64', 'valve']);
     expect(done.every((l) => l.who === 'tahu-host' && l.value === l.readBack)).toBe(true);
-    expect(host.violations).toEqual([]);
+    expect(host.violations.slice(joined)).toEqual([]);
   });
 
   it('refuses a value out of range, not an exact register value after scale, or too long, with an audit line and no write [tck-id-operational-behavior-data-commands-dcmd-metric-value]', async () => {
@@ -351,7 +360,9 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
-    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await host.waitFor(rebornAfter, 10_000, 'births');
+    // The host joined a running session: what it saw before the rebirth answered is not this test's subject.
+    const joined = host.violations.length;
     await sim.resetRequests();
     // 70000 to an int16 once reached a PLC as 4464.
     await tahuDcmd(host, [{ name: 'i16', type: 'Int16', value: 70_000 }]);
@@ -369,6 +380,7 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     expect(await sim.get(1, 'hr', 0, 1)).toEqual([5]);
     expect(await sim.get(1, 'hr', 30, 1)).toEqual([100]);
     expect(auditLines(gw, 'DCMD write done')).toEqual([]);
+    expect(host.violations.slice(joined)).toEqual([]);
   });
 
   it('confirms a write the PLC clamped with the value it holds, and logs that it reads back differently', async () => {
@@ -378,7 +390,9 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
-    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await host.waitFor(rebornAfter, 10_000, 'births');
+    // The host joined a running session: what it saw before the rebirth answered is not this test's subject.
+    const joined = host.violations.length;
     const mark = host.messages.length;
     await tahuDcmd(host, [{ name: 'limit', type: 'UInt16', value: 250 }]);
     await host.waitFor((h) => h.value(NODE, 'press-1', 'limit') === 100, 10_000, 'read-back value');
@@ -390,6 +404,6 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     expect(limits).toEqual([100]);
     const lines = auditLines(gw, 'DCMD write accepted, but the device reads back another value');
     expect(lines.map((l) => [l.level, l.who, l.metric, l.value, l.readBack])).toEqual([[40, 'tahu-host', 'limit', '250', '100']]);
-    expect(host.violations).toEqual([]);
+    expect(host.violations.slice(joined)).toEqual([]);
   });
 });
