@@ -496,7 +496,7 @@ describe('OPC UA connector against a node-opcua server', () => {
     const table = await run('browse', server.endpoint, '--node', 'ns=1;s=Fixture.Writable', '--depth', '1');
     expect(table).toMatchObject({ code: 0, err: '' });
     expect(table.out).toMatch(/ns=1;s=Fixture\.Writable\.Total\s+\/Objects\/1:Fixture\/1:Writable\/1:Total\s+Int64\s+Int64\s+rw/);
-    expect(table.out).toContain('5 variables');
+    expect(table.out).toContain('10 variables');
     const tags = await run('browse', server.endpoint, '--node', 'ns=1;s=Fixture.Writable', '--tags');
     expect(tags.out).toContain('- { name: "Setpoint", nodeId: "ns=1;s=Fixture.Writable.Setpoint", datatype: Double }  # writable on the server');
 
