@@ -83,8 +83,9 @@ const SYSTEM_ERRORS: Readonly<Record<string, string>> = {
 export function systemErrorReason(err: unknown): string | undefined {
   const e = (typeof err === 'object' && err !== null ? err : {}) as { code?: unknown; message?: unknown };
   if (typeof e.code === 'string' && SYSTEM_ERRORS[e.code] !== undefined) return SYSTEM_ERRORS[e.code];
-  const named = typeof e.message === 'string' ? /\b(E[A-Z_]+)\b/.exec(e.message)?.[1] : undefined;
-  return named === undefined ? undefined : SYSTEM_ERRORS[named];
+  if (typeof e.message !== 'string') return undefined;
+  for (const [word] of e.message.matchAll(/\bE[A-Z_]+\b/g)) if (SYSTEM_ERRORS[word] !== undefined) return SYSTEM_ERRORS[word];
+  return undefined;
 }
 
 export interface TagSink {

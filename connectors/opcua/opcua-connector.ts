@@ -249,7 +249,7 @@ export class OpcuaConnector implements Connector {
       if (value === undefined) throw new Error('the server returned no value');
       return { value, timestamp: Date.now(), matches: sameValue(written, value, resolved.builtIn) };
     } catch (err) {
-      this.log.warn({ tag: name, err: asError(err).message }, 'written tag could not be read back');
+      this.log.warn({ tag: name, reason: asError(err).message }, 'written tag could not be read back');
       return undefined;
     }
   }

@@ -92,8 +92,8 @@ describe('DCMD integer encodings of other hosts', () => {
     expect(check(tahuCommand('Double', 1.5), 'Double').problem).toBeUndefined();
     const fraction = decodePayload(tahuCommand('Double', 1.5), () => 'Int16').metrics[0];
     expect(commandValueProblem('Int16', { ...fraction, datatype: undefined })).toBe('1.5 is not an integer (Int16)');
-    expect(commandValueProblem('Int32', { ...fraction, datatype: undefined, value: Number.NaN })).toBe('NaN is not a Int32');
-    expect(commandValueProblem('Int32', { ...fraction, datatype: undefined, value: Infinity })).toBe('Infinity is not a Int32');
+    expect(commandValueProblem('Int32', { ...fraction, datatype: undefined, value: Number.NaN })).toBe('NaN is not an integer (Int32)');
+    expect(commandValueProblem('Int32', { ...fraction, datatype: undefined, value: Infinity })).toBe('Infinity is not an integer (Int32)');
     // A Float in double_value (some hosts): beyond float32 it would reach the device as infinity.
     expect(commandValueProblem('Float', { ...fraction, datatype: undefined, value: 1e39 })).toBe('1e+39 is outside Float');
     expect(commandValueProblem('Float', { ...fraction, datatype: undefined, value: Number.NaN })).toBeUndefined();
