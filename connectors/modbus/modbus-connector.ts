@@ -185,10 +185,13 @@ export class ModbusConnector implements Connector {
 
   private async cycle(): Promise<void> {
     if (!this.active) return;
+    let outcome: TagSample[] | Error;
     this.polling = true;
-    const outcome = await this.readAll().finally(() => {
+    try {
+      outcome = await this.readAll();
+    } finally {
       this.polling = false;
-    });
+    }
     if (!this.active) return;
     if (outcome instanceof Error) {
       this.reportLost(outcome);
