@@ -167,9 +167,11 @@ describe('Sparkplug edge node on the local broker', () => {
       .split('\n')
       .filter((l) => l.includes('"device lost"'))
       .map((l) => JSON.parse(l) as { device: string; err: { message: string } });
-    expect(lost.map((l) => [l.device, l.err.message])).toEqual([
-      ['press-1', `unit 1 at tcp://127.0.0.1:${sim.port}: read holding 0+5: no answer within 1500 ms`],
-    ]);
+    expect(lost.map((l) => l.device)).toEqual(['press-1']);
+    // The poll cycle was at one of its two blocks when the unit went quiet.
+    expect(lost[0].err.message).toMatch(
+      new RegExp(`^unit 1 at tcp://127\\.0\\.0\\.1:${sim.port}: read (holding 0\\+5|coil 0\\+1): no answer within 1500 ms$`),
+    );
     await sim.set(1, 'hr', 2, [0, 1234]);
     await sim.unmute(1);
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 2, 10_000, 'DBIRTH again');
