@@ -193,7 +193,7 @@ export class OpcuaConnector implements Connector {
   async write(tag: string, value: TagValue): Promise<ReadBack | undefined> {
     const entry = this.definitions.get(tag);
     const refuse = (reason: string, retryable = false): ConnectorError =>
-      new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write to ${tag} refused: ${reason}`, { retryable });
+      new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write ${tag} refused: ${reason}`, { retryable });
     if (entry === undefined) throw refuse('no such tag');
     if (!entry.config.writable) throw refuse('the tag is not writable (set writable: true in its config)');
     const run = this.run;
