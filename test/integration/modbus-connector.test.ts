@@ -377,3 +377,22 @@ describe('Modbus connector errors an operator can read', () => {
     expect(logged(rec.lost[0])).toBe(`unit 1 at tcp://127.0.0.1:${sim.port}: read holding 0+5: no answer within 300 ms`);
   });
 });
+
+describe('a write during a poll cycle', () => {
+  it('is never followed by that cycle\'s older reading of the tag: after each write, samples of it carry the written value', async () => {
+    const sim = d.add(await startModbusSim());
+    // One register per request, so a cycle takes many requests and a write nearly always lands inside one.
+    const tags = Array.from({ length: 40 }, (_, i) => ({ name: `r${i}`, table: 'holding', address: i, datatype: 'uint16', writable: i === 0 }));
+    const rec = recorder();
+    const c = connector(sim, { tags, pollIntervalMs: 10, maxGapRegisters: 0, maxRegistersPerRead: 1 });
+    await c.start(sinkFor(rec));
+    for (let value = 1; value <= 30; value++) {
+      expect(await c.write('r0', value)).toMatchObject({ value, matches: true });
+      const from = rec.batches.length;
+      // Let a few cycles complete: every reading of r0 delivered after the write must be the written value.
+      await waitFor(() => rec.batches.length >= from + 2, 5000);
+      const later = rec.batches.slice(from).flatMap((b) => b.filter((s) => s.name === 'r0').map((s) => s.value));
+      expect(later.every((v) => v === value), `after writing ${value}: ${later.join(', ')}`).toBe(true);
+    }
+  });
+});
