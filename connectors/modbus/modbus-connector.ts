@@ -14,7 +14,7 @@ import { PollLoop } from '../polling.js';
 import type { PollStats } from '../polling.js';
 import type { Block, PlannedTag } from './blocks.js';
 import { planBlocks, splitBlock } from './blocks.js';
-import { ADDRESS_EXCEPTIONS, LinkError, ModbusException } from './modbus-link.js';
+import { ADDRESS_EXCEPTIONS, LinkError, linkKey, ModbusException } from './modbus-link.js';
 import type { LinkPool, LinkTarget, ModbusLink } from './modbus-link.js';
 import { decodeRegisters, EncodeError, encodeCoil, encodeRegisters, sparkplugDatatype } from './registers.js';
 import type { ModbusConnectorConfig, ModbusTable, ModbusTagConfig } from './schema.js';
@@ -104,7 +104,7 @@ export class ModbusConnector implements Connector {
       await link.open(this.config.timeoutMs);
     } catch (err) {
       await this.releaseLink();
-      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `unit ${this.config.unitId}: ${errorMessage(err)}`, { cause: err });
+      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${errorMessage(err)}`);
     }
     this.offClose = link.onClose((err) => this.reportLost(err));
     this.active = true;
@@ -113,7 +113,7 @@ export class ModbusConnector implements Connector {
     if (outcome instanceof Error) {
       this.active = false;
       await this.releaseLink();
-      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `unit ${this.config.unitId}: ${outcome.message}`, { cause: outcome });
+      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${outcome.message}`);
     }
     this.started = true;
     this.deliver(outcome);
@@ -122,8 +122,8 @@ export class ModbusConnector implements Connector {
 
   async write(name: string, value: TagValue): Promise<ReadBack | undefined> {
     const entry = this.byName.get(name);
-    const refuse = (why: string, retryable = false, cause?: unknown): ConnectorError =>
-      new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write ${name}: ${why}`, { retryable, cause });
+    const refuse = (why: string, retryable = false): ConnectorError =>
+      new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write ${name}: ${why}`, { retryable });
     if (!entry) throw refuse('no such tag');
     const { tag, planned } = entry;
     if (!tag.writable) throw refuse('the tag is read-only');
@@ -142,8 +142,8 @@ export class ModbusConnector implements Connector {
       if (typeof image === 'boolean') await link.writeCoil(unitId, planned.address, image, writeMultiple, timeoutMs);
       else await link.writeRegisters(unitId, planned.address, image, writeMultiple, timeoutMs);
     } catch (err) {
-      if (err instanceof ModbusException) throw refuse(`the device refused: ${err.message}`, false, err);
-      throw refuse(errorMessage(err), true, err);
+      if (err instanceof ModbusException) throw refuse(`${this.where()} refused: ${err.message}`);
+      throw refuse(`${this.where()}: ${errorMessage(err)}`, true);
     }
     // A poll cycle under way may have read the tag before the write: its sample must not follow the read-back.
     if (this.polling) this.writtenDuringCycle.add(name);
@@ -185,10 +185,13 @@ export class ModbusConnector implements Connector {
 
   private async cycle(): Promise<void> {
     if (!this.active) return;
+    let outcome: TagSample[] | Error;
     this.polling = true;
-    const outcome = await this.readAll().finally(() => {
+    try {
+      outcome = await this.readAll();
+    } finally {
       this.polling = false;
-    });
+    }
     if (!this.active) return;
     if (outcome instanceof Error) {
       this.reportLost(outcome);
@@ -335,7 +338,7 @@ export class ModbusConnector implements Connector {
       this.requests++;
       data = await link.read(unitId, t.table, t.address, t.width, timeoutMs);
     } catch (err) {
-      this.log.warn({ tag: this.config.tags[t.index].name, err: errorMessage(err) }, 'written tag could not be read back');
+      this.log.warn({ tag: this.config.tags[t.index].name, reason: errorMessage(err) }, 'written tag could not be read back');
       return undefined;
     }
     const timestamp = Date.now();
@@ -351,7 +354,12 @@ export class ModbusConnector implements Connector {
     this.lostReported = true;
     this.active = false;
     this.log.debug({ err }, 'unit lost');
-    this.sink.lost(new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `unit ${this.config.unitId}: ${err.message}`, { cause: err }));
+    this.sink.lost(new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${err.message}`));
+  }
+
+  /** `unit 1 at tcp://10.0.0.21:502`: which device an error is about. */
+  private where(): string {
+    return `unit ${this.config.unitId} at ${linkKey(this.target())}`;
   }
 }
 

@@ -9,7 +9,8 @@
  */
 import modbusSerial from 'modbus-serial';
 import type { ModbusTable } from './schema.js';
-import { withDeadline } from '../polling.js';
+import { systemErrorReason } from '../contract.js';
+import { DeadlineError, withDeadline } from '../polling.js';
 
 export type LinkTarget =
   | { readonly transport: 'tcp'; readonly host: string; readonly port: number }
@@ -22,20 +23,52 @@ export type LinkTarget =
       readonly stopBits: 1 | 2;
     };
 
-/** A Modbus exception response (the device answered, but refused). */
+/**
+ * A Modbus exception response (the device answered, but refused), e.g. `read holding 0+11: exception 2
+ * "illegal data address"`.
+ */
 export class ModbusException extends Error {
   override readonly name = 'ModbusException';
   constructor(
     readonly code: number,
-    message: string,
+    what: string,
   ) {
-    super(message);
+    super(`${what}: exception ${code} "${EXCEPTION_NAMES[code] ?? 'unknown exception'}"`);
   }
 }
 
-/** The request got no (valid) answer: timeout, closed socket, port error. */
+/** The request got no (valid) answer: timeout, closed socket, port error. The message says what and why. */
 export class LinkError extends Error {
   override readonly name = 'LinkError';
+}
+
+/** Exception codes, named as in the Modbus Application Protocol Specification v1.1b3 §7. */
+const EXCEPTION_NAMES: Readonly<Record<number, string>> = {
+  1: 'illegal function',
+  2: 'illegal data address',
+  3: 'illegal data value',
+  4: 'server device failure',
+  5: 'acknowledge',
+  6: 'server device busy',
+  8: 'memory parity error',
+  10: 'gateway path unavailable',
+  11: 'gateway target device failed to respond',
+};
+
+/**
+ * Why a request or connect failed, in a few words: `no answer within 1000 ms`, `connection refused`. modbus-serial
+ * rejects with plain objects (not Errors) for timeouts and a closed port, so nothing here assumes an Error.
+ */
+export function failureReason(err: unknown, timeoutMs: number): string {
+  const e = (typeof err === 'object' && err !== null ? err : {}) as { name?: unknown; code?: unknown; errno?: unknown; message?: unknown };
+  if (err instanceof DeadlineError || e.name === 'TransactionTimedOutError' || e.code === 'ETIMEDOUT' || e.errno === 'ETIMEDOUT') {
+    return `no answer within ${timeoutMs} ms`;
+  }
+  if (e.name === 'PortNotOpenError') return 'not connected';
+  const system = systemErrorReason(err);
+  if (system !== undefined) return system;
+  if (typeof e.message === 'string' && e.message !== '') return e.message;
+  return typeof err === 'string' ? err : 'unknown error';
 }
 
 /** Modbus exception codes that mean "this address range is wrong" (split the block), not "device trouble". */
@@ -69,8 +102,8 @@ export class ModbusLink {
   ) {
     this.key = linkKey(target);
     // Without a listener an 'error' event would throw; errors surface through the failing requests and 'close'.
-    this.client.on('error', (err: unknown) => this.fail(err instanceof Error ? err : new Error(String(err))));
-    this.client.on('close', () => this.fail(new LinkError(`${this.key} closed`)));
+    this.client.on('error', (err: unknown) => this.fail(new LinkError(failureReason(err, 0))));
+    this.client.on('close', () => this.fail(new LinkError('connection closed')));
   }
 
   get isOpen(): boolean {
@@ -79,7 +112,7 @@ export class ModbusLink {
 
   /** Opens the connection once; concurrent callers share the attempt. */
   open(timeoutMs: number): Promise<void> {
-    if (this.broken) return Promise.reject(new LinkError(`${this.key} is broken`));
+    if (this.broken) return Promise.reject(new LinkError('connection closed'));
     if (this.client.isOpen) return Promise.resolve();
     this.opening ??= this.connect(timeoutMs).finally(() => {
       this.opening = undefined;
@@ -145,24 +178,24 @@ export class ModbusLink {
         ? this.client.connectTCP(t.host, { port: t.port })
         : this.client.connectRTUBuffered(t.path, { baudRate: t.baudRate, parity: t.parity, dataBits: t.dataBits, stopBits: t.stopBits });
     try {
-      await withDeadline(attempt, timeoutMs, `connect ${this.key}`, () => this.client.destroy(() => undefined));
+      await withDeadline(attempt, timeoutMs, 'connect', () => this.client.destroy(() => undefined));
     } catch (err) {
       this.broken = true;
-      throw new LinkError(`cannot open ${this.key}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      throw new LinkError(`connect: ${failureReason(err, timeoutMs)}`);
     }
   }
 
   private enqueue<T>(unitId: number, timeoutMs: number, what: string, request: () => Promise<T>): Promise<T> {
     const run = async (): Promise<T> => {
-      if (!this.isOpen) throw new LinkError(`${this.key} is not open`);
+      if (!this.isOpen) throw new LinkError(`${what}: not connected`);
       this.client.setID(unitId);
       this.client.setTimeout(timeoutMs);
       this.stats.requests++;
       this.counters.requests++;
       try {
-        return await withDeadline(request(), timeoutMs + DEADLINE_SLACK_MS, `${what} (unit ${unitId})`);
+        return await withDeadline(request(), timeoutMs + DEADLINE_SLACK_MS, what);
       } catch (err) {
-        throw classify(err, `${what} (unit ${unitId})`);
+        throw classify(err, what, timeoutMs);
       }
     };
     const result = this.queue.then(run, run);
@@ -178,11 +211,11 @@ export class ModbusLink {
   }
 }
 
-function classify(err: unknown, what: string): Error {
-  const code = (err as { modbusCode?: unknown }).modbusCode;
-  const message = err instanceof Error ? err.message : String(err);
-  if (typeof code === 'number') return new ModbusException(code, `${what}: ${message}`);
-  return new LinkError(`${what}: ${message}`, { cause: err });
+/** One error with one message (what, why): no cause chain that would repeat it in the log. */
+function classify(err: unknown, what: string, timeoutMs: number): Error {
+  const code = (err as { modbusCode?: unknown } | null)?.modbusCode;
+  if (typeof code === 'number') return new ModbusException(code, what);
+  return new LinkError(`${what}: ${failureReason(err, timeoutMs)}`);
 }
 
 export function linkKey(target: LinkTarget): string {

@@ -186,15 +186,14 @@ export class OpcuaConnector implements Connector {
         'EF_CONNECTOR_UNREACHABLE',
         this.id,
         `cannot start on ${this.config.endpoint}: ${asError(err).message}`,
-        { cause: err },
       );
     }
   }
 
   async write(tag: string, value: TagValue): Promise<ReadBack | undefined> {
     const entry = this.definitions.get(tag);
-    const refuse = (reason: string, retryable = false, cause?: unknown): ConnectorError =>
-      new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write to ${tag} refused: ${reason}`, { retryable, cause });
+    const refuse = (reason: string, retryable = false): ConnectorError =>
+      new ConnectorError('EF_CONNECTOR_WRITE', this.id, `write ${tag} refused: ${reason}`, { retryable });
     if (entry === undefined) throw refuse('no such tag');
     if (!entry.config.writable) throw refuse('the tag is not writable (set writable: true in its config)');
     const run = this.run;
@@ -224,7 +223,7 @@ export class OpcuaConnector implements Connector {
         () => new Error(`no answer within ${this.config.requestTimeoutMs} ms`),
       );
     } catch (err) {
-      throw refuse(`the write request failed: ${asError(err).message}`, true, err);
+      throw refuse(`the write request failed: ${asError(err).message}`, true);
     }
     if (!status.isGood()) {
       const retryable = /BadTimeout|BadCommunication|BadConnection|BadServerNotConnected|BadSession|BadSecureChannel|BadTooManyOperations|BadResourceUnavailable/.test(
@@ -250,7 +249,7 @@ export class OpcuaConnector implements Connector {
       if (value === undefined) throw new Error('the server returned no value');
       return { value, timestamp: Date.now(), matches: sameValue(written, value, resolved.builtIn) };
     } catch (err) {
-      this.log.warn({ tag: name, err: asError(err).message }, 'written tag could not be read back');
+      this.log.warn({ tag: name, reason: asError(err).message }, 'written tag could not be read back');
       return undefined;
     }
   }
@@ -527,7 +526,7 @@ export class OpcuaConnector implements Connector {
     const opened = run.opened!;
     const subscription = run.subscription!;
     opened.client.on('connection_lost', () => this.lose(run, 'the connection was lost'));
-    opened.client.on('close', (err?: Error | null) => this.lose(run, `the channel closed${err ? `: ${err.message}` : ''}`, err));
+    opened.client.on('close', (err?: Error | null) => this.lose(run, `the channel closed${err ? `: ${err.message}` : ''}`));
     opened.session.on('session_closed', (status: { name?: string }) => this.lose(run, `the server closed the session (${status?.name ?? 'no status'})`));
     subscription.on('raw_notification', () => {
       // Keep-alives and data both prove the server is publishing.
@@ -537,7 +536,7 @@ export class OpcuaConnector implements Connector {
       if (status.name !== 'GoodSubscriptionTransferred') this.lose(run, `the subscription ended (${status.name})`);
     });
     subscription.on('terminated', () => this.lose(run, 'the subscription was terminated'));
-    subscription.on('internal_error', (err: Error) => this.lose(run, `subscription error: ${err.message}`, err));
+    subscription.on('internal_error', (err: Error) => this.lose(run, `subscription error: ${err.message}`));
   }
 
   /**
@@ -559,15 +558,12 @@ export class OpcuaConnector implements Connector {
     run.watchdog.unref();
   }
 
-  private lose(run: Run, reason: string, cause?: unknown): void {
+  private lose(run: Run, reason: string): void {
     if (run.closed || run.lost) return;
     this.flush(run);
     run.lost = true;
     if (run.watchdog !== undefined) clearInterval(run.watchdog);
-    const err = new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `lost ${this.config.endpoint}: ${reason}`, {
-      cause,
-      retryable: true,
-    });
+    const err = new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `lost ${this.config.endpoint}: ${reason}`, { retryable: true });
     this.log.warn({ endpoint: this.config.endpoint, reason }, 'opcua connection lost');
     run.sink.lost(err);
   }

@@ -11,6 +11,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ClientSession, EndpointDescription, OPCUAClient, UserIdentityInfo } from 'node-opcua-client';
 import { ConnectorError, asError } from '../../src/util/errors.js';
+import { systemErrorReason } from '../contract.js';
 import type { Logger } from '../../src/util/logger.js';
 import { loadOpcua, type OpcuaCertificateManager, type OpcuaLib } from './opcua-lib.js';
 import type { OpcuaSecurityMode, OpcuaSecurityPolicy, OpcuaUserConfig } from './schema.js';
@@ -169,7 +170,7 @@ export async function discoverEndpoints(
     await withDeadline(discovery.connect(options.endpoint), options.connectTimeoutMs, () =>
       unreachable(options, `no answer within ${options.connectTimeoutMs} ms`),
     ).catch((err: unknown) => {
-      throw err instanceof ConnectorError ? err : unreachable(options, asError(err).message, err);
+      throw err instanceof ConnectorError ? err : unreachable(options, systemErrorReason(err) ?? asError(err).message);
     });
     return await withDeadline(discovery.getEndpoints(), options.requestTimeoutMs, () =>
       unreachable(options, `GetEndpoints got no answer within ${options.requestTimeoutMs} ms`),
@@ -206,7 +207,7 @@ async function checkServer(
   }
   const certificate = match.serverCertificate;
   if (!certificate || certificate.length === 0) {
-    throw unreachable(options, 'the server sent no certificate for its secured endpoint', undefined, false);
+    throw unreachable(options, 'the server sent no certificate for its secured endpoint', false);
   }
   if (options.user.type === 'username' && !(match.userIdentityTokens ?? []).some((t) => t.tokenType === ua.UserTokenType.UserName)) {
     throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', options.connectorId,
@@ -262,16 +263,9 @@ async function userIdentity(lib: OpcuaLib, user: OpcuaUserConfig): Promise<UserI
   }
 }
 
-function unreachable(
-  options: Pick<SessionOptions, 'endpoint' | 'connectorId'>,
-  reason: string,
-  cause?: unknown,
-  retryable = true,
-): ConnectorError {
-  return new ConnectorError('EF_CONNECTOR_UNREACHABLE', options.connectorId, `cannot reach ${options.endpoint}: ${reason}`, {
-    cause,
-    retryable,
-  });
+/** The reason already says what the underlying error said: no cause, whose message the log would repeat. */
+function unreachable(options: Pick<SessionOptions, 'endpoint' | 'connectorId'>, reason: string, retryable = true): ConnectorError {
+  return new ConnectorError('EF_CONNECTOR_UNREACHABLE', options.connectorId, `cannot reach ${options.endpoint}: ${reason}`, { retryable });
 }
 
 function classifyConnectError(
@@ -291,10 +285,10 @@ function classifyConnectError(
       options.connectorId,
       `${options.endpoint} rejected the secure channel (${message}); the server probably does not trust edgeferry's ` +
         `application certificate (thumbprint ${thumbprint}, ${ownFile}): trust it on the server`,
-      { cause: err, retryable: true },
+      { retryable: true },
     );
   }
-  return unreachable(options, message, err);
+  return unreachable(options, systemErrorReason(err) ?? message);
 }
 
 /** Status codes with which a server refuses a user: a retry with the same credentials cannot help. */
@@ -310,10 +304,10 @@ function classifySessionError(err: unknown, options: SessionOptions): ConnectorE
       'EF_CONNECTOR_UNREACHABLE',
       options.connectorId,
       `${options.endpoint} rejected ${who} (${match[0]}): check the username and password (or certificate) in the connector config`,
-      { cause: err, retryable: false },
+      { retryable: false },
     );
   }
-  return unreachable(options, `session refused: ${message}`, err);
+  return unreachable(options, `session refused: ${message}`);
 }
 
 async function closeAll(

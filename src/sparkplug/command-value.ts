@@ -29,7 +29,6 @@ export function commandValueProblem(datatype: TagDatatype, metric: MetricIn): st
   if (v === null) return 'no value';
   const range = INTEGER_RANGES[datatype];
   if (range !== undefined) {
-    if (typeof v === 'number' && !Number.isFinite(v)) return `${v} is not a ${datatype}`;
     if (typeof v === 'number' && !Number.isInteger(v)) return `${v} is not an integer (${datatype})`;
     if (typeof v !== 'number' && typeof v !== 'bigint') return `wrong type: ${datatype} expected`;
     const n = BigInt(v);

@@ -339,9 +339,12 @@ function readValue(m: ProtoMetric, type: MetricDatatype | undefined): TagValue |
   return null;
 }
 
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
 /** A number when exact (what 8-32 bit values are), else the bigint, so an out-of-range value is reported as sent. */
 function asNumberIfSafe(n: bigint): number | bigint {
-  return n >= BigInt(Number.MIN_SAFE_INTEGER) && n <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(n) : n;
+  return n >= MIN_SAFE && n <= MAX_SAFE ? Number(n) : n;
 }
 
 function decodeArray(type: MetricDatatype, bytes: Buffer): TagValue {

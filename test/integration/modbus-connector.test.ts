@@ -6,6 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { TagSample, TagSink } from '../../connectors/contract.js';
 import { ConnectorError } from '../../src/util/errors.js';
@@ -17,6 +18,7 @@ import type { Logger, LogFn } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { hasSocat, startModbusSim } from '../helpers/modbus-sim.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
+import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -343,5 +345,54 @@ describe('overlapping Modbus tags', () => {
     const rec = recorder();
     await c.start(sinkFor(rec));
     expect([rec.latest('temperature')?.value, rec.latest('low-word')?.value]).toEqual([12.5, 0]);
+  });
+});
+
+describe('Modbus connector errors an operator can read', () => {
+  /** The message as the JSON log shows it: pino appends the messages of an error's causes. */
+  const logged = (err: unknown): string => pino.stdSerializers.err(err as Error).message;
+
+  it('one short message each: what, which unit and address, why (refused connection, timeout after N ms, Modbus exception by name)', async () => {
+    const sim = d.add(await startModbusSim());
+    const tags = [
+      { name: 'x', table: 'holding', address: 0, datatype: 'uint16', writable: true },
+      { name: 'y', table: 'holding', address: 4, datatype: 'uint16', writable: true },
+    ];
+    const refusedPort = await freePort();
+    const dead = connector(sim, { id: 'dead', port: refusedPort, tags });
+    const startErr = await dead.start(sinkFor(recorder())).then(() => undefined, (e: unknown) => e);
+    expect(logged(startErr)).toBe(`unit 1 at tcp://127.0.0.1:${refusedPort}: connect: connection refused`);
+
+    const rec = recorder();
+    const c = connector(sim, { tags, timeoutMs: 300 });
+    await c.start(sinkFor(rec));
+    // A device that refuses an address: exception 2 (Modbus Application Protocol v1.1b3 §7), named.
+    await sim.bad(1, 'hr', [4]);
+    const writeErr = await c.write('y', 1).then(() => undefined, (e: unknown) => e);
+    expect(logged(writeErr)).toBe(`write y: unit 1 at tcp://127.0.0.1:${sim.port} refused: write holding 4+1: exception 2 "illegal data address"`);
+    await sim.bad(1, 'hr', []);
+    // A hung device: the timeout and its length, once, no [object Object].
+    await sim.mute(1);
+    await waitFor(() => rec.lost.length === 1, 5000);
+    expect(logged(rec.lost[0])).toBe(`unit 1 at tcp://127.0.0.1:${sim.port}: read holding 0+5: no answer within 300 ms`);
+  });
+});
+
+describe('a write during a poll cycle', () => {
+  it('is never followed by that cycle\'s older reading of the tag: after each write, samples of it carry the written value', async () => {
+    const sim = d.add(await startModbusSim());
+    // One register per request, so a cycle takes many requests and a write nearly always lands inside one.
+    const tags = Array.from({ length: 40 }, (_, i) => ({ name: `r${i}`, table: 'holding', address: i, datatype: 'uint16', writable: i === 0 }));
+    const rec = recorder();
+    const c = connector(sim, { tags, pollIntervalMs: 10, maxGapRegisters: 0, maxRegistersPerRead: 1 });
+    await c.start(sinkFor(rec));
+    for (let value = 1; value <= 30; value++) {
+      expect(await c.write('r0', value)).toMatchObject({ value, matches: true });
+      const from = rec.batches.length;
+      // Let a few cycles complete: every reading of r0 delivered after the write must be the written value.
+      await waitFor(() => rec.batches.length >= from + 2, 5000);
+      const later = rec.batches.slice(from).flatMap((b) => b.filter((s) => s.name === 'r0').map((s) => s.value));
+      expect(later.every((v) => v === value), `after writing ${value}: ${later.join(', ')}`).toBe(true);
+    }
   });
 });

@@ -3,13 +3,15 @@
  * application (MQTT.js + our Sparkplug decoder) on the gateway itself and on a central Mosquitto behind the
  * bridge. Run `npm run build` first.
  */
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Long from 'long';
 import { get as getSparkplug } from 'sparkplug-payload';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startGateway } from '../helpers/gateway.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
+import { removeDir, tempDir } from '../helpers/temp.js';
+import { startOpcuaFixture, type OpcuaFixture } from '../fixtures/opcua-fixture.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { startSparkplugHost } from '../helpers/sparkplug-host.js';
@@ -82,6 +84,14 @@ const isNewerBdSeq = (next: number | undefined, previous: number | undefined): b
   return next !== undefined && previous !== undefined && step >= 1 && step < 128;
 };
 
+/** The gateway's JSON log lines with this message. */
+const auditLines = (gw: { output(): string }, msg: string) =>
+  gw
+    .output()
+    .split('\n')
+    .filter((l) => l.includes(`"${msg}"`))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+
 const metric = (host: SparkplugHost, m: HostMessage, name: string) => m.payload.metrics.find((x) => host.nameOf(NODE, x) === name);
 
 describe('Sparkplug edge node on the local broker', () => {
@@ -151,6 +161,17 @@ describe('Sparkplug edge node on the local broker', () => {
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
     await sim.mute(1);
     await host.waitFor((h) => h.of('DDEATH', 'press-1').length === 1, 10_000, 'DDEATH');
+    // One short line: which device, what, where, why (no "[object Object]", nothing repeated).
+    const lost = gw
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"device lost"'))
+      .map((l) => JSON.parse(l) as { device: string; err: { message: string } });
+    expect(lost.map((l) => l.device)).toEqual(['press-1']);
+    // The poll cycle was at one of its two blocks when the unit went quiet.
+    expect(lost[0].err.message).toMatch(
+      new RegExp(`^unit 1 at tcp://127\\.0\\.0\\.1:${sim.port}: read (holding 0\\+5|coil 0\\+1): no answer within 1500 ms$`),
+    );
     await sim.set(1, 'hr', 2, [0, 1234]);
     await sim.unmute(1);
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 2, 10_000, 'DBIRTH again');
@@ -285,6 +306,13 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     },
   ];
 
+  /** The rebirth answered: a DBIRTH of press-1 after the latest NBIRTH. */
+  const rebornAfter = (h: SparkplugHost): boolean => {
+    const types = h.messages.map((m) => `${m.type}:${m.deviceId ?? ''}`);
+    const nbirth = types.lastIndexOf('NBIRTH:');
+    return nbirth >= 0 && types.lastIndexOf('DBIRTH:press-1') > nbirth;
+  };
+
   /** A DCMD as a host on the Tahu JS library (`sparkplug-payload`) builds it: datatype in every metric. */
   const tahuDcmd = async (host: SparkplugHost, metrics: { name: string; type: string; value: unknown }[]): Promise<void> => {
     const tahu = getSparkplug('spBv1.0');
@@ -292,19 +320,14 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     await host.client.publishAsync(`spBv1.0/${GROUP}/DCMD/${NODE}/press-1`, Buffer.from(tahu.encodePayload({ timestamp: Date.now(), metrics: metrics as never })));
   };
 
-  const auditLines = (gw: { output(): string }, msg: string) =>
-    gw
-      .output()
-      .split('\n')
-      .filter((l) => l.includes(`"${msg}"`))
-      .map((l) => JSON.parse(l) as Record<string, unknown>);
-
   it('writes every datatype a sparkplug-payload host sends, and confirms each with the value read back from the PLC', async () => {
     const sim = d.add(await startModbusSim());
     const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
-    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await host.waitFor(rebornAfter, 10_000, 'births');
+    // The host joined a running session: what it saw before the rebirth answered is not this test's subject.
+    const joined = host.violations.length;
     await tahuDcmd(host, [
       { name: 'i16', type: 'Int16', value: -32_768 },
       { name: 'u16', type: 'UInt16', value: 65_535 },
@@ -332,17 +355,19 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const done = auditLines(gw, 'DCMD write done');
     expect(done.map((l) => l.metric).sort()).toEqual(['f32', 'f64', 'i16', 'i32', 'i64', 'label', 'speed', 'u16', 'u32', 'u64', 'valve']);
     expect(done.every((l) => l.who === 'tahu-host' && l.value === l.readBack)).toBe(true);
-    expect(host.violations).toEqual([]);
+    expect(host.violations.slice(joined)).toEqual([]);
   });
 
-  it('refuses a value out of range, not an exact register value after scale, or too long, with an audit line and no write', async () => {
+  it('refuses a value out of range, not an exact register value after scale, or too long, with an audit line and no write [tck-id-operational-behavior-data-commands-dcmd-metric-value]', async () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [5]);
     await sim.set(1, 'hr', 30, [100]);
     const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
-    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await host.waitFor(rebornAfter, 10_000, 'births');
+    // The host joined a running session: what it saw before the rebirth answered is not this test's subject.
+    const joined = host.violations.length;
     await sim.resetRequests();
     // 70000 to an int16 once reached a PLC as 4464.
     await tahuDcmd(host, [{ name: 'i16', type: 'Int16', value: 70_000 }]);
@@ -360,6 +385,7 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     expect(await sim.get(1, 'hr', 0, 1)).toEqual([5]);
     expect(await sim.get(1, 'hr', 30, 1)).toEqual([100]);
     expect(auditLines(gw, 'DCMD write done')).toEqual([]);
+    expect(host.violations.slice(joined)).toEqual([]);
   });
 
   it('confirms a write the PLC clamped with the value it holds, and logs that it reads back differently', async () => {
@@ -369,7 +395,9 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
-    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
+    await host.waitFor(rebornAfter, 10_000, 'births');
+    // The host joined a running session: what it saw before the rebirth answered is not this test's subject.
+    const joined = host.violations.length;
     const mark = host.messages.length;
     await tahuDcmd(host, [{ name: 'limit', type: 'UInt16', value: 250 }]);
     await host.waitFor((h) => h.value(NODE, 'press-1', 'limit') === 100, 10_000, 'read-back value');
@@ -381,6 +409,84 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     expect(limits).toEqual([100]);
     const lines = auditLines(gw, 'DCMD write accepted, but the device reads back another value');
     expect(lines.map((l) => [l.level, l.who, l.metric, l.value, l.readBack])).toEqual([[40, 'tahu-host', 'limit', '250', '100']]);
-    expect(host.violations).toEqual([]);
+    expect(host.violations.slice(joined)).toEqual([]);
+  });
+});
+
+describe('DCMD writes to OPC UA variables through the gateway', () => {
+  let server: OpcuaFixture;
+  let serverDir: string;
+
+  beforeAll(async () => {
+    serverDir = tempDir('edgeferry-opcua-dcmd-');
+    server = await startOpcuaFixture({ dir: serverDir });
+  }, 180_000);
+
+  afterAll(async () => {
+    await server?.stop();
+    if (serverDir) removeDir(serverDir);
+  });
+
+  const ua = (name: string, datatype: string) => ({ name, nodeId: `ns=1;s=Fixture.Writable.${name}`, datatype, writable: true });
+
+  it('writes Int8, UInt8, Float and DateTime from a sparkplug-payload host, refuses values outside the datatype, and confirms with the value read back (a limiting PLC: audited)', async () => {
+    const gw = d.add(
+      await startGateway(
+        {
+          sparkplug: sparkplug(),
+          connectors: [
+            {
+              id: 'oven-1',
+              type: 'opcua',
+              endpoint: server.endpoint,
+              subscription: { publishingIntervalMs: 100 },
+              tags: [ua('Small', 'Int8'), ua('Octet', 'UInt8'), ua('Ratio', 'Float'), ua('When', 'DateTime'), ua('Clamped', 'UInt16')],
+            },
+          ],
+        },
+        { logLevel: 'info' },
+      ),
+    );
+    const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'oven-1').length >= 1, 20_000, 'births');
+    const tahu = getSparkplug('spBv1.0');
+    if (!tahu) throw new Error('sparkplug-payload has no spBv1.0');
+    const dcmd = (metrics: { name: string; type: string; value: unknown }[]) =>
+      host.client.publishAsync(`spBv1.0/${GROUP}/DCMD/${NODE}/oven-1`, Buffer.from(tahu.encodePayload({ timestamp: Date.now(), metrics: metrics as never })));
+    const when = Date.parse('2026-12-01T10:00:00.123Z');
+    await dcmd([
+      { name: 'Small', type: 'Int8', value: -128 },
+      { name: 'Octet', type: 'UInt8', value: 255 },
+      { name: 'Ratio', type: 'Float', value: 0.25 },
+      { name: 'When', type: 'DateTime', value: when },
+    ]);
+    await host.waitFor(
+      (h) =>
+        h.value(NODE, 'oven-1', 'Small') === -128 &&
+        h.value(NODE, 'oven-1', 'Octet') === 255 &&
+        h.value(NODE, 'oven-1', 'Ratio') === 0.25 &&
+        h.value(NODE, 'oven-1', 'When') === when,
+      10_000,
+      'confirmations',
+    );
+    const written = (name: string) => server.events.filter((e) => e.event === 'write' && e.name === name).map((e) => e.value);
+    expect([written('Small'), written('Octet'), written('Ratio')]).toEqual([[-128], [255], [0.25]]);
+
+    // Out of range for the Sparkplug datatype: refused by the node, nothing reaches the server.
+    await dcmd([{ name: 'Small', type: 'Int8', value: 128 }]);
+    await dcmd([{ name: 'Octet', type: 'UInt8', value: 256 }]);
+    // The PLC limits the value: the DDATA says what it holds, and the audit log that it differs.
+    await dcmd([{ name: 'Clamped', type: 'UInt16', value: 250 }]);
+    await host.waitFor((h) => h.value(NODE, 'oven-1', 'Clamped') === 100, 10_000, 'clamped read-back');
+    await waitFor(() => auditLines(gw, 'DCMD write accepted, but the device reads back another value').length === 1, 10_000);
+    expect(auditLines(gw, 'command refused').map((l) => [l.metric, l.value, l.why])).toEqual([
+      ['Small', '128', '128 is outside Int8 (-128..127)'],
+      ['Octet', '256', '256 is outside UInt8 (0..255)'],
+    ]);
+    expect(auditLines(gw, 'DCMD write accepted, but the device reads back another value').map((l) => [l.metric, l.value, l.readBack])).toEqual([
+      ['Clamped', '250', '100'],
+    ]);
+    expect([written('Small'), written('Octet'), written('Clamped')]).toEqual([[-128], [255], [250]]);
   });
 });

@@ -31,6 +31,8 @@ function check(buf: Buffer, type: TagDatatype): { value: TagValue | null; proble
   return { value: metric.value, problem: commandValueProblem(type, metric) };
 }
 
+// A DCMD MUST carry a value compatible with the metric it writes [tck-id-operational-behavior-data-commands-dcmd-metric-value]:
+// the edge node checks that, and refuses rather than narrows what does not fit.
 describe('DCMD values from sparkplug-payload (Tahu JS) hosts', () => {
   const accepted: [TagDatatype, unknown, TagValue][] = [
     ['Int8', -128, -128], ['Int8', 127, 127],
@@ -77,7 +79,7 @@ describe('DCMD integer encodings of other hosts', () => {
     expect(check(rawCommand('intValue', 0x8000), 'Int16').problem).toBe('32768 is outside Int16 (-32768..32767)');
   });
 
-  it('reads UInt32 from int_value (Sparkplug 3.0) and long_value (Tahu), Int64/UInt64 from long_value', () => {
+  it('reads UInt32 from int_value (Sparkplug 3.0) and long_value (Tahu), Int64/UInt64 from long_value, without a datatype in the command [tck-id-payloads-metric-datatype-not-req]', () => {
     expect(check(rawCommand('intValue', 0xffff_ffff), 'UInt32')).toEqual({ value: 4_294_967_295, problem: undefined });
     expect(check(rawCommand('longValue', Long.fromNumber(4_294_967_295, true)), 'UInt32')).toEqual({ value: 4_294_967_295, problem: undefined });
     expect(check(rawCommand('longValue', Long.fromNumber(-3)), 'Int64')).toEqual({ value: -3n, problem: undefined });
@@ -90,8 +92,8 @@ describe('DCMD integer encodings of other hosts', () => {
     expect(check(tahuCommand('Double', 1.5), 'Double').problem).toBeUndefined();
     const fraction = decodePayload(tahuCommand('Double', 1.5), () => 'Int16').metrics[0];
     expect(commandValueProblem('Int16', { ...fraction, datatype: undefined })).toBe('1.5 is not an integer (Int16)');
-    expect(commandValueProblem('Int32', { ...fraction, datatype: undefined, value: Number.NaN })).toBe('NaN is not a Int32');
-    expect(commandValueProblem('Int32', { ...fraction, datatype: undefined, value: Infinity })).toBe('Infinity is not a Int32');
+    expect(commandValueProblem('Int32', { ...fraction, datatype: undefined, value: Number.NaN })).toBe('NaN is not an integer (Int32)');
+    expect(commandValueProblem('Int32', { ...fraction, datatype: undefined, value: Infinity })).toBe('Infinity is not an integer (Int32)');
     // A Float in double_value (some hosts): beyond float32 it would reach the device as infinity.
     expect(commandValueProblem('Float', { ...fraction, datatype: undefined, value: 1e39 })).toBe('1e+39 is outside Float');
     expect(commandValueProblem('Float', { ...fraction, datatype: undefined, value: Number.NaN })).toBeUndefined();
