@@ -39,6 +39,8 @@ for (const [name, spec] of Object.entries(DATABASES)) {
     continue; // not in this store
   }
   const target = to.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary' });
+  // LMDB's own count of the database's records (kept in its root record): what the copy is measured against.
+  say({ entries: name, count: (source.getStats() as { entryCount: number }).entryCount });
   const lost = new DamageTally();
   let pending: { key: Buffer; value: Buffer }[] = [];
   const flush = (): void => {

@@ -33,13 +33,24 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
   const plan: Record<string, 'both' | 'forward' | 'reverse' | 'skip'> = {};
   const lost: DamagedOwner[] = [];
   const problems: string[] = [];
+  /** Records of each database of the damaged store, by LMDB's count. */
+  const entries = new Map<string, number>();
   const child = fileURLToPath(new URL('./salvage-child.js', import.meta.url));
   for (let run = 0; run < MAX_RUNS; run++) {
     const result = spawnSync(process.execPath, [child, dir, fresh, JSON.stringify(plan)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
     let current: { walk: string; reverse: boolean } | undefined;
     for (const line of result.stdout.split('\n')) {
       if (line === '') continue;
-      const event = JSON.parse(line) as { walk?: string; reverse?: boolean; done?: string; lost?: DamagedOwner[]; gap?: string };
+      const event = JSON.parse(line) as {
+        entries?: string;
+        count?: number;
+        walk?: string;
+        reverse?: boolean;
+        done?: string;
+        lost?: DamagedOwner[];
+        gap?: string;
+      };
+      if (event.entries !== undefined) entries.set(event.entries, event.count ?? 0);
       if (event.walk !== undefined) current = { walk: event.walk, reverse: event.reverse === true };
       if (event.done !== undefined) {
         current = undefined;
@@ -57,7 +68,14 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
     plan[db] = current.reverse || plan[db] === 'reverse' ? 'skip' : 'reverse';
     if (plan[db] === 'skip') problems.push(`database ${db}: LMDB aborted (${how}) reading a damaged page; the records beyond it are lost`);
   }
-  const copied = await rebuildCounters(fresh, schemaVersion);
+  const copiedByDb = await rebuildCounters(fresh, schemaVersion);
+  let copied = 0;
+  for (const [db, n] of copiedByDb) {
+    copied += n;
+    // Whatever the walks met or not: the records of the damaged store that are not in the new one.
+    const missing = (entries.get(db) ?? 0) - n;
+    if (missing > 0) problems.unshift(`${DATABASES[db].what} (all of them): ${missing} of ${entries.get(db) ?? 0} records lost`);
+  }
   const check = verifyInChild(fresh, 'full');
   if (check.length > 0) {
     throw new StoreError('EF_STORE_OPEN', `salvage of ${dir}: the new store ${fresh} does not verify (${check.join('; ')}); nothing was moved`);
@@ -71,9 +89,10 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
 
 /**
  * The counters of the copied store, from what it holds: the schema, the session queue's last seq and, for each
- * outbox, its live entries (the messages and bytes are counted again at its next open). Returns the records copied.
+ * outbox, its live entries (the messages and bytes are counted again at its next open). Returns the records copied
+ * by database.
  */
-async function rebuildCounters(dir: string, schemaVersion: number): Promise<number> {
+async function rebuildCounters(dir: string, schemaVersion: number): Promise<Map<string, number>> {
   const env = open({ path: dir, noSubdir: false, maxDbs: 12 });
   const meta = env.openDB<unknown, string>('meta', { encoding: 'json' });
   const queue = env.openDB<Buffer, Buffer>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
@@ -101,10 +120,10 @@ async function rebuildCounters(dir: string, schemaVersion: number): Promise<numb
       void meta.put(OUTBOX_META_PREFIX + name, { lastSeq, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } });
     }
   });
-  let records = 0;
+  const records = new Map<string, number>();
   for (const name of Object.keys(DATABASES)) {
     const db = env.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary' });
-    records += (db.getStats() as { entryCount: number }).entryCount;
+    records.set(name, (db.getStats() as { entryCount: number }).entryCount);
   }
   await env.close();
   return records;
