@@ -32,12 +32,14 @@ const say = (line: object): void => {
 for (const [name, spec] of Object.entries(DATABASES)) {
   const direction = plan[name] ?? 'both';
   if (direction === 'skip') continue;
-  let source: Database<Buffer, Buffer>;
+  let source: Database<Buffer, Buffer> | undefined;
   try {
     source = from.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never);
-  } catch {
-    continue; // not in this store
+  } catch (err) {
+    say({ done: name, lost: [], gap: `${spec.what}: the database cannot be opened, all of it is lost (${(err as Error).message})` });
+    continue;
   }
+  if (source === undefined) continue; // not in this store
   const target = to.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary' });
   // LMDB's own count of the database's records (kept in its root record): what the copy is measured against.
   say({ entries: name, count: (source.getStats() as { entryCount: number }).entryCount });

@@ -103,7 +103,6 @@ export function damagedChunkEntries(key: Buffer, value: Buffer, gone: (prefix: B
   return damaged;
 }
 
-
 /** Damaged records by database and owner (outbox name, client id, topic), with their seq ranges. */
 export class DamageTally {
   readonly owners: DamagedOwner[] = [];
@@ -135,14 +134,14 @@ export function walkStore(env: RootDatabase, mode: 'quick' | 'full'): VerifyRepo
   const report: VerifyReport = { records: 0, damaged: tally.owners, errors: [] };
   const gone = mode === 'full' ? outboxRemovedEntries(env) : undefined;
   for (const [name, spec] of Object.entries(DATABASES)) {
-    let db: Database<Buffer, Buffer>;
+    let db: Database<Buffer, Buffer> | undefined;
     try {
       db = env.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never);
     } catch (err) {
-      if (/not ?found/i.test(String(err))) continue; // an older store without this database
       report.errors.push(`${name}: ${(err as Error).message}`);
       continue;
     }
+    if (db === undefined) continue; // an older store without this database
     let walked = 0;
     try {
       if (gone === undefined || (spec.decode === undefined && name !== 'outbox')) {
