@@ -154,7 +154,7 @@ async function storeCommand(argv: string[]): Promise<number> {
     salvage: async () => {
       if (!existsSync(resolve(storePath, 'data.mdb'))) return undefined;
       const { acquireLock, SCHEMA_VERSION } = await import('./store/lmdb.js');
-      const { salvageStore } = await import('./store/salvage.js');
+      const { salvageStore } = await import('./store/lmdb/salvage.js');
       const lock = acquireLock(resolve(storePath)); // refused while edgeferry runs on it
       try {
         return await salvageStore(resolve(storePath), SCHEMA_VERSION);

@@ -10,7 +10,7 @@ import { asError, StoreError } from '../util/errors.js';
 import type { Store } from './types.js';
 import { adoptClockBase, currentBootId } from '../util/clock.js';
 import { LmdbStoreImpl, type LmdbStoreOptions, type StoreLock } from './lmdb/store.js';
-import { verifyInChild } from './verify.js';
+import { verifyInChild } from './lmdb/verify.js';
 
 export type { LmdbStoreOptions };
 

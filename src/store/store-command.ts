@@ -8,7 +8,7 @@
 import { parseArgs } from 'node:util';
 import { asError, StoreError } from '../util/errors.js';
 import { deadLetterOutbox, type OutboxLimits, type Store } from './types.js';
-import type { SalvageResult } from './salvage.js';
+import type { SalvageResult } from './lmdb/salvage.js';
 import { steadyNowMs } from '../util/clock.js';
 
 export const storeUsage = `  edgeferry store list [-c FILE]

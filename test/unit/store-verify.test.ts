@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb.js';
 import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
-import { describeDamage, walkStore } from '../../src/store/verify.js';
+import { describeDamage, walkStore } from '../../src/store/lmdb/verify.js';
 import { silentLogger } from '../../src/util/logger.js';
 
 const dirs: string[] = [];

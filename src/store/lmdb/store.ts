@@ -43,7 +43,7 @@ import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
 import { clockRecord } from '../../util/clock.js';
 import { commitCause, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
-import type { VerifyMode } from '../verify.js';
+import type { VerifyMode } from './verify.js';
 
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
 const PAGE_STATS_MAX_AGE_MS = 1000;

@@ -9,11 +9,11 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { open } from 'lmdb';
-import { keySeq } from './codec.js';
-import { chunkCount, chunkStart } from './lmdb/outbox-chunk.js';
-import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './lmdb/outbox.js';
+import { keySeq } from '../codec.js';
+import { chunkCount, chunkStart } from './outbox-chunk.js';
+import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 import { DATABASES, describeDamage, verifyInChild, type DamagedOwner } from './verify.js';
-import { StoreError } from '../util/errors.js';
+import { StoreError } from '../../util/errors.js';
 
 export interface SalvageResult {
   /** Where the damaged directory was moved. */

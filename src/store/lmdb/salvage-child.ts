@@ -9,9 +9,9 @@
  */
 import fs from 'node:fs';
 import { open, type Database } from 'lmdb';
-import { CorruptValueError, keyOwner, keySeq, MARK, seqKey } from './codec.js';
+import { CorruptValueError, keyOwner, keySeq, MARK, seqKey } from '../codec.js';
 import { DamageTally, DATABASES, damagedChunkEntries, outboxRemovedEntries } from './verify.js';
-import { chunkCount, chunkStart } from './lmdb/outbox-chunk.js';
+import { chunkCount, chunkStart } from './outbox-chunk.js';
 
 const [src, dest, planJson] = process.argv.slice(2);
 const plan = JSON.parse(planJson) as Record<string, 'both' | 'forward' | 'reverse' | 'skip'>;

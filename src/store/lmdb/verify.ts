@@ -11,9 +11,9 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Database, RootDatabase } from 'lmdb';
-import { CorruptValueError, decodeJsonValue, decodePlainValue, decodeQueuedValue, decodeStampedValue, keyOwner, keySeq, seqKey } from './codec.js';
-import { Chunk, chunkCount, chunkStart } from './lmdb/outbox-chunk.js';
-import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './lmdb/outbox.js';
+import { CorruptValueError, decodeJsonValue, decodePlainValue, decodeQueuedValue, decodeStampedValue, keyOwner, keySeq, seqKey } from '../codec.js';
+import { Chunk, chunkCount, chunkStart } from './outbox-chunk.js';
+import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 
 export type VerifyMode = 'quick' | 'full' | 'off';
 
