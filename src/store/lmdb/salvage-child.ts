@@ -18,7 +18,6 @@ const plan = JSON.parse(planJson) as Record<string, 'both' | 'forward' | 'revers
 const from = open({ path: src, readOnly: true, noSubdir: false, maxDbs: 12 });
 fs.mkdirSync(dest, { recursive: true });
 const to = open({ path: dest, noSubdir: false, maxDbs: 12 });
-const gone = outboxRemovedEntries(from);
 /** Records written per transaction of the new store: what a crash of this child loses of its copy. */
 const BATCH = 100;
 
@@ -32,6 +31,8 @@ const say = (line: object): void => {
 for (const [name, spec] of Object.entries(DATABASES)) {
   const direction = plan[name] ?? 'both';
   if (direction === 'skip') continue;
+  // Said first: whatever kills this child from here on is put down to this database (see salvage.ts).
+  say({ walk: name, reverse: direction === 'reverse' });
   let source: Database<Buffer, Buffer> | undefined;
   try {
     source = from.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never);
@@ -43,6 +44,8 @@ for (const [name, spec] of Object.entries(DATABASES)) {
   const target = to.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary' });
   // LMDB's own count of the database's records (kept in its root record): what the copy is measured against.
   say({ entries: name, count: (source.getStats() as { entryCount: number }).entryCount });
+  // Which outbox entries are acknowledged already (damage to them loses nothing); read only for the outbox.
+  const gone = name === 'outbox' ? outboxRemovedEntries(from) : () => false;
   const lost = new DamageTally();
   let pending: { key: Buffer; value: Buffer }[] = [];
   const flush = (): void => {
