@@ -75,7 +75,7 @@ export interface LmdbStoreOptions {
   readonly sync: 'full' | 'relaxed';
   /** Bound on the B-tree pages in use (live data plus tree overhead); 0 = unbounded. */
   readonly maxBytes: number;
-  /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see ../verify.ts); default off. */
+  /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see verify.ts); default off. */
   readonly verify?: VerifyMode;
   readonly log: Logger;
 }
