@@ -153,6 +153,17 @@ async function storeCommand(argv: string[]): Promise<number> {
   return runStoreCommand(argv, {
     // Never creates a store: a typo in storage.path must not leave an empty one behind.
     open: async () => (existsSync(storePath) ? openLmdbStore({ path: storePath, sync, maxBytes, log: silentLogger }) : undefined),
+    salvage: async () => {
+      if (!existsSync(resolve(storePath, 'data.mdb'))) return undefined;
+      const { acquireLock, SCHEMA_VERSION } = await import('./store/lmdb.js');
+      const { salvageStore } = await import('./store/lmdb/salvage.js');
+      const lock = acquireLock(resolve(storePath)); // refused while edgeferry runs on it
+      try {
+        return await salvageStore(resolve(storePath), SCHEMA_VERSION);
+      } finally {
+        lock.release();
+      }
+    },
     bridgeNames: config.bridges.map((b) => b.name),
     storePath,
     stdout: (t) => process.stdout.write(t),

@@ -10,7 +10,7 @@ import { asError, StoreError } from '../util/errors.js';
 import type { Store } from './types.js';
 import { adoptClockBase, currentBootId } from '../util/clock.js';
 import { LmdbStoreImpl, type LmdbStoreOptions, type StoreLock } from './lmdb/store.js';
-import { verifyInChild } from './verify.js';
+import { verifyInChild } from './lmdb/verify.js';
 
 export type { LmdbStoreOptions };
 
@@ -131,7 +131,7 @@ function processIdentity(pid: number): string | undefined {
   }
 }
 
-function acquireLock(dir: string): StoreLock {
+export function acquireLock(dir: string): StoreLock {
   const file = path.join(dir, 'edgeferry.lock');
   // Not Linux: without a boot id a stale lock is recognised by its pid alone.
   const me = { pid: process.pid, bootId: currentBootId() ?? 'unknown', start: processIdentity(process.pid) ?? 'unknown' };
@@ -207,7 +207,7 @@ export async function openLmdbStore(
     try {
       // eventTurnBatching off: every write goes through one explicit `batch()` per store batch (see issue()).
       // relaxed: MDB_NOMETASYNC (see the top of this file).
-      env = open({ path: dir, maxDbs: 12, eventTurnBatching: false, noMetaSync: opts.sync === 'relaxed' });
+      env = open({ path: dir, noSubdir: false, maxDbs: 12, eventTurnBatching: false, noMetaSync: opts.sync === 'relaxed' });
     } catch (err) {
       throw openError(dir, `LMDB refused the environment (${asError(err).message})`, err);
     }

@@ -8,6 +8,7 @@
 import { parseArgs } from 'node:util';
 import { asError, StoreError } from '../util/errors.js';
 import { deadLetterOutbox, type OutboxLimits, type Store } from './types.js';
+import type { SalvageResult } from './lmdb/salvage.js';
 import { steadyNowMs } from '../util/clock.js';
 
 export const storeUsage = `  edgeferry store list [-c FILE]
@@ -18,6 +19,9 @@ export const storeUsage = `  edgeferry store list [-c FILE]
   edgeferry store requeue NAME [-c FILE]
                            move the dead letters of bridge NAME (messages the central broker refused) to the end
                            of its outbox, to be sent again at the next start
+  edgeferry store salvage [-c FILE]
+                           copy every record of a damaged data directory that still reads into a new one, move
+                           the damaged one aside (<path>.damaged-<time>) and list what was lost
 `;
 
 /** Limits only matter for appends, which only `requeue` makes: it moves what the operator asks for, unbounded. */
@@ -28,6 +32,8 @@ const REQUEUE_CHUNK = 1000;
 export interface StoreCommandContext {
   /** Opens the store of the configuration's `storage.path`; undefined when there is no data directory yet. */
   open(): Promise<Store | undefined>;
+  /** Salvages the data directory (salvage.ts), holding its lock; undefined when there is none. */
+  salvage(): Promise<SalvageResult | undefined>;
   /** The bridges of the configuration: their outboxes are in use. */
   readonly bridgeNames: readonly string[];
   readonly storePath: string;
@@ -46,12 +52,13 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
   }
   const [command, name] = positionals;
   const usable =
-    (command === 'list' && positionals.length === 1) ||
+    ((command === 'list' || command === 'salvage') && positionals.length === 1) ||
     ((command === 'delete-outbox' || command === 'requeue') && positionals.length === 2);
   if (!usable) {
     ctx.stderr(`Usage:\n${storeUsage}`);
     return 2;
   }
+  if (command === 'salvage') return salvage(ctx);
   let store: Store | undefined;
   try {
     store = await ctx.open();
@@ -87,6 +94,26 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
   } finally {
     await store.close();
   }
+}
+
+async function salvage(ctx: StoreCommandContext): Promise<number> {
+  let result: SalvageResult | undefined;
+  try {
+    result = await ctx.salvage();
+  } catch (err) {
+    if (!(err instanceof StoreError)) throw err;
+    ctx.stderr(`edgeferry store: ${err.message}\n`);
+    return 3;
+  }
+  if (result === undefined) {
+    ctx.stdout(`store ${ctx.storePath}: no data directory, nothing to salvage\n`);
+    return 0;
+  }
+  ctx.stdout(
+    `salvaged ${ctx.storePath}: ${result.copied} records copied into a new data directory; the damaged one is ` +
+      `${result.damagedDir}\n${result.lost.length === 0 ? 'nothing was lost\n' : `lost:\n  ${result.lost.join('\n  ')}\n`}`,
+  );
+  return 0;
 }
 
 function list(store: Store, ctx: StoreCommandContext): void {

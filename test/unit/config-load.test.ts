@@ -40,7 +40,7 @@ describe('defaults', () => {
     ]);
     expect(config.broker.maxPacketBytes).toBe(1_048_576);
     expect(config.broker.maxSessionExpiryS).toBe(4_294_967_295);
-    expect(config.storage).toEqual({ path: join(dir, 'data'), sync: 'full', maxBytes: 2_147_483_648 });
+    expect(config.storage).toEqual({ path: join(dir, 'data'), sync: 'full', maxBytes: 2_147_483_648, verifyOnStart: 'quick' });
     expect(config.log).toEqual({ level: 'info', format: 'auto' });
     expect(config.bridges).toEqual([]);
   });

@@ -144,6 +144,13 @@ describe('stored value checksums', () => {
     expect(byId.get('hit')?.expiryIntervalS).toBe(0xffffffff);
     expect(byId.get('hit')?.queue).toHaveLength(1);
     expect(errors[0].obj).toMatchObject({ what: 'session records', clientIds: ['hit'], records: 1 });
+    await store.flushed();
+    await closeStore(store);
+    // Not deleted: the next start still keeps the session and its queue.
+    store = await openStore(dir, recordingLogger(errors));
+    const hit = [...store.sessions.loadAll()].find((r) => r.clientId === 'hit');
+    expect(hit?.expiryIntervalS).toBe(0xffffffff);
+    expect(hit?.queue).toHaveLength(1);
   });
 
   it('skips a damaged record read back from a spilled queue and reports how many it skipped', async () => {

@@ -22,6 +22,7 @@ const CACHED_CHUNKS = 8;
 
 export interface OutboxMeta {
   lastSeq: number;
+  /** Absent after `store salvage` (salvage.ts): counted from the entries at the next open. */
   messages: number;
   bytes: number;
   dropped: Record<DropReason, number>;
@@ -111,12 +112,12 @@ export class LmdbOutbox implements Outbox {
     }
     this.lastSeq = Math.max(meta?.lastSeq ?? 0, lastStored);
     this.floor = meta?.floor ?? firstStored ?? this.lastSeq + 1;
-    if (meta !== undefined) {
+    this.dropped = { ...emptyDropped(), ...meta?.dropped };
+    if (meta?.messages !== undefined && (meta.bytes as number | undefined) !== undefined) {
       this.messages = meta.messages;
       this.bytes = meta.bytes;
-      this.dropped = { ...emptyDropped(), ...meta.dropped };
     } else {
-      // No counters yet (new outbox): count what is there, normally nothing.
+      // No counts yet (a new outbox, normally empty; or one `store salvage` copied): count what is there.
       this.messages = 0;
       this.bytes = 0;
       for (const chunk of this.chunksFrom(this.floor)) {
@@ -126,7 +127,6 @@ export class LmdbOutbox implements Outbox {
           this.bytes += chunk.bytes(seq);
         }
       }
-      this.dropped = emptyDropped();
     }
     this.oldestAppendedAtMs = this.firstLive()?.appendedAtMs;
     this.scanFrom = 0;

@@ -77,7 +77,8 @@ export class LmdbSessionStore implements SessionStore {
       }
       return s;
     };
-    const damagedSessions = new Damaged(this.store, 'session records');
+    // Kept, not deleted: without its record the session would expire at the next start, and its queue with it.
+    const damagedSessions = new Damaged(this.store, 'session records', false);
     for (const { key, value } of sessionDb.getRange({ snapshot: false })) {
       // A damaged record loses its expiry, not the session: it stays (never expiring) with its queue until its
       // client comes back and sets a new one.
@@ -319,6 +320,8 @@ class Damaged {
   constructor(
     private readonly store: LmdbStoreImpl,
     private readonly what: string,
+    /** Whether the damaged records are deleted once reported. */
+    private readonly deletes = true,
   ) {}
 
   get count(): number {
@@ -345,7 +348,7 @@ class Damaged {
       this.what,
       seqs === undefined ? { clientIds: owners } : { clientIds: owners, seqFrom: Math.min(...seqs), seqTo: Math.max(...seqs) },
       this.records.length,
-      this.records,
+      this.deletes ? this.records : [],
     );
   }
 }

@@ -43,7 +43,7 @@ import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
 import { clockRecord } from '../../util/clock.js';
 import { commitCause, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
-import type { VerifyMode } from '../verify.js';
+import type { VerifyMode } from './verify.js';
 
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
 const PAGE_STATS_MAX_AGE_MS = 1000;
@@ -75,7 +75,7 @@ export interface LmdbStoreOptions {
   readonly sync: 'full' | 'relaxed';
   /** Bound on the B-tree pages in use (live data plus tree overhead); 0 = unbounded. */
   readonly maxBytes: number;
-  /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see ../verify.ts); default off. */
+  /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see verify.ts); default off. */
   readonly verify?: VerifyMode;
   readonly log: Logger;
 }

@@ -7,7 +7,7 @@ import { open } from 'lmdb';
 import { walkStore } from './verify.js';
 
 const [dir, mode] = process.argv.slice(2);
-const env = open({ path: dir, readOnly: true, maxDbs: 12 });
+const env = open({ path: dir, readOnly: true, noSubdir: false, maxDbs: 12 });
 const report = walkStore(env, mode === 'full' ? 'full' : 'quick');
 process.stdout.write(JSON.stringify(report));
 await env.close();

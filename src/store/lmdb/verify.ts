@@ -11,8 +11,9 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Database, RootDatabase } from 'lmdb';
-import { CorruptValueError, decodeJsonValue, decodePlainValue, decodeQueuedValue, decodeStampedValue, keyOwner, keySeq } from './codec.js';
-import { Chunk, chunkCount, chunkStart } from './lmdb/outbox-chunk.js';
+import { CorruptValueError, decodeJsonValue, decodePlainValue, decodeQueuedValue, decodeStampedValue, keyOwner, keySeq, seqKey } from '../codec.js';
+import { Chunk, chunkCount, chunkStart } from './outbox-chunk.js';
+import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 
 export type VerifyMode = 'quick' | 'full' | 'off';
 
@@ -37,9 +38,9 @@ export interface VerifyReport {
  * How each database's values are checked in a full walk: `decode` returns how many records in the value are
  * damaged, or throws CorruptValueError for a damaged value. The owner of a key is its prefix up to the 0 byte.
  */
-const DATABASES: Record<string, { what: string; decode?: (key: Buffer, value: Buffer) => number; seqs: boolean }> = {
+export const DATABASES: Record<string, { what: string; decode?: (key: Buffer, value: Buffer) => number; seqs: boolean }> = {
   meta: { what: 'store metadata', decode: (_k, v) => (decodeMeta(v), 0), seqs: false },
-  outbox: { what: 'outbox', decode: decodeChunk, seqs: true },
+  outbox: { what: 'outbox', seqs: true }, // checked entry by entry: damagedChunkEntries
   retained: { what: 'retained message', decode: (_k, v) => (decodePlainValue(v), 0), seqs: false },
   sessions: { what: 'session record', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
   subscriptions: { what: 'subscriptions of session', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
@@ -59,73 +60,116 @@ function decodeMeta(value: Buffer): unknown {
   }
 }
 
-/** Checks every entry of an outbox chunk; returns how many are damaged. */
-function decodeChunk(key: Buffer, value: Buffer): number {
-  const prefixBytes = key.indexOf(0) + 1;
-  const chunk = new Chunk(key, prefixBytes, value);
-  let damaged = 0;
+/**
+ * Which outbox entries are gone already (below their outbox's floor, or marked removed: acknowledged), so that
+ * damage to them loses nothing. Read from `env`'s meta and outbox-removed databases, best effort.
+ */
+export function outboxRemovedEntries(env: RootDatabase): (prefix: Buffer, seq: number) => boolean {
+  const floors = new Map<string, number>();
+  const marks = new Set<string>();
+  try {
+    const meta = env.openDB<Buffer, string>('meta', { encoding: 'binary', create: false } as never);
+    for (const { key, value } of meta.getRange({ start: OUTBOX_META_PREFIX, end: OUTBOX_META_END, snapshot: false })) {
+      try {
+        const floor = (JSON.parse(value.toString('utf8')) as OutboxMeta).floor;
+        if (floor !== undefined) floors.set(String(key).slice(OUTBOX_META_PREFIX.length), floor);
+      } catch {
+        // a damaged counter record: no floor known for that outbox
+      }
+    }
+    const removed = env.openDB<Buffer, Buffer>('outbox-removed', { encoding: 'binary', keyEncoding: 'binary', create: false } as never);
+    for (const key of removed.getKeys({ snapshot: false })) marks.add(key.toString('hex'));
+  } catch {
+    // a store without them, or damaged there: then every damaged entry counts
+  }
+  return (prefix, seq) =>
+    seq < (floors.get(prefix.toString('utf8', 0, prefix.length - 1)) ?? 0) || marks.has(seqKey(prefix, seq).toString('hex'));
+}
+
+/** The seqs of the damaged entries of an outbox chunk, but for those `gone` says are removed already. */
+export function damagedChunkEntries(key: Buffer, value: Buffer, gone: (prefix: Buffer, seq: number) => boolean): number[] {
+  const prefix = key.subarray(0, key.indexOf(0) + 1);
+  const chunk = new Chunk(key, prefix.length, value);
+  const damaged: number[] = [];
   for (let seq = chunk.start; seq < chunk.end; seq++) {
+    if (gone(prefix, seq)) continue;
     try {
       chunk.entry(seq, false);
     } catch (err) {
       if (!(err instanceof CorruptValueError)) throw err;
-      damaged++;
+      damaged.push(seq);
     }
   }
   return damaged;
 }
 
-/** Walks `env` (opened read-only by the caller). Never throws for damage: it is reported. */
-export function walkStore(env: RootDatabase, mode: 'quick' | 'full'): VerifyReport {
-  const report: VerifyReport = { records: 0, damaged: [], errors: [] };
-  const owners = new Map<string, DamagedOwner>();
-  const note = (what: string, owner: string, seqs: boolean, key: Buffer, n: number): void => {
-    const id = `${what}\u0000${owner}`;
-    let d = owners.get(id);
+/** Damaged records by database and owner (outbox name, client id, topic), with their seq ranges. */
+export class DamageTally {
+  readonly owners: DamagedOwner[] = [];
+  private readonly byId = new Map<string, DamagedOwner>();
+
+  /** `n` damaged records under `key` of database `db`. */
+  note(db: string, key: Buffer, n: number): void {
+    const spec = DATABASES[db];
+    const owner = db === 'meta' ? key.toString('utf8') : keyOwner(key);
+    const id = `${spec.what}\u0000${owner}`;
+    let d = this.byId.get(id);
     if (d === undefined) {
-      owners.set(id, (d = { what, owner, records: 0 }));
-      report.damaged.push(d);
+      this.byId.set(id, (d = { what: spec.what, owner, records: 0 }));
+      this.owners.push(d);
     }
     d.records += n;
-    if (seqs && key.length >= owner.length + 9) {
-      const seq = what === 'outbox' ? chunkStart(key, key.indexOf(0) + 1) : keySeq(key);
-      const end = what === 'outbox' ? seq + chunkCount(key, key.indexOf(0) + 1) - 1 : seq;
-      d.seqFrom = Math.min(d.seqFrom ?? seq, seq);
-      d.seqTo = Math.max(d.seqTo ?? end, end);
-    }
-  };
+    const prefixBytes = key.indexOf(0) + 1;
+    if (!spec.seqs || prefixBytes === 0 || key.length < prefixBytes + 8) return;
+    const seq = db === 'outbox' ? chunkStart(key, prefixBytes) : keySeq(key);
+    const last = db === 'outbox' ? seq + chunkCount(key, prefixBytes) - 1 : seq;
+    d.seqFrom = Math.min(d.seqFrom ?? seq, seq);
+    d.seqTo = Math.max(d.seqTo ?? last, last);
+  }
+}
+
+/** Walks `env` (opened read-only by the caller). Never throws for damage: it is reported. */
+export function walkStore(env: RootDatabase, mode: 'quick' | 'full'): VerifyReport {
+  const tally = new DamageTally();
+  const report: VerifyReport = { records: 0, damaged: tally.owners, errors: [] };
+  const gone = mode === 'full' ? outboxRemovedEntries(env) : undefined;
   for (const [name, spec] of Object.entries(DATABASES)) {
-    let db: Database<Buffer, Buffer>;
+    let db: Database<Buffer, Buffer> | undefined;
     try {
       db = env.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never);
     } catch (err) {
-      if (/not ?found/i.test(String(err))) continue; // an older store without this database
       report.errors.push(`${name}: ${(err as Error).message}`);
       continue;
     }
+    if (db === undefined) continue; // an older store without this database
+    let walked = 0;
     try {
-      if (mode === 'quick' || spec.decode === undefined) {
+      if (gone === undefined || (spec.decode === undefined && name !== 'outbox')) {
         for (const key of db.getKeys({ snapshot: false })) {
           void key;
-          report.records++;
+          walked++;
         }
       } else {
         for (const { key, value } of db.getRange({ snapshot: false })) {
-          report.records++;
+          walked++;
           const k = typeof key === 'string' ? Buffer.from(key) : key;
           let damaged: number;
           try {
-            damaged = spec.decode(k, value);
+            damaged = name === 'outbox' ? damagedChunkEntries(k, value, gone).length : (spec.decode?.(k, value) ?? 0);
           } catch (err) {
             if (!(err instanceof CorruptValueError)) throw err;
             damaged = 1;
           }
-          if (damaged > 0) note(spec.what, name === 'meta' ? String(key) : keyOwner(k), spec.seqs, k, damaged);
+          if (damaged > 0) tally.note(name, k, damaged);
         }
       }
+      // A walk may end early on a damaged page without an error; LMDB's own count of the entries tells.
+      const entries = (db.getStats() as { entryCount: number }).entryCount;
+      if (walked !== entries) report.errors.push(`${name}: only ${walked} of its ${entries} records can be reached`);
     } catch (err) {
       report.errors.push(`${name}: ${(err as Error).message}`);
     }
+    report.records += walked;
   }
   return report;
 }
