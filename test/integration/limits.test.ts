@@ -254,3 +254,103 @@ describe('broker.maxQueuedBytes', () => {
     expect(again.publishes.map((p) => `${p.payload.toString()[0]}${p.payload.length}`)).toEqual(['a400', 'b400', 'd100']);
   });
 });
+
+describe('broker.maxSubscriptionsPerClient (issue 17 #11)', () => {
+  const MAX = 4;
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({ broker: { maxSubscriptionsPerClient: MAX } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  const filters = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => ({ topic: `${prefix}/${i}`, qos: 1 as const }));
+
+  it(`grants ${MAX} subscriptions and refuses each further filter with SUBACK 0x97 Quota exceeded (MQTT 5); replacing one still works`, async () => {
+    const c = await raw(gw, 5);
+    const first = await c.subscribe(filters('quota', 3), { messageId: 1 });
+    expect(first.granted).toEqual([1, 1, 1]);
+    // One more fits; the same filter twice in a packet is one subscription [MQTT-3.8.4-3]; then the quota is used up.
+    const second = await c.subscribe([{ topic: 'quota/3', qos: 0 }, { topic: 'quota/3', qos: 1 }, { topic: 'quota/4', qos: 1 }, { topic: 'quota/0', qos: 0 }], { messageId: 2 });
+    expect(second.granted).toEqual([0, 1, 0x97, 0]);
+    // Unsubscribing frees a place.
+    c.send({ cmd: 'unsubscribe', messageId: 3, unsubscriptions: ['quota/1'] });
+    await c.expect('unsuback');
+    expect((await c.subscribe([{ topic: 'quota/5', qos: 1 }, { topic: 'quota/6', qos: 1 }], { messageId: 4 })).granted).toEqual([1, 0x97]);
+    // The refused filters deliver nothing, the granted ones do.
+    const pub = await raw(gw, 5);
+    for (const t of ['quota/4', 'quota/6', 'quota/5']) pub.publish(t, t, { qos: 0 });
+    await c.until(() => c.publishes.length >= 1, 5000, 'the message on quota/5');
+    await c.ping();
+    expect(c.publishes.map((p) => p.topic)).toEqual(['quota/5']);
+  });
+
+  it('MQTT 3.1.1: refuses the filters over the limit with 0x80 [MQTT-3.9.3-2]', async () => {
+    const c = await raw(gw, 4);
+    expect((await c.subscribe(filters('quota4', MAX + 2))).granted).toEqual([1, 1, 1, 1, 0x80, 0x80]);
+  });
+
+  it('counts the subscriptions of a persistent session still being stored: SUBSCRIBEs sent without waiting cannot pass the limit together', async () => {
+    const c = await raw(gw, 5, { clientId: 'quota-persistent', properties: { sessionExpiryInterval: 60 } });
+    for (let id = 1; id <= 3; id++) c.send({ cmd: 'subscribe', messageId: id, subscriptions: filters(`pipelined${id}`, 2) } as never);
+    const granted: number[] = [];
+    for (let id = 1; id <= 3; id++) granted.push(...((await c.expect((p) => p.cmd === 'suback' && p.messageId === id)) as { granted: number[] }).granted);
+    expect(granted).toEqual([1, 1, 1, 1, 0x97, 0x97]);
+    // After a reconnect the session holds exactly MAX.
+    c.send({ cmd: 'disconnect', reasonCode: 0 });
+    await c.waitForClose(3000);
+    const again = await raw(gw, 5, { clientId: 'quota-persistent', clean: false, properties: { sessionExpiryInterval: 60 } });
+    expect((await again.subscribe([{ topic: 'pipelined3/9', qos: 1 }])).granted).toEqual([0x97]);
+  });
+});
+
+describe('routing work is bounded per turn (issue 17 #11)', () => {
+  /** 2^14 filters, each a mix of `+` and `x` over 14 levels: every one matches the topic x/x/.../x. */
+  const LEVELS = 14;
+  const SUBSCRIPTIONS = 2 ** LEVELS;
+  const TOPIC = Array.from({ length: LEVELS }, () => 'x').join('/');
+  const MESSAGES = 3000;
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({ broker: { maxSubscriptionsPerClient: SUBSCRIPTIONS } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  it(`keeps other clients' CONNECT fast while ${MESSAGES} messages each match ${SUBSCRIPTIONS} overlapping subscriptions of one client`, async () => {
+    const amplifier = await raw(gw, 4, { clientId: 'amplifier' });
+    for (let b = 0; b < SUBSCRIPTIONS / 256; b++) {
+      const subscriptions = Array.from({ length: 256 }, (_, k) => {
+        const i = b * 256 + k;
+        return { topic: Array.from({ length: LEVELS }, (_, level) => ((i >> level) & 1 ? '+' : 'x')).join('/'), qos: 0 as const };
+      });
+      const suback = await amplifier.subscribe(subscriptions, { messageId: b + 1, timeoutMs: 10_000 });
+      expect(suback.granted.every((g) => g === 0)).toBe(true);
+    }
+    const one = mqttPacket.generate({ cmd: 'publish', topic: TOPIC, payload: Buffer.alloc(8), qos: 0, dup: false, retain: false }, { protocolVersion: 4 });
+    const flooder = await raw(gw, 4, { clientId: 'flooder' });
+    // Every message in one write: the gateway reads it in chunks of tens of kilobytes, a thousand messages each.
+    flooder.write(Buffer.concat(Array.from({ length: MESSAGES }, () => one)));
+    const latencies: number[] = [];
+    while (amplifier.publishes.length < MESSAGES) {
+      const started = performance.now();
+      const probe = await RawClient.connect(gw.port, { clientId: `probe-${latencies.length}` }, { protocolVersion: 5 });
+      latencies.push(performance.now() - started);
+      probe.destroy();
+      await waitFor(() => performance.now() - started > 20, 1000, { intervalMs: 5 });
+      expect(performance.now() - started, `${amplifier.publishes.length} of ${MESSAGES} delivered`).toBeLessThan(60_000);
+    }
+    // Overlapping subscriptions of one client give one delivery per message [MQTT-3.3.4-2].
+    await amplifier.ping();
+    expect(amplifier.publishes).toHaveLength(MESSAGES);
+    // Without the bound, one read's thousand messages (16 million subscription matches) held the loop for seconds:
+    // a single probe got through while all of them were routed.
+    latencies.sort((a, b) => a - b);
+    const figures = `CONNECT latencies (ms): ${latencies.map(Math.round).join(' ')}`;
+    expect(latencies.length, figures).toBeGreaterThanOrEqual(5);
+    expect(latencies[Math.floor(latencies.length / 2)], figures).toBeLessThan(150);
+    expect(latencies.at(-1), figures).toBeLessThan(1000);
+  }, 120_000);
+});

@@ -12,6 +12,7 @@ function collect(): FrameHandler & { packets: Buffer[]; headers: [number, number
     header: (type, length) => void headers.push([type, length]),
     packet: (data, _first, start, _body, end) => void packets.push(Buffer.from(data.subarray(start, end))),
     isOpen: () => true,
+    canTakeMore: () => true,
   };
 }
 
