@@ -5,6 +5,7 @@
  */
 import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
 import { PacketFramer, packetBytes } from '../protocol/framer.js';
+import { countUserProperties } from '../protocol/property-scan.js';
 import type { FrameHandler } from '../protocol/framer.js';
 import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
@@ -14,7 +15,7 @@ import type { Logger } from '../util/logger.js';
 import type { ClientLink, Session } from '../broker/session.js';
 import type { ListenerPolicy, ServerContext } from './context.js';
 import type { Transport } from './transport.js';
-import { handleConnect } from './handlers/connect.js';
+import { handleConnect, refuse as refuseConnect } from './handlers/connect.js';
 import { handlePublish, handlePubrel, type PendingAck } from './handlers/publish.js';
 import { handlePuback, handlePubrec, handlePubcomp } from './handlers/acks.js';
 import { handleSubscribe } from './handlers/subscribe.js';
@@ -257,7 +258,23 @@ export class Connection implements ClientLink, FrameHandler {
         if (ack) return this.dispatch(ack);
       }
     }
+    if ((this.version === 5 || this.state === 'awaiting-connect') && this.refusedForUserProperties(data, first, bodyStart, end)) return;
     this.parseGeneric(data.subarray(packetStart, end));
+  }
+
+  /**
+   * Counts the User Properties of an MQTT 5 packet before mqtt-packet builds them (`countUserProperties`): more than
+   * `maxUserProperties` close the connection with 0x95 (CONNECT: CONNACK 0x95), saying why.
+   */
+  private refusedForUserProperties(data: Buffer, first: number, bodyStart: number, end: number): boolean {
+    const count = countUserProperties(data, first, bodyStart, end);
+    const max = this.ctx.limits.maxUserProperties;
+    if (count <= max) return false;
+    const why = `${count} user properties, more than broker.maxUserProperties (${max})`;
+    if (this.state !== 'awaiting-connect') throw new ProtocolError(Reason.PacketTooLarge, why);
+    this.version = 5; // only an MQTT 5 CONNECT has properties
+    refuseConnect(this, Reason.PacketTooLarge, why);
+    return true;
   }
 
   /**

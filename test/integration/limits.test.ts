@@ -354,3 +354,120 @@ describe('routing work is bounded per turn (issue 17 #11)', () => {
     expect(latencies.at(-1), figures).toBeLessThan(1000);
   }, 120_000);
 });
+
+describe('broker.maxUserProperties on every packet type, counted before parsing (issue 17 #12)', () => {
+  const MAX = 64;
+  let gw: Gateway;
+  beforeAll(async () => {
+    // Default limits otherwise: maxPacketBytes 1 MiB holds 200,000 empty user properties.
+    gw = await startGateway({ broker: { maxUserProperties: MAX } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  function vbi(n: number): Buffer {
+    const out: number[] = [];
+    do {
+      let byte = n % 128;
+      n = Math.floor(n / 128);
+      if (n > 0) byte |= 0x80;
+      out.push(byte);
+    } while (n > 0);
+    return Buffer.from(out);
+  }
+  const str = (s: string): Buffer => Buffer.concat([Buffer.from([0, Buffer.byteLength(s)]), Buffer.from(s)]);
+  /** A property section of `n` user properties, all with the same name and value (default: both empty). */
+  function userProperties(n: number, name = '', value = ''): Buffer {
+    const one = Buffer.concat([Buffer.from([0x26]), str(name), str(value)]);
+    const body = Buffer.alloc(one.length * n);
+    for (let i = 0; i < n; i++) one.copy(body, i * one.length);
+    return Buffer.concat([vbi(body.length), body]);
+  }
+  /** A packet from its first header byte and body parts. */
+  function packet(first: number, ...parts: Buffer[]): Buffer {
+    const body = Buffer.concat(parts);
+    return Buffer.concat([Buffer.from([first]), vbi(body.length), body]);
+  }
+  function connect(clientId: string, properties: Buffer, will?: Buffer): Buffer {
+    const flags = will ? 0x06 : 0x02; // clean start (+ will flag, will QoS 0)
+    const willPart = will ? [will, str('up/will'), str('gone')] : [];
+    return packet(0x10, str('MQTT'), Buffer.from([5, flags, 0, 30]), properties, str(clientId), ...willPart);
+  }
+
+  async function expectConnack95(c: RawClient): Promise<void> {
+    const connack = (await c.expect('connack', 3000)) as { reasonCode?: number; properties?: { reasonString?: string } };
+    expect(connack.reasonCode).toBe(0x95);
+    expect(connack.properties?.reasonString).toMatch(/user properties, more than broker\.maxUserProperties \(64\)/);
+    await c.waitForClose(3000);
+  }
+
+  async function expectDisconnect95(c: RawClient, count: number): Promise<void> {
+    const disconnect = await c.expectDisconnect(3000);
+    expect(disconnect.reasonCode, c.describe()).toBe(0x95);
+    expect(disconnect.properties?.reasonString).toBe(`${count} user properties, more than broker.maxUserProperties (64)`);
+    await c.waitForClose(3000);
+  }
+
+  it('refuses a PUBLISH with 200,000 user properties of one empty name at once with DISCONNECT 0x95, forwarding nothing (CVE-2021-41039)', async () => {
+    const sub = await raw(gw, 5);
+    await sub.subscribe('up/#');
+    const c = await raw(gw, 5);
+    const flood = packet(0x32, str('up/flood'), Buffer.from([0, 1]), userProperties(200_000), Buffer.from('x'));
+    expect(flood.length).toBeLessThan(1_048_576);
+    const started = performance.now();
+    c.write(flood);
+    await expectDisconnect95(c, 200_000);
+    // Counting 1 MB of properties is a walk over the bytes; parsing them into a list took most of a second.
+    expect(performance.now() - started).toBeLessThan(1000);
+    await sub.ping();
+    expect(sub.publishes).toEqual([]);
+  });
+
+  it('refuses a CONNECT with 200,000 user properties with CONNACK 0x95 and a reason string', async () => {
+    const c = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    c.write(connect('up-connect-flood', userProperties(200_000)));
+    await expectConnack95(c);
+  });
+
+  it(`counts a CONNECT's and its will's user properties together: ${MAX / 2 + 1} + ${MAX / 2} is refused, ${MAX / 2} + ${MAX / 2} accepted`, async () => {
+    const over = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    over.write(connect('up-will-over', userProperties(MAX / 2 + 1, 'k', 'v'), userProperties(MAX / 2, 'k', 'v')));
+    await expectConnack95(over);
+    const within = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    within.write(connect('up-will-within', userProperties(MAX / 2, 'k', 'v'), userProperties(MAX / 2, 'k', 'v')));
+    expect(((await within.expect('connack')) as { reasonCode: number }).reasonCode).toBe(0);
+  });
+
+  for (const [name, build] of [
+    ['UNSUBSCRIBE', (p: Buffer) => packet(0xa2, Buffer.from([0, 7]), p, str('up/x'))],
+    ['PUBREL', (p: Buffer) => packet(0x62, Buffer.from([0, 9, 0]), p)],
+    ['PUBACK', (p: Buffer) => packet(0x40, Buffer.from([0, 9, 0]), p)],
+    ['PUBREC', (p: Buffer) => packet(0x50, Buffer.from([0, 9, 0]), p)],
+    ['PUBCOMP', (p: Buffer) => packet(0x70, Buffer.from([0, 9, 0]), p)],
+    ['AUTH', (p: Buffer) => packet(0xf0, Buffer.from([0x18]), p)],
+  ] as const) {
+    it(`refuses ${name} with ${MAX + 1} user properties sharing one name with DISCONNECT 0x95`, async () => {
+      const c = await raw(gw, 5);
+      c.write(build(userProperties(MAX + 1, 'same', 'v')));
+      await expectDisconnect95(c, MAX + 1);
+    });
+  }
+
+  it(`treats a DISCONNECT with ${MAX + 1} user properties as a violation: DISCONNECT 0x95, and the will is published`, async () => {
+    const sub = await raw(gw, 5);
+    await sub.subscribe('up/will');
+    const c = await raw(gw, 5, { will: { topic: 'up/will', payload: Buffer.from('gone'), qos: 0, retain: false } });
+    c.write(packet(0xe0, Buffer.from([0]), userProperties(MAX + 1)));
+    await expectDisconnect95(c, MAX + 1);
+    await sub.until(() => sub.publishes.length > 0, 3000, 'the will');
+  });
+
+  it(`still takes ${MAX} user properties on a PUBREL and completes the flow`, async () => {
+    const c = await raw(gw, 5);
+    c.publish('up/ok', 'x', { qos: 2, messageId: 9 });
+    await c.expect('pubrec');
+    c.write(packet(0x62, Buffer.from([0, 9, 0]), userProperties(MAX, 'same', 'v')));
+    expect(await c.expect('pubcomp')).toMatchObject({ messageId: 9, reasonCode: 0 });
+  });
+});

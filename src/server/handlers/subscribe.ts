@@ -20,7 +20,7 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
   const subscriptionId = packet.properties?.subscriptionIdentifier as number | undefined;
   if (subscriptionId === 0) throw new ProtocolError(Reason.ProtocolError, 'subscription identifier 0');
   if (v5) {
-    checkUserProperties(packet.properties?.userProperties, limits.maxUserProperties);
+    checkUserProperties(packet.properties?.userProperties);
     checkWireProperties(packet.properties);
   }
   // v3.1.1 refuses a filter with 0x80 [MQTT-3.9.3-2]; MQTT 5 says why.
