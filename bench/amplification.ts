@@ -168,7 +168,7 @@ async function main(): Promise<void> {
     // Until the gateway has read every message ($SYS, every second).
     while (received < published) {
       await new Promise((r) => setTimeout(r, 1000));
-      process.stderr.write(`received ${received} dropped ${dropped} delivered ${delivered} of ${published}\n`);
+      process.stderr.write(`  the gateway has read ${received} of ${published} messages\n`);
     }
     const drainedMs = performance.now() - floodStart;
     probing = false;

@@ -36,6 +36,36 @@ describe('PacketFramer', () => {
     }
   });
 
+  it('holds what the handler is not ready for and frames it first at the next push, in order, whatever the read boundaries', () => {
+    const whole = collect();
+    new PacketFramer().push(stream, whole);
+    for (const size of [7, 333, stream.length]) {
+      const framer = new PacketFramer();
+      const packets: Buffer[] = [];
+      // Takes three packets per turn, like a connection that yields the event loop after its routing budget.
+      let budget = 3;
+      const handler: FrameHandler = {
+        header: () => {},
+        packet: (data, _first, start, _body, end) => {
+          budget--;
+          packets.push(Buffer.from(data.subarray(start, end)));
+        },
+        isOpen: () => true,
+        canTakeMore: () => budget > 0,
+      };
+      for (let i = 0; i < stream.length; i += size) {
+        budget = 3;
+        framer.push(stream.subarray(i, i + size), handler);
+      }
+      for (let turns = 0; framer.pendingBytes > 0 && turns < 100; turns++) {
+        budget = 3;
+        framer.push(Buffer.alloc(0), handler);
+      }
+      expect(packets).toEqual(whole.packets);
+      expect(framer.pendingBytes).toBe(0);
+    }
+  });
+
   it('reports a huge declared length from the header alone, before the body arrives [RELIABILITY #1]', () => {
     const h = collect();
     const framer = new PacketFramer();
