@@ -160,10 +160,13 @@ async function main(): Promise<void> {
         await new Promise((r) => setTimeout(r, 50));
       }
     })();
-    while (performance.now() - floodStart < FLOOD_MS) {
+    let flooderClosed = false;
+    const closed = new Promise<void>((r) => pub.once('close', () => ((flooderClosed = true), r())));
+    while (performance.now() - floodStart < FLOOD_MS && !flooderClosed) {
       published += 256;
-      if (!pub.write(batch)) await new Promise((r) => pub.once('drain', r));
+      if (!pub.write(batch)) await Promise.race([new Promise((r) => pub.once('drain', r)), closed]);
     }
+    if (flooderClosed) throw new Error(`the gateway closed the flooder's connection after ${published} messages`);
     const floodMs = performance.now() - floodStart;
     // Until the gateway has read every message ($SYS, every second).
     while (received < published) {

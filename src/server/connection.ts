@@ -201,7 +201,8 @@ export class Connection implements ClientLink, FrameHandler {
     this.turnWorkStart = this.ctx.broker.routeWork;
     try {
       this.framer.push(chunk, this);
-      // Bytes held back by a yield are not a packet trickling in.
+      // Bytes held back by a yield are not a packet trickling in. Every whole packet cleared the clock (`packet`),
+      // so a stream whose reads all end inside a packet is timed per packet, not from its first partial read.
       if (this.framer.pendingBytes === 0 || this.yielding) this.partialSinceMs = undefined;
       else this.partialSinceMs ??= this.lastReceivedMs;
     } catch (err) {
@@ -247,6 +248,7 @@ export class Connection implements ClientLink, FrameHandler {
   }
 
   packet(data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void {
+    this.partialSinceMs = undefined;
     if (this.state === 'connected') {
       // Hot paths decoded here; everything else (and MQTT 5 packets with properties) goes through mqtt-packet.
       const type = first >> 4;
