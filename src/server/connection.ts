@@ -201,10 +201,10 @@ export class Connection implements ClientLink, FrameHandler {
     this.turnWorkStart = this.ctx.broker.routeWork;
     try {
       this.framer.push(chunk, this);
-      // Bytes held back by a yield are not a packet trickling in. Every whole packet cleared the clock (`packet`),
-      // so a stream whose reads all end inside a packet is timed per packet, not from its first partial read.
-      if (this.framer.pendingBytes === 0 || this.yielding) this.partialSinceMs = undefined;
-      else this.partialSinceMs ??= this.lastReceivedMs;
+      // Every whole packet stopped the incomplete-packet clock (`packet`): it runs from the read that left the
+      // current one incomplete, so a stream whose reads all end inside a packet is timed per packet. Bytes held
+      // back by a yield are packets waiting for the next turn, not a trickle.
+      if (this.framer.pendingBytes > 0 && !this.yielding) this.partialSinceMs ??= this.lastReceivedMs;
     } catch (err) {
       this.protocolFailure(err);
     }
