@@ -61,6 +61,10 @@ export class AckTap extends Duplex implements FrameHandler {
     return !this.destroyed;
   }
 
+  canTakeMore(): boolean {
+    return !this.destroyed;
+  }
+
   // ---- Duplex ----
 
   /** Inbound bytes are pushed as they arrive (see the constructor); MQTT.js always reads. */

@@ -76,6 +76,11 @@ export class Broker {
   private readonly expiryTimers = new Map<string, NodeJS.Timeout>();
   private readonly sessionEvents: SessionEvents;
   private routeGeneration = 0;
+  /**
+   * Subscriptions and shared groups matched by `route` so far: the measure of routing work, by which a connection
+   * bounds what one of its reads may cost before it lets other clients have the event loop.
+   */
+  routeWork = 0;
   private readonly log: Logger;
   /** Persistent sessions' queues go on in the store past this, when the store is durable; none: never. */
   private readonly memoryWindow: QueueWindow | undefined;
@@ -146,6 +151,7 @@ export class Broker {
     let waits: Promise<unknown>[] | undefined;
     if (msg.retain) (waits ??= []).push(this.retained.set(msg));
     const { subscriptions, groups } = this.tree.match(msg.topic);
+    this.routeWork += subscriptions.length + groups.length;
     if (subscriptions.length === 0 && groups.length === 0) return settle(waits);
     // Overlapping subscriptions of one subscriber merge into one delivery. The marks on the subscriber only find
     // its slot; the merged values live in local arrays, so a delivery that publishes again cannot disturb them.

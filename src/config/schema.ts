@@ -139,6 +139,7 @@ const brokerSchema = z.strictObject({
   sysIntervalS: count.default(10),
   retainAvailable: z.boolean().default(true),
   maxUserProperties: count.default(64),
+  maxSubscriptionsPerClient: positive.default(1000),
 });
 
 const storageSchema = z.strictObject({

@@ -12,8 +12,13 @@ export interface FrameHandler {
   header(type: number, remainingLength: number): void;
   /** A whole packet: `data[bodyStart..end)` is the body after the fixed header; `first` is the first header byte. */
   packet(data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void;
-  /** False once the connection is closed: stop framing. */
+  /** False once the connection is closed: stop framing and drop the rest. */
   isOpen(): boolean;
+  /**
+   * Asked before each packet: false stops framing for now (the connection is closed, or it yields the event loop
+   * to others). The bytes not framed are held, and the next `push` (an empty one will do) frames them first.
+   */
+  canTakeMore(): boolean;
 }
 
 /**
@@ -43,7 +48,8 @@ export class PacketFramer {
     let offset = 0;
     if (this.heldBytes > 0) {
       if (this.needed === 0) {
-        // Even the fixed header was split (rare): join and frame from the start.
+        // The held bytes are packets the handler was not ready for, or a split fixed header (rare): join and
+        // frame from the start.
         data = Buffer.concat([...this.held, chunk]);
         this.held = [];
         this.heldBytes = 0;
@@ -56,8 +62,13 @@ export class PacketFramer {
         this.held = [];
         this.heldBytes = 0;
         this.needed = 0;
-        this.frame(packet, 0, handler);
+        const used = this.frame(packet, 0, handler);
         if (!handler.isOpen()) return;
+        if (used < packet.length) {
+          this.hold(packet.subarray(used));
+          this.hold(chunk.subarray(take));
+          return;
+        }
         offset = take;
       }
     }
@@ -72,7 +83,7 @@ export class PacketFramer {
 
   /** Frames whole packets from `data[offset..]`; returns where the first incomplete packet starts. */
   private frame(data: Buffer, offset: number, handler: FrameHandler): number {
-    while (offset < data.length && handler.isOpen()) {
+    while (offset < data.length && handler.canTakeMore()) {
       const first = data[offset];
       let remaining = 0;
       let multiplier = 1;

@@ -5,6 +5,7 @@
  */
 import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
 import { PacketFramer, packetBytes } from '../protocol/framer.js';
+import { countUserProperties } from '../protocol/property-scan.js';
 import type { FrameHandler } from '../protocol/framer.js';
 import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
@@ -14,7 +15,7 @@ import type { Logger } from '../util/logger.js';
 import type { ClientLink, Session } from '../broker/session.js';
 import type { ListenerPolicy, ServerContext } from './context.js';
 import type { Transport } from './transport.js';
-import { handleConnect } from './handlers/connect.js';
+import { handleConnect, refuse as refuseConnect } from './handlers/connect.js';
 import { handlePublish, handlePubrel, type PendingAck } from './handlers/publish.js';
 import { handlePuback, handlePubrec, handlePubcomp } from './handlers/acks.js';
 import { handleSubscribe } from './handlers/subscribe.js';
@@ -34,6 +35,14 @@ const PACKET_CONNECT = 1;
 const PACKET_PUBLISH = 3;
 const PACKET_PUBACK = 4;
 const PACKET_PUBCOMP = 7;
+/**
+ * Routing work (subscriptions matched, `Broker.routeWork`) one read of a connection may cause before the
+ * connection yields the event loop: about 10 ms. A publisher whose messages each match thousands of
+ * subscriptions then delays other clients by that much, not by the whole read (a 64 KB read of small messages
+ * is thousands of them).
+ */
+const ROUTE_WORK_PER_TURN = 100_000;
+const NO_BYTES = Buffer.alloc(0);
 
 export class Connection implements ClientLink, FrameHandler {
   state: State = 'awaiting-connect';
@@ -52,8 +61,14 @@ export class Connection implements ClientLink, FrameHandler {
   requestProblemInformation = true;
   /** Incoming QoS 1/2 publishes not yet completed, checked against our Receive Maximum (MQTT 5). */
   inboundInflight = 0;
+  /** New subscriptions granted but still being stored (persistent sessions): they count against the limit already. */
+  subscriptionsPending = 0;
   /** Reading paused by `holdInboundWhenFull`. */
   private inboundHeld = false;
+  /** `broker.routeWork` when this turn's reading began (see ROUTE_WORK_PER_TURN). */
+  private turnWorkStart = 0;
+  /** Reading paused until the next turn, the rest of the read held by the framer. */
+  private yielding = false;
   /** Created on first use: most clients never use topic aliases, and idle connections should stay small. */
   topicAliasesIn: Map<number, string> | undefined;
   private topicAliasesOut: Map<string, number> | undefined;
@@ -188,19 +203,46 @@ export class Connection implements ClientLink, FrameHandler {
     if (this.state === 'closed') return;
     this.lastReceivedMs = performance.now();
     this.ctx.broker.stats.bytesReceived += chunk.length;
+    this.frame(chunk);
+  }
+
+  private frame(chunk: Buffer): void {
+    this.turnWorkStart = this.ctx.broker.routeWork;
     try {
       this.framer.push(chunk, this);
-      if (this.framer.pendingBytes === 0) this.partialSinceMs = undefined;
-      else this.partialSinceMs ??= this.lastReceivedMs;
+      // Every whole packet stopped the incomplete-packet clock (`packet`): it runs from the read that left the
+      // current one incomplete, so a stream whose reads all end inside a packet is timed per packet. Bytes held
+      // back by a yield are packets waiting for the next turn, not a trickle.
+      if (this.framer.pendingBytes > 0 && !this.yielding) this.partialSinceMs ??= this.lastReceivedMs;
     } catch (err) {
       this.protocolFailure(err);
     }
+  }
+
+  /** Frames what the last turn held back; reading resumes once all of it went through. */
+  private continueReading(): void {
+    this.yielding = false;
+    if (this.state === 'closed') return;
+    this.frame(NO_BYTES);
+    if (!this.yielding && !this.inboundHeld && this.state !== 'authenticating') this.transport.resume();
   }
 
   // ---- FrameHandler (called by the framer) ----
 
   isOpen(): boolean {
     return this.state !== 'closed';
+  }
+
+  /** False once this turn's reading caused ROUTE_WORK_PER_TURN: the rest waits for the next turn. */
+  canTakeMore(): boolean {
+    if (this.state === 'closed') return false;
+    if (this.ctx.broker.routeWork - this.turnWorkStart < ROUTE_WORK_PER_TURN) return true;
+    if (!this.yielding) {
+      this.yielding = true;
+      this.transport.pause();
+      setImmediate(() => this.continueReading());
+    }
+    return false;
   }
 
   /** Refuses a packet from its fixed header alone, before its body is buffered [RELIABILITY #1, #5]. */
@@ -215,6 +257,7 @@ export class Connection implements ClientLink, FrameHandler {
   }
 
   packet(data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void {
+    this.partialSinceMs = undefined;
     if (this.state === 'connected') {
       // Hot paths decoded here; everything else (and MQTT 5 packets with properties) goes through mqtt-packet.
       const type = first >> 4;
@@ -226,7 +269,23 @@ export class Connection implements ClientLink, FrameHandler {
         if (ack) return this.dispatch(ack);
       }
     }
+    if ((this.version === 5 || this.state === 'awaiting-connect') && this.refusedForUserProperties(data, first, bodyStart, end)) return;
     this.parseGeneric(data.subarray(packetStart, end));
+  }
+
+  /**
+   * Counts the User Properties of an MQTT 5 packet before mqtt-packet builds them (`countUserProperties`): more than
+   * `maxUserProperties` close the connection with 0x95 (CONNECT: CONNACK 0x95), saying why.
+   */
+  private refusedForUserProperties(data: Buffer, first: number, bodyStart: number, end: number): boolean {
+    const count = countUserProperties(data, first, bodyStart, end);
+    const max = this.ctx.limits.maxUserProperties;
+    if (count <= max) return false;
+    const why = `${count} user properties, more than broker.maxUserProperties (${max})`;
+    if (this.state !== 'awaiting-connect') throw new ProtocolError(Reason.PacketTooLarge, why);
+    this.version = 5; // only an MQTT 5 CONNECT has properties
+    refuseConnect(this, Reason.PacketTooLarge, why);
+    return true;
   }
 
   /**

@@ -18,6 +18,8 @@ export interface ServerLimits {
   readonly slowClientTimeoutMs: number;
   readonly retainAvailable: boolean;
   readonly maxUserProperties: number;
+  /** Subscriptions one session may hold: each one that matches a topic is work on every message to it. */
+  readonly maxSubscriptionsPerClient: number;
 }
 
 /** What a connection needs to know of its listener; one object per listener, shared by its connections. */

@@ -318,3 +318,220 @@ describe('broker.maxQueuedBytes', () => {
     expect(again.publishes.map((p) => `${p.payload.toString()[0]}${p.payload.length}`)).toEqual(['a400', 'b400', 'd100']);
   });
 });
+
+describe('broker.maxSubscriptionsPerClient (issue 17 #11)', () => {
+  const MAX = 4;
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({ broker: { maxSubscriptionsPerClient: MAX } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  const filters = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => ({ topic: `${prefix}/${i}`, qos: 1 as const }));
+
+  it(`grants ${MAX} subscriptions and refuses each further filter with SUBACK 0x97 Quota exceeded (MQTT 5); replacing one still works`, async () => {
+    const c = await raw(gw, 5);
+    const first = await c.subscribe(filters('quota', 3), { messageId: 1 });
+    expect(first.granted).toEqual([1, 1, 1]);
+    // One more fits; the same filter twice in a packet is one subscription [MQTT-3.8.4-3]; then the quota is used up.
+    const second = await c.subscribe([{ topic: 'quota/3', qos: 0 }, { topic: 'quota/3', qos: 1 }, { topic: 'quota/4', qos: 1 }, { topic: 'quota/0', qos: 0 }], { messageId: 2 });
+    expect(second.granted).toEqual([0, 1, 0x97, 0]);
+    // Unsubscribing frees a place.
+    c.send({ cmd: 'unsubscribe', messageId: 3, unsubscriptions: ['quota/1'] });
+    await c.expect('unsuback');
+    expect((await c.subscribe([{ topic: 'quota/5', qos: 1 }, { topic: 'quota/6', qos: 1 }], { messageId: 4 })).granted).toEqual([1, 0x97]);
+    // The refused filters deliver nothing, the granted ones do.
+    const pub = await raw(gw, 5);
+    for (const t of ['quota/4', 'quota/6', 'quota/5']) pub.publish(t, t, { qos: 0 });
+    await c.until(() => c.publishes.length >= 1, 5000, 'the message on quota/5');
+    await c.ping();
+    expect(c.publishes.map((p) => p.topic)).toEqual(['quota/5']);
+  });
+
+  it('MQTT 3.1.1: refuses the filters over the limit with 0x80 [MQTT-3.9.3-2]', async () => {
+    const c = await raw(gw, 4);
+    expect((await c.subscribe(filters('quota4', MAX + 2))).granted).toEqual([1, 1, 1, 1, 0x80, 0x80]);
+  });
+
+  it('counts the subscriptions of a persistent session still being stored: SUBSCRIBEs sent without waiting cannot pass the limit together', async () => {
+    const c = await raw(gw, 5, { clientId: 'quota-persistent', properties: { sessionExpiryInterval: 60 } });
+    for (let id = 1; id <= 3; id++) c.send({ cmd: 'subscribe', messageId: id, subscriptions: filters(`pipelined${id}`, 2) } as never);
+    const granted: number[] = [];
+    for (let id = 1; id <= 3; id++) granted.push(...((await c.expect((p) => p.cmd === 'suback' && p.messageId === id)) as { granted: number[] }).granted);
+    expect(granted).toEqual([1, 1, 1, 1, 0x97, 0x97]);
+    // After a reconnect the session holds exactly MAX.
+    c.send({ cmd: 'disconnect', reasonCode: 0 });
+    await c.waitForClose(3000);
+    const again = await raw(gw, 5, { clientId: 'quota-persistent', clean: false, properties: { sessionExpiryInterval: 60 } });
+    expect((await again.subscribe([{ topic: 'pipelined3/9', qos: 1 }])).granted).toEqual([0x97]);
+  });
+});
+
+describe('routing work is bounded per turn (issue 17 #11)', () => {
+  /** 2^14 filters, each a mix of `+` and `x` over 14 levels: every one matches the topic x/x/.../x. */
+  const LEVELS = 14;
+  const SUBSCRIPTIONS = 2 ** LEVELS;
+  const TOPIC = Array.from({ length: LEVELS }, () => 'x').join('/');
+  const MESSAGES = 3000;
+  let gw: Gateway;
+  beforeAll(async () => {
+    gw = await startGateway({ broker: { maxSubscriptionsPerClient: SUBSCRIPTIONS } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  it(`keeps other clients' CONNECT fast while ${MESSAGES} messages each match ${SUBSCRIPTIONS} overlapping subscriptions of one client`, async () => {
+    const amplifier = await raw(gw, 4, { clientId: 'amplifier' });
+    for (let b = 0; b < SUBSCRIPTIONS / 256; b++) {
+      const subscriptions = Array.from({ length: 256 }, (_, k) => {
+        const i = b * 256 + k;
+        return { topic: Array.from({ length: LEVELS }, (_, level) => ((i >> level) & 1 ? '+' : 'x')).join('/'), qos: 0 as const };
+      });
+      const suback = await amplifier.subscribe(subscriptions, { messageId: b + 1, timeoutMs: 10_000 });
+      expect(suback.granted.every((g) => g === 0)).toBe(true);
+    }
+    const one = mqttPacket.generate({ cmd: 'publish', topic: TOPIC, payload: Buffer.alloc(8), qos: 0, dup: false, retain: false }, { protocolVersion: 4 });
+    const flooder = await raw(gw, 4, { clientId: 'flooder' });
+    // Every message in one write: the gateway reads it in chunks of tens of kilobytes, a thousand messages each.
+    flooder.write(Buffer.concat(Array.from({ length: MESSAGES }, () => one)));
+    const latencies: number[] = [];
+    while (amplifier.publishes.length < MESSAGES) {
+      const started = performance.now();
+      const probe = await RawClient.connect(gw.port, { clientId: `probe-${latencies.length}` }, { protocolVersion: 5 });
+      latencies.push(performance.now() - started);
+      probe.destroy();
+      await waitFor(() => performance.now() - started > 20, 1000, { intervalMs: 5 });
+      expect(performance.now() - started, `${amplifier.publishes.length} of ${MESSAGES} delivered`).toBeLessThan(60_000);
+    }
+    // Overlapping subscriptions of one client give one delivery per message [MQTT-3.3.4-2].
+    await amplifier.ping();
+    expect(amplifier.publishes).toHaveLength(MESSAGES);
+    // Without the bound, one read's thousand messages (16 million subscription matches) held the loop for seconds:
+    // a single probe got through while all of them were routed.
+    latencies.sort((a, b) => a - b);
+    const figures = `CONNECT latencies (ms): ${latencies.map(Math.round).join(' ')}`;
+    expect(latencies.length, figures).toBeGreaterThanOrEqual(5);
+    expect(latencies[Math.floor(latencies.length / 2)], figures).toBeLessThan(150);
+    expect(latencies.at(-1), figures).toBeLessThan(1000);
+  }, 120_000);
+});
+
+describe('broker.maxUserProperties on every packet type, counted before parsing (issue 17 #12)', () => {
+  const MAX = 64;
+  let gw: Gateway;
+  beforeAll(async () => {
+    // Default limits otherwise: maxPacketBytes 1 MiB holds 200,000 empty user properties.
+    gw = await startGateway({ broker: { maxUserProperties: MAX } });
+  });
+  afterAll(async () => {
+    await gw?.dispose();
+  });
+
+  function vbi(n: number): Buffer {
+    const out: number[] = [];
+    do {
+      let byte = n % 128;
+      n = Math.floor(n / 128);
+      if (n > 0) byte |= 0x80;
+      out.push(byte);
+    } while (n > 0);
+    return Buffer.from(out);
+  }
+  const str = (s: string): Buffer => Buffer.concat([Buffer.from([0, Buffer.byteLength(s)]), Buffer.from(s)]);
+  /** A property section of `n` user properties, all with the same name and value (default: both empty). */
+  function userProperties(n: number, name = '', value = ''): Buffer {
+    const one = Buffer.concat([Buffer.from([0x26]), str(name), str(value)]);
+    const body = Buffer.alloc(one.length * n);
+    for (let i = 0; i < n; i++) one.copy(body, i * one.length);
+    return Buffer.concat([vbi(body.length), body]);
+  }
+  /** A packet from its first header byte and body parts. */
+  function packet(first: number, ...parts: Buffer[]): Buffer {
+    const body = Buffer.concat(parts);
+    return Buffer.concat([Buffer.from([first]), vbi(body.length), body]);
+  }
+  function connect(clientId: string, properties: Buffer, will?: Buffer): Buffer {
+    const flags = will ? 0x06 : 0x02; // clean start (+ will flag, will QoS 0)
+    const willPart = will ? [will, str('up/will'), str('gone')] : [];
+    return packet(0x10, str('MQTT'), Buffer.from([5, flags, 0, 30]), properties, str(clientId), ...willPart);
+  }
+
+  async function expectConnack95(c: RawClient): Promise<void> {
+    const connack = (await c.expect('connack', 3000)) as { reasonCode?: number; properties?: { reasonString?: string } };
+    expect(connack.reasonCode).toBe(0x95);
+    expect(connack.properties?.reasonString).toMatch(/user properties, more than broker\.maxUserProperties \(64\)/);
+    await c.waitForClose(3000);
+  }
+
+  async function expectDisconnect95(c: RawClient, count: number): Promise<void> {
+    const disconnect = await c.expectDisconnect(3000);
+    expect(disconnect.reasonCode, c.describe()).toBe(0x95);
+    expect(disconnect.properties?.reasonString).toBe(`${count} user properties, more than broker.maxUserProperties (64)`);
+    await c.waitForClose(3000);
+  }
+
+  it('refuses a PUBLISH with 200,000 user properties of one empty name at once with DISCONNECT 0x95, forwarding nothing (CVE-2021-41039)', async () => {
+    const sub = await raw(gw, 5);
+    await sub.subscribe('up/#');
+    const c = await raw(gw, 5);
+    const flood = packet(0x32, str('up/flood'), Buffer.from([0, 1]), userProperties(200_000), Buffer.from('x'));
+    expect(flood.length).toBeLessThan(1_048_576);
+    const started = performance.now();
+    c.write(flood);
+    await expectDisconnect95(c, 200_000);
+    // Counting 1 MB of properties is a walk over the bytes; parsing them into a list took most of a second.
+    expect(performance.now() - started).toBeLessThan(1000);
+    await sub.ping();
+    expect(sub.publishes).toEqual([]);
+  });
+
+  it('refuses a CONNECT with 200,000 user properties with CONNACK 0x95 and a reason string', async () => {
+    const c = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    c.write(connect('up-connect-flood', userProperties(200_000)));
+    await expectConnack95(c);
+  });
+
+  it(`counts a CONNECT's and its will's user properties together: ${MAX / 2 + 1} + ${MAX / 2} is refused, ${MAX / 2} + ${MAX / 2} accepted`, async () => {
+    const over = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    over.write(connect('up-will-over', userProperties(MAX / 2 + 1, 'k', 'v'), userProperties(MAX / 2, 'k', 'v')));
+    await expectConnack95(over);
+    const within = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
+    within.write(connect('up-will-within', userProperties(MAX / 2, 'k', 'v'), userProperties(MAX / 2, 'k', 'v')));
+    expect(((await within.expect('connack')) as { reasonCode: number }).reasonCode).toBe(0);
+  });
+
+  for (const [name, build] of [
+    ['UNSUBSCRIBE', (p: Buffer) => packet(0xa2, Buffer.from([0, 7]), p, str('up/x'))],
+    ['PUBREL', (p: Buffer) => packet(0x62, Buffer.from([0, 9, 0]), p)],
+    ['PUBACK', (p: Buffer) => packet(0x40, Buffer.from([0, 9, 0]), p)],
+    ['PUBREC', (p: Buffer) => packet(0x50, Buffer.from([0, 9, 0]), p)],
+    ['PUBCOMP', (p: Buffer) => packet(0x70, Buffer.from([0, 9, 0]), p)],
+    ['AUTH', (p: Buffer) => packet(0xf0, Buffer.from([0x18]), p)],
+  ] as const) {
+    it(`refuses ${name} with ${MAX + 1} user properties sharing one name with DISCONNECT 0x95`, async () => {
+      const c = await raw(gw, 5);
+      c.write(build(userProperties(MAX + 1, 'same', 'v')));
+      await expectDisconnect95(c, MAX + 1);
+    });
+  }
+
+  it(`treats a DISCONNECT with ${MAX + 1} user properties as a violation: DISCONNECT 0x95, and the will is published`, async () => {
+    const sub = await raw(gw, 5);
+    await sub.subscribe('up/will');
+    const c = await raw(gw, 5, { will: { topic: 'up/will', payload: Buffer.from('gone'), qos: 0, retain: false } });
+    c.write(packet(0xe0, Buffer.from([0]), userProperties(MAX + 1)));
+    await expectDisconnect95(c, MAX + 1);
+    await sub.until(() => sub.publishes.length > 0, 3000, 'the will');
+  });
+
+  it(`still takes ${MAX} user properties on a PUBREL and completes the flow`, async () => {
+    const c = await raw(gw, 5);
+    c.publish('up/ok', 'x', { qos: 2, messageId: 9 });
+    await c.expect('pubrec');
+    c.write(packet(0x62, Buffer.from([0, 9, 0]), userProperties(MAX, 'same', 'v')));
+    expect(await c.expect('pubcomp')).toMatchObject({ messageId: 9, reasonCode: 0 });
+  });
+});

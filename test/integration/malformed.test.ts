@@ -172,6 +172,32 @@ describe('#2 and #6: a CONNECT that never comes', () => {
     expect(c.bytesReceived).toBe(0);
   });
 
+  malformed(`keeps a publisher whose every write ends inside a packet, for longer than the connect timeout: each packet is timed, not the stream`, async () => {
+    const sub = await connected(5);
+    await sub.subscribe('stream/#');
+    // Keep alive 1 s: the deadline for one packet is then the connect timeout.
+    const c = await connected(5, { keepalive: 1 });
+    const one = generate({ cmd: 'publish', topic: 'stream/x', payload: Buffer.alloc(100, 1), qos: 0, dup: false, retain: false }, 5);
+    const stream = Buffer.concat(Array.from({ length: 500 }, () => one));
+    // Writes of one packet and a byte every 35 ms: each read ends inside a packet that the next one completes, and
+    // one ends on a packet boundary only every `one.length` (113, a prime) writes, 4 s.
+    expect(one.length).toBe(113);
+    const step = one.length + 1;
+    const startedAt = performance.now();
+    let offset = 0;
+    while (performance.now() - startedAt < CONNECT_TIMEOUT_MS * 2 && !c.closed) {
+      c.write(stream.subarray(offset, offset + step));
+      offset += step;
+      await delay(35);
+    }
+    expect(c.closed, c.describe()).toBe(false);
+    // Finish the last packet, then every one went through.
+    const whole = Math.ceil(offset / one.length);
+    c.write(stream.subarray(offset, whole * one.length));
+    await c.ping();
+    await sub.until(() => sub.publishes.length >= whole, 5000, `${whole} messages`);
+  });
+
   malformed('refuses a CONNECT header declaring 268,435,455 bytes with no buffering: closed before the body comes', async () => {
     const c = await open();
     c.write('10 ff ff ff 7f 00 04 4d 51 54 54');

@@ -12,6 +12,7 @@ function collect(): FrameHandler & { packets: Buffer[]; headers: [number, number
     header: (type, length) => void headers.push([type, length]),
     packet: (data, _first, start, _body, end) => void packets.push(Buffer.from(data.subarray(start, end))),
     isOpen: () => true,
+    canTakeMore: () => true,
   };
 }
 
@@ -31,6 +32,36 @@ describe('PacketFramer', () => {
       const split = collect();
       for (let i = 0; i < stream.length; i += size) framer.push(stream.subarray(i, i + size), split);
       expect(split.packets).toEqual(whole.packets);
+      expect(framer.pendingBytes).toBe(0);
+    }
+  });
+
+  it('holds what the handler is not ready for and frames it first at the next push, in order, whatever the read boundaries', () => {
+    const whole = collect();
+    new PacketFramer().push(stream, whole);
+    for (const size of [7, 333, stream.length]) {
+      const framer = new PacketFramer();
+      const packets: Buffer[] = [];
+      // Takes three packets per turn, like a connection that yields the event loop after its routing budget.
+      let budget = 3;
+      const handler: FrameHandler = {
+        header: () => {},
+        packet: (data, _first, start, _body, end) => {
+          budget--;
+          packets.push(Buffer.from(data.subarray(start, end)));
+        },
+        isOpen: () => true,
+        canTakeMore: () => budget > 0,
+      };
+      for (let i = 0; i < stream.length; i += size) {
+        budget = 3;
+        framer.push(stream.subarray(i, i + size), handler);
+      }
+      for (let turns = 0; framer.pendingBytes > 0 && turns < 100; turns++) {
+        budget = 3;
+        framer.push(Buffer.alloc(0), handler);
+      }
+      expect(packets).toEqual(whole.packets);
       expect(framer.pendingBytes).toBe(0);
     }
   });

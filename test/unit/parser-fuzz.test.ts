@@ -95,6 +95,7 @@ const LIMITS: ServerLimits = {
   slowClientTimeoutMs: 60_000,
   retainAvailable: true,
   maxUserProperties: 8,
+  maxSubscriptionsPerClient: 1000,
 };
 
 function context(rec: Recorded): ServerContext {

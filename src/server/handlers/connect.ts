@@ -12,7 +12,7 @@ import type { Connection } from '../connection.js';
 import { toPublishProperties, checkUserProperties, checkWireProperties } from './properties.js';
 
 /** CONNACK refusal: the code goes out in the client's protocol version, then the connection closes. */
-function refuse(conn: Connection, reason: number, why: string): void {
+export function refuse(conn: Connection, reason: number, why: string): void {
   if (conn.version === 5) {
     const properties = conn.requestProblemInformation ? { reasonString: why } : undefined;
     conn.send({ cmd: 'connack', sessionPresent: false, reasonCode: reason, properties });
@@ -46,8 +46,8 @@ export function handleConnect(conn: Connection, packet: ConnectPacket): void {
     throw new ProtocolError(Reason.ProtocolError, 'receive maximum and maximum packet size must not be 0');
   }
   if (v5) {
-    checkUserProperties(props?.userProperties, limits.maxUserProperties);
-    checkUserProperties(packet.will?.properties?.userProperties, limits.maxUserProperties);
+    checkUserProperties(props?.userProperties);
+    checkUserProperties(packet.will?.properties?.userProperties);
     checkWireProperties(props);
     checkWireProperties(packet.will?.properties);
   }

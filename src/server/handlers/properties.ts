@@ -21,17 +21,17 @@ export function toPublishProperties(p: PublishProperties | undefined): PublishPr
   return any ? out : undefined;
 }
 
-/** Caps the number of user properties per packet (property floods, CVE-2021-41039). */
-export function checkUserProperties(userProperties: UserProperties | undefined, max: number): void {
+/**
+ * User properties must be well-formed strings. (Their number was checked on the packet's bytes, before parsing:
+ * protocol/property-scan.ts.)
+ */
+export function checkUserProperties(userProperties: UserProperties | undefined): void {
   if (!userProperties) return;
-  let n = 0;
   for (const [name, value] of Object.entries(userProperties)) {
-    n += Array.isArray(value) ? value.length : 1;
     if (!isValidMqttString(name) || !(Array.isArray(value) ? value.every(isWellFormed) : isWellFormed(value))) {
       throw new ProtocolError(Reason.MalformedPacket, 'malformed user property: truncated, ill-formed UTF-8 or U+0000 [MQTT-1.5.4-1]');
     }
   }
-  if (n > max) throw new ProtocolError(Reason.PacketTooLarge, `${n} user properties exceed the limit of ${max}`);
 }
 
 function isWellFormed(s: unknown): boolean {

@@ -23,7 +23,7 @@ export function handlePublish(conn: Connection, packet: PublishPacket): void {
   if (!isValidMqttString(topic)) throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in the topic name [MQTT-1.5.4-1]');
   const props = packet.properties;
   if (v5) {
-    checkUserProperties(props?.userProperties, limits.maxUserProperties);
+    checkUserProperties(props?.userProperties);
     checkWireProperties(props);
     const alias = props?.topicAlias;
     if (alias !== undefined) {

@@ -20,7 +20,7 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
   const subscriptionId = packet.properties?.subscriptionIdentifier as number | undefined;
   if (subscriptionId === 0) throw new ProtocolError(Reason.ProtocolError, 'subscription identifier 0');
   if (v5) {
-    checkUserProperties(packet.properties?.userProperties, limits.maxUserProperties);
+    checkUserProperties(packet.properties?.userProperties);
     checkWireProperties(packet.properties);
   }
   // v3.1.1 refuses a filter with 0x80 [MQTT-3.9.3-2]; MQTT 5 says why.
@@ -29,6 +29,10 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
   const session = conn.session!;
   const granted: number[] = [];
   const accepted: SubscriptionRecord[] = [];
+  /** Filters this packet adds (not replacing one the session has), counted against maxSubscriptionsPerClient. */
+  const added = new Set<string>();
+  const held = session.subscriptions.size + conn.subscriptionsPending;
+  let overQuota = 0;
   for (const s of packet.subscriptions) {
     const shared = parseSharedFilter(s.topic);
     const inner = shared && shared !== 'invalid' ? shared.filter : s.topic;
@@ -42,6 +46,14 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
       granted.push(failure(decision));
       continue;
     }
+    if (!session.subscriptions.has(s.topic) && !added.has(s.topic)) {
+      if (held + added.size >= limits.maxSubscriptionsPerClient) {
+        overQuota++;
+        granted.push(failure(Reason.QuotaExceeded));
+        continue;
+      }
+      added.add(s.topic);
+    }
     const qos = decision as QoS;
     granted.push(qos);
     accepted.push({
@@ -53,6 +65,10 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
       subscriptionId,
     });
   }
+  if (overQuota > 0) {
+    const max = limits.maxSubscriptionsPerClient;
+    conn.log.info({ clientId: conn.clientId, refused: overQuota, max }, 'subscriptions refused: the client holds broker.maxSubscriptionsPerClient');
+  }
   // SUBACK first, then the retained messages of the new subscriptions. A persistent session's subscriptions are
   // durable before the SUBACK, so a crash right after it cannot lose them.
   const subscribe = (): void => {
@@ -61,8 +77,16 @@ export function handleSubscribe(conn: Connection, packet: SubscribePacket): void
   };
   const durable = broker.persistSubscriptions(session, accepted);
   if (!durable) return subscribe();
-  durable.then(subscribe, (err: unknown) => {
-    conn.log.warn({ err, clientId: conn.clientId }, 'subscriptions could not be stored: refused');
-    conn.send({ cmd: 'suback', messageId: packet.messageId, granted: granted.map((g) => (g < 0x80 ? failure(Reason.UnspecifiedError) : g)) });
-  });
+  conn.subscriptionsPending += added.size;
+  durable.then(
+    () => {
+      conn.subscriptionsPending -= added.size;
+      subscribe();
+    },
+    (err: unknown) => {
+      conn.subscriptionsPending -= added.size;
+      conn.log.warn({ err, clientId: conn.clientId }, 'subscriptions could not be stored: refused');
+      conn.send({ cmd: 'suback', messageId: packet.messageId, granted: granted.map((g) => (g < 0x80 ? failure(Reason.UnspecifiedError) : g)) });
+    },
+  );
 }
