@@ -164,10 +164,14 @@ export class Broker {
       const sub = subscriptions[i];
       const s = sub.subscriber;
       if (sub.noLocal && msg.origin === s.id) continue; // [MQTT-3.8.3-3]
-      if (s.mayRead && !s.mayRead(msg.topic)) continue;
       const qos = (sub.qos < msg.qos ? sub.qos : msg.qos) as QoS;
       if (s.routeMark !== generation) {
         s.routeMark = generation;
+        // The ACL read check once per subscriber, not per matching subscription; a refused one gets no slot.
+        if (s.mayRead && !s.mayRead(msg.topic)) {
+          s.routeSlot = NO_SLOT;
+          continue;
+        }
         s.routeSlot = targets.length;
         targets.push(s);
         qosOf.push(qos);
@@ -175,6 +179,7 @@ export class Broker {
         idsOf.push(sub.subscriptionId === undefined ? undefined : [sub.subscriptionId]);
       } else {
         const slot = s.routeSlot;
+        if (slot === NO_SLOT) continue;
         if (qos > qosOf[slot]) qosOf[slot] = qos;
         if (sub.retainAsPublished) rapOf[slot] = true;
         if (sub.subscriptionId !== undefined) (idsOf[slot] ??= []).push(sub.subscriptionId);
@@ -440,6 +445,9 @@ export class Broker {
     return routed;
   }
 }
+
+/** `routeSlot` of a subscriber that matched but may not read the message (route). */
+const NO_SLOT = -1;
 
 /** Waits for every subscriber that asked to be waited for (one promise, not a new one, for the common single wait). */
 function settle(waits: Promise<unknown>[] | undefined): Promise<unknown> | undefined {
