@@ -1,5 +1,5 @@
 /**
- * `npm run bench:bridge`: store-and-forward through an uplink outage (issue 3), edgeferry's bridge against a
+ * `npm run bench:bridge`: store-and-forward through an uplink outage, edgeferry's bridge against a
  * Mosquitto bridge, interleaved, medians over repetitions. See bench/README.md.
  *
  * Per run: an upstream Mosquitto with a QoS 1 subscriber on `bench/#` in this process; a TCP fault proxy in front
@@ -496,7 +496,7 @@ function ratioPairs(opts: Options): [string, string][] {
 
 /** The issue's targets, per edgeferry variant: zero loss where Mosquitto loses, buffering at 64 B, replay. */
 function renderTargets(summary: Record<string, GroupSummary>, opts: Options): string {
-  const lines = ['', 'Targets (issue 3):'];
+  const lines = ['', 'Targets:'];
   const median = (group: string, gateway: string, key: string): number => summary[group]?.brokers[gateway]?.medians?.[key] ?? Number.NaN;
   const verdict = (ok: boolean): string => (ok ? 'met' : 'MISSED');
   const allGroups = opts.scenarios.flatMap((s) => opts.payloadSizes.map((b) => ({ key: groupKey(s, b), label: `${s} ${b} B` })));

@@ -1,5 +1,5 @@
 /**
- * Issue 4's speed section: 20 Modbus TCP devices of 200 tags each, polled every 100 ms, through the real
+ * 20 Modbus TCP devices of 200 tags each, polled every 100 ms, through the real
  * connectors, edge node and broker (in this process), against 20 Modbus servers (modbus-serial's ServerTCP) in a
  * child process whose registers all change every 100 ms (the worst case for report by exception).
  *

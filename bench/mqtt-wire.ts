@@ -1,7 +1,7 @@
 /**
  * The few MQTT 3.1.1 packets the load generator needs, encoded by hand. The benchmark encodes every packet
  * once and writes the same Buffer again and again, so the generator costs almost nothing per message; it
- * also keeps `mqtt-packet` inside `src/protocol/` as ARCHITECTURE §4 asks.
+ * also keeps `mqtt-packet` inside `src/protocol/` as docs/architecture.md#dependency-rules asks.
  */
 
 export const PacketType = {

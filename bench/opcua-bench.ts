@@ -1,5 +1,5 @@
 /**
- * Issue 5's speed section, end to end: an OPC UA server (test/fixtures/opcua-server.mjs, its own process) with
+ * End to end: an OPC UA server (test/fixtures/opcua-server.mjs, its own process) with
  * 1,000 Double variables that all change every 100 ms, a real gateway process (`node dist/src/cli.js --config`)
  * with a `sparkplug:` section and one `opcua` connector monitoring all of them, and an MQTT subscriber (here, on
  * the gateway's local broker) that decodes every DDATA. Reports metrics/s delivered in DDATA, DDATA messages/s,
@@ -10,7 +10,7 @@
  *
  * Each fixture value is `tick + index / 10,000` (tick = the server's change counter), so the subscriber can
  * tell a skipped change (a gap in one item's ticks) and a value on the wrong metric (index ≠ alias's tag) from
- * a slow but complete delivery. Target (issue 5): 10,000 value changes/s with the gateway under 50% of one core.
+ * a slow but complete delivery. Target: 10,000 value changes/s with the gateway under 50% of one core.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -65,7 +65,7 @@ const cliScript = join(rootDir, 'dist/src/cli.js');
 const GROUP = 'bench';
 const NODE = 'gw';
 const DEVICE = 'opcua-bench';
-/** Issue 5's target. */
+/** The target in bench/README.md. */
 const TARGET_CHANGES_PER_S = 10_000;
 const TARGET_GATEWAY_CPU_PERCENT = 50;
 /** setInterval in the server drifts by its callback's duration every tick: allow for that, not for losses. */

@@ -1,6 +1,6 @@
 /**
  * `npm run bench:persistence`: QoS 1 persistent-session throughput and loss after SIGKILL, edgeferry against
- * Mosquitto with persistence on, interleaved, medians over repetitions (issue 7). See bench/README.md.
+ * Mosquitto with persistence on, interleaved, medians over repetitions. See bench/README.md.
  *
  * - `throughput`: a subscriber (3.1.1, clean session 0) subscribes to `bench/#` at QoS 1 and disconnects;
  *   N publishers publish M QoS 1 messages with a PUBACK-driven window; ingest rate = M / time until the last

@@ -1,5 +1,5 @@
 /**
- * `npm run soak -- --duration 24h`: the soak of RELIABILITY §4, with the bridge's faults on a cycle.
+ * `npm run soak -- --duration 24h`: the soak of docs/reliability.md#fault-scenarios, with the bridge's faults on a cycle.
  *
  * One edgeferry gateway bridges `soak/#` to an upstream Mosquitto through the fault proxy. A QoS 1 publisher
  * sends to the gateway at a steady rate, a sequence number in each payload; a subscriber on the upstream checks

@@ -1,7 +1,7 @@
 /**
  * `npm run bench:store`: the rate the LMDB store itself commits durable writes at, with a given number of writes
  * in flight and no network, broker or client in the way. It is the ceiling for every durable ingest path: QoS 1
- * publishes into a persistent session's offline queue (issue 7) and into a bridge outbox (issue 3) can be
+ * publishes into a persistent session's offline queue and into a bridge outbox can be
  * acknowledged no faster, whatever the rest of the gateway does.
  *
  * Each of `--in-flight` writers queues one 64-byte message, waits until the store says it is durable (as the

@@ -1,5 +1,5 @@
 /**
- * The whole surface a connector sees (ARCHITECTURE §3). A connector reads its device and reports samples; it
+ * The whole surface a connector sees (docs/architecture.md#connectors). A connector reads its device and reports samples; it
  * never retries on its own: `sparkplug/device.ts` owns backoff, DDEATH/DBIRTH and restarts, so every connector
  * behaves the same.
  */

@@ -2,7 +2,7 @@
  * The OPC UA connector: one client session per connector, one subscription, monitored items for every tag
  * (never polling). Data-change notifications become TagSamples, one `sink.data()` call per publish response.
  *
- * Lifecycle (ARCHITECTURE §3, "Connectors never retry"): `start()` connects, resolves every tag (browse
+ * Lifecycle (docs/architecture.md#connectors-never-retry): `start()` connects, resolves every tag (browse
  * paths, data types, access levels), creates the subscription and resolves; it rejects with a ConnectorError
  * if the server is unreachable or refuses us. Once running, a lost channel or session (socket closed,
  * subscription timed out, or no publish response, keep-alive or data, within the keep-alive deadline) is

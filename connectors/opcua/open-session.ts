@@ -237,7 +237,7 @@ function createClient(
     // Checked against our trust list above; handing it over skips node-opcua's own fetch.
     serverCertificate,
     endpointMustExist: false,
-    // The runtime owns retries and backoff (ARCHITECTURE §3): no reconnection inside node-opcua.
+    // The runtime owns retries and backoff (docs/architecture.md#connectors-never-retry): no reconnection inside node-opcua.
     connectionStrategy: { maxRetry: 0, initialDelay: 100, maxDelay: 200 },
     requestedSessionTimeout: options.sessionTimeoutMs,
     defaultTransactionTimeout: options.requestTimeoutMs,

@@ -1,5 +1,5 @@
 /**
- * One store-and-forward bridge (issue 3): local messages matched by out-filters are journaled in the bridge's
+ * One store-and-forward bridge: local messages matched by out-filters are journaled in the bridge's
  * LMDB outbox before anything else happens, and leave it only when the central broker acknowledged them.
  *
  * - Journal first: a local QoS 1/2 publisher's PUBACK waits for the outbox write to be on disk (the Deliver
@@ -35,7 +35,7 @@ export type UplinkStatus =
   | { type: 'offline'; error: string; retryInMs: number }
   | { type: 'paused'; reason: string };
 
-/** The seam for Sparkplug (ARCHITECTURE §2): the bridge never decodes payloads itself. */
+/** The seam for Sparkplug (docs/architecture.md#sparkplug-session): the bridge never decodes payloads itself. */
 export interface UplinkHooks {
   /** The Will to register on every connect (NDEATH with the next bdSeq). */
   will?(): Message;

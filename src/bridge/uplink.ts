@@ -361,7 +361,7 @@ export class Uplink {
       conn.error ??= classifyError(err, url);
       this.log.debug({ err, url }, 'uplink error');
       // Anything else on an established connection (a parser error, an ack that answers nothing) means the
-      // stream can no longer be trusted: drop it and reconnect (RELIABILITY §3 #38).
+      // stream can no longer be trusted: drop it and reconnect (docs/reliability.md rule 38).
       if (conn.online && !conn.closing) client.stream.destroy();
     });
     client.on('close', () => this.onClose(conn));
@@ -538,7 +538,7 @@ export class Uplink {
   }
 
   /**
-   * The broker broke the protocol (RELIABILITY §3 #38): the stream can no longer be trusted. DISCONNECT with the
+   * The broker broke the protocol (docs/reliability.md rule 38): the stream can no longer be trusted. DISCONNECT with the
    * reason (MQTT 5), close, reconnect; what was in flight goes again.
    */
   private dropMalformed(conn: Connection, what: string): void {

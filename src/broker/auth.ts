@@ -37,7 +37,7 @@ export interface AuthHooks {
 }
 
 
-/** How failed logins from one address slow that address down (RELIABILITY #33). */
+/** How failed logins from one address slow that address down (docs/reliability.md rule 33). */
 const FAILURE_WINDOW_MS = 60_000;
 const FAILURES_BEFORE_BACKOFF = 5;
 
@@ -45,7 +45,7 @@ const FAILURES_BEFORE_BACKOFF = 5;
  * Authentication with a Mosquitto password file and authorization with a Mosquitto ACL file. Without a password
  * file, clients on listeners that allow anonymous access are accepted and others refused (Mosquitto 2 with
  * `allow_anonymous false` and no password file). Without an ACL file every accepted client may publish and
- * subscribe. Nobody may publish into `$SYS`, the broker's own tree [RELIABILITY #27].
+ * subscribe. Nobody may publish into `$SYS`, the broker's own tree [docs/reliability.md rule 27].
  */
 /** What the audit log and the metrics hear from authentication and authorization. */
 export interface AuthEvents {

@@ -9,7 +9,7 @@ import type { Logger } from '../util/logger.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 
-/** Structurally config's `LogConfig`; ops/ does not import config/ (ARCHITECTURE §4). */
+/** Structurally config's `LogConfig`; ops/ does not import config/ (docs/architecture.md#dependency-rules). */
 export interface LogSettings {
   readonly level: LogLevel;
   readonly format: 'json' | 'pretty' | 'auto';

@@ -2,8 +2,8 @@
  * systemd's notify protocol (sd_notify(3)): READY=1, STATUS=, WATCHDOG=1, STOPPING=1 as datagrams to
  * `$NOTIFY_SOCKET`. Node has no AF_UNIX datagram sockets, so the optional `unix-dgram` addon sends them (attributed
  * to our PID, works with NotifyAccess=main); without it, the `systemd-notify` binary does (needs NotifyAccess=all,
- * ECOSYSTEM §A1). Without `$NOTIFY_SOCKET` (dev runs, tests) everything is a no-op. `$NOTIFY_SOCKET` is the one
- * setting read from the environment (ARCHITECTURE §7).
+ * docs/architecture.md#systemd). Without `$NOTIFY_SOCKET` (dev runs, tests) everything is a no-op. `$NOTIFY_SOCKET` is the one
+ * setting read from the environment (docs/architecture.md#configuration).
  */
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';

@@ -1,7 +1,7 @@
 /**
  * Splits a byte stream into whole MQTT control packets. The fixed header (type, flags, remaining length) is
  * checked by the caller before any body byte is buffered, so a packet declaring 256 MB allocates nothing
- * [RELIABILITY #1, #5]. A packet split across reads is assembled from the held bytes plus just the bytes it still
+ * [docs/reliability.md rules 1, 5]. A packet split across reads is assembled from the held bytes plus just the bytes it still
  * needs, so the rest of a large read is framed in place and never copied.
  */
 import { Reason } from './reason-codes.js';

@@ -85,7 +85,7 @@ export class Connection implements ClientLink, FrameHandler {
   private shedSinceDrain = 0;
   /** Since when the timer has seen the write buffer backed up without draining. */
   private backedUpSinceMs: number | undefined;
-  /** Since when an incomplete packet has been held: a body trickled in byte by byte must still end [RELIABILITY #6]. */
+  /** Since when an incomplete packet has been held: a body trickled in byte by byte must still end [docs/reliability.md rule 6]. */
   private partialSinceMs: number | undefined;
   readonly log: Logger;
   private readonly framer = new PacketFramer();
@@ -245,7 +245,7 @@ export class Connection implements ClientLink, FrameHandler {
     return false;
   }
 
-  /** Refuses a packet from its fixed header alone, before its body is buffered [RELIABILITY #1, #5]. */
+  /** Refuses a packet from its fixed header alone, before its body is buffered [docs/reliability.md rules 1, 5]. */
   header(type: number, remainingLength: number): void {
     if (this.state === 'awaiting-connect' && type !== PACKET_CONNECT) {
       throw new ProtocolError(Reason.ProtocolError, `first packet is of type ${type}, not CONNECT [MQTT-3.1.0-1]`);

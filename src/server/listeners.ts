@@ -159,7 +159,7 @@ export class MqttServer {
     };
     const accept = (transport: Transport, closeSocket: () => void): void => {
       const remote = transport.remoteAddress;
-      // Refused before any MQTT state exists [RELIABILITY #35]. One address cannot take the whole budget.
+      // Refused before any MQTT state exists [docs/reliability.md rule 35]. One address cannot take the whole budget.
       if (pending.fromAddress(remote) >= pending.maxPerAddress) {
         budgetFull('too many connections without CONNECT from one address: refusing more from it', remote);
         closeSocket();

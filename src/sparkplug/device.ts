@@ -2,7 +2,7 @@
  * Runs one connector as one Sparkplug device: starts it, turns its samples into DBIRTH/DDATA (report by
  * exception with an optional deadband per tag, bad readings with quality BAD, never a stale value passed off
  * as good), publishes DDEATH when the device is lost, and restarts it after a decorrelated-jitter backoff.
- * Connectors never retry: backoff lives here, so all connectors behave the same (ARCHITECTURE §3).
+ * Connectors never retry: backoff lives here, so all connectors behave the same (docs/architecture.md#connectors-never-retry).
  */
 import type { Connector, ReadBack, TagDatatype, TagDefinition, TagSample, TagValue } from '../../connectors/contract.js';
 import { Backoff } from '../util/backoff.js';

@@ -5,7 +5,7 @@
  * - Locally, the node publishes through the in-process broker: NBIRTH (seq 0, bdSeq, Node Control/Rebirth),
  *   one DBIRTH per device as it first answers, NDATA/DDATA by exception with aliases only, DDEATH on device
  *   loss, NDEATH on a graceful stop. Local host applications see a complete session.
- * - Upstream, the node's session is the uplink's MQTT session (ARCHITECTURE §2). The bridge journals the local
+ * - Upstream, the node's session is the uplink's MQTT session (docs/architecture.md#sparkplug-session). The bridge journals the local
  *   messages in its outbox and asks `hooks`: `will()` is the NDEATH with the next bdSeq (persisted before the
  *   CONNECT), `prologue()` the NBIRTH + DBIRTHs sent first on every connection, and `rewrite()` renumbers what
  *   leaves the outbox into the upstream seq, flags data stored before the current births `is_historical`, and

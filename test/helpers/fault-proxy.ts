@@ -1,6 +1,6 @@
 /**
  * A TCP proxy on 127.0.0.1 that sits between a client (the gateway's uplink) and a server (the central
- * Mosquitto) and injects link faults (RELIABILITY.md §4):
+ * Mosquitto) and injects link faults (docs/reliability.md#fault-scenarios):
  *
  *   const proxy = d.add(await startFaultProxy(central.port));
  *   proxy.blackhole();  // half-open: sockets stay open, bytes vanish both ways, no FIN/RST

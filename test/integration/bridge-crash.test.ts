@@ -1,5 +1,5 @@
 /**
- * Issue 3, crash safety (scenarios 4 and 5): SIGKILL the gateway while it buffers or replays; after a restart,
+ * Crash safety (scenarios 4 and 5): SIGKILL the gateway while it buffers or replays; after a restart,
  * every message it PUBACKed reaches the central broker, with duplicates only from the in-flight window, and
  * none at all for a QoS 2 out rule.
  */
@@ -13,7 +13,7 @@ import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
-describe('bridge: SIGKILL (issue 3 scenarios 4 and 5)', { timeout: 120_000 }, () => {
+describe('bridge: SIGKILL', { timeout: 120_000 }, () => {
   it('delivers every PUBACKed message after SIGKILL during an outage, a gateway restart and the upstream coming back', async () => {
     const central = d.add(await startMosquitto({ persistence: true }));
     const checker = { clientId: 'checker-crash', clean: false, qos: 1 as const };

@@ -1,5 +1,5 @@
 /**
- * Dead letters (RELIABILITY §4 "upstream rejects"): a message the central broker refuses (here Mosquitto's ACL,
+ * Dead letters (docs/reliability.md#fault-scenarios "upstream rejects"): a message the central broker refuses (here Mosquitto's ACL,
  * PUBACK 0x87 Not authorized) leaves the queue head, so the rest keeps flowing, but it is kept, not dropped:
  * `edgeferry store list` shows it, `edgeferry store requeue` puts it back once the cause is fixed, and it
  * arrives. Real gateway processes, a real Mosquitto, the CLI. (Mosquitto 2.0.11 also drops the connection after

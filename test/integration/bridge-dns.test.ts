@@ -1,5 +1,5 @@
 /**
- * RELIABILITY §4, "DNS failure or address change for uplink": the central broker is named by a host name that
+ * docs/reliability.md#fault-scenarios, "DNS failure or address change for uplink": the central broker is named by a host name that
  * resolves through a hosts file only the gateway process sees (its own mount namespace, the file bound over
  * /etc/hosts), so the test makes the name fail, appear and move. The bridge must retry while the name does not
  * resolve, keep what it buffers, and resolve the name again on every attempt.
@@ -17,7 +17,7 @@ import { waitFor } from '../helpers/wait.js';
 const d = useDisposer();
 const NAME = 'central.edgeferry.test';
 
-describe('bridge: the central broker by host name (RELIABILITY §4)', { timeout: 90_000 }, () => {
+describe('bridge: the central broker by host name (docs/reliability.md#fault-scenarios)', { timeout: 90_000 }, () => {
   it('retries while the name does not resolve, goes up once it does, and follows the name to a new address', async (ctx) => {
     const problem = privateHostsProblem();
     if (problem !== undefined) {

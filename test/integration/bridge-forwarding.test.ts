@@ -1,5 +1,5 @@
 /**
- * Issue 3, scenario 1 (steady stream) and 8 (inbound, no echo): the gateway process bridging to a real
+ * Scenario 1 (steady stream) and 8 (inbound, no echo): the gateway process bridging to a real
  * Mosquitto "central broker".
  */
 import { spawn } from 'node:child_process';
@@ -15,7 +15,7 @@ import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
-describe('bridge: steady stream and inbound commands (issue 3 scenarios 1 and 8)', { timeout: 120_000 }, () => {
+describe('bridge: steady stream and inbound commands', { timeout: 120_000 }, () => {
   it('forwards a steady QoS 1 stream from MQTT.js upstream: every message once, in order', async () => {
     const central = d.add(await startMosquitto());
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));

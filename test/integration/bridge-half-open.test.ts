@@ -1,5 +1,5 @@
 /**
- * Issue 3 scenario 3: the uplink goes half-open mid-stream (packets blackholed, no FIN/RST). The gateway must
+ * The uplink goes half-open mid-stream (packets blackholed, no FIN/RST). The gateway must
  * notice through end-to-end liveness (keepalive / ack timeout), reconnect, and lose neither QoS 0 nor QoS 1.
  */
 import { describe, expect, it } from 'vitest';
@@ -12,7 +12,7 @@ import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
-describe('bridge: half-open uplink (issue 3 scenario 3)', { timeout: 120_000 }, () => {
+describe('bridge: half-open uplink', { timeout: 120_000 }, () => {
   for (const qos of [0, 1] as const) {
     it(`detects a blackholed uplink, reconnects, and delivers every QoS ${qos} message accepted meanwhile`, async () => {
       const central = d.add(await startMosquitto());

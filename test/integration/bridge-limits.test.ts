@@ -1,5 +1,5 @@
 /**
- * Issue 3 scenario 7: a bounded outbox. With drop-oldest the oldest messages are dropped (exactly as many as
+ * A bounded outbox. With drop-oldest the oldest messages are dropped (exactly as many as
  * exceed the limit) and the newest arrive; with reject-new, local MQTT 5 publishers get 0x97 Quota exceeded for
  * messages beyond the limit, and the accepted ones arrive. One warning per episode, not per message.
  */
@@ -19,7 +19,7 @@ function warnings(output: string, text: string): number {
   return output.split('\n').filter((line) => line.includes(text)).length;
 }
 
-describe('bridge: queue limits (issue 3 scenario 7)', { timeout: 120_000 }, () => {
+describe('bridge: queue limits', { timeout: 120_000 }, () => {
   it('drops exactly the oldest messages beyond queue.maxMessages (drop-oldest), warns once, and recovers', async () => {
     const central = d.add(await startMosquitto());
     const proxy = d.add(await startFaultProxy(central.port));

@@ -1,5 +1,5 @@
 /**
- * Issue 3, outages: central broker down (scenario "upstream down, publish, upstream back"), link cut during a
+ * Outages: central broker down (scenario "upstream down, publish, upstream back"), link cut during a
  * 10,000-message stream (scenario 2), upstream Mosquitto restarted mid-replay (scenario 6).
  */
 import { describe, expect, it } from 'vitest';
@@ -18,7 +18,7 @@ function received(collectors: Collector[]): string[] {
   return collectors.flatMap((c) => c.payloads());
 }
 
-describe('bridge: outages (issue 3 scenarios 2 and 6)', { timeout: 120_000 }, () => {
+describe('bridge: outages', { timeout: 120_000 }, () => {
   it('keeps N PUBACKed QoS 1 messages while the central broker is down and delivers all in order when it returns', async () => {
     const central = d.add(await startMosquitto({ persistence: true }));
     const checker = { clientId: 'checker-outage', clean: false, qos: 1 as const };
@@ -73,7 +73,7 @@ describe('bridge: outages (issue 3 scenarios 2 and 6)', { timeout: 120_000 }, ()
     console.info(`[bridge-outage] backlog ${n} x QoS 1: buffered ${bufferRate.toFixed(0)} msg/s (500 in flight, PUBACKed), replayed ${drainRate.toFixed(0)} msg/s (unpaced, inflight 500)`);
   });
 
-  it('over a slow uplink keeps at most the broker\'s Receive Maximum in flight, queues on disk and delivers in order (RELIABILITY §4)', async () => {
+  it('over a slow uplink keeps at most the broker\'s Receive Maximum in flight, queues on disk and delivers in order (docs/reliability.md#fault-scenarios)', async () => {
     // Mosquitto announces its max_inflight_messages as MQTT 5 Receive Maximum (the test default is 0, unlimited).
     const central = d.add(await startMosquitto({ extraConf: 'max_inflight_messages 20' }));
     const proxy = d.add(await startFaultProxy(central.port));

@@ -1,5 +1,5 @@
 /**
- * Issue 6, reload of bridges: SIGHUP adds, reconfigures and removes bridges one by one, while local clients stay
+ * Reload of bridges: SIGHUP adds, reconfigures and removes bridges one by one, while local clients stay
  * connected and the other bridges carry on; a reconfigured bridge keeps its outbox.
  */
 import { readFileSync, writeFileSync } from 'node:fs';

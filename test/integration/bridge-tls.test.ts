@@ -1,5 +1,5 @@
 /**
- * Issue 3 scenario 9: TLS and mutual TLS uplinks to Mosquitto, with a CA, server and client certificates made
+ * TLS and mutual TLS uplinks to Mosquitto, with a CA, server and client certificates made
  * by openssl at test time (test/fixtures/certs.ts).
  */
 import { readFileSync } from 'node:fs';
@@ -15,7 +15,7 @@ import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
-describe('bridge: TLS uplinks (issue 3 scenario 9)', { timeout: 120_000 }, () => {
+describe('bridge: TLS uplinks', { timeout: 120_000 }, () => {
   it('bridges over TLS, verifying the central broker against the configured CA', async () => {
     const certs = makeCerts(d.tempDir());
     const { central, tlsUrl } = await startTlsMosquitto(certs);

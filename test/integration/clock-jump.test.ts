@@ -1,5 +1,5 @@
 /**
- * RELIABILITY §4 "clock jumps": the gateway runs under libfaketime with only its wall clock faked
+ * docs/reliability.md#fault-scenarios "clock jumps": the gateway runs under libfaketime with only its wall clock faked
  * (FAKETIME_DONT_FAKE_MONOTONIC), starting in 1970 like a box whose RTC battery is flat, until "NTP" steps the
  * clock 56 years forward. Expected:
  * - the TLS uplink fails while the clock says 1970 (the central broker's certificate is "not yet valid"): the
@@ -115,7 +115,7 @@ async function expectNothingAged({ up, proxy, metric, payloads }: Setup): Promis
   expect(await metric(/edgeferry_bridge_dropped_total\{bridge="central",reason="expired"\}/)).toBe(0);
 }
 
-describe('clock jumps (RELIABILITY §4)', { timeout: 120_000 }, () => {
+describe('clock jumps (docs/reliability.md#fault-scenarios)', { timeout: 120_000 }, () => {
   it('buffers while TLS says "not yet valid" in 1970; a 56-year step while running ages nothing', async () => {
     const setup = await journalIn1970();
     setup.setClock(new Date());

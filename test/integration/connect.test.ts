@@ -246,7 +246,7 @@ describe('maximum keep alive (broker.maxKeepaliveS: 60)', () => {
     await limited?.dispose();
   });
 
-  it('announces Server Keep Alive 60 to an MQTT 5 client asking for more or for 0 [MQTT-3.2.2-21] [RELIABILITY #30]', async () => {
+  it('announces Server Keep Alive 60 to an MQTT 5 client asking for more or for 0 [MQTT-3.2.2-21] [docs/reliability.md rule 30]', async () => {
     for (const keepalive of [61, 3600, 65535, 0]) {
       const c = d.add(await openClient(limited.url, { protocolVersion: 5, keepalive, clientId: `ka-${keepalive}` }));
       expect(c.connack.reasonCode, `keepalive ${keepalive}`).toBe(0);
@@ -261,7 +261,7 @@ describe('maximum keep alive (broker.maxKeepaliveS: 60)', () => {
     }
   });
 
-  it('refuses a 3.1.1 client whose keep alive is above the maximum or 0 with CONNACK 0x02 (as Mosquitto does) [RELIABILITY #30]', async () => {
+  it('refuses a 3.1.1 client whose keep alive is above the maximum or 0 with CONNACK 0x02 (as Mosquitto does) [docs/reliability.md rule 30]', async () => {
     for (const keepalive of [61, 65535, 0]) {
       expect(await connectRefused(limited.url, { protocolVersion: 4, keepalive, clientId: `ka3-${keepalive}` }), `keepalive ${keepalive}`).toBe(0x02);
     }

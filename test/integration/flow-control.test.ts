@@ -1,7 +1,7 @@
 /**
- * Flow control through the gateway process (issue 2): Receive Maximum in both directions, the broker's own
+ * Flow control through the gateway process: Receive Maximum in both directions, the broker's own
  * `maxInflight`, the client's Maximum Packet Size, and a subscriber that stops reading (bounded write buffer, QoS 0
- * shed for it, disconnected after `slowClientTimeoutMs`, nobody else slowed) [RELIABILITY #18, #34].
+ * shed for it, disconnected after `slowClientTimeoutMs`, nobody else slowed) [docs/reliability.md rules 18, 34].
  */
 import { readFileSync } from 'node:fs';
 import type { MqttClient } from 'mqtt';
@@ -48,7 +48,7 @@ describe('Receive Maximum and inflight windows', () => {
     await gw?.dispose();
   });
 
-  it('lets a client have Receive Maximum QoS 2 PUBLISHes unreleased, and disconnects it with 0x93 on one more [MQTT-3.3.4-7] [RELIABILITY #18]', async () => {
+  it('lets a client have Receive Maximum QoS 2 PUBLISHes unreleased, and disconnects it with 0x93 on one more [MQTT-3.3.4-7] [docs/reliability.md rule 18]', async () => {
     const c = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
     const connack = await c.connect({ clientId: 'flow-rm-in' });
     expect(connack.properties?.receiveMaximum).toBe(RECEIVE_MAXIMUM);
@@ -218,7 +218,7 @@ describe('a subscriber that stops reading', () => {
     await gw?.dispose();
   });
 
-  it('keeps delivering every QoS 0 message to a healthy subscriber while another one never reads, and disconnects the stalled one after slowClientTimeoutMs [RELIABILITY #34]', async () => {
+  it('keeps delivering every QoS 0 message to a healthy subscriber while another one never reads, and disconnects the stalled one after slowClientTimeoutMs [docs/reliability.md rule 34]', async () => {
     const connected: number[] = [];
     const watcher = await client(gw);
     watcher.on('message', (_t, payload) => connected.push(Number(payload.toString())));
@@ -271,7 +271,7 @@ describe('a subscriber that stops reading', () => {
   });
 });
 
-describe('subscribers that read a trickle (issue 17 #10)', () => {
+describe('subscribers that read a trickle', () => {
   const MAX_WRITE_BUFFER_BYTES = 128 * 1024;
   const SLOW_CLIENT_TIMEOUT_MS = 1500;
   const SLOW_READERS = 10;

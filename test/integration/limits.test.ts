@@ -1,6 +1,6 @@
 /**
- * Configured limits (issue 2, "Limits"; config `broker:`), each exercised just past its value against the gateway
- * process: maxConnections [RELIABILITY #35], maxPacketBytes (0x95) [RELIABILITY #5], maxTopicLevels,
+ * Configured limits ("Limits"; config `broker:`), each exercised just past its value against the gateway
+ * process: maxConnections [docs/reliability.md rule 35], maxPacketBytes (0x95) [docs/reliability.md rule 5], maxTopicLevels,
  * maxQueuedMessages and maxQueuedBytes (drops counted in `$SYS/broker/publish/messages/dropped`).
  */
 import { connect as netConnect, type Socket } from 'node:net';
@@ -63,7 +63,7 @@ describe('broker.maxConnections', () => {
     expect(refused.bytesReceived).toBe(0);
   }
 
-  it(`accepts ${MAX} connections and closes the next one at once, before any MQTT exchange [RELIABILITY #35]`, async () => {
+  it(`accepts ${MAX} connections and closes the next one at once, before any MQTT exchange [docs/reliability.md rule 35]`, async () => {
     const held: RawClient[] = [];
     for (let i = 0; i < MAX; i++) held.push(await connectWhenFree(`limit-${i}`));
     await expectRefusedAtAccept('one-too-many');
@@ -211,7 +211,7 @@ describe('broker.maxPacketBytes, maxTopicLevels, maxQueuedMessages, maxQueuedByt
     await c.ping();
   });
 
-  it('disconnects an MQTT 5 client that sends one byte more with 0x95 Packet too large, and delivers nothing of it [MQTT-3.2.2-15] [RELIABILITY #5]', async () => {
+  it('disconnects an MQTT 5 client that sends one byte more with 0x95 Packet too large, and delivers nothing of it [MQTT-3.2.2-15] [docs/reliability.md rule 5]', async () => {
     const sub = await raw(gw, 5);
     await sub.subscribe('lim/#');
     const c = await raw(gw, 5);
@@ -319,7 +319,7 @@ describe('broker.maxQueuedBytes', () => {
   });
 });
 
-describe('broker.maxSubscriptionsPerClient (issue 17 #11)', () => {
+describe('broker.maxSubscriptionsPerClient', () => {
   const MAX = 4;
   let gw: Gateway;
   beforeAll(async () => {
@@ -369,7 +369,7 @@ describe('broker.maxSubscriptionsPerClient (issue 17 #11)', () => {
   });
 });
 
-describe('routing work is bounded per turn (issue 17 #11)', () => {
+describe('routing work is bounded per turn', () => {
   /** 2^14 filters, each a mix of `+` and `x` over 14 levels: every one matches the topic x/x/.../x. */
   const LEVELS = 14;
   const SUBSCRIPTIONS = 2 ** LEVELS;
@@ -419,7 +419,7 @@ describe('routing work is bounded per turn (issue 17 #11)', () => {
   }, 120_000);
 });
 
-describe('broker.maxUserProperties on every packet type, counted before parsing (issue 17 #12)', () => {
+describe('broker.maxUserProperties on every packet type, counted before parsing', () => {
   const MAX = 64;
   let gw: Gateway;
   beforeAll(async () => {

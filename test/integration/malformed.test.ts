@@ -1,5 +1,5 @@
 /**
- * Bad input never hurts other clients (issue 2; RELIABILITY.md §3, the checklist rows named in each test). Raw
+ * Bad input never hurts other clients (docs/reliability.md#bad-input-rules, the checklist rows named in each test). Raw
  * bytes on a socket to the real gateway process; each case asserts the exact MQTT 5 reason code where the spec
  * gives one (or a close with no packet for MQTT 3.1.1), that the offending connection is closed, and then that a
  * separate healthy pair of clients still publishes and receives, the gateway process is alive and it logged no

@@ -1,4 +1,4 @@
-/** Issue 6: the audit log in its own file (`log.auditFile`): logins and refusals, with who, never the password. */
+/** The audit log in its own file (`log.auditFile`): logins and refusals, with who, never the password. */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';

@@ -1,5 +1,5 @@
 /**
- * Issue 6, security: authentication with a password file written by Debian's `mosquitto_passwd`, failed-login
+ * Security: authentication with a password file written by Debian's `mosquitto_passwd`, failed-login
  * codes, throttling and audit lines, and authorization with a Mosquitto-format ACL file (publish, subscribe per
  * filter, `$share` inner filters, `%u`/`%c` patterns, per-message read filtering including retained messages).
  */

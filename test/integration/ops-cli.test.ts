@@ -1,5 +1,5 @@
 /**
- * Issue 6, authentication tooling: `edgeferry passwd FILE USER [--delete]` (password on stdin) writes files that
+ * Authentication tooling: `edgeferry passwd FILE USER [--delete]` (password on stdin) writes files that
  * Debian's Mosquitto accepts as its `password_file`, and that edgeferry accepts; it edits files made by
  * `mosquitto_passwd` without disturbing their other lines.
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 6, observability: the HTTP endpoint scraped over a real socket after a known workload. `/metrics`
+ * Observability: the HTTP endpoint scraped over a real socket after a known workload. `/metrics`
  * (Prometheus text, names `edgeferry_<module>_<thing>_<unit>`), `/healthz`, and `/readyz` with a bridge whose
  * upstream is down and then up.
  */
@@ -122,7 +122,7 @@ describe('metrics endpoint', { timeout: 60_000 }, () => {
     expect(m.value('edgeferry_process_resident_memory_bytes')).toBeGreaterThan(0);
     expect(m.value('edgeferry_nodejs_eventloop_lag_seconds')).toBeGreaterThanOrEqual(0);
 
-    // Naming (ARCHITECTURE §5): every family is edgeferry_*, counters end in _total.
+    // Naming (docs/architecture.md#naming): every family is edgeferry_*, counters end in _total.
     const families = [...m.types.keys()];
     expect(families.length).toBeGreaterThan(20);
     for (const name of families) expect(name).toMatch(/^edgeferry_[a-z0-9]+_[a-z0-9_]+$/);

@@ -1,5 +1,5 @@
 /**
- * Issue 6, reload: SIGHUP re-reads and validates the configuration. Changed ACLs apply to new operations of
+ * Reload: SIGHUP re-reads and validates the configuration. Changed ACLs apply to new operations of
  * clients that stay connected; an invalid configuration or ACL file is rejected with the reasons logged and the
  * running rules kept; a listener change is logged as needing a restart.
  */

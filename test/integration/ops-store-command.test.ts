@@ -1,5 +1,5 @@
 /**
- * `edgeferry store list | delete-outbox NAME` (issue 3, bounded disk use): the backlog of a bridge removed
+ * `edgeferry store list | delete-outbox NAME` (bounded disk use): the backlog of a bridge removed
  * from the configuration stays on disk, is reported at start and by `store list`, and an operator deletes it
  * while edgeferry is stopped. Real gateway processes on one data directory.
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 6, systemd: the notify protocol of the real gateway process against real AF_UNIX datagram sockets
+ * Systemd: the notify protocol of the real gateway process against real AF_UNIX datagram sockets
  * (READY only once the listener accepts, WATCHDOG at half of WATCHDOG_USEC, STOPPING on SIGTERM, exit 0), the
  * systemd-notify fallback on an abstract socket, and the unit file checked by `systemd-analyze` and run the way
  * systemd runs it (ExecStartPre, ExecStart, ExecReload's SIGHUP, SIGTERM).

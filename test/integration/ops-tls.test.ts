@@ -1,5 +1,5 @@
 /**
- * Issue 6, security: TLS, mutual TLS and secure WebSocket listeners, with a CA, server and client certificates
+ * Security: TLS, mutual TLS and secure WebSocket listeners, with a CA, server and client certificates
  * made by openssl at test time (test/fixtures/certs.ts). Clients are MQTT.js, mosquitto_sub/mosquitto_pub and
  * a bare node:tls socket (for the protocol-version floor).
  */

@@ -1,5 +1,5 @@
 /**
- * The same QoS 2 PUBLISH sent again and again without PUBREL (issue 17 #12): until PUBREL the receiver
+ * The same QoS 2 PUBLISH sent again and again without PUBREL: until PUBREL the receiver
  * acknowledges every resend with PUBREC and delivers the message once [MQTT-4.3.3-10]; the gateway keeps one
  * packet id for it, not a copy per resend, and nothing of it after the connection closed. Measured on the heap
  * (plus array buffers) after full collections, in a child process running the gateway with --expose-gc: RSS

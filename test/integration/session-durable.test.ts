@@ -1,5 +1,5 @@
 /**
- * Durable broker state (issue 7): persistent sessions, their queued QoS 1/2 messages and retained messages
+ * Durable broker state: persistent sessions, their queued QoS 1/2 messages and retained messages
  * survive SIGKILL of the gateway. Real processes: the gateway is killed and restarted on the same data directory.
  */
 import { describe, expect, it } from 'vitest';
@@ -216,7 +216,7 @@ describe('outgoing QoS 2 flows across a crash', () => {
 });
 
 /**
- * A delayed will of a persistent session waits out its delay in the store (issue 7): a crash or a restart
+ * A delayed will of a persistent session waits out its delay in the store: a crash or a restart
  * neither loses it nor publishes it early [MQTT-3.1.3-9].
  */
 describe('delayed wills across a restart', () => {

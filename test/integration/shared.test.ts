@@ -1,7 +1,7 @@
 /**
- * Shared subscriptions `$share/<group>/<filter>` (MQTT 5 §4.8.2; issue 2): round robin among the members, one copy
+ * Shared subscriptions `$share/<group>/<filter>` (MQTT 5 §4.8.2): round robin among the members, one copy
  * per group, unacknowledged QoS 1 redelivered to another member when one disconnects, malformed share names
- * refused per filter with 0x8F [RELIABILITY #24], no-local on a shared subscription a protocol error.
+ * refused per filter with 0x8F [docs/reliability.md rule 24], no-local on a shared subscription a protocol error.
  */
 import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -163,7 +163,7 @@ describe('shared subscriptions: redelivery', () => {
 describe('shared subscriptions: bad filters', () => {
   const invalid = ['$share/ab', '$share//shared/x', '$share/g+/shared/x', '$share/g#/shared/x', '$share/g/', '$share/', '$share', '$share/g/a/#/b'];
 
-  it('refuses malformed shared filters per filter with SUBACK 0x8F, keeps the connection, and stores nothing [MQTT-4.8.2-1] [MQTT-4.8.2-2] [RELIABILITY #24]', async () => {
+  it('refuses malformed shared filters per filter with SUBACK 0x8F, keeps the connection, and stores nothing [MQTT-4.8.2-1] [MQTT-4.8.2-2] [docs/reliability.md rule 24]', async () => {
     const raw = d.add(await RawClient.connect(gw.port, {}, { protocolVersion: 5 }));
     const suback = await raw.subscribe([...invalid.map((topic) => ({ topic, qos: 1 as const })), { topic: 'shared/bad/ok', qos: 1 }]);
     expect(suback.granted).toEqual([...invalid.map(() => 0x8f), 1]);

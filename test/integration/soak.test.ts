@@ -2,7 +2,7 @@
  * The soak tool (`npm run soak`, bench/soak.ts) in a short run: three cycles of link outages at 1,000 msg/s, one
  * with a SIGKILL of the gateway and a restart, through the real processes (gateway, Mosquitto upstream, fault
  * proxy). It must pass its own checks: every acknowledged message upstream, in order, no error logged, the data
- * file reused after the warm-up (RELIABILITY §4 "Soak"). The day-long run is the same command with --duration 24h.
+ * file reused after the warm-up (docs/reliability.md#fault-scenarios "Soak"). The day-long run is the same command with --duration 24h.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
@@ -28,7 +28,7 @@ interface SoakSummary {
 }
 
 describe('soak (bench/soak.ts), short run', () => {
-  it('loses nothing and keeps order through outages and a SIGKILL, with no error logged (RELIABILITY §4)', async () => {
+  it('loses nothing and keeps order through outages and a SIGKILL, with no error logged (docs/reliability.md#fault-scenarios)', async () => {
     const out = path.join(dir, 'soak.json');
     const args = ['--duration', '27s', '--cycle-s', '9', '--outage-s', '2', '--kill-every', '2', '--rate', '1000', '--warmup-cycles', '2', '--out', out];
     const result = await new Promise<{ code: number | null; output: string }>((resolve) => {

@@ -1,5 +1,5 @@
 /**
- * Issue 6, reload of connectors: SIGHUP adds, reconfigures and removes connectors on the running Sparkplug edge
+ * Reload of connectors: SIGHUP adds, reconfigures and removes connectors on the running Sparkplug edge
  * node. An added one is born (DBIRTH) when it first answers and its data flows; a reconfigured one dies (DDEATH)
  * and is born again with its new metric list; a removed one dies. The node's session (NBIRTH, bdSeq, seq), the
  * other devices and a connected local MQTT client carry on throughout; a host application checking the

@@ -1,5 +1,5 @@
 /**
- * A damaged data file (issue 24): 4 KiB of random bytes written into a stopped store, for several fixed seeds.
+ * A damaged data file: 4 KiB of random bytes written into a stopped store, for several fixed seeds.
  * The gateway never crashes on it: the integrity walk runs in a child process, and a damaged store is exit 3
  * (which the systemd unit does not restart) with a message naming the directory, what is damaged and the two
  * ways out. `edgeferry store salvage` then recovers every record it does not report lost (it counts them against

@@ -1,5 +1,5 @@
 /**
- * A full disk (issue 24): the data directory on a small tmpfs, 1 KiB QoS 1 publishes into an offline persistent
+ * A full disk: the data directory on a small tmpfs, 1 KiB QoS 1 publishes into an offline persistent
  * session until the disk is full. A refused message gets 0x97 Quota exceeded (MQTT 5; 3.1.1: no acknowledgement)
  * and is undone everywhere it was routed: the session never delivers it, live or after a restart, and the
  * retained index does not keep it. The refusals are logged once per episode, with a count when it ends.

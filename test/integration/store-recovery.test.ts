@@ -1,6 +1,6 @@
 /**
  * A corrupt data directory gives a clear error naming it (exit 3, no crash loop under systemd), and
- * `--reset-store` moves it aside, keeping it for analysis, and starts with an empty store (issue 7).
+ * `--reset-store` moves it aside, keeping it for analysis, and starts with an empty store.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';

@@ -47,7 +47,7 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     expect(suback.granted).toEqual([2, 0, 1]);
   });
 
-  it(`refuses invalid filters one by one with 0x${fail.toString(16)} and keeps the valid ones and the connection [RELIABILITY #23]`, async () => {
+  it(`refuses invalid filters one by one with 0x${fail.toString(16)} and keeps the valid ones and the connection [docs/reliability.md rule 23]`, async () => {
     const { raw } = await RawClient.connect(gw.port, v, { clientId: `badfilter-${v}` });
     d.add(raw);
     raw.send({

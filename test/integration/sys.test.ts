@@ -1,7 +1,7 @@
 /**
- * `$SYS/broker/...` (issue 2: Mosquitto's tree, published periodically) against the real gateway process with
+ * `$SYS/broker/...` (Mosquitto's tree, published periodically) against the real gateway process with
  * `sysIntervalS: 1`: the values appear, are retained, and follow what clients do; wildcards do not see them
- * [MQTT-4.7.2-1]; clients cannot write them [RELIABILITY #27].
+ * [MQTT-4.7.2-1]; clients cannot write them [docs/reliability.md rule 27].
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -154,7 +154,7 @@ describe('$SYS/broker tree', () => {
 });
 
 describe('$SYS isolation', () => {
-  it('does not deliver $SYS topics to subscribers of # or +/broker/#, retained or live [MQTT-4.7.2-1] [RELIABILITY #26]', async () => {
+  it('does not deliver $SYS topics to subscribers of # or +/broker/#, retained or live [MQTT-4.7.2-1] [docs/reliability.md rule 26]', async () => {
     const sys = await watchSys();
     const wild = await client({ protocolVersion: 5 });
     const seen: string[] = [];
@@ -171,7 +171,7 @@ describe('$SYS isolation', () => {
     expect(seen.filter((t) => t.startsWith('$'))).toEqual([]);
   });
 
-  it('refuses a client PUBLISH to $SYS: MQTT 5 QoS 1 gets PUBACK 0x87, nothing is delivered or retained [RELIABILITY #27]', async () => {
+  it('refuses a client PUBLISH to $SYS: MQTT 5 QoS 1 gets PUBACK 0x87, nothing is delivered or retained [docs/reliability.md rule 27]', async () => {
     const sys = await watchSys();
     await waitFor(() => sys.values.has('$SYS/broker/version'), 5000, { message: 'no version' });
     const raw = d.add(await RawClient.connect(gw.port, {}, { protocolVersion: 5 }));
@@ -190,7 +190,7 @@ describe('$SYS isolation', () => {
     expect(sys.history.filter((h) => h.value === 'forged')).toEqual([]);
   });
 
-  it('acknowledges but drops a MQTT 3.1.1 QoS 1 PUBLISH to $SYS (3.1.1 cannot refuse a publish) [RELIABILITY #27]', async () => {
+  it('acknowledges but drops a MQTT 3.1.1 QoS 1 PUBLISH to $SYS (3.1.1 cannot refuse a publish) [docs/reliability.md rule 27]', async () => {
     const sys = await watchSys();
     await waitFor(() => sys.values.has('$SYS/broker/version'), 5000, { message: 'no version' });
     const raw = d.add(await RawClient.connect(gw.port, {}, { protocolVersion: 4 }));

@@ -1,5 +1,5 @@
 /**
- * MQTT 5 properties end to end through the gateway process (issue 2, "MQTT 5"): CONNACK announcements, message
+ * MQTT 5 properties end to end through the gateway process ("MQTT 5"): CONNACK announcements, message
  * expiry, topic aliases both ways, user properties, content type, response topic and correlation data (with
  * mosquitto_rr), payload format indicator, subscription identifiers, reason strings vs request problem
  * information, and AUTH with an unknown method.
@@ -163,7 +163,7 @@ describe('topic aliases, client to broker', () => {
     ['alias 0', 0, 'v5/alias/zero'],
     [`alias ${TOPIC_ALIAS_MAXIMUM + 1}, above the announced Topic Alias Maximum`, TOPIC_ALIAS_MAXIMUM + 1, 'v5/alias/big'],
     ['an alias never set, with an empty topic', 2, ''],
-  ])('disconnects with 0x94 Topic Alias invalid on %s [MQTT-3.3.2-8] [MQTT-3.3.2-9] [RELIABILITY #16]', async (_what, alias, topic) => {
+  ])('disconnects with 0x94 Topic Alias invalid on %s [MQTT-3.3.2-8] [MQTT-3.3.2-9] [docs/reliability.md rule 16]', async (_what, alias, topic) => {
     const sub = await rawSubscriber('v5/alias/#');
     const pub = await raw5();
     pub.publish(topic, 'bad', { qos: 1, messageId: 5, properties: { topicAlias: alias } });

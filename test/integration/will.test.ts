@@ -64,7 +64,7 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     expect(sub.received(`will${v}/clean/t`)).toEqual([]);
   });
 
-  it('publishes the will when the keep alive expires [MQTT-3.1.2-24] [RELIABILITY #31]', async () => {
+  it('publishes the will when the keep alive expires [MQTT-3.1.2-24] [docs/reliability.md rule 31]', async () => {
     const sub = await watcher(`will${v}/keepalive/#`);
     const { raw } = await RawClient.connect(gw.port, v, { clientId: `will-ka-${v}`, keepalive: 1, will: will(`will${v}/keepalive/t`, 'timed out') });
     d.add(raw);

@@ -1,5 +1,5 @@
 /**
- * The bridge against a scriptable fake central broker built on mqtt-packet (RELIABILITY §4 harness): Receive
+ * The bridge against a scriptable fake central broker built on mqtt-packet (docs/reliability.md#fault-scenarios harness): Receive
  * Maximum, session resume with original packet ids and DUP, unknown PUBACK ids, DISCONNECT 0x93, reconnect storms.
  */
 import { createServer, type Server, type Socket } from 'node:net';
@@ -274,7 +274,7 @@ describe('bridge against a scriptable fake upstream', () => {
     await waitFor(() => outbox.depth.messages === 0, 5000);
   });
 
-  it('spreads the reconnects of many gateways while the upstream refuses them (decorrelated jitter, RELIABILITY §4 reconnect storm)', async () => {
+  it('spreads the reconnects of many gateways while the upstream refuses them (decorrelated jitter, docs/reliability.md#fault-scenarios reconnect storm)', async () => {
     const up = d.add(await startFakeUpstream());
     up.refuse = true;
     const gateways = 20;
@@ -307,7 +307,7 @@ describe('bridge against a scriptable fake upstream', () => {
     expect(publishes(up.connections[1]).length).toBe(8);
   });
 
-  it('drops a connection whose broker sends a malformed packet, reconnects, and loses nothing (RELIABILITY §3 #38)', async () => {
+  it('drops a connection whose broker sends a malformed packet, reconnects, and loses nothing (docs/reliability.md rule 38)', async () => {
     const up = d.add(await startFakeUpstream());
     up.connack = { sessionPresent: true };
     // First connection: a PUBACK too short for a packet id (remaining length 1), which mqtt-packet reads as id -1.

@@ -1,5 +1,5 @@
 /**
- * ARCHITECTURE §4: which module may import which, and where each third-party package may be used. Reads every
+ * docs/architecture.md#dependency-rules: which module may import which, and where each third-party package may be used. Reads every
  * import line of src/ and connectors/; a violation names the file, the import and the rule.
  */
 import { readFileSync, readdirSync, statSync } from 'node:fs';
@@ -78,7 +78,7 @@ function allowed(target: string, list: string[] | undefined): boolean {
   return (list ?? []).some((rule) => target === rule || target.startsWith(rule + '/'));
 }
 
-describe('dependency rules (ARCHITECTURE §4)', () => {
+describe('dependency rules (docs/architecture.md#dependency-rules)', () => {
   const files = [...sourceFiles(join(ROOT, 'src')), ...sourceFiles(join(ROOT, 'connectors'))];
 
   it('every module imports only what its rule allows', () => {

@@ -66,7 +66,7 @@ describe('PacketFramer', () => {
     }
   });
 
-  it('reports a huge declared length from the header alone, before the body arrives [RELIABILITY #1]', () => {
+  it('reports a huge declared length from the header alone, before the body arrives [docs/reliability.md rule 1]', () => {
     const h = collect();
     const framer = new PacketFramer();
     framer.push(Buffer.from([0x10, 0xff, 0xff, 0xff, 0x7f, 0x00, 0x04]), h);

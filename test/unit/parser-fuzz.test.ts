@@ -1,6 +1,6 @@
 /**
  * Seeded fuzzing of one `Connection` (parse → dispatch → handlers) with mutated MQTT packets and random bytes
- * [RELIABILITY #1-#24]: whatever arrives, nothing throws out of the socket callback, no handler fails (the
+ * [docs/reliability.md rules 1-24]: whatever arrives, nothing throws out of the socket callback, no handler fails (the
  * connection's internal-error path logs at error and closes with 0x83), and the broker keeps routing for a
  * well-behaved connection afterwards. Seeds are fixed, so a failure names a case that reproduces.
  */
@@ -237,7 +237,7 @@ async function runCase(ctx: ServerContext, seed: number): Promise<void> {
 const CASES = Number(process.env.FUZZ_CASES ?? 3000);
 
 describe('Connection under fuzzed input', () => {
-  it(`survives ${CASES} seeded cases of mutated packets and random bytes without an exception or a handler failure (0x83), and keeps routing [RELIABILITY §3]`, async () => {
+  it(`survives ${CASES} seeded cases of mutated packets and random bytes without an exception or a handler failure (0x83), and keeps routing [docs/reliability.md#bad-input-rules]`, async () => {
     const rec: Recorded = { errors: [] };
     const ctx = context(rec);
     const failures: string[] = [];

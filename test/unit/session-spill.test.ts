@@ -1,5 +1,5 @@
 /**
- * Issue 7: a persistent session's queue longer than its memory window (broker.maxQueuedInMemory) goes on in the
+ * A persistent session's queue longer than its memory window (broker.maxQueuedInMemory) goes on in the
  * LMDB store only and is read back in chunks as it drains, in order, once, with its subscription identifiers;
  * after a restart too.
  * The real broker and LMDB store in-process; the client is a ClientLink that acknowledges what it gets.

@@ -1,5 +1,5 @@
 /**
- * Checksums on stored values (issue 24): a damaged value found while running is skipped, counted, logged once
+ * Checksums on stored values: a damaged value found while running is skipped, counted, logged once
  * with where it is, deleted, and never delivered; values written before checksums still read.
  */
 import fs from 'node:fs';

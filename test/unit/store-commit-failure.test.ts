@@ -1,4 +1,4 @@
-/** What a failed LMDB commit means (issue 24): a full disk is EF_STORE_FULL (0x97), a broken one stays a write error. */
+/** What a failed LMDB commit means: a full disk is EF_STORE_FULL (0x97), a broken one stays a write error. */
 import { describe, expect, it } from 'vitest';
 import { commitCause, isDiskFull } from '../../src/store/lmdb/commit-failure.js';
 import { tempDir } from '../helpers/temp.js';

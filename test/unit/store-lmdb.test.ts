@@ -319,7 +319,7 @@ describe('LMDB store', () => {
     await reject.append(small(1, 1000));
   }, 60_000);
 
-  it('keeps the data file from growing under queue-like use: freed pages are reused (RELIABILITY §4 soak, lmdb-js#321)', async () => {
+  it('keeps the data file from growing under queue-like use: freed pages are reused (docs/reliability.md#fault-scenarios soak, lmdb-js#321)', async () => {
     // A bridge in steady state: every round appends 1,000 messages and the upstream acknowledges the oldest 1,000.
     const dir = tempDir();
     const s = await openStore(dir);

@@ -1,5 +1,5 @@
 /**
- * The integrity walk of `storage.verifyOnStart` (issue 24), in process: the gateway runs it in a child
+ * The integrity walk of `storage.verifyOnStart`, in process: the gateway runs it in a child
  * (verify-child.ts; the integration tests cover that and exit 3).
  */
 import fs from 'node:fs';

@@ -154,7 +154,7 @@ describe('TopicTree', () => {
     expect(matchOf(tree, '$share/workers/job/1')).toEqual([]);
   });
 
-  it('keeps shared and normal bookkeeping consistent when both are removed in any order [RELIABILITY #25]', () => {
+  it('keeps shared and normal bookkeeping consistent when both are removed in any order [docs/reliability.md rule 25]', () => {
     const tree = new TopicTree();
     const a = new FakeSubscriber('a');
     tree.add(sub(a, 't/#', { group: 'g' }));

@@ -1,4 +1,4 @@
-/** PUBACK, PUBREC, PUBCOMP from a client for our outgoing QoS 1/2 flows. Unknown ids are ignored [RELIABILITY #20]. */
+/** PUBACK, PUBREC, PUBCOMP from a client for our outgoing QoS 1/2 flows. Unknown ids are ignored [docs/reliability.md rule 20]. */
 import type { PubackPacket, PubcompPacket, PubrecPacket } from '../../protocol/codec.js';
 import { Reason } from '../../protocol/reason-codes.js';
 import type { Connection } from '../connection.js';

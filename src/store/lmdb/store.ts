@@ -3,7 +3,7 @@
  * outboxes (outbox.ts), persistent sessions (sessions.ts) and retained messages (retained.ts). This class owns
  * the environment and the write path that all of them share; ../lmdb.ts opens it. Only src/store imports `lmdb`.
  *
- * How writes work (see RELIABILITY.md §1):
+ * How writes work (docs/reliability.md#lmdb-facts):
  * - Every change is an operation queued in JS. On the next `setImmediate`, all queued operations are turned
  *   into asynchronous lmdb-js puts/removes inside ONE explicit `batch()` call, which lmdb-js commits as one
  *   transaction: one commit and one fsync however many operations it holds (group commit). Counters in the
