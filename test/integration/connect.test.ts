@@ -234,7 +234,7 @@ describe('keep alive', () => {
 
 // The limit is 60 s because the gateway helper's readiness probe is a 3.1.1 client with MQTT.js's default keep
 // alive of 60 s, which a lower maximum would refuse. Timing the enforcement of an announced Server Keep Alive
-// therefore needs a helper change (see the report); the 1.5× enforcement itself is tested above.
+// therefore needs a helper change; the 1.5× enforcement itself is tested above.
 describe('maximum keep alive (broker.maxKeepaliveS: 60)', () => {
   let limited: Gateway;
 

@@ -16,7 +16,7 @@
  *   (limits, drops, sequence numbers) are made against it, and a failed commit can be rolled back in JS by
  *   restoring the few counters it touched.
  * - lmdb-js async transaction callbacks (`db.transaction(fn)`) are NOT used: with lmdb 3.5.6 on this platform
- *   the callback never ran and the process could not even exit (verified; see the report of the store work).
+ *   the callback never ran and the process could not even exit (verified; docs/reliability.md#lmdb-facts).
  * - A write promise resolves once its transaction is flushed (`sync: 'full'`): lmdb-js resolves writes at
  *   commit, before the fsync, so the flush promise (`env.flushed`, captured when the batch is issued) is
  *   awaited too. Only then may the caller acknowledge (PUBACK/PUBREC).
