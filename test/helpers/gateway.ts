@@ -56,6 +56,15 @@ export interface GatewayOptions {
   hostsFile?: string;
 }
 
+/** The gateway's JSON log lines so far, parsed. */
+export function logLines(gw: Gateway): Record<string, unknown>[] {
+  return gw
+    .output()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
 /** Why `hostsFile` cannot work here (no root, no mount namespaces), or undefined when it can. */
 export function privateHostsProblem(): string | undefined {
   const probe = spawnSync('unshare', ['-m', 'sh', '-c', 'mount --bind /dev/null /etc/hosts'], { encoding: 'utf8' });

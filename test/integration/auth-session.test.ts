@@ -8,7 +8,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { logLines, startGateway, type Gateway } from '../helpers/gateway.js';
 import { openClient, VERSIONS, type TestClient } from '../helpers/mqtt-client.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -43,14 +43,6 @@ function persistent(user: User, clientId: string, version: 4 | 5) {
 
 function sessionPresent(c: TestClient): boolean {
   return c.connack.sessionPresent;
-}
-
-function logLines(gw: Gateway): Record<string, unknown>[] {
-  return gw
-    .output()
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
 async function sighup(gw: Gateway): Promise<void> {

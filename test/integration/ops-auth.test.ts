@@ -8,7 +8,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway } from '../helpers/gateway.js';
+import { logLines, startGateway } from '../helpers/gateway.js';
 import { RawClient, connectRefused, openClient, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
@@ -107,14 +107,6 @@ async function pubackCode(c: TestClient, topic: string, payload: string, retain 
   }
 }
 
-/** JSON log lines of the gateway. */
-function logLines(output: string): Record<string, unknown>[] {
-  return output
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
-}
-
 describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () => {
   it('accepts users from a file made by Debian mosquitto_passwd ($7$ at 101 and 1000 iterations, $6$), over MQTT 5, 3.1.1 and mosquitto_pub', async () => {
     const { strictUrl, strictPort } = await authGateway();
@@ -157,7 +149,7 @@ describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () 
     d.add(await openClient(strictUrl, login('alice')));
     const refused = await waitFor(
       () => {
-        const lines = logLines(gw.output()).filter((l) => l.mod === 'audit' && l.msg === 'login refused');
+        const lines = logLines(gw).filter((l) => l.mod === 'audit' && l.msg === 'login refused');
         return lines.length >= 2 ? lines : undefined;
       },
       5000,
@@ -181,7 +173,7 @@ describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () 
     // The other listener (anonymous allowed) is throttled for this address too: the limit is per source address.
     expect(await connectRefused(gw.url, { protocolVersion: 5 })).toBe(0x8a);
     await waitFor(
-      () => logLines(gw.output()).filter((l) => l.mod === 'audit' && /too many failed logins/.test(String(l.why))).length >= 3,
+      () => logLines(gw).filter((l) => l.mod === 'audit' && /too many failed logins/.test(String(l.why))).length >= 3,
       5000,
       { message: () => `three audit lines for throttled logins in:\n${gw.output()}` },
     );

@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { logLines, startGateway, type Gateway } from '../helpers/gateway.js';
 import { openClient, type TestClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
@@ -17,14 +17,6 @@ const d = useDisposer();
 const ACL_V1 = ['user admin', 'topic readwrite #', '', 'user alice', 'topic readwrite sensors/#', ''].join('\n');
 const ACL_V2 = ['user admin', 'topic readwrite #', '', 'user alice', 'topic read sensors/#', 'topic readwrite other/#', ''].join('\n');
 const ACL_V3 = ['user admin', 'topic readwrite #', '', 'user alice', 'topic readwrite other/#', ''].join('\n');
-
-function logLines(gw: Gateway): Record<string, unknown>[] {
-  return gw
-    .output()
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
-}
 
 /** Sends SIGHUP and waits for the next log line with message `msg` (one more than before the signal). */
 async function sighup(gw: Gateway, msg: string): Promise<Record<string, unknown>> {

@@ -8,7 +8,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { logLines, startGateway, type Gateway } from '../helpers/gateway.js';
 import { startModbusSim, type ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
@@ -49,14 +49,6 @@ const sparkplug = (extra: object = {}) => ({
   deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
   ...extra,
 });
-
-function logLines(gw: Gateway): Record<string, unknown>[] {
-  return gw
-    .output()
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
-}
 
 const linesWith = (gw: Gateway, msg: string) => logLines(gw).filter((l) => l.msg === msg);
 

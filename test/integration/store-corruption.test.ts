@@ -15,6 +15,7 @@ import { runCli, startGateway } from '../helpers/gateway.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { RawClient } from '../helpers/raw-client.js';
+import { seededRandom } from '../helpers/random.js';
 
 const d = useDisposer();
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -23,21 +24,10 @@ const SEEDS = [1, 2, 3, 4, 5, 6];
 const MESSAGES = 1500;
 const PAGE = 4096;
 
-/** mulberry32: a small seeded PRNG, so every seed damages the same bytes on every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Overwrites 4 KiB at a random offset past LMDB's two meta pages with random bytes; returns the offset. */
 function damage(file: string, seed: number): number {
-  const random = prng(seed);
+  const random = seededRandom(seed);
   const size = statSync(file).size;
   const offset = 2 * PAGE + Math.floor(random() * (size - 3 * PAGE));
   const bytes = Buffer.alloc(PAGE);

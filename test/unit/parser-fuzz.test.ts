@@ -14,39 +14,9 @@ import { WriteFlusher, type ServerContext, type ServerLimits } from '../../src/s
 import type { Transport } from '../../src/server/transport.js';
 import { PendingConnections } from '../../src/server/pending.js';
 import { createMemoryStore } from '../../src/store/memory.js';
-import type { LogFn, Logger } from '../../src/util/logger.js';
+import { recordingLogger, type LoggedError } from '../helpers/logger.js';
+import { seededRandom } from '../helpers/random.js';
 
-/** mulberry32: small, fast, good enough to pick mutations reproducibly. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-interface Recorded {
-  errors: unknown[];
-}
-
-function recordingLogger(rec: Recorded): Logger {
-  const noop: LogFn = () => {};
-  const record: LogFn = (...args: unknown[]) => void rec.errors.push(args);
-  const log: Logger = {
-    fatal: record,
-    error: record,
-    warn: noop,
-    info: noop,
-    debug: noop,
-    trace: noop,
-    child: () => log,
-    isLevelEnabled: () => false,
-  };
-  return log;
-}
 
 
 class FakeTransport implements Transport {
@@ -98,8 +68,8 @@ const LIMITS: ServerLimits = {
   maxSubscriptionsPerClient: 1000,
 };
 
-function context(rec: Recorded): ServerContext {
-  const log = recordingLogger(rec);
+function context(errors: LoggedError[]): ServerContext {
+  const log = recordingLogger(errors);
   const broker = new Broker({ limits: { maxInflight: 4, maxQueuedMessages: 16, maxQueuedBytes: 0 }, store: createMemoryStore(), log });
   return { broker, auth: new FileAuth(undefined, undefined), limits: LIMITS, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
 }
@@ -206,7 +176,7 @@ function chunks(bytes: Buffer, random: () => number): Buffer[] {
 }
 
 async function runCase(ctx: ServerContext, seed: number): Promise<void> {
-  const random = rng(seed);
+  const random = seededRandom(seed);
   const version: 4 | 5 = random() < 0.5 ? 4 : 5;
   const seeds = corpus(version);
   const parts: Buffer[] = [];
@@ -238,8 +208,8 @@ const CASES = Number(process.env.FUZZ_CASES ?? 3000);
 
 describe('Connection under fuzzed input', () => {
   it(`survives ${CASES} seeded cases of mutated packets and random bytes without an exception or a handler failure (0x83), and keeps routing [docs/reliability.md#bad-input-rules]`, async () => {
-    const rec: Recorded = { errors: [] };
-    const ctx = context(rec);
+    const errors: LoggedError[] = [];
+    const ctx = context(errors);
     const failures: string[] = [];
     for (let seed = 1; seed <= CASES; seed++) {
       try {
@@ -247,13 +217,10 @@ describe('Connection under fuzzed input', () => {
       } catch (err) {
         failures.push(`seed ${seed}: ${(err as Error).stack ?? String(err)}`);
       }
-      if (rec.errors.length > 0) {
-        const what = rec.errors.map((e) => {
-          const [obj, msg] = e as [{ err?: Error } | string, string | undefined];
-          return typeof obj === 'string' ? obj : `${msg}: ${obj.err?.stack ?? JSON.stringify(obj)}`;
-        });
+      if (errors.length > 0) {
+        const what = errors.map(({ obj, msg }) => `${msg}: ${(obj.err as Error | undefined)?.stack ?? JSON.stringify(obj)}`);
         failures.push(`seed ${seed}: logged at error/fatal: ${what.join('; ')}`);
-        rec.errors.length = 0;
+        errors.length = 0;
       }
       if (failures.length >= 5) break;
     }

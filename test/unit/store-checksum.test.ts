@@ -12,6 +12,7 @@ import { CorruptValueError, decodePlainValue, decodeQueuedValue, encodePlainValu
 import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import type { Logger } from '../../src/util/logger.js';
+import { recordingLogger, type LoggedError } from '../helpers/logger.js';
 
 const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' };
 const dirs: string[] = [];
@@ -28,21 +29,6 @@ function tempDir(): string {
   return d;
 }
 
-/** A logger that keeps the error lines. */
-function recordingLogger(errors: { obj: Record<string, unknown>; msg: string }[]): Logger {
-  const noop = (): void => undefined;
-  const log = {
-    fatal: noop,
-    error: (obj: Record<string, unknown>, msg: string) => errors.push({ obj, msg }),
-    warn: noop,
-    info: noop,
-    debug: noop,
-    trace: noop,
-    child: () => log,
-    isLevelEnabled: () => false,
-  };
-  return log as unknown as Logger;
-}
 
 async function openStore(dir: string, log: Logger): Promise<LmdbStoreImpl> {
   const s = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log });
@@ -86,7 +72,7 @@ describe('stored value checksums', () => {
 
   it('skips, counts, logs and deletes damaged session-queue, retained and outbox records, delivering the rest', async () => {
     const dir = tempDir();
-    const errors: { obj: Record<string, unknown>; msg: string }[] = [];
+    const errors: LoggedError[] = [];
     let store = await openStore(dir, recordingLogger(errors));
     const seqs: number[] = [];
     for (let i = 0; i < 5; i++) seqs.push(await store.sessions.enqueue('historian', msg(i)));
@@ -130,7 +116,7 @@ describe('stored value checksums', () => {
 
   it('reads session records from before checksums, and keeps a session whose record is damaged, never expiring', async () => {
     const dir = tempDir();
-    const errors: { obj: Record<string, unknown>; msg: string }[] = [];
+    const errors: LoggedError[] = [];
     let store = await openStore(dir, recordingLogger(errors));
     await store.sessions.putSession('old', { expiryIntervalS: 60 });
     await store.sessions.putSession('hit', { expiryIntervalS: 60 });
@@ -155,7 +141,7 @@ describe('stored value checksums', () => {
 
   it('skips a damaged record read back from a spilled queue and reports how many it skipped', async () => {
     const dir = tempDir();
-    const errors: { obj: Record<string, unknown>; msg: string }[] = [];
+    const errors: LoggedError[] = [];
     const store = await openStore(dir, recordingLogger(errors));
     const seqs: number[] = [];
     for (let i = 0; i < 6; i++) seqs.push(await store.sessions.enqueue('historian', msg(i)));
