@@ -23,7 +23,15 @@ const d = useDisposer();
 const GROUP = 'plant1';
 const NODE = 'line4-gw';
 
-function connectors(sim: ModbusSim) {
+const PRESS_TAGS = [
+  { name: 'temperature', table: 'holding', address: 0, datatype: 'float32', deadband: 0.5 },
+  { name: 'count', table: 'holding', address: 2, datatype: 'uint32' },
+  { name: 'setpoint', table: 'holding', address: 4, datatype: 'int16', writable: true },
+  { name: 'running', table: 'coil', address: 0, datatype: 'bool', writable: true },
+];
+
+/** The Modbus press on the pymodbus server, with `tags` (default: a few of each kind, two of them writable). */
+function connectors(sim: ModbusSim, tags: readonly object[] = PRESS_TAGS) {
   return [
     {
       id: 'press-1',
@@ -37,12 +45,7 @@ function connectors(sim: ModbusSim) {
       // Generous: two shared cores under load must not make a healthy unit look dead.
       timeoutMs: 1500,
       retries: 0,
-      tags: [
-        { name: 'temperature', table: 'holding', address: 0, datatype: 'float32', deadband: 0.5 },
-        { name: 'count', table: 'holding', address: 2, datatype: 'uint32' },
-        { name: 'setpoint', table: 'holding', address: 4, datatype: 'int16', writable: true },
-        { name: 'running', table: 'coil', address: 0, datatype: 'bool', writable: true },
-      ],
+      tags,
     },
   ];
 }
@@ -277,34 +280,21 @@ describe('Sparkplug edge node over the bridge uplink', () => {
 });
 
 describe('DCMD writes through the gateway never write a wrong value', () => {
-  const typed = (sim: ModbusSim) => [
-    {
-      id: 'press-1',
-      type: 'modbus',
-      transport: 'tcp',
-      host: '127.0.0.1',
-      port: sim.port,
-      unitId: 1,
-      addressBase: 0,
-      pollIntervalMs: 100,
-      timeoutMs: 1500,
-      retries: 0,
-      tags: [
-        { name: 'i16', table: 'holding', address: 0, datatype: 'int16', writable: true },
-        { name: 'u16', table: 'holding', address: 1, datatype: 'uint16', writable: true },
-        { name: 'i32', table: 'holding', address: 2, datatype: 'int32', writable: true },
-        { name: 'u32', table: 'holding', address: 4, datatype: 'uint32', writable: true },
-        { name: 'i64', table: 'holding', address: 6, datatype: 'int64', writable: true },
-        { name: 'u64', table: 'holding', address: 10, datatype: 'uint64', writable: true },
-        { name: 'f32', table: 'holding', address: 14, datatype: 'float32', writable: true },
-        { name: 'f64', table: 'holding', address: 16, datatype: 'float64', writable: true },
-        { name: 'label', table: 'holding', address: 20, datatype: 'string', length: 4, writable: true },
-        { name: 'speed', table: 'holding', address: 30, datatype: 'int16', scale: 0.1, writable: true },
-        { name: 'limit', table: 'holding', address: 31, datatype: 'uint16', writable: true },
-        { name: 'valve', table: 'coil', address: 0, datatype: 'bool', writable: true },
-      ],
-    },
-  ];
+  const typed = (sim: ModbusSim) =>
+    connectors(sim, [
+      { name: 'i16', table: 'holding', address: 0, datatype: 'int16', writable: true },
+      { name: 'u16', table: 'holding', address: 1, datatype: 'uint16', writable: true },
+      { name: 'i32', table: 'holding', address: 2, datatype: 'int32', writable: true },
+      { name: 'u32', table: 'holding', address: 4, datatype: 'uint32', writable: true },
+      { name: 'i64', table: 'holding', address: 6, datatype: 'int64', writable: true },
+      { name: 'u64', table: 'holding', address: 10, datatype: 'uint64', writable: true },
+      { name: 'f32', table: 'holding', address: 14, datatype: 'float32', writable: true },
+      { name: 'f64', table: 'holding', address: 16, datatype: 'float64', writable: true },
+      { name: 'label', table: 'holding', address: 20, datatype: 'string', length: 4, writable: true },
+      { name: 'speed', table: 'holding', address: 30, datatype: 'int16', scale: 0.1, writable: true },
+      { name: 'limit', table: 'holding', address: 31, datatype: 'uint16', writable: true },
+      { name: 'valve', table: 'coil', address: 0, datatype: 'bool', writable: true },
+    ]);
 
   /** The rebirth answered: a DBIRTH of press-1 after the latest NBIRTH. */
   const rebornAfter = (h: SparkplugHost): boolean => {
