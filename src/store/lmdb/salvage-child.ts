@@ -40,7 +40,10 @@ for (const [name, spec] of Object.entries(DATABASES)) {
     say({ done: name, lost: [], gap: `${spec.what}: the database cannot be opened, all of it is lost (${(err as Error).message})` });
     continue;
   }
-  if (source === undefined) continue; // not in this store
+  if (source === undefined) {
+    say({ done: name, lost: [] }); // not in this store
+    continue;
+  }
   const target = to.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary' });
   // LMDB's own count of the database's records (kept in its root record): what the copy is measured against.
   say({ entries: name, count: (source.getStats() as { entryCount: number }).entryCount });

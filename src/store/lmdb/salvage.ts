@@ -36,6 +36,7 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
   /** Records of each database of the damaged store, by LMDB's count. */
   const entries = new Map<string, number>();
   const child = fileURLToPath(new URL('./salvage-child.js', import.meta.url));
+  let diedOutsideWalks = 0;
   for (let run = 0; run < MAX_RUNS; run++) {
     const result = spawnSync(process.execPath, [child, dir, fresh, JSON.stringify(plan)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
     let current: { walk: string; reverse: boolean } | undefined;
@@ -60,7 +61,14 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
       }
     }
     if (result.status === 0) break;
-    if (current === undefined) throw new StoreError('EF_STORE_OPEN', `salvage of ${dir} failed: ${result.error?.message ?? result.stderr.trim()}`);
+    // Every database was copied, and the child died after that (LMDB closing the damaged environment): the copy is
+    // complete, as every batch of it was committed.
+    if (Object.keys(DATABASES).every((db) => plan[db] === 'skip')) break;
+    if (current === undefined) {
+      // It died outside every walk: opening or closing the damaged environment, which is not always fatal twice.
+      if (++diedOutsideWalks < 3) continue;
+      throw new StoreError('EF_STORE_OPEN', `salvage of ${dir} failed: ${result.error?.message ?? result.stderr.trim()}`);
+    }
     // The child died walking `current` (LMDB aborted on a damaged page); what it copied before is in `fresh`.
     // Forwards: walk it backwards next; backwards: give it up.
     const how = result.signal ?? `exit ${String(result.status)}`;
