@@ -31,8 +31,6 @@ export interface SubscribeOptions {
 /** An in-process subscriber's callback; a returned promise makes the publisher wait for it (durability). */
 export type Deliver = (msg: Message) => void | Promise<void>;
 
-export type BrokerDropReason = DropReason;
-
 /** Plain counters, read by `$SYS` and the metrics endpoint on demand. */
 export class BrokerStats {
   readonly startedAtMs = steadyNowMs();
@@ -43,7 +41,7 @@ export class BrokerStats {
   readonly messagesSent = [0, 0, 0];
   bytesReceived = 0;
   bytesSent = 0;
-  readonly dropped: Record<BrokerDropReason, number> = {
+  readonly dropped: Record<DropReason, number> = {
     queue_full: 0,
     expired: 0,
     too_large: 0,
@@ -106,7 +104,7 @@ export class Broker {
       redeliverShared: (group, d, from) => {
         const member = group.pick(from);
         if (!member) return;
-        if (member.subscriber.mayRead && !member.subscriber.mayRead(d.msg.topic)) {
+        if (!mayRead(member.subscriber, d.msg.topic)) {
           this.stats.dropped.not_authorized++;
           return;
         }
@@ -168,7 +166,7 @@ export class Broker {
       if (s.routeMark !== generation) {
         s.routeMark = generation;
         // The ACL read check once per subscriber, not per matching subscription; a refused one gets no slot.
-        if (s.mayRead && !s.mayRead(msg.topic)) {
+        if (!mayRead(s, msg.topic)) {
           s.routeSlot = NO_SLOT;
           continue;
         }
@@ -195,7 +193,7 @@ export class Broker {
       const member = group.pick();
       if (!member) continue;
       if (member.noLocal && msg.origin === member.subscriber.id) continue;
-      if (member.subscriber.mayRead && !member.subscriber.mayRead(msg.topic)) continue;
+      if (!mayRead(member.subscriber, msg.topic)) continue;
       const qos = (member.qos < msg.qos ? member.qos : msg.qos) as QoS;
       const ids = member.subscriptionId === undefined ? undefined : [member.subscriptionId];
       const wait = member.subscriber.deliver(msg, qos, member.retainAsPublished && msg.retain, ids, encodings, group);
@@ -232,7 +230,7 @@ export class Broker {
     if (sendRetained) {
       for (const msg of this.retained.matching(filter)) {
         if (record.noLocal && msg.origin === subscriber.id) continue;
-        if (subscriber.mayRead && !subscriber.mayRead(msg.topic)) continue;
+        if (!mayRead(subscriber, msg.topic)) continue;
         const qos = (record.qos < msg.qos ? record.qos : msg.qos) as QoS;
         const ids = record.subscriptionId === undefined ? undefined : [record.subscriptionId];
         const wait = subscriber.deliver(msg, qos, true, ids, undefined);
@@ -444,6 +442,11 @@ export class Broker {
     routed?.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'will message could not be stored'));
     return routed;
   }
+}
+
+/** The subscriber's ACL read check; in-process subscribers have none. */
+function mayRead(subscriber: Subscriber, topic: string): boolean {
+  return subscriber.mayRead === undefined || subscriber.mayRead(topic);
 }
 
 /** `routeSlot` of a subscriber that matched but may not read the message (route). */

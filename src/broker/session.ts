@@ -289,12 +289,18 @@ export class Session implements Subscriber {
   attach(link: ClientLink): void {
     this.link = link;
     for (const [packetId, f] of this.inflight) {
-      if (f.state === 'pubrel') link.sendPubrel(packetId);
-      else if (isExpired(f.msg) || !this.mayRead(f.msg.topic)) {
-        this.inflight.delete(packetId);
-        this.forget(f);
-        this.events.dropped(isExpired(f.msg) ? 'expired' : 'not_authorized', f.msg);
-      } else link.sendPublish(f.msg, f.qos, f.retain, true, packetId, f.subscriptionIds, undefined);
+      if (f.state === 'pubrel') {
+        link.sendPubrel(packetId);
+        continue;
+      }
+      const dropped = isExpired(f.msg) ? 'expired' : this.mayRead(f.msg.topic) ? undefined : 'not_authorized';
+      if (dropped === undefined) {
+        link.sendPublish(f.msg, f.qos, f.retain, true, packetId, f.subscriptionIds, undefined);
+        continue;
+      }
+      this.inflight.delete(packetId);
+      this.forget(f);
+      this.events.dropped(dropped, f.msg);
     }
     this.pump();
   }
