@@ -12,7 +12,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 export function symlinkTarget(path: string): string {
   let current = resolve(path);
   for (let hops = 0; hops < 40; hops++) {
-    const link = lstatOrUndefined(current);
+    const link = statIfExists(current, lstatSync);
     if (link === undefined || !link.isSymbolicLink()) return current;
     current = resolve(dirname(current), readlinkSync(current));
   }
@@ -25,7 +25,7 @@ export function symlinkTarget(path: string): string {
  */
 export function replaceFile(path: string, text: string, newMode: number): void {
   const target = symlinkTarget(path);
-  const old = statOrUndefined(target);
+  const old = statIfExists(target);
   const tmp = join(dirname(target), `.${basename(target)}.tmp-${process.pid}`);
   const fd = openSync(tmp, 'wx', 0o600);
   try {
@@ -63,18 +63,10 @@ export function replaceFile(path: string, text: string, newMode: number): void {
   }
 }
 
-function statOrUndefined(path: string): Stats | undefined {
+/** `stat` (or `lstat`) of `path`, or undefined when there is nothing there. */
+function statIfExists(path: string, stat: (path: string) => Stats = statSync): Stats | undefined {
   try {
-    return statSync(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
-  }
-}
-
-function lstatOrUndefined(path: string): Stats | undefined {
-  try {
-    return lstatSync(path);
+    return stat(path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw err;
