@@ -5,14 +5,17 @@
  * (verify-child.ts): whatever happens there, the gateway gets a report, or learns the child died, and refuses
  * to start with a message that says what is damaged and the ways out (exit 3, which systemd does not restart).
  *
- * - `quick`: every key of every database, page by page: the B-trees' structure.
+ * - `quick`: every page reachable in the data file, checked as a file (pages.ts: headers, links, the freelist,
+ *   what LMDB never checks), then every key of every database through LMDB: the B-trees' structure.
  * - `full`: also every value, with its checksum (codec.ts): what a quick walk cannot see in the values.
  */
 import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Database, RootDatabase } from 'lmdb';
 import { CorruptValueError, decodeJsonValue, decodePlainValue, decodeQueuedValue, decodeStampedValue, keyOwner, keySeq, seqKey } from '../codec.js';
 import { Chunk, chunkCount, chunkStart } from './outbox-chunk.js';
+import { checkPages } from './pages.js';
 import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 
 export type VerifyMode = 'quick' | 'full' | 'off';
@@ -175,10 +178,17 @@ export function walkStore(env: RootDatabase, mode: 'quick' | 'full'): VerifyRepo
 }
 
 /**
- * Runs the walk in a child process and returns what is damaged, as lines for an operator; empty when the store
- * is intact. A child that dies (an LMDB assertion, a crash) means a damaged structure.
+ * Checks the data file page by page (pages.ts), then runs the walk in a child process; returns what is damaged,
+ * as lines for an operator, empty when the store is intact. A child that dies (an LMDB assertion, a crash) means
+ * a damaged structure.
  */
 export function verifyInChild(dir: string, mode: 'quick' | 'full'): string[] {
+  try {
+    const pages = checkPages(join(dir, 'data.mdb'));
+    if (pages.length > 0) return pages;
+  } catch (err) {
+    return [`the integrity check could not read data.mdb (${(err as Error).message})`];
+  }
   const child = fileURLToPath(new URL('./verify-child.js', import.meta.url));
   const result = spawnSync(process.execPath, [child, dir, mode], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
   if (result.error !== undefined) return [`the integrity check could not run (${result.error.message})`];
