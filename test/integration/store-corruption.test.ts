@@ -147,4 +147,52 @@ describe('a damaged data file', () => {
     expect(line, gw.output().slice(-2000)).toBeDefined();
     expect(JSON.parse(line!)).toMatchObject({ what: 'queued messages', clientIds: ['historian'], records: 1 });
   }, 60_000);
+
+  it('salvage recovers the records under a damaged branch page, which no walk through LMDB can reach', async () => {
+    const gw = d.add(await startGateway({ broker: { maxQueuedMessages: 0 } }));
+    const sub = await openClient(gw.url, persistent);
+    await sub.subscribe('plant/#', { qos: 1 });
+    await sub.disconnect();
+    const pub = d.add(await RawClient.connect(gw.port, { clientId: 'filler' }, { protocolVersion: 5 }));
+    const total = 600;
+    for (let id = 0; id < total; id += 50) {
+      for (let i = 0; i < 50; i++) pub.publish('plant/line', `m${id + i};`.padEnd(1024, 'x'), { qos: 1, messageId: i + 1 });
+      for (let i = 0; i < 50; i++) await pub.expect('puback');
+    }
+    pub.stop();
+    await gw.stop();
+
+    // The root page of the session queue's B-tree (a branch page: 600 records of 1 KiB fill some 200 leaves),
+    // overwritten: every leaf is cut off, both walks through LMDB fail at once.
+    const file = join(gw.dataDir, 'data.mdb');
+    const bytes = readFileSync(file);
+    const root = namedDatabaseRoot(bytes, 'session-queue');
+    expect(bytes.readUInt16LE(root * PAGE + 18)).toBe(0x01); // a branch page
+    bytes.fill(0x5a, root * PAGE, (root + 1) * PAGE);
+    writeFileSync(file, bytes);
+    const start = spawnSync(process.execPath, [CLI, '--config', gw.configFile], { encoding: 'utf8', timeout: 8000 });
+    expect(start.status, start.stdout + start.stderr).toBe(3);
+    expect((start.stdout + start.stderr).replaceAll('\\"', '"')).toContain(`database "session-queue": page ${root} carries the page number`);
+
+    const salvaged = await runCli(['store', 'salvage', '-c', gw.configFile]);
+    expect(salvaged.code, salvaged.stderr).toBe(0);
+    expect(salvaged.stdout).not.toMatch(/records lost/);
+    await gw.restart();
+    const historian = d.add(await openClient(gw.url, persistent));
+    await historian.waitForMessages(total, { timeoutMs: 20_000 });
+    expect(historian.payloads().map((p) => Number(p.slice(1, p.indexOf(';'))))).toEqual([...Array(total).keys()]);
+  }, 120_000);
 });
+
+/** The root page of a named database: its record in the main database's root page (a leaf in a small store). */
+function namedDatabaseRoot(file: Buffer, name: string): number {
+  const meta = [0, PAGE].map((at) => ({ at, txn: file.readBigUInt64LE(at + 152) })).sort((a, b) => Number(b.txn - a.txn))[0].at;
+  const main = Number(file.readBigUInt64LE(meta + 24 + 24 + 48 + 40)) * PAGE;
+  for (let i = 0; i < file.readUInt16LE(main + 20) >> 1; i++) {
+    const node = main + 24 + file.readUInt16LE(main + 24 + 2 * i);
+    const key = file.toString('utf8', node + 8, node + 8 + file.readUInt16LE(node + 6)).replace(/\0$/, '');
+    if (key === name) return Number(file.readBigUInt64LE(node + 8 + file.readUInt16LE(node + 6) + 40));
+  }
+  throw new Error(`no database ${name} in the main database's root page`);
+}
+

@@ -27,7 +27,6 @@ const P_META = 0x08;
 const NODE_HEADER = 8;
 const F_BIGDATA = 0x01;
 const F_SUBDATA = 0x02;
-const F_DUPDATA = 0x04;
 // MDB_db: pad u32, flags u16, depth u16, branch u64, leaf u64, overflow u64, entries u64, root u64.
 const DB_RECORD = 48;
 const MDB_INTEGERKEY = 0x08;
@@ -173,6 +172,15 @@ class PageFile {
   }
 }
 
+/** A node of a branch page (`child`) or a leaf page (a value of `size` bytes at `dataAt`, or on overflow pages). */
+interface PageNode {
+  readonly key: Buffer;
+  readonly flags: number;
+  readonly size: number;
+  readonly dataAt: number;
+  readonly child: number;
+}
+
 /** The walk of one snapshot: which pages it uses, and what is wrong. */
 class SnapshotWalk {
   /** Per page: 0 not reached, 1 in a tree, 2 in the freelist. */
@@ -187,45 +195,88 @@ class SnapshotWalk {
   }
 
   run(): void {
-    const named: { name: string; db: DbRecord }[] = [];
     this.tree('the main database', this.meta.main, (key, data) => {
-      named.push({ name: key.toString('utf8').replace(/\0$/, ''), db: readDb(data, 0) });
+      this.named.push({ name: key.toString('utf8').replace(/\0$/, ''), db: readDb(data, 0) });
     });
-    for (const { name, db } of named) this.tree(`database "${name}"`, db);
+    for (const { name, db } of this.named) {
+      const leaves: number[] = [];
+      this.leaves.set(name, leaves);
+      if (this.tree(`database "${name}"`, db, undefined, undefined, leaves)) this.damagedTrees.push(name);
+    }
     const freePages: number[] = [];
-    this.tree('the freelist', this.meta.free, undefined, (data, problem) => this.freeRecord(data, freePages, problem));
+    this.freelistIntact = !this.tree('the freelist', this.meta.free, undefined, (data, problem) => this.freeRecord(data, freePages, problem));
     for (const pgno of freePages) {
-      if (this.owner[pgno] !== 0) this.problems.push(`the freelist: page ${pgno} is listed as free but ${this.owner[pgno] === 1 ? 'is in use' : 'is listed twice'}`);
+      if (this.owner[pgno] !== 0) {
+        this.problems.push(`the freelist: page ${pgno} is listed as free but ${this.owner[pgno] === 1 ? 'is in use' : 'is listed twice'}`);
+        this.freelistIntact = false;
+      }
       this.owner[pgno] = 2;
     }
     let lost = 0;
     for (let pgno = 2; pgno <= this.meta.lastPage; pgno++) if (this.owner[pgno] === 0) lost++;
-    if (lost > 0) this.problems.push(`${lost} page${lost === 1 ? ' is' : 's are'} neither in use nor free`);
+    if (lost > 0) this.problems.push(`${lost} page${lost === 1 ? ' is' : 's are'} cut off: in no database and not free`);
+  }
+
+  /** Named databases of the main database, as the walk found them. */
+  readonly named: { name: string; db: DbRecord }[] = [];
+  /** The leaf pages that checked out, by named database. */
+  private readonly leaves = new Map<string, number[]>();
+  /** Named databases whose tree has a problem. */
+  readonly damagedTrees: string[] = [];
+  /** The freelist walked without a problem, and no page both free and in use. */
+  freelistIntact = false;
+
+  /**
+   * The records of database `name` that can be read from the file, after `run()`: those of its leaf pages that
+   * checked out, and those of the leaf pages that no tree reaches and the freelist does not list. In an intact file
+   * there are none of the latter, so with the damage in this database alone they are its leaves cut off by a damaged
+   * branch page, still whole (own page number, a leaf, not newer than the snapshot, nodes in order). Values on
+   * overflow pages are read too.
+   */
+  records(name: string): { key: Buffer; value: Buffer }[] {
+    const records: { key: Buffer; value: Buffer }[] = [];
+    const quiet = (): boolean => false;
+    const cutOff: number[] = [];
+    for (let pgno = 2; pgno <= this.meta.lastPage; pgno++) if (this.owner[pgno] === 0) cutOff.push(pgno);
+    for (const pgno of [...(this.leaves.get(name) ?? []), ...cutOff]) {
+      const page = this.file.page(pgno);
+      if (!this.header(page, pgno, P_LEAF, quiet)) continue;
+      for (const node of this.nodes(page, pgno, P_LEAF, false, quiet) ?? []) {
+        if (node.flags === 0) {
+          records.push({ key: Buffer.from(node.key), value: Buffer.from(page.subarray(node.dataAt, node.dataAt + node.size)) });
+        } else if (node.flags === F_BIGDATA) {
+          const first = u64(page, node.dataAt);
+          if (this.overflowIntact(first, node.size)) records.push({ key: Buffer.from(node.key), value: this.file.overflowData(first, node.size) });
+        }
+      }
+    }
+    return records;
   }
 
   /**
-   * Walks one B-tree. `sub` receives the named databases of the main database; `values` receives each value of
-   * the tree (the freelist's records), with a way to report a problem in it.
+   * Walks one B-tree; true when it has a problem. `sub` receives the named databases of the main database;
+   * `values` receives each value of the tree (the freelist's records), with a way to report a problem in it;
+   * `leaves` the page numbers of the leaf pages that checked out.
    */
   private tree(
     what: string,
     db: DbRecord,
     sub?: (key: Buffer, data: Buffer) => void,
     values?: (data: Buffer, problem: (p: string) => void) => void,
-  ): void {
+    leaves?: number[],
+  ): boolean {
     const before = this.problems.length;
+    let damaged = false;
     const problem = (p: string): boolean => {
+      damaged = true;
       if (this.problems.length - before < PROBLEMS_PER_TREE) this.problems.push(`${what}: ${p}`);
       return false;
     };
     if (db.root === P_INVALID) {
       if (db.entries !== 0 || db.depth !== 0) problem(`has no root page but records ${db.entries} entries`);
-      return;
+      return damaged;
     }
-    if ((db.flags & MDB_DUPSORT) !== 0) {
-      problem('is a DUPSORT database, which the store never creates');
-      return;
-    }
+    if ((db.flags & MDB_DUPSORT) !== 0) return !problem('is a DUPSORT database, which the store never creates');
     const counted = { branch: 0, leaf: 0, overflow: 0, entries: 0 };
     const integerKeys = (db.flags & MDB_INTEGERKEY) !== 0;
     const stack: { pgno: number; depth: number }[] = [{ pgno: Number(db.root), depth: db.depth }];
@@ -241,80 +292,92 @@ class SnapshotWalk {
       }
       this.owner[pgno] = 1;
       const page = this.file.page(pgno);
-      const expected = depth > 1 ? P_BRANCH : P_LEAF;
-      if (!this.header(page, pgno, expected, problem)) continue;
-      if (expected === P_BRANCH) counted.branch++;
-      else counted.leaf++;
-      const count = page.readUInt16LE(20) >> 1;
-      let previous: Buffer | undefined;
-      for (let i = 0; i < count; i++) {
-        const at = PAGE_HEADER + page.readUInt16LE(PAGE_HEADER + 2 * i);
-        if (at < PAGE_HEADER + page.readUInt16LE(22) || at + NODE_HEADER > page.length) {
-          problem(`page ${pgno} node ${i} lies outside the page`);
-          break;
-        }
-        const lo = page.readUInt16LE(at);
-        const hi = page.readUInt16LE(at + 2);
-        const flags = page.readUInt16LE(at + 4);
-        const keyEnd = at + NODE_HEADER + page.readUInt16LE(at + 6);
-        if (keyEnd > page.length) {
-          problem(`page ${pgno} node ${i} has a key past the end of the page`);
-          break;
-        }
-        // A branch page's first key is empty by design; the others ascend.
-        if (expected === P_LEAF || i > 0) {
-          const key = page.subarray(at + NODE_HEADER, keyEnd);
-          if (previous !== undefined && compareKeys(previous, key, integerKeys) >= 0) {
-            problem(`page ${pgno} has its keys out of order at node ${i}`);
-            break;
-          }
-          previous = key;
-        }
-        if (expected === P_BRANCH) {
-          stack.push({ pgno: lo + hi * 0x1_0000 + flags * 0x1_0000_0000, depth: depth - 1 });
-          continue;
-        }
-        counted.entries++;
-        const size = lo | (hi << 16);
-        if ((flags & ~(F_BIGDATA | F_SUBDATA)) !== 0 || (flags & F_DUPDATA) !== 0) {
-          problem(`page ${pgno} node ${i} has unknown flags 0x${flags.toString(16)}`);
-          break;
-        }
+      const kind = depth > 1 ? P_BRANCH : P_LEAF;
+      if (!this.header(page, pgno, kind, problem)) continue;
+      const nodes = this.nodes(page, pgno, kind, integerKeys, problem);
+      if (nodes === undefined) continue;
+      if (kind === P_BRANCH) {
+        counted.branch++;
+        for (const node of nodes) stack.push({ pgno: node.child, depth: depth - 1 });
+        continue;
+      }
+      counted.leaf++;
+      counted.entries += nodes.length;
+      leaves?.push(pgno);
+      for (const { key, flags, size, dataAt } of nodes) {
         let data: Buffer | undefined;
         if ((flags & F_BIGDATA) !== 0) {
-          if (keyEnd + 8 > page.length) {
-            problem(`page ${pgno} node ${i} has its overflow page number past the end of the page`);
-            break;
-          }
-          const first = u64(page, keyEnd);
+          const first = u64(page, dataAt);
           const run = this.overflow(first, size, problem);
           counted.overflow += run;
           // Only the freelist's and the main database's values are read; the others are LMDB's to read.
           if (run > 0 && (values !== undefined || sub !== undefined)) data = this.file.overflowData(first, size);
-        } else if (keyEnd + size > page.length) {
-          problem(`page ${pgno} node ${i} has a value past the end of the page`);
-          break;
         } else {
-          data = page.subarray(keyEnd, keyEnd + size);
+          data = page.subarray(dataAt, dataAt + size);
         }
         if (data === undefined) continue;
         if ((flags & F_SUBDATA) !== 0) {
-          if (sub === undefined || data.length !== DB_RECORD) problem(`page ${pgno} node ${i} is a misplaced database record`);
-          else sub(page.subarray(at + NODE_HEADER, keyEnd), data);
+          if (sub === undefined || data.length !== DB_RECORD) problem(`page ${pgno} holds a misplaced database record`);
+          else sub(key, data);
         } else if (values !== undefined) {
           values(data, problem);
         }
       }
     }
     const { branch, leaf, overflow, entries } = counted;
-    if (this.problems.length === before) {
-      if (branch !== db.branchPages || leaf !== db.leafPages || overflow !== db.overflowPages || entries !== db.entries) {
-        problem(
-          `has ${branch} branch, ${leaf} leaf and ${overflow} overflow pages and ${entries} entries, but records ` +
-            `${db.branchPages}, ${db.leafPages}, ${db.overflowPages} and ${db.entries}`,
-        );
-      }
+    if (!damaged && (branch !== db.branchPages || leaf !== db.leafPages || overflow !== db.overflowPages || entries !== db.entries)) {
+      problem(
+        `has ${branch} branch, ${leaf} leaf and ${overflow} overflow pages and ${entries} entries, but records ` +
+          `${db.branchPages}, ${db.leafPages}, ${db.overflowPages} and ${db.entries}`,
+      );
     }
+    return damaged;
+  }
+
+  /**
+   * The nodes of a branch or leaf page whose header checked out, each inside the page, keys ascending; undefined
+   * (after reporting) when they are not. Keys are views into `page`.
+   */
+  private nodes(page: Buffer, pgno: number, kind: number, integerKeys: boolean, problem: (p: string) => boolean): PageNode[] | undefined {
+    const count = page.readUInt16LE(20) >> 1;
+    const nodes: PageNode[] = [];
+    for (let i = 0; i < count; i++) {
+      const at = PAGE_HEADER + page.readUInt16LE(PAGE_HEADER + 2 * i);
+      if (at < PAGE_HEADER + page.readUInt16LE(22) || at + NODE_HEADER > page.length) {
+        problem(`page ${pgno} node ${i} lies outside the page`);
+        return undefined;
+      }
+      const lo = page.readUInt16LE(at);
+      const hi = page.readUInt16LE(at + 2);
+      const flags = page.readUInt16LE(at + 4);
+      const dataAt = at + NODE_HEADER + page.readUInt16LE(at + 6);
+      const key = page.subarray(at + NODE_HEADER, dataAt);
+      if (dataAt > page.length) {
+        problem(`page ${pgno} node ${i} has a key past the end of the page`);
+        return undefined;
+      }
+      // A branch page's first key is empty by design; the others ascend.
+      const previous = nodes.at(-1)?.key;
+      if (previous !== undefined && (kind === P_LEAF || i > 1) && compareKeys(previous, key, integerKeys) >= 0) {
+        problem(`page ${pgno} has its keys out of order at node ${i}`);
+        return undefined;
+      }
+      if (kind === P_BRANCH) {
+        nodes.push({ key, flags: 0, size: 0, dataAt, child: lo + hi * 0x1_0000 + flags * 0x1_0000_0000 });
+        continue;
+      }
+      const size = (flags & F_BIGDATA) !== 0 ? 8 : lo + hi * 0x1_0000;
+      if ((flags & ~(F_BIGDATA | F_SUBDATA)) !== 0) {
+        problem(`page ${pgno} node ${i} has unknown flags 0x${flags.toString(16)}`);
+        return undefined;
+      }
+      if (dataAt + size > page.length) {
+        problem(`page ${pgno} node ${i} has a value past the end of the page`);
+        return undefined;
+      }
+      nodes.push({ key, flags, size: lo + hi * 0x1_0000, dataAt, child: 0 });
+    }
+    return nodes;
   }
 
   /** Checks the header of a branch or leaf page; false (after reporting) when it cannot be walked. */
@@ -338,6 +401,24 @@ class SnapshotWalk {
 
   /** Marks and checks an overflow run holding `size` bytes; returns its page count (0 when damaged). */
   private overflow(pgno: number, size: number, problem: (p: string) => boolean): number {
+    const pages = this.overflowPages(pgno, size, problem);
+    for (let p = pgno; p < pgno + pages; p++) {
+      if (this.owner[p] !== 0) {
+        problem(`overflow page ${p} is reached twice`);
+        return 0;
+      }
+      this.owner[p] = 1;
+    }
+    return pages;
+  }
+
+  /** An overflow run, checked again when its value is read (records()). */
+  private overflowIntact(pgno: number, size: number): boolean {
+    return this.overflowPages(pgno, size, () => false) > 0;
+  }
+
+  /** The page count of the overflow run at `pgno` holding `size` bytes, 0 (after reporting) when damaged. */
+  private overflowPages(pgno: number, size: number, problem: (p: string) => boolean): number {
     if (pgno < 2 || pgno > this.meta.lastPage) {
       problem(`an overflow page number ${pgno} outside the file's pages 2-${this.meta.lastPage}`);
       return 0;
@@ -355,13 +436,6 @@ class SnapshotWalk {
     if (pages < 1 || pgno + pages - 1 > this.meta.lastPage || pages * this.file.pageSize - PAGE_HEADER < size) {
       problem(`overflow page ${pgno} claims ${pages} pages for ${size} bytes`);
       return 0;
-    }
-    for (let p = pgno; p < pgno + pages; p++) {
-      if (this.owner[p] !== 0) {
-        problem(`overflow page ${p} is reached twice`);
-        return 0;
-      }
-      this.owner[p] = 1;
     }
     return pages;
   }
@@ -412,6 +486,31 @@ function compareKeys(a: Buffer, b: Buffer, integer: boolean): number {
  * line each, empty when the file is intact. Never throws for damage; throws only when the file cannot be read.
  */
 export function checkPages(file: string): string[] {
+  return withSnapshot(file, (walk) => {
+    walk.run();
+    return walk.problems;
+  });
+}
+
+/**
+ * What a salvage can take from `file` without LMDB, for the one named database that is damaged: every record of its
+ * leaf pages that check out, also those cut off by a damaged branch page, which no walk through LMDB reaches. Only
+ * when the damage is in that database alone and the main database and the freelist are intact (then every page is
+ * accounted for, and a leaf that is neither reached nor free is one that was cut off, not an old copy); undefined
+ * otherwise.
+ */
+export function pageRecords(file: string): { db: string; records: { key: Buffer; value: Buffer }[] } | undefined {
+  const found = withSnapshot(file, (walk) => {
+    walk.run();
+    if (!walk.freelistIntact || walk.damagedTrees.length !== 1) return undefined;
+    if (walk.problems.some((p) => p.startsWith('the main database'))) return undefined;
+    return { db: walk.damagedTrees[0], records: walk.records(walk.damagedTrees[0]) };
+  });
+  return Array.isArray(found) ? undefined : found;
+}
+
+/** Runs `fn` on a walk of the snapshot LMDB will open; a file without one gets its problem, as the only line. */
+function withSnapshot<T>(file: string, fn: (walk: SnapshotWalk) => T): T | string[] {
   const fd = fs.openSync(file, 'r');
   try {
     const head = Buffer.alloc(META_BYTES);
@@ -423,14 +522,10 @@ export function checkPages(file: string): string[] {
     if (first === undefined) return ['page 0 is not an LMDB meta page'];
     const pageSize = first.pageSize;
     const overlapping = (first.flags & OVERLAPPING_SYNC) !== 0;
-    const metas = [first, overlapping ? metaAt(pageSize >> 1) : undefined, metaAt(pageSize)];
-    const meta = pickMeta(metas, lmdbBootId());
+    const meta = pickMeta([first, overlapping ? metaAt(pageSize >> 1) : undefined, metaAt(pageSize)], lmdbBootId());
     if (meta === undefined) return ['no meta page can be read'];
-    const size = fs.fstatSync(fd).size;
-    if ((meta.lastPage + 1) * pageSize > size) return [`the file ends before its last page ${meta.lastPage}`];
-    const walk = new SnapshotWalk(new PageFile(fd, pageSize), meta);
-    walk.run();
-    return walk.problems;
+    if ((meta.lastPage + 1) * pageSize > fs.fstatSync(fd).size) return [`the file ends before its last page ${meta.lastPage}`];
+    return fn(new SnapshotWalk(new PageFile(fd, pageSize), meta));
   } finally {
     fs.closeSync(fd);
   }

@@ -3,17 +3,23 @@
  * still reads and checks out into the new store in <dest>, one database at a time. It prints a JSON line when it
  * starts a database and one when it is done with it (what was copied and lost), so that the parent knows where it
  * was if LMDB aborts on a damaged page. A database whose walk fails half-way is walked again from its end
- * backwards, which recovers what lies after the damage.
+ * backwards, which recovers what lies after the damage. When the damage is in one database alone, that database
+ * is read from its leaf pages in the file instead (pages.ts `pageRecords`), which also finds what a damaged branch
+ * page cut off.
  * Usage: node salvage-child.js <src> <dest> <plan JSON: { [db]: 'both' | 'forward' | 'reverse' | 'skip' }>
  * (salvage.ts narrows a database's plan when a walk of it killed the child: the other direction only, then none).
  */
 import fs from 'node:fs';
+import path from 'node:path';
 import { open, type Database } from 'lmdb';
 import { CorruptValueError, keyOwner, keySeq, MARK, seqKey } from '../codec.js';
 import { DamageTally, DATABASES, damagedChunkEntries, outboxRemovedEntries } from './verify.js';
 import { chunkCount, chunkStart } from './outbox-chunk.js';
+import { pageRecords } from './pages.js';
 
 const [src, dest, planJson] = process.argv.slice(2);
+// Read from the file before LMDB opens it; pure JavaScript, it cannot crash on the damage.
+const fromPages = pageRecords(path.join(src, 'data.mdb'));
 const plan = JSON.parse(planJson) as Record<string, 'both' | 'forward' | 'reverse' | 'skip'>;
 const from = open({ path: src, readOnly: true, noSubdir: false, maxDbs: 12 });
 fs.mkdirSync(dest, { recursive: true });
@@ -58,6 +64,27 @@ for (const [name, spec] of Object.entries(DATABASES)) {
       for (const { key, value } of batch) void target.put(key, value);
     });
   };
+  /** Copies one record if it checks out; what does not is tallied as lost. */
+  const keep = (k: Buffer, value: Buffer): void => {
+    let damaged = 0;
+    try {
+      if (name !== 'outbox') damaged = spec.decode?.(k, value) ?? 0;
+      else {
+        // A chunk with some entries damaged is kept, those entries marked removed (as if acknowledged).
+        const seqs = damagedChunkEntries(k, value, gone);
+        damaged = seqs.length;
+        if (damaged === chunkCount(k, k.indexOf(0) + 1)) throw new CorruptValueError('every entry damaged');
+        for (const seq of seqs) removedMarks.push({ key: seqKey(k.subarray(0, k.indexOf(0) + 1), seq), value: MARK });
+      }
+    } catch (err) {
+      if (!(err instanceof CorruptValueError)) throw err;
+      lost.note(name, k, name === 'outbox' ? chunkCount(k, k.indexOf(0) + 1) : 1);
+      return;
+    }
+    if (damaged > 0) lost.note(name, k, damaged);
+    pending.push({ key: k, value: Buffer.from(value) });
+    if (pending.length >= BATCH) flush();
+  };
   const walk = (reverse: boolean, stopAt?: Buffer): { error?: string; last?: Buffer } => {
     let last: Buffer | undefined;
     try {
@@ -65,24 +92,7 @@ for (const [name, spec] of Object.entries(DATABASES)) {
         const k = Buffer.from(key);
         if (stopAt !== undefined && (reverse ? Buffer.compare(k, stopAt) <= 0 : Buffer.compare(k, stopAt) >= 0)) break;
         last = k;
-        let damaged = 0;
-        try {
-          if (name !== 'outbox') damaged = spec.decode?.(k, value) ?? 0;
-          else {
-            // A chunk with some entries damaged is kept, those entries marked removed (as if acknowledged).
-            const seqs = damagedChunkEntries(k, value, gone);
-            damaged = seqs.length;
-            if (damaged === chunkCount(k, k.indexOf(0) + 1)) throw new CorruptValueError('every entry damaged');
-            for (const seq of seqs) removedMarks.push({ key: seqKey(k.subarray(0, k.indexOf(0) + 1), seq), value: MARK });
-          }
-        } catch (err) {
-          if (!(err instanceof CorruptValueError)) throw err;
-          lost.note(name, k, name === 'outbox' ? chunkCount(k, k.indexOf(0) + 1) : 1);
-          continue;
-        }
-        if (damaged > 0) lost.note(name, k, damaged);
-        pending.push({ key: k, value: Buffer.from(value) });
-        if (pending.length >= BATCH) flush();
+        keep(k, value);
       }
       return { last };
     } catch (err) {
@@ -93,13 +103,19 @@ for (const [name, spec] of Object.entries(DATABASES)) {
   };
   let forward: { error?: string; last?: Buffer } = {};
   let backward: { error?: string; last?: Buffer } = {};
-  if (direction === 'both' || direction === 'forward') {
+  if (fromPages?.db === name) {
+    // The one damaged database, read from its leaf pages in the file (pages.ts) rather than through LMDB: also the
+    // leaves a damaged branch page cut off, and no LMDB abort on the damage. What is still missing is what the
+    // counts say (salvage.ts).
+    for (const { key, value } of fromPages.records) keep(key, value);
+    flush();
+  } else if (direction === 'both' || direction === 'forward') {
     say({ walk: name, reverse: false });
     forward = walk(false);
   }
   // Backwards too, down to where the forward walk got: on a damaged page a walk may also end early without an
   // error (seen: half a queue, then nothing).
-  if (direction === 'both' || direction === 'reverse') {
+  if (fromPages?.db !== name && (direction === 'both' || direction === 'reverse')) {
     say({ walk: name, reverse: true });
     backward = walk(true, forward.last);
   }
