@@ -266,7 +266,14 @@ export class Bridge {
           // QoS 2: deliver each message at its own QoS; the rule's QoS applies upstream.
           // Retain handling 2: retained messages were journaled when published; re-sending them at every start
           // would duplicate them upstream.
-          { qos: 2, origin: this.origin, noLocal: true, retainAsPublished: true, retainHandling: 2 },
+          {
+            qos: 2,
+            origin: this.origin,
+            noLocal: true,
+            retainAsPublished: true,
+            retainHandling: 2,
+            refusal: (msg) => this.refusal(rule, msg),
+          },
           (msg) => this.journal(rule, msg),
         ),
       );
@@ -328,10 +335,8 @@ export class Bridge {
   // Journal
 
   private journal(rule: TopicRule, msg: Message): void | Promise<void> {
-    if (msg.origin === this.origin) return; // defensive: no-local already filters our own messages
-    // Overlapping filters each deliver the message; only the first matching rule journals it.
-    if (this.topics.matchOut(msg.topic) !== rule) return;
-    const upstream: Message = { ...msg, topic: this.topics.toRemote(rule, msg.topic), qos: rule.qos ?? msg.qos };
+    const upstream = this.upstreamMessage(rule, msg);
+    if (upstream === undefined) return;
     const appended = this.outbox.append(upstream).then(
       () => this.onAppended(),
       (err: unknown) => {
@@ -346,6 +351,27 @@ export class Bridge {
       this.log.trace({ err, topic: msg.topic }, 'QoS 0 message not journaled');
     });
     return undefined;
+  }
+
+  /** What the outbox journals for `msg` delivered by `rule`: undefined for our own, or when another rule journals it. */
+  private upstreamMessage(rule: TopicRule, msg: Message): Message | undefined {
+    if (msg.origin === this.origin) return undefined; // defensive: no-local already filters our own messages
+    // Overlapping filters each deliver the message; only the first matching rule journals it.
+    if (this.topics.matchOut(msg.topic) !== rule) return undefined;
+    return { ...msg, topic: this.topics.toRemote(rule, msg.topic), qos: rule.qos ?? msg.qos };
+  }
+
+  /**
+   * Why the outbox would refuse `msg` now (routing asks before anyone stores it), warned once per episode. Only a
+   * `reject-new` outbox is asked: a `drop-oldest` one makes room (but for an entry larger than its `maxBytes`,
+   * refused when appended, as it costs a copy of the message to tell).
+   */
+  private refusal(rule: TopicRule, msg: Message): Error | undefined {
+    if (this.config.queue.overflow !== 'reject-new') return undefined;
+    const upstream = this.upstreamMessage(rule, msg);
+    const refused = upstream === undefined ? undefined : this.outbox.refusal(upstream);
+    if (refused !== undefined) this.onAppendFailed(refused);
+    return refused;
   }
 
   private onAppended(): void {

@@ -26,6 +26,8 @@ export interface SubscribeOptions {
   noLocal?: boolean;
   retainAsPublished?: boolean;
   retainHandling?: 0 | 1 | 2;
+  /** Why this subscriber would refuse a QoS 1/2 message now (Subscriber.refusal), or undefined. */
+  refusal?: (msg: Message) => Error | undefined;
 }
 
 /** An in-process subscriber's callback; a returned promise makes the publisher wait for it (durability). */
@@ -146,11 +148,9 @@ export class Broker {
    * a full outbox or store, which the publisher hears as 0x97 Quota exceeded).
    */
   route(msg: Message): Promise<unknown> | undefined {
-    let waits: Promise<unknown>[] | undefined;
-    if (msg.retain) (waits ??= []).push(this.retained.set(msg));
     const { subscriptions, groups } = this.tree.match(msg.topic);
     this.routeWork += subscriptions.length + groups.length;
-    if (subscriptions.length === 0 && groups.length === 0) return settle(waits);
+    if (subscriptions.length === 0 && groups.length === 0) return msg.retain ? this.retained.set(msg) : undefined;
     // Overlapping subscriptions of one subscriber merge into one delivery. The marks on the subscriber only find
     // its slot; the merged values live in local arrays, so a delivery that publishes again cannot disturb them.
     const generation = ++this.routeGeneration;
@@ -183,6 +183,14 @@ export class Broker {
         if (sub.subscriptionId !== undefined) (idsOf[slot] ??= []).push(sub.subscriptionId);
       }
     }
+    // A subscriber that would refuse the message (a full `reject-new` outbox) refuses it for all, before anyone
+    // stores it: a publisher that retries after 0x97 then creates no duplicate (docs/reliability.md#full-disk).
+    for (let i = 0; i < targets.length; i++) {
+      const refused = qosOf[i] > 0 ? targets[i].refusal?.(msg) : undefined;
+      if (refused !== undefined) return Promise.reject(refused);
+    }
+    let waits: Promise<unknown>[] | undefined;
+    if (msg.retain) (waits ??= []).push(this.retained.set(msg));
     const encodings = new PublishEncodings(msg);
     for (let i = 0; i < targets.length; i++) {
       // Without Retain As Published the retain flag is cleared on normal delivery [MQTT-3.3.1-12].
@@ -204,7 +212,7 @@ export class Broker {
 
   /** In-process subscription; returns its unsubscribe function. */
   subscribe(filter: string, opts: SubscribeOptions, deliver: Deliver): () => void {
-    const subscriber = new InProcessSubscriber(opts.origin, deliver);
+    const subscriber = new InProcessSubscriber(opts.origin, deliver, opts.refusal);
     const record: SubscriptionRecord = {
       filter,
       qos: opts.qos,
@@ -465,6 +473,7 @@ class InProcessSubscriber implements Subscriber {
   constructor(
     readonly id: string,
     private readonly callback: Deliver,
+    readonly refusal: ((msg: Message) => Error | undefined) | undefined,
   ) {}
 
   isOnline(): boolean {

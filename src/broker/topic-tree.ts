@@ -13,6 +13,11 @@ export interface Subscriber {
   isOnline(): boolean;
   /** ACL read check per delivered message; absent (in-process subscribers) means everything matching may be read. */
   mayRead?(topic: string): boolean;
+  /**
+   * Why it would refuse `msg` at QoS 1/2 now (a full `reject-new` outbox), or undefined. Routing asks every target
+   * first and refuses the message for all when one refuses, so that a refused message is stored nowhere.
+   */
+  refusal?(msg: Message): Error | undefined;
   deliver(
     msg: Message,
     qos: QoS,

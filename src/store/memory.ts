@@ -5,7 +5,7 @@
 import type { Message } from '../protocol/message.js';
 import { outboxEntryBytes } from './codec.js';
 import { QueueSplit } from './queue-window.js';
-import { closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
+import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
 import {
   fitsWindow,
   type DropReason,
@@ -26,6 +26,7 @@ import {
   type SubscriptionRecord,
 } from './types.js';
 import { steadyNowMs } from '../util/clock.js';
+import type { StoreError } from '../util/errors.js';
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
@@ -49,6 +50,10 @@ class MemoryOutbox implements Outbox {
     this.name = name;
     this.limits = limits;
     this.isClosed = isClosed;
+  }
+
+  refusal(msg: Message): StoreError | undefined {
+    return appendRefusal(this.name, this.limits, this.messages, this.bytes, outboxEntryBytes(msg));
   }
 
   append(msg: Message): Promise<void> {

@@ -5,6 +5,7 @@
  * durable (flushed to disk for LMDB), which is what an MQTT acknowledgement may promise.
  */
 import type { Message, QoS } from '../protocol/message.js';
+import type { StoreError } from '../util/errors.js';
 
 export interface RetainedStore {
   /** Every retained message, for loading the broker's retained index at start. */
@@ -178,6 +179,12 @@ export interface Outbox {
    * head (counted as `queue_full`) to make room.
    */
   append(msg: Message): Promise<void>;
+  /**
+   * The error `append(msg)` would be refused with now (a full `reject-new` outbox, counting appends not applied
+   * yet; an entry larger than `maxBytes`), or undefined. Routing asks before any target stores a message, so that
+   * a refused message is stored nowhere (docs/reliability.md#full-disk).
+   */
+  refusal(msg: Message): StoreError | undefined;
   /** Up to `limit` entries, oldest first, with seq > `afterSeq` when given. Reads only; never blocks writers. */
   peek(limit: number, afterSeq?: number): readonly OutboxEntry[];
   /**

@@ -203,6 +203,22 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect((await rejection(byBytes.append(fixed(2)))).code).toBe('EF_STORE_FULL');
     });
 
+    it('tells beforehand what append would refuse, counting appends not applied yet', async () => {
+      const store = await open();
+      const box = store.outbox('central', { ...UNLIMITED, maxMessages: 2, overflow: 'reject-new' });
+      expect(box.refusal(fixed(0))).toBeUndefined();
+      const appended = [box.append(fixed(0)), box.append(fixed(1))]; // one event turn: not applied yet
+      expect(box.refusal(fixed(2))?.code).toBe('EF_STORE_FULL');
+      await Promise.all(appended);
+      expect(box.refusal(fixed(2))?.code).toBe('EF_STORE_FULL');
+      await box.remove([box.peek(1)[0].seq]);
+      expect(box.refusal(fixed(2))).toBeUndefined();
+      const dropping = store.outbox('dropping', { ...UNLIMITED, maxMessages: 1, maxBytes: 100, overflow: 'drop-oldest' });
+      await dropping.append(fixed(0));
+      expect(dropping.refusal(fixed(1))).toBeUndefined(); // it makes room
+      expect(dropping.refusal(createMessage({ topic: 't', payload: Buffer.alloc(200), origin: 'c' }))?.code).toBe('EF_STORE_FULL');
+    });
+
     it('refuses a message larger than maxBytes under either policy', async () => {
       const store = await open();
       for (const overflow of ['drop-oldest', 'reject-new'] as const) {

@@ -11,6 +11,7 @@ import { bridgePatch, startGateway } from '../helpers/gateway.js';
 import { freePort } from '../helpers/ports.js';
 import { RawClient, type Packet } from '../helpers/raw-client.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
+import { openClient } from '../helpers/mqtt-client.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -95,4 +96,30 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     await v3.waitForClose(10_000);
     expect(pubacks(v3)).toEqual([[1, 0]]);
   });
+
+  it('stores a message that a full reject-new outbox refuses nowhere else: no local subscriber, live or persistent, gets it', async () => {
+    const nobody = `mqtt://127.0.0.1:${await freePort()}`; // the uplink stays down
+    const gw = d.add(await startGateway(bridgePatch(nobody, { queue: { maxMessages: 5, overflow: 'reject-new' } })));
+    const persistent = { clientId: 'historian', clean: false, protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
+    const historian = await openClient(gw.url, persistent);
+    await historian.subscribe('plant/#', { qos: 1 });
+    await historian.disconnect();
+    const hmi = d.add(await openClient(gw.url, { clientId: 'hmi', protocolVersion: 5 }));
+    await hmi.subscribe('plant/#', { qos: 1 });
+
+    // Pipelined: all 8 are routed before the first batch commits, so the outbox counts what it has not applied yet.
+    const pub = d.add(await RawClient.connect(gw.port, { clientId: 'filler' }, { protocolVersion: 5 }));
+    for (let id = 1; id <= 8; id++) pub.publish('plant/line', `m${id}`, { qos: 1, messageId: id });
+    await pub.until(() => (pub.packets('puback').length >= 8 ? true : undefined), 10_000, '8 PUBACKs');
+    expect(pub.packets('puback').map((p: Packet & { cmd: 'puback' }) => p.reasonCode ?? 0)).toEqual([0, 0, 0, 0, 0, 0x97, 0x97, 0x97]);
+
+    // Deliveries happen before the PUBACK goes out: a round trip of the subscriber's own brings in all there is.
+    await hmi.publish('probe/y', 'y', { qos: 1 });
+    expect(hmi.payloads()).toEqual(['m1', 'm2', 'm3', 'm4', 'm5']);
+    const back = d.add(await openClient(gw.url, persistent));
+    await back.waitForMessages(5);
+    await back.publish('probe/z', 'z', { qos: 1 });
+    expect(back.payloads()).toEqual(['m1', 'm2', 'm3', 'm4', 'm5']);
+  });
 });
+

@@ -5,8 +5,8 @@
 import type { Database } from 'lmdb';
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
-import { CorruptValueError, encodeStampedValue, keySeq, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
-import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
+import { CorruptValueError, encodeStampedValue, keySeq, outboxEntryBytes, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
+import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
 import { steadyNowMs } from '../../util/clock.js';
 import { DelayedFlush, type Batch } from './batch.js';
@@ -47,6 +47,8 @@ export class LmdbOutbox implements Outbox {
   private lastSeq: number;
   private messages: number;
   private bytes: number;
+  /** Appends scheduled and not applied to a batch yet: `refusal` counts them. */
+  private readonly pending = { messages: 0, bytes: 0 };
   private dropped: Record<DropReason, number>;
   private oldestAppendedAtMs: number | undefined;
   /** No committed live entry has a lower seq. */
@@ -132,6 +134,10 @@ export class LmdbOutbox implements Outbox {
     this.scanFrom = 0;
   }
 
+  refusal(msg: Message): StoreError | undefined {
+    return appendRefusal(this.name, this.limits, this.messages + this.pending.messages, this.bytes + this.pending.bytes, outboxEntryBytes(msg));
+  }
+
   append(msg: Message): Promise<void> {
     let value: Buffer;
     try {
@@ -139,7 +145,14 @@ export class LmdbOutbox implements Outbox {
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
-    return this.store.schedule((b) => this.applyAppend(b, value));
+    if (this.store.isClosing) return Promise.reject(closedError());
+    this.pending.messages++;
+    this.pending.bytes += value.length;
+    return this.store.schedule((b) => {
+      this.pending.messages--;
+      this.pending.bytes -= value.length;
+      this.applyAppend(b, value);
+    });
   }
 
   private applyAppend(b: Batch, value: Buffer): void {
