@@ -1,0 +1,220 @@
+/**
+ * The connector contract (connectors/contract.ts), one suite run against every connector type with its real device:
+ * Modbus TCP against pymodbus, OPC UA against a node-opcua server. What `sparkplug/device.ts` relies on: start
+ * delivers samples of every tag, a lost device is reported (never retried by the connector), a second start after
+ * the device returns works, a write is read back from the device, a value that does not fit the tag is refused
+ * before any I/O, and stop is idempotent and ends the samples (docs/architecture.md#connectors).
+ */
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ValueRefusedError, type Connector, type TagSample, type TagSink } from '../../connectors/contract.js';
+import { createModbusFactory } from '../../connectors/modbus/factory.js';
+import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
+import { OpcuaConnector } from '../../connectors/opcua/opcua-connector.js';
+import { opcuaConnectorSchema } from '../../connectors/opcua/schema.js';
+import { ConnectorError } from '../../src/util/errors.js';
+import { silentLogger } from '../../src/util/logger.js';
+import { startOpcuaFixture } from '../fixtures/opcua-fixture.js';
+import { startModbusSim } from '../helpers/modbus-sim.js';
+import { removeDir, tempDir } from '../helpers/temp.js';
+import { waitFor } from '../helpers/wait.js';
+
+/** One device, as the suite needs it: a writable Int16 tag `mode` holding 1, and ways to lose and bring it back. */
+interface Rig {
+  connector(): Connector;
+  /** The device stops answering or goes away. */
+  lose(): Promise<void>;
+  /** The device is back. */
+  restore(): Promise<void>;
+  /** Whether the device saw a write since `markWrites()`, where the rig can tell (undefined where it cannot). */
+  wroteSinceMark(): Promise<boolean | undefined>;
+  markWrites(): Promise<void>;
+  dispose(): Promise<void>;
+}
+
+const rigs: { name: string; start: () => Promise<Rig> }[] = [
+  {
+    name: 'modbus (TCP, pymodbus)',
+    async start() {
+      const sim = await startModbusSim();
+      await sim.set(1, 'hr', 0, [1]);
+      const factory = createModbusFactory();
+      return {
+        connector: () =>
+          factory.create(
+            modbusConnectorSchema.parse({
+              id: 'press',
+              type: 'modbus',
+              transport: 'tcp',
+              host: '127.0.0.1',
+              port: sim.port,
+              addressBase: 0,
+              pollIntervalMs: 100,
+              timeoutMs: 300,
+              retries: 0,
+              tags: [{ name: 'mode', table: 'holding', address: 0, datatype: 'int16', writable: true }],
+            }),
+            silentLogger,
+          ),
+        lose: () => sim.mute(1),
+        restore: () => sim.unmute(1),
+        markWrites: () => sim.resetRequests(),
+        wroteSinceMark: async () => (await sim.requests()).some((r) => r.op === 'write'),
+        dispose: () => sim.dispose(),
+      };
+    },
+  },
+  {
+    name: 'opcua (node-opcua server)',
+    async start() {
+      const dir = tempDir('edgeferry-contract-opcua-');
+      const server = await startOpcuaFixture({ dir });
+      let marked = 0;
+      return {
+        connector: () =>
+          new OpcuaConnector(
+            opcuaConnectorSchema.parse({
+              id: 'press',
+              type: 'opcua',
+              endpoint: server.endpoint,
+              tags: [{ name: 'mode', nodeId: 'ns=1;s=Fixture.Writable.Mode', datatype: 'Int16', writable: true }],
+            }),
+            silentLogger,
+            { pkiDir: join(dir, 'client-pki') },
+          ),
+        lose: () => server.kill(),
+        restore: () => server.restart(),
+        markWrites: async () => {
+          marked = server.events.length;
+        },
+        // The fixture reports writes of its clamping node only; for others the value read afterwards tells.
+        wroteSinceMark: async () => (server.events.length > marked ? true : undefined),
+        dispose: async () => {
+          await server.stop();
+          removeDir(dir);
+        },
+      };
+    },
+  },
+];
+
+class Sink implements TagSink {
+  readonly samples: TagSample[] = [];
+  readonly losses: ConnectorError[] = [];
+  data(samples: readonly TagSample[]): void {
+    this.samples.push(...samples);
+  }
+  lost(err: ConnectorError): void {
+    this.losses.push(err);
+  }
+  latest(): TagSample | undefined {
+    return this.samples.at(-1);
+  }
+}
+
+describe.each(rigs)('connector contract: $name', { timeout: 120_000 }, ({ start }) => {
+  let rig: Rig;
+  beforeAll(async () => {
+    rig = await start();
+  }, 180_000);
+  afterAll(async () => {
+    await rig?.dispose();
+  });
+
+  it('start delivers good samples of every tag, with the device value and a timestamp', async () => {
+    const c = rig.connector();
+    expect(c.id).toBe('press');
+    expect(c.tags).toEqual([expect.objectContaining({ name: 'mode', datatype: 'Int16', writable: true })]);
+    const sink = new Sink();
+    await c.start(sink);
+    try {
+      await waitFor(() => sink.samples.length > 0, 10_000);
+      expect(sink.latest()).toMatchObject({ name: 'mode', value: 1, good: true });
+      expect(Math.abs(sink.latest()!.timestamp - Date.now())).toBeLessThan(60_000);
+    } finally {
+      await c.stop();
+    }
+  });
+
+  it('writes a value and reads it back from the device; the next samples carry it', async () => {
+    const c = rig.connector();
+    const sink = new Sink();
+    await c.start(sink);
+    try {
+      await waitFor(() => sink.samples.length > 0, 10_000);
+      const readBack = await c.write('mode', 7);
+      expect(readBack).toMatchObject({ value: 7, matches: true });
+      await waitFor(() => sink.latest()?.value === 7, 10_000);
+      await c.write('mode', 1);
+      await waitFor(() => sink.latest()?.value === 1, 10_000);
+    } finally {
+      await c.stop();
+    }
+  });
+
+  it('refuses a value that does not fit the tag before any I/O, and the device keeps its value', async () => {
+    const c = rig.connector();
+    const sink = new Sink();
+    await c.start(sink);
+    try {
+      await waitFor(() => sink.samples.length > 0, 10_000);
+      await rig.markWrites();
+      for (const value of [70_000, -40_000, 1.5, Number.NaN, 'seven']) {
+        const err = await c.write('mode', value).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(err, String(value)).toBeInstanceOf(ValueRefusedError);
+      }
+      expect(await rig.wroteSinceMark()).not.toBe(true);
+      expect(sink.latest()?.value).toBe(1);
+      // An unknown tag is an error of its own, not a refusal of the value.
+      const unknown = await c.write('nope', 1).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(unknown).toBeInstanceOf(ConnectorError);
+      expect(unknown).not.toBeInstanceOf(ValueRefusedError);
+    } finally {
+      await c.stop();
+    }
+  });
+
+  it('reports a lost device once and does not retry on its own; a start after it returns delivers again', async () => {
+    const c = rig.connector();
+    const sink = new Sink();
+    await c.start(sink);
+    await waitFor(() => sink.samples.length > 0, 10_000);
+    await rig.lose();
+    try {
+      await waitFor(() => sink.losses.length > 0, 30_000);
+      expect(sink.losses[0]).toBeInstanceOf(ConnectorError);
+      expect(sink.losses[0].connectorId).toBe('press');
+      await c.stop();
+      const afterStop = sink.samples.length;
+      expect(sink.losses).toHaveLength(1);
+      await rig.restore();
+      const again = new Sink();
+      await c.start(again);
+      await waitFor(() => again.samples.length > 0, 30_000);
+      expect(again.latest()).toMatchObject({ name: 'mode', good: true });
+      expect(sink.samples.length).toBe(afterStop); // the first sink hears nothing after stop
+    } finally {
+      await c.stop();
+    }
+  });
+
+  it('stops idempotently: no samples after stop, a second stop resolves', async () => {
+    const c = rig.connector();
+    const sink = new Sink();
+    await c.start(sink);
+    await waitFor(() => sink.samples.length > 0, 10_000);
+    await c.stop();
+    const count = sink.samples.length;
+    await c.stop();
+    // Longer than a poll interval and a subscription's publishing interval.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect(sink.samples.length).toBe(count);
+    expect(sink.losses).toEqual([]);
+  });
+});
