@@ -13,6 +13,7 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createConnection } from 'node:net';
+import { afterAll, beforeAll } from 'vitest';
 import { openNotifySocket } from './notify-socket.js';
 import { freePort } from './ports.js';
 import { removeDir, tempDir } from './temp.js';
@@ -70,6 +71,50 @@ export function privateHostsProblem(): string | undefined {
   const probe = spawnSync('unshare', ['-m', 'sh', '-c', 'mount --bind /dev/null /etc/hosts'], { encoding: 'utf8' });
   if (probe.error !== undefined) return probe.error.message;
   return probe.status === 0 ? undefined : probe.stderr.trim() || `unshare exited ${probe.status}`;
+}
+
+/**
+ * One gateway for the tests of a file or a describe block: started before them (with `patch`, or what `patch()`
+ * returns, for what is known only then, such as free ports), disposed after them. Used like the Gateway it stands
+ * for, from inside the tests:
+ *
+ *   const gw = useGateway({ broker: { maxQueuedMessages: 5 } });
+ *   it('...', async () => { const c = await openClient(gw.url); ... });
+ */
+export function useGateway(patch: object | (() => object | Promise<object>) = {}, options: GatewayOptions = {}): Gateway {
+  let current: Gateway | undefined;
+  beforeAll(async () => {
+    current = await startGateway(typeof patch === 'function' ? await patch() : patch, options);
+  });
+  afterAll(async () => {
+    await current?.dispose();
+  });
+  const started = (): Gateway => {
+    if (current === undefined) throw new Error('useGateway: the gateway starts before the tests; use it inside them');
+    return current;
+  };
+  return {
+    get port() {
+      return started().port;
+    },
+    get url() {
+      return started().url;
+    },
+    get dataDir() {
+      return started().dataDir;
+    },
+    get configFile() {
+      return started().configFile;
+    },
+    get proc() {
+      return started().proc;
+    },
+    output: () => started().output(),
+    kill: (signal) => started().kill(signal),
+    stop: () => started().stop(),
+    restart: () => started().restart(),
+    dispose: () => started().dispose(),
+  };
 }
 
 export async function startGateway(patch: object = {}, options: GatewayOptions = {}): Promise<Gateway> {

@@ -6,31 +6,24 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import mqttPacket from 'mqtt-packet';
 import type { IConnackPacket, IDisconnectPacket, IPublishPacket } from 'mqtt-packet';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { startGateway, useGateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { freePort } from '../helpers/ports.js';
 import { RawClient, connectRefused, openClient } from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
-let gw: Gateway;
 let wsPort: number;
-
-beforeAll(async () => {
-  const port = await freePort();
+const gw = useGateway(async () => {
   wsPort = await freePort();
-  gw = await startGateway({
+  return {
     listeners: [
-      { type: 'tcp', host: '127.0.0.1', port },
+      { type: 'tcp', host: '127.0.0.1', port: await freePort() },
       { type: 'ws', host: '127.0.0.1', port: wsPort, path: '/mqtt' },
     ],
-  });
-});
-
-afterAll(async () => {
-  await gw?.dispose();
+  };
 });
 
 /** A v3.1.1 CONNECT whose protocol name or level bytes were altered. */
@@ -236,15 +229,7 @@ describe('keep alive', () => {
 // alive of 60 s, which a lower maximum would refuse. Timing the enforcement of an announced Server Keep Alive
 // therefore needs a helper change; the 1.5× enforcement itself is tested above.
 describe('maximum keep alive (broker.maxKeepaliveS: 60)', () => {
-  let limited: Gateway;
-
-  beforeAll(async () => {
-    limited = await startGateway({ broker: { maxKeepaliveS: 60 } });
-  });
-
-  afterAll(async () => {
-    await limited?.dispose();
-  });
+  const limited = useGateway({ broker: { maxKeepaliveS: 60 } });
 
   it('announces Server Keep Alive 60 to an MQTT 5 client asking for more or for 0 [MQTT-3.2.2-21] [docs/reliability.md rule 30]', async () => {
     for (const keepalive of [61, 3600, 65535, 0]) {

@@ -5,10 +5,10 @@
  */
 import { readFileSync } from 'node:fs';
 import type { MqttClient } from 'mqtt';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { useGateway, type Gateway } from '../helpers/gateway.js';
 import { encode, RawClient, type ConnectOptions } from '../helpers/raw-client.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
@@ -40,13 +40,7 @@ async function raw5(gw: Gateway, connect: ConnectOptions = {}): Promise<RawClien
 }
 
 describe('Receive Maximum and inflight windows', () => {
-  let gw: Gateway;
-  beforeAll(async () => {
-    gw = await startGateway({ broker: { receiveMaximum: RECEIVE_MAXIMUM, maxInflight: MAX_INFLIGHT } });
-  });
-  afterAll(async () => {
-    await gw?.dispose();
-  });
+  const gw = useGateway({ broker: { receiveMaximum: RECEIVE_MAXIMUM, maxInflight: MAX_INFLIGHT } });
 
   it('lets a client have Receive Maximum QoS 2 PUBLISHes unreleased, and disconnects it with 0x93 on one more [MQTT-3.3.4-7] [docs/reliability.md rule 18]', async () => {
     const c = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
@@ -153,13 +147,7 @@ describe('Receive Maximum and inflight windows', () => {
 });
 
 describe('the client Maximum Packet Size', () => {
-  let gw: Gateway;
-  beforeAll(async () => {
-    gw = await startGateway();
-  });
-  afterAll(async () => {
-    await gw?.dispose();
-  });
+  const gw = useGateway();
 
   /** Size of the PUBLISH the broker sends a v5 client: no properties, QoS 1, topic `t`, payload of `n` bytes. */
   function outgoingSize(topic: string, payloadBytes: number, qos: 0 | 1): number {
@@ -208,15 +196,9 @@ describe('the client Maximum Packet Size', () => {
 describe('a subscriber that stops reading', () => {
   const MAX_WRITE_BUFFER_BYTES = 256 * 1024;
   const SLOW_CLIENT_TIMEOUT_MS = 1500;
-  let gw: Gateway;
-  beforeAll(async () => {
-    gw = await startGateway({
+  const gw = useGateway({
       broker: { maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES, slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS, sysIntervalS: 1 },
     });
-  });
-  afterAll(async () => {
-    await gw?.dispose();
-  });
 
   it('keeps delivering every QoS 0 message to a healthy subscriber while another one never reads, and disconnects the stalled one after slowClientTimeoutMs [docs/reliability.md rule 34]', async () => {
     const connected: number[] = [];
@@ -278,13 +260,7 @@ describe('subscribers that read a trickle', () => {
   /** Each slow reader takes this much every TRICKLE_MS: 320 KB/s, well below the stream sent to it. */
   const TRICKLE_BYTES = 16 * 1024;
   const TRICKLE_MS = 50;
-  let gw: Gateway;
-  beforeAll(async () => {
-    gw = await startGateway({ broker: { maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES, slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS } });
-  });
-  afterAll(async () => {
-    await gw?.dispose();
-  });
+  const gw = useGateway({ broker: { maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES, slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS } });
 
   /** The gateway process's resident memory, from the kernel. */
   function gatewayRssBytes(): number {

@@ -9,7 +9,7 @@ import mqttPacket from 'mqtt-packet';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { startGateway, useGateway, type Gateway } from '../helpers/gateway.js';
 import { RawClient, type ConnectOptions, type ProtocolVersion } from '../helpers/raw-client.js';
 import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
@@ -39,13 +39,7 @@ async function expectSilentClose(c: RawClient): Promise<void> {
 
 describe('broker.maxConnections', () => {
   const MAX = 5;
-  let gw: Gateway;
-  beforeAll(async () => {
-    gw = await startGateway({ broker: { maxConnections: MAX } });
-  });
-  afterAll(async () => {
-    await gw?.dispose();
-  });
+  const gw = useGateway({ broker: { maxConnections: MAX } });
 
   const connectPacket = (clientId: string) =>
     ({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 5, clean: true, keepalive: 30, clientId }) as const;
@@ -295,13 +289,7 @@ describe('broker.maxPacketBytes, maxTopicLevels, maxQueuedMessages, maxQueuedByt
 });
 
 describe('broker.maxQueuedBytes', () => {
-  let gw: Gateway;
-  beforeAll(async () => {
-    gw = await startGateway({ broker: { maxQueuedBytes: 1000, maxQueuedMessages: 0 } });
-  });
-  afterAll(async () => {
-    await gw?.dispose();
-  });
+  const gw = useGateway({ broker: { maxQueuedBytes: 1000, maxQueuedMessages: 0 } });
 
   it('keeps queued payload bytes of an offline session within the limit, still taking a later message that fits', async () => {
     const session = { clientId: 'limits-bytes', properties: { sessionExpiryInterval: 60 } };
@@ -321,13 +309,7 @@ describe('broker.maxQueuedBytes', () => {
 
 describe('broker.maxSubscriptionsPerClient', () => {
   const MAX = 4;
-  let gw: Gateway;
-  beforeAll(async () => {
-    gw = await startGateway({ broker: { maxSubscriptionsPerClient: MAX } });
-  });
-  afterAll(async () => {
-    await gw?.dispose();
-  });
+  const gw = useGateway({ broker: { maxSubscriptionsPerClient: MAX } });
 
   const filters = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => ({ topic: `${prefix}/${i}`, qos: 1 as const }));
 
@@ -375,13 +357,7 @@ describe('routing work is bounded per turn', () => {
   const SUBSCRIPTIONS = 2 ** LEVELS;
   const TOPIC = Array.from({ length: LEVELS }, () => 'x').join('/');
   const MESSAGES = 3000;
-  let gw: Gateway;
-  beforeAll(async () => {
-    gw = await startGateway({ broker: { maxSubscriptionsPerClient: SUBSCRIPTIONS } });
-  });
-  afterAll(async () => {
-    await gw?.dispose();
-  });
+  const gw = useGateway({ broker: { maxSubscriptionsPerClient: SUBSCRIPTIONS } });
 
   it(`keeps other clients' CONNECT fast while ${MESSAGES} messages each match ${SUBSCRIPTIONS} overlapping subscriptions of one client`, async () => {
     const amplifier = await raw(gw, 4, { clientId: 'amplifier' });

@@ -2,23 +2,15 @@
  * PUBLISH flows in both directions at QoS 0, 1 and 2 (MQTT 3.1.1 and 5.0): acknowledgements, exactly-once
  * reception, QoS downgrade, ordering, and interoperability with Debian's mosquitto_pub / mosquitto_sub / mosquitto_rr.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { IPubackPacket, IPubcompPacket, IPublishPacket, IPubrecPacket, IPubrelPacket } from 'mqtt-packet';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { useGateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { checkSequence, sequence } from '../helpers/collector.js';
 import { openClient, RawClient, runToolOk, startMosquittoSub, toolVersion, VERSIONS } from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
-let gw: Gateway;
-
-beforeAll(async () => {
-  gw = await startGateway();
-});
-
-afterAll(async () => {
-  await gw?.dispose();
-});
+const gw = useGateway();
 
 
 function publishPacket(topic: string, payload: string, qos: 0 | 1 | 2, messageId?: number, dup = false): IPublishPacket {

@@ -2,22 +2,14 @@
  * Retained messages (MQTT 3.1.1 and 5.0): store, replace, delete by empty payload, delivery on subscribe with the
  * retain flag, MQTT 5 retain handling 0/1/2 and retain-as-published; mosquitto_pub -r / mosquitto_sub.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { describe, expect, it } from 'vitest';
+import { useGateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { waitFor } from '../helpers/wait.js';
 import { openClient, runToolOk, startMosquittoSub, toolVersion, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
-let gw: Gateway;
-
-beforeAll(async () => {
-  gw = await startGateway();
-});
-
-afterAll(async () => {
-  await gw?.dispose();
-});
+const gw = useGateway();
 
 
 /**

@@ -2,23 +2,15 @@
  * Sessions (MQTT 3.1.1 clean session, MQTT 5 clean start + session expiry): session present, subscriptions kept,
  * offline queueing of QoS 1/2, DUP resend of unacknowledged PUBLISH / PUBREL on resume, the per-session queue bound.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { IConnectPacket, IDisconnectPacket, IPublishPacket, IPubrelPacket } from 'mqtt-packet';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { useGateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { checkSequence, sequence } from '../helpers/collector.js';
 import { openClient, RawClient, runToolOk, startMosquittoSub, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
-let gw: Gateway;
-
-beforeAll(async () => {
-  gw = await startGateway();
-});
-
-afterAll(async () => {
-  await gw?.dispose();
-});
+const gw = useGateway();
 
 
 /** MQTT.js options for a session that survives the connection, in either version. */
@@ -262,15 +254,7 @@ describe('MQTT 5 session expiry', () => {
 });
 
 describe('session limits (broker.maxQueuedMessages: 5, maxSessionExpiryS: 100, receiveMaximum: 2)', () => {
-  let limited: Gateway;
-
-  beforeAll(async () => {
-    limited = await startGateway({ broker: { maxQueuedMessages: 5, maxSessionExpiryS: 100, receiveMaximum: 2 } });
-  });
-
-  afterAll(async () => {
-    await limited?.dispose();
-  });
+  const limited = useGateway({ broker: { maxQueuedMessages: 5, maxSessionExpiryS: 100, receiveMaximum: 2 } });
 
   it.each(VERSIONS)('keeps at most maxQueuedMessages for an offline MQTT %s session, dropping the newest beyond it', async (v) => {
     const id = `bounded-${v}`;

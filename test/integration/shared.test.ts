@@ -4,20 +4,14 @@
  * refused per filter with 0x8F [docs/reliability.md rule 24], no-local on a shared subscription a protocol error.
  */
 import type { MqttClient } from 'mqtt';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { useGateway } from '../helpers/gateway.js';
 import { RawClient } from '../helpers/raw-client.js';
 import { waitFor } from '../helpers/wait.js';
 
-let gw: Gateway;
-beforeAll(async () => {
-  gw = await startGateway();
-});
-afterAll(async () => {
-  await gw?.dispose();
-});
+const gw = useGateway();
 const d = useDisposer();
 
 interface Member {
