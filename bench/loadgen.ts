@@ -38,9 +38,10 @@ export interface PublisherConnectArgs {
 
 export type PublishMode =
   // QoS 0: write as fast as the broker delivers, with at most `backlogMessages` per publisher not yet seen by
-  // every subscriber (the subscribers must live in the same worker).
-  | { type: 'flood'; durationMs: number; backlogMessages: number }
-  | { type: 'window'; durationMs: number; window: number } // QoS 1: at most `window` unacknowledged
+  // every subscriber (the subscribers must live in the same worker); 0: as fast as the broker reads (overload).
+  // `stamp`: each packet carries its send time and sequence, for latency.
+  | { type: 'flood'; durationMs: number; backlogMessages: number; stamp?: boolean }
+  | { type: 'window'; durationMs: number; window: number; stamp?: boolean } // QoS 1: at most `window` unacknowledged
   | { type: 'rate'; durationMs: number; ratePerS: number }; // fixed rate across this worker's publishers
 
 export interface PublishResult {
@@ -55,6 +56,8 @@ export interface CollectArgs {
   expected: number;
   quietMs: number;
   deadlineMs: number;
+  /** process.hrtime.bigint() as a string: `deliveredByCutoff` counts what arrived up to then (the end of publishing). */
+  cutoffNs?: string;
 }
 
 export interface CollectResult {
@@ -63,6 +66,7 @@ export interface CollectResult {
   lastNs: string;
   latenciesMs: number[];
   truncated: boolean; // the deadline ended the wait while messages were still arriving
+  deliveredByCutoff: number;
 }
 
 export interface IdleArgs {
@@ -209,6 +213,9 @@ interface SubscriberGroup {
   firstNs: bigint;
   lastNs: bigint;
   latenciesMs: number[];
+  /** Per chunk that delivered something: when it was read, and the deliveries so far (for `deliveredByCutoff`). */
+  progressNs: bigint[];
+  progressCount: number[];
 }
 
 let subscribers: SubscriberGroup | null = null;
@@ -223,6 +230,8 @@ async function subscribe(args: SubscribeArgs): Promise<{ ready: number }> {
     firstNs: 0n,
     lastNs: 0n,
     latenciesMs: [],
+    progressNs: [],
+    progressCount: [],
   };
   subscribers = group;
   await Promise.all(
@@ -259,6 +268,8 @@ async function subscribe(args: SubscribeArgs): Promise<{ ready: number }> {
           receivedInChunk = 0;
           if (group.firstNs === 0n) group.firstNs = client.chunkNs;
           if (client.chunkNs > group.lastNs) group.lastNs = client.chunkNs;
+          group.progressNs.push(client.chunkNs);
+          group.progressCount.push(group.delivered);
           group.onProgress();
         }
         if (acks.length === 0) return;
@@ -299,12 +310,19 @@ async function collect(args: CollectArgs): Promise<CollectResult> {
     }
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
+  let deliveredByCutoff = group.delivered;
+  if (args.cutoffNs !== undefined) {
+    const cutoff = BigInt(args.cutoffNs);
+    const after = group.progressNs.findIndex((ns) => ns > cutoff);
+    if (after >= 0) deliveredByCutoff = after === 0 ? 0 : group.progressCount[after - 1];
+  }
   return {
     delivered: group.delivered,
     firstNs: group.firstNs.toString(),
     lastNs: group.lastNs.toString(),
     latenciesMs: group.latenciesMs,
     truncated,
+    deliveredByCutoff,
   };
 }
 
@@ -345,9 +363,10 @@ async function pubConnect(args: PublisherConnectArgs): Promise<{ ready: number }
  * number, so a broker that drops messages does not stall the loop); the broker always has work queued, and
  * the drain after the flood takes a fraction of a second.
  */
-function runFlood(group: PublisherGroup, backlogMessages: number, isRunning: () => boolean): void {
+function runFlood(group: PublisherGroup, backlogMessages: number, stamp: boolean, isRunning: () => boolean): void {
   const subs = subscribers;
-  if (subs === null || subs.clients.length === 0) throw new Error('flood needs its subscribers in the same worker');
+  const bounded = backlogMessages > 0;
+  if (bounded && (subs === null || subs.clients.length === 0)) throw new Error('a bounded flood needs its subscribers in the same worker');
   if (group.publishers.length > maxPublishersPerWorker) throw new Error(`at most ${maxPublishersPerWorker} publishers per worker`);
   const copies = 64; // packets per write: one syscall moves about 5 KB
   const maxChunks = Math.max(2, Math.ceil(backlogMessages / copies));
@@ -357,12 +376,13 @@ function runFlood(group: PublisherGroup, backlogMessages: number, isRunning: () 
     payload.writeUInt16BE(index, publisherIndexOffset);
     const one = encodePublish(pub.topic, payload, 0);
     const template = Buffer.concat(Array.from({ length: copies }, () => one));
-    const seqAt = publishPayloadOffset(pub.topic, group.payloadBytes, 0) + seqOffset;
+    const payloadAt = publishPayloadOffset(pub.topic, group.payloadBytes, 0);
+    const seqAt = payloadAt + seqOffset;
     let chunkSeq = 0;
     let state: 'scheduled' | 'drain' | 'backlog' | 'stopped' = 'scheduled';
     const slowestSeen = (): number => {
       let min = Number.MAX_SAFE_INTEGER;
-      for (const highest of subs.highest) if (highest[index] < min) min = highest[index];
+      for (const highest of subs?.highest ?? []) if (highest[index] < min) min = highest[index];
       return min;
     };
     const pump = (): void => {
@@ -372,7 +392,7 @@ function runFlood(group: PublisherGroup, backlogMessages: number, isRunning: () 
           state = 'stopped';
           return;
         }
-        if (chunkSeq - 1 - slowestSeen() >= maxChunks) {
+        if (bounded && chunkSeq - 1 - slowestSeen() >= maxChunks) {
           state = 'backlog';
           return;
         }
@@ -381,6 +401,10 @@ function runFlood(group: PublisherGroup, backlogMessages: number, isRunning: () 
         const chunk = Buffer.allocUnsafe(template.length);
         template.copy(chunk);
         for (let k = 0; k < copies; k++) chunk.writeUInt32BE(chunkSeq, k * one.length + seqAt);
+        if (stamp) {
+          const nowNs = process.hrtime.bigint();
+          for (let k = 0; k < copies; k++) chunk.writeBigUInt64BE(nowNs, k * one.length + payloadAt + stampOffset);
+        }
         chunkSeq++;
         pub.sent += copies;
         if (!pub.client.sock.write(chunk)) {
@@ -397,13 +421,24 @@ function runFlood(group: PublisherGroup, backlogMessages: number, isRunning: () 
     });
     pump();
   });
-  subs.onProgress = () => {
-    for (const wake of wakers) wake();
-  };
+  if (subs !== null) {
+    subs.onProgress = () => {
+      for (const wake of wakers) wake();
+    };
+  }
 }
 
-function runWindow(group: PublisherGroup, window: number, isRunning: () => boolean): void {
+function runWindow(group: PublisherGroup, window: number, stamp: boolean, isRunning: () => boolean): void {
   for (const pub of group.publishers) {
+    const payloadAt = publishPayloadOffset(pub.topic, group.payloadBytes, 1);
+    /** The send time and sequence, written into a packet just before it goes out. */
+    const stamped = (packet: Buffer, seq: number): Buffer => {
+      if (stamp) {
+        packet.writeBigUInt64BE(process.hrtime.bigint(), payloadAt + stampOffset);
+        packet.writeUInt32BE(seq, payloadAt + seqOffset);
+      }
+      return packet;
+    };
     // One pre-encoded packet per packet id; an id is written again only after its PUBACK, so reusing the
     // Buffer is safe.
     const payload = Buffer.alloc(group.payloadBytes, 0x61);
@@ -413,7 +448,7 @@ function runWindow(group: PublisherGroup, window: number, isRunning: () => boole
       if (type !== PacketType.puback) return;
       pub.acked++;
       const id = buf.readUInt16BE(start);
-      if (isRunning() && id > 0 && id <= window) ready.push(packets[id]);
+      if (isRunning() && id > 0 && id <= window) ready.push(stamped(packets[id], pub.sent + ready.length));
     };
     // All PUBLISHes released by one chunk of PUBACKs go out in one write.
     pub.client.afterChunk = () => {
@@ -425,8 +460,8 @@ function runWindow(group: PublisherGroup, window: number, isRunning: () => boole
     };
     pub.client.sock.cork();
     for (let id = 1; id <= window; id++) {
+      pub.client.sock.write(stamped(packets[id], pub.sent));
       pub.sent++;
-      pub.client.sock.write(packets[id]);
     }
     pub.client.sock.uncork();
   }
@@ -475,8 +510,8 @@ async function pubRun(mode: PublishMode): Promise<PublishResult> {
   let running = true;
   const isRunning = (): boolean => running;
   const startNs = process.hrtime.bigint();
-  if (mode.type === 'flood') runFlood(group, mode.backlogMessages, isRunning);
-  else if (mode.type === 'window') runWindow(group, mode.window, isRunning);
+  if (mode.type === 'flood') runFlood(group, mode.backlogMessages, mode.stamp === true, isRunning);
+  else if (mode.type === 'window') runWindow(group, mode.window, mode.stamp === true, isRunning);
   else runRate(group, mode.ratePerS, isRunning, startNs);
   await new Promise((resolve) => setTimeout(resolve, mode.durationMs));
   running = false;

@@ -59,6 +59,16 @@ const columns: Record<ScenarioMetrics['kind'], { key: string; label: string; rat
     { key: 'achievedRatePerS', label: 'sent/s' },
     { key: 'brokerCpuPct', label: 'broker CPU %' },
   ],
+  overload: [
+    { key: 'deliveredPerS', label: 'delivered/s', ratio: true },
+    { key: 'acceptedPerS', label: 'accepted/s' },
+    { key: 'dropPct', label: 'drop %', worst: 'max' },
+    { key: 'drainS', label: 'drain s', worst: 'max' },
+    { key: 'p50Ms', label: 'p50 ms', ratio: true, worst: 'max' },
+    { key: 'p99Ms', label: 'p99 ms', ratio: true, worst: 'max' },
+    { key: 'rssPeakKb', label: 'RSS peak kB', worst: 'max' },
+    { key: 'brokerCpuPct', label: 'broker CPU %' },
+  ],
   rss: [
     { key: 'kbPerConnection', label: 'kB/conn', ratio: true },
     { key: 'connected', label: 'connected' },
@@ -74,6 +84,8 @@ const kindOf: Record<ScenarioName, ScenarioMetrics['kind']> = {
   'qos0-fanout': 'throughput',
   'latency-qos0': 'latency',
   'latency-qos1': 'latency',
+  'qos0-overload': 'overload',
+  'qos1-overload': 'overload',
   'idle-rss': 'rss',
 };
 
@@ -189,6 +201,8 @@ export function describeRun(record: RunRecord): string {
       return `${head} ${formatNumber(m.deliveredPerS)} msg/s delivered, lost ${formatNumber(m.lost)} (${m.lossPct.toFixed(2)}%), broker CPU ${m.brokerCpuPct.toFixed(0)}%, gen CPU ${m.generatorCpuPct.toFixed(0)}%${m.truncated ? ' TRUNCATED' : ''}${m.drained ? '' : ' NOT-DRAINED'} ${tail}${errs}`;
     case 'latency':
       return `${head} p50 ${formatNumber(m.p50Ms)} ms, p99 ${formatNumber(m.p99Ms)} ms, max ${formatNumber(m.maxMs)} ms, lost ${m.lost}, ${m.samples} samples ${tail}${errs}`;
+    case 'overload':
+      return `${head} ${formatNumber(m.deliveredPerS)} msg/s delivered of ${formatNumber(m.acceptedPerS)} accepted, drop ${m.dropPct.toFixed(1)}%, drain ${m.drainS.toFixed(1)} s, p50 ${formatNumber(m.p50Ms)} ms, p99 ${formatNumber(m.p99Ms)} ms, RSS peak ${formatNumber(m.rssPeakKb)} kB ${tail}${errs}`;
     case 'rss':
       return `${head} ${formatNumber(m.kbPerConnection)} kB/conn (${m.connected} connected, ${m.failed} failed, RSS ${m.rssBeforeKb} -> ${m.rssAfterKb} kB) ${tail}${m.firstError ? ` first error: ${m.firstError}` : ''}${errs}`;
   }

@@ -5,7 +5,7 @@ import { readCpuS, readRssKb, type RunningBroker } from './brokers.js';
 import type { CollectResult, Endpoint, ErrorReport, IdleResult, PublishMode, PublishResult } from './loadgen.js';
 import type { LoadgenWorker } from './worker-pool.js';
 
-export const scenarioNames = ['qos0-fanin', 'qos1-fanin', 'qos0-fanout', 'latency-qos0', 'latency-qos1', 'idle-rss'] as const;
+export const scenarioNames = ['qos0-fanin', 'qos1-fanin', 'qos0-fanout', 'latency-qos0', 'latency-qos1', 'qos0-overload', 'qos1-overload', 'idle-rss'] as const;
 export type ScenarioName = (typeof scenarioNames)[number];
 
 export function isScenarioName(value: string): value is ScenarioName {
@@ -61,7 +61,29 @@ export interface RssMetrics {
   workerErrors: ErrorReport;
 }
 
-export type ScenarioMetrics = ThroughputMetrics | LatencyMetrics | RssMetrics;
+/**
+ * More offered than the broker can deliver: publishers that do not wait for the subscriber (QoS 0 as fast as the
+ * broker reads; QoS 1 with 16 in flight each, acknowledged by the broker, not the subscriber).
+ */
+export interface OverloadMetrics {
+  kind: 'overload';
+  /** Messages the broker took (QoS 1: acknowledged) per second of publishing. */
+  acceptedPerS: number;
+  /** Messages delivered to the subscriber per second of publishing, counting only those that arrived by its end. */
+  deliveredPerS: number;
+  /** Seconds from the end of publishing to the last delivery: what the broker had piled up. */
+  drainS: number;
+  /** Accepted messages never delivered, per cent. */
+  dropPct: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** The broker's largest RSS during the run. */
+  rssPeakKb: number;
+  brokerCpuPct: number;
+  workerErrors: ErrorReport;
+}
+
+export type ScenarioMetrics = ThroughputMetrics | LatencyMetrics | RssMetrics | OverloadMetrics;
 
 export interface ScenarioContext {
   broker: RunningBroker;
@@ -146,11 +168,12 @@ async function runFlow(ctx: ScenarioContext, spec: FlowSpec): Promise<FlowResult
     const wall0 = process.hrtime.bigint();
     const pub = await Promise.all(pubs.map((p) => p.worker.call<PublishResult, 'pubRun'>('pubRun', spec.mode)));
     const sent = pub.reduce((sum, r) => sum + r.sent, 0);
+    const cutoffNs = pub.reduce((max, r) => (BigInt(r.endNs) > max ? BigInt(r.endNs) : max), 0n).toString();
     // Quiet period: a broker that stalls longer than this mid-drain would be counted as losing the rest.
     const deadlineMs = Math.max(10_000, 3 * spec.mode.durationMs);
     const sub = await Promise.all(
       subs.map((p) =>
-        p.worker.call<CollectResult, 'collect'>('collect', { expected: sent * p.clients.length, quietMs: 500, deadlineMs }),
+        p.worker.call<CollectResult, 'collect'>('collect', { expected: sent * p.clients.length, quietMs: 500, deadlineMs, cutoffNs }),
       ),
     );
     const wallS = Number(process.hrtime.bigint() - wall0) / 1e9;
@@ -248,6 +271,48 @@ async function latency(ctx: ScenarioContext, qos: 0 | 1): Promise<LatencyMetrics
   };
 }
 
+async function overload(ctx: ScenarioContext, qos: 0 | 1): Promise<OverloadMetrics> {
+  const [w0, w1] = ctx.workers;
+  const durationMs = ctx.options.durationMs;
+  let rssPeakKb = readRssKb(ctx.broker.pid);
+  const sampler = setInterval(() => {
+    rssPeakKb = Math.max(rssPeakKb, readRssKb(ctx.broker.pid));
+  }, 100);
+  try {
+    const flow = await runFlow(ctx, {
+      qos,
+      publishers: 10,
+      subscribers: 1,
+      mode: qos === 0 ? { type: 'flood', durationMs, backlogMessages: 0, stamp: true } : { type: 'window', durationMs, window: 16, stamp: true },
+      latency: true,
+      warmupSeq: 0,
+      // The subscriber in a process of its own: the publishers' loop must not slow the delivery side down.
+      pubWorkers: [w1],
+      subWorkers: [w0],
+    });
+    const publishS = flow.pub.reduce((max, r) => Math.max(max, Number(BigInt(r.endNs) - BigInt(r.startNs)) / 1e9), 0);
+    const accepted = flow.pub.reduce((sum, r) => sum + (qos === 0 ? r.sent : r.acked), 0);
+    const delivered = flow.sub.reduce((sum, r) => sum + r.delivered, 0);
+    const endNs = flow.pub.reduce((max, r) => (BigInt(r.endNs) > max ? BigInt(r.endNs) : max), 0n);
+    const lastNs = flow.sub.reduce((max, r) => (BigInt(r.lastNs) > max ? BigInt(r.lastNs) : max), 0n);
+    const samples = flow.sub.flatMap((r) => r.latenciesMs).sort((a, b) => a - b);
+    return {
+      kind: 'overload',
+      acceptedPerS: accepted / publishS,
+      deliveredPerS: flow.sub.reduce((sum, r) => sum + r.deliveredByCutoff, 0) / publishS,
+      drainS: lastNs > endNs ? Number(lastNs - endNs) / 1e9 : 0,
+      dropPct: accepted > 0 ? (100 * Math.max(0, accepted - delivered)) / accepted : 0,
+      p50Ms: percentile(samples, 50),
+      p99Ms: percentile(samples, 99),
+      rssPeakKb,
+      brokerCpuPct: (100 * flow.brokerCpuS) / flow.wallS,
+      workerErrors: flow.workerErrors,
+    };
+  } finally {
+    clearInterval(sampler);
+  }
+}
+
 /** Resident memory the broker holds per idle connection; RSS is read once it stops moving. */
 async function idleRss(ctx: ScenarioContext): Promise<RssMetrics> {
   const { broker, workers, options, runTag } = ctx;
@@ -306,6 +371,10 @@ export function runScenario(name: ScenarioName, ctx: ScenarioContext): Promise<S
       return latency(ctx, 0);
     case 'latency-qos1':
       return latency(ctx, 1);
+    case 'qos0-overload':
+      return overload(ctx, 0);
+    case 'qos1-overload':
+      return overload(ctx, 1);
     case 'idle-rss':
       return idleRss(ctx);
   }
@@ -318,5 +387,9 @@ export const scenarioTitles: Record<ScenarioName, (o: ScenarioOptions) => string
   'qos0-fanout': (o) => `QoS 0 fan-out: 1 publisher -> 50 subscribers on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
   'latency-qos0': (o) => `Latency QoS 0: 1 publisher -> 1 subscriber at ${o.latencyRatePerS} msg/s, ${o.latencyDurationMs / 1000} s (first 0.5 s dropped)`,
   'latency-qos1': (o) => `Latency QoS 1: 1 publisher -> 1 QoS 1 subscriber at ${o.latencyRatePerS} msg/s, ${o.latencyDurationMs / 1000} s (first 0.5 s dropped)`,
+  'qos0-overload': (o) =>
+    `QoS 0 overload: 10 publishers as fast as the broker reads -> 1 subscriber, ${o.payloadBytes} B, ${o.durationMs / 1000} s (accepted = written)`,
+  'qos1-overload': (o) =>
+    `QoS 1 overload: 10 publishers (16 in flight each, not waiting for the subscriber) -> 1 QoS 1 subscriber, ${o.payloadBytes} B, ${o.durationMs / 1000} s`,
   'idle-rss': (o) => `RSS per idle connection: ${o.idleConnections} MQTT 3.1.1 connections, keepalive 0, no subscriptions`,
 };
