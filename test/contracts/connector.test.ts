@@ -121,87 +121,80 @@ describe.each(rigs)('connector contract: $name', { timeout: 120_000 }, ({ start 
     await rig?.dispose();
   });
 
-  it('start delivers good samples of every tag, with the device value and a timestamp', async () => {
+  /** Runs `fn` with a started connector once its first sample is in; stops it afterwards, whatever happens. */
+  async function withStarted(fn: (c: Connector, sink: Sink) => Promise<void>): Promise<void> {
     const c = rig.connector();
-    expect(c.id).toBe('press');
-    expect(c.tags).toEqual([expect.objectContaining({ name: 'mode', datatype: 'Int16', writable: true })]);
     const sink = new Sink();
     await c.start(sink);
     try {
       await waitFor(() => sink.samples.length > 0, 10_000);
-      expect(sink.latest()).toMatchObject({ name: 'mode', value: 1, good: true });
-      expect(Math.abs(sink.latest()!.timestamp - Date.now())).toBeLessThan(60_000);
+      await fn(c, sink);
     } finally {
       await c.stop();
     }
+  }
+
+  const failure = (p: Promise<unknown>): Promise<unknown> =>
+    p.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+
+  it('start delivers good samples of every tag, with the device value and a timestamp', async () => {
+    await withStarted(async (c, sink) => {
+      expect(c.id).toBe('press');
+      expect(c.tags).toEqual([expect.objectContaining({ name: 'mode', datatype: 'Int16', writable: true })]);
+      expect(sink.latest()).toMatchObject({ name: 'mode', value: 1, good: true });
+      expect(Math.abs(sink.latest()!.timestamp - Date.now())).toBeLessThan(60_000);
+    });
   });
 
   it('writes a value and reads it back from the device; the next samples carry it', async () => {
-    const c = rig.connector();
-    const sink = new Sink();
-    await c.start(sink);
-    try {
-      await waitFor(() => sink.samples.length > 0, 10_000);
-      const readBack = await c.write('mode', 7);
-      expect(readBack).toMatchObject({ value: 7, matches: true });
+    await withStarted(async (c, sink) => {
+      expect(await c.write('mode', 7)).toMatchObject({ value: 7, matches: true });
       await waitFor(() => sink.latest()?.value === 7, 10_000);
       await c.write('mode', 1);
       await waitFor(() => sink.latest()?.value === 1, 10_000);
-    } finally {
-      await c.stop();
-    }
+    });
   });
 
   it('refuses a value that does not fit the tag before any I/O, and the device keeps its value', async () => {
-    const c = rig.connector();
-    const sink = new Sink();
-    await c.start(sink);
-    try {
-      await waitFor(() => sink.samples.length > 0, 10_000);
+    await withStarted(async (c, sink) => {
       await rig.markWrites();
       for (const value of [70_000, -40_000, 1.5, Number.NaN, 'seven']) {
-        const err = await c.write('mode', value).then(
-          () => undefined,
-          (e: unknown) => e,
-        );
-        expect(err, String(value)).toBeInstanceOf(ValueRefusedError);
+        expect(await failure(c.write('mode', value)), String(value)).toBeInstanceOf(ValueRefusedError);
       }
       expect(await rig.wroteSinceMark()).not.toBe(true);
       expect(sink.latest()?.value).toBe(1);
       // An unknown tag is an error of its own, not a refusal of the value.
-      const unknown = await c.write('nope', 1).then(
-        () => undefined,
-        (e: unknown) => e,
-      );
+      const unknown = await failure(c.write('nope', 1));
       expect(unknown).toBeInstanceOf(ConnectorError);
       expect(unknown).not.toBeInstanceOf(ValueRefusedError);
-    } finally {
-      await c.stop();
-    }
+    });
   });
 
   it('reports a lost device once and does not retry on its own; a start after it returns delivers again', async () => {
-    const c = rig.connector();
-    const sink = new Sink();
-    await c.start(sink);
-    await waitFor(() => sink.samples.length > 0, 10_000);
-    await rig.lose();
-    try {
-      await waitFor(() => sink.losses.length > 0, 30_000);
-      expect(sink.losses[0]).toBeInstanceOf(ConnectorError);
-      expect(sink.losses[0].connectorId).toBe('press');
-      await c.stop();
-      const afterStop = sink.samples.length;
-      expect(sink.losses).toHaveLength(1);
-      await rig.restore();
-      const again = new Sink();
-      await c.start(again);
-      await waitFor(() => again.samples.length > 0, 30_000);
-      expect(again.latest()).toMatchObject({ name: 'mode', good: true });
-      expect(sink.samples.length).toBe(afterStop); // the first sink hears nothing after stop
-    } finally {
-      await c.stop();
-    }
+    await withStarted(async (c, sink) => {
+      await rig.lose();
+      let restored = false;
+      try {
+        await waitFor(() => sink.losses.length > 0, 30_000);
+        expect(sink.losses[0]).toBeInstanceOf(ConnectorError);
+        expect(sink.losses[0].connectorId).toBe('press');
+        await c.stop();
+        const afterStop = sink.samples.length;
+        expect(sink.losses).toHaveLength(1);
+        await rig.restore();
+        restored = true;
+        const again = new Sink();
+        await c.start(again);
+        await waitFor(() => again.samples.length > 0, 30_000);
+        expect(again.latest()).toMatchObject({ name: 'mode', good: true });
+        expect(sink.samples.length).toBe(afterStop); // the first sink hears nothing after stop
+      } finally {
+        if (!restored) await rig.restore(); // for the tests after this one
+      }
+    });
   });
 
   it('stops idempotently: no samples after stop, a second stop resolves', async () => {
