@@ -23,7 +23,7 @@ import { PasswordFile } from './broker/password-file.js';
 import { ConfigError } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/log.js';
-import { openLmdbStore } from './store/lmdb.js';
+import { openLmdbStore } from './store/lmdb/open.js';
 import { deadLetterOutbox, type Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
 import { createConnectorRegistry } from '../connectors/index.js';

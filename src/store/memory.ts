@@ -1,5 +1,5 @@
 /**
- * In-memory store, for broker and contract tests (the gateway always opens LMDB). Same semantics as `lmdb.ts` (one contract
+ * In-memory store, for broker and contract tests (the gateway always opens LMDB). Same semantics as `lmdb/open.ts` (one contract
  * suite runs against both), nothing survives the process. Writes resolve on the next microtask.
  */
 import type { Message } from '../protocol/message.js';

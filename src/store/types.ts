@@ -1,5 +1,5 @@
 /**
- * Store contracts. `memory.ts` (persistence off, tests) and `lmdb.ts` (one LMDB environment, named
+ * Store contracts. `memory.ts` (persistence off, tests) and `lmdb/open.ts` (one LMDB environment, named
  * databases) implement them and pass one contract suite (`test/contracts/store.test.ts`).
  * Writes are small change operations, never snapshots. A returned promise resolves once the change is
  * durable (flushed to disk for LMDB), which is what an MQTT acknowledgement may promise.

@@ -61,7 +61,7 @@ const rules: Record<string, { uses: string[]; types?: string[] }> = {
 /** Where each third-party package may be imported (path prefixes). */
 const packageHomes: Record<string, string[]> = {
   'mqtt-packet': ['src/protocol/'],
-  lmdb: ['src/store/lmdb.ts', 'src/store/lmdb/'],
+  lmdb: ['src/store/lmdb/open.ts', 'src/store/lmdb/'],
   mqtt: ['src/bridge/uplink.ts'],
   'sparkplug-payload': ['src/sparkplug/payload.ts'],
   'modbus-serial': ['connectors/modbus/'],

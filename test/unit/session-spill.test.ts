@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import type { ClientLink, Session, SessionLimits } from '../../src/broker/session.js';
 import { createMessage, type QoS } from '../../src/protocol/message.js';
-import { openLmdbStore } from '../../src/store/lmdb.js';
+import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import type { Store } from '../../src/store/types.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';

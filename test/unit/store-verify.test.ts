@@ -8,7 +8,7 @@ import path from 'node:path';
 import { open } from 'lmdb';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage } from '../../src/protocol/message.js';
-import { openLmdbStore } from '../../src/store/lmdb.js';
+import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
 import { describeDamage, walkStore } from '../../src/store/lmdb/verify.js';
 import { silentLogger } from '../../src/util/logger.js';

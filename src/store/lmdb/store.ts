@@ -1,7 +1,7 @@
 /**
  * The durable store: one LMDB environment (lmdb-js) in `storage.path` with named databases for the bridge
  * outboxes (outbox.ts), persistent sessions (sessions.ts) and retained messages (retained.ts). This class owns
- * the environment and the write path that all of them share; ../lmdb.ts opens it. Only src/store imports `lmdb`.
+ * the environment and the write path that all of them share; open.ts opens it. Only src/store imports `lmdb`.
  *
  * How writes work (docs/reliability.md#lmdb-facts):
  * - Every change is an operation queued in JS. On the next `setImmediate`, all queued operations are turned
@@ -86,7 +86,7 @@ export interface DamagedRecord {
   readonly key: Buffer;
 }
 
-/** The data directory's lock file (lmdb.ts), released when the store closes. */
+/** The data directory's lock file (open.ts), released when the store closes. */
 export interface StoreLock {
   release(): void;
 }

@@ -1,16 +1,16 @@
 /**
  * Opening the durable store: one LMDB environment (lmdb-js) in `storage.path`, checked before use (data file,
- * lock, schema version). The store itself is in lmdb/: store.ts (batches and the write path), outbox.ts,
+ * lock, schema version). The store itself is in this folder: store.ts (batches and the write path), outbox.ts,
  * sessions.ts, retained.ts.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { open, type RootDatabase } from 'lmdb';
-import { asError, StoreError } from '../util/errors.js';
-import type { Store } from './types.js';
-import { adoptClockBase, currentBootId } from '../util/clock.js';
-import { LmdbStoreImpl, type LmdbStoreOptions, type StoreLock } from './lmdb/store.js';
-import { verifyInChild } from './lmdb/verify.js';
+import { asError, StoreError } from '../../util/errors.js';
+import type { Store } from '../types.js';
+import { adoptClockBase, currentBootId } from '../../util/clock.js';
+import { LmdbStoreImpl, type LmdbStoreOptions, type StoreLock } from './store.js';
+import { verifyInChild } from './verify.js';
 
 export type { LmdbStoreOptions };
 
