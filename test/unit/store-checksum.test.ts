@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import { CorruptValueError, decodePlainValue, decodeQueuedValue, encodePlainValue, encodeStampedValue, decodeStampedValue } from '../../src/store/codec.js';
-import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
+import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import type { Logger } from '../../src/util/logger.js';
 import { recordingLogger, type LoggedError } from '../helpers/logger.js';
@@ -30,10 +30,10 @@ function tempDir(): string {
 }
 
 
-async function openStore(dir: string, log: Logger): Promise<LmdbStoreImpl> {
+async function openStore(dir: string, log: Logger): Promise<LmdbStore> {
   const s = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log });
   open.push(s);
-  return s as unknown as LmdbStoreImpl;
+  return s as unknown as LmdbStore;
 }
 
 async function closeStore(s: Store): Promise<void> {
@@ -45,7 +45,7 @@ const msg = (n: number): Message =>
   createMessage({ topic: `plant/${n}`, payload: Buffer.alloc(100, n), qos: 1, origin: 'c' });
 
 /** Flips one payload byte of the value under `key`, as a damaged page would. */
-function damage(db: LmdbStoreImpl['queueDb'], key: Buffer, at = 40): void {
+function damage(db: LmdbStore['queueDb'], key: Buffer, at = 40): void {
   const value = Buffer.from(db.get(key)!);
   value[at] ^= 0xff;
   db.putSync(key, value);

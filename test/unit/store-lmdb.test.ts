@@ -10,7 +10,7 @@ import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb/open.js';
 import { encodeStampedValue, ownerPrefix, seqKey } from '../../src/store/codec.js';
 import { outboxMetaKey, type OutboxMeta } from '../../src/store/lmdb/outbox.js';
-import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
+import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger, type Logger } from '../../src/util/logger.js';
@@ -110,7 +110,7 @@ describe('LMDB store', () => {
     expect(box.peek(300).map((e) => e.seq)).toEqual(left.filter((seq) => seq > seqs[199]));
     expect(box.depth.messages).toBe(99);
     // The first chunk is gone, the second still holds live entries; one mark is left (the last entry).
-    const impl = store as unknown as LmdbStoreImpl;
+    const impl = store as unknown as LmdbStore;
     const prefix = ownerPrefix('central');
     expect([...impl.outboxDb.getKeys({ start: prefix, snapshot: false })].length).toBe(2);
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(1);
@@ -123,7 +123,7 @@ describe('LMDB store', () => {
   it('reads an outbox written before chunks (one entry per key, gaps where entries were removed)', async () => {
     const dir = tempDir();
     let store = await openStore(dir);
-    const impl = store as unknown as LmdbStoreImpl;
+    const impl = store as unknown as LmdbStore;
     const prefix = ownerPrefix('central');
     const values = [2, 4, 5].map((seq) => [seq, encodeStampedValue(small(seq), 1000 + seq)] as const);
     for (const [seq, value] of values) impl.outboxDb.putSync(seqKey(prefix, seq), value);

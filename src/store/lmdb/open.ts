@@ -9,7 +9,7 @@ import { open, type RootDatabase } from 'lmdb';
 import { asError, StoreError } from '../../util/errors.js';
 import type { Store } from '../types.js';
 import { adoptClockBase, currentBootId } from '../../util/clock.js';
-import { LmdbStoreImpl, type LmdbStoreOptions, type StoreLock } from './store.js';
+import { LmdbStore, type LmdbStoreOptions, type StoreLock } from './store.js';
 import { verifyInChild } from './verify.js';
 
 export type { LmdbStoreOptions };
@@ -221,9 +221,9 @@ export async function openLmdbStore(
     if (!fresh && !rootNames.includes('meta')) {
       throw openError(dir, `it holds an LMDB environment that is not an edgeferry store (databases: ${rootNames.join(', ')})`);
     }
-    let store: LmdbStoreImpl;
+    let store: LmdbStore;
     try {
-      store = new LmdbStoreImpl(env, { ...opts, path: dir }, lock, log);
+      store = new LmdbStore(env, { ...opts, path: dir }, lock, log);
     } catch (err) {
       throw err instanceof StoreError ? err : openError(dir, `its databases are unreadable (${asError(err).message})`, err);
     }

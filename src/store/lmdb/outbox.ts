@@ -9,9 +9,8 @@ import { CorruptValueError, encodeStampedValue, keySeq, ownerPrefix, prefixEnd, 
 import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
 import { steadyNowMs } from '../../util/clock.js';
-import { DelayedFlush, type Batch } from './batch.js';
 import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk } from './outbox-chunk.js';
-import type { LmdbStoreImpl } from './store.js';
+import { DelayedFlush, type Batch, type BatchMember, type StoreWriter } from './writer.js';
 
 /** Outbox counters live in `meta` under `outbox:<name>`; the range of those keys lists the outboxes. */
 export const OUTBOX_META_PREFIX = 'outbox:';
@@ -36,10 +35,10 @@ interface HeadEntry {
   appendedAtMs: number;
 }
 
-export class LmdbOutbox implements Outbox {
+export class LmdbOutbox implements Outbox, BatchMember {
   readonly name: string;
   limits: OutboxLimits;
-  private readonly store: LmdbStoreImpl;
+  private readonly store: StoreWriter;
   private readonly db: Database<Buffer, Buffer>;
   private readonly prefix: Buffer;
   private readonly end: Buffer;
@@ -58,7 +57,7 @@ export class LmdbOutbox implements Outbox {
   /** Decoded chunks by first seq, oldest read first; chunks never change, so they stay valid until deleted. */
   private readonly chunks = new Map<number, Chunk>();
 
-  // Per batch (see Batch): undo data, changes not yet visible to readers, head scanning.
+  // Per batch (see BatchMember): undo data, changes not yet visible to readers, head scanning.
   private snapshot: (OutboxMeta & { oldest: number | undefined }) | undefined;
   /** Seqs removed or dropped by the batch in flight; hidden from `peek` until it commits. */
   private removedInFlight = new Set<number>();
@@ -82,7 +81,7 @@ export class LmdbOutbox implements Outbox {
   /** `released` marks written and deleted by the batch in flight, applied to `released` when it commits. */
   private marking: { added: number[]; deleted: number[] } = { added: [], deleted: [] };
 
-  constructor(store: LmdbStoreImpl, name: string, limits: OutboxLimits) {
+  constructor(store: StoreWriter, name: string, limits: OutboxLimits) {
     this.store = store;
     this.name = name;
     this.limits = limits;
@@ -311,8 +310,7 @@ export class LmdbOutbox implements Outbox {
 
   /** Registers this outbox in the batch and keeps its counters for a rollback. */
   private touch(b: Batch): void {
-    if (b.outboxes.has(this)) return;
-    b.outboxes.add(this);
+    if (!b.join(this)) return;
     this.snapshot = {
       lastSeq: this.lastSeq,
       messages: this.messages,

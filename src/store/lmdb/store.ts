@@ -37,7 +37,7 @@ import type { Logger } from '../../util/logger.js';
 import { ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
 import type { Outbox, OutboxLimits, Store } from '../types.js';
-import { Batch, type Op } from './batch.js';
+import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type OutboxMeta } from './outbox.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
@@ -80,12 +80,6 @@ export interface LmdbStoreOptions {
   readonly log: Logger;
 }
 
-/** A record whose value did not check out, under its database and key. */
-export interface DamagedRecord {
-  readonly db: Database<any, any>;
-  readonly key: Buffer;
-}
-
 /** The data directory's lock file (open.ts), released when the store closes. */
 export interface StoreLock {
   release(): void;
@@ -96,24 +90,19 @@ interface LmdbBatcher {
   batch(action: () => void): Promise<unknown>;
 }
 
-export class LmdbStoreImpl implements Store {
+export class LmdbStore implements Store, StoreWriter {
   readonly retained: LmdbRetainedStore;
   readonly sessions: LmdbSessionStore;
   readonly env: RootDatabase;
   readonly meta: Database<unknown, string>;
   readonly outboxDb: Database<Buffer, Buffer>;
   readonly retainedDb: Database<Buffer, Buffer>;
-  /** Session records and subscriptions: checksummed JSON (codec.ts encodeJsonValue). */
   readonly sessionDb: Database<Buffer, Buffer>;
   readonly subscriptionDb: Database<Buffer, Buffer>;
   readonly queueDb: Database<Buffer, Buffer>;
-  /** Incoming QoS 2 packet ids awaiting PUBREL, keyed like the queue (owner prefix + id). */
   readonly releaseDb: Database<Buffer, Buffer>;
-  /** Delayed wills waiting out their delay, keyed by client id (stamped with their due time). */
   readonly willDb: Database<Buffer, Buffer>;
-  /** Outbox entries the central broker has received (QoS 2 PUBREC), keyed like the outbox. */
   readonly outboxReleasedDb: Database<Buffer, Buffer>;
-  /** Outbox entries removed out of order, above their outbox's floor (see outbox-chunk.ts), keyed like the outbox. */
   readonly outboxRemovedDb: Database<Buffer, Buffer>;
   readonly durable = true;
   readonly log: Logger;
@@ -442,9 +431,7 @@ export class LmdbStoreImpl implements Store {
       }
     }
     try {
-      for (const box of b.outboxes) box.finishBatch(b);
-      this.sessions.finishBatch(b);
-      if (b.sessionSeqBefore !== undefined) this.put(b, this.meta, 'sessionSeq', this.sessions.lastSeq);
+      for (const member of b.members) member.finishBatch(b);
     } catch (err) {
       // Queueing a counter write fails only if the environment is broken; the commit then fails as well and
       // rejects the batch. Logged here because it is the first sign.
@@ -456,7 +443,7 @@ export class LmdbStoreImpl implements Store {
     this.pageBytes.reservedSince += b.reservedBytes;
     if (b.reservations > 0 && !b.storeFull) this.endFull();
     else if (b.deletes && this.full?.cause === 'disk') this.full.retryAtMs = 0; // freed pages: the next batch may try
-    for (const box of b.outboxes) box.committed();
+    for (const member of b.members) member.committed();
     if (this.commitFailing) {
       this.commitFailing = false;
       this.log.info('store writes succeed again');
@@ -483,9 +470,7 @@ export class LmdbStoreImpl implements Store {
         cause: err,
       });
     }
-    for (const box of b.outboxes) box.rollback();
-    if (b.sessionSeqBefore !== undefined) this.sessions.lastSeq = b.sessionSeqBefore;
-    if (b.retainedCountBefore !== undefined) this.retained.setCount(b.retainedCountBefore);
+    for (const member of b.members) member.rollback();
     this.inFlight = undefined;
     if (this.queue.length > 0) this.scheduleIssue();
     return failure;
