@@ -25,7 +25,7 @@ import {
   type Store,
   type SubscriptionRecord,
 } from './types.js';
-import { steadyNowMs } from '../util/clock.js';
+import { SteadyClock } from '../util/clock.js';
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
@@ -45,7 +45,12 @@ class MemoryOutbox implements Outbox {
   private readonly dropped = emptyDropped();
   private readonly isClosed: () => boolean;
 
-  constructor(name: string, limits: OutboxLimits, isClosed: () => boolean) {
+  constructor(
+    name: string,
+    limits: OutboxLimits,
+    isClosed: () => boolean,
+    private readonly clock: SteadyClock,
+  ) {
     this.name = name;
     this.limits = limits;
     this.isClosed = isClosed;
@@ -65,7 +70,7 @@ class MemoryOutbox implements Outbox {
       if (overflow === 'reject-new') return Promise.reject(queueFullError(this.name, this.limits, bytes));
       while (overLimit() && this.dropHead()) this.dropped.queue_full++;
     }
-    this.entries.push({ seq: ++this.lastSeq, msg, appendedAtMs: steadyNowMs(), bytes });
+    this.entries.push({ seq: ++this.lastSeq, msg, appendedAtMs: this.clock.nowMs(), bytes });
     this.messages++;
     this.bytes += bytes;
     return RESOLVED;
@@ -103,7 +108,7 @@ class MemoryOutbox implements Outbox {
     return RESOLVED;
   }
 
-  expire(nowMs: number = steadyNowMs()): Promise<number> {
+  expire(nowMs: number = this.clock.nowMs()): Promise<number> {
     if (this.isClosed()) return Promise.reject(closedError());
     if (!isLimited(this.limits.maxAgeS)) return Promise.resolve(0);
     const cutoffMs = nowMs - this.limits.maxAgeS * 1000;
@@ -358,7 +363,7 @@ class MemoryStore implements Store {
   private readonly outboxes = new Map<string, MemoryOutbox>();
   private closed = false;
 
-  constructor() {
+  constructor(readonly clock: SteadyClock) {
     const isClosed = (): boolean => this.closed;
     this.retained = new MemoryRetainedStore(isClosed);
     this.sessions = new MemorySessionStore(isClosed);
@@ -367,7 +372,7 @@ class MemoryStore implements Store {
   outbox(name: string, limits: OutboxLimits): Outbox {
     let box = this.outboxes.get(name);
     if (box === undefined) {
-      box = new MemoryOutbox(name, limits, () => this.closed);
+      box = new MemoryOutbox(name, limits, () => this.closed, this.clock);
       this.outboxes.set(name, box);
     } else {
       box.limits = limits; // a config reload may change limits; content stays
@@ -395,6 +400,6 @@ class MemoryStore implements Store {
   }
 }
 
-export function createMemoryStore(): Store {
-  return new MemoryStore();
+export function createMemoryStore(clock = new SteadyClock()): Store {
+  return new MemoryStore(clock);
 }

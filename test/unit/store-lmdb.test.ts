@@ -13,6 +13,7 @@ import { outboxMetaKey, type OutboxMeta } from '../../src/store/lmdb/outbox.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
+import { SteadyClock } from '../../src/util/clock.js';
 import { silentLogger, type Logger } from '../../src/util/logger.js';
 
 const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' };
@@ -125,7 +126,7 @@ describe('LMDB store', () => {
     let store = await openStore(dir);
     const impl = store as unknown as LmdbStore;
     const prefix = ownerPrefix('central');
-    const values = [2, 4, 5].map((seq) => [seq, encodeStampedValue(small(seq), 1000 + seq)] as const);
+    const values = [2, 4, 5].map((seq) => [seq, encodeStampedValue(small(seq), 1000 + seq, impl.clock)] as const);
     for (const [seq, value] of values) impl.outboxDb.putSync(seqKey(prefix, seq), value);
     const bytes = values.reduce((sum, [, v]) => sum + v.length, 0);
     const meta: OutboxMeta = { lastSeq: 5, messages: 3, bytes, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } };
@@ -219,6 +220,22 @@ describe('LMDB store', () => {
     expect(rec.subscriptions.map((s) => s.filter)).toEqual(['cfg/#']);
     expect(rec.queue.map((q) => [q.seq, q.msg.payload[0]])).toEqual([[seq, 7]]);
     expect(await store.sessions.enqueue('hmi', small(8))).toBeGreaterThan(seq);
+  });
+
+  it("sets the base of the gateway's clock from the one it recorded, and only that clock's", async () => {
+    const dir = tempDir();
+    const first = new SteadyClock();
+    let store = await openStore(dir, { clock: first });
+    expect(store.clock).toBe(first);
+    const recorded = first.record()!;
+    await closeStore(store);
+    // A clock made later starts at the system clock; the store puts it on the recorded timeline (same boot: exactly).
+    const second = new SteadyClock();
+    const bystander = new SteadyClock();
+    store = await openStore(dir, { clock: second });
+    expect(second.record()!.baseMs).toBe(recorded.baseMs);
+    expect(bystander.record()).toBeUndefined(); // no store adopted into it: nothing to record
+    await closeStore(store);
   });
 
   it('keeps a message expiry deadline on the wall clock, so time spent down counts', async () => {

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { open, type RootDatabase } from 'lmdb';
 import { asError, StoreError } from '../../util/errors.js';
 import type { Store } from '../types.js';
-import { adoptClockBase, currentBootId } from '../../util/clock.js';
+import { currentBootId } from '../../util/clock.js';
 import { LmdbStore, type LmdbStoreOptions, type StoreLock } from './store.js';
 import { verifyInChild } from './verify.js';
 
@@ -242,7 +242,7 @@ export async function openLmdbStore(
       }
     }
     // The steady clock goes on from the timeline the store recorded, so stored times keep their ages (util/clock.ts).
-    adoptClockBase(store.meta.get('clock'));
+    store.clock.adopt(store.meta.get('clock'));
     await store.keepClockRecord();
     log.info({ sync: opts.sync, maxBytes: opts.maxBytes }, 'store open');
     return store;

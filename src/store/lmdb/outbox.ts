@@ -8,7 +8,6 @@ import { asError, StoreError } from '../../util/errors.js';
 import { CorruptValueError, encodeStampedValue, keySeq, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
 import { closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
-import { steadyNowMs } from '../../util/clock.js';
 import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk } from './outbox-chunk.js';
 import { DelayedFlush, type Batch, type BatchMember, type StoreWriter } from './writer.js';
 
@@ -134,7 +133,7 @@ export class LmdbOutbox implements Outbox, BatchMember {
   append(msg: Message): Promise<void> {
     let value: Buffer;
     try {
-      value = encodeStampedValue(msg, steadyNowMs());
+      value = encodeStampedValue(msg, this.store.clock.nowMs(), this.store.clock);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
@@ -262,7 +261,7 @@ export class LmdbOutbox implements Outbox, BatchMember {
     return bytes;
   }
 
-  expire(nowMs: number = steadyNowMs()): Promise<number> {
+  expire(nowMs: number = this.store.clock.nowMs()): Promise<number> {
     const maxAgeS = this.limits.maxAgeS;
     if (this.store.isClosing) return Promise.reject(closedError());
     const cutoffMs = nowMs - maxAgeS * 1000;
@@ -415,7 +414,7 @@ export class LmdbOutbox implements Outbox, BatchMember {
     if (cached !== undefined) return cached;
     const value = this.db.get(key);
     if (value === undefined) throw new StoreError('EF_STORE_OPEN', `outbox "${this.name}": a chunk vanished while read`);
-    const chunk = new Chunk(key, this.prefix.length, value);
+    const chunk = new Chunk(key, this.prefix.length, value, this.store.clock);
     this.chunks.set(chunk.start, chunk);
     if (this.chunks.size > CACHED_CHUNKS) this.chunks.delete(this.chunks.keys().next().value as number);
     return chunk;

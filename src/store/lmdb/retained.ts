@@ -24,7 +24,7 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
     const damaged: DamagedRecord[] = [];
     for (const { key, value } of this.store.retainedDb.getRange({ snapshot: false })) {
       try {
-        out.push(decodePlainValue(value));
+        out.push(decodePlainValue(value, this.store.clock));
       } catch (err) {
         if (!(err instanceof CorruptValueError)) throw err;
         damaged.push({ db: this.store.retainedDb, key });
@@ -47,7 +47,7 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
     let value: Buffer | undefined;
     if (msg.payload.length > 0) {
       try {
-        value = encodePlainValue(msg);
+        value = encodePlainValue(msg, this.store.clock);
       } catch (err) {
         return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
       }

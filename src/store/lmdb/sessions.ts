@@ -107,7 +107,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     const damaged = new Damaged(this.store, 'queued messages');
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
       // A message of the tail is decoded only for its payload size: nothing of it stays in memory.
-      const decoded = damaged.check(queueDb, key, value, decodeQueuedValue);
+      const decoded = damaged.check(queueDb, key, value, (v) => decodeQueuedValue(v, this.store.clock));
       if (decoded === undefined) continue;
       const record = { seq: keySeq(key), ...decoded };
       const { queue } = get(keyOwner(key));
@@ -116,7 +116,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     damaged.report();
     const damagedWills = new Damaged(this.store, 'delayed wills');
     for (const { key, value } of willDb.getRange({ snapshot: false })) {
-      const will = damagedWills.check(willDb, key, value, decodeStampedValue);
+      const will = damagedWills.check(willDb, key, value, (v) => decodeStampedValue(v, this.store.clock));
       if (will !== undefined) get(key.toString('utf8')).will = { msg: will.msg, dueAtMs: will.stampMs };
     }
     damagedWills.report();
@@ -147,7 +147,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     let bytes = 0;
     let lastSeq: number | undefined;
     for (const { key, value } of range) {
-      const decoded = damaged.check(queueDb, key, value, decodeQueuedValue);
+      const decoded = damaged.check(queueDb, key, value, (v) => decodeQueuedValue(v, this.store.clock));
       if (decoded === undefined) {
         lastSeq = keySeq(key);
         continue;
@@ -208,7 +208,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     let value: Buffer;
     let prefix: Buffer;
     try {
-      value = encodePlainValue(msg);
+      value = encodePlainValue(msg, this.store.clock);
       prefix = this.prefixOf(clientId);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
@@ -242,7 +242,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   putWill(clientId: string, will: PendingWill): Promise<void> {
     let value: Buffer;
     try {
-      value = encodeStampedValue(will.msg, will.dueAtMs);
+      value = encodeStampedValue(will.msg, will.dueAtMs, this.store.clock);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store will: ${asError(err).message}`, { cause: err }));
     }
@@ -261,7 +261,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     let value: Buffer;
     let key: Buffer;
     try {
-      value = encodeQueuedValue(msg, flight);
+      value = encodeQueuedValue(msg, this.store.clock, flight);
       key = seqKey(this.prefixOf(clientId), seq);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));

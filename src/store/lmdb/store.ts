@@ -41,7 +41,7 @@ import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.j
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type OutboxMeta } from './outbox.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
-import { clockRecord } from '../../util/clock.js';
+import { SteadyClock } from '../../util/clock.js';
 import { commitCause, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
 import type { VerifyMode } from './verify.js';
 
@@ -77,6 +77,11 @@ export interface LmdbStoreOptions {
   readonly maxBytes: number;
   /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see verify.ts); default off. */
   readonly verify?: VerifyMode;
+  /**
+   * The gateway's clock, whose base the store sets from its record (`SteadyClock.adopt`); a store opened on its
+   * own (the store commands, tests) gets one of its own.
+   */
+  readonly clock?: SteadyClock;
   readonly log: Logger;
 }
 
@@ -105,6 +110,7 @@ export class LmdbStore implements Store, StoreWriter {
   readonly outboxReleasedDb: Database<Buffer, Buffer>;
   readonly outboxRemovedDb: Database<Buffer, Buffer>;
   readonly durable = true;
+  readonly clock: SteadyClock;
   readonly log: Logger;
   readonly path: string;
   readonly maxKeyBytes: number;
@@ -129,6 +135,7 @@ export class LmdbStore implements Store, StoreWriter {
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
     this.env = env;
+    this.clock = opts.clock ?? new SteadyClock();
     this.log = log;
     this.path = opts.path;
     this.lock = lock;
@@ -501,7 +508,7 @@ export class LmdbStore implements Store, StoreWriter {
    * the next boot knows how far this timeline got. Settles when the first write is durable.
    */
   async keepClockRecord(): Promise<void> {
-    if (clockRecord() === undefined) return; // no boot ids here: nothing to record
+    if (this.clock.record() === undefined) return; // no boot ids here: nothing to record
     await this.recordClock();
     this.clockTimer ??= setInterval(() => {
       this.recordClock().catch((err: unknown) => this.log.warn({ err }, 'clock record not stored'));
@@ -511,7 +518,7 @@ export class LmdbStore implements Store, StoreWriter {
 
   private recordClock(): Promise<void> {
     return this.schedule((b) => {
-      const record = clockRecord();
+      const record = this.clock.record();
       if (record !== undefined) this.put(b, this.meta, 'clock', record);
     });
   }

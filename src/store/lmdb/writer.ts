@@ -4,6 +4,7 @@
  * collects deletes after acknowledgements into one batch every few ms. The entities never import store.ts.
  */
 import type { Database } from 'lmdb';
+import type { SteadyClock } from '../../util/clock.js';
 import type { Logger } from '../../util/logger.js';
 
 /** How long deletes after acknowledgements are collected before they are committed (see DelayedFlush). */
@@ -85,6 +86,8 @@ export interface StoreDatabases {
 /** What the entities write through: operations queued into batches, writes inside them, the byte budget. */
 export interface StoreWriter extends StoreDatabases {
   readonly log: Logger;
+  /** Stamps append times and converts message expiry for storage (codec.ts). */
+  readonly clock: SteadyClock;
   readonly maxKeyBytes: number;
   /** Closing: new operations are refused. */
   readonly isClosing: boolean;
