@@ -12,7 +12,7 @@ import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import type { Session } from '../broker/session.js';
+import type { Delivery, Session } from '../broker/session.js';
 import type { ClientConnection, ConnectionState, PendingAck, ServerContext, Will } from './context.js';
 import type { PendingConnections } from './pending.js';
 import type { Transport } from './transport.js';
@@ -136,7 +136,16 @@ export class Connection implements ClientConnection, FrameHandler {
     return false;
   }
 
-  sendPublish(
+  sendQoS0(msg: Message, retain: boolean, subscriptionIds: readonly number[] | undefined, encodings: PublishEncodings | undefined): boolean {
+    return this.writePublish(msg, 0, retain, false, 0, subscriptionIds, encodings);
+  }
+
+  sendPublish(d: Delivery, packetId: number, dup: boolean, encodings: PublishEncodings | undefined): boolean {
+    return this.writePublish(d.msg, d.qos, d.retain, dup, packetId, d.subscriptionIds, encodings);
+  }
+
+  /** Encodes (or takes the shared encoding of) one PUBLISH and queues it; false when not sent. */
+  private writePublish(
     msg: Message,
     qos: QoS,
     retain: boolean,

@@ -76,7 +76,8 @@ function attachClient(session: Session): { numbers: number[]; ids: (readonly num
     certificateIdentity: undefined,
     receiveMaximum: 65_535,
     canTakeQoS0: () => true,
-    sendPublish(msg, qos, _retain, _dup, packetId, subscriptionIds) {
+    sendQoS0: () => true,
+    sendPublish({ msg, qos, subscriptionIds }, packetId) {
       got.numbers.push(msg.payload.readUInt32BE(0));
       got.ids.push(subscriptionIds);
       setImmediate(() => {
