@@ -10,7 +10,7 @@
  */
 import { parseArgs } from 'node:util';
 import { createMessage } from '../src/protocol/message.js';
-import { openLmdbStore } from '../src/store/lmdb.js';
+import { openLmdbStore } from '../src/store/lmdb/open.js';
 import type { Store } from '../src/store/types.js';
 import { silentLogger } from '../src/util/logger.js';
 import { parseOrExit, positiveInt, runMain, scratchDir } from './harness.js';

@@ -149,13 +149,13 @@ async function storeCommand(argv: string[]): Promise<number> {
   const config = loadConfigOrReport(takeConfigOption(argv));
   if (config === undefined) return EXIT_CONFIG;
   const { path: storePath, sync, maxBytes } = config.storage;
-  const { openLmdbStore } = await import('./store/lmdb.js'); // the native module only when needed
+  const { openLmdbStore } = await import('./store/lmdb/open.js'); // the native module only when needed
   return runStoreCommand(argv, {
     // Never creates a store: a typo in storage.path must not leave an empty one behind.
     open: async () => (existsSync(storePath) ? openLmdbStore({ path: storePath, sync, maxBytes, log: silentLogger }) : undefined),
     salvage: async () => {
       if (!existsSync(resolve(storePath, 'data.mdb'))) return undefined;
-      const { acquireLock, SCHEMA_VERSION } = await import('./store/lmdb.js');
+      const { acquireLock, SCHEMA_VERSION } = await import('./store/lmdb/open.js');
       const { salvageStore } = await import('./store/lmdb/salvage.js');
       const lock = acquireLock(resolve(storePath)); // refused while edgeferry runs on it
       try {

@@ -23,7 +23,7 @@ import { PasswordFile } from './broker/password-file.js';
 import { ConfigError } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/log.js';
-import { openLmdbStore } from './store/lmdb.js';
+import { openLmdbStore } from './store/lmdb/open.js';
 import { deadLetterOutbox, type Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
 import { createConnectorRegistry } from '../connectors/index.js';
@@ -33,7 +33,7 @@ import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { EdgeNode } from './sparkplug/edge-node.js';
 import type { UplinkControl } from './sparkplug/edge-node.js';
 import { topicMatches } from './protocol/topics.js';
-import { watchClockSteps } from './util/clock.js';
+import { SteadyClock, watchClockSteps } from './util/clock.js';
 
 export interface Gateway {
   readonly listeners: readonly BoundListener[];
@@ -53,12 +53,15 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   // Auth files first: a bad password or ACL file stops the start before anything binds.
   const stats = new BrokerStats();
   let auth = createAuth(config, audit, stats);
+  // One steady timeline for everything that stores times or compares with stored ones; the store sets its base.
+  const clock = new SteadyClock();
   // The store names itself in its log lines (mod: store, path).
   const store: Store = await openLmdbStore({
     path: config.storage.path,
     sync: config.storage.sync,
     maxBytes: config.storage.maxBytes,
     verify: config.storage.verifyOnStart,
+    clock,
     log,
   });
   const broker = new Broker({
@@ -168,7 +171,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     log.info({ host: config.metrics.host, port }, 'metrics endpoint listening');
   }
 
-  const stopClockWatch = watchClockSteps((stepMs) =>
+  const stopClockWatch = watchClockSteps(clock, (stepMs) =>
     log.warn(
       { stepS: Math.round(stepMs / 1000), now: new Date().toISOString() },
       'the system clock stepped; ages, expiry and will delays keep counting real time',

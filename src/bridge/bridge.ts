@@ -27,7 +27,6 @@ import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
 import { outboxPacketId, Uplink } from './uplink.js';
 import type { InboundPublish, PublishFlow, PublishResult, UplinkSession } from './uplink.js';
-import { steadyNowMs } from '../util/clock.js';
 
 export type UplinkStatus =
   | { type: 'connecting'; attempt: number }
@@ -238,7 +237,7 @@ export class Bridge {
       backlogMessages: depth.messages,
       backlogBytes: depth.bytes,
       deadLetterMessages: this.deadLetter?.depth.messages ?? 0,
-      oldestAgeS: depth.oldestAppendedAtMs === undefined ? 0 : Math.max(0, (steadyNowMs() - depth.oldestAppendedAtMs) / 1000),
+      oldestAgeS: depth.oldestAppendedAtMs === undefined ? 0 : Math.max(0, (this.broker.clock.nowMs() - depth.oldestAppendedAtMs) / 1000),
       inflight: this.inflight.size,
       sent: this.counters.sent,
       resent: this.counters.resent,
@@ -411,7 +410,7 @@ export class Bridge {
   private onOnline(session: UplinkSession): void {
     if (!this.running) return;
     this.session = session;
-    this.sessionStartMs = steadyNowMs();
+    this.sessionStartMs = this.broker.clock.nowMs();
     if (this.everOnline) this.counters.reconnects++;
     this.everOnline = true;
     if (!session.sessionPresent) this.resending.clear();

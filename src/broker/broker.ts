@@ -17,7 +17,7 @@ import type { ClientInfo } from './auth.js';
 import { TopicTree } from './topic-tree.js';
 import type { Subscriber } from './topic-tree.js';
 import { WillScheduler } from './wills.js';
-import { steadyNowMs } from '../util/clock.js';
+import type { SteadyClock } from '../util/clock.js';
 
 export interface SubscribeOptions {
   qos: QoS;
@@ -35,7 +35,8 @@ export type Deliver = (msg: Message) => void | Promise<void>;
 
 /** Plain counters, read by `$SYS` and the metrics endpoint on demand. */
 export class BrokerStats {
-  readonly startedAtMs = steadyNowMs();
+  /** `performance.now()` at start, for the uptime. */
+  readonly startedAtMs = performance.now();
   clientsConnected = 0;
   clientsMaximum = 0;
   connectionsTotal = 0;
@@ -72,6 +73,8 @@ export class Broker {
   readonly sessions = new Map<string, Session>();
   readonly retained: RetainedIndex;
   readonly wills: WillScheduler;
+  /** The store's steady timeline (util/clock.ts): session disconnect times, will due times. */
+  readonly clock: SteadyClock;
   private readonly tree = new TopicTree();
   private readonly expiryTimers = new Map<string, NodeJS.Timeout>();
   private readonly sessionEvents: SessionEvents;
@@ -90,10 +93,12 @@ export class Broker {
     this.stats = options.stats ?? new BrokerStats();
     this.memoryWindow = options.store.durable ? memoryWindow(options.limits) : undefined;
     this.log = options.log;
+    this.clock = options.store.clock;
     this.retained = new RetainedIndex(options.store.retained);
     this.wills = new WillScheduler(
       (msg) => this.publishWill(msg),
       (err, clientId) => this.sessionEvents.storeFailed(err, clientId),
+      this.clock,
     );
     this.sessionEvents = {
       dropped: (reason) => {
@@ -337,7 +342,7 @@ export class Broker {
     const sessions = this.options.store.sessions;
     let restored = 0;
     for (const record of sessions.loadAll(this.memoryWindow)) {
-      const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (steadyNowMs() - record.disconnectedAtMs) / 1000);
+      const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (this.clock.nowMs() - record.disconnectedAtMs) / 1000);
       const leftS = record.expiryIntervalS === NEVER_EXPIRES ? NEVER_EXPIRES : record.expiryIntervalS - downS;
       // A session that ended while the gateway was down takes its will along: due now [MQTT-3.1.3-9].
       if (record.will) {
@@ -380,7 +385,7 @@ export class Broker {
     if (this.sessions.get(session.id) !== session) return;
     const expiryS = session.expiryIntervalS;
     if (expiryS === 0) return this.endSession(session);
-    this.persistSession(session, steadyNowMs());
+    this.persistSession(session, this.clock.nowMs());
     this.scheduleExpiry(session, expiryS);
   }
 

@@ -22,21 +22,18 @@ export interface ClientLink {
   readonly receiveMaximum: number;
   /** False while the connection's write buffer is over its limit: QoS 0 is then dropped for this client. */
   canTakeQoS0(): boolean;
-  /** Sends a PUBLISH; returns false if it could not be sent at all (too large for the client). */
-  sendPublish(
-    msg: Message,
-    qos: QoS,
-    retain: boolean,
-    dup: boolean,
-    packetId: number,
-    subscriptionIds: readonly number[] | undefined,
-    encodings: PublishEncodings | undefined,
-  ): boolean;
+  /**
+   * Sends a QoS 0 PUBLISH. Nothing of it is kept, so it has no `Delivery` record (one per message and
+   * subscriber would be an allocation on the hottest path). False if it could not be sent (too large for the client).
+   */
+  sendQoS0(msg: Message, retain: boolean, subscriptionIds: readonly number[] | undefined, encodings: PublishEncodings | undefined): boolean;
+  /** Sends the PUBLISH of a QoS 1/2 delivery under `packetId` (`dup` when resent); false if it could not be sent. */
+  sendPublish(d: Delivery, packetId: number, dup: boolean, encodings: PublishEncodings | undefined): boolean;
   sendPubrel(packetId: number): void;
 }
 
 /** One message on its way to this session: queued, then in flight until acknowledged. */
-interface Delivery {
+export interface Delivery {
   readonly msg: Message;
   readonly qos: QoS;
   readonly retain: boolean;
@@ -233,7 +230,7 @@ export class Session implements Subscriber {
       // QoS 0 is not queued for offline clients (Mosquitto's default) and is the first thing shed by a slow one.
       if (!link) return;
       if (!link.canTakeQoS0()) return this.events.dropped('slow_client', msg);
-      if (link.sendPublish(msg, 0, retain, false, 0, subscriptionIds, encodings)) this.events.sent(0);
+      if (link.sendQoS0(msg, retain, subscriptionIds, encodings)) this.events.sent(0);
       else this.events.dropped('too_large', msg);
       return;
     }
@@ -295,7 +292,7 @@ export class Session implements Subscriber {
       }
       const dropped = isExpired(f.msg) ? 'expired' : this.mayRead(f.msg.topic) ? undefined : 'not_authorized';
       if (dropped === undefined) {
-        link.sendPublish(f.msg, f.qos, f.retain, true, packetId, f.subscriptionIds, undefined);
+        link.sendPublish(f, packetId, true, undefined);
         continue;
       }
       this.inflight.delete(packetId);
@@ -527,7 +524,7 @@ export class Session implements Subscriber {
 
   private sendNew(link: ClientLink, d: Delivery, encodings: PublishEncodings | undefined): void {
     const packetId = this.allocatePacketId();
-    if (!link.sendPublish(d.msg, d.qos, d.retain, false, packetId, d.subscriptionIds, encodings)) {
+    if (!link.sendPublish(d, packetId, false, encodings)) {
       // Too large for this client: not sent, and not kept [MQTT-3.1.2-25].
       this.forget(d);
       this.events.dropped('too_large', d.msg);

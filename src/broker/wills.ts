@@ -6,7 +6,7 @@
  */
 import type { Message } from '../protocol/message.js';
 import type { PendingWill, SessionStore } from '../store/types.js';
-import { steadyNowMs } from '../util/clock.js';
+import type { SteadyClock } from '../util/clock.js';
 
 interface Pending {
   readonly msg: Message;
@@ -23,6 +23,8 @@ export class WillScheduler {
     /** Routes the will; resolves once it is durable wherever it had to go. */
     private readonly publish: (msg: Message) => Promise<unknown> | undefined,
     private readonly storeFailed: (err: unknown, clientId: string) => void,
+    /** The store's timeline: due times are stored, so a restart resumes them. */
+    private readonly clock: SteadyClock,
   ) {}
 
   get size(): number {
@@ -39,7 +41,7 @@ export class WillScheduler {
       this.publish(msg);
       return;
     }
-    const dueAtMs = steadyNowMs() + delayS * 1000;
+    const dueAtMs = this.clock.nowMs() + delayS * 1000;
     store?.putWill(clientId, { msg, dueAtMs }).catch((err: unknown) => this.storeFailed(err, clientId));
     this.arm(clientId, { msg, dueAtMs, store, timer: undefined });
   }
@@ -85,9 +87,9 @@ export class WillScheduler {
   }
 
   private arm(clientId: string, p: Pending): void {
-    const delayMs = Math.max(0, p.dueAtMs - steadyNowMs());
+    const delayMs = Math.max(0, p.dueAtMs - this.clock.nowMs());
     // Timers stop at 2^31-1 ms (24.8 days); a longer delay is re-armed when that one ends.
-    p.timer = setTimeout(() => (steadyNowMs() >= p.dueAtMs ? this.fire(clientId) : this.arm(clientId, p)), Math.min(delayMs, 2 ** 31 - 1));
+    p.timer = setTimeout(() => (this.clock.nowMs() >= p.dueAtMs ? this.fire(clientId) : this.arm(clientId, p)), Math.min(delayMs, 2 ** 31 - 1));
     p.timer.unref();
     this.pending.set(clientId, p);
   }

@@ -3,7 +3,6 @@
  * existing dashboards and mosquitto-exporter work unchanged. Values that did not change are not re-published.
  */
 import type { BrokerStats } from '../broker/broker.js';
-import { steadyNowMs } from '../util/clock.js';
 
 export interface SysSource {
   readonly stats: BrokerStats;
@@ -42,7 +41,7 @@ export class SysTopics {
     const dropped = Object.values(s.dropped).reduce((a, b) => a + b, 0);
     const values: [string, string | number][] = [
       ['version', `edgeferry version ${this.source.version}`],
-      ['uptime', `${Math.floor((steadyNowMs() - s.startedAtMs) / 1000)} seconds`],
+      ['uptime', `${Math.floor((performance.now() - s.startedAtMs) / 1000)} seconds`],
       ['clients/connected', s.clientsConnected],
       ['clients/active', s.clientsConnected],
       ['clients/maximum', s.clientsMaximum],

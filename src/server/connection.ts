@@ -12,23 +12,29 @@ import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import type { ClientLink, Session } from '../broker/session.js';
-import type { ListenerPolicy, ServerContext } from './context.js';
+import type { Delivery, Session } from '../broker/session.js';
+import type { ClientConnection, ConnectionState, PendingAck, ServerContext, Will } from './context.js';
+import type { PendingConnections } from './pending.js';
 import type { Transport } from './transport.js';
-import { handleConnect, refuse as refuseConnect } from './handlers/connect.js';
-import { handlePublish, handlePubrel, type PendingAck } from './handlers/publish.js';
-import { handlePuback, handlePubrec, handlePubcomp } from './handlers/acks.js';
-import { handleSubscribe } from './handlers/subscribe.js';
-import { handleUnsubscribe } from './handlers/unsubscribe.js';
-import { handlePingreq } from './handlers/ping.js';
-import { handleDisconnect } from './handlers/disconnect.js';
-import { handleAuth } from './handlers/auth.js';
+import type { WriteFlusher } from './write-flusher.js';
+import { handlePacket, refuseConnect } from './handlers/index.js';
 
-type State = 'awaiting-connect' | 'authenticating' | 'connected' | 'closed';
+/** What connections share beyond what their handlers see: the write flusher and the server's registries (listeners.ts). */
+export interface ConnectionContext extends ServerContext {
+  readonly flusher: WriteFlusher;
+  /** Every open connection, connected or not yet. */
+  readonly connections: Set<Connection>;
+  readonly clients: Map<string, Connection>;
+}
 
-export interface Will {
-  readonly msg: Message;
-  readonly delayS: number;
+/** What a connection needs to know of its listener; one object per listener, shared by its connections. */
+export interface ListenerPolicy {
+  readonly allowAnonymous: boolean;
+  readonly identityIsUsername: boolean;
+  /** Open connections of this listener (for its own maxConnections). */
+  connections: number;
+  /** Those that have not completed CONNECT yet (maxPendingConnections, maxPendingPerAddress). */
+  readonly pending: PendingConnections<Connection>;
 }
 
 const PACKET_CONNECT = 1;
@@ -44,8 +50,8 @@ const PACKET_PUBCOMP = 7;
 const ROUTE_WORK_PER_TURN = 100_000;
 const NO_BYTES = Buffer.alloc(0);
 
-export class Connection implements ClientLink, FrameHandler {
-  state: State = 'awaiting-connect';
+export class Connection implements ClientConnection, FrameHandler {
+  state: ConnectionState = 'awaiting-connect';
   version: ProtocolVersion = 4;
   clientId = '';
   username: string | undefined;
@@ -92,7 +98,7 @@ export class Connection implements ClientLink, FrameHandler {
 
   constructor(
     readonly transport: Transport,
-    readonly ctx: ServerContext,
+    readonly ctx: ConnectionContext,
     /** The listener the client came in on: its anonymous rule, mTLS identity rule and connection count. */
     readonly listener: ListenerPolicy,
   ) {
@@ -130,7 +136,16 @@ export class Connection implements ClientLink, FrameHandler {
     return false;
   }
 
-  sendPublish(
+  sendQoS0(msg: Message, retain: boolean, subscriptionIds: readonly number[] | undefined, encodings: PublishEncodings | undefined): boolean {
+    return this.writePublish(msg, 0, retain, false, 0, subscriptionIds, encodings);
+  }
+
+  sendPublish(d: Delivery, packetId: number, dup: boolean, encodings: PublishEncodings | undefined): boolean {
+    return this.writePublish(d.msg, d.qos, d.retain, dup, packetId, d.subscriptionIds, encodings);
+  }
+
+  /** Encodes (or takes the shared encoding of) one PUBLISH and queues it; false when not sent. */
+  private writePublish(
     msg: Message,
     qos: QoS,
     retain: boolean,
@@ -316,40 +331,7 @@ export class Connection implements ClientLink, FrameHandler {
       return;
     }
     try {
-      if (this.state === 'awaiting-connect') {
-        if (packet.cmd !== 'connect') throw new ProtocolError(Reason.ProtocolError, `first packet is ${packet.cmd}, not CONNECT`);
-        handleConnect(this, packet);
-        return;
-      }
-      // mqtt-packet yields -1 instead of failing when the packet ends inside its packet identifier.
-      if (packet.messageId !== undefined && packet.messageId < 0) throw new ProtocolError(Reason.MalformedPacket, 'packet identifier cut short');
-      switch (packet.cmd) {
-        case 'publish':
-          return handlePublish(this, packet);
-        case 'puback':
-          return handlePuback(this, packet);
-        case 'pubrec':
-          return handlePubrec(this, packet);
-        case 'pubrel':
-          return handlePubrel(this, packet);
-        case 'pubcomp':
-          return handlePubcomp(this, packet);
-        case 'subscribe':
-          return handleSubscribe(this, packet);
-        case 'unsubscribe':
-          return handleUnsubscribe(this, packet);
-        case 'pingreq':
-          return handlePingreq(this);
-        case 'disconnect':
-          return handleDisconnect(this, packet);
-        case 'auth':
-          return handleAuth(this, packet);
-        case 'connect':
-          throw new ProtocolError(Reason.ProtocolError, 'second CONNECT on a connection [MQTT-3.1.0-2]');
-        default:
-          // CONNACK, SUBACK, UNSUBACK, PINGRESP are server-to-client only.
-          throw new ProtocolError(Reason.ProtocolError, `a client may not send ${packet.cmd}`);
-      }
+      handlePacket(this, packet);
     } catch (err) {
       this.protocolFailure(err);
     }

@@ -14,10 +14,10 @@ import type { AuthHooks } from '../broker/auth.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import { Connection } from './connection.js';
+import { Connection, type ConnectionContext, type ListenerPolicy } from './connection.js';
 import { PendingConnections } from './pending.js';
-import { WriteFlusher } from './context.js';
-import type { ListenerPolicy, ServerContext, ServerLimits } from './context.js';
+import { WriteFlusher } from './write-flusher.js';
+import type { ServerLimits } from './context.js';
 import { SocketTransport, webSocketTransport } from './transport.js';
 import type { Transport } from './transport.js';
 
@@ -59,7 +59,7 @@ const TIMER_INTERVAL_MS = 500;
 const REFUSAL_LOG_INTERVAL_MS = 60_000;
 
 export class MqttServer {
-  private readonly ctx: ServerContext;
+  private readonly ctx: ConnectionContext;
   private readonly running: Running[] = [];
   private timer: NodeJS.Timeout | undefined;
 

@@ -33,7 +33,6 @@ import { asHistorical, decodePayload, encodePayload, readTimestamp, withBdSeq, w
 import type { SparkplugConfig } from './schema.js';
 import { deviceTopic, nodeTopic, parseTopic, stateTopic } from './topics.js';
 import type { DeviceMessageType, NodeMessageType } from './topics.js';
-import { steadyNowMs } from '../util/clock.js';
 
 /** Origin of every message the edge node publishes locally. */
 export const EDGE_NODE_ORIGIN = 'edge-node';
@@ -71,7 +70,7 @@ export interface UplinkControl {
 
 export interface EdgeNodeOptions {
   readonly config: SparkplugConfig;
-  readonly broker: Pick<Broker, 'publish' | 'subscribe'>;
+  readonly broker: Pick<Broker, 'publish' | 'subscribe' | 'clock'>;
   readonly connectors: readonly Connector[];
   /** Directory for the persisted bdSeq and aliases (the gateway's storage path). */
   readonly stateDir: string;
@@ -136,7 +135,7 @@ interface NodeMetric {
 export class EdgeNode implements DeviceHost {
   readonly hooks: SparkplugUplinkHooks;
   private readonly config: SparkplugConfig;
-  private readonly broker: Pick<Broker, 'publish' | 'subscribe'>;
+  private readonly broker: Pick<Broker, 'publish' | 'subscribe' | 'clock'>;
   private readonly log: Logger;
   private readonly audit: Logger;
   private readonly identify: ((origin: string) => SenderIdentity) | undefined;
@@ -478,7 +477,7 @@ export class EdgeNode implements DeviceHost {
     // Upstream, the local births reach the host through the outbox; with publishNow they go at once.
     const up = this.up;
     if (up?.born && this.control?.publishNow && this.nodeBirthTs !== undefined) {
-      const births = this.upstreamBirths(up, steadyNowMs());
+      const births = this.upstreamBirths(up, this.broker.clock.nowMs());
       if (!this.control.publishNow(births)) this.log.debug('uplink offline; upstream rebirth follows on connect');
     }
   }
@@ -613,7 +612,7 @@ export class EdgeNode implements DeviceHost {
       const up = this.up;
       if (!up || up.born || !this.control?.online) return;
       if (this.control.publishNow) {
-        if (this.control.publishNow(this.upstreamBirths(up, steadyNowMs()))) this.resumeUplink();
+        if (this.control.publishNow(this.upstreamBirths(up, this.broker.clock.nowMs()))) this.resumeUplink();
         return;
       }
       if (!this.loggedNoPublishNow) {
@@ -668,7 +667,7 @@ export class EdgeNode implements DeviceHost {
   private prologue(): Message[] {
     const bdSeq = this.pendingUplinkBdSeq ?? this.state.nextUplinkBdSeq();
     this.pendingUplinkBdSeq = undefined;
-    const up: UpstreamSession = { bdSeq, seq: 0, born: false, birthAtMs: steadyNowMs(), nodeBirthTs: undefined, devices: new Map() };
+    const up: UpstreamSession = { bdSeq, seq: 0, born: false, birthAtMs: this.broker.clock.nowMs(), nodeBirthTs: undefined, devices: new Map() };
     this.up = up;
     if (this.stopping) return [];
     if (this.gateUplink && !this.hostOnline) {

@@ -9,8 +9,8 @@
  *   u8  flags        bits 0-1 QoS, bit 2 retain, bit 3 has expiry, bit 4 has properties
  *   f64 expiresAtMs  only with bit 3: ms since the epoch by the steady clock (util/clock.ts), which steps of
  *                    the system clock do not move. `Message.expiresAt` is on the `performance.now()` clock,
- *                    which restarts with the process, so it is converted on write and back on read; time
- *                    spent down then counts towards expiry.
+ *                    which restarts with the process, so it is converted on write and back on read with the
+ *                    store's `SteadyClock`; time spent down then counts towards expiry.
  *   u16 topic length, topic (UTF-8)
  *   u16 origin length, origin (UTF-8)
  *   u32 properties length, properties (see encodeProperties), only with bit 4
@@ -27,7 +27,7 @@
 import type { Message, PublishProperties, QoS, UserProperties } from '../protocol/message.js';
 import { crc32 } from 'node:zlib';
 import type { FlightState } from './types.js';
-import { steadyNowMs } from '../util/clock.js';
+import type { SteadyClock } from '../util/clock.js';
 
 /** Format byte at the start of every stored message value; bump with a schema migration. */
 export const VALUE_FORMAT = 1;
@@ -89,12 +89,12 @@ const P_USER_STRING = 6;
 const P_USER_ARRAY = 7;
 
 /** Converts a `performance.now()` deadline into wall-clock ms of the steady clock (for storage). */
-export function monoToWallMs(monoMs: number, nowWallMs = steadyNowMs(), nowMonoMs = performance.now()): number {
+export function monoToWallMs(monoMs: number, nowWallMs: number, nowMonoMs = performance.now()): number {
   return nowWallMs + (monoMs - nowMonoMs);
 }
 
 /** Converts a stored deadline (steady clock) back onto this process's `performance.now()` clock. */
-export function wallToMonoMs(wallMs: number, nowWallMs = steadyNowMs(), nowMonoMs = performance.now()): number {
+export function wallToMonoMs(wallMs: number, nowWallMs: number, nowMonoMs = performance.now()): number {
   return nowMonoMs + (wallMs - nowWallMs);
 }
 
@@ -188,7 +188,7 @@ function writeProperties(buf: Buffer, offset: number, p: PublishProperties): num
  * Encodes `msg` into a new buffer after `headerBytes` bytes left for the caller (format byte, append time), and
  * before CHECKSUM_BYTES left for `seal`. Throws RangeError when the topic or origin exceeds 65535 bytes (MQTT's own limit).
  */
-export function encodeMessage(msg: Message, headerBytes: number, nowWallMs?: number, nowMonoMs?: number): Buffer {
+export function encodeMessage(msg: Message, headerBytes: number, clock: SteadyClock): Buffer {
   const topicBytes = Buffer.byteLength(msg.topic);
   const originBytes = Buffer.byteLength(msg.origin);
   if (topicBytes > MAX_U16) throw new RangeError(`topic is ${topicBytes} bytes; at most ${MAX_U16} can be stored`);
@@ -214,7 +214,7 @@ export function encodeMessage(msg: Message, headerBytes: number, nowWallMs?: num
   if (props !== undefined) flags |= FLAG_PROPS;
   buf[o++] = flags;
   if (msg.expiresAt !== undefined) {
-    buf.writeDoubleBE(monoToWallMs(msg.expiresAt, nowWallMs, nowMonoMs), o);
+    buf.writeDoubleBE(monoToWallMs(msg.expiresAt, clock.nowMs()), o);
     o += 8;
   }
   buf.writeUInt16BE(topicBytes, o);
@@ -295,12 +295,12 @@ function readProperties(buf: Buffer, start: number, end: number): PublishPropert
  * Decodes a message stored by `encodeMessage` from `offset` to `end`. The payload is a view into `buf`, so the
  * caller must pass a buffer it owns (lmdb-js `get`/`getRange` return copies for `encoding: 'binary'`).
  */
-export function decodeMessage(buf: Buffer, offset: number, end = buf.length): Message {
+export function decodeMessage(buf: Buffer, offset: number, end: number, clock: SteadyClock): Message {
   let o = offset;
   const flags = buf[o++];
   let expiresAt: number | undefined;
   if (flags & FLAG_EXPIRY) {
-    expiresAt = wallToMonoMs(buf.readDoubleBE(o));
+    expiresAt = wallToMonoMs(buf.readDoubleBE(o), clock.nowMs());
     o += 8;
   }
   const topicLen = buf.readUInt16BE(o);
@@ -332,18 +332,18 @@ export function decodeMessage(buf: Buffer, offset: number, end = buf.length): Me
 }
 
 /** Encodes a stamped value: format byte, a steady-clock time (an outbox entry's append, a will's due time), message. */
-export function encodeStampedValue(msg: Message, stampMs: number): Buffer {
-  const buf = encodeMessage(msg, STAMPED_HEADER_BYTES);
+export function encodeStampedValue(msg: Message, stampMs: number, clock: SteadyClock): Buffer {
+  const buf = encodeMessage(msg, STAMPED_HEADER_BYTES, clock);
   buf[0] = VALUE_FORMAT;
   buf.writeDoubleBE(stampMs, 1);
   return seal(buf);
 }
 
 /** Decodes the stamped value at `at`..`end` of `buf`, checked (CorruptValueError when damaged). */
-export function decodeStampedValue(buf: Buffer, at = 0, end = buf.length): { msg: Message; stampMs: number } {
+export function decodeStampedValue(buf: Buffer, clock: SteadyClock, at = 0, end = buf.length): { msg: Message; stampMs: number } {
   const content = unseal(buf, at, end);
   if (formatOf(buf, at) !== VALUE_FORMAT) throw new CorruptValueError(`unknown value format ${buf[at]}`);
-  return { msg: decodeChecked(buf, at + STAMPED_HEADER_BYTES, content), stampMs: stampedValueMs(buf, at) };
+  return { msg: decodeChecked(buf, at + STAMPED_HEADER_BYTES, content, clock), stampMs: stampedValueMs(buf, at) };
 }
 
 /** Reads the steady-clock time of a stamped value (starting at `at` in `value`) without decoding the message. */
@@ -356,9 +356,9 @@ const FLIGHT_FORMAT = 2;
 export const FLIGHT_HEADER_BYTES = 4;
 
 /** Encodes a session-queue value: the plain layout, or with the flight state of a QoS 2 delivery. */
-export function encodeQueuedValue(msg: Message, flight?: FlightState): Buffer {
-  if (flight === undefined) return encodePlainValue(msg);
-  const buf = encodeMessage(msg, FLIGHT_HEADER_BYTES);
+export function encodeQueuedValue(msg: Message, clock: SteadyClock, flight?: FlightState): Buffer {
+  if (flight === undefined) return encodePlainValue(msg, clock);
+  const buf = encodeMessage(msg, FLIGHT_HEADER_BYTES, clock);
   buf[0] = FLIGHT_FORMAT;
   buf.writeUInt16BE(flight.packetId, 1);
   buf[3] = flight.released ? 1 : 0;
@@ -366,13 +366,13 @@ export function encodeQueuedValue(msg: Message, flight?: FlightState): Buffer {
 }
 
 /** Decodes a session-queue value, checked (CorruptValueError when damaged). */
-export function decodeQueuedValue(value: Buffer): { msg: Message; flight?: FlightState } {
+export function decodeQueuedValue(value: Buffer, clock: SteadyClock): { msg: Message; flight?: FlightState } {
   const content = unseal(value);
   const format = formatOf(value);
-  if (format === VALUE_FORMAT) return { msg: decodeChecked(value, PLAIN_HEADER_BYTES, content) };
+  if (format === VALUE_FORMAT) return { msg: decodeChecked(value, PLAIN_HEADER_BYTES, content, clock) };
   if (format !== FLIGHT_FORMAT) throw new CorruptValueError(`unknown value format ${value[0]}`);
   return {
-    msg: decodeChecked(value, FLIGHT_HEADER_BYTES, content),
+    msg: decodeChecked(value, FLIGHT_HEADER_BYTES, content, clock),
     flight: { packetId: value.readUInt16BE(1), released: value[3] === 1 },
   };
 }
@@ -402,26 +402,26 @@ export function decodeJsonValue<T>(value: Buffer): T {
 }
 
 /** Encodes a retained or session-queue value: format byte, message, checksum. */
-export function encodePlainValue(msg: Message): Buffer {
-  const buf = encodeMessage(msg, PLAIN_HEADER_BYTES);
+export function encodePlainValue(msg: Message, clock: SteadyClock): Buffer {
+  const buf = encodeMessage(msg, PLAIN_HEADER_BYTES, clock);
   buf[0] = VALUE_FORMAT;
   return seal(buf);
 }
 
 /** Decodes a retained value, checked (CorruptValueError when damaged). */
-export function decodePlainValue(value: Buffer): Message {
+export function decodePlainValue(value: Buffer, clock: SteadyClock): Message {
   const content = unseal(value);
   if (formatOf(value) !== VALUE_FORMAT) throw new CorruptValueError(`unknown value format ${value[0]}`);
-  return decodeChecked(value, PLAIN_HEADER_BYTES, content);
+  return decodeChecked(value, PLAIN_HEADER_BYTES, content, clock);
 }
 
 /**
  * `decodeMessage` for a value whose checksum held, or one from before checksums: a layout that does not parse
  * (possible only in the latter) is damage too.
  */
-function decodeChecked(buf: Buffer, offset: number, end: number): Message {
+function decodeChecked(buf: Buffer, offset: number, end: number, clock: SteadyClock): Message {
   try {
-    return decodeMessage(buf, offset, end);
+    return decodeMessage(buf, offset, end, clock);
   } catch (err) {
     throw new CorruptValueError(`undecodable value (${(err as Error).message})`);
   }

@@ -1,5 +1,5 @@
 /**
- * In-memory store, for broker and contract tests (the gateway always opens LMDB). Same semantics as `lmdb.ts` (one contract
+ * In-memory store, for broker and contract tests (the gateway always opens LMDB). Same semantics as `lmdb/open.ts` (one contract
  * suite runs against both), nothing survives the process. Writes resolve on the next microtask.
  */
 import type { Message } from '../protocol/message.js';
@@ -25,7 +25,7 @@ import {
   type Store,
   type SubscriptionRecord,
 } from './types.js';
-import { steadyNowMs } from '../util/clock.js';
+import { SteadyClock } from '../util/clock.js';
 import type { StoreError } from '../util/errors.js';
 
 const RESOLVED: Promise<void> = Promise.resolve();
@@ -46,7 +46,12 @@ class MemoryOutbox implements Outbox {
   private readonly dropped = emptyDropped();
   private readonly isClosed: () => boolean;
 
-  constructor(name: string, limits: OutboxLimits, isClosed: () => boolean) {
+  constructor(
+    name: string,
+    limits: OutboxLimits,
+    isClosed: () => boolean,
+    private readonly clock: SteadyClock,
+  ) {
     this.name = name;
     this.limits = limits;
     this.isClosed = isClosed;
@@ -70,7 +75,7 @@ class MemoryOutbox implements Outbox {
       if (overflow === 'reject-new') return Promise.reject(queueFullError(this.name, this.limits, bytes));
       while (overLimit() && this.dropHead()) this.dropped.queue_full++;
     }
-    this.entries.push({ seq: ++this.lastSeq, msg, appendedAtMs: steadyNowMs(), bytes });
+    this.entries.push({ seq: ++this.lastSeq, msg, appendedAtMs: this.clock.nowMs(), bytes });
     this.messages++;
     this.bytes += bytes;
     return RESOLVED;
@@ -108,7 +113,7 @@ class MemoryOutbox implements Outbox {
     return RESOLVED;
   }
 
-  expire(nowMs: number = steadyNowMs()): Promise<number> {
+  expire(nowMs: number = this.clock.nowMs()): Promise<number> {
     if (this.isClosed()) return Promise.reject(closedError());
     if (!isLimited(this.limits.maxAgeS)) return Promise.resolve(0);
     const cutoffMs = nowMs - this.limits.maxAgeS * 1000;
@@ -363,7 +368,7 @@ class MemoryStore implements Store {
   private readonly outboxes = new Map<string, MemoryOutbox>();
   private closed = false;
 
-  constructor() {
+  constructor(readonly clock: SteadyClock) {
     const isClosed = (): boolean => this.closed;
     this.retained = new MemoryRetainedStore(isClosed);
     this.sessions = new MemorySessionStore(isClosed);
@@ -372,7 +377,7 @@ class MemoryStore implements Store {
   outbox(name: string, limits: OutboxLimits): Outbox {
     let box = this.outboxes.get(name);
     if (box === undefined) {
-      box = new MemoryOutbox(name, limits, () => this.closed);
+      box = new MemoryOutbox(name, limits, () => this.closed, this.clock);
       this.outboxes.set(name, box);
     } else {
       box.limits = limits; // a config reload may change limits; content stays
@@ -400,6 +405,6 @@ class MemoryStore implements Store {
   }
 }
 
-export function createMemoryStore(): Store {
-  return new MemoryStore();
+export function createMemoryStore(clock = new SteadyClock()): Store {
+  return new MemoryStore(clock);
 }

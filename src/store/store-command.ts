@@ -9,7 +9,6 @@ import { parseArgs } from 'node:util';
 import { asError, StoreError } from '../util/errors.js';
 import { deadLetterOutbox, type OutboxLimits, type Store } from './types.js';
 import type { SalvageResult } from './lmdb/salvage.js';
-import { steadyNowMs } from '../util/clock.js';
 
 export const storeUsage = `  edgeferry store list [-c FILE]
                            outboxes (messages, bytes, oldest entry, dropped), persistent sessions and retained
@@ -117,7 +116,7 @@ async function salvage(ctx: StoreCommandContext): Promise<number> {
 }
 
 function list(store: Store, ctx: StoreCommandContext): void {
-  const nowMs = steadyNowMs();
+  const nowMs = store.clock.nowMs();
   ctx.stdout(`store ${ctx.storePath}\n`);
   const names = store.outboxNames().sort();
   if (names.length === 0) ctx.stdout('outboxes: none\n');

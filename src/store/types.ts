@@ -1,9 +1,10 @@
 /**
- * Store contracts. `memory.ts` (persistence off, tests) and `lmdb.ts` (one LMDB environment, named
+ * Store contracts. `memory.ts` (persistence off, tests) and `lmdb/open.ts` (one LMDB environment, named
  * databases) implement them and pass one contract suite (`test/contracts/store.test.ts`).
  * Writes are small change operations, never snapshots. A returned promise resolves once the change is
  * durable (flushed to disk for LMDB), which is what an MQTT acknowledgement may promise.
  */
+import type { SteadyClock } from '../util/clock.js';
 import type { Message, QoS } from '../protocol/message.js';
 import type { StoreError } from '../util/errors.js';
 
@@ -207,6 +208,8 @@ export interface Outbox {
 export interface Store {
   /** Whether what is stored outlives the process (LMDB); the memory store's content ends with it. */
   readonly durable: boolean;
+  /** The steady timeline of every time it stores (util/clock.ts); an LMDB store continues the one it recorded. */
+  readonly clock: SteadyClock;
   /** Damaged records (bad checksum) found while running: skipped, never delivered, deleted. */
   readonly corruptRecords: number;
   readonly retained: RetainedStore;

@@ -8,12 +8,11 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { outboxEntryBytes } from '../../src/store/codec.js';
-import { openLmdbStore } from '../../src/store/lmdb.js';
+import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import { createMemoryStore } from '../../src/store/memory.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
-import { steadyNowMs } from '../../src/util/clock.js';
 
 const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' };
 
@@ -106,7 +105,7 @@ describe.each(impls)('store contract: $name', (impl) => {
           userProperties: { a: '1', many: ['x', 'y'], empty: '' },
         },
       });
-      const before = steadyNowMs();
+      const before = store.clock.nowMs();
       await box.append(original);
       const [entry] = box.peek(1);
       expect(entry.msg.topic).toBe(original.topic);
@@ -237,7 +236,7 @@ describe.each(impls)('store contract: $name', (impl) => {
       const t = box.peek(1)[0].appendedAtMs;
       expect(await box.expire(t + 5_000)).toBe(0);
       expect(box.depth.messages).toBe(3);
-      expect(await box.expire(steadyNowMs() + 10_001)).toBe(3);
+      expect(await box.expire(store.clock.nowMs() + 10_001)).toBe(3);
       expect(box.depth.messages).toBe(0);
       expect(box.depth.bytes).toBe(0);
       expect(box.depth.oldestAppendedAtMs).toBeUndefined();
@@ -246,7 +245,7 @@ describe.each(impls)('store contract: $name', (impl) => {
 
       const noAge = store.outbox('no-age', UNLIMITED);
       await noAge.append(fixed(0));
-      expect(await noAge.expire(steadyNowMs() + 1e12)).toBe(0); // maxAgeS 0 disables the age limit
+      expect(await noAge.expire(store.clock.nowMs() + 1e12)).toBe(0); // maxAgeS 0 disables the age limit
     });
 
     it('counts drops decided outside the outbox', async () => {

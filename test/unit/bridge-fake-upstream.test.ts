@@ -8,7 +8,7 @@ import type { Packet } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { Bridge } from '../../src/bridge/bridge.js';
 import { createMessage, type QoS } from '../../src/protocol/message.js';
-import { openLmdbStore } from '../../src/store/lmdb.js';
+import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import { createMemoryStore } from '../../src/store/memory.js';
 import { deadLetterOutbox, type Outbox } from '../../src/store/types.js';
 import { silentLogger } from '../../src/util/logger.js';

@@ -1,6 +1,7 @@
 /**
- * docs/architecture.md#dependency-rules: which module may import which, and where each third-party package may be used. Reads every
- * import line of src/ and connectors/; a violation names the file, the import and the rule.
+ * docs/architecture.md#dependency-rules: which module may import which, where each third-party package may be
+ * used, and no import cycle between modules or files. Reads every import line of src/ and connectors/; a
+ * violation names the file, the import and the rule.
  */
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -61,7 +62,7 @@ const rules: Record<string, { uses: string[]; types?: string[] }> = {
 /** Where each third-party package may be imported (path prefixes). */
 const packageHomes: Record<string, string[]> = {
   'mqtt-packet': ['src/protocol/'],
-  lmdb: ['src/store/lmdb.ts', 'src/store/lmdb/'],
+  lmdb: ['src/store/lmdb/open.ts', 'src/store/lmdb/'],
   mqtt: ['src/bridge/uplink.ts'],
   'sparkplug-payload': ['src/sparkplug/payload.ts'],
   'modbus-serial': ['connectors/modbus/'],
@@ -116,20 +117,36 @@ describe('dependency rules (docs/architecture.md#dependency-rules)', () => {
       const from = moduleOf(relative(ROOT, file));
       for (const target of importsOf(file).local) {
         const to = moduleOf(target);
-        if (to === from) continue;
-        if (!edges.has(from)) edges.set(from, new Set());
-        edges.get(from)!.add(to);
+        if (to !== from) (edges.get(from) ?? edges.set(from, new Set()).get(from)!).add(to);
       }
     }
-    const cycles: string[] = [];
-    const visit = (node: string, stack: string[]): void => {
-      if (stack.includes(node)) {
-        cycles.push([...stack.slice(stack.indexOf(node)), node].join(' → '));
-        return;
-      }
-      for (const next of edges.get(node) ?? []) visit(next, [...stack, node]);
-    };
-    for (const node of edges.keys()) visit(node, []);
-    expect(cycles).toEqual([]);
+    expect(cyclesIn(edges)).toEqual([]);
+  });
+
+  it('has no import cycles between files, type-only imports included', () => {
+    const edges = new Map<string, Set<string>>();
+    for (const file of files) edges.set(relative(ROOT, file), new Set(importsOf(file).local));
+    expect(cyclesIn(edges)).toEqual([]);
   });
 });
+
+/** One cycle (`a → b → a`) for every edge that closes one in a depth-first walk: none iff the graph has no cycle. */
+function cyclesIn(edges: ReadonlyMap<string, ReadonlySet<string>>): string[] {
+  const cycles: string[] = [];
+  const done = new Set<string>();
+  const stack: string[] = [];
+  const visit = (node: string): void => {
+    const at = stack.indexOf(node);
+    if (at >= 0) {
+      cycles.push([...stack.slice(at), node].join(' → '));
+      return;
+    }
+    if (done.has(node)) return;
+    stack.push(node);
+    for (const next of edges.get(node) ?? []) visit(next);
+    stack.pop();
+    done.add(node);
+  };
+  for (const node of [...edges.keys()].sort()) visit(node);
+  return cycles;
+}

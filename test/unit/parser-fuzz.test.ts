@@ -9,8 +9,9 @@ import type { Packet } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { FileAuth } from '../../src/broker/auth.js';
 import { Broker } from '../../src/broker/broker.js';
-import { Connection } from '../../src/server/connection.js';
-import { WriteFlusher, type ServerContext, type ServerLimits } from '../../src/server/context.js';
+import { Connection, type ConnectionContext } from '../../src/server/connection.js';
+import type { ServerLimits } from '../../src/server/context.js';
+import { WriteFlusher } from '../../src/server/write-flusher.js';
 import type { Transport } from '../../src/server/transport.js';
 import { PendingConnections } from '../../src/server/pending.js';
 import { createMemoryStore } from '../../src/store/memory.js';
@@ -68,7 +69,7 @@ const LIMITS: ServerLimits = {
   maxSubscriptionsPerClient: 1000,
 };
 
-function context(errors: LoggedError[]): ServerContext {
+function context(errors: LoggedError[]): ConnectionContext {
   const log = recordingLogger(errors);
   const broker = new Broker({ limits: { maxInflight: 4, maxQueuedMessages: 16, maxQueuedBytes: 0 }, store: createMemoryStore(), log });
   return { broker, auth: new FileAuth(undefined, undefined), limits: LIMITS, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
@@ -175,7 +176,7 @@ function chunks(bytes: Buffer, random: () => number): Buffer[] {
   return out;
 }
 
-async function runCase(ctx: ServerContext, seed: number): Promise<void> {
+async function runCase(ctx: ConnectionContext, seed: number): Promise<void> {
   const random = seededRandom(seed);
   const version: 4 | 5 = random() < 0.5 ? 4 : 5;
   const seeds = corpus(version);

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Broker } from '../../src/broker/broker.js';
 import type { ClientLink, Session, SessionLimits } from '../../src/broker/session.js';
 import { createMessage, type QoS } from '../../src/protocol/message.js';
-import { openLmdbStore } from '../../src/store/lmdb.js';
+import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import type { Store } from '../../src/store/types.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
@@ -76,7 +76,8 @@ function attachClient(session: Session): { numbers: number[]; ids: (readonly num
     certificateIdentity: undefined,
     receiveMaximum: 65_535,
     canTakeQoS0: () => true,
-    sendPublish(msg, qos, _retain, _dup, packetId, subscriptionIds) {
+    sendQoS0: () => true,
+    sendPublish({ msg, qos, subscriptionIds }, packetId) {
       got.numbers.push(msg.payload.readUInt32BE(0));
       got.ids.push(subscriptionIds);
       setImmediate(() => {

@@ -9,7 +9,6 @@ import type { Logger, LogFn } from '../../src/util/logger.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 import { waitFor } from '../helpers/wait.js';
 import { command, Decoder, RecordingBroker, FakeConnector } from './sparkplug-setup.js';
-import { steadyNowMs } from '../../src/util/clock.js';
 import { ValueRefusedError } from '../../connectors/contract.js';
 
 interface LogLine {
@@ -335,7 +334,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
     await node.start();
     press.emit({ temperature: 20, count: 1 }, 1000);
     press.emit({ count: 2 }, 2000);
-    const journaled = broker.published.map((m) => entry(m, steadyNowMs() - 10_000));
+    const journaled = broker.published.map((m) => entry(m, broker.clock.nowMs() - 10_000));
     const will = node.hooks.will();
     expect([will.topic, will.qos, will.retain]).toEqual(['spBv1.0/plant1/NDEATH/line4-gw', 1, false]);
     const prologue = node.hooks.prologue();
@@ -353,7 +352,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(out[1].payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.isHistorical])).toEqual([['count', 2, 2000, true]]);
     // Live data continues the upstream seq, not historical.
     press.emit({ count: 3 }, 3000);
-    const live = node.hooks.rewrite(entry(broker.published.at(-1) as Message, steadyNowMs() + 1), false) as Message;
+    const live = node.hooks.rewrite(entry(broker.published.at(-1) as Message, broker.clock.nowMs() + 1), false) as Message;
     const d = decoder.decode(live);
     expect([d.payload.seq, d.payload.metrics[0].isHistorical]).toEqual([4, false]);
     expect(node.hooks.rewrite(entry({ ...live, topic: 'plant/other' }, 0), true)?.topic).toBe('plant/other');
@@ -367,7 +366,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
     const prologue = node.hooks.prologue();
     const upBdSeq = decodePayload(prologue[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value;
     const mark = broker.published.length;
-    const later = () => broker.published.slice(mark).map((m) => node.hooks.rewrite(entry(m, steadyNowMs() + 1), false));
+    const later = () => broker.published.slice(mark).map((m) => node.hooks.rewrite(entry(m, broker.clock.nowMs() + 1), false));
     press.lose();
     await waitFor(() => press.running, 2000);
     press.emit({ temperature: 30 });
@@ -380,7 +379,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
     const nbirth = results.find((m) => m?.topic.includes('NBIRTH')) as Message;
     expect(decodePayload(nbirth.payload).metrics.find((m) => m.name === 'bdSeq')?.value).toBe(upBdSeq);
     // A second pass (a re-send after reconnect would be a new session, but within this one) changes nothing twice.
-    expect(node.hooks.rewrite(entry(nbirth, steadyNowMs()), false)).toBeNull();
+    expect(node.hooks.rewrite(entry(nbirth, broker.clock.nowMs()), false)).toBeNull();
   });
 
   it('waits for the primary host before upstream births, using publishNow when the bridge offers it; ends the upstream session on an offline STATE', async () => {
@@ -433,7 +432,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
       const stopped = node.stop();
       await waitFor(() => broker.published.some((m) => m.topic.includes('NDEATH')), 1000);
       const local = broker.published.find((m) => m.topic.includes('NDEATH')) as Message;
-      const rewritten = node.hooks.rewrite(entry(local, steadyNowMs() + 1), false);
+      const rewritten = node.hooks.rewrite(entry(local, broker.clock.nowMs() + 1), false);
       await stopped;
       const upstream = direct ? sentNow[0] : rewritten;
       expect([upstream?.topic, upstream?.qos]).toEqual(['spBv1.0/plant1/NDEATH/line4-gw', 1]);
@@ -618,7 +617,7 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     await node.removeDevice('press-1');
     const shown = broker.published
       .slice(mark)
-      .map((m) => node.hooks.rewrite({ msg: m, appendedAtMs: steadyNowMs() + 1 }, false))
+      .map((m) => node.hooks.rewrite({ msg: m, appendedAtMs: broker.clock.nowMs() + 1 }, false))
       .map((m) => (m === null ? 'dropped' : `${m.topic.split('/').slice(2).join(':').replace(':line4-gw', '')}#${decodePayload(m.payload).seq ?? '-'}`));
     expect(shown).toEqual(['DBIRTH:oven-1#2', 'NDATA#3', 'DDATA:oven-1#4', 'DDEATH:press-1#5', 'NDATA#6']);
     node.hooks.will();

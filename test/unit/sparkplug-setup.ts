@@ -31,6 +31,10 @@ export class RecordingBroker {
     });
   }
 
+  get clock(): Broker['clock'] {
+    return this.broker.clock;
+  }
+
   publish(msg: Message): Promise<unknown> {
     return this.broker.publish(msg);
   }

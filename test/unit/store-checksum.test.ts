@@ -7,9 +7,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
-import { openLmdbStore } from '../../src/store/lmdb.js';
+import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import { CorruptValueError, decodePlainValue, decodeQueuedValue, encodePlainValue, encodeStampedValue, decodeStampedValue } from '../../src/store/codec.js';
-import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
+import { SteadyClock } from '../../src/util/clock.js';
+import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import type { Logger } from '../../src/util/logger.js';
 import { recordingLogger, type LoggedError } from '../helpers/logger.js';
@@ -30,10 +31,10 @@ function tempDir(): string {
 }
 
 
-async function openStore(dir: string, log: Logger): Promise<LmdbStoreImpl> {
+async function openStore(dir: string, log: Logger): Promise<LmdbStore> {
   const s = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log });
   open.push(s);
-  return s as unknown as LmdbStoreImpl;
+  return s as unknown as LmdbStore;
 }
 
 async function closeStore(s: Store): Promise<void> {
@@ -45,7 +46,7 @@ const msg = (n: number): Message =>
   createMessage({ topic: `plant/${n}`, payload: Buffer.alloc(100, n), qos: 1, origin: 'c' });
 
 /** Flips one payload byte of the value under `key`, as a damaged page would. */
-function damage(db: LmdbStoreImpl['queueDb'], key: Buffer, at = 40): void {
+function damage(db: LmdbStore['queueDb'], key: Buffer, at = 40): void {
   const value = Buffer.from(db.get(key)!);
   value[at] ^= 0xff;
   db.putSync(key, value);
@@ -53,21 +54,22 @@ function damage(db: LmdbStoreImpl['queueDb'], key: Buffer, at = 40): void {
 
 describe('stored value checksums', () => {
   it('detects a flipped byte anywhere in a value, and reads values from before checksums', () => {
-    const sealed = encodePlainValue(msg(1));
+    const clock = new SteadyClock();
+    const sealed = encodePlainValue(msg(1), clock);
     for (let i = 0; i < sealed.length; i++) {
       const bad = Buffer.from(sealed);
       bad[i] ^= 0x01;
       // Flipping the flag bit of the format byte makes it a value from before checksums; its layout then fails.
-      expect(() => decodePlainValue(bad), `byte ${i}`).toThrow(CorruptValueError);
+      expect(() => decodePlainValue(bad, clock), `byte ${i}`).toThrow(CorruptValueError);
     }
-    expect(decodePlainValue(sealed).payload).toEqual(msg(1).payload);
+    expect(decodePlainValue(sealed, clock).payload).toEqual(msg(1).payload);
     // A value as edgeferry wrote it before checksums: format byte 1, the message, nothing after.
     const legacy = Buffer.from(sealed.subarray(0, sealed.length - 4));
     legacy[0] = 1;
-    expect(decodePlainValue(legacy).topic).toBe('plant/1');
-    expect(decodeQueuedValue(legacy).msg.payload).toEqual(msg(1).payload);
-    const stamped = encodeStampedValue(msg(2), 1234);
-    expect(decodeStampedValue(stamped).stampMs).toBe(1234);
+    expect(decodePlainValue(legacy, clock).topic).toBe('plant/1');
+    expect(decodeQueuedValue(legacy, clock).msg.payload).toEqual(msg(1).payload);
+    const stamped = encodeStampedValue(msg(2), 1234, clock);
+    expect(decodeStampedValue(stamped, clock).stampMs).toBe(1234);
   });
 
   it('skips, counts, logs and deletes damaged session-queue, retained and outbox records, delivering the rest', async () => {

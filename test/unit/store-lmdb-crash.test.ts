@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { openLmdbStore } from '../../src/store/lmdb.js';
+import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import type { Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
@@ -36,12 +36,12 @@ beforeAll(() => {
       path.join(root, 'node_modules/typescript/bin/tsc'),
       '--outDir', buildDir, '--rootDir', root, '--module', 'NodeNext', '--moduleResolution', 'NodeNext',
       '--target', 'ES2022', '--strict', '--skipLibCheck', '--types', 'node',
-      path.join(root, 'src/store/lmdb.ts'),
+      path.join(root, 'src/store/lmdb/open.ts'),
     ],
     { cwd: root, encoding: 'utf8' },
   );
   if (tsc.status !== 0) throw new Error(`compiling the store failed:\n${tsc.stdout}\n${tsc.stderr}`);
-  compiledStore = path.join(buildDir, 'src/store/lmdb.js');
+  compiledStore = path.join(buildDir, 'src/store/lmdb/open.js');
 }, 180_000);
 
 afterAll(() => {

@@ -7,12 +7,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
-import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb.js';
+import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb/open.js';
 import { encodeStampedValue, ownerPrefix, seqKey } from '../../src/store/codec.js';
 import { outboxMetaKey, type OutboxMeta } from '../../src/store/lmdb/outbox.js';
-import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
+import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
+import { SteadyClock } from '../../src/util/clock.js';
 import { silentLogger, type Logger } from '../../src/util/logger.js';
 
 const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' };
@@ -110,7 +111,7 @@ describe('LMDB store', () => {
     expect(box.peek(300).map((e) => e.seq)).toEqual(left.filter((seq) => seq > seqs[199]));
     expect(box.depth.messages).toBe(99);
     // The first chunk is gone, the second still holds live entries; one mark is left (the last entry).
-    const impl = store as unknown as LmdbStoreImpl;
+    const impl = store as unknown as LmdbStore;
     const prefix = ownerPrefix('central');
     expect([...impl.outboxDb.getKeys({ start: prefix, snapshot: false })].length).toBe(2);
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(1);
@@ -123,9 +124,9 @@ describe('LMDB store', () => {
   it('reads an outbox written before chunks (one entry per key, gaps where entries were removed)', async () => {
     const dir = tempDir();
     let store = await openStore(dir);
-    const impl = store as unknown as LmdbStoreImpl;
+    const impl = store as unknown as LmdbStore;
     const prefix = ownerPrefix('central');
-    const values = [2, 4, 5].map((seq) => [seq, encodeStampedValue(small(seq), 1000 + seq)] as const);
+    const values = [2, 4, 5].map((seq) => [seq, encodeStampedValue(small(seq), 1000 + seq, impl.clock)] as const);
     for (const [seq, value] of values) impl.outboxDb.putSync(seqKey(prefix, seq), value);
     const bytes = values.reduce((sum, [, v]) => sum + v.length, 0);
     const meta: OutboxMeta = { lastSeq: 5, messages: 3, bytes, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } };
@@ -219,6 +220,22 @@ describe('LMDB store', () => {
     expect(rec.subscriptions.map((s) => s.filter)).toEqual(['cfg/#']);
     expect(rec.queue.map((q) => [q.seq, q.msg.payload[0]])).toEqual([[seq, 7]]);
     expect(await store.sessions.enqueue('hmi', small(8))).toBeGreaterThan(seq);
+  });
+
+  it("sets the base of the gateway's clock from the one it recorded, and only that clock's", async () => {
+    const dir = tempDir();
+    const first = new SteadyClock();
+    let store = await openStore(dir, { clock: first });
+    expect(store.clock).toBe(first);
+    const recorded = first.record()!;
+    await closeStore(store);
+    // A clock made later starts at the system clock; the store puts it on the recorded timeline (same boot: exactly).
+    const second = new SteadyClock();
+    const bystander = new SteadyClock();
+    store = await openStore(dir, { clock: second });
+    expect(second.record()!.baseMs).toBe(recorded.baseMs);
+    expect(bystander.record()).toBeUndefined(); // no store adopted into it: nothing to record
+    await closeStore(store);
   });
 
   it('keeps a message expiry deadline on the wall clock, so time spent down counts', async () => {

@@ -8,8 +8,8 @@ import path from 'node:path';
 import { open } from 'lmdb';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage } from '../../src/protocol/message.js';
-import { openLmdbStore } from '../../src/store/lmdb.js';
-import type { LmdbStoreImpl } from '../../src/store/lmdb/store.js';
+import { openLmdbStore } from '../../src/store/lmdb/open.js';
+import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import { describeDamage, walkStore } from '../../src/store/lmdb/verify.js';
 import { silentLogger } from '../../src/util/logger.js';
 
@@ -51,7 +51,7 @@ describe('the store integrity walk', () => {
 
   it('names the session and seq of a value whose checksum fails (full walk only)', async () => {
     const dir = tempDir();
-    const store = (await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger })) as unknown as LmdbStoreImpl;
+    const store = (await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger })) as unknown as LmdbStore;
     const seqs: number[] = [];
     for (let i = 0; i < 3; i++) seqs.push(await store.sessions.enqueue('historian', createMessage({ topic: 't', payload: Buffer.alloc(50, i), qos: 1, origin: 'c' })));
     const key = [...store.queueDb.getKeys({ snapshot: false })][1];

@@ -8,22 +8,22 @@ import { Reason, connackV3Code } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
 import { NEVER_EXPIRES } from '../../broker/session.js';
-import type { Connection } from '../connection.js';
+import type { ClientConnection } from '../context.js';
 import { toPublishProperties, checkUserProperties, checkWireProperties } from './properties.js';
 
 /** CONNACK refusal: the code goes out in the client's protocol version, then the connection closes. */
-export function refuse(conn: Connection, reason: number, why: string): void {
+export function refuse(conn: ClientConnection, reason: number, why: string): void {
   if (conn.version === 5) {
     const properties = conn.requestProblemInformation ? { reasonString: why } : undefined;
     conn.send({ cmd: 'connack', sessionPresent: false, reasonCode: reason, properties });
   } else {
     conn.send({ cmd: 'connack', sessionPresent: false, returnCode: connackV3Code(reason) });
   }
-  conn.ctx.log.info({ clientId: conn.clientId || undefined, remote: conn.transport.remoteAddress, reasonCode: reason, why }, 'connection refused');
+  conn.ctx.log.info({ clientId: conn.clientId || undefined, remote: conn.remoteAddress, reasonCode: reason, why }, 'connection refused');
   conn.close(undefined, why);
 }
 
-export function handleConnect(conn: Connection, packet: ConnectPacket): void {
+export function handleConnect(conn: ClientConnection, packet: ConnectPacket): void {
   const { limits, log } = conn.ctx;
   conn.version = packet.protocolVersion as ProtocolVersion;
   const v5 = conn.version === 5;
@@ -95,8 +95,8 @@ export function handleConnect(conn: Connection, packet: ConnectPacket): void {
   let username = packet.username;
   let password = packet.password;
   if (conn.identityIsUsername) {
-    if (conn.transport.certificateIdentity === undefined) return refuse(conn, Reason.NotAuthorized, 'no verified client certificate');
-    username = conn.transport.certificateIdentity;
+    if (conn.certificateIdentity === undefined) return refuse(conn, Reason.NotAuthorized, 'no verified client certificate');
+    username = conn.certificateIdentity;
     password = undefined;
   }
   conn.beginAuthentication();
@@ -106,7 +106,7 @@ export function handleConnect(conn: Connection, packet: ConnectPacket): void {
       username,
       password,
       certificateVerified: conn.identityIsUsername,
-      remoteAddress: conn.transport.remoteAddress,
+      remoteAddress: conn.remoteAddress,
       allowAnonymous: conn.allowAnonymous,
     })
     .then(
@@ -129,7 +129,7 @@ export function handleConnect(conn: Connection, packet: ConnectPacket): void {
 }
 
 function accept(
-  conn: Connection,
+  conn: ClientConnection,
   packet: ConnectPacket,
   p: { clientId: string; assigned: boolean; keepaliveS: number; serverKeepAlive: number | undefined },
 ): void {
@@ -207,5 +207,5 @@ function accept(
   }
   // Resend unacknowledged messages and anything queued while offline.
   session.attach(conn);
-  log.debug({ clientId: p.clientId, version: conn.version, remote: conn.transport.remoteAddress, sessionPresent }, 'client connected');
+  log.debug({ clientId: p.clientId, version: conn.version, remote: conn.remoteAddress, sessionPresent }, 'client connected');
 }

@@ -2,9 +2,9 @@
 import type { DisconnectPacket } from '../../protocol/codec.js';
 import { Reason } from '../../protocol/reason-codes.js';
 import { ProtocolError } from '../../util/errors.js';
-import type { Connection } from '../connection.js';
+import type { ClientConnection } from '../context.js';
 
-export function handleDisconnect(conn: Connection, packet: DisconnectPacket): void {
+export function handleDisconnect(conn: ClientConnection, packet: DisconnectPacket): void {
   const session = conn.session!;
   if (conn.version === 5) {
     const expiry = packet.properties?.sessionExpiryInterval;

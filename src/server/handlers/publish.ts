@@ -6,11 +6,11 @@ import type { QoS } from '../../protocol/message.js';
 import { Reason } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
 import { ProtocolError, StoreError } from '../../util/errors.js';
-import type { Connection } from '../connection.js';
+import type { ClientConnection, PendingAck } from '../context.js';
 import type { Session } from '../../broker/session.js';
 import { checkUserProperties, checkWireProperties, toPublishProperties } from './properties.js';
 
-export function handlePublish(conn: Connection, packet: PublishPacket): void {
+export function handlePublish(conn: ClientConnection, packet: PublishPacket): void {
   const { broker, limits, auth } = conn.ctx;
   const v5 = conn.version === 5;
   const qos = packet.qos as QoS;
@@ -116,15 +116,8 @@ function refusalReason(err: unknown): number {
   return Reason.UnspecifiedError;
 }
 
-/** A QoS 1/2 acknowledgement waiting in `Connection.pendingAcks`; `code` is set once its message is stored (or not). */
-export interface PendingAck {
-  readonly qos: QoS;
-  readonly packetId: number;
-  code: number | undefined;
-}
-
 /** Records the outcome of one pending acknowledgement and sends every one at the head that is settled. */
-function settle(conn: Connection, settled: PendingAck, code: number): void {
+function settle(conn: ClientConnection, settled: PendingAck, code: number): void {
   settled.code = code;
   const queue = conn.pendingAcks;
   while (queue.length > 0 && queue[0].code !== undefined) {
@@ -141,7 +134,7 @@ function settle(conn: Connection, settled: PendingAck, code: number): void {
   }
 }
 
-function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: number): void {
+function acknowledge(conn: ClientConnection, qos: QoS, packetId: number, reasonCode: number): void {
   if (qos === 1) conn.inboundInflight--;
   // QoS 2 stays in flight until PUBCOMP unless refused.
   else if (reasonCode >= 0x80) conn.inboundInflight--;
@@ -149,7 +142,7 @@ function acknowledge(conn: Connection, qos: QoS, packetId: number, reasonCode: n
   conn.resumeInbound();
 }
 
-export function handlePubrel(conn: Connection, packet: PubrelPacket): void {
+export function handlePubrel(conn: ClientConnection, packet: PubrelPacket): void {
   const packetId = packet.messageId!;
   const session = conn.session!;
   const known = session.isAwaitingRelease(packetId);

@@ -5,10 +5,10 @@ import { Reason } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicFilter, parseSharedFilter } from '../../protocol/topics.js';
 import type { SubscriptionRecord } from '../../store/types.js';
 import { ProtocolError } from '../../util/errors.js';
-import type { Connection } from '../connection.js';
+import type { ClientConnection } from '../context.js';
 import { checkUserProperties, checkWireProperties } from './properties.js';
 
-export function handleSubscribe(conn: Connection, packet: SubscribePacket): void {
+export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket): void {
   const { broker, limits, auth } = conn.ctx;
   const v5 = conn.version === 5;
   if (packet.subscriptions.length === 0) throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE without filters [MQTT-3.8.3-3]');

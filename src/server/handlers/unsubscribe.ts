@@ -3,9 +3,9 @@ import type { UnsubscribePacket } from '../../protocol/codec.js';
 import { Reason } from '../../protocol/reason-codes.js';
 import { isValidMqttString } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
-import type { Connection } from '../connection.js';
+import type { ClientConnection } from '../context.js';
 
-export function handleUnsubscribe(conn: Connection, packet: UnsubscribePacket): void {
+export function handleUnsubscribe(conn: ClientConnection, packet: UnsubscribePacket): void {
   if (packet.unsubscriptions.length === 0) throw new ProtocolError(Reason.ProtocolError, 'UNSUBSCRIBE without filters [MQTT-3.10.3-2]');
   if (!packet.messageId) throw new ProtocolError(Reason.ProtocolError, 'UNSUBSCRIBE with packet identifier 0 [MQTT-2.3.1-1]');
   if (!packet.unsubscriptions.every(isValidMqttString)) {

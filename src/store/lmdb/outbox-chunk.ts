@@ -17,6 +17,7 @@
 
 import { CorruptValueError, decodeStampedValue, keySeq, seqKey, stampedValueMs } from '../codec.js';
 import type { OutboxEntry } from '../types.js';
+import type { SteadyClock } from '../../util/clock.js';
 
 /** Format byte of a chunk value; a stored entry from before chunks starts with VALUE_FORMAT (1). */
 const CHUNK_FORMAT = 3;
@@ -88,6 +89,8 @@ export class Chunk {
     readonly key: Buffer,
     prefixBytes: number,
     private readonly buf: Buffer,
+    /** Converts the entries' message expiry back (codec.ts). */
+    private readonly clock: SteadyClock,
   ) {
     this.start = chunkStart(key, prefixBytes);
     this.count = chunkCount(key, prefixBytes);
@@ -114,7 +117,7 @@ export class Chunk {
     if (this.damaged) throw new CorruptValueError(`outbox chunk at seq ${this.start} does not match its key`);
     const at = this.dataStart < 0 ? 0 : this.dataStart + this.offset(seq - this.start);
     const end = this.dataStart < 0 ? this.buf.length : this.dataStart + this.offset(seq - this.start + 1);
-    const { msg, stampMs } = decodeStampedValue(this.buf, at, end);
+    const { msg, stampMs } = decodeStampedValue(this.buf, this.clock, at, end);
     return { seq, msg, appendedAtMs: stampMs, bytes: end - at, released };
   }
 

@@ -8,10 +8,8 @@ import { asError, StoreError } from '../../util/errors.js';
 import { CorruptValueError, encodeStampedValue, keySeq, outboxEntryBytes, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
 import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
-import { steadyNowMs } from '../../util/clock.js';
-import { DelayedFlush, type Batch } from './batch.js';
 import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk } from './outbox-chunk.js';
-import type { LmdbStoreImpl } from './store.js';
+import { DelayedFlush, type Batch, type BatchMember, type StoreWriter } from './writer.js';
 
 /** Outbox counters live in `meta` under `outbox:<name>`; the range of those keys lists the outboxes. */
 export const OUTBOX_META_PREFIX = 'outbox:';
@@ -36,10 +34,10 @@ interface HeadEntry {
   appendedAtMs: number;
 }
 
-export class LmdbOutbox implements Outbox {
+export class LmdbOutbox implements Outbox, BatchMember {
   readonly name: string;
   limits: OutboxLimits;
-  private readonly store: LmdbStoreImpl;
+  private readonly store: StoreWriter;
   private readonly db: Database<Buffer, Buffer>;
   private readonly prefix: Buffer;
   private readonly end: Buffer;
@@ -60,7 +58,7 @@ export class LmdbOutbox implements Outbox {
   /** Decoded chunks by first seq, oldest read first; chunks never change, so they stay valid until deleted. */
   private readonly chunks = new Map<number, Chunk>();
 
-  // Per batch (see Batch): undo data, changes not yet visible to readers, head scanning.
+  // Per batch (see BatchMember): undo data, changes not yet visible to readers, head scanning.
   private snapshot: (OutboxMeta & { oldest: number | undefined }) | undefined;
   /** Seqs removed or dropped by the batch in flight; hidden from `peek` until it commits. */
   private removedInFlight = new Set<number>();
@@ -84,7 +82,7 @@ export class LmdbOutbox implements Outbox {
   /** `released` marks written and deleted by the batch in flight, applied to `released` when it commits. */
   private marking: { added: number[]; deleted: number[] } = { added: [], deleted: [] };
 
-  constructor(store: LmdbStoreImpl, name: string, limits: OutboxLimits) {
+  constructor(store: StoreWriter, name: string, limits: OutboxLimits) {
     this.store = store;
     this.name = name;
     this.limits = limits;
@@ -141,7 +139,7 @@ export class LmdbOutbox implements Outbox {
   append(msg: Message): Promise<void> {
     let value: Buffer;
     try {
-      value = encodeStampedValue(msg, steadyNowMs());
+      value = encodeStampedValue(msg, this.store.clock.nowMs(), this.store.clock);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
@@ -276,7 +274,7 @@ export class LmdbOutbox implements Outbox {
     return bytes;
   }
 
-  expire(nowMs: number = steadyNowMs()): Promise<number> {
+  expire(nowMs: number = this.store.clock.nowMs()): Promise<number> {
     const maxAgeS = this.limits.maxAgeS;
     if (this.store.isClosing) return Promise.reject(closedError());
     const cutoffMs = nowMs - maxAgeS * 1000;
@@ -324,8 +322,7 @@ export class LmdbOutbox implements Outbox {
 
   /** Registers this outbox in the batch and keeps its counters for a rollback. */
   private touch(b: Batch): void {
-    if (b.outboxes.has(this)) return;
-    b.outboxes.add(this);
+    if (!b.join(this)) return;
     this.snapshot = {
       lastSeq: this.lastSeq,
       messages: this.messages,
@@ -430,7 +427,7 @@ export class LmdbOutbox implements Outbox {
     if (cached !== undefined) return cached;
     const value = this.db.get(key);
     if (value === undefined) throw new StoreError('EF_STORE_OPEN', `outbox "${this.name}": a chunk vanished while read`);
-    const chunk = new Chunk(key, this.prefix.length, value);
+    const chunk = new Chunk(key, this.prefix.length, value, this.store.clock);
     this.chunks.set(chunk.start, chunk);
     if (this.chunks.size > CACHED_CHUNKS) this.chunks.delete(this.chunks.keys().next().value as number);
     return chunk;

@@ -3,13 +3,18 @@ import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
 import { CorruptValueError, decodePlainValue, encodePlainValue } from '../codec.js';
 import type { RetainedStore } from '../types.js';
-import type { DamagedRecord, LmdbStoreImpl } from './store.js';
+import type { Batch, BatchMember, DamagedRecord, StoreWriter } from './writer.js';
 
-export class LmdbRetainedStore implements RetainedStore {
-  private readonly store: LmdbStoreImpl;
+export class LmdbRetainedStore implements RetainedStore, BatchMember {
+  private readonly store: StoreWriter;
   private n: number;
+  // Per batch (see BatchMember).
+  /** The count before the batch changed it, restored if it fails. */
+  private countBefore: number | undefined;
+  /** Whether a retained topic exists after the writes so far in this batch. */
+  private readonly existsInBatch = new Map<string, boolean>();
 
-  constructor(store: LmdbStoreImpl) {
+  constructor(store: StoreWriter) {
     this.store = store;
     this.n = (store.retainedDb.getStats() as { entryCount: number }).entryCount;
   }
@@ -19,7 +24,7 @@ export class LmdbRetainedStore implements RetainedStore {
     const damaged: DamagedRecord[] = [];
     for (const { key, value } of this.store.retainedDb.getRange({ snapshot: false })) {
       try {
-        out.push(decodePlainValue(value));
+        out.push(decodePlainValue(value, this.store.clock));
       } catch (err) {
         if (!(err instanceof CorruptValueError)) throw err;
         damaged.push({ db: this.store.retainedDb, key });
@@ -42,34 +47,52 @@ export class LmdbRetainedStore implements RetainedStore {
     let value: Buffer | undefined;
     if (msg.payload.length > 0) {
       try {
-        value = encodePlainValue(msg);
+        value = encodePlainValue(msg, this.store.clock);
       } catch (err) {
         return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
       }
     }
     return this.store.schedule((b) => {
-      const existed = b.retainedExists.get(msg.topic) ?? this.store.retainedDb.doesExist(key);
+      const existed = this.existsInBatch.get(msg.topic) ?? this.store.retainedDb.doesExist(key);
       if (value === undefined) {
         if (!existed) return;
         this.store.del(b, this.store.retainedDb, key);
-        b.retainedCountBefore ??= this.n;
+        this.changed(b);
         this.n--;
-        b.retainedExists.set(msg.topic, false);
+        this.existsInBatch.set(msg.topic, false);
       } else {
         this.store.reserve(b, value.length);
         this.store.put(b, this.store.retainedDb, key, value);
-        b.retainedCountBefore ??= this.n;
+        this.changed(b);
         if (!existed) this.n++;
-        b.retainedExists.set(msg.topic, true);
+        this.existsInBatch.set(msg.topic, true);
       }
     });
   }
 
-  get count(): number {
-    return this.n;
+  /** Joins the batch, keeping the count its rollback restores. */
+  private changed(b: Batch): void {
+    if (b.join(this)) this.countBefore = this.n;
   }
 
-  setCount(n: number): void {
-    this.n = n;
+  /** Nothing is held back until the end of a batch: every write went in as it ran. */
+  finishBatch(): void {}
+
+  committed(): void {
+    this.forgetBatch();
+  }
+
+  rollback(): void {
+    if (this.countBefore !== undefined) this.n = this.countBefore;
+    this.forgetBatch();
+  }
+
+  private forgetBatch(): void {
+    this.countBefore = undefined;
+    this.existsInBatch.clear();
+  }
+
+  get count(): number {
+    return this.n;
   }
 }

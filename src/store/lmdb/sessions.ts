@@ -35,24 +35,35 @@ import {
   type SessionStore,
   type SubscriptionRecord,
 } from '../types.js';
-import { DelayedFlush, type Batch } from './batch.js';
-import type { DamagedRecord, LmdbStoreImpl } from './store.js';
+import { DelayedFlush, type Batch, type BatchMember, type DamagedRecord, type StoreWriter } from './writer.js';
 
 /** MQTT 5's Session Expiry Interval that never ends. */
 const NEVER_EXPIRES = 0xffffffff;
 
-export class LmdbSessionStore implements SessionStore {
-  lastSeq: number;
-  private readonly store: LmdbStoreImpl;
+export class LmdbSessionStore implements SessionStore, BatchMember {
+  /** The last queued message's seq, one sequence for every session; persisted in `meta` as `sessionSeq`. */
+  private lastSeq: number;
+  private readonly store: StoreWriter;
   private readonly prefixes = new Map<string, Buffer>();
   private ackKeys: Buffer[] = [];
   /** The deletes of acked messages go at the end of the batch that flushes them, after any flight state in it. */
   private readonly ackFlush: DelayedFlush;
 
-  constructor(store: LmdbStoreImpl) {
+  // Per batch (see BatchMember).
+  /** `lastSeq` before the batch's first enqueue, restored if it fails. */
+  private seqBefore: number | undefined;
+  /** The collected acks are deleted in this batch. */
+  private flushingAcks = false;
+  /** Client ids whose session was dropped in this batch (the committed keys are still readable). */
+  private readonly droppedInBatch = new Set<string>();
+  /** Keys written for a client in this batch, so a `drop` later in the same batch removes them too. */
+  private readonly writtenInBatch = new Map<string, { db: Database<any, any>; key: Buffer }[]>();
+
+  constructor(store: StoreWriter) {
     this.store = store;
     this.ackFlush = new DelayedFlush(store, (b) => {
-      b.flushAcks = true;
+      b.join(this);
+      this.flushingAcks = true;
     });
     this.lastSeq = (store.meta.get('sessionSeq') as number | undefined) ?? 0;
   }
@@ -96,7 +107,7 @@ export class LmdbSessionStore implements SessionStore {
     const damaged = new Damaged(this.store, 'queued messages');
     for (const { key, value } of queueDb.getRange({ snapshot: false })) {
       // A message of the tail is decoded only for its payload size: nothing of it stays in memory.
-      const decoded = damaged.check(queueDb, key, value, decodeQueuedValue);
+      const decoded = damaged.check(queueDb, key, value, (v) => decodeQueuedValue(v, this.store.clock));
       if (decoded === undefined) continue;
       const record = { seq: keySeq(key), ...decoded };
       const { queue } = get(keyOwner(key));
@@ -105,7 +116,7 @@ export class LmdbSessionStore implements SessionStore {
     damaged.report();
     const damagedWills = new Damaged(this.store, 'delayed wills');
     for (const { key, value } of willDb.getRange({ snapshot: false })) {
-      const will = damagedWills.check(willDb, key, value, decodeStampedValue);
+      const will = damagedWills.check(willDb, key, value, (v) => decodeStampedValue(v, this.store.clock));
       if (will !== undefined) get(key.toString('utf8')).will = { msg: will.msg, dueAtMs: will.stampMs };
     }
     damagedWills.report();
@@ -136,7 +147,7 @@ export class LmdbSessionStore implements SessionStore {
     let bytes = 0;
     let lastSeq: number | undefined;
     for (const { key, value } of range) {
-      const decoded = damaged.check(queueDb, key, value, decodeQueuedValue);
+      const decoded = damaged.check(queueDb, key, value, (v) => decodeQueuedValue(v, this.store.clock));
       if (decoded === undefined) {
         lastSeq = keySeq(key);
         continue;
@@ -163,7 +174,8 @@ export class LmdbSessionStore implements SessionStore {
     this.prefixes.delete(clientId);
     return this.keyed(clientId, (b, key) => {
       const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
-      b.droppedSessions.add(clientId);
+      b.join(this);
+      this.droppedInBatch.add(clientId);
       this.store.del(b, sessionDb, key);
       this.store.del(b, willDb, key);
       const prefix = ownerPrefix(clientId);
@@ -173,8 +185,8 @@ export class LmdbSessionStore implements SessionStore {
         for (const k of keys) this.store.del(b, db, k);
       }
       // Written earlier in this same batch, so not in the committed keys above.
-      for (const written of b.sessionKeys.get(clientId) ?? []) this.store.del(b, written.db, written.key);
-      b.sessionKeys.delete(clientId);
+      for (const written of this.writtenInBatch.get(clientId) ?? []) this.store.del(b, written.db, written.key);
+      this.writtenInBatch.delete(clientId);
     }, Buffer.from(clientId, 'utf8'));
   }
 
@@ -196,7 +208,7 @@ export class LmdbSessionStore implements SessionStore {
     let value: Buffer;
     let prefix: Buffer;
     try {
-      value = encodePlainValue(msg);
+      value = encodePlainValue(msg, this.store.clock);
       prefix = this.prefixOf(clientId);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
@@ -207,9 +219,9 @@ export class LmdbSessionStore implements SessionStore {
       const seq = this.lastSeq + 1;
       const key = seqKey(prefix, seq);
       this.store.put(b, this.store.queueDb, key, value);
-      b.sessionSeqBefore ??= this.lastSeq;
-      this.lastSeq = seq;
       this.remember(b, clientId, this.store.queueDb, key);
+      this.seqBefore ??= this.lastSeq;
+      this.lastSeq = seq;
       return seq;
     });
   }
@@ -230,7 +242,7 @@ export class LmdbSessionStore implements SessionStore {
   putWill(clientId: string, will: PendingWill): Promise<void> {
     let value: Buffer;
     try {
-      value = encodeStampedValue(will.msg, will.dueAtMs);
+      value = encodeStampedValue(will.msg, will.dueAtMs, this.store.clock);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store will: ${asError(err).message}`, { cause: err }));
     }
@@ -249,7 +261,7 @@ export class LmdbSessionStore implements SessionStore {
     let value: Buffer;
     let key: Buffer;
     try {
-      value = encodeQueuedValue(msg, flight);
+      value = encodeQueuedValue(msg, this.store.clock, flight);
       key = seqKey(this.prefixOf(clientId), seq);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
@@ -257,7 +269,7 @@ export class LmdbSessionStore implements SessionStore {
     return this.store.schedule((b) => {
       // Only while still queued. Called once the enqueue is durable, so a missing key was acknowledged or dropped
       // in an earlier batch; a drop in this batch is not visible yet. Acks of this batch run after it (finishBatch).
-      if (b.droppedSessions.has(clientId) || !this.store.queueDb.doesExist(key)) return;
+      if (this.droppedInBatch.has(clientId) || !this.store.queueDb.doesExist(key)) return;
       this.store.reserve(b, FLIGHT_HEADER_BYTES - PLAIN_HEADER_BYTES);
       this.store.put(b, this.store.queueDb, key, value);
     });
@@ -280,11 +292,29 @@ export class LmdbSessionStore implements SessionStore {
     this.ackFlush.now();
   }
 
-  /** End of building a batch: the deletes of the collected acks, when the batch flushes them. */
+  /** End of building a batch: the deletes of the collected acks, when the batch flushes them, and the seq. */
   finishBatch(b: Batch): void {
-    if (!b.flushAcks) return;
-    for (const k of this.ackKeys) this.store.del(b, this.store.queueDb, k);
-    this.ackKeys = [];
+    if (this.flushingAcks) {
+      for (const k of this.ackKeys) this.store.del(b, this.store.queueDb, k);
+      this.ackKeys = [];
+    }
+    if (this.seqBefore !== undefined) this.store.put(b, this.store.meta, 'sessionSeq', this.lastSeq);
+  }
+
+  committed(): void {
+    this.forgetBatch();
+  }
+
+  rollback(): void {
+    if (this.seqBefore !== undefined) this.lastSeq = this.seqBefore;
+    this.forgetBatch();
+  }
+
+  private forgetBatch(): void {
+    this.seqBefore = undefined;
+    this.flushingAcks = false;
+    this.droppedInBatch.clear();
+    this.writtenInBatch.clear();
   }
 
   /** The key prefix of a client id, kept while the session lives: every queued message and ack needs it. */
@@ -295,8 +325,9 @@ export class LmdbSessionStore implements SessionStore {
   }
 
   private remember(b: Batch, clientId: string, db: Database<any, any>, key: Buffer): void {
-    let keys = b.sessionKeys.get(clientId);
-    if (keys === undefined) b.sessionKeys.set(clientId, (keys = []));
+    b.join(this);
+    let keys = this.writtenInBatch.get(clientId);
+    if (keys === undefined) this.writtenInBatch.set(clientId, (keys = []));
     keys.push({ db, key });
   }
 
@@ -318,7 +349,7 @@ class Damaged {
   private readonly records: DamagedRecord[] = [];
 
   constructor(
-    private readonly store: LmdbStoreImpl,
+    private readonly store: StoreWriter,
     private readonly what: string,
     /** Whether the damaged records are deleted once reported. */
     private readonly deletes = true,

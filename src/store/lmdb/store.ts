@@ -1,7 +1,7 @@
 /**
  * The durable store: one LMDB environment (lmdb-js) in `storage.path` with named databases for the bridge
  * outboxes (outbox.ts), persistent sessions (sessions.ts) and retained messages (retained.ts). This class owns
- * the environment and the write path that all of them share; ../lmdb.ts opens it. Only src/store imports `lmdb`.
+ * the environment and the write path that all of them share; open.ts opens it. Only src/store imports `lmdb`.
  *
  * How writes work (docs/reliability.md#lmdb-facts):
  * - Every change is an operation queued in JS. On the next `setImmediate`, all queued operations are turned
@@ -37,11 +37,11 @@ import type { Logger } from '../../util/logger.js';
 import { ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
 import type { Outbox, OutboxLimits, Store } from '../types.js';
-import { Batch, type Op } from './batch.js';
+import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type OutboxMeta } from './outbox.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
-import { clockRecord } from '../../util/clock.js';
+import { SteadyClock } from '../../util/clock.js';
 import { commitCause, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
 import type { VerifyMode } from './verify.js';
 
@@ -77,16 +77,15 @@ export interface LmdbStoreOptions {
   readonly maxBytes: number;
   /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see verify.ts); default off. */
   readonly verify?: VerifyMode;
+  /**
+   * The gateway's clock, whose base the store sets from its record (`SteadyClock.adopt`); a store opened on its
+   * own (the store commands, tests) gets one of its own.
+   */
+  readonly clock?: SteadyClock;
   readonly log: Logger;
 }
 
-/** A record whose value did not check out, under its database and key. */
-export interface DamagedRecord {
-  readonly db: Database<any, any>;
-  readonly key: Buffer;
-}
-
-/** The data directory's lock file (lmdb.ts), released when the store closes. */
+/** The data directory's lock file (open.ts), released when the store closes. */
 export interface StoreLock {
   release(): void;
 }
@@ -96,26 +95,22 @@ interface LmdbBatcher {
   batch(action: () => void): Promise<unknown>;
 }
 
-export class LmdbStoreImpl implements Store {
+export class LmdbStore implements Store, StoreWriter {
   readonly retained: LmdbRetainedStore;
   readonly sessions: LmdbSessionStore;
   readonly env: RootDatabase;
   readonly meta: Database<unknown, string>;
   readonly outboxDb: Database<Buffer, Buffer>;
   readonly retainedDb: Database<Buffer, Buffer>;
-  /** Session records and subscriptions: checksummed JSON (codec.ts encodeJsonValue). */
   readonly sessionDb: Database<Buffer, Buffer>;
   readonly subscriptionDb: Database<Buffer, Buffer>;
   readonly queueDb: Database<Buffer, Buffer>;
-  /** Incoming QoS 2 packet ids awaiting PUBREL, keyed like the queue (owner prefix + id). */
   readonly releaseDb: Database<Buffer, Buffer>;
-  /** Delayed wills waiting out their delay, keyed by client id (stamped with their due time). */
   readonly willDb: Database<Buffer, Buffer>;
-  /** Outbox entries the central broker has received (QoS 2 PUBREC), keyed like the outbox. */
   readonly outboxReleasedDb: Database<Buffer, Buffer>;
-  /** Outbox entries removed out of order, above their outbox's floor (see outbox-chunk.ts), keyed like the outbox. */
   readonly outboxRemovedDb: Database<Buffer, Buffer>;
   readonly durable = true;
+  readonly clock: SteadyClock;
   readonly log: Logger;
   readonly path: string;
   readonly maxKeyBytes: number;
@@ -140,6 +135,7 @@ export class LmdbStoreImpl implements Store {
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
     this.env = env;
+    this.clock = opts.clock ?? new SteadyClock();
     this.log = log;
     this.path = opts.path;
     this.lock = lock;
@@ -442,9 +438,7 @@ export class LmdbStoreImpl implements Store {
       }
     }
     try {
-      for (const box of b.outboxes) box.finishBatch(b);
-      this.sessions.finishBatch(b);
-      if (b.sessionSeqBefore !== undefined) this.put(b, this.meta, 'sessionSeq', this.sessions.lastSeq);
+      for (const member of b.members) member.finishBatch(b);
     } catch (err) {
       // Queueing a counter write fails only if the environment is broken; the commit then fails as well and
       // rejects the batch. Logged here because it is the first sign.
@@ -456,7 +450,7 @@ export class LmdbStoreImpl implements Store {
     this.pageBytes.reservedSince += b.reservedBytes;
     if (b.reservations > 0 && !b.storeFull) this.endFull();
     else if (b.deletes && this.full?.cause === 'disk') this.full.retryAtMs = 0; // freed pages: the next batch may try
-    for (const box of b.outboxes) box.committed();
+    for (const member of b.members) member.committed();
     if (this.commitFailing) {
       this.commitFailing = false;
       this.log.info('store writes succeed again');
@@ -483,9 +477,7 @@ export class LmdbStoreImpl implements Store {
         cause: err,
       });
     }
-    for (const box of b.outboxes) box.rollback();
-    if (b.sessionSeqBefore !== undefined) this.sessions.lastSeq = b.sessionSeqBefore;
-    if (b.retainedCountBefore !== undefined) this.retained.setCount(b.retainedCountBefore);
+    for (const member of b.members) member.rollback();
     this.inFlight = undefined;
     if (this.queue.length > 0) this.scheduleIssue();
     return failure;
@@ -516,7 +508,7 @@ export class LmdbStoreImpl implements Store {
    * the next boot knows how far this timeline got. Settles when the first write is durable.
    */
   async keepClockRecord(): Promise<void> {
-    if (clockRecord() === undefined) return; // no boot ids here: nothing to record
+    if (this.clock.record() === undefined) return; // no boot ids here: nothing to record
     await this.recordClock();
     this.clockTimer ??= setInterval(() => {
       this.recordClock().catch((err: unknown) => this.log.warn({ err }, 'clock record not stored'));
@@ -526,7 +518,7 @@ export class LmdbStoreImpl implements Store {
 
   private recordClock(): Promise<void> {
     return this.schedule((b) => {
-      const record = clockRecord();
+      const record = this.clock.record();
       if (record !== undefined) this.put(b, this.meta, 'clock', record);
     });
   }

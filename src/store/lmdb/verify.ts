@@ -16,6 +16,7 @@ import type { Database, RootDatabase } from 'lmdb';
 import { CorruptValueError, decodeJsonValue, decodePlainValue, decodeQueuedValue, decodeStampedValue, keyOwner, keySeq, seqKey } from '../codec.js';
 import { Chunk, chunkCount, chunkStart } from './outbox-chunk.js';
 import { checkPages } from './pages.js';
+import { SteadyClock } from '../../util/clock.js';
 import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 
 export type VerifyMode = 'quick' | 'full' | 'off';
@@ -41,14 +42,17 @@ export interface VerifyReport {
  * How each database's values are checked in a full walk: `decode` returns how many records in the value are
  * damaged, or throws CorruptValueError for a damaged value. The owner of a key is its prefix up to the 0 byte.
  */
+/** The walk only checks that values decode: any timeline converts their expiry. */
+const WALK_CLOCK = new SteadyClock();
+
 export const DATABASES: Record<string, { what: string; decode?: (key: Buffer, value: Buffer) => number; seqs: boolean }> = {
   meta: { what: 'store metadata', decode: (_k, v) => (decodeMeta(v), 0), seqs: false },
   outbox: { what: 'outbox', seqs: true }, // checked entry by entry: damagedChunkEntries
-  retained: { what: 'retained message', decode: (_k, v) => (decodePlainValue(v), 0), seqs: false },
+  retained: { what: 'retained message', decode: (_k, v) => (decodePlainValue(v, WALK_CLOCK), 0), seqs: false },
   sessions: { what: 'session record', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
   subscriptions: { what: 'subscriptions of session', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
-  'session-queue': { what: 'queue of session', decode: (_k, v) => (decodeQueuedValue(v), 0), seqs: true },
-  'session-will': { what: 'delayed will of session', decode: (_k, v) => (decodeStampedValue(v), 0), seqs: false },
+  'session-queue': { what: 'queue of session', decode: (_k, v) => (decodeQueuedValue(v, WALK_CLOCK), 0), seqs: true },
+  'session-will': { what: 'delayed will of session', decode: (_k, v) => (decodeStampedValue(v, WALK_CLOCK), 0), seqs: false },
   'session-qos2': { what: 'QoS 2 state of session', seqs: true },
   'outbox-released': { what: 'QoS 2 state of outbox', seqs: true },
   'outbox-removed': { what: 'removal marks of outbox', seqs: true },
@@ -92,7 +96,7 @@ export function outboxRemovedEntries(env: RootDatabase): (prefix: Buffer, seq: n
 /** The seqs of the damaged entries of an outbox chunk, but for those `gone` says are removed already. */
 export function damagedChunkEntries(key: Buffer, value: Buffer, gone: (prefix: Buffer, seq: number) => boolean): number[] {
   const prefix = key.subarray(0, key.indexOf(0) + 1);
-  const chunk = new Chunk(key, prefix.length, value);
+  const chunk = new Chunk(key, prefix.length, value, WALK_CLOCK);
   const damaged: number[] = [];
   for (let seq = chunk.start; seq < chunk.end; seq++) {
     if (gone(prefix, seq)) continue;

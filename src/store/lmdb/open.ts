@@ -1,16 +1,16 @@
 /**
  * Opening the durable store: one LMDB environment (lmdb-js) in `storage.path`, checked before use (data file,
- * lock, schema version). The store itself is in lmdb/: store.ts (batches and the write path), outbox.ts,
+ * lock, schema version). The store itself is in this folder: store.ts (batches and the write path), outbox.ts,
  * sessions.ts, retained.ts.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { open, type RootDatabase } from 'lmdb';
-import { asError, StoreError } from '../util/errors.js';
-import type { Store } from './types.js';
-import { adoptClockBase, currentBootId } from '../util/clock.js';
-import { LmdbStoreImpl, type LmdbStoreOptions, type StoreLock } from './lmdb/store.js';
-import { verifyInChild } from './lmdb/verify.js';
+import { asError, StoreError } from '../../util/errors.js';
+import type { Store } from '../types.js';
+import { currentBootId } from '../../util/clock.js';
+import { LmdbStore, type LmdbStoreOptions, type StoreLock } from './store.js';
+import { verifyInChild } from './verify.js';
 
 export type { LmdbStoreOptions };
 
@@ -221,9 +221,9 @@ export async function openLmdbStore(
     if (!fresh && !rootNames.includes('meta')) {
       throw openError(dir, `it holds an LMDB environment that is not an edgeferry store (databases: ${rootNames.join(', ')})`);
     }
-    let store: LmdbStoreImpl;
+    let store: LmdbStore;
     try {
-      store = new LmdbStoreImpl(env, { ...opts, path: dir }, lock, log);
+      store = new LmdbStore(env, { ...opts, path: dir }, lock, log);
     } catch (err) {
       throw err instanceof StoreError ? err : openError(dir, `its databases are unreadable (${asError(err).message})`, err);
     }
@@ -242,7 +242,7 @@ export async function openLmdbStore(
       }
     }
     // The steady clock goes on from the timeline the store recorded, so stored times keep their ages (util/clock.ts).
-    adoptClockBase(store.meta.get('clock'));
+    store.clock.adopt(store.meta.get('clock'));
     await store.keepClockRecord();
     log.info({ sync: opts.sync, maxBytes: opts.maxBytes }, 'store open');
     return store;
