@@ -25,7 +25,8 @@ import type { Logger } from '../util/logger.js';
 import { ReplayPacer } from './token-bucket.js';
 import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
-import { outboxPacketId, Uplink } from './uplink.js';
+import { outboxPacketId } from './packet-ids.js';
+import { Uplink } from './uplink.js';
 import type { InboundPublish, PublishFlow, PublishResult, UplinkSession } from './uplink.js';
 import { steadyNowMs } from '../util/clock.js';
 
