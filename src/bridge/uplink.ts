@@ -123,8 +123,10 @@ interface Connection {
   lastAckMs: number;
   /** The packet id of our SUBSCRIBE until its SUBACK. */
   subscribeId: number | undefined;
-  /** CONNACK deadline, then the keepalive clock (`onKeepaliveTick`). */
-  timer: NodeJS.Timeout | undefined;
+  /** Until CONNACK: the deadline for it. */
+  connackTimer: NodeJS.Timeout | undefined;
+  /** Online, keepalive > 0: every half keepalive (`onKeepaliveTick`), restarted by each PINGRESP. */
+  keepaliveTimer: NodeJS.Timeout | undefined;
   /** Keepalive half-periods since the last PINGRESP. */
   keepaliveTicks: number;
   closing: boolean;
@@ -336,7 +338,8 @@ export class Uplink {
       pending: new PacketArena(),
       lastAckMs: performance.now(),
       subscribeId: undefined,
-      timer: undefined,
+      connackTimer: undefined,
+      keepaliveTimer: undefined,
       keepaliveTicks: 0,
       closing: false,
       closed: false,
@@ -356,11 +359,11 @@ export class Uplink {
       this.log.debug({ err, url }, 'uplink error');
     });
     stream.on('close', () => this.onClose(conn));
-    conn.timer = setTimeout(() => {
+    conn.connackTimer = setTimeout(() => {
       conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: no CONNACK within ${ackTimeoutS} s`);
       stream.destroy();
     }, ackTimeoutS * 1000);
-    conn.timer.unref();
+    conn.connackTimer.unref();
     // Held by the stream until it is open.
     stream.write(encodePacket(this.connectPacket(), this.version));
   }
@@ -401,7 +404,7 @@ export class Uplink {
   }
 
   private onConnack(conn: Connection, packet: Packet & { cmd: 'connack' }): void {
-    clearTimeout(conn.timer);
+    clearTimeout(conn.connackTimer);
     const code = (this.version === 5 ? packet.reasonCode : packet.returnCode) ?? 0;
     if (code !== 0) {
       // Refused: needs an operator (credentials, ACL), so the bridge logs it as an error once.
@@ -441,8 +444,8 @@ export class Uplink {
   private startKeepalive(conn: Connection): void {
     const keepaliveS = this.options.config.remote.keepaliveS;
     if (keepaliveS === 0) return;
-    conn.timer = setInterval(() => this.onKeepaliveTick(conn), keepaliveS * 500);
-    conn.timer.unref();
+    conn.keepaliveTimer = setInterval(() => this.onKeepaliveTick(conn), keepaliveS * 500);
+    conn.keepaliveTimer.unref();
   }
 
   private onKeepaliveTick(conn: Connection): void {
@@ -483,7 +486,8 @@ export class Uplink {
 
   private onClose(conn: Connection): void {
     conn.closed = true;
-    clearTimeout(conn.timer);
+    clearTimeout(conn.connackTimer);
+    clearInterval(conn.keepaliveTimer);
     if (this.conn !== conn) return;
     const wasOnline = conn.online;
     conn.online = false;
@@ -574,7 +578,7 @@ export class Uplink {
   private onPingresp(conn: Connection): void {
     conn.lastAckMs = performance.now();
     conn.keepaliveTicks = 0;
-    conn.timer?.refresh();
+    conn.keepaliveTimer?.refresh();
     const ping = conn.pings.shift();
     if (ping) this.options.events.confirmed(ping.mark);
   }
@@ -591,15 +595,17 @@ export class Uplink {
   }
 
   /**
-   * The broker broke the protocol (docs/reliability.md rule 38): the stream can no longer be trusted. DISCONNECT
-   * with the reason (MQTT 5), close, reconnect; what was in flight goes again.
+   * The broker broke the protocol (docs/reliability.md rule 38), or handling its packet failed: the stream can no
+   * longer be trusted. DISCONNECT with the reason (MQTT 5), close, reconnect; what was in flight goes again.
    */
   private protocolFailure(conn: Connection, err: unknown): void {
     if (conn.closing || conn.error) return;
-    const reasonCode = err instanceof ProtocolError ? err.reasonCode : Reason.UnspecifiedError;
-    const what = asError(err).message;
-    conn.error = new UplinkError('EF_UPLINK_CONNECT', `${conn.url}: central broker sent ${what}`, { cause: err });
-    this.log.warn({ url: conn.url, reasonCode }, `central broker sent ${what}; reconnecting`);
+    const violation = err instanceof ProtocolError;
+    const reasonCode = violation ? err.reasonCode : Reason.UnspecifiedError;
+    const what = violation ? `central broker sent ${err.message}` : `handling a packet failed: ${asError(err).message}`;
+    conn.error = new UplinkError('EF_UPLINK_CONNECT', `${conn.url}: ${what}`, { cause: err });
+    if (violation) this.log.warn({ url: conn.url, reasonCode }, `${what}; reconnecting`);
+    else this.log.error({ err, url: conn.url }, `${what}; reconnecting`);
     if (this.version !== 5) return void conn.stream.destroy();
     conn.stream.end(this.disconnectPacket(reasonCode));
     setTimeout(() => conn.stream.destroy(), DISCONNECT_GRACE_MS).unref();
