@@ -517,6 +517,31 @@ describe('bridge against a scriptable fake upstream', () => {
       expect(second.status.type).toBe('online');
     });
 
+    it('publishes an inbound QoS 2 message once when the broker sends it again while the first is still being published, and answers both with PUBREC after it [MQTT-4.3.3-9]', async () => {
+      const up = d.add(await startFakeUpstream());
+      const pubrecs: number[] = [];
+      up.onPacket = (c, p) => {
+        if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [2], reasonCode: 0 } as unknown as Packet);
+        if (p.cmd === 'pubrec') pubrecs.push(local.length);
+      };
+      const { broker } = testBroker();
+      const local: string[] = [];
+      broker.subscribe('cmd/#', { qos: 2, origin: 'observer' }, (msg) => {
+        local.push(msg.payload.toString());
+      });
+      const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] });
+      const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger }));
+      await bridge.start();
+      await waitFor(() => bridge.status.type === 'online', 5000);
+      // Both in one read: the second arrives before the first is published locally.
+      const publish = { cmd: 'publish', topic: 'cmd/open', payload: Buffer.from('valve'), qos: 2, retain: false, dup: false, messageId: 9 } as Packet;
+      const generate = (packet: Packet) => mqttPacket.generate(packet, { protocolVersion: 5 });
+      up.connections[0].socket.write(Buffer.concat([generate(publish), generate({ ...publish, dup: true } as Packet)]));
+      await waitFor(() => pubrecs.length === 2, 5000);
+      expect(local).toEqual(['valve']);
+      expect(pubrecs).toEqual([1, 1]);
+    });
+
     it('drops a message refused at PUBREC (reason >= 0x80) without PUBREL, counted as rejected_upstream', async () => {
       const up = d.add(await startFakeUpstream());
       up.onPacket = (c, p) => {
