@@ -558,6 +558,8 @@ export class Uplink {
       case 'pubcomp':
         return this.onPublishAck(conn, packet.cmd, packet.messageId as number, packet.reasonCode ?? 0);
       case 'publish':
+        // We announce no Topic Alias Maximum, i.e. 0: the broker may not use aliases [MQTT-3.3.2-11].
+        if (packet.properties?.topicAlias !== undefined) throw new ProtocolError(Reason.TopicAliasInvalid, 'a PUBLISH with a Topic Alias, which we do not accept [MQTT-3.3.2-11]');
         return this.onInboundPublish(conn, packet);
       case 'pubrel':
         // Known or not (a restart forgot it), the message is published locally: complete the flow.

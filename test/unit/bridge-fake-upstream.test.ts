@@ -364,6 +364,27 @@ describe('bridge against a scriptable fake upstream', () => {
     await waitFor(() => up.connections.length === 3, 5000);
   });
 
+  it('drops a connection whose broker uses a Topic Alias it was never allowed, with DISCONNECT 0x94, unpublished [MQTT-3.3.2-11]', async () => {
+    const up = d.add(await startFakeUpstream());
+    up.onPacket = (c, p) => {
+      if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [1], reasonCode: 0 } as unknown as Packet);
+    };
+    const { broker } = testBroker();
+    const local: string[] = [];
+    broker.subscribe('cmd/#', { qos: 1, origin: 'observer' }, (msg) => {
+      local.push(msg.topic);
+    });
+    const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'] });
+    const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger }));
+    await bridge.start();
+    await waitFor(() => bridge.status.type === 'online', 5000);
+    up.connections[0].send({ cmd: 'publish', topic: 'cmd/a', payload: Buffer.from('x'), qos: 0, retain: false, dup: false, properties: { topicAlias: 1 } } as Packet);
+    await waitFor(() => up.connections[0].packets.some((p) => p.cmd === 'disconnect'), 5000);
+    expect(up.connections[0].packets.find((p) => p.cmd === 'disconnect')).toMatchObject({ reasonCode: 0x94 });
+    await waitFor(() => up.connections.length === 2, 5000);
+    expect(local).toEqual([]);
+  });
+
   describe('QoS 2 upstream: exactly once across reconnects and restarts', () => {
     /** A QoS 2 bridge whose message 'a' the broker received (PUBREC) and never completed (no PUBCOMP). */
     async function receivedNotCompleted() {
