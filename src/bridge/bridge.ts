@@ -16,7 +16,7 @@
  */
 import type { Broker } from '../broker/broker.js';
 import type { BridgeConfig } from '../config/schema.js';
-import type { Message, QoS } from '../protocol/message.js';
+import type { Message } from '../protocol/message.js';
 import { createMessage, isExpired } from '../protocol/message.js';
 import { reasonName } from '../protocol/reason-codes.js';
 import type { DropReason, Outbox, OutboxEntry } from '../store/types.js';
@@ -25,8 +25,9 @@ import type { Logger } from '../util/logger.js';
 import { ReplayPacer } from './token-bucket.js';
 import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
-import { outboxPacketId, Uplink } from './uplink.js';
-import type { InboundPublish, PublishFlow, PublishResult, UplinkSession } from './uplink.js';
+import { SendWindow, type FlightOwner, type Inflight } from './send-window.js';
+import { Uplink } from './uplink.js';
+import type { InboundPublish, PublishResult, UplinkSession } from './uplink.js';
 
 export type UplinkStatus =
   | { type: 'connecting'; attempt: number }
@@ -87,45 +88,6 @@ export interface BridgeOptions {
   readonly deadLetter?: Outbox;
 }
 
-/** What an in-flight entry reports to its bridge. */
-interface FlightOwner {
-  onResult(flight: Inflight, result: PublishResult): void;
-  /** QoS 2: records that the broker received the entry (PUBREC) before the PUBREL goes. */
-  markReleased(seq: number): Promise<void>;
-}
-
-/**
- * An outbox entry sent on the current connection and not yet acknowledged or confirmed; for QoS 1/2 it is also
- * the flow's sender that the uplink reports to (one object per message, no closures).
- */
-class Inflight implements PublishFlow {
-  /** Set once written: the uplink's send index of its PUBLISH or PUBREL. */
-  sendIndex = 0;
-
-  constructor(
-    private readonly owner: FlightOwner,
-    readonly seq: number,
-    readonly qos: QoS,
-    /** The entry's message as journaled (before any hook rewrote it): what a refusal keeps as a dead letter. */
-    readonly msg: Message | undefined,
-    /** A PUBREL that frees the packet id of an entry dropped unsent (see releaseAbandoned): nothing to count. */
-    readonly abandoned = false,
-  ) {}
-
-  result(result: PublishResult): void {
-    this.owner.onResult(this, result);
-  }
-
-  /** PUBREL only once the receipt is durable: from then on, also after a crash, the entry is only released. */
-  received(): Promise<void> {
-    return this.owner.markReleased(this.seq);
-  }
-}
-
-/** How long unconfirmed QoS 0 entries may wait for a confirming ping when the window is not full. */
-const QOS0_CONFIRM_DELAY_MS = 250;
-/** Peek at most this many entries per outbox read. */
-const PEEK_BATCH = 256;
 /** Bytes of fixed header, packet id and property overhead assumed when checking Maximum Packet Size. */
 const PACKET_OVERHEAD_BYTES = 16;
 
@@ -151,40 +113,17 @@ export class Bridge {
   private sessionStartMs = 0;
   private everOnline = false;
 
-  /** Sent and not yet acknowledged/confirmed, by seq, in send order. */
-  private readonly inflight = new Map<number, Inflight>();
-  private readonly flightOwner: FlightOwner = {
-    onResult: (flight, result) => this.onResult(flight, result),
-    markReleased: (seq) => this.outbox.markReleased(seq),
-  };
-  private qosInflight = 0;
-  /** Unconfirmed QoS 0 sends in send order; `q0Head` is the first live one. */
-  private q0: Inflight[] = [];
-  private q0Head = 0;
-  /** Last seq read from the outbox on this connection; undefined: start at the head. */
-  private cursor: number | undefined;
-  /** Entries after `cursor` read ahead from the outbox (see nextEntry). */
-  private ahead: readonly OutboxEntry[] = [];
-  private aheadHead = 0;
-  /** The outbox's dropped total when `ahead` was read. */
-  private aheadDropped = 0;
   /** Acknowledged seqs of this turn, passed to the outbox together (it hides them from `peek` from then on). */
   private removeBatch: number[] = [];
-  /**
-   * QoS 1/2 entries unacknowledged when a connection dropped, seq to QoS: re-sent with DUP on a resumed session.
-   * One that leaves the outbox unsent meanwhile (limits, expiry) is released instead (see releaseAbandoned).
-   */
-  private readonly resending = new Map<number, QoS>();
   /** Highest seq this process has sent; anything at or below it going up again is a re-send. */
   private highestSentSeq = -Infinity;
-  private window: number;
+  private readonly window: SendWindow;
   /** Backlog entries still to send on this connection before traffic counts as live (paced until then). */
   private replayRemaining = 0;
   private pacer: ReplayPacer;
 
   private pumpScheduled = false;
   private paceTimer: NodeJS.Timeout | undefined;
-  private confirmTimer: NodeJS.Timeout | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
 
   private readonly counters = { sent: 0, resent: 0, acked: 0, reconnects: 0, received: 0, receivedFailed: 0 };
@@ -203,7 +142,6 @@ export class Bridge {
     this.log = options.log;
     this.hooks = options.hooks ?? {};
     this.topics = new TopicMap(options.config.topics);
-    this.window = options.config.inflight;
     this.pacer = new ReplayPacer(options.config.replay);
     this.stateTopic = `$SYS/broker/connection/${options.config.remote.clientId}/state`;
     this.queueFullSeen = this.outbox.depth.dropped.queue_full;
@@ -221,6 +159,15 @@ export class Bridge {
         inbound: (msg) => this.onInbound(msg),
       },
     });
+    const flightOwner: FlightOwner = {
+      onResult: (flight, result) => this.onResult(flight, result),
+      markReleased: (seq) => this.outbox.markReleased(seq),
+      onConfirmed: (seq) => {
+        this.counters.acked++;
+        this.remove(seq);
+      },
+    };
+    this.window = new SendWindow(this.outbox, this.uplink, flightOwner, Math.max(1, options.config.inflight));
   }
 
   get status(): UplinkStatus {
@@ -238,7 +185,7 @@ export class Bridge {
       backlogBytes: depth.bytes,
       deadLetterMessages: this.deadLetter?.depth.messages ?? 0,
       oldestAgeS: depth.oldestAppendedAtMs === undefined ? 0 : Math.max(0, (this.broker.clock.nowMs() - depth.oldestAppendedAtMs) / 1000),
-      inflight: this.inflight.size,
+      inflight: this.window.size,
       sent: this.counters.sent,
       resent: this.counters.resent,
       acked: this.counters.acked,
@@ -292,7 +239,6 @@ export class Bridge {
     this.unsubscribers = [];
     clearInterval(this.tickTimer);
     clearTimeout(this.paceTimer);
-    clearTimeout(this.confirmTimer);
     await this.uplink.stop();
     this.resetConnectionState();
     this.flushRemovals();
@@ -413,9 +359,8 @@ export class Bridge {
     this.sessionStartMs = this.broker.clock.nowMs();
     if (this.everOnline) this.counters.reconnects++;
     this.everOnline = true;
-    if (!session.sessionPresent) this.resending.clear();
+    this.window.connected(session.sessionPresent);
     this.resetConnectionState();
-    this.window = Math.max(1, this.config.inflight);
     const depth = this.outbox.depth;
     this.replayRemaining = depth.messages;
     this.rate.replaySent = 0;
@@ -430,8 +375,7 @@ export class Bridge {
 
   private onOffline(error: Error, retryInMs: number | undefined): void {
     const wasOnline = this.currentStatus.type === 'online';
-    // Unacknowledged QoS 1/2 may have reached the broker: if the session resumes, they go again with DUP.
-    for (const rec of this.inflight.values()) if (rec.qos > 0) this.resending.set(rec.seq, rec.qos);
+    this.window.disconnected();
     this.resetConnectionState();
     this.session = undefined;
     if (retryInMs === undefined) {
@@ -453,27 +397,11 @@ export class Bridge {
 
   /** Every publish written before send index `upTo` reached the broker: release confirmed QoS 0 entries. */
   private onConfirmed(upTo: number): void {
-    let released = false;
-    while (this.q0Head < this.q0.length && this.q0[this.q0Head].sendIndex < upTo) {
-      const rec = this.q0[this.q0Head++];
-      if (this.inflight.get(rec.seq) === rec) {
-        this.inflight.delete(rec.seq);
-        this.counters.acked++;
-        this.remove(rec.seq);
-        released = true;
-      }
-    }
-    if (this.q0Head > 1024 && this.q0Head * 2 > this.q0.length) {
-      this.q0 = this.q0.slice(this.q0Head);
-      this.q0Head = 0;
-    }
-    if (released) this.schedulePump();
+    if (this.window.confirm(upTo)) this.schedulePump();
   }
 
   private onResult(rec: Inflight, result: PublishResult): void {
-    if (this.inflight.get(rec.seq) !== rec) return;
-    this.inflight.delete(rec.seq);
-    this.qosInflight--;
+    if (!this.window.settle(rec)) return;
     if (rec.abandoned) return this.schedulePump();
     if (result.ok) {
       this.remove(rec.seq);
@@ -528,17 +456,18 @@ export class Bridge {
     if (!this.running || !this.uplink.online || this.pausedReason !== undefined || this.paceTimer) return;
     const receiveMaximum = this.session?.receiveMaximum ?? 65_535;
     const dropped = this.droppedTotal();
-    while (this.inflight.size < this.window && this.uplink.online) {
-      const entry = this.nextEntry(dropped);
-      if (this.resending.size > 0 && !this.releaseAbandoned(entry?.seq ?? Infinity, receiveMaximum)) break;
+    const window = this.window;
+    while (!window.full && this.uplink.online) {
+      const entry = window.next(dropped);
+      if (window.resendPending && !window.releaseAbandoned(entry?.seq ?? Infinity, receiveMaximum)) break;
       if (entry === undefined) break;
-      if (this.inflight.has(entry.seq)) {
-        this.advance(entry);
+      if (window.has(entry.seq)) {
+        window.advance(entry);
         continue;
       }
-      if (entry.msg.qos > 0 && this.qosInflight >= receiveMaximum) break;
+      if (entry.msg.qos > 0 && window.qosFull(receiveMaximum)) break;
       if (isExpired(entry.msg)) {
-        this.advance(entry);
+        window.advance(entry);
         this.outbox.countDropped('expired', 1);
         this.remove(entry.seq);
         continue;
@@ -554,30 +483,10 @@ export class Bridge {
         }
         this.pacer.take(entry.bytes);
       }
-      this.advance(entry);
+      window.advance(entry);
       this.send(entry);
     }
-    this.afterPump();
-  }
-
-  /**
-   * The next outbox entry after the cursor, from entries read ahead in chunks: one LMDB read per chunk rather
-   * than one per acknowledgement. Read again when the outbox dropped entries (limits, expiry), which are the
-   * oldest, i.e. the ones read ahead.
-   */
-  private nextEntry(dropped: number): OutboxEntry | undefined {
-    if (this.aheadHead >= this.ahead.length || dropped !== this.aheadDropped) {
-      this.ahead = this.outbox.peek(PEEK_BATCH, this.cursor);
-      this.aheadHead = 0;
-      this.aheadDropped = dropped;
-    }
-    return this.ahead[this.aheadHead];
-  }
-
-  /** The entry was handled (sent, skipped or dropped): the cursor moves past it. */
-  private advance(entry: OutboxEntry): void {
-    this.cursor = entry.seq;
-    this.aheadHead++;
+    window.requestConfirmation();
   }
 
   private droppedTotal(): number {
@@ -606,74 +515,22 @@ export class Bridge {
       this.refuse(entry.seq, entry.msg, 'too-large', fields, 'message larger than the central broker accepts');
       return;
     }
-    const dup = this.resending.delete(entry.seq);
-    // QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC >= 0x80) keeps it as a dead letter.
-    // QoS 0 ones wait up to 1.5x keepalive for a confirming ping and need none.
-    const rec = new Inflight(this.flightOwner, entry.seq, msg.qos, msg.qos > 0 ? entry.msg : undefined);
-    rec.sendIndex =
-      msg.qos === 0 ? this.uplink.publish(msg, undefined, false) : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec);
-    this.inflight.set(entry.seq, rec);
+    this.window.send(entry, msg);
     this.counters.sent++;
     // Sends go in seq order, so a seq at or below the highest one sent is a re-send.
     if (entry.seq <= this.highestSentSeq) this.counters.resent++;
     else this.highestSentSeq = entry.seq;
-    if (msg.qos > 0) this.qosInflight++;
-    else this.q0.push(rec);
   }
 
   /** A QoS 2 entry the broker received before a reconnect or restart (PUBREC): PUBREL, never PUBLISH again. */
   private sendRelease(entry: OutboxEntry): void {
-    this.resending.delete(entry.seq);
     if (this.session?.sessionPresent !== true) {
       // The broker forgot the flow with the session, but it had the message: nothing left to do.
       this.counters.acked++;
       this.remove(entry.seq);
       return;
     }
-    const rec = new Inflight(this.flightOwner, entry.seq, 2, undefined);
-    rec.sendIndex = this.uplink.release(outboxPacketId(entry.seq), rec);
-    this.inflight.set(entry.seq, rec);
-    this.qosInflight++;
-  }
-
-  /**
-   * Entries below `nextSeq` still waiting to be re-sent left the outbox unsent (dropped by its limits or expiry
-   * while the link was down). The broker may hold a QoS 2 one under its packet id, awaiting PUBREL: without one,
-   * that id would stay taken until an entry 65,000 seqs later reuses it, and a broker that does not compare
-   * content would discard that entry as a duplicate (EMQX answers 0x91). A PUBREL completes such a flow or, for
-   * an id the broker does not know, draws PUBCOMP 0x92; either way the id is free again [MQTT-4.3.3-10].
-   * QoS 1 holds nothing at the broker. Returns false when the window is full.
-   */
-  private releaseAbandoned(nextSeq: number, receiveMaximum: number): boolean {
-    for (const [seq, qos] of this.resending) {
-      if (seq >= nextSeq) continue;
-      if (qos === 2) {
-        if (this.inflight.size >= this.window || this.qosInflight >= receiveMaximum) return false;
-        const rec = new Inflight(this.flightOwner, seq, 2, undefined, true);
-        rec.sendIndex = this.uplink.release(outboxPacketId(seq), rec);
-        this.inflight.set(seq, rec);
-        this.qosInflight++;
-      }
-      this.resending.delete(seq);
-    }
-    return true;
-  }
-
-  /** QoS 0 entries wait for a PINGRESP that proves the broker read them; make sure one is coming. */
-  private afterPump(): void {
-    const last = this.q0.length > this.q0Head ? this.q0[this.q0.length - 1] : undefined;
-    if (!last || this.uplink.pingCovers(last.sendIndex)) return;
-    if (this.inflight.size >= this.window) {
-      this.uplink.ping();
-      return;
-    }
-    if (this.confirmTimer) return;
-    this.confirmTimer = setTimeout(() => {
-      this.confirmTimer = undefined;
-      const tail = this.q0.length > this.q0Head ? this.q0[this.q0.length - 1] : undefined;
-      if (tail && !this.uplink.pingCovers(tail.sendIndex)) this.uplink.ping();
-    }, QOS0_CONFIRM_DELAY_MS);
-    this.confirmTimer.unref();
+    this.window.release(entry.seq);
   }
 
   private sendPrologue(): void {
@@ -723,18 +580,10 @@ export class Bridge {
   }
 
   private resetConnectionState(): void {
-    this.inflight.clear();
-    this.qosInflight = 0;
-    this.q0 = [];
-    this.q0Head = 0;
-    this.cursor = undefined;
-    this.ahead = [];
-    this.aheadHead = 0;
+    this.window.reset();
     this.replayRemaining = 0;
     clearTimeout(this.paceTimer);
     this.paceTimer = undefined;
-    clearTimeout(this.confirmTimer);
-    this.confirmTimer = undefined;
   }
 
   // ---------------------------------------------------------------------------------------------------------

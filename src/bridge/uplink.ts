@@ -1,36 +1,35 @@
 /**
- * One bridge's connection to its central broker, built on MQTT.js (the only module that imports `mqtt`).
+ * One bridge's connection to its central broker, spoken with the gateway's own protocol layer: the framer and
+ * codec of the broker side, mqtt-packet (through `protocol/codec`) for the rare packets (CONNECT, CONNACK,
+ * SUBSCRIBE, DISCONNECT, and acks or publishes with properties). One engine on one stream (`dial`: TCP, TLS, WS,
+ * WSS); see docs/architecture.md#uplink.
  *
- * MQTT.js runs the connection (CONNECT/CONNACK, keepalive, SUBSCRIBE, inbound publishes; their QoS 2 state is
- * ours, `InboundQoS2`), never a queue: the bridge's LMDB outbox is the only source of truth for what still has to go up.
- * Outgoing publishes bypass it entirely: encoded by our codec, written to its transport, and their acks are taken
- * out of the inbound bytes before MQTT.js parses them (`AckTap`) and matched here. So:
- * - a new MqttClient per connection attempt, `reconnectPeriod: 0`: this class owns reconnects (decorrelated
- *   jitter, cycling through `remote.urls`), and MQTT.js has no outgoing store to replay;
- * - packet ids come from our allocator: an outbox entry's id follows from its seq (`outboxPacketId`), so an
- *   unacknowledged message goes again under its id after a reconnect (DUP) or a restart [MQTT-4.4.0-1], and a
- *   QoS 2 flow the broker received resumes at PUBREL (`release`);
- * - liveness is end to end: MQTT.js's keepalive (PINGRESP within 1.5x keepalive) plus our own ack timeout: a
- *   socket that is open but acknowledges nothing for `ackTimeoutS` is destroyed and reconnected.
+ * The bridge's LMDB outbox is the only source of truth for what still has to go up; this class keeps no queue:
+ * - a new connection per attempt; this class owns reconnects (decorrelated jitter, cycling through `remote.urls`);
+ * - packet ids follow from the outbox seq (`outboxPacketId`), so an unacknowledged message goes again under its id
+ *   after a reconnect (DUP) or a restart [MQTT-4.4.0-1], and a QoS 2 flow the broker received resumes at PUBREL
+ *   (`release`);
+ * - liveness is end to end: a PINGREQ every keepalive, whose PINGRESP must come within half a keepalive more
+ *   (MQTT 5 §3.1.2.10), plus an ack timeout: a socket that is open but acknowledges nothing for `ackTimeoutS` is
+ *   destroyed and reconnected.
  *
  * It also reports how far the upstream has provably read the stream: a PINGRESP, PUBACK or PUBREC proves that
- * every packet written before the matching PINGREQ/PUBLISH was received (one TCP stream, processed in order).
- * The bridge uses this to release QoS 0 entries, which nobody acknowledges.
+ * every packet written before the matching PINGREQ/PUBLISH was received (one stream, processed in order). The
+ * bridge uses this to release QoS 0 entries, which nobody acknowledges.
  */
-import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
-import { connect, Store } from 'mqtt';
-import type { IClientOptions, IConnackPacket, IPublishPacket, IStore, MqttClient, Packet } from 'mqtt';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message, PublishProperties, QoS } from '../protocol/message.js';
-import { appendPublish, encodeAck, encodePacket, PacketArena } from '../protocol/codec.js';
-import { Reason } from '../protocol/reason-codes.js';
+import { appendPublish, createParser, decodePublish, encodeAck, encodePacket, PacketArena } from '../protocol/codec.js';
+import type { AckCommand, ConnectPacket, Packet, ProtocolVersion, PublishPacket } from '../protocol/codec.js';
+import { PacketFramer, packetBytes, type FrameHandler } from '../protocol/framer.js';
+import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { Backoff } from '../util/backoff.js';
-import { AckTap, type PublishAck } from './ack-tap.js';
-import { asError, UplinkError } from '../util/errors.js';
+import { asError, ProtocolError, UplinkError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-
-type MessageIdProvider = NonNullable<IClientOptions['messageIdProvider']>;
+import { dial } from './dial.js';
+import { InboundQoS2 } from './inbound-qos2.js';
+import { PacketIds } from './packet-ids.js';
 
 /** What a successful CONNACK told us. */
 export interface UplinkSession {
@@ -76,17 +75,6 @@ export interface PublishFlow {
   received?(): Promise<void>;
 }
 
-/**
- * Packet ids 1..OUTBOX_PACKET_IDS belong to outbox entries, derived from their seq, so a flow resumes under the
- * same id after a restart and the broker recognises a QoS 2 message it already has [MQTT-4.3.3-10]. The ids
- * above are for everything else (MQTT.js's SUBSCRIBE, publishes outside the outbox).
- */
-export const OUTBOX_PACKET_IDS = 65_000;
-
-export function outboxPacketId(seq: number): number {
-  return ((seq - 1) % OUTBOX_PACKET_IDS) + 1;
-}
-
 export interface UplinkEvents {
   connecting(attempt: number, url: string): void;
   online(session: UplinkSession): void;
@@ -109,18 +97,19 @@ export interface UplinkOptions {
   /**
    * MQTT 5: the Maximum Packet Size announced in CONNECT (the local broker's `maxPacketBytes`, as what comes in
    * is published there). A broker that sends more breaks the protocol [MQTT-3.1.2-24]: the connection is dropped
-   * at the packet's header (`AckTap`), before its body is buffered, and it is never published locally.
+   * at the packet's header, before its body is buffered, and it is never published locally.
    */
   readonly maxPacketBytes?: number;
 }
 
-/** Per-connection state; a new one for every MqttClient, so late callbacks from an old one are recognizable. */
+type PublishAck = Exclude<AckCommand, 'pubrel'>;
+
+/** Per-connection state; a new one for every attempt, so late callbacks from an old one are recognizable. */
 interface Connection {
-  readonly client: MqttClient;
-  /** The transport under MQTT.js's stream (`AckTap`): our publishes are written to it directly. */
-  transport: Duplex | undefined;
+  readonly stream: Duplex;
   readonly url: string;
-  readonly ids: PacketIdAllocator;
+  readonly framer: PacketFramer;
+  readonly ids: PacketIds;
   online: boolean;
   /** Publishes written on this connection so far; the next publish gets this index. */
   sendIndex: number;
@@ -132,7 +121,16 @@ interface Connection {
   readonly pending: PacketArena;
   /** Last time the broker acknowledged anything (PUBACK, PUBREC, PUBCOMP, SUBACK, PINGRESP, CONNACK). */
   lastAckMs: number;
+  /** The packet id of our SUBSCRIBE until its SUBACK. */
+  subscribeId: number | undefined;
+  /** Until CONNACK: the deadline for it. */
+  connackTimer: NodeJS.Timeout | undefined;
+  /** Online, keepalive > 0: every half keepalive (`onKeepaliveTick`), restarted by each PINGRESP. */
+  keepaliveTimer: NodeJS.Timeout | undefined;
+  /** Keepalive half-periods since the last PINGRESP. */
+  keepaliveTicks: number;
   closing: boolean;
+  closed: boolean;
   error: Error | undefined;
 }
 
@@ -150,8 +148,19 @@ interface Flow {
 const DEFAULT_RECEIVE_MAXIMUM = 65_535;
 /** The result of every accepted publish (shared: results are only read). */
 const ACCEPTED: PublishResult = { ok: true };
-/** How long a DISCONNECT for a protocol violation may take to leave before the socket is destroyed. */
+/** How long a DISCONNECT may take to leave before the socket is destroyed. */
 const DISCONNECT_GRACE_MS = 1000;
+/** How long `stop` waits for the broker to close after our DISCONNECT. */
+const STOP_TIMEOUT_MS = 2000;
+const PINGREQ = Buffer.from([0xc0, 0x00]);
+/** The acknowledgements of our publishes in their 2-byte-body form, by first header byte (flags 0 [MQTT-2.2.2-2]). */
+const SHORT_ACKS: (PublishAck | undefined)[] = [];
+SHORT_ACKS[0x40] = 'puback';
+SHORT_ACKS[0x50] = 'pubrec';
+SHORT_ACKS[0x70] = 'pubcomp';
+const PUBLISH_TYPE = 3;
+/** MQTT 3.1.1 CONNACK return codes 1..5 (§3.2.2.3). */
+const CONNACK_V3_REFUSALS = ['', 'unacceptable protocol version', 'identifier rejected', 'server unavailable', 'bad user name or password', 'not authorized'];
 
 export class Uplink {
   private conn: Connection | undefined;
@@ -162,15 +171,17 @@ export class Uplink {
   private livenessTimer: NodeJS.Timeout | undefined;
   private readonly backoff: Backoff;
   /** Inbound QoS 2 state outlives a connection: a PUBLISH sent again on a resumed session is not published twice. */
-  private incomingStore = new InboundQoS2((packet) => this.deliverInbound(packet));
+  private readonly inboundQoS2 = new InboundQoS2();
   /** Remote filters already subscribed by this process (re-subscribe on a resumed session only if new). */
   private subscribedOnce = false;
   /** Upper bound for the QoS 1/2 window after the broker complained (DISCONNECT 0x93). */
   private windowLimit = Infinity;
+  private readonly version: ProtocolVersion;
   private readonly log: Logger;
 
   constructor(private readonly options: UplinkOptions) {
     this.log = options.log;
+    this.version = options.config.remote.protocolVersion;
     const { minDelayMs, maxDelayMs } = options.config.reconnect;
     this.backoff = new Backoff(minDelayMs, maxDelayMs);
   }
@@ -194,7 +205,11 @@ export class Uplink {
     this.livenessTimer.unref();
   }
 
-  /** Closes the connection (DISCONNECT when possible); resolves once the socket is closed. */
+  /**
+   * Closes the connection, with DISCONNECT (reason 0: the broker discards the Will) when online; resolves once the
+   * stream is closed. Outstanding acks are not waited for: unacknowledged entries stay in the outbox and go again
+   * on the next start.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.retryTimer);
@@ -202,43 +217,32 @@ export class Uplink {
     const conn = this.conn;
     if (!conn) return;
     conn.closing = true;
-    const client = conn.client;
-    await new Promise<void>((resolve) => {
-      const force = setTimeout(() => {
-        client.stream.destroy();
-        resolve();
-      }, 2000);
-      const done = (): void => {
-        clearTimeout(force);
-        resolve();
-      };
-      if (conn.online) {
-        // Do not wait for outstanding acks (MQTT.js would): unacknowledged entries stay in the outbox and go
-        // again on the next start. Emptying MQTT.js's pending table makes end() send DISCONNECT at once.
-        for (const id of Object.keys(client.outgoing)) delete client.outgoing[Number(id)];
-        client.end(false, {}, done);
-      } else {
-        client.end(true, {}, done);
-      }
-    });
+    if (!conn.closed) {
+      await new Promise<void>((resolve) => {
+        const force = setTimeout(() => conn.stream.destroy(), STOP_TIMEOUT_MS);
+        conn.stream.once('close', () => {
+          clearTimeout(force);
+          resolve();
+        });
+        if (conn.online) conn.stream.end(this.disconnectPacket(Reason.Success));
+        else conn.stream.destroy();
+      });
+    }
     if (this.conn === conn) this.conn = undefined;
   }
 
   /**
-   * Writes one PUBLISH on the current connection, encoded by our codec. The flow's callbacks run when the
-   * broker answers on this connection (never if the connection drops first: the entry is still in the outbox
-   * and goes again). MQTT.js is not involved: its per-publish work (option merging, a deep copy for its
-   * outgoing store, timers, logging) was the largest share of the replay's CPU, and the outbox already is the
-   * store; it ignores acks for ids it did not send. `packetId` is the one to use when it is free (an outbox
-   * entry's own, see `outboxPacketId`); `dup` marks a re-send that may have reached the broker [MQTT-3.3.1-1].
-   * Returns the publish's send index.
+   * Writes one PUBLISH on the current connection. The flow's callbacks run when the broker answers on this
+   * connection (never if the connection drops first: the entry is still in the outbox and goes again).
+   * `packetId` is the one to use when it is free (an outbox entry's own, see `outboxPacketId`); `dup` marks a
+   * re-send that may have reached the broker [MQTT-3.3.1-1]. Returns the publish's send index.
    */
   publish(msg: OutgoingPublish, packetId: number | undefined, dup: boolean, sender?: PublishFlow): number {
     const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
     const id = msg.qos > 0 ? this.startFlow(conn, msg.qos as 1 | 2, packetId, sendIndex, sender, false) : undefined;
     this.scheduleFlush(conn);
-    appendPublish(conn.pending, msg, this.options.config.remote.protocolVersion, msg.qos, msg.retain, dup && id !== undefined, id ?? 0);
+    appendPublish(conn.pending, msg, this.version, msg.qos, msg.retain, dup && id !== undefined, id ?? 0);
     return sendIndex;
   }
 
@@ -249,8 +253,14 @@ export class Uplink {
   release(packetId: number, sender: PublishFlow): number {
     const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
-    this.writePubrel(conn, this.startFlow(conn, 2, packetId, sendIndex, sender, true));
+    this.writeAck(conn, 'pubrel', this.startFlow(conn, 2, packetId, sendIndex, sender, true));
     return sendIndex;
+  }
+
+  /** Sends a PINGREQ now: its PINGRESP confirms every publish written before it. */
+  ping(): void {
+    const conn = this.conn;
+    if (conn?.online) this.writePing(conn);
   }
 
   private onlineConnection(): Connection {
@@ -267,8 +277,15 @@ export class Uplink {
     return id;
   }
 
-  private writePubrel(conn: Connection, packetId: number): void {
-    this.write(conn, encodeAck('pubrel', packetId, 0, this.options.config.remote.protocolVersion));
+  private writeAck(conn: Connection, cmd: AckCommand, packetId: number): void {
+    this.write(conn, encodeAck(cmd, packetId, 0, this.version));
+  }
+
+  /** Its PINGRESP confirms every publish counted so far: those waiting for this tick's write go with it, now. */
+  private writePing(conn: Connection): void {
+    conn.pings.push({ mark: conn.sendIndex, atMs: performance.now() });
+    conn.pending.append(PINGREQ);
+    this.flush(conn);
   }
 
   /**
@@ -287,168 +304,127 @@ export class Uplink {
   private flush(conn: Connection): void {
     if (conn.pending.empty) return;
     const packets = conn.pending.take();
-    const stream = conn.transport;
     // Closing but not yet closed: the entries stay in the outbox and go again on the next connection.
-    if (stream === undefined || !stream.writable) return;
-    stream.write(packets);
+    if (conn.stream.writable && !conn.closing) conn.stream.write(packets);
   }
 
-  /** Sends a PINGREQ now: its PINGRESP confirms every publish written before it. */
-  ping(): void {
-    const conn = this.conn;
-    if (!conn?.online) return;
-    // Its PINGRESP confirms every publish counted so far: those waiting for this tick's write go first.
-    this.flush(conn);
-    conn.client.sendPing();
-  }
+  // ---------------------------------------------------------------------------------------------------------
+  // Connecting
 
   private connectNext(): void {
     if (this.stopped) return;
-    const { remote } = this.options.config;
+    const { remote, ackTimeoutS } = this.options.config;
     const url = remote.urls[this.urlIndex % remote.urls.length];
     this.urlIndex++;
     this.attempt++;
     this.options.events.connecting(this.attempt, url);
-    let client: MqttClient;
-    const ids = new PacketIdAllocator();
+    let stream: Duplex;
     try {
-      // Not connected yet: its stream builder gets the AckTap around the transport first.
-      client = connect(url, { ...this.clientOptions(ids), manualConnect: true });
+      stream = dial(url, remote.tls);
     } catch (err) {
-      // An unreadable TLS file or a bad URL: treat like a failed attempt, so the bridge keeps buffering and retries.
+      // An unreadable or invalid TLS file: a failed attempt, so the bridge keeps buffering and retries.
       this.scheduleRetry(new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err }));
       return;
     }
     const conn: Connection = {
-      client,
-      transport: undefined,
+      stream,
       url,
-      ids,
+      framer: new PacketFramer(),
+      ids: new PacketIds(),
       online: false,
       sendIndex: 0,
       pings: [],
       flows: new Map(),
       pending: new PacketArena(),
       lastAckMs: performance.now(),
+      subscribeId: undefined,
+      connackTimer: undefined,
+      keepaliveTimer: undefined,
+      keepaliveTicks: 0,
       closing: false,
+      closed: false,
       error: undefined,
     };
     this.conn = conn;
-    // MQTT.js declares its stream builder private; wrapping it is the one way in before the first byte.
-    const withBuilder = client as unknown as { streamBuilder: (c: MqttClient) => Duplex };
-    const build = withBuilder.streamBuilder;
-    withBuilder.streamBuilder = (c) => {
-      const tap = new AckTap(build(c), (cmd, packetId) => this.onPublishAck(conn, cmd, packetId, 0), this.announcedMaxPacketBytes());
-      conn.transport = tap.transport;
-      return tap;
-    };
-    client.handleMessage = (packet, done) => this.handleInbound(packet, done);
-    client.on('packetsend', (packet) => this.onPacketSend(conn, packet));
-    client.on('packetreceive', (packet) => this.onPacketReceive(conn, packet));
-    client.on('connect', (connack) => this.onConnect(conn, connack));
-    client.on('disconnect', (packet) => {
-      const reason = packet.reasonCode ?? 0;
-      conn.error = new UplinkError('EF_UPLINK_CONNECT', `central broker sent DISCONNECT 0x${reason.toString(16)}`);
-      if (reason === Reason.ReceiveMaximumExceeded) {
-        // The broker's limit is lower than it announced (or than we assumed): halve the window from now on.
-        this.windowLimit = Math.max(1, Math.floor(Math.min(this.windowLimit, Math.max(conn.flows.size, 2)) / 2));
-        this.log.warn({ url, windowLimit: this.windowLimit }, 'central broker says too many messages in flight; window reduced');
+    const frames = this.frameHandler(conn);
+    stream.on('data', (chunk: Buffer) => {
+      try {
+        conn.framer.push(chunk, frames);
+      } catch (err) {
+        this.protocolFailure(conn, err);
       }
     });
-    client.on('error', (err) => {
-      // MQTT.js reports socket errors, refused CONNACKs and keepalive timeouts here; 'close' follows where the
-      // connection is gone. Remember the cause for the offline report.
-      conn.error ??= classifyError(err, url);
+    stream.on('error', (err: Error) => {
+      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: ${err.message}`, { cause: err });
       this.log.debug({ err, url }, 'uplink error');
-      // Anything else on an established connection (a parser error, an ack that answers nothing) means the
-      // stream can no longer be trusted: drop it and reconnect (docs/reliability.md rule 38).
-      if (conn.online && !conn.closing) client.stream.destroy();
     });
-    client.on('close', () => this.onClose(conn));
-    try {
-      client.connect();
-    } catch (err) {
-      // Bad TLS material (the transport is built here): treat like a failed attempt, keep buffering, retry.
-      client.removeAllListeners();
-      this.conn = undefined;
-      this.scheduleRetry(new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err }));
-      return;
-    }
-    // Our writes are already batched per tick (see `write`); Nagle would hold the next small write until
-    // the previous one is acknowledged, which the receiver's delayed ACK postpones by up to 40 ms (measured:
-    // replay at a few hundred messages/s once writes were smaller than the window). TLS sockets pass it on;
-    // WebSocket streams have no such method (the ws library sets it on its socket itself).
-    (conn.transport as { setNoDelay?: (on: boolean) => void } | undefined)?.setNoDelay?.(true);
+    stream.on('close', () => this.onClose(conn));
+    conn.connackTimer = setTimeout(() => {
+      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: no CONNACK within ${ackTimeoutS} s`);
+      stream.destroy();
+    }, ackTimeoutS * 1000);
+    conn.connackTimer.unref();
+    // Held by the stream until it is open.
+    stream.write(encodePacket(this.connectPacket(), this.version));
+  }
+
+  private connectPacket(): ConnectPacket {
+    const { remote } = this.options.config;
+    const v5 = this.version === 5;
+    const will = this.options.will?.();
+    return {
+      cmd: 'connect',
+      protocolId: 'MQTT',
+      protocolVersion: this.version,
+      clean: remote.cleanStart,
+      clientId: remote.clientId,
+      keepalive: remote.keepaliveS,
+      username: remote.username,
+      password: remote.password === undefined ? undefined : Buffer.from(remote.password),
+      properties: v5 ? { sessionExpiryInterval: remote.sessionExpiryS, maximumPacketSize: this.announcedMaxPacketBytes() } : undefined,
+      will: will
+        ? {
+            topic: will.topic,
+            payload: will.payload,
+            qos: will.qos,
+            retain: will.retain,
+            properties: v5 ? toPublishProperties(will.properties, will.expiresAt) : undefined,
+          }
+        : undefined,
+    };
   }
 
   /** MQTT 5 only: a 3.1.1 broker cannot know a limit, and would send the same packet after every reconnect. */
   private announcedMaxPacketBytes(): number | undefined {
-    return this.options.config.remote.protocolVersion === 5 ? this.options.maxPacketBytes : undefined;
+    return this.version === 5 ? this.options.maxPacketBytes : undefined;
   }
 
-  private clientOptions(ids: PacketIdAllocator): IClientOptions {
-    const { remote, ackTimeoutS } = this.options.config;
-    const v5 = remote.protocolVersion === 5;
-    const willMsg = this.options.will?.();
-    const options: IClientOptions = {
-      clientId: remote.clientId,
-      username: remote.username,
-      password: remote.password,
-      protocolVersion: remote.protocolVersion,
-      keepalive: remote.keepaliveS,
-      clean: remote.cleanStart,
-      reconnectPeriod: 0,
-      connectTimeout: ackTimeoutS * 1000,
-      queueQoSZero: false,
-      resubscribe: false,
-      // MQTT.js otherwise moves its keepalive timer (clearInterval + setInterval) at every packet sent or
-      // received: 3.5 % of the replay's CPU, measured. Pings then go every keepalive interval, as the spec allows.
-      reschedulePings: false,
-      // MQTT.js traces every packet through the `debug` package, which costs even when disabled (about 3 % of
-      // the replay's CPU, measured); our own logs say what matters.
-      log: () => {},
-      messageIdProvider: ids,
-      incomingStore: this.incomingStore,
-      properties: v5 ? { sessionExpiryInterval: remote.sessionExpiryS, maximumPacketSize: this.announcedMaxPacketBytes() } : undefined,
-      will: willMsg
-        ? {
-            topic: willMsg.topic,
-            payload: willMsg.payload,
-            qos: willMsg.qos,
-            retain: willMsg.retain,
-            properties: v5 ? toPublishProperties(willMsg.properties, willMsg.expiresAt) : undefined,
-          }
-        : undefined,
-    };
-    const tls = remote.tls;
-    if (tls) {
-      // Read at every attempt, so rotated certificates are picked up without a restart.
-      if (tls.caFile) options.ca = readFileSync(tls.caFile);
-      if (tls.certFile) options.cert = readFileSync(tls.certFile);
-      if (tls.keyFile) options.key = readFileSync(tls.keyFile);
-      if (tls.servername) options.servername = tls.servername;
-      options.rejectUnauthorized = tls.rejectUnauthorized;
-      // MQTT.js hands its options to tls.connect for mqtts://, but only wsOptions (and a few keys) to wss://.
-      Object.assign(options, { ciphers: tls.ciphers, wsOptions: { ciphers: tls.ciphers } });
+  private disconnectPacket(reasonCode: number): Buffer {
+    return encodePacket(this.version === 5 ? { cmd: 'disconnect', reasonCode } : { cmd: 'disconnect' }, this.version);
+  }
+
+  private onConnack(conn: Connection, packet: Packet & { cmd: 'connack' }): void {
+    clearTimeout(conn.connackTimer);
+    const code = (this.version === 5 ? packet.reasonCode : packet.returnCode) ?? 0;
+    if (code !== 0) {
+      // Refused: needs an operator (credentials, ACL), so the bridge logs it as an error once.
+      const why = this.version === 5 ? reasonName(code) : (CONNACK_V3_REFUSALS[code] ?? 'refused');
+      conn.error = new UplinkError('EF_UPLINK_REJECTED', `${conn.url} refused the connection: ${why} (0x${code.toString(16)})`);
+      conn.stream.destroy();
+      return;
     }
-    return options;
-  }
-
-  private onConnect(conn: Connection, connack: IConnackPacket): void {
-    if (this.conn !== conn || this.stopped) return;
+    if (this.stopped) return;
     conn.online = true;
     conn.lastAckMs = performance.now();
+    this.startKeepalive(conn);
     this.attempt = 0;
     this.backoff.reset();
     // The next attempt after a drop starts again at the first URL (the preferred node).
     this.urlIndex = 0;
-    const props = connack.properties;
-    const sessionPresent = connack.sessionPresent === true;
-    if (!sessionPresent) {
-      // The broker forgot our session: its QoS 2 state, and any packet id it could still hold, are gone.
-      this.incomingStore = new InboundQoS2((packet) => this.deliverInbound(packet));
-      conn.client.incomingStore = this.incomingStore;
-    }
+    const props = packet.properties;
+    const sessionPresent = packet.sessionPresent === true;
+    // The broker forgot our session: its QoS 2 state is gone with it.
+    if (!sessionPresent) this.inboundQoS2.clear();
     // SUBSCRIBE goes on the wire before anything the online handler sends (backlog, Sparkplug births), so the
     // broker, reading the connection in order, has the command subscription before a host can answer a birth
     // [tck-id-message-flow-edge-node-ncmd-subscribe].
@@ -461,32 +437,60 @@ export class Uplink {
     });
   }
 
+  /**
+   * MQTT 5 §3.1.2.10: a control packet at least every keepalive. A PINGREQ goes one keepalive after the last
+   * PINGRESP; without an answer half a keepalive later the link is dead (a half-open TCP connection).
+   */
+  private startKeepalive(conn: Connection): void {
+    const keepaliveS = this.options.config.remote.keepaliveS;
+    if (keepaliveS === 0) return;
+    conn.keepaliveTimer = setInterval(() => this.onKeepaliveTick(conn), keepaliveS * 500);
+    conn.keepaliveTimer.unref();
+  }
+
+  private onKeepaliveTick(conn: Connection): void {
+    if (!conn.online || conn.closing) return;
+    conn.keepaliveTicks++;
+    if (conn.keepaliveTicks === 2) return this.writePing(conn);
+    if (conn.keepaliveTicks < 2) return;
+    conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${conn.url}: no PINGRESP within 1.5x keepalive`);
+    this.log.debug({ url: conn.url }, 'uplink keepalive timeout, reconnecting');
+    conn.stream.destroy();
+  }
+
   private subscribe(conn: Connection, sessionPresent: boolean): void {
     const subs = this.options.subscriptions;
     if (subs.length === 0) return;
     // A resumed session still has them; subscribing again would make MQTT 3.1.1 brokers resend retained ones.
     if (sessionPresent && this.subscribedOnce) return;
-    const v5 = this.options.config.remote.protocolVersion === 5;
-    const map: Record<string, { qos: QoS; nl?: boolean; rh?: number }> = {};
-    for (const s of subs) map[s.filter] = v5 ? { qos: s.qos, nl: true, rh: 1 } : { qos: s.qos };
-    conn.client.subscribe(map, (err, granted) => {
-      if (this.conn !== conn) return;
-      if (err) {
-        this.log.warn({ err, url: conn.url }, 'central broker refused an inbound subscription');
-        return;
-      }
-      this.subscribedOnce = true;
-      for (const g of granted ?? []) {
-        if (g.qos >= 0x80) this.log.warn({ filter: g.topic, reasonCode: g.qos }, 'central broker refused an inbound subscription');
-      }
+    const messageId = conn.ids.allocate() as number; // the first id of a fresh connection
+    conn.subscribeId = messageId;
+    const v5 = this.version === 5;
+    // MQTT 5: no-local (our own publishes do not come back) and retained messages only for a new subscription.
+    const subscriptions = subs.map((s) => (v5 ? { topic: s.filter, qos: s.qos, nl: true, rh: 1 } : { topic: s.filter, qos: s.qos }));
+    this.write(conn, encodePacket({ cmd: 'subscribe', messageId, subscriptions }, this.version));
+  }
+
+  private onSuback(conn: Connection, packet: Packet & { cmd: 'suback' }): void {
+    conn.lastAckMs = performance.now();
+    if (conn.subscribeId === undefined || packet.messageId !== conn.subscribeId) return;
+    conn.ids.release(conn.subscribeId);
+    conn.subscribeId = undefined;
+    this.subscribedOnce = true;
+    const subs = this.options.subscriptions;
+    // One reason code per filter, in order (mqtt-packet types them loosely).
+    (packet.granted as number[]).forEach((reasonCode, i) => {
+      if (reasonCode >= 0x80) this.log.warn({ filter: subs[i]?.filter, reasonCode }, 'central broker refused an inbound subscription');
     });
   }
 
   private onClose(conn: Connection): void {
+    conn.closed = true;
+    clearTimeout(conn.connackTimer);
+    clearInterval(conn.keepaliveTimer);
     if (this.conn !== conn) return;
     const wasOnline = conn.online;
     conn.online = false;
-    conn.client.removeAllListeners('connect');
     this.conn = undefined;
     const error = conn.error ?? new UplinkError('EF_UPLINK_CONNECT', wasOnline ? 'connection closed' : `cannot connect to ${conn.url}`);
     if (this.stopped || conn.closing) {
@@ -505,57 +509,114 @@ export class Uplink {
     this.retryTimer.unref();
   }
 
-  private onPacketSend(conn: Connection, packet: Packet): void {
-    if (packet.cmd === 'pingreq') conn.pings.push({ mark: conn.sendIndex, atMs: performance.now() });
-  }
+  // ---------------------------------------------------------------------------------------------------------
+  // Reading
 
-  private onPacketReceive(conn: Connection, packet: Packet): void {
-    if (this.conn !== conn) return;
-    switch (packet.cmd) {
-      case 'puback':
-      case 'pubrec':
-      case 'pubcomp': {
-        // Those with a reason code or properties: the short ones never reach MQTT.js (AckTap).
-        const id = packet.messageId;
-        // mqtt-packet reads a body too short for a packet id as id -1 (or none) rather than failing.
-        if (id === undefined || id < 1) return this.dropMalformed(conn, `${packet.cmd} without a valid packet identifier`);
-        this.onPublishAck(conn, packet.cmd, id, packet.reasonCode ?? 0);
-        break;
-      }
-      case 'pingresp': {
-        conn.lastAckMs = performance.now();
-        const ping = conn.pings.shift();
-        if (ping) this.options.events.confirmed(ping.mark);
-        break;
-      }
-      case 'suback':
-      case 'unsuback':
-        conn.lastAckMs = performance.now();
-        break;
-      default:
-        break;
-    }
+  /** The framer's view of one connection (one object per connection, not per packet). */
+  private frameHandler(conn: Connection): FrameHandler {
+    const maxPacketBytes = this.announcedMaxPacketBytes() ?? Infinity;
+    const open = (): boolean => conn.error === undefined && !conn.closed;
+    return {
+      header: (_type, remainingLength) => {
+        // Refused at its fixed header, before its body is buffered [MQTT-3.1.2-24].
+        const bytes = packetBytes(remainingLength);
+        if (bytes > maxPacketBytes) throw new ProtocolError(Reason.PacketTooLarge, `a packet of ${bytes} bytes, above our Maximum Packet Size [MQTT-3.1.2-24]`);
+      },
+      packet: (data, first, packetStart, bodyStart, end) => this.onFrame(conn, data, first, packetStart, bodyStart, end),
+      isOpen: open,
+      canTakeMore: open,
+    };
   }
 
   /**
-   * The broker broke the protocol (docs/reliability.md rule 38): the stream can no longer be trusted. DISCONNECT with the
-   * reason (MQTT 5), close, reconnect; what was in flight goes again.
+   * One whole packet. The replay's hot path, the 2-byte acks of our publishes, and PUBLISH without properties
+   * are decoded in place; everything else goes through mqtt-packet.
    */
-  private dropMalformed(conn: Connection, what: string): void {
+  private onFrame(conn: Connection, data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void {
+    if (conn.online) {
+      if (end - bodyStart === 2) {
+        const ack = SHORT_ACKS[first];
+        if (ack !== undefined) return this.onPublishAck(conn, ack, data.readUInt16BE(bodyStart), 0);
+      } else if (first >> 4 === PUBLISH_TYPE) {
+        const publish = decodePublish(data, first, bodyStart, end, this.version);
+        if (publish) return this.onInboundPublish(conn, publish);
+      }
+    }
+    this.onPacket(conn, parsePacket(data.subarray(packetStart, end), this.version));
+  }
+
+  private onPacket(conn: Connection, packet: Packet): void {
+    if (!conn.online) {
+      if (packet.cmd !== 'connack') throw new ProtocolError(Reason.ProtocolError, `${packet.cmd} before CONNACK [MQTT-3.2.0-1]`);
+      return this.onConnack(conn, packet);
+    }
+    // mqtt-packet reads a body too short for a packet id as id -1 rather than failing.
+    if (packet.messageId !== undefined && packet.messageId < 1) throw new ProtocolError(Reason.MalformedPacket, `${packet.cmd} without a valid packet identifier`);
+    switch (packet.cmd) {
+      case 'puback':
+      case 'pubrec':
+      case 'pubcomp':
+        return this.onPublishAck(conn, packet.cmd, packet.messageId as number, packet.reasonCode ?? 0);
+      case 'publish':
+        // We announce no Topic Alias Maximum, i.e. 0: the broker may not use aliases [MQTT-3.3.2-11].
+        if (packet.properties?.topicAlias !== undefined) throw new ProtocolError(Reason.TopicAliasInvalid, 'a PUBLISH with a Topic Alias, which we do not accept [MQTT-3.3.2-11]');
+        return this.onInboundPublish(conn, packet);
+      case 'pubrel':
+        // Known or not (a restart forgot it), the message is published locally: complete the flow.
+        this.inboundQoS2.release(packet.messageId as number);
+        return this.writeAck(conn, 'pubcomp', packet.messageId as number);
+      case 'pingresp':
+        return this.onPingresp(conn);
+      case 'suback':
+        return this.onSuback(conn, packet);
+      case 'disconnect':
+        return this.onServerDisconnect(conn, packet.reasonCode ?? 0);
+      default:
+        // CONNACK again, and what only a client sends (no AUTH either: we announce no authentication method).
+        throw new ProtocolError(Reason.ProtocolError, `${packet.cmd} from a server`);
+    }
+  }
+
+  private onPingresp(conn: Connection): void {
+    conn.lastAckMs = performance.now();
+    conn.keepaliveTicks = 0;
+    conn.keepaliveTimer?.refresh();
+    const ping = conn.pings.shift();
+    if (ping) this.options.events.confirmed(ping.mark);
+  }
+
+  private onServerDisconnect(conn: Connection, reasonCode: number): void {
+    conn.error = new UplinkError('EF_UPLINK_CONNECT', `central broker sent DISCONNECT 0x${reasonCode.toString(16)}`);
+    if (reasonCode === Reason.ReceiveMaximumExceeded) {
+      // The broker's limit is lower than it announced (or than we assumed): halve the window from now on.
+      this.windowLimit = Math.max(1, Math.floor(Math.min(this.windowLimit, Math.max(conn.flows.size, 2)) / 2));
+      this.log.warn({ url: conn.url, windowLimit: this.windowLimit }, 'central broker says too many messages in flight; window reduced');
+    }
+    // Nothing may follow a DISCONNECT [MQTT-3.14.4-1]; the broker closes too.
+    conn.stream.destroy();
+  }
+
+  /**
+   * The broker broke the protocol (docs/reliability.md rule 38), or handling its packet failed: the stream can no
+   * longer be trusted. DISCONNECT with the reason (MQTT 5), close, reconnect; what was in flight goes again.
+   */
+  private protocolFailure(conn: Connection, err: unknown): void {
     if (conn.closing || conn.error) return;
-    conn.error = new UplinkError('EF_UPLINK_CONNECT', `${conn.url}: central broker sent ${what}`);
-    this.log.warn({ url: conn.url }, `central broker sent ${what}; reconnecting`);
-    const stream = conn.client.stream;
-    if (this.options.config.remote.protocolVersion !== 5) return void stream.destroy();
-    stream.end(encodePacket({ cmd: 'disconnect', reasonCode: Reason.MalformedPacket }, 5));
-    setTimeout(() => stream.destroy(), DISCONNECT_GRACE_MS).unref();
+    const violation = err instanceof ProtocolError;
+    const reasonCode = violation ? err.reasonCode : Reason.UnspecifiedError;
+    const what = violation ? `central broker sent ${err.message}` : `handling a packet failed: ${asError(err).message}`;
+    conn.error = new UplinkError('EF_UPLINK_CONNECT', `${conn.url}: ${what}`, { cause: err });
+    if (violation) this.log.warn({ url: conn.url, reasonCode }, `${what}; reconnecting`);
+    else this.log.error({ err, url: conn.url }, `${what}; reconnecting`);
+    if (this.version !== 5) return void conn.stream.destroy();
+    conn.stream.end(this.disconnectPacket(reasonCode));
+    setTimeout(() => conn.stream.destroy(), DISCONNECT_GRACE_MS).unref();
   }
 
   /** PUBACK, PUBREC or PUBCOMP from the broker: liveness, confirmation of what was written before, the flow. */
   private onPublishAck(conn: Connection, cmd: PublishAck, packetId: number, reasonCode: number): void {
-    if (this.conn !== conn) return;
     conn.lastAckMs = performance.now();
-    // An ack for a flow of ours; anything else (MQTT.js's, or answering nothing) is left alone.
+    // An ack for a flow of ours; one that answers nothing is left alone.
     const flow = conn.flows.get(packetId);
     if (!flow) return;
     this.options.events.confirmed(flow.sendIndex);
@@ -565,10 +626,10 @@ export class Uplink {
       if (reasonCode >= 0x80) return this.settle(conn, packetId, flow, reasonCode);
       flow.released = true;
       const durable = flow.sender?.received?.();
-      if (!durable) return this.writePubrel(conn, packetId);
+      if (!durable) return this.writeAck(conn, 'pubrel', packetId);
       durable.then(
         () => {
-          if (conn.flows.get(packetId) === flow && this.conn === conn) this.writePubrel(conn, packetId);
+          if (conn.flows.get(packetId) === flow && this.conn === conn) this.writeAck(conn, 'pubrel', packetId);
         },
         (err: unknown) => this.log.warn({ err, url: conn.url, packetId }, 'QoS 2 receipt not recorded; PUBREL waits for the next connection'),
       );
@@ -582,7 +643,7 @@ export class Uplink {
 
   private settle(conn: Connection, packetId: number, flow: Flow, reasonCode: number): void {
     conn.flows.delete(packetId);
-    conn.ids.deallocate(packetId);
+    conn.ids.release(packetId);
     if (!flow.sender) return;
     if (reasonCode < 0x80) return flow.sender.result(ACCEPTED);
     flow.sender.result({
@@ -606,26 +667,32 @@ export class Uplink {
     for (const f of conn.flows.values()) if (f.atMs < oldestMs) oldestMs = f.atMs;
     if (oldestMs === Infinity) {
       // Nothing outstanding: probe, so a silent link is found even without traffic.
-      conn.client.sendPing();
+      this.writePing(conn);
       return;
     }
     if (nowMs - oldestMs <= limitMs) return;
     conn.error = new UplinkError('EF_UPLINK_CONNECT', `central broker acknowledged nothing for ${this.options.config.ackTimeoutS} s`);
     this.log.debug({ url: conn.url }, 'uplink stalled, reconnecting');
-    conn.client.stream?.destroy();
+    conn.stream.destroy();
   }
 
   /**
-   * MQTT.js hands over an inbound PUBLISH to acknowledge it: at once for QoS 0 and 1 (the PUBACK waits for
-   * `done`), at PUBREL for QoS 2, which `InboundQoS2` published already.
+   * An inbound PUBLISH, acknowledged once it is published locally (or refused, logged): QoS 1 with PUBACK, QoS 2
+   * with PUBREC (`InboundQoS2`: delivered on receipt, once per packet id until PUBREL).
    */
-  private handleInbound(packet: IPublishPacket, done: (err?: Error) => void): void {
-    if (packet.qos === 2) return done();
-    this.deliverInbound(packet).then(() => done());
+  private onInboundPublish(conn: Connection, packet: PublishPacket): void {
+    if (packet.qos === 0) return void this.deliverInbound(packet);
+    const id = packet.messageId;
+    if (id === undefined || id < 1) throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH without a valid packet identifier');
+    if (packet.qos === 1) {
+      void this.deliverInbound(packet).then(() => this.writeAck(conn, 'puback', id));
+      return;
+    }
+    void this.inboundQoS2.receive(id, () => this.deliverInbound(packet)).then(() => this.writeAck(conn, 'pubrec', id));
   }
 
   /** Publishes an inbound message locally; settles once it is durable there, or refused (logged, not thrown). */
-  private async deliverInbound(packet: IPublishPacket): Promise<void> {
+  private async deliverInbound(packet: PublishPacket): Promise<void> {
     const msg: InboundPublish = {
       topic: packet.topic,
       payload: Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload),
@@ -642,138 +709,41 @@ export class Uplink {
 }
 
 /**
- * Inbound QoS 2, as MQTT.js's incoming store: a message is published locally, durably, when its PUBLISH
- * arrives, and only then does MQTT.js send PUBREC (delivery on receipt, "Method B" of MQTT 3.1.1 Figure 4.3).
- * MQTT.js's own store keeps it in memory until PUBREL instead: a crash in between lost it, as the broker then
- * only sends PUBREL. Here a crash before PUBREC at worst publishes it twice (the broker sends it again), and a
- * PUBREL for an id this process does not know (after a restart) is answered with PUBCOMP: the message is in.
- * Ids awaiting PUBREL outlive a connection, so a PUBLISH sent again on a resumed session is not published twice
- * [MQTT-4.3.3-9].
+ * One whole packet through mqtt-packet. A parser lives only for the call (as on the broker side): these packets
+ * are rare, and a parser per connection would keep its buffers.
  */
-class InboundQoS2 implements IStore {
-  private readonly awaitingRelease = new Map<number, IPublishPacket>();
-
-  constructor(private readonly deliver: (packet: IPublishPacket) => Promise<void>) {}
-
-  put(packet: Packet, cb: (err?: Error) => void): IStore {
-    const id = packet.messageId;
-    if (packet.cmd !== 'publish' || id === undefined || this.awaitingRelease.has(id)) {
-      cb();
-      return this;
-    }
-    void this.deliver(packet).then(() => {
-      this.awaitingRelease.set(id, packet);
-      cb();
-    });
-    return this;
-  }
-
-  get(packet: Pick<Packet, 'messageId'>, cb: (err?: Error, packet?: Packet) => void): IStore {
-    const stored = packet.messageId === undefined ? undefined : this.awaitingRelease.get(packet.messageId);
-    if (stored) cb(undefined, stored);
-    else cb(new Error('no QoS 2 message awaits release under this packet id'));
-    return this;
-  }
-
-  del(packet: Pick<Packet, 'messageId'>, cb: (err?: Error, packet?: Packet) => void): IStore {
-    if (packet.messageId !== undefined) this.awaitingRelease.delete(packet.messageId);
-    cb();
-    return this;
-  }
-
-  /** Read by MQTT.js only from outgoing stores, to resend: nothing goes out from here. */
-  createStream(): ReturnType<IStore['createStream']> {
-    return new Store().createStream();
-  }
-
-  close(cb: () => void): void {
-    cb();
-  }
-}
-
-/** Packet ids for one connection; MQTT.js allocates its own (SUBSCRIBE) through it too. */
-class PacketIdAllocator implements MessageIdProvider {
-  private next = OUTBOX_PACKET_IDS + 1;
-  private last: number | null = null;
-  /** 1 per packet id in use: a fixed table, as ids come and go with every message. */
-  private readonly inUse = new Uint8Array(65_536);
-
-  /** `wanted` if it is free (an outbox entry's own id), else what `allocate` gives. */
-  allocateAs(wanted: number | undefined): number | null {
-    if (wanted !== undefined && this.inUse[wanted] === 0) return this.use(wanted);
-    return this.allocate();
-  }
-
-  /** From the ids above OUTBOX_PACKET_IDS, and only when those are all taken from the rest. */
-  allocate(): number | null {
-    for (let i = OUTBOX_PACKET_IDS; i < 65_535; i++) {
-      const id = this.next;
-      this.next = id === 65_535 ? OUTBOX_PACKET_IDS + 1 : id + 1;
-      if (this.inUse[id] === 0) return this.use(id);
-    }
-    for (let id = 1; id <= OUTBOX_PACKET_IDS; id++) if (this.inUse[id] === 0) return this.use(id);
-    return null;
-  }
-
-  getLastAllocated(): number | null {
-    return this.last;
-  }
-
-  register(id: number): boolean {
-    if (this.inUse[id] === 1) return false;
-    this.inUse[id] = 1;
-    return true;
-  }
-
-  deallocate(id: number): void {
-    this.inUse[id] = 0;
-  }
-
-  clear(): void {
-    this.inUse.fill(0);
-  }
-
-  private use(id: number): number {
-    this.inUse[id] = 1;
-    this.last = id;
-    return id;
-  }
+function parsePacket(bytes: Buffer, version: ProtocolVersion): Packet {
+  const parser = createParser(version);
+  let packet: Packet | undefined;
+  let error: Error | undefined;
+  parser.on('packet', (p: Packet) => (packet = p));
+  parser.on('error', (err: Error) => (error = err));
+  parser.parse(bytes);
+  if (packet === undefined) throw new ProtocolError(Reason.MalformedPacket, `a malformed packet (${error?.message ?? 'incomplete'})`);
+  return packet;
 }
 
 /** MQTT 5 properties for a message leaving now: the expiry interval is what is left of its lifetime. */
-function toPublishProperties(p: PublishProperties | undefined, expiresAt: number | undefined): IPublishPacket['properties'] | undefined {
+function toPublishProperties(p: PublishProperties | undefined, expiresAt: number | undefined): PublishProperties | undefined {
   if (!p) return undefined;
   const expiryS = expiresAt === undefined ? undefined : Math.max(1, Math.ceil((expiresAt - performance.now()) / 1000));
-  return {
-    payloadFormatIndicator: p.payloadFormatIndicator,
-    messageExpiryInterval: expiryS ?? p.messageExpiryInterval,
-    contentType: p.contentType,
-    responseTopic: p.responseTopic,
-    correlationData: p.correlationData,
-    userProperties: p.userProperties,
-  };
+  return definedOnly({ ...p, messageExpiryInterval: expiryS ?? p.messageExpiryInterval });
 }
 
-function fromPublishProperties(p: IPublishPacket['properties']): PublishProperties | undefined {
+function fromPublishProperties(p: PublishPacket['properties']): PublishProperties | undefined {
   if (!p) return undefined;
-  const out: PublishProperties = {
+  return definedOnly({
     payloadFormatIndicator: p.payloadFormatIndicator,
     messageExpiryInterval: p.messageExpiryInterval,
     contentType: p.contentType,
     responseTopic: p.responseTopic,
     correlationData: p.correlationData,
     userProperties: p.userProperties,
-  };
-  const defined = Object.entries(out).filter(([, v]) => v !== undefined);
+  });
+}
+
+/** mqtt-packet refuses a property present with an undefined value; absent is what we mean. */
+function definedOnly(p: PublishProperties): PublishProperties | undefined {
+  const defined = Object.entries(p).filter(([, v]) => v !== undefined);
   return defined.length === 0 ? undefined : (Object.fromEntries(defined) as PublishProperties);
 }
-
-/** Refused CONNACKs need an operator (credentials, ACL); everything else is the network. */
-function classifyError(err: Error, url: string): UplinkError {
-  const code = (err as { code?: unknown }).code;
-  if (typeof code === 'number' && code > 0 && /Connection refused/i.test(err.message)) {
-    return new UplinkError('EF_UPLINK_REJECTED', `${url} refused the connection: ${err.message} (0x${code.toString(16)})`, { cause: err });
-  }
-  return new UplinkError('EF_UPLINK_CONNECT', `${url}: ${err.message}`, { cause: err });
-}
-

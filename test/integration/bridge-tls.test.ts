@@ -1,5 +1,5 @@
 /**
- * TLS and mutual TLS uplinks to Mosquitto, with a CA, server and client certificates made
+ * TLS and mutual TLS uplinks to Mosquitto (mqtts:// and wss://), with a CA, server and client certificates made
  * by openssl at test time (test/fixtures/certs.ts).
  */
 import { readFileSync } from 'node:fs';
@@ -7,10 +7,11 @@ import { connect as netConnect, type AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import { describe, expect, it } from 'vitest';
 import { makeCerts } from '../fixtures/certs.js';
-import { collect, connectClient } from '../helpers/collector.js';
+import { checkSequence, collect, connectClient, publishSequence } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, startGateway } from '../helpers/gateway.js';
 import { startMosquitto, startTlsMosquitto } from '../helpers/mosquitto.js';
+import { freePort } from '../helpers/ports.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -49,6 +50,31 @@ describe('bridge: TLS uplinks', { timeout: 120_000 }, () => {
     await local2.publishAsync('plant/mtls', 'without-cert', { qos: 1 }); // accepted locally: buffered
     await delay(1500);
     expect(up.payloads()).not.toContain('without-cert');
+  });
+
+  it('bridges over WSS (WebSocket over TLS) with a client certificate, verifying the broker against the configured CA', async () => {
+    const certs = makeCerts(d.tempDir());
+    const wssPort = await freePort();
+    const central = d.add(
+      await startMosquitto({
+        extraConf: [
+          `listener ${wssPort} 127.0.0.1`,
+          'protocol websockets',
+          `cafile ${certs.ca}`,
+          `certfile ${certs.server.cert}`,
+          `keyfile ${certs.server.key}`,
+          'require_certificate true',
+        ].join('\n'),
+      }),
+    );
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const remoteTls = { caFile: certs.ca, certFile: certs.clients.client.cert, keyFile: certs.clients.client.key };
+    const gw = d.add(await startGateway(bridgePatch(`wss://127.0.0.1:${wssPort}`, { remote: { tls: remoteTls } })));
+    const local = await connectClient(gw.url);
+    d.defer(() => local.endAsync(true));
+    const acked = await publishSequence(local, 'plant/wss', 300, { qos: 1, prefix: 's', concurrency: 30 });
+    await waitFor(() => up.messages.length >= 300, 20_000, { message: () => `${up.messages.length}/300 upstream` });
+    expect(checkSequence(up.payloads(), acked)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
   });
 
   it('offers only forward-secret AEAD suites on TLS 1.2 by default, and remote.tls.ciphers when set', async () => {

@@ -11,6 +11,7 @@ import { createMessage, type QoS } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import { createMemoryStore } from '../../src/store/memory.js';
 import { deadLetterOutbox, type Outbox } from '../../src/store/types.js';
+import type { BridgeConfig } from '../../src/config/schema.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { delay, waitFor } from '../helpers/wait.js';
@@ -33,6 +34,8 @@ interface FakeUpstream {
   connack: { sessionPresent: boolean; properties?: Record<string, unknown> };
   /** While true, every CONNECT is recorded in `refused` and its connection closed unanswered (an overloaded broker). */
   refuse: boolean;
+  /** While false, PINGREQs go unanswered (a broker that stopped reading, or a half-open link). */
+  answerPings: boolean;
   readonly refused: { clientId: string; atMs: number }[];
   stop(): Promise<void>;
 }
@@ -46,6 +49,7 @@ async function startFakeUpstream(): Promise<FakeUpstream> {
     onPacket: () => undefined,
     connack: { sessionPresent: false },
     refuse: false,
+    answerPings: true,
     refused: [],
     stop: async () => {
       for (const s of sockets) s.destroy();
@@ -77,7 +81,7 @@ async function startFakeUpstream(): Promise<FakeUpstream> {
         return;
       }
       if (packet.cmd === 'pingreq') {
-        conn.send({ cmd: 'pingresp' });
+        if (fake.answerPings) conn.send({ cmd: 'pingresp' });
         return;
       }
       fake.onPacket(conn, packet);
@@ -360,6 +364,27 @@ describe('bridge against a scriptable fake upstream', () => {
     await waitFor(() => up.connections.length === 3, 5000);
   });
 
+  it('drops a connection whose broker uses a Topic Alias it was never allowed, with DISCONNECT 0x94, unpublished [MQTT-3.3.2-11]', async () => {
+    const up = d.add(await startFakeUpstream());
+    up.onPacket = (c, p) => {
+      if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [1], reasonCode: 0 } as unknown as Packet);
+    };
+    const { broker } = testBroker();
+    const local: string[] = [];
+    broker.subscribe('cmd/#', { qos: 1, origin: 'observer' }, (msg) => {
+      local.push(msg.topic);
+    });
+    const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'] });
+    const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger }));
+    await bridge.start();
+    await waitFor(() => bridge.status.type === 'online', 5000);
+    up.connections[0].send({ cmd: 'publish', topic: 'cmd/a', payload: Buffer.from('x'), qos: 0, retain: false, dup: false, properties: { topicAlias: 1 } } as Packet);
+    await waitFor(() => up.connections[0].packets.some((p) => p.cmd === 'disconnect'), 5000);
+    expect(up.connections[0].packets.find((p) => p.cmd === 'disconnect')).toMatchObject({ reasonCode: 0x94 });
+    await waitFor(() => up.connections.length === 2, 5000);
+    expect(local).toEqual([]);
+  });
+
   describe('QoS 2 upstream: exactly once across reconnects and restarts', () => {
     /** A QoS 2 bridge whose message 'a' the broker received (PUBREC) and never completed (no PUBCOMP). */
     async function receivedNotCompleted() {
@@ -513,6 +538,31 @@ describe('bridge against a scriptable fake upstream', () => {
       expect(second.status.type).toBe('online');
     });
 
+    it('publishes an inbound QoS 2 message once when the broker sends it again while the first is still being published, and answers both with PUBREC after it [MQTT-4.3.3-9]', async () => {
+      const up = d.add(await startFakeUpstream());
+      const pubrecs: number[] = [];
+      up.onPacket = (c, p) => {
+        if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [2], reasonCode: 0 } as unknown as Packet);
+        if (p.cmd === 'pubrec') pubrecs.push(local.length);
+      };
+      const { broker } = testBroker();
+      const local: string[] = [];
+      broker.subscribe('cmd/#', { qos: 2, origin: 'observer' }, (msg) => {
+        local.push(msg.payload.toString());
+      });
+      const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] });
+      const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger }));
+      await bridge.start();
+      await waitFor(() => bridge.status.type === 'online', 5000);
+      // Both in one read: the second arrives before the first is published locally.
+      const publish = { cmd: 'publish', topic: 'cmd/open', payload: Buffer.from('valve'), qos: 2, retain: false, dup: false, messageId: 9 } as Packet;
+      const generate = (packet: Packet) => mqttPacket.generate(packet, { protocolVersion: 5 });
+      up.connections[0].socket.write(Buffer.concat([generate(publish), generate({ ...publish, dup: true } as Packet)]));
+      await waitFor(() => pubrecs.length === 2, 5000);
+      expect(local).toEqual(['valve']);
+      expect(pubrecs).toEqual([1, 1]);
+    });
+
     it('drops a message refused at PUBREC (reason >= 0x80) without PUBREL, counted as rejected_upstream', async () => {
       const up = d.add(await startFakeUpstream());
       up.onPacket = (c, p) => {
@@ -525,6 +575,71 @@ describe('bridge against a scriptable fake upstream', () => {
       await waitFor(() => outbox.depth.dropped.rejected_upstream === 1 && outbox.depth.messages === 0, 5000);
       await delay(100);
       expect(flows(up.connections[0]).map(([cmd]) => cmd)).toEqual(['publish']);
+    });
+  });
+  describe('the uplink engine: keepalive, CONNECT, DISCONNECT', () => {
+    it('sends a PINGREQ every keepalive, and drops a link whose PINGRESP does not come within 1.5x keepalive, long before ackTimeoutS [MQTT-3.1.2-23]', async () => {
+      const up = d.add(await startFakeUpstream());
+      const { bridge } = await setup(up.url, { ackTimeoutS: 60, remote: { keepaliveS: 1 } });
+      await bridge.start();
+      await waitFor(() => up.connections.length === 1, 5000);
+      const first = up.connections[0];
+      const pings = (): number => first.packets.filter((p) => p.cmd === 'pingreq').length;
+      // Answered: about one PINGREQ a second, and the link stays.
+      await waitFor(() => pings() >= 2, 5000);
+      await delay(1500);
+      expect(up.connections).toHaveLength(1);
+      expect(pings()).toBeLessThanOrEqual(5);
+      // Unanswered: dropped at the next keepalive timeout, then a new connection.
+      up.answerPings = false;
+      const silentFrom = performance.now();
+      await waitFor(() => first.socket.destroyed || first.socket.readableEnded, 5000);
+      const droppedAfterMs = performance.now() - silentFrom;
+      expect(droppedAfterMs).toBeLessThan(3000);
+      up.answerPings = true;
+      await waitFor(() => up.connections.length === 2 && bridge.status.type === 'online', 5000);
+    });
+
+    it('sends its CONNECT with the MQTT 5 properties, credentials and the Will (remaining expiry), and DISCONNECT 0x00 on stop so the broker discards the Will [MQTT-3.1.2-8]', async () => {
+      const up = d.add(await startFakeUpstream());
+      const { broker } = testBroker();
+      const config = bridgeConfig([up.url], { remote: { username: 'gw', password: 'secret', keepaliveS: 15, sessionExpiryS: 600, cleanStart: true } });
+      const deathMsg = createMessage({ topic: 'plant/death', payload: Buffer.from('bye'), qos: 1, retain: true, origin: 'sparkplug', properties: { contentType: 'text/plain' } });
+      const will = () => ({ ...deathMsg, expiresAt: performance.now() + 120_000 });
+      const bridge = new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), hooks: { will }, log: silentLogger, maxPacketBytes: 4096 });
+      await bridge.start();
+      await waitFor(() => bridge.status.type === 'online', 5000);
+      const connect = up.connections[0].packets[0] as Packet & { cmd: 'connect' };
+      expect(connect).toMatchObject({
+        cmd: 'connect',
+        protocolId: 'MQTT',
+        protocolVersion: 5,
+        clean: true,
+        keepalive: 15,
+        clientId: 'edgeferry-test',
+        username: 'gw',
+        properties: { sessionExpiryInterval: 600, maximumPacketSize: 4096 },
+        will: { topic: 'plant/death', qos: 1, retain: true, properties: { contentType: 'text/plain' } },
+      });
+      expect(connect.password?.toString()).toBe('secret');
+      expect(connect.will?.payload.toString()).toBe('bye');
+      const expiryS = connect.will?.properties?.messageExpiryInterval ?? 0;
+      expect(expiryS).toBeGreaterThan(110);
+      expect(expiryS).toBeLessThanOrEqual(120);
+      await bridge.stop();
+      expect(up.connections[0].packets.at(-1)).toMatchObject({ cmd: 'disconnect', reasonCode: 0 });
+    });
+
+    it('answers a packet above its Maximum Packet Size with DISCONNECT 0x95 Packet too large before it closes [MQTT-3.1.2-25]', async () => {
+      const up = d.add(await startFakeUpstream());
+      const { broker } = testBroker();
+      const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'] });
+      const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger, maxPacketBytes: 1024 }));
+      await bridge.start();
+      await waitFor(() => bridge.status.type === 'online', 5000);
+      up.connections[0].send({ cmd: 'publish', topic: 'cmd/big', payload: Buffer.alloc(2000), qos: 0, retain: false, dup: false } as Packet);
+      await waitFor(() => up.connections[0].packets.some((p) => p.cmd === 'disconnect'), 5000);
+      expect(up.connections[0].packets.find((p) => p.cmd === 'disconnect')).toMatchObject({ reasonCode: 0x95 });
     });
   });
 });

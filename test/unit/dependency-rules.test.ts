@@ -71,7 +71,7 @@ const packageHomes: Record<string, string[]> = {
   pino: ['src/ops/log.ts'],
   'pino-pretty': ['src/ops/log.ts'],
   'prom-client': ['src/ops/metrics.ts'],
-  ws: ['src/server/'],
+  ws: ['src/server/', 'src/bridge/dial.ts'],
   'unix-dgram': ['src/ops/systemd.ts'],
 };
 

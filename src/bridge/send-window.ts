@@ -1,0 +1,238 @@
+/**
+ * A bridge's send window on the current connection (docs/architecture.md#send-window): the outbox entries in
+ * flight, the entries read ahead from the outbox behind the cursor, the sent QoS 0 entries waiting for a ping
+ * that confirms them (docs/architecture.md#qos-0-confirmation), and the QoS 1/2 entries to send again or release
+ * after a reconnect. The bridge decides what an entry becomes upstream and what its outcome means; this class
+ * keeps track of what is out.
+ */
+import type { Message, QoS } from '../protocol/message.js';
+import type { Outbox, OutboxEntry } from '../store/types.js';
+import { outboxPacketId } from './packet-ids.js';
+import type { PublishFlow, PublishResult, Uplink } from './uplink.js';
+
+/** What an in-flight entry reports to its bridge. */
+export interface FlightOwner {
+  onResult(flight: Inflight, result: PublishResult): void;
+  /** QoS 2: records that the broker received the entry (PUBREC) before the PUBREL goes. */
+  markReleased(seq: number): Promise<void>;
+  /** A sent QoS 0 entry provably reached the broker. */
+  onConfirmed(seq: number): void;
+}
+
+/**
+ * An outbox entry sent on the current connection and not yet acknowledged or confirmed; for QoS 1/2 it is also
+ * the flow's sender that the uplink reports to (one object per message, no closures).
+ */
+export class Inflight implements PublishFlow {
+  /** Set once written: the uplink's send index of its PUBLISH or PUBREL. */
+  sendIndex = 0;
+
+  constructor(
+    private readonly owner: FlightOwner,
+    readonly seq: number,
+    readonly qos: QoS,
+    /** The entry's message as journaled (before any hook rewrote it): what a refusal keeps as a dead letter. */
+    readonly msg: Message | undefined,
+    /** A PUBREL that frees the packet id of an entry dropped unsent (see releaseAbandoned): nothing to count. */
+    readonly abandoned = false,
+  ) {}
+
+  result(result: PublishResult): void {
+    this.owner.onResult(this, result);
+  }
+
+  /** PUBREL only once the receipt is durable: from then on, also after a crash, the entry is only released. */
+  received(): Promise<void> {
+    return this.owner.markReleased(this.seq);
+  }
+}
+
+/** How long unconfirmed QoS 0 entries may wait for a confirming ping when the window is not full. */
+const QOS0_CONFIRM_DELAY_MS = 250;
+/** Peek at most this many entries per outbox read. */
+const PEEK_BATCH = 256;
+
+export class SendWindow {
+  /** Sent and not yet acknowledged/confirmed, by seq, in send order. */
+  private readonly inflight = new Map<number, Inflight>();
+  private qosInflight = 0;
+  /** Unconfirmed QoS 0 sends in send order; `q0Head` is the first live one. */
+  private q0: Inflight[] = [];
+  private q0Head = 0;
+  /** Last seq read from the outbox on this connection; undefined: start at the head. */
+  private cursor: number | undefined;
+  /** Entries after `cursor` read ahead from the outbox (see `next`). */
+  private ahead: readonly OutboxEntry[] = [];
+  private aheadHead = 0;
+  /** The outbox's dropped total when `ahead` was read. */
+  private aheadDropped = 0;
+  /**
+   * QoS 1/2 entries unacknowledged when a connection dropped, seq to QoS: re-sent with DUP on a resumed session.
+   * One that leaves the outbox unsent meanwhile (limits, expiry) is released instead (see releaseAbandoned).
+   */
+  private readonly resending = new Map<number, QoS>();
+  private confirmTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly outbox: Outbox,
+    private readonly uplink: Uplink,
+    private readonly owner: FlightOwner,
+    /** At most this many entries unacknowledged (`inflight`). */
+    private readonly limit: number,
+  ) {}
+
+  /** Entries in flight. */
+  get size(): number {
+    return this.inflight.size;
+  }
+
+  get full(): boolean {
+    return this.inflight.size >= this.limit;
+  }
+
+  /** Whether another QoS 1/2 publish would exceed the broker's Receive Maximum. */
+  qosFull(receiveMaximum: number): boolean {
+    return this.qosInflight >= receiveMaximum;
+  }
+
+  has(seq: number): boolean {
+    return this.inflight.has(seq);
+  }
+
+  /** A new connection: without the session the broker kept, nothing goes again as a re-send. */
+  connected(sessionPresent: boolean): void {
+    if (!sessionPresent) this.resending.clear();
+  }
+
+  /** The connection dropped: unacknowledged QoS 1/2 may have reached the broker, so they go again with DUP. */
+  disconnected(): void {
+    for (const rec of this.inflight.values()) if (rec.qos > 0) this.resending.set(rec.seq, rec.qos);
+  }
+
+  /** Forgets this connection's window (not the entries to send again). */
+  reset(): void {
+    this.inflight.clear();
+    this.qosInflight = 0;
+    this.q0 = [];
+    this.q0Head = 0;
+    this.cursor = undefined;
+    this.ahead = [];
+    this.aheadHead = 0;
+    clearTimeout(this.confirmTimer);
+    this.confirmTimer = undefined;
+  }
+
+  /**
+   * The next outbox entry after the cursor, from entries read ahead in chunks: one LMDB read per chunk rather
+   * than one per acknowledgement. Read again when the outbox dropped entries (`dropped`, its total: limits,
+   * expiry), which are the oldest, i.e. the ones read ahead.
+   */
+  next(dropped: number): OutboxEntry | undefined {
+    if (this.aheadHead >= this.ahead.length || dropped !== this.aheadDropped) {
+      this.ahead = this.outbox.peek(PEEK_BATCH, this.cursor);
+      this.aheadHead = 0;
+      this.aheadDropped = dropped;
+    }
+    return this.ahead[this.aheadHead];
+  }
+
+  /** The entry was handled (sent, skipped or dropped): the cursor moves past it. */
+  advance(entry: OutboxEntry): void {
+    this.cursor = entry.seq;
+    this.aheadHead++;
+  }
+
+  /**
+   * Publishes `msg` (the entry as it goes upstream) under the entry's packet id, with DUP if it may have reached
+   * the broker on an earlier connection. QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC
+   * >= 0x80) keeps it as a dead letter. QoS 0 ones wait for a confirming ping and need none.
+   */
+  send(entry: OutboxEntry, msg: Message): void {
+    const dup = this.resending.delete(entry.seq);
+    const rec = new Inflight(this.owner, entry.seq, msg.qos, msg.qos > 0 ? entry.msg : undefined);
+    rec.sendIndex = msg.qos === 0 ? this.uplink.publish(msg, undefined, false) : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec);
+    this.inflight.set(entry.seq, rec);
+    if (msg.qos > 0) this.qosInflight++;
+    else this.q0.push(rec);
+  }
+
+  /** A QoS 2 entry the broker received before (PUBREC): PUBREL under its packet id, never PUBLISH again. */
+  release(seq: number, abandoned = false): void {
+    this.resending.delete(seq);
+    const rec = new Inflight(this.owner, seq, 2, undefined, abandoned);
+    rec.sendIndex = this.uplink.release(outboxPacketId(seq), rec);
+    this.inflight.set(seq, rec);
+    this.qosInflight++;
+  }
+
+  /** Whether an entry to send again is waiting (see releaseAbandoned). */
+  get resendPending(): boolean {
+    return this.resending.size > 0;
+  }
+
+  /**
+   * Entries below `nextSeq` still waiting to be re-sent left the outbox unsent (dropped by its limits or expiry
+   * while the link was down). The broker may hold a QoS 2 one under its packet id, awaiting PUBREL: without one,
+   * that id would stay taken until an entry 65,000 seqs later reuses it, and a broker that does not compare
+   * content would discard that entry as a duplicate (EMQX answers 0x91). A PUBREL completes such a flow or, for
+   * an id the broker does not know, draws PUBCOMP 0x92; either way the id is free again [MQTT-4.3.3-10].
+   * QoS 1 holds nothing at the broker. Returns false when the window is full.
+   */
+  releaseAbandoned(nextSeq: number, receiveMaximum: number): boolean {
+    for (const [seq, qos] of this.resending) {
+      if (seq >= nextSeq) continue;
+      if (qos === 2) {
+        if (this.full || this.qosFull(receiveMaximum)) return false;
+        this.release(seq, true);
+      }
+      this.resending.delete(seq);
+    }
+    return true;
+  }
+
+  /** The uplink's outcome for `rec`: false when it no longer counts (a flow of an earlier connection). */
+  settle(rec: Inflight): boolean {
+    if (this.inflight.get(rec.seq) !== rec) return false;
+    this.inflight.delete(rec.seq);
+    this.qosInflight--;
+    return true;
+  }
+
+  /** Every publish written before send index `upTo` reached the broker: releases the QoS 0 entries among them. */
+  confirm(upTo: number): boolean {
+    let released = false;
+    while (this.q0Head < this.q0.length && this.q0[this.q0Head].sendIndex < upTo) {
+      const rec = this.q0[this.q0Head++];
+      if (this.inflight.get(rec.seq) === rec) {
+        this.inflight.delete(rec.seq);
+        this.owner.onConfirmed(rec.seq);
+        released = true;
+      }
+    }
+    if (this.q0Head > 1024 && this.q0Head * 2 > this.q0.length) {
+      this.q0 = this.q0.slice(this.q0Head);
+      this.q0Head = 0;
+    }
+    return released;
+  }
+
+  /**
+   * QoS 0 entries wait for a PINGRESP that proves the broker read them; makes sure one is coming: at once when
+   * the window is full (nothing else can move), else within QOS0_CONFIRM_DELAY_MS, so one ping covers many.
+   */
+  requestConfirmation(): void {
+    const last = this.q0.length > this.q0Head ? this.q0[this.q0.length - 1] : undefined;
+    if (!last || this.uplink.pingCovers(last.sendIndex)) return;
+    if (this.full) {
+      this.uplink.ping();
+      return;
+    }
+    if (this.confirmTimer) return;
+    this.confirmTimer = setTimeout(() => {
+      this.confirmTimer = undefined;
+      const tail = this.q0.length > this.q0Head ? this.q0[this.q0.length - 1] : undefined;
+      if (tail && !this.uplink.pingCovers(tail.sendIndex)) this.uplink.ping();
+    }, QOS0_CONFIRM_DELAY_MS);
+    this.confirmTimer.unref();
+  }
+}
