@@ -18,7 +18,9 @@
  * The bridge uses this to release QoS 0 entries, which nobody acknowledges.
  */
 import { readFileSync } from 'node:fs';
+import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { TLSSocket } from 'node:tls';
 import { connect, Store } from 'mqtt';
 import type { IClientOptions, IConnackPacket, IPublishPacket, IStore, MqttClient, Packet } from 'mqtt';
 import type { BridgeConfig } from '../config/schema.js';
@@ -104,6 +106,13 @@ export interface UplinkOptions {
   readonly events: UplinkEvents;
   /** Called before every connection attempt: the Will to register (Sparkplug NDEATH). */
   readonly will?: () => Message | undefined;
+  /**
+   * Called once per CONNECT that can reach the broker, just before its bytes leave: the transport is up (TCP
+   * connected, TLS handshake done); an attempt that fails before (DNS, TCP, TLS) sends no CONNECT and calls
+   * nothing. Sparkplug counts its bdSeq here [tck-id-payloads-nbirth-bdseq-increment]. A WebSocket stream hides
+   * its socket: there it is called when the transport is created.
+   */
+  readonly connectSending?: () => void;
   /** Remote filters to subscribe to (direction in/both), with their QoS. */
   readonly subscriptions: readonly { filter: string; qos: QoS }[];
   /**
@@ -338,7 +347,10 @@ export class Uplink {
     const withBuilder = client as unknown as { streamBuilder: (c: MqttClient) => Duplex };
     const build = withBuilder.streamBuilder;
     withBuilder.streamBuilder = (c) => {
-      const tap = new AckTap(build(c), (cmd, packetId) => this.onPublishAck(conn, cmd, packetId, 0), this.announcedMaxPacketBytes());
+      const transport = build(c);
+      const sending = this.options.connectSending;
+      if (sending) beforeConnectLeaves(transport, sending);
+      const tap = new AckTap(transport, (cmd, packetId) => this.onPublishAck(conn, cmd, packetId, 0), this.announcedMaxPacketBytes());
       conn.transport = tap.transport;
       return tap;
     };
@@ -777,3 +789,13 @@ function classifyError(err: Error, url: string): UplinkError {
   return new UplinkError('EF_UPLINK_CONNECT', `${url}: ${err.message}`, { cause: err });
 }
 
+/**
+ * Calls `sending` once the transport can carry the CONNECT that MQTT.js queues on it while it connects: before
+ * those bytes leave, as this listener is added before MQTT.js writes, and a socket flushes what was written
+ * while connecting from a later `connect` listener (TLS: only after the handshake, past `secureConnect`).
+ */
+function beforeConnectLeaves(transport: Duplex, sending: () => void): void {
+  if (transport instanceof TLSSocket) transport.once('secureConnect', sending);
+  else if (transport instanceof Socket && transport.connecting) transport.once('connect', sending);
+  else sending();
+}

@@ -1,7 +1,8 @@
 /**
  * The node's upstream Sparkplug session: the MQTT session of the bridge named by `sparkplug.uplink`
  * (docs/architecture.md#sparkplug-session). The bridge journals the local messages in its outbox and asks the
- * `hooks`: `will()` is the NDEATH with the next bdSeq (persisted before the CONNECT), `prologue()` the NBIRTH +
+ * `hooks`: `will()` is the NDEATH with the next bdSeq (persisted by `connectSending()`, just before the CONNECT
+ * leaves), `prologue()` the NBIRTH +
  * DBIRTHs sent first on every connection, and `rewrite()` renumbers what leaves the outbox into the upstream seq,
  * flags data stored before the current births `is_historical`, and drops births/deaths the prologue superseded.
  * A host application never sees stored data as live, nor data of an old session under a new session's seq.
@@ -33,6 +34,7 @@ export interface UplinkEntry {
 /** The Sparkplug seam of a bridge (structurally the bridge's `UplinkHooks`). */
 export interface SparkplugUplinkHooks {
   will(): Message;
+  connectSending(): void;
   prologue(): Message[];
   rewrite(entry: UplinkEntry, backlog: boolean): Message | null;
 }
@@ -107,6 +109,7 @@ export class UpstreamSession {
   ) {
     this.hooks = {
       will: () => this.will(),
+      connectSending: () => this.connectSending(),
       prologue: () => this.prologue(),
       rewrite: (entry, backlog) => this.rewrite(entry, backlog),
     };
@@ -190,11 +193,19 @@ export class UpstreamSession {
     this.control.resume();
   }
 
-  /** The NDEATH Will for the next CONNECT: a new bdSeq, on disk before the CONNECT leaves. */
+  /**
+   * The NDEATH Will for a connection attempt, with the bdSeq after the last one sent. It counts only once its
+   * CONNECT leaves (`connectSending`): attempts that fail before reuse it, so the next NBIRTH carries the bdSeq
+   * after the NDEATH a host saw [tck-id-payloads-nbirth-bdseq] [tck-id-payloads-ndeath-bdseq].
+   */
   private will(): Message {
-    const bdSeq = this.state.nextUplinkBdSeq();
-    this.pendingBdSeq = bdSeq;
-    return this.death(bdSeq);
+    this.pendingBdSeq = this.state.nextUplinkBdSeq();
+    return this.death(this.pendingBdSeq);
+  }
+
+  /** The CONNECT with the last Will is about to leave: its bdSeq goes on disk first, so a crash never reuses it. */
+  private connectSending(): void {
+    if (this.pendingBdSeq !== undefined) this.state.uplinkBdSeqSent(this.pendingBdSeq);
   }
 
   /** A new upstream session: births first (or nothing while the primary host is not online). */

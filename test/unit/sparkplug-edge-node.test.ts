@@ -297,13 +297,17 @@ describe('Sparkplug edge node: DCMD', () => {
 });
 
 describe('Sparkplug edge node: bdSeq and aliases survive restarts', () => {
-  it('takes a new bdSeq for every upstream CONNECT and for every local session, persisted on disk', async () => {
+  it('takes a new bdSeq for every upstream CONNECT sent (not per attempt) and for every local session, persisted on disk [tck-id-payloads-nbirth-bdseq-increment]', async () => {
     const dir = tempDir('edgeferry-sp-');
     dirs.push(dir);
     const first = setup({ dir });
     const willBdSeq = (m: Message) => decodePayload(m.payload).metrics[0].value;
     expect(willBdSeq(first.node.hooks.will())).toBe(0n);
+    // That attempt failed before its CONNECT left (DNS, TCP, TLS): the next one carries the same bdSeq.
+    expect(willBdSeq(first.node.hooks.will())).toBe(0n);
+    first.node.hooks.connectSending();
     expect(willBdSeq(first.node.hooks.will())).toBe(1n);
+    first.node.hooks.connectSending();
     await first.node.start();
     const aliases1 = first.decoded()[0].payload.metrics.map((m) => m.alias);
     await first.node.stop();
