@@ -362,6 +362,7 @@ function uplinkControl(bridge: Bridge): UplinkControl {
       return bridge.online;
     },
     publishNow: (messages) => bridge.publishNow(messages),
+    reconnect: (reason) => bridge.reconnect(reason),
   };
 }
 

@@ -317,6 +317,11 @@ export class Bridge {
     return true;
   }
 
+  /** Ends the uplink's MQTT session (normal DISCONNECT) and starts a new one; the outbox keeps what is journaled. */
+  reconnect(reason: string): void {
+    this.uplink.reconnect(reason);
+  }
+
   /** Holds back draining (e.g. until the Sparkplug primary host is online); journaling continues. */
   pause(reason: string): void {
     this.pausedReason = reason;

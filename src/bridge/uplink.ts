@@ -234,6 +234,20 @@ export class Uplink {
   }
 
   /**
+   * Ends the current connection with a normal DISCONNECT, after everything written before it (the broker discards
+   * the Will), and connects again after the backoff: a new MQTT session (Sparkplug: the primary host went away).
+   */
+  reconnect(reason: string): void {
+    const conn = this.conn;
+    if (this.stopped || !conn?.online || conn.closing) return;
+    conn.error = new UplinkError('EF_UPLINK_CONNECT', reason);
+    this.flush(conn);
+    // As at stop: end() sends DISCONNECT at once instead of waiting for acks of publishes MQTT.js never tracked.
+    for (const id of Object.keys(conn.client.outgoing)) delete conn.client.outgoing[Number(id)];
+    conn.client.end(false, {});
+  }
+
+  /**
    * Writes one PUBLISH on the current connection, encoded by our codec. The flow's callbacks run when the
    * broker answers on this connection (never if the connection drops first: the entry is still in the outbox
    * and goes again). MQTT.js is not involved: its per-publish work (option merging, a deep copy for its

@@ -51,6 +51,8 @@ export interface UplinkControl {
    * without it, births after a late primary-host STATE wait for the next uplink connection.
    */
   publishNow?(messages: readonly Message[]): boolean;
+  /** Ends the MQTT session (normal DISCONNECT: no Will) and connects again, with a new Will. */
+  reconnect(reason: string): void;
 }
 
 /** What the upstream session reads of the node it carries. */
@@ -163,18 +165,21 @@ export class UpstreamSession {
     }
   }
 
-  /** The primary host went offline: the session ends (NDEATH) and data stays journaled until it is back. */
+  /**
+   * The primary host went offline: NDEATH, then the MQTT session ends too
+   * [tck-id-operational-behavior-edge-node-termination-host-offline]. The next connection's Will has a new bdSeq,
+   * and its births wait for the host; the outbox keeps journaling meanwhile, and what it stored goes up flagged
+   * historical after them.
+   */
   hostOffline(): void {
-    const up = this.up;
-    if (up?.born) {
-      up.born = false;
-      if (!this.control?.publishNow) {
-        this.log.warn('NDEATH not sent upstream: the bridge cannot publish outside its outbox');
-      } else if (!this.control.publishNow([this.death(up.bdSeq)])) {
-        this.log.debug('uplink offline: the Will of its next connection supersedes this session');
-      }
-    }
     this.pause('primary host offline');
+    const up = this.up;
+    if (!up?.born || !this.control?.online) return;
+    up.born = false;
+    if (!this.control.publishNow?.([this.death(up.bdSeq)])) this.log.warn('NDEATH not sent upstream; the disconnect ends the session');
+    // No session until the next prologue: births must not go out on the connection that is closing.
+    this.up = undefined;
+    this.control.reconnect('primary host offline: Sparkplug session ended');
   }
 
   private death(bdSeq: number): Message {

@@ -9,7 +9,9 @@ import { describe, expect, it } from 'vitest';
 import { decodePayload } from '../../src/sparkplug/payload.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { logLines, startGateway } from '../helpers/gateway.js';
+import { startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
+import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { startSparkplugHost } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
@@ -17,6 +19,18 @@ import { waitFor } from '../helpers/wait.js';
 const d = useDisposer();
 const GROUP = 'plant1';
 const NODE = 'line4-gw';
+
+const device = (port: number) => ({
+  id: 'press-1',
+  type: 'modbus',
+  transport: 'tcp',
+  host: '127.0.0.1',
+  port,
+  addressBase: 0,
+  pollIntervalMs: 100,
+  timeoutMs: 1500,
+  tags: [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }],
+});
 
 const bdSeq = (m: { payload: { metrics: readonly { name?: string; value: unknown }[] } }) =>
   Number(m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
@@ -91,6 +105,54 @@ describe('Sparkplug upstream session', () => {
     await host.waitFor((h) => h.of('NDEATH').length === 1, 10_000, 'the Will NDEATH after the crash');
     expect(bdSeq(host.of('NDEATH')[0])).toBe(1);
     expect(host.isOnline(NODE)).toBe(false);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('primary host offline: NDEATH, then the node leaves the MQTT server; when the host is back, births with the next bdSeq (that of its new Will) and what was stored meanwhile as history [tck-id-operational-behavior-edge-node-termination-host-offline] [tck-id-payloads-nbirth-bdseq] [tck-id-payloads-ndeath-bdseq]', async () => {
+    const central = d.add(await startMosquitto());
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 0, [1]);
+    const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
+    const bornAt = Date.now();
+    await host.publishState('scada-1', true, bornAt);
+    const gw = d.add(
+      await startGateway({
+        bridges: [uplinkBridge(central.url, ['spBv1.0/STATE/+'])],
+        sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
+        connectors: [device(sim.port)],
+      }),
+    );
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births while the host is online');
+    const first = bdSeq(host.births('NBIRTH')[0]);
+    const mqttSessions = () => central.log().match(/New client connected from .* as line4-gw /g)?.length ?? 0;
+    expect(mqttSessions()).toBe(1);
+    // A local subscriber shows when the edge node has published (and the bridge journaled) a change.
+    const local = d.add(await openClient(gw.url));
+    await local.subscribe(`spBv1.0/${GROUP}/DDATA/${NODE}/press-1`);
+
+    await host.publishState('scada-1', false, bornAt);
+    await host.waitFor((h) => h.of('NDEATH').length === 1, 10_000, 'NDEATH after the host went offline');
+    expect(bdSeq(host.of('NDEATH')[0])).toBe(first);
+    // Then the MQTT session ends (a normal DISCONNECT: the broker drops the Will) and a new one starts, unborn.
+    await waitFor(() => mqttSessions() === 2, 10_000, { message: () => `a second MQTT session:\n${central.log()}` });
+    expect(central.log()).toMatch(/Client line4-gw disconnected\./);
+    await sim.set(1, 'hr', 0, [2]);
+    await local.waitForMessages(1, { timeoutMs: 10_000 });
+
+    await host.publishState('scada-1', true, bornAt + 1000);
+    await host.waitFor((h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH', 'press-1').length === 2, 10_000, 'births when the host is back');
+    expect(bdSeq(host.births('NBIRTH')[1])).toBe(first + 1);
+    expect(host.of('NDEATH')).toHaveLength(1);
+    await host.waitFor(
+      (h) => h.of('DDATA', 'press-1').some((m) => m.payload.metrics.some((x) => x.isHistorical && x.value === 2)),
+      10_000,
+      'the change stored while the host was away, flagged historical',
+    );
+    expect(mqttSessions()).toBe(2);
+    // The Will of the new session carries the new bdSeq.
+    await gw.kill('SIGKILL');
+    await host.waitFor((h) => h.of('NDEATH').length === 2, 10_000, 'the Will NDEATH after a crash');
+    expect(bdSeq(host.of('NDEATH')[1])).toBe(first + 1);
     expect(host.violations).toEqual([]);
   });
 });

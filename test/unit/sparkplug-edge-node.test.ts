@@ -387,7 +387,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(node.hooks.rewrite(entry(nbirth, steadyNowMs()), false)).toBeNull();
   });
 
-  it('waits for the primary host before upstream births, using publishNow when the bridge offers it; ends the upstream session on an offline STATE', async () => {
+  it('waits for the primary host before upstream births, using publishNow when the bridge offers it; on an offline STATE sends NDEATH and ends the MQTT session [tck-id-operational-behavior-edge-node-termination-host-offline]', async () => {
     const { node, broker } = setup({ config: { uplink: 'central', primaryHostId: 'scada' } });
     const sentNow: Message[][] = [];
     const events: string[] = [];
@@ -399,12 +399,14 @@ describe('Sparkplug edge node: the uplink seam', () => {
         sentNow.push([...msgs]);
         return true;
       },
+      reconnect: (reason) => events.push(`reconnect:${reason}`),
     };
     node.attachUplink(control);
     await node.start();
     // Local session is not gated when an uplink carries the Sparkplug session.
     expect(broker.published[0].topic).toBe('spBv1.0/plant1/NBIRTH/line4-gw');
     node.hooks.will();
+    node.hooks.connectSending();
     expect(node.hooks.prologue()).toEqual([]);
     expect(events).toEqual(['pause:waiting for the primary host']);
     const state = (online: boolean, timestamp: number) =>
@@ -416,9 +418,18 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(node.stats.uplinkBorn).toBe(true);
     state(false, 1000); // the host's Will reuses its birth timestamp
     expect(sentNow[1].map((m) => [m.topic, m.qos])).toEqual([['spBv1.0/plant1/NDEATH/line4-gw', 1]]);
-    expect(events.at(-1)).toBe('pause:primary host offline');
+    expect(events.slice(-2)).toEqual(['pause:primary host offline', 'reconnect:primary host offline: Sparkplug session ended']);
+    // Back before the uplink reconnected: no births on the connection that is closing.
     state(true, 2000);
-    expect(sentNow[2].map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw']);
+    expect(sentNow).toHaveLength(2);
+    // The next connection: a new bdSeq in its Will and its births.
+    const bdSeqOf = (m: Message) => decodePayload(m.payload).metrics.find((x) => x.name === 'bdSeq')?.value;
+    const will = node.hooks.will();
+    node.hooks.connectSending();
+    const births = node.hooks.prologue();
+    expect(births.map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw']);
+    expect(bdSeqOf(births[0])).toBe(bdSeqOf(will));
+    expect(bdSeqOf(births[0])).toBe((bdSeqOf(sentNow[1][0]) as bigint) + 1n);
   });
 
   it('on a graceful stop sends the upstream NDEATH at once when the bridge can, else lets the journaled one through the rewrite', async () => {
@@ -430,6 +441,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
         pause: () => undefined,
         resume: () => undefined,
         publishNow: direct ? (msgs) => (sentNow.push(...msgs), true) : undefined,
+        reconnect: () => undefined,
       });
       await node.start();
       node.hooks.will();
