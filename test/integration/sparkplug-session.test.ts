@@ -2,13 +2,15 @@
  * The Sparkplug session rules of the upstream session, against the gateway process, a central Mosquitto and a
  * host application written with sparkplug-payload (docs/architecture.md#sparkplug-session).
  */
+import { writeFileSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
 import mqttPacket from 'mqtt-packet';
 import type { IConnectPacket } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { decodePayload } from '../../src/sparkplug/payload.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { logLines, startGateway } from '../helpers/gateway.js';
+import { logLines, runCli, startGateway } from '../helpers/gateway.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
@@ -154,5 +156,28 @@ describe('Sparkplug upstream session', () => {
     await host.waitFor((h) => h.of('NDEATH').length === 2, 10_000, 'the Will NDEATH after a crash');
     expect(bdSeq(host.of('NDEATH')[1])).toBe(first + 1);
     expect(host.violations).toEqual([]);
+  });
+
+  it('refuses a config whose uplink does not bring NCMD, DCMD or the primary host STATE down, at --check-config and at start-up, naming the filter to add', async () => {
+    const file = join(d.tempDir('edgeferry-sp-config-'), 'gw.yaml');
+    const config = (inFilters: readonly string[]) => ({
+      storage: { path: join(d.tempDir('edgeferry-sp-data-'), 'data') },
+      bridges: [{ ...uplinkBridge('mqtt://127.0.0.1:1', []), topics: [{ filter: 'spBv1.0/#', direction: 'out' }, ...inFilters.map((filter) => ({ filter, direction: 'in' }))] }],
+      sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
+      connectors: [device(1502)],
+    });
+    writeFileSync(file, JSON.stringify(config([])));
+    for (const args of [['--check-config', '--config', file], ['--config', file]]) {
+      const r = await runCli(args);
+      expect(r.code, args.join(' ')).toBe(2);
+      const out = r.stderr + r.stdout;
+      expect(out).toContain(`sparkplug.uplink: the uplink bridge "central" has no in filter for spBv1.0/${GROUP}/NCMD/${NODE}: add { filter: "spBv1.0/${GROUP}/NCMD/${NODE}", direction: in } to bridges[0].topics`);
+      expect(out).toContain(`sparkplug.uplink: the uplink bridge "central" has no in filter for spBv1.0/${GROUP}/DCMD/${NODE}/#: add { filter: "spBv1.0/${GROUP}/DCMD/${NODE}/#", direction: in } to bridges[0].topics`);
+      expect(out).toContain('sparkplug.primaryHostId: the uplink bridge "central" has no in filter for spBv1.0/STATE/scada-1: add { filter: "spBv1.0/STATE/scada-1", direction: in } to bridges[0].topics');
+    }
+    // Wildcards that cover the topics do.
+    writeFileSync(file, JSON.stringify(config([`spBv1.0/${GROUP}/+/${NODE}/#`, `spBv1.0/${GROUP}/NCMD/+`, 'spBv1.0/STATE/+'])));
+    const ok = await runCli(['--check-config', '--config', file]);
+    expect([ok.code, ok.stdout.trim()]).toEqual([0, `config OK: ${file}`]);
   });
 });
