@@ -360,8 +360,13 @@ export class EdgeNode implements DeviceHost {
     }));
   }
 
+  /**
+   * NDATA with the device count when it changed. Held while a device's first start is pending: the DBIRTHs of the
+   * devices that come up with the node follow its NBIRTH with no node data between [tck-id-payloads-dbirth-order].
+   */
   private publishNodeData(): void {
     if (!this.localBorn || this.stopping) return;
+    for (const d of this.devices.values()) if (d.firstStartPending) return;
     const online = this.devicesOnline();
     if (online === this.devicesOnlinePublished) return;
     this.devicesOnlinePublished = online;

@@ -340,6 +340,8 @@ export class UpstreamSession {
       case 'NDATA':
       case 'DDATA': {
         if (!up.born) return null;
+        // The node's own metrics (Node Info) are in the NBIRTH with their current values: older NDATA is superseded.
+        if (type === 'NDATA' && historical) return null;
         // Data of a device that is not born upstream (it died while the uplink was down) has no birth to refer to.
         if (type === 'DDATA' && (deviceId === undefined || !up.devices.has(deviceId))) return null;
         const seq = this.nextSeq(up);

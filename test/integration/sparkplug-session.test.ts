@@ -10,6 +10,7 @@ import type { IConnectPacket } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { decodePayload } from '../../src/sparkplug/payload.js';
 import { useDisposer } from '../helpers/disposer.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { logLines, runCli, startGateway } from '../helpers/gateway.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
@@ -22,15 +23,16 @@ const d = useDisposer();
 const GROUP = 'plant1';
 const NODE = 'line4-gw';
 
-const device = (port: number) => ({
-  id: 'press-1',
+const device = (port: number, id = 'press-1', unitId = 1) => ({
+  id,
   type: 'modbus',
   transport: 'tcp',
   host: '127.0.0.1',
   port,
+  unitId,
   addressBase: 0,
   pollIntervalMs: 100,
-  timeoutMs: 1500,
+  timeoutMs: 5000,
   tags: [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }],
 });
 
@@ -179,5 +181,30 @@ describe('Sparkplug upstream session', () => {
     writeFileSync(file, JSON.stringify(config([`spBv1.0/${GROUP}/+/${NODE}/#`, `spBv1.0/${GROUP}/NCMD/+`, 'spBv1.0/STATE/+'])));
     const ok = await runCli(['--check-config', '--config', file]);
     expect([ok.code, ok.stdout.trim()]).toEqual([0, `config OK: ${file}`]);
+  });
+
+  it('the DBIRTHs of devices starting with the node come before its own NDATA, and Node Info NDATA never goes up historical when nothing was buffered [tck-id-payloads-dbirth-order]', async () => {
+    const central = d.add(await startMosquitto());
+    const sim = d.add(await startModbusSim({ units: [1, 2] }));
+    // The oven answers its first read two seconds late (a slow connector, such as OPC UA setting up its session).
+    const slow = d.add(await startFaultProxy(sim.port));
+    slow.setDelayMs(1000);
+    const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
+    d.add(
+      await startGateway({
+        bridges: [uplinkBridge(central.url)],
+        sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central' },
+        connectors: [device(sim.port, 'press-1', 1), device(slow.port, 'oven-1', 2)],
+      }),
+    );
+    const devicesOnline = (m: { payload: { metrics: readonly { value: unknown }[] } }) => m.payload.metrics[0]?.value;
+    await host.waitFor((h) => h.of('NDATA').some((m) => devicesOnline(m) === 2), 15_000, 'NDATA with both devices online');
+    const order = host.messages.map((m) => (m.deviceId === undefined ? m.type : `${m.type}:${m.deviceId}`));
+    expect(order.indexOf('DBIRTH:press-1')).toBeGreaterThan(0);
+    // No node data between the NBIRTH and the DBIRTHs of the devices that came up with the node.
+    expect(order.indexOf('NDATA')).toBeGreaterThan(order.indexOf('DBIRTH:oven-1'));
+    expect(host.of('NDATA').map(devicesOnline)).toEqual([2]);
+    expect(host.of('NDATA').flatMap((m) => m.payload.metrics).filter((x) => x.isHistorical)).toEqual([]);
+    expect(host.violations).toEqual([]);
   });
 });

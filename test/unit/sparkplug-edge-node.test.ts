@@ -334,7 +334,7 @@ describe('Sparkplug edge node: bdSeq and aliases survive restarts', () => {
 describe('Sparkplug edge node: the uplink seam', () => {
   const entry = (msg: Message, appendedAtMs: number) => ({ msg, appendedAtMs });
 
-  it('Will = NDEATH with the next bdSeq; prologue = NBIRTH (seq 0, same bdSeq) + DBIRTHs; backlog becomes historical data renumbered after them', async () => {
+  it('Will = NDEATH with the next bdSeq; prologue = NBIRTH (seq 0, same bdSeq) + DBIRTHs; backlog becomes historical data renumbered after them, stored NDATA is superseded by the NBIRTH', async () => {
     const { node, press, broker } = setup();
     await node.start();
     press.emit({ temperature: 20, count: 1 }, 1000);
@@ -351,15 +351,16 @@ describe('Sparkplug edge node: the uplink seam', () => {
     prologue.forEach((m) => decoder.decode(m));
     expect(decodePayload(prologue[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value).toBe(decodePayload(will.payload).metrics[0].value);
     const sent = journaled.map((e) => node.hooks.rewrite(e, true)).filter((m): m is Message => m !== null);
-    // The old births are superseded; data stored before the session goes up historical, renumbered after the births.
+    // The old births are superseded, and so is the node's NDATA (the NBIRTH has its metrics' current values); data
+    // stored before the session goes up historical, renumbered after the births.
     const out = sent.map((m) => decoder.decode(m));
-    expect(kinds(out)).toEqual(['NDATA#2', 'DDATA:press-1#3']);
-    expect(out[1].payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.isHistorical])).toEqual([['count', 2, 2000, true]]);
+    expect(kinds(out)).toEqual(['DDATA:press-1#2']);
+    expect(out[0].payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.isHistorical])).toEqual([['count', 2, 2000, true]]);
     // Live data continues the upstream seq, not historical.
     press.emit({ count: 3 }, 3000);
     const live = node.hooks.rewrite(entry(broker.published.at(-1) as Message, steadyNowMs() + 1), false) as Message;
     const d = decoder.decode(live);
-    expect([d.payload.seq, d.payload.metrics[0].isHistorical]).toEqual([4, false]);
+    expect([d.payload.seq, d.payload.metrics[0].isHistorical]).toEqual([3, false]);
     expect(node.hooks.rewrite(entry({ ...live, topic: 'plant/other' }, 0), true)?.topic).toBe('plant/other');
   });
 
@@ -525,7 +526,7 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     expect(oven.stops).toBeGreaterThanOrEqual(1);
   });
 
-  it('a removed device gets DDEATH (then the device count), its connector stops, its commands are refused, and the other device carries on in the same session', async () => {
+  it('a removed device gets DDEATH (then the device count), its connector stops, its commands are refused, and the other device carries on in the same session; the count waits for the DBIRTHs of devices starting with the node [tck-id-payloads-dbirth-order]', async () => {
     const press = new FakeConnector('press-1', [{ name: 'count', datatype: 'UInt32' }]);
     const oven = new FakeConnector('oven-1', [{ name: 'door', datatype: 'Boolean', writable: true }]);
     const { node, broker, decoded, logs } = setup({ connectors: [press, oven] });
@@ -539,11 +540,10 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     oven.emit({ door: true });
     press.emit({ count: 2 });
     const msgs = decoded();
-    expect(kinds(msgs)).toEqual([
-      'NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2', 'DBIRTH:oven-1#3', 'NDATA#4', 'DDEATH:oven-1#5', 'NDATA#6', 'DDATA:press-1#7',
-    ]);
-    expect(msgs[6].payload.metrics[0].value).toBe(1);
-    expect(msgs[5].payload.timestamp).toBeGreaterThan(msgs[3].payload.timestamp as number);
+    expect(kinds(msgs)).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'DBIRTH:oven-1#2', 'NDATA#3', 'DDEATH:oven-1#4', 'NDATA#5', 'DDATA:press-1#6']);
+    expect(msgs[3].payload.metrics[0].value).toBe(2);
+    expect(msgs[5].payload.metrics[0].value).toBe(1);
+    expect(msgs[4].payload.timestamp).toBeGreaterThan(msgs[2].payload.timestamp as number);
     broker.inject('spBv1.0/plant1/DCMD/line4-gw/oven-1', command([{ name: 'door', datatype: 'Boolean', value: true }]), { origin: 'scada-1' });
     expect(oven.writes).toEqual([]);
     expect(logs.filter((l) => l.msg === 'command refused').map((l) => l.fields.why)).toEqual(['unknown device']);
