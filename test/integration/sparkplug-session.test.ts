@@ -2,18 +2,19 @@
  * The Sparkplug session rules of the upstream session, against the gateway process, a central Mosquitto and a
  * host application written with sparkplug-payload (docs/architecture.md#sparkplug-session).
  */
-import { writeFileSync } from 'node:fs';
+import { copyFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import mqttPacket from 'mqtt-packet';
 import type { IConnectPacket } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { decodePayload } from '../../src/sparkplug/payload.js';
+import { makeCerts } from '../fixtures/certs.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { logLines, runCli, startGateway } from '../helpers/gateway.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
-import { startMosquitto } from '../helpers/mosquitto.js';
+import { startMosquitto, startTlsMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { startSparkplugHost } from '../helpers/sparkplug-host.js';
@@ -109,6 +110,24 @@ describe('Sparkplug upstream session', () => {
     await host.waitFor((h) => h.of('NDEATH').length === 1, 10_000, 'the Will NDEATH after the crash');
     expect(bdSeq(host.of('NDEATH')[0])).toBe(1);
     expect(host.isOnline(NODE)).toBe(false);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('a TLS handshake that fails sends no CONNECT and takes no bdSeq [tck-id-payloads-nbirth-bdseq-increment]', async () => {
+    const certs = makeCerts(d.tempDir());
+    const { central, tlsUrl } = await startTlsMosquitto(certs);
+    d.add(central);
+    const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
+    // The uplink trusts another CA first: every handshake fails. The file is read at every attempt.
+    const caFile = join(d.tempDir('edgeferry-sp-ca-'), 'ca.pem');
+    copyFileSync(certs.rogueCa, caFile);
+    const bridge = { ...uplinkBridge(tlsUrl), remote: { urls: [tlsUrl], clientId: NODE, tls: { caFile } } };
+    const gw = d.add(await startGateway({ bridges: [bridge], sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central' } }, { logLevel: 'debug' }));
+    const failed = () => logLines(gw).filter((l) => l.msg === 'uplink error').length;
+    await waitFor(() => failed() >= 5, 10_000, { message: 'five failed TLS handshakes' });
+    copyFileSync(certs.ca, caFile);
+    await host.waitFor((h) => h.of('NBIRTH').length === 1, 10_000, 'NBIRTH once the handshake succeeds');
+    expect(bdSeq(host.of('NBIRTH')[0])).toBe(0);
     expect(host.violations).toEqual([]);
   });
 
