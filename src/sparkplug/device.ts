@@ -21,7 +21,7 @@ export interface DeviceHost {
   publishDeviceBirth(device: Device, timestamp: number, metrics: MetricOut[]): void;
   publishDeviceData(device: Device, metrics: MetricOut[]): void;
   publishDeviceDeath(device: Device, timestamp: number): void;
-  /** A device came up or went down (node metrics count them). */
+  /** A device came up or went down, or its first start settled (node metrics count them; see `firstStartPending`). */
   deviceStateChanged(device: Device): void;
 }
 
