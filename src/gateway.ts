@@ -272,12 +272,8 @@ function createEdgeNode(
   const uplink = sp.uplink === undefined ? undefined : config.bridges.find((bc) => bc.name === sp.uplink);
   if (uplink) {
     const probe = `spBv1.0/${sp.groupId}/NDATA/${sp.edgeNodeId}`;
-    const command = `spBv1.0/${sp.groupId}/NCMD/${sp.edgeNodeId}`;
     if (!uplink.topics.some((t) => t.direction !== 'in' && t.localPrefix === '' && topicMatches(t.filter, probe))) {
       log.warn({ bridge: uplink.name }, 'the Sparkplug uplink has no out filter for this edge node: nothing goes upstream');
-    }
-    if (!uplink.topics.some((t) => t.direction !== 'out' && topicMatches(t.filter, command))) {
-      log.warn({ bridge: uplink.name }, 'the Sparkplug uplink has no in filter for NCMD: host applications cannot command this node');
     }
   }
   return new EdgeNode({
@@ -365,6 +361,7 @@ function uplinkControl(bridge: Bridge): UplinkControl {
       return bridge.online;
     },
     publishNow: (messages) => bridge.publishNow(messages),
+    reconnect: (reason) => bridge.reconnect(reason),
   };
 }
 

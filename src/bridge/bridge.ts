@@ -39,6 +39,8 @@ export type UplinkStatus =
 export interface UplinkHooks {
   /** The Will to register on every connect (NDEATH with the next bdSeq). */
   will?(): Message;
+  /** A CONNECT carrying the last `will()` is about to leave (see `UplinkOptions.connectSending`). */
+  connectSending?(): void;
   /** Sent first after every CONNACK, outside the outbox (NBIRTH, DBIRTHs). */
   prologue?(): Message[];
   /**
@@ -149,6 +151,7 @@ export class Bridge {
       config: options.config,
       log: this.log,
       will: this.hooks.will ? () => this.hooks.will?.() : undefined,
+      connectSending: this.hooks.connectSending ? () => this.hooks.connectSending?.() : undefined,
       subscriptions: this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
       maxPacketBytes: options.maxPacketBytes,
       events: {
@@ -264,6 +267,11 @@ export class Bridge {
       });
     }
     return true;
+  }
+
+  /** Ends the uplink's MQTT session (normal DISCONNECT) and starts a new one; the outbox keeps what is journaled. */
+  reconnect(reason: string): void {
+    this.uplink.reconnect(reason);
   }
 
   /** Holds back draining (e.g. until the Sparkplug primary host is online); journaling continues. */

@@ -1,8 +1,9 @@
 /**
  * Opens the byte stream under one uplink connection: TCP (mqtt://), TLS (mqtts://), or a WebSocket (ws://,
  * wss://, subprotocol "mqtt") as a stream. The host name is resolved again at every call, so an uplink follows
- * its central broker to a new address (docs/reliability.md#fault-scenarios). Writes before the stream is open
- * are held by Node (and by `ws`), so the caller writes CONNECT at once.
+ * its central broker to a new address (docs/reliability.md#fault-scenarios). `opened` runs once the stream can carry
+ * MQTT: TCP connected, TLS handshake done, WebSocket upgraded; the CONNECT is written then, so that a failed
+ * attempt is known to have sent none (Sparkplug counts its bdSeq per CONNECT sent).
  */
 import { readFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
@@ -16,7 +17,7 @@ type RemoteTls = NonNullable<BridgeConfig['remote']['tls']>;
 const DEFAULT_PORTS: Record<string, number> = { 'mqtt:': 1883, 'mqtts:': 8883, 'ws:': 80, 'wss:': 443 };
 
 /** Throws (synchronously) for unreadable or invalid TLS material: the caller counts that as a failed attempt. */
-export function dial(url: string, tls: RemoteTls | undefined): Duplex {
+export function dial(url: string, tls: RemoteTls | undefined, opened: () => void): Duplex {
   const parsed = new URL(url);
   switch (parsed.protocol) {
     case 'mqtt:': {
@@ -25,16 +26,19 @@ export function dial(url: string, tls: RemoteTls | undefined): Duplex {
       // is acknowledged, which the receiver's delayed ACK postpones by up to 40 ms (replay at a few hundred
       // messages/s, measured).
       socket.setNoDelay(true);
+      socket.once('connect', opened);
       return socket;
     }
     case 'mqtts:': {
       const socket = tlsConnect({ host: hostOf(parsed), port: portOf(parsed), ...tlsOptions(tls) });
       socket.setNoDelay(true);
+      socket.once('secureConnect', opened);
       return socket;
     }
     default: {
       // ws sets TCP_NODELAY on its socket itself; compression would cost CPU per message for little gain.
       const ws = new WebSocket(url, 'mqtt', { ...tlsOptions(tls), perMessageDeflate: false });
+      ws.once('open', opened);
       return createWebSocketStream(ws);
     }
   }

@@ -90,8 +90,14 @@ export interface UplinkOptions {
   readonly config: BridgeConfig;
   readonly log: Logger;
   readonly events: UplinkEvents;
-  /** Called before every connection attempt: the Will to register (Sparkplug NDEATH). */
+  /** Called for every CONNECT: the Will to register (Sparkplug NDEATH). */
   readonly will?: () => Message | undefined;
+  /**
+   * Called once per CONNECT that can reach the broker: after the stream is open (TCP connected, TLS handshake
+   * done, WebSocket upgraded) and after `will()`, just before the CONNECT is written. An attempt that fails before
+   * (DNS, refused, TLS) calls nothing. Sparkplug counts its bdSeq here [tck-id-payloads-nbirth-bdseq-increment].
+   */
+  readonly connectSending?: () => void;
   /** Remote filters to subscribe to (direction in/both), with their QoS. */
   readonly subscriptions: readonly { filter: string; qos: QoS }[];
   /**
@@ -232,6 +238,19 @@ export class Uplink {
   }
 
   /**
+   * Ends the current connection with a normal DISCONNECT, after everything written before it (the broker discards
+   * the Will), and connects again after the backoff: a new MQTT session (Sparkplug: the primary host went away).
+   */
+  reconnect(reason: string): void {
+    const conn = this.conn;
+    if (this.stopped || !conn?.online || conn.closing) return;
+    conn.error = new UplinkError('EF_UPLINK_CONNECT', reason);
+    this.flush(conn);
+    conn.stream.end(this.disconnectPacket(Reason.Success));
+    setTimeout(() => conn.stream.destroy(), DISCONNECT_GRACE_MS).unref();
+  }
+
+  /**
    * Writes one PUBLISH on the current connection. The flow's callbacks run when the broker answers on this
    * connection (never if the connection drops first: the entry is still in the outbox and goes again).
    * `packetId` is the one to use when it is free (an outbox entry's own, see `outboxPacketId`); `dup` marks a
@@ -320,7 +339,12 @@ export class Uplink {
     this.options.events.connecting(this.attempt, url);
     let stream: Duplex;
     try {
-      stream = dial(url, remote.tls);
+      stream = dial(url, remote.tls, () => {
+        if (conn.closed || conn.closing) return;
+        const connect = encodePacket(this.connectPacket(), this.version);
+        this.options.connectSending?.();
+        stream.write(connect);
+      });
     } catch (err) {
       // An unreadable or invalid TLS file: a failed attempt, so the bridge keeps buffering and retries.
       this.scheduleRetry(new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err }));
@@ -364,8 +388,6 @@ export class Uplink {
       stream.destroy();
     }, ackTimeoutS * 1000);
     conn.connackTimer.unref();
-    // Held by the stream until it is open.
-    stream.write(encodePacket(this.connectPacket(), this.version));
   }
 
   private connectPacket(): ConnectPacket {

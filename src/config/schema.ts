@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { isValidTopicFilter } from '../protocol/topics.js';
 import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
 import { opcuaConnectorSchema } from '../../connectors/opcua/schema.js';
-import { sparkplugSchema } from '../sparkplug/schema.js';
+import { missingUplinkFilters, sparkplugSchema } from '../sparkplug/schema.js';
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
 const count = z.number().int().nonnegative();
@@ -368,8 +368,19 @@ export const configSchema = z
       ctx.addIssue({ code: 'custom', path: ['metrics', 'auth', 'users'], message: 'basic auth checks passwords in auth.passwordFile: set it' });
     }
     const uplink = config.sparkplug?.uplink;
-    if (uplink !== undefined && !config.bridges.some((bridge) => bridge.name === uplink)) {
+    const uplinkIndex = config.bridges.findIndex((bridge) => bridge.name === uplink);
+    if (uplink !== undefined && uplinkIndex < 0) {
       ctx.addIssue({ code: 'custom', path: ['sparkplug', 'uplink'], message: `no bridge is named "${uplink}"` });
+    }
+    if (config.sparkplug !== undefined && uplinkIndex >= 0) {
+      const ids = config.connectors.map((c) => c.id);
+      for (const { key, filter } of missingUplinkFilters(config.sparkplug, config.bridges[uplinkIndex].topics, ids)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['sparkplug', key],
+          message: `the uplink bridge "${uplink}" has no in filter for ${filter}: add { filter: "${filter}", direction: in } to bridges[${uplinkIndex}].topics`,
+        });
+      }
     }
     if (config.connectors.length > 0 && config.sparkplug === undefined) {
       ctx.addIssue({ code: 'custom', path: ['connectors'], message: 'connectors publish through the Sparkplug edge node: add a sparkplug section' });

@@ -21,7 +21,7 @@ export interface DeviceHost {
   publishDeviceBirth(device: Device, timestamp: number, metrics: MetricOut[]): void;
   publishDeviceData(device: Device, metrics: MetricOut[]): void;
   publishDeviceDeath(device: Device, timestamp: number): void;
-  /** A device came up or went down (node metrics count them). */
+  /** A device came up or went down, or its first start settled (node metrics count them; see `firstStartPending`). */
   deviceStateChanged(device: Device): void;
 }
 
@@ -76,6 +76,8 @@ export class Device {
   private bornTs: number | undefined;
   /** Data arrived since the last (re)start: a device is born with values, when it first answers. */
   private answered = false;
+  /** Started, and neither answered nor failed yet since: see `firstStartPending`. */
+  private firstStart = false;
   /** The last failure was logged; the next success logs the recovery. */
   private failureLogged = false;
   private counters = { births: 0, deaths: 0, samples: 0, changes: 0, restarts: 0 };
@@ -96,6 +98,14 @@ export class Device {
     return this.state === 'online' && this.answered;
   }
 
+  /**
+   * Started and not yet answered or failed: its DBIRTH may still belong right after the node's births, so the
+   * node holds its own NDATA back until this settles [tck-id-payloads-dbirth-order].
+   */
+  get firstStartPending(): boolean {
+    return this.firstStart;
+  }
+
   /** Timestamp of the current DBIRTH (identifies this life of the device), undefined while not born. */
   get birthTimestamp(): number | undefined {
     return this.bornTs;
@@ -112,6 +122,7 @@ export class Device {
 
   start(): void {
     if (this.state !== 'stopped') return;
+    this.firstStart = true;
     this.attempt();
   }
 
@@ -128,13 +139,13 @@ export class Device {
    */
   async retire(): Promise<void> {
     const wasBorn = this.bornTs !== undefined;
-    const wasOnline = this.online;
+    const changed = this.online || this.firstStart;
     this.halt();
     if (wasBorn && this.host.born) {
       this.counters.deaths++;
       this.host.publishDeviceDeath(this, this.host.uniqueTimestamp());
     }
-    if (wasOnline) this.host.deviceStateChanged(this);
+    if (changed) this.host.deviceStateChanged(this);
     await this.stopConnector();
   }
 
@@ -222,6 +233,7 @@ export class Device {
     this.state = 'stopped';
     this.bornTs = undefined;
     this.answered = false;
+    this.firstStart = false;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
   }
@@ -266,6 +278,7 @@ export class Device {
 
   private firstAnswer(): void {
     this.answered = true;
+    this.firstStart = false;
     this.birth();
     // After the DBIRTH: node data never comes between a device's birth and its data.
     this.host.deviceStateChanged(this);
@@ -325,8 +338,9 @@ export class Device {
   private onLost(err: ConnectorError): void {
     if (this.state !== 'online' && this.state !== 'starting') return;
     const wasBorn = this.bornTs !== undefined;
-    const wasOnline = this.online;
+    const changed = this.online || this.firstStart;
     this.state = 'backoff';
+    this.firstStart = false;
     this.bornTs = undefined;
     this.answered = false;
     this.published.clear();
@@ -335,7 +349,7 @@ export class Device {
       this.counters.deaths++;
       this.host.publishDeviceDeath(this, this.host.uniqueTimestamp());
     }
-    if (wasOnline) this.host.deviceStateChanged(this);
+    if (changed) this.host.deviceStateChanged(this);
     const retryInMs = this.backoff.next();
     this.failureLogged = true;
     this.log.warn({ err, retryInMs }, 'device lost');
@@ -354,6 +368,10 @@ export class Device {
       this.log.debug({ err: asError(err), retryInMs }, 'device still unreachable');
     }
     this.state = 'backoff';
+    if (this.firstStart) {
+      this.firstStart = false;
+      this.host.deviceStateChanged(this);
+    }
     const generation = this.generation;
     void this.stopConnector().then(() => {
       if (generation === this.generation) this.scheduleRetry(retryInMs);

@@ -1,72 +1,38 @@
 /**
  * The gateway as one Sparkplug B 3.0 edge node (`groupId`/`edgeNodeId`); each connector is one device.
  *
- * Two views of one node:
- * - Locally, the node publishes through the in-process broker: NBIRTH (seq 0, bdSeq, Node Control/Rebirth),
- *   one DBIRTH per device as it first answers, NDATA/DDATA by exception with aliases only, DDEATH on device
- *   loss, NDEATH on a graceful stop. Local host applications see a complete session.
- * - Upstream, the node's session is the uplink's MQTT session (docs/architecture.md#sparkplug-session). The bridge journals the local
- *   messages in its outbox and asks `hooks`: `will()` is the NDEATH with the next bdSeq (persisted before the
- *   CONNECT), `prologue()` the NBIRTH + DBIRTHs sent first on every connection, and `rewrite()` renumbers what
- *   leaves the outbox into the upstream seq, flags data stored before the current births `is_historical`, and
- *   drops births/deaths the prologue superseded. A host application never sees stored data as live, nor data
- *   of an old session under a new session's seq.
- *
- * With `primaryHostId`, births wait for `spBv1.0/STATE/<id>` online (JSON {online, timestamp}); an offline
- * STATE at least as new as the online one ends the session (NDEATH) until the host is back; older ones are
- * ignored. With an uplink, this gates the upstream session (the bridge is paused, data stays journaled);
- * without one, the local session.
+ * This class owns the local session: through the in-process broker it publishes NBIRTH (seq 0, bdSeq, Node
+ * Control/Rebirth), one DBIRTH per device as it first answers, NDATA/DDATA by exception with aliases only,
+ * DDEATH on device loss, NDEATH on a graceful stop. Local host applications see a complete session.
+ * Its parts, each owning its own state (docs/architecture.md#sparkplug-session):
+ * - `UpstreamSession`: the node's session through the uplink bridge (Will, births, rewrite of the outbox);
+ * - `PrimaryHost`: with `primaryHostId`, whether the host is online. It gates the upstream session when there
+ *   is an uplink, else the local one;
+ * - `Commands`: NCMD and DCMD, audited.
  */
 import type { Connector, TagDatatype, TagValue } from '../../connectors/contract.js';
-import { ValueRefusedError } from '../../connectors/contract.js';
 import type { Broker } from '../broker/broker.js';
-import type { Message, QoS } from '../protocol/message.js';
+import type { QoS } from '../protocol/message.js';
 import { createMessage } from '../protocol/message.js';
 import { asError, EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import { commandValueProblem } from './command-value.js';
+import { Commands, REBIRTH } from './commands.js';
+import type { SenderIdentity } from './commands.js';
 import { Device } from './device.js';
 import type { DeviceHost } from './device.js';
 import { NodeState } from './node-state.js';
-import type { MetricIn, MetricOut } from './payload.js';
-import { asHistorical, decodePayload, encodePayload, readTimestamp, withBdSeq, withSeq } from './payload.js';
+import type { MetricOut, PayloadOut } from './payload.js';
+import { encodePayload, nodeDeathPayload } from './payload.js';
+import { PrimaryHost } from './primary-host.js';
 import type { SparkplugConfig } from './schema.js';
-import { deviceTopic, nodeTopic, parseTopic, stateTopic } from './topics.js';
-import type { DeviceMessageType, NodeMessageType } from './topics.js';
+import { deviceTopic, nodeTopic, stateTopic } from './topics.js';
+import { EDGE_NODE_ORIGIN, UpstreamSession } from './upstream-session.js';
+import type { SparkplugUplinkHooks, UplinkControl } from './upstream-session.js';
 
-/** Origin of every message the edge node publishes locally. */
-export const EDGE_NODE_ORIGIN = 'edge-node';
+export type { UplinkControl } from './upstream-session.js';
 
 const BDSEQ = 'bdSeq';
-const REBIRTH = 'Node Control/Rebirth';
 const DEVICES_ONLINE = 'Node Info/Devices Online';
-
-/** The part of an outbox entry the rewrite needs (structurally a bridge `OutboxEntry`). */
-export interface UplinkEntry {
-  readonly msg: Message;
-  readonly appendedAtMs: number;
-}
-
-/** The Sparkplug seam of a bridge (structurally the bridge's `UplinkHooks`). */
-export interface SparkplugUplinkHooks {
-  will(): Message;
-  prologue(): Message[];
-  rewrite(entry: UplinkEntry, backlog: boolean): Message | null;
-}
-
-/** What the edge node may ask of the bridge that carries its session. */
-export interface UplinkControl {
-  /** Hold back draining (journaling continues). */
-  pause(reason: string): void;
-  resume(): void;
-  /** Whether the uplink is connected now. */
-  readonly online: boolean;
-  /**
-   * Publishes upstream at once, outside the outbox, on the current connection; false if offline. Optional:
-   * without it, births after a late primary-host STATE wait for the next uplink connection.
-   */
-  publishNow?(messages: readonly Message[]): boolean;
-}
 
 export interface EdgeNodeOptions {
   readonly config: SparkplugConfig;
@@ -83,16 +49,6 @@ export interface EdgeNodeOptions {
    */
   readonly identify?: (origin: string) => SenderIdentity;
 }
-
-/** What the audit log says of a command's sender besides its client id (`who`). */
-export interface SenderIdentity {
-  readonly user?: string;
-  readonly certificate?: string;
-  readonly remote?: string;
-}
-
-/** A command's sender as its audit lines name it. */
-type Sender = SenderIdentity & { readonly who: string };
 
 export interface EdgeNodeStats {
   readonly localBorn: boolean;
@@ -111,20 +67,6 @@ export interface EdgeNodeStats {
   readonly rewriteDropped: number;
 }
 
-/** One upstream Sparkplug session (one uplink connection). */
-interface UpstreamSession {
-  readonly bdSeq: number;
-  /** The next upstream seq. */
-  seq: number;
-  born: boolean;
-  /** When the current upstream births went out (steady clock, util/clock.ts): entries journaled before are historical. */
-  birthAtMs: number;
-  /** Local NBIRTH (by payload timestamp) the current upstream NBIRTH stands for. */
-  nodeBirthTs: number | undefined;
-  /** Devices born upstream in this session → the local DBIRTH timestamp (life) they stand for. */
-  readonly devices: Map<string, number>;
-}
-
 interface NodeMetric {
   readonly name: string;
   readonly datatype: TagDatatype;
@@ -137,16 +79,16 @@ export class EdgeNode implements DeviceHost {
   private readonly config: SparkplugConfig;
   private readonly broker: Pick<Broker, 'publish' | 'subscribe' | 'clock'>;
   private readonly log: Logger;
-  private readonly audit: Logger;
-  private readonly identify: ((origin: string) => SenderIdentity) | undefined;
   private readonly state: NodeState;
   private readonly devices = new Map<string, Device>();
   private readonly nodeMetrics: NodeMetric[];
   private readonly nodeAliases = new Map<number, NodeMetric>();
+  private readonly primaryHost: PrimaryHost | undefined;
+  /** With a primary host and no uplink, the host gates the local session. */
   private readonly gateLocal: boolean;
-  private readonly gateUplink: boolean;
+  private readonly upstream: UpstreamSession;
+  private readonly commands: Commands;
 
-  private control: UplinkControl | undefined;
   private unsubscribers: (() => void)[] = [];
   private running = false;
   private stopping = false;
@@ -157,41 +99,21 @@ export class EdgeNode implements DeviceHost {
   private localSeq = 0;
   private nodeBirthTs: number | undefined;
   private lastUniqueTs = 0;
-  private lastRebirthMs = -Infinity;
   private devicesOnlinePublished = -1;
 
-  // Upstream session
-  private up: UpstreamSession | undefined;
-  private pendingUplinkBdSeq: number | undefined;
-  private pausedByUs = false;
-  private deathSent: (() => void) | undefined;
-  private loggedNoPublishNow = false;
-
-  // Primary host
-  private hostOnline = false;
-  private hostOnlineTs = -Infinity;
-  private hostOfflineTs = -Infinity;
-
-  private counters = {
-    births: 0,
-    dataMessages: 0,
-    rebirths: 0,
-    commandsRefused: 0,
-    writesOk: 0,
-    writesFailed: 0,
-    historicalSent: 0,
-    rewriteDropped: 0,
-  };
+  private counters = { births: 0, dataMessages: 0 };
 
   constructor(options: EdgeNodeOptions) {
     this.config = options.config;
     this.broker = options.broker;
     this.log = options.log;
-    this.audit = options.audit ?? options.log;
-    this.identify = options.identify;
     this.state = new NodeState(options.stateDir, this.config.groupId, this.config.edgeNodeId);
-    this.gateLocal = this.config.primaryHostId !== undefined && this.config.uplink === undefined;
-    this.gateUplink = this.config.primaryHostId !== undefined && this.config.uplink !== undefined;
+    const { primaryHostId, uplink } = this.config;
+    this.primaryHost =
+      primaryHostId === undefined
+        ? undefined
+        : new PrimaryHost(primaryHostId, { online: () => this.onHostOnline(), offline: () => this.onHostOffline() }, this.log);
+    this.gateLocal = this.primaryHost !== undefined && uplink === undefined;
 
     // Aliases are unique across the whole node and stable across restarts (persisted).
     const keys = [`/${DEVICES_ONLINE}`];
@@ -208,11 +130,29 @@ export class EdgeNode implements DeviceHost {
 
     for (const connector of options.connectors) this.devices.set(connector.id, this.createDevice(connector, aliases));
 
-    this.hooks = {
-      will: () => this.will(),
-      prologue: () => this.prologue(),
-      rewrite: (entry, backlog) => this.rewrite(entry, backlog),
-    };
+    this.upstream = new UpstreamSession(
+      {
+        groupId: this.config.groupId,
+        edgeNodeId: this.config.edgeNodeId,
+        devices: this.devices,
+        nodeBirthTs: () => this.nodeBirthTs,
+        nodeBirthMetrics: (timestamp, bdSeq) => this.nodeBirthMetrics(timestamp, bdSeq),
+        clock: this.broker.clock,
+      },
+      this.state,
+      uplink === undefined ? undefined : this.primaryHost,
+      this.log,
+    );
+    this.hooks = this.upstream.hooks;
+    this.commands = new Commands({
+      rebirthDebounceMs: this.config.rebirthDebounceMs,
+      devices: this.devices,
+      nodeMetric: (m) => (m.name !== undefined ? this.nodeMetrics.find((n) => n.name === m.name) : this.nodeAliases.get(m.alias ?? -1)),
+      rebirth: () => this.rebirth(),
+      log: this.log,
+      audit: options.audit ?? options.log,
+      identify: options.identify,
+    });
   }
 
   get born(): boolean {
@@ -220,12 +160,17 @@ export class EdgeNode implements DeviceHost {
   }
 
   get stats(): EdgeNodeStats {
+    const upstream = this.upstream.stats;
     return {
       localBorn: this.localBorn,
-      uplinkBorn: this.up?.born ?? false,
-      primaryHostOnline: this.config.primaryHostId === undefined ? undefined : this.hostOnline,
+      uplinkBorn: upstream.born,
+      primaryHostOnline: this.primaryHost?.online,
       devicesOnline: this.devicesOnline(),
-      ...this.counters,
+      births: this.counters.births + upstream.births,
+      dataMessages: this.counters.dataMessages,
+      ...this.commands.stats,
+      historicalSent: upstream.historicalSent,
+      rewriteDropped: upstream.rewriteDropped,
     };
   }
 
@@ -236,7 +181,7 @@ export class EdgeNode implements DeviceHost {
 
   /** Connects the bridge named by `sparkplug.uplink` (before it starts). */
   attachUplink(control: UplinkControl): void {
-    this.control = control;
+    this.upstream.attach(control);
   }
 
   /** Subscribes to commands (and STATE), publishes the births unless gated, and starts the devices. */
@@ -245,16 +190,17 @@ export class EdgeNode implements DeviceHost {
     this.running = true;
     const { groupId, edgeNodeId, primaryHostId } = this.config;
     const sub = { qos: 0 as QoS, origin: EDGE_NODE_ORIGIN, noLocal: true };
-    this.unsubscribers.push(this.broker.subscribe(nodeTopic(groupId, 'NCMD', edgeNodeId), sub, (msg) => this.onNodeCommand(msg)));
+    this.unsubscribers.push(this.broker.subscribe(nodeTopic(groupId, 'NCMD', edgeNodeId), sub, (msg) => this.commands.onNodeCommand(msg)));
     this.unsubscribers.push(
-      this.broker.subscribe(`${deviceTopic(groupId, 'DCMD', edgeNodeId, '+')}`, sub, (msg) => this.onDeviceCommand(msg)),
+      this.broker.subscribe(`${deviceTopic(groupId, 'DCMD', edgeNodeId, '+')}`, sub, (msg) => this.commands.onDeviceCommand(msg)),
     );
-    if (primaryHostId !== undefined) {
+    const host = this.primaryHost;
+    if (host) {
       // Retained STATE (bridged down from the central broker, or published locally) arrives on subscribe.
-      this.unsubscribers.push(this.broker.subscribe(stateTopic(primaryHostId), { ...sub, qos: 1 }, (msg) => this.onState(msg)));
+      this.unsubscribers.push(this.broker.subscribe(stateTopic(host.hostId), { ...sub, qos: 1 }, (msg) => host.onState(msg)));
     }
     // A retained online STATE may already have started the session during the subscribe above.
-    if (!this.localBorn && (!this.gateLocal || this.hostOnline)) this.startLocalSession();
+    if (!this.localBorn && (!this.gateLocal || host?.online)) this.startLocalSession();
     for (const device of this.devices.values()) device.start();
     this.log.info(
       { groupId, edgeNodeId, devices: this.devices.size, uplink: this.config.uplink, primaryHostId },
@@ -273,14 +219,7 @@ export class EdgeNode implements DeviceHost {
     for (const unsubscribe of this.unsubscribers) unsubscribe();
     this.unsubscribers = [];
     await Promise.all([...this.devices.values()].map((d) => d.stop()));
-    let sent: Promise<boolean> = Promise.resolve(true);
-    const up = this.up;
-    if (up?.born && this.control?.online && !this.pausedByUs) {
-      // Upstream first, at once (not behind a backlog in the outbox); else the journaled local NDEATH goes up.
-      const death = this.upstreamMessage(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), encodePayload(this.deathPayload(up.bdSeq)), 1);
-      if (this.control.publishNow?.([death])) up.born = false;
-      else sent = this.waitForUpstreamDeath(this.config.deathTimeoutMs);
-    }
+    const sent = this.upstream.stop(this.config.deathTimeoutMs);
     if (this.localBorn) await this.endLocalSession();
     if (!(await sent)) this.log.warn({ timeoutMs: this.config.deathTimeoutMs }, 'NDEATH did not leave through the uplink in time');
     this.log.info('edge node stopped');
@@ -422,8 +361,13 @@ export class EdgeNode implements DeviceHost {
     }));
   }
 
+  /**
+   * NDATA with the device count when it changed. Held while a device's first start is pending: the DBIRTHs of the
+   * devices that come up with the node follow its NBIRTH with no node data between [tck-id-payloads-dbirth-order].
+   */
   private publishNodeData(): void {
     if (!this.localBorn || this.stopping) return;
+    for (const d of this.devices.values()) if (d.firstStartPending) return;
     const online = this.devicesOnline();
     if (online === this.devicesOnlinePublished) return;
     this.devicesOnlinePublished = online;
@@ -440,19 +384,14 @@ export class EdgeNode implements DeviceHost {
     this.localBorn = false;
     for (const device of this.devices.values()) device.unborn();
     try {
-      await this.publishLocal(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), this.deathPayload(this.localBdSeq), 1);
+      await this.publishLocal(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), nodeDeathPayload(this.localBdSeq), 1);
     } catch (err) {
       this.log.warn({ err: asError(err) }, 'NDEATH not published locally');
     }
   }
 
-  private deathPayload(bdSeq: number): { timestamp: number; metrics: MetricOut[] } {
-    // NDEATH carries no seq [tck-id-payloads-ndeath-seq], only the bdSeq of the session it ends.
-    return { timestamp: Date.now(), metrics: [{ name: BDSEQ, datatype: 'Int64', value: BigInt(bdSeq) }] };
-  }
-
   /** Publishes to the local broker. QoS 0 births and data (Sparkplug), QoS 1 for NDEATH. */
-  private publishLocal(topic: string, payload: { timestamp: number; seq?: number; metrics: readonly MetricOut[] }, qos: QoS = 0): Promise<unknown> {
+  private publishLocal(topic: string, payload: PayloadOut, qos: QoS = 0): Promise<unknown> {
     const msg = createMessage({ topic, payload: encodePayload(payload), qos, retain: false, origin: EDGE_NODE_ORIGIN });
     const published = this.broker.publish(msg);
     published.catch((err: unknown) => this.log.warn({ err: asError(err), topic }, 'local publish failed'));
@@ -460,363 +399,29 @@ export class EdgeNode implements DeviceHost {
   }
 
   /** NCMD Rebirth: the same bdSeq, seq reset, NBIRTH and every DBIRTH again; data stops meanwhile (sync). */
-  private sender(msg: Message): Sender {
-    return { who: msg.origin, ...this.identify?.(msg.origin) };
-  }
-
-  private rebirth(who: Sender): void {
-    const now = performance.now();
-    if (now - this.lastRebirthMs < this.config.rebirthDebounceMs) {
-      this.log.info({ ...who, debounceMs: this.config.rebirthDebounceMs }, 'rebirth request ignored: one was just answered');
-      return;
-    }
-    this.lastRebirthMs = now;
-    this.counters.rebirths++;
-    this.audit.info(who, 'rebirth requested');
+  private rebirth(): void {
     if (this.localBorn) this.publishLocalBirths();
     // Upstream, the local births reach the host through the outbox; with publishNow they go at once.
-    const up = this.up;
-    if (up?.born && this.control?.publishNow && this.nodeBirthTs !== undefined) {
-      const births = this.upstreamBirths(up, this.broker.clock.nowMs());
-      if (!this.control.publishNow(births)) this.log.debug('uplink offline; upstream rebirth follows on connect');
-    }
+    this.upstream.rebirth();
   }
 
   // -----------------------------------------------------------------------------------------------------------
-  // Commands
-
-  private onNodeCommand(msg: Message): void {
-    const who = this.sender(msg);
-    let metrics: readonly MetricIn[];
-    try {
-      metrics = decodePayload(msg.payload, (m) => {
-        const nodeMetric = m.name !== undefined ? this.nodeMetrics.find((n) => n.name === m.name) : this.nodeAliases.get(m.alias ?? -1);
-        return nodeMetric?.datatype;
-      }).metrics;
-    } catch (err) {
-      this.refuse(who, msg.topic, undefined, `undecodable payload: ${asError(err).message}`);
-      return;
-    }
-    for (const metric of metrics) {
-      const target = metric.name ?? (metric.alias !== undefined ? this.nodeAliases.get(metric.alias)?.name : undefined);
-      if (target === REBIRTH) {
-        if (metric.value === true) this.rebirth(who);
-        else this.refuse(who, msg.topic, target, 'Rebirth expects Boolean true');
-        continue;
-      }
-      this.refuse(who, msg.topic, target ?? `alias ${metric.alias}`, target === undefined ? 'unknown metric' : 'read-only metric');
-    }
-  }
-
-  private onDeviceCommand(msg: Message): void {
-    const who = this.sender(msg);
-    const topic = parseTopic(msg.topic);
-    const device = topic?.deviceId !== undefined ? this.devices.get(topic.deviceId) : undefined;
-    if (!device) {
-      this.refuse(who, msg.topic, undefined, 'unknown device');
-      return;
-    }
-    let metrics: readonly MetricIn[];
-    try {
-      metrics = decodePayload(msg.payload, (m) => device.datatypeOf(m)).metrics;
-    } catch (err) {
-      this.refuse(who, msg.topic, undefined, `undecodable payload: ${asError(err).message}`);
-      return;
-    }
-    for (const metric of metrics) {
-      const name = metric.name ?? (metric.alias !== undefined ? device.nameOf(metric.alias) : undefined);
-      const def = name !== undefined ? device.definitions.get(name) : undefined;
-      if (name === undefined || !def) {
-        this.refuse(who, msg.topic, name ?? `alias ${metric.alias}`, 'unknown metric');
-        continue;
-      }
-      if (!def.writable) {
-        this.refuse(who, msg.topic, name, 'read-only metric');
-        continue;
-      }
-      const problem = commandValueProblem(def.datatype, metric);
-      if (problem) {
-        this.refuse(who, msg.topic, name, problem, metric.value);
-        continue;
-      }
-      const value = metric.value as TagValue;
-      device.write(name, value).then(
-        (readBack) => {
-          this.counters.writesOk++;
-          const line = { ...who, device: device.id, metric: name, value: String(value), readBack: readBack && String(readBack.value) };
-          if (readBack && !readBack.matches) this.audit.warn(line, 'DCMD write accepted, but the device reads back another value');
-          else this.audit.info(line, 'DCMD write done');
-        },
-        (err: unknown) => {
-          if (err instanceof ValueRefusedError) {
-            this.refuse(who, msg.topic, name, err.why, value);
-            return;
-          }
-          this.counters.writesFailed++;
-          this.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
-        },
-      );
-    }
-  }
-
-  private refuse(who: Sender, topic: string, metric: string | undefined, why: string, value?: TagValue | null): void {
-    this.counters.commandsRefused++;
-    this.audit.warn({ ...who, topic, metric, value: value == null ? undefined : String(value), why }, 'command refused');
-  }
-
-  // -----------------------------------------------------------------------------------------------------------
-  // Primary host STATE
-
-  private onState(msg: Message): void {
-    let state: { online?: unknown; timestamp?: unknown };
-    try {
-      state = JSON.parse(msg.payload.toString('utf8')) as typeof state;
-    } catch {
-      this.log.warn({ topic: msg.topic, who: msg.origin }, 'STATE payload is not JSON; ignored');
-      return;
-    }
-    if (typeof state.online !== 'boolean' || typeof state.timestamp !== 'number') {
-      this.log.warn({ topic: msg.topic, who: msg.origin }, 'STATE payload lacks online/timestamp; ignored');
-      return;
-    }
-    const ts = state.timestamp;
-    if (state.online) {
-      // A retained online older than the host's last death is stale.
-      if (ts <= this.hostOfflineTs || ts < this.hostOnlineTs) {
-        this.log.debug({ timestamp: ts }, 'older online STATE ignored');
-        return;
-      }
-      this.hostOnlineTs = ts;
-      if (this.hostOnline) return;
-      this.hostOnline = true;
-      this.log.info({ primaryHostId: this.config.primaryHostId, timestamp: ts }, 'primary host online');
-      this.onHostOnline();
-      return;
-    }
-    // The host's Will reuses its birth timestamp: an offline STATE as new as the online one is its death.
-    if (ts < this.hostOnlineTs) {
-      this.log.debug({ timestamp: ts }, 'older offline STATE ignored');
-      return;
-    }
-    this.hostOfflineTs = ts;
-    if (!this.hostOnline) return;
-    this.hostOnline = false;
-    this.log.warn({ primaryHostId: this.config.primaryHostId, timestamp: ts }, 'primary host offline; session ended');
-    this.onHostOffline();
-  }
+  // Primary host
 
   private onHostOnline(): void {
     if (!this.running) return;
-    if (this.gateLocal && !this.localBorn) this.startLocalSession();
-    if (this.gateUplink) {
-      const up = this.up;
-      if (!up || up.born || !this.control?.online) return;
-      if (this.control.publishNow) {
-        if (this.control.publishNow(this.upstreamBirths(up, this.broker.clock.nowMs()))) this.resumeUplink();
-        return;
-      }
-      if (!this.loggedNoPublishNow) {
-        this.loggedNoPublishNow = true;
-        this.log.error(
-          'primary host is online, but this bridge cannot send births outside its outbox: Sparkplug data waits (stored) for the next uplink connection',
-        );
-      }
+    if (this.gateLocal) {
+      if (!this.localBorn) this.startLocalSession();
+    } else {
+      this.upstream.hostOnline();
     }
   }
 
   private onHostOffline(): void {
-    if (this.gateLocal && this.localBorn) void this.endLocalSession();
-    if (this.gateUplink) {
-      const up = this.up;
-      if (up?.born) {
-        up.born = false;
-        const death = this.upstreamMessage(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), encodePayload(this.deathPayload(up.bdSeq)), 1);
-        if (!this.control?.publishNow) {
-          this.log.warn('NDEATH not sent upstream: the bridge cannot publish outside its outbox');
-        } else if (!this.control.publishNow([death])) {
-          this.log.debug('uplink offline: the Will of its next connection supersedes this session');
-        }
-      }
-      this.pauseUplink('primary host offline');
+    if (this.gateLocal) {
+      if (this.localBorn) void this.endLocalSession();
+    } else {
+      this.upstream.hostOffline();
     }
-  }
-
-  private pauseUplink(reason: string): void {
-    if (!this.control) return;
-    this.pausedByUs = true;
-    this.control.pause(reason);
-  }
-
-  private resumeUplink(): void {
-    if (!this.control || !this.pausedByUs) return;
-    this.pausedByUs = false;
-    this.control.resume();
-  }
-
-  // -----------------------------------------------------------------------------------------------------------
-  // Uplink hooks
-
-  /** The NDEATH Will for the next CONNECT: a new bdSeq, on disk before the CONNECT leaves. */
-  private will(): Message {
-    const bdSeq = this.state.nextUplinkBdSeq();
-    this.pendingUplinkBdSeq = bdSeq;
-    return this.upstreamMessage(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), encodePayload(this.deathPayload(bdSeq)), 1);
-  }
-
-  /** A new upstream session: births first (or nothing while the primary host is not online). */
-  private prologue(): Message[] {
-    const bdSeq = this.pendingUplinkBdSeq ?? this.state.nextUplinkBdSeq();
-    this.pendingUplinkBdSeq = undefined;
-    const up: UpstreamSession = { bdSeq, seq: 0, born: false, birthAtMs: this.broker.clock.nowMs(), nodeBirthTs: undefined, devices: new Map() };
-    this.up = up;
-    if (this.stopping) return [];
-    if (this.gateUplink && !this.hostOnline) {
-      this.pauseUplink('waiting for the primary host');
-      this.log.info({ primaryHostId: this.config.primaryHostId }, 'uplink connected; births wait for the primary host');
-      return [];
-    }
-    const births = this.upstreamBirths(up, up.birthAtMs);
-    this.resumeUplink();
-    return births;
-  }
-
-  /**
-   * NBIRTH (seq 0, the session's bdSeq) + one DBIRTH per device born locally, with the values local host
-   * applications were last told, so the journaled data that follows applies on top of them.
-   */
-  private upstreamBirths(up: UpstreamSession, atMs: number): Message[] {
-    up.born = true;
-    up.seq = 0;
-    up.birthAtMs = atMs;
-    up.nodeBirthTs = this.nodeBirthTs;
-    up.devices.clear();
-    const timestamp = Date.now();
-    const { groupId, edgeNodeId } = this.config;
-    const out: Message[] = [
-      this.upstreamMessage(
-        nodeTopic(groupId, 'NBIRTH', edgeNodeId),
-        encodePayload({ timestamp, seq: this.nextUpSeq(up), metrics: this.nodeBirthMetrics(timestamp, BigInt(up.bdSeq)) }),
-      ),
-    ];
-    for (const device of this.devices.values()) {
-      const life = device.birthTimestamp;
-      if (life === undefined) continue;
-      up.devices.set(device.id, life);
-      out.push(
-        this.upstreamMessage(
-          deviceTopic(groupId, 'DBIRTH', edgeNodeId, device.id),
-          encodePayload({ timestamp, seq: this.nextUpSeq(up), metrics: device.birthMetrics() }),
-        ),
-      );
-    }
-    this.counters.births += out.length;
-    return out;
-  }
-
-  private nextUpSeq(up: UpstreamSession): number {
-    const seq = up.seq;
-    up.seq = (up.seq + 1) & 0xff;
-    return seq;
-  }
-
-  private upstreamMessage(topic: string, payload: Buffer, qos: QoS = 0): Message {
-    return createMessage({ topic, payload, qos, retain: false, origin: EDGE_NODE_ORIGIN });
-  }
-
-  /**
-   * Decides what an outbox entry becomes upstream. Our own node's messages only; anything else passes as is.
-   * Never throws: a payload that cannot be parsed is dropped (and counted) rather than blocking the queue.
-   */
-  private rewrite(entry: UplinkEntry, backlog: boolean): Message | null {
-    const msg = entry.msg;
-    const topic = parseTopic(msg.topic, true);
-    const { groupId, edgeNodeId } = this.config;
-    if (!topic || topic.groupId !== groupId || topic.edgeNodeId !== edgeNodeId) return msg;
-    if (topic.type === 'NCMD' || topic.type === 'DCMD') return msg;
-    const up = this.up;
-    try {
-      const out = up ? this.rewriteOwn(up, entry, backlog, topic.type, topic.deviceId) : null;
-      if (out === null) this.counters.rewriteDropped++;
-      return out;
-    } catch (err) {
-      this.counters.rewriteDropped++;
-      this.log.warn({ err: asError(err), topic: msg.topic }, 'journaled Sparkplug message could not be rewritten; dropped');
-      return null;
-    }
-  }
-
-  private rewriteOwn(
-    up: UpstreamSession,
-    entry: UplinkEntry,
-    backlog: boolean,
-    type: NodeMessageType | DeviceMessageType,
-    deviceId: string | undefined,
-  ): Message | null {
-    const msg = entry.msg;
-    const historical = backlog || entry.appendedAtMs < up.birthAtMs;
-    const renumbered = (payload: Buffer): Message => ({ ...msg, payload });
-    switch (type) {
-      case 'NBIRTH': {
-        // A rebirth after the current upstream births goes up (seq 0, the upstream bdSeq); older ones are superseded.
-        const ts = readTimestamp(msg.payload);
-        if (ts === undefined || historical || ts <= (up.nodeBirthTs ?? -Infinity)) return null;
-        up.born = true;
-        up.seq = 1;
-        up.nodeBirthTs = ts;
-        up.birthAtMs = entry.appendedAtMs;
-        up.devices.clear();
-        return renumbered(withBdSeq(msg.payload, up.bdSeq, 0));
-      }
-      case 'NDEATH': {
-        // Our graceful stop: announce the death of the upstream session, not of the local one.
-        if (backlog || !up.born || !this.stopping) return null;
-        up.born = false;
-        this.deathSent?.();
-        return { ...renumbered(withBdSeq(msg.payload, up.bdSeq)), qos: 1 };
-      }
-      case 'DBIRTH': {
-        // A device born (again) after the current upstream births; births stored from before are superseded.
-        const ts = readTimestamp(msg.payload);
-        if (!up.born || deviceId === undefined || !this.devices.has(deviceId) || ts === undefined || historical) return null;
-        if (ts <= (up.devices.get(deviceId) ?? -Infinity)) return null;
-        up.devices.set(deviceId, ts);
-        return renumbered(withSeq(msg.payload, this.nextUpSeq(up)));
-      }
-      case 'DDEATH': {
-        const life = deviceId !== undefined ? up.devices.get(deviceId) : undefined;
-        const ts = readTimestamp(msg.payload);
-        // A death of an earlier life (before the device's current upstream birth) is superseded.
-        if (!up.born || life === undefined || ts === undefined || ts < life) return null;
-        up.devices.delete(deviceId as string);
-        return renumbered(withSeq(msg.payload, this.nextUpSeq(up)));
-      }
-      case 'NDATA':
-      case 'DDATA': {
-        if (!up.born) return null;
-        // Data of a device that is not born upstream (it died while the uplink was down) has no birth to refer to.
-        if (type === 'DDATA' && (deviceId === undefined || !up.devices.has(deviceId))) return null;
-        const seq = this.nextUpSeq(up);
-        if (!historical) return renumbered(withSeq(msg.payload, seq));
-        this.counters.historicalSent++;
-        return renumbered(asHistorical(msg.payload, seq));
-      }
-      default:
-        return null;
-    }
-  }
-
-  private waitForUpstreamDeath(timeoutMs: number): Promise<boolean> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.deathSent = undefined;
-        resolve(false);
-      }, timeoutMs);
-      this.deathSent = () => {
-        clearTimeout(timer);
-        this.deathSent = undefined;
-        // The message is handed to the uplink synchronously after this returns; let that happen first.
-        setImmediate(() => resolve(true));
-      };
-    });
   }
 }

@@ -1,12 +1,13 @@
 /**
  * What the edge node must remember across restarts, in one small JSON file under `storage.path`:
- * - the bdSeq of the last upstream CONNECT (Sparkplug 3.0: +1 per CONNECT, 0..255 wrapping
- *   [tck-id-payloads-nbirth-bdseq-increment]), and the last local session's;
+ * - the bdSeq of the last upstream CONNECT sent (Sparkplug 3.0: +1 per CONNECT, 0..255 wrapping
+ *   [tck-id-payloads-nbirth-bdseq-increment]; an attempt that never sent its CONNECT does not count), and the
+ *   last local session's;
  * - the metric aliases: once assigned, an alias always names the same metric, so data stored in a bridge
  *   outbox before a restart (even one with a changed tag list) still decodes against the current births.
  *
- * Written atomically (temp file, fsync, rename, fsync of the directory), synchronously: the uplink asks for the
- * Will just before each CONNECT, and the bdSeq in it must be on disk before that CONNECT leaves.
+ * Written atomically (temp file, fsync, rename, fsync of the directory), synchronously: the bdSeq of a Will must be
+ * on disk before the CONNECT that carries it leaves, so that after a crash at any point the next Will has a new one.
  */
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -18,7 +19,7 @@ interface StateDocument {
   version: 1;
   groupId: string;
   edgeNodeId: string;
-  /** bdSeq used in the last upstream CONNECT (Will), -1 before the first. */
+  /** bdSeq of the Will in the last upstream CONNECT sent, -1 before the first. */
   uplinkBdSeq: number;
   /** bdSeq of the last local session, -1 before the first. */
   localBdSeq: number;
@@ -47,11 +48,15 @@ export class NodeState {
       loaded && loaded.version === 1 && loaded.groupId === groupId && loaded.edgeNodeId === edgeNodeId ? loaded : fresh;
   }
 
-  /** Takes the next upstream bdSeq (0..255) and persists it before returning. */
+  /** The bdSeq the Will of the next upstream CONNECT carries (0..255): the last one sent + 1. */
   nextUplinkBdSeq(): number {
-    this.doc.uplinkBdSeq = (this.doc.uplinkBdSeq + 1) & 0xff;
+    return (this.doc.uplinkBdSeq + 1) & 0xff;
+  }
+
+  /** A CONNECT with this bdSeq in its Will is about to leave: persisted before returning. */
+  uplinkBdSeqSent(bdSeq: number): void {
+    this.doc.uplinkBdSeq = bdSeq;
     this.save();
-    return this.doc.uplinkBdSeq;
   }
 
   /** Takes the next local-session bdSeq (0..255) and persists it. */

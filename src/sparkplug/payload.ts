@@ -110,6 +110,11 @@ type Long64 = number;
 const asLong = (value: bigint | number): Long64 =>
   (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : longBits(BigInt(value))) as unknown as Long64;
 
+/** An NDEATH: no seq [tck-id-payloads-ndeath-seq], only the bdSeq of the session it ends [tck-id-payloads-ndeath-bdseq]. */
+export function nodeDeathPayload(bdSeq: number): PayloadOut {
+  return { timestamp: Date.now(), metrics: [{ name: 'bdSeq', datatype: 'Int64', value: BigInt(bdSeq) }] };
+}
+
 export function encodePayload(payload: PayloadOut): Buffer {
   const metrics = payload.metrics.map(encodeMetric);
   const message: Record<string, unknown> = { timestamp: asLong(payload.timestamp), metrics };

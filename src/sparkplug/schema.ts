@@ -4,7 +4,8 @@
  *   sparkplug: { groupId: plant1, edgeNodeId: line4-gw, uplink: central, primaryHostId: scada-1 }
  */
 import { z } from 'zod';
-import { isValidSparkplugId } from './topics.js';
+import { topicMatches } from '../protocol/topics.js';
+import { deviceTopic, isValidSparkplugId, nodeTopic, stateTopic } from './topics.js';
 
 export const sparkplugIdSchema = z
   .string()
@@ -34,3 +35,39 @@ export const sparkplugSchema = z.strictObject({
 });
 
 export type SparkplugConfig = z.output<typeof sparkplugSchema>;
+
+/** A bridge topic rule, as far as `missingUplinkFilters` needs it (structurally a `BridgeTopicConfig`). */
+interface TopicRule {
+  readonly filter: string;
+  readonly direction: 'in' | 'out' | 'both';
+  readonly localPrefix?: string;
+}
+
+/** A filter the uplink bridge lacks, and the `sparkplug` key that needs it. */
+export interface MissingUplinkFilter {
+  readonly key: 'uplink' | 'primaryHostId';
+  readonly filter: string;
+}
+
+/**
+ * The in filters the Sparkplug uplink bridge must have, and lacks: NCMD of the node, DCMD of every device, the
+ * primary host's STATE. Without them the node would never hear a host's commands, or wait for a STATE that
+ * never comes, and say nothing; the config check refuses it instead, naming the filter to add.
+ */
+export function missingUplinkFilters(
+  sparkplug: Pick<SparkplugConfig, 'groupId' | 'edgeNodeId' | 'primaryHostId'>,
+  topics: readonly TopicRule[],
+  deviceIds: readonly string[],
+): MissingUplinkFilter[] {
+  const { groupId, edgeNodeId, primaryHostId } = sparkplug;
+  // Where a rule brings a remote topic down, locally: localPrefix + filter.
+  const comesDown = (localTopic: string) =>
+    topics.some((t) => t.direction !== 'out' && topicMatches((t.localPrefix ?? '') + t.filter, localTopic));
+  const missing: MissingUplinkFilter[] = [];
+  if (!comesDown(nodeTopic(groupId, 'NCMD', edgeNodeId))) missing.push({ key: 'uplink', filter: nodeTopic(groupId, 'NCMD', edgeNodeId) });
+  if (deviceIds.some((id) => !comesDown(deviceTopic(groupId, 'DCMD', edgeNodeId, id)))) {
+    missing.push({ key: 'uplink', filter: deviceTopic(groupId, 'DCMD', edgeNodeId, '#') });
+  }
+  if (primaryHostId !== undefined && !comesDown(stateTopic(primaryHostId))) missing.push({ key: 'primaryHostId', filter: stateTopic(primaryHostId) });
+  return missing;
+}

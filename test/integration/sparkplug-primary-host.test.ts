@@ -71,6 +71,7 @@ describe('Sparkplug primary host STATE', () => {
             topics: [
               { filter: 'spBv1.0/#', direction: 'out' },
               { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
+              { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
               { filter: 'spBv1.0/STATE/+', direction: 'in' },
             ],
           },

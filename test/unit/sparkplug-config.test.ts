@@ -6,7 +6,7 @@ const bridge = `
 bridges:
   - name: central
     remote: { urls: ["mqtt://127.0.0.1:1884"] }
-    topics: [{ filter: "spBv1.0/#" }]
+    topics: [{ filter: "spBv1.0/#", direction: both }]
 `;
 const device = `
 connectors:
@@ -49,6 +49,24 @@ describe('sparkplug and connectors config', () => {
     expect(problems(device)[0]).toMatch(/connectors: connectors publish through the Sparkplug edge node/);
     const twice = `sparkplug: { groupId: g, edgeNodeId: n }\n${device}${device.replace('connectors:\n', '')}`;
     expect(problems(twice)).toEqual([expect.stringMatching(/connectors.1.id: "press-1" is already the id of connectors.0/)]);
+  });
+
+  it('needs the uplink to bring NCMD, DCMD of every device and the primary host STATE down, with local prefixes, naming the filter to add', () => {
+    const text = (topics: string) =>
+      `sparkplug: { groupId: plant1, edgeNodeId: line4-gw, uplink: central, primaryHostId: scada-1 }\n` +
+      `bridges:\n  - name: central\n    remote: { urls: ["mqtt://127.0.0.1:1884"] }\n    topics: ${topics}\n${device}`;
+    const fix = (key: string, filter: string) =>
+      `sparkplug.${key}: the uplink bridge "central" has no in filter for ${filter}: add { filter: "${filter}", direction: in } to bridges[0].topics`;
+    expect(problems(text('[{ filter: "spBv1.0/#" }]')).map((p) => p.replace(/^\S+ /, ''))).toEqual([
+      fix('uplink', 'spBv1.0/plant1/NCMD/line4-gw'),
+      fix('uplink', 'spBv1.0/plant1/DCMD/line4-gw/#'),
+      fix('primaryHostId', 'spBv1.0/STATE/scada-1'),
+    ]);
+    // DCMD for another device only, STATE of another host only: still missing.
+    expect(problems(text('[{ filter: "spBv1.0/plant1/NCMD/line4-gw", direction: in }, { filter: "spBv1.0/plant1/DCMD/line4-gw/press-2", direction: in }, { filter: "spBv1.0/STATE/scada-2", direction: in }]')).length).toBe(2);
+    // A rule whose local side is prefixed brings the topic down under that prefix, not as itself.
+    expect(problems(text('[{ filter: "spBv1.0/#", direction: in, localPrefix: "central/" }]'))).toHaveLength(3);
+    expect(problems(text('[{ filter: "spBv1.0/#", direction: both }]'))).toEqual([]);
   });
 
   it('needs Modbus RTU units on one serial port to agree on its settings', () => {

@@ -296,13 +296,17 @@ describe('Sparkplug edge node: DCMD', () => {
 });
 
 describe('Sparkplug edge node: bdSeq and aliases survive restarts', () => {
-  it('takes a new bdSeq for every upstream CONNECT and for every local session, persisted on disk', async () => {
+  it('takes a new bdSeq for every upstream CONNECT sent (not per attempt) and for every local session, persisted on disk [tck-id-payloads-nbirth-bdseq-increment]', async () => {
     const dir = tempDir('edgeferry-sp-');
     dirs.push(dir);
     const first = setup({ dir });
     const willBdSeq = (m: Message) => decodePayload(m.payload).metrics[0].value;
     expect(willBdSeq(first.node.hooks.will())).toBe(0n);
+    // That attempt failed before its CONNECT left (DNS, TCP, TLS): the next one carries the same bdSeq.
+    expect(willBdSeq(first.node.hooks.will())).toBe(0n);
+    first.node.hooks.connectSending();
     expect(willBdSeq(first.node.hooks.will())).toBe(1n);
+    first.node.hooks.connectSending();
     await first.node.start();
     const aliases1 = first.decoded()[0].payload.metrics.map((m) => m.alias);
     await first.node.stop();
@@ -329,7 +333,7 @@ describe('Sparkplug edge node: bdSeq and aliases survive restarts', () => {
 describe('Sparkplug edge node: the uplink seam', () => {
   const entry = (msg: Message, appendedAtMs: number) => ({ msg, appendedAtMs });
 
-  it('Will = NDEATH with the next bdSeq; prologue = NBIRTH (seq 0, same bdSeq) + DBIRTHs; backlog becomes historical data renumbered after them', async () => {
+  it('Will = NDEATH with the next bdSeq; prologue = NBIRTH (seq 0, same bdSeq) + DBIRTHs; backlog becomes historical data renumbered after them, stored NDATA is superseded by the NBIRTH', async () => {
     const { node, press, broker } = setup();
     await node.start();
     press.emit({ temperature: 20, count: 1 }, 1000);
@@ -346,15 +350,16 @@ describe('Sparkplug edge node: the uplink seam', () => {
     prologue.forEach((m) => decoder.decode(m));
     expect(decodePayload(prologue[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value).toBe(decodePayload(will.payload).metrics[0].value);
     const sent = journaled.map((e) => node.hooks.rewrite(e, true)).filter((m): m is Message => m !== null);
-    // The old births are superseded; data stored before the session goes up historical, renumbered after the births.
+    // The old births are superseded, and so is the node's NDATA (the NBIRTH has its metrics' current values); data
+    // stored before the session goes up historical, renumbered after the births.
     const out = sent.map((m) => decoder.decode(m));
-    expect(kinds(out)).toEqual(['NDATA#2', 'DDATA:press-1#3']);
-    expect(out[1].payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.isHistorical])).toEqual([['count', 2, 2000, true]]);
+    expect(kinds(out)).toEqual(['DDATA:press-1#2']);
+    expect(out[0].payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.isHistorical])).toEqual([['count', 2, 2000, true]]);
     // Live data continues the upstream seq, not historical.
     press.emit({ count: 3 }, 3000);
     const live = node.hooks.rewrite(entry(broker.published.at(-1) as Message, broker.clock.nowMs() + 1), false) as Message;
     const d = decoder.decode(live);
-    expect([d.payload.seq, d.payload.metrics[0].isHistorical]).toEqual([4, false]);
+    expect([d.payload.seq, d.payload.metrics[0].isHistorical]).toEqual([3, false]);
     expect(node.hooks.rewrite(entry({ ...live, topic: 'plant/other' }, 0), true)?.topic).toBe('plant/other');
   });
 
@@ -382,7 +387,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(node.hooks.rewrite(entry(nbirth, broker.clock.nowMs()), false)).toBeNull();
   });
 
-  it('waits for the primary host before upstream births, using publishNow when the bridge offers it; ends the upstream session on an offline STATE', async () => {
+  it('waits for the primary host before upstream births, using publishNow when the bridge offers it; on an offline STATE sends NDEATH and ends the MQTT session [tck-id-operational-behavior-edge-node-termination-host-offline]', async () => {
     const { node, broker } = setup({ config: { uplink: 'central', primaryHostId: 'scada' } });
     const sentNow: Message[][] = [];
     const events: string[] = [];
@@ -394,12 +399,14 @@ describe('Sparkplug edge node: the uplink seam', () => {
         sentNow.push([...msgs]);
         return true;
       },
+      reconnect: (reason) => events.push(`reconnect:${reason}`),
     };
     node.attachUplink(control);
     await node.start();
     // Local session is not gated when an uplink carries the Sparkplug session.
     expect(broker.published[0].topic).toBe('spBv1.0/plant1/NBIRTH/line4-gw');
     node.hooks.will();
+    node.hooks.connectSending();
     expect(node.hooks.prologue()).toEqual([]);
     expect(events).toEqual(['pause:waiting for the primary host']);
     const state = (online: boolean, timestamp: number) =>
@@ -411,9 +418,18 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(node.stats.uplinkBorn).toBe(true);
     state(false, 1000); // the host's Will reuses its birth timestamp
     expect(sentNow[1].map((m) => [m.topic, m.qos])).toEqual([['spBv1.0/plant1/NDEATH/line4-gw', 1]]);
-    expect(events.at(-1)).toBe('pause:primary host offline');
+    expect(events.slice(-2)).toEqual(['pause:primary host offline', 'reconnect:primary host offline: Sparkplug session ended']);
+    // Back before the uplink reconnected: no births on the connection that is closing.
     state(true, 2000);
-    expect(sentNow[2].map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw']);
+    expect(sentNow).toHaveLength(2);
+    // The next connection: a new bdSeq in its Will and its births.
+    const bdSeqOf = (m: Message) => decodePayload(m.payload).metrics.find((x) => x.name === 'bdSeq')?.value;
+    const will = node.hooks.will();
+    node.hooks.connectSending();
+    const births = node.hooks.prologue();
+    expect(births.map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw']);
+    expect(bdSeqOf(births[0])).toBe(bdSeqOf(will));
+    expect(bdSeqOf(births[0])).toBe((bdSeqOf(sentNow[1][0]) as bigint) + 1n);
   });
 
   it('on a graceful stop sends the upstream NDEATH at once when the bridge can, else lets the journaled one through the rewrite', async () => {
@@ -425,6 +441,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
         pause: () => undefined,
         resume: () => undefined,
         publishNow: direct ? (msgs) => (sentNow.push(...msgs), true) : undefined,
+        reconnect: () => undefined,
       });
       await node.start();
       node.hooks.will();
@@ -508,7 +525,7 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     expect(oven.stops).toBeGreaterThanOrEqual(1);
   });
 
-  it('a removed device gets DDEATH (then the device count), its connector stops, its commands are refused, and the other device carries on in the same session', async () => {
+  it('a removed device gets DDEATH (then the device count), its connector stops, its commands are refused, and the other device carries on in the same session; the count waits for the DBIRTHs of devices starting with the node [tck-id-payloads-dbirth-order]', async () => {
     const press = new FakeConnector('press-1', [{ name: 'count', datatype: 'UInt32' }]);
     const oven = new FakeConnector('oven-1', [{ name: 'door', datatype: 'Boolean', writable: true }]);
     const { node, broker, decoded, logs } = setup({ connectors: [press, oven] });
@@ -522,11 +539,10 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     oven.emit({ door: true });
     press.emit({ count: 2 });
     const msgs = decoded();
-    expect(kinds(msgs)).toEqual([
-      'NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2', 'DBIRTH:oven-1#3', 'NDATA#4', 'DDEATH:oven-1#5', 'NDATA#6', 'DDATA:press-1#7',
-    ]);
-    expect(msgs[6].payload.metrics[0].value).toBe(1);
-    expect(msgs[5].payload.timestamp).toBeGreaterThan(msgs[3].payload.timestamp as number);
+    expect(kinds(msgs)).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'DBIRTH:oven-1#2', 'NDATA#3', 'DDEATH:oven-1#4', 'NDATA#5', 'DDATA:press-1#6']);
+    expect(msgs[3].payload.metrics[0].value).toBe(2);
+    expect(msgs[5].payload.metrics[0].value).toBe(1);
+    expect(msgs[4].payload.timestamp).toBeGreaterThan(msgs[2].payload.timestamp as number);
     broker.inject('spBv1.0/plant1/DCMD/line4-gw/oven-1', command([{ name: 'door', datatype: 'Boolean', value: true }]), { origin: 'scada-1' });
     expect(oven.writes).toEqual([]);
     expect(logs.filter((l) => l.msg === 'command refused').map((l) => l.fields.why)).toEqual(['unknown device']);
