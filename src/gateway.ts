@@ -6,8 +6,8 @@
  */
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { isDeepStrictEqual } from 'node:util';
 import type { BridgeConfig, Config, MetricsConfig } from './config/schema.js';
+import { planReload, type ListChanges } from './config/reload-plan.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
 import { BrokerStats } from './broker/broker.js';
@@ -82,8 +82,6 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   const connectorRegistry = createConnectorRegistry();
   const makeConnector = (c: ConnectorConfig): Connector => createConnector(connectorRegistry, c, initial.storage.path, log);
   const edgeNode = createEdgeNode(config, broker, makeConnector, log, audit);
-  /** The connector configs the edge node runs now (what a reload compares against). */
-  let runningConnectors: readonly ConnectorConfig[] = edgeNode ? config.connectors : [];
 
   const makeBridge = (bc: BridgeConfig): Bridge =>
     new Bridge({
@@ -197,8 +195,9 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         systemd.close();
       })()),
     reload: async (next) => {
-      // Users and ACLs apply at once, for new operations of connected clients too; other sections need a restart.
-      if (!isDeepStrictEqual(next.auth, config.auth) || next.auth.passwordFile || next.auth.aclFile) {
+      const plan = planReload(config, next);
+      // Users and ACLs apply at once, for new operations of connected clients too.
+      if (plan.reloadAuth) {
         auth = createAuth(next, audit, stats);
         server.setAuth(auth);
         audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
@@ -217,40 +216,23 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
       } catch (err) {
         log.error({ err }, 'TLS files not reloaded, the listeners keep their current certificates');
       }
-      // Bridges are stopped, started or restarted one by one; the others, and every client, carry on.
-      const uplinkName = config.sparkplug?.uplink;
-      const kept: Bridge[] = [];
-      for (const bridge of bridges) {
-        const before = config.bridges.find((bc) => bc.name === bridge.name);
-        const after = next.bridges.find((bc) => bc.name === bridge.name);
-        // The Sparkplug uplink carries the edge node's session (Will, births): it changes only with a restart.
-        if (isDeepStrictEqual(before, after) || bridge.name === uplinkName) kept.push(bridge);
-        else await bridge.stop();
+      // Bridges are stopped, started or restarted one by one (by name, so a bridge finds its outbox again); the
+      // others, and every client, carry on.
+      for (const bc of [...plan.bridges.remove, ...plan.bridges.change]) {
+        await bridges.find((bridge) => bridge.name === bc.name)?.stop();
+        bridges = bridges.filter((bridge) => bridge.name !== bc.name);
       }
-      for (const bc of next.bridges) {
-        if (kept.some((bridge) => bridge.name === bc.name)) continue;
+      for (const bc of plan.bridges.remove) log.info({ bridge: bc.name }, 'bridge removed; its outbox stays on disk');
+      for (const bc of [...plan.bridges.change, ...plan.bridges.add]) {
         const bridge = makeBridge(bc);
         await bridge.start();
-        kept.push(bridge);
-        log.info({ bridge: bc.name }, config.bridges.some((old) => old.name === bc.name) ? 'bridge reconfigured' : 'bridge added');
+        bridges = [...bridges, bridge];
+        log.info({ bridge: bc.name }, plan.bridges.change.includes(bc) ? 'bridge reconfigured' : 'bridge added');
       }
-      for (const bc of config.bridges) {
-        if (!next.bridges.some((n) => n.name === bc.name)) log.info({ bridge: bc.name }, 'bridge removed; its outbox stays on disk');
-      }
-      bridges = kept;
       // Connectors are swapped one by one on the running edge node; the other devices, and its session, carry on.
-      const connectorsApply = edgeNode !== undefined && next.sparkplug !== undefined;
-      if (connectorsApply) runningConnectors = await reloadConnectors(edgeNode, runningConnectors, next.connectors, makeConnector, log);
-      const uplinkChanged =
-        uplinkName !== undefined &&
-        !isDeepStrictEqual(config.bridges.find((bc) => bc.name === uplinkName), next.bridges.find((bc) => bc.name === uplinkName));
-      // The sparkplug section is the node's identity and session (group/node id, uplink, primary host): a restart.
-      const needRestart: string[] = (['listeners', 'broker', 'storage', 'sparkplug', 'connectors', 'metrics'] as const).filter(
-        (key) => !isDeepStrictEqual(next[key], config[key]) && !(key === 'connectors' && connectorsApply),
-      );
-      if (uplinkChanged) needRestart.push(`bridges (${uplinkName}, the Sparkplug uplink)`);
-      if (needRestart.length > 0) log.warn({ sections: needRestart }, 'configuration changes that need a restart to apply');
-      config = next;
+      const connectors = edgeNode ? await applyConnectorChanges(edgeNode, config.connectors, plan.connectors, makeConnector, log) : config.connectors;
+      if (plan.needsRestart.length > 0) log.warn({ sections: plan.needsRestart }, 'configuration changes that need a restart to apply');
+      config = { ...plan.inForce, connectors };
     },
   };
 }
@@ -297,20 +279,20 @@ function createConnector(registry: ConnectorRegistry, c: ConnectorConfig, storag
 }
 
 /**
- * Applies a reload's `connectors:` to the running edge node, by id: an unchanged connector keeps running
- * untouched; a removed one stops (DDEATH); an added one starts (DBIRTH when it first answers); a changed one is
- * stopped (DDEATH) and started again with its new config (a new DBIRTH with its new metric list). Returns the
- * configs now running. A connector that cannot be created is logged and left as it was (the old one keeps
- * running, a new one stays absent), so the next reload tries again.
+ * Applies a reload plan's connector changes to the running edge node, by id: a removed connector stops (DDEATH);
+ * an added one starts (DBIRTH when it first answers); a changed one is stopped (DDEATH) and started again with its
+ * new config (a new DBIRTH with its new metric list); the others keep running untouched. Returns the configs now
+ * running. A connector that cannot be created is logged and left as it was (the old one keeps running, a new one
+ * stays absent), so the next reload tries again.
  */
-async function reloadConnectors(
+async function applyConnectorChanges(
   edgeNode: EdgeNode,
   running: readonly ConnectorConfig[],
-  wanted: readonly ConnectorConfig[],
+  changes: ListChanges<ConnectorConfig>,
   makeConnector: (c: ConnectorConfig) => Connector,
   log: Logger,
 ): Promise<ConnectorConfig[]> {
-  const now: ConnectorConfig[] = [];
+  let now = [...running];
   const create = (c: ConnectorConfig): Connector | undefined => {
     try {
       return makeConnector(c);
@@ -319,31 +301,22 @@ async function reloadConnectors(
       return undefined;
     }
   };
-  for (const before of running) {
-    const after = wanted.find((c) => c.id === before.id);
-    if (after && isDeepStrictEqual(before, after)) {
-      now.push(before);
-      continue;
-    }
-    if (!after) {
-      await edgeNode.removeDevice(before.id);
-      log.info({ connector: before.id, type: before.type }, 'connector removed');
-      continue;
-    }
+  for (const before of changes.remove) {
+    await edgeNode.removeDevice(before.id);
+    now = now.filter((c) => c.id !== before.id);
+    log.info({ connector: before.id, type: before.type }, 'connector removed');
+  }
+  for (const after of changes.change) {
     // Created before the old one stops: a config the factory refuses leaves the running device alone.
     const connector = create(after);
-    if (!connector) {
-      now.push(before);
-      continue;
-    }
+    if (!connector) continue;
     // The old connector has released its sockets when this resolves, so the new one may take the same device.
-    await edgeNode.removeDevice(before.id);
+    await edgeNode.removeDevice(after.id);
     edgeNode.addDevice(connector);
-    now.push(after);
+    now = now.map((c) => (c.id === after.id ? after : c));
     log.info({ connector: after.id, type: after.type }, 'connector reconfigured');
   }
-  for (const after of wanted) {
-    if (running.some((c) => c.id === after.id)) continue;
+  for (const after of changes.add) {
     const connector = create(after);
     if (!connector) continue;
     edgeNode.addDevice(connector);
