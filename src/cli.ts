@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * The `edgeferry` command: arguments → config → logger → gateway, and signals to stop (SIGTERM, SIGINT) or
- * reload (SIGHUP). Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
+ * reload (SIGHUP). Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened
+ * or another edgeferry holds it.
  */
 import { existsSync, readFileSync, renameSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -15,7 +16,7 @@ import { loadConfig } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { createLogger, type RootLogger } from './ops/log.js';
 import { runStoreCommand, storeUsage } from './store/store-command.js';
-import { asError, ConfigError, StoreError } from './util/errors.js';
+import { asError, ConfigError, describeError, errorCode, StoreError } from './util/errors.js';
 import { silentLogger } from './util/logger.js';
 import { replaceFile } from './util/replace-file.js';
 
@@ -25,6 +26,7 @@ const EXIT_STORE = 3;
 /** Below systemd's TimeoutStopSec, so a stuck stop ends with our own fatal line rather than SIGKILL. */
 const STOP_TIMEOUT_MS = 25_000;
 const LOG_FORMATS = ['json', 'pretty'] as const;
+type LogFormat = (typeof LOG_FORMATS)[number];
 
 // Both paths are relative to the package root, from dist/src/cli.js.
 const DEFAULT_CONFIG_FILE = fileURLToPath(new URL('../../config/edgeferry.yaml', import.meta.url));
@@ -51,7 +53,8 @@ Commands:
                            read from stdin, or prompted for on a terminal); --delete removes USER
 ${opcuaUsage.replace(/^Usage:\n/, '')}${storeUsage}
 Signals: SIGTERM and SIGINT stop gracefully, SIGHUP reloads the configuration file.
-Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
+Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened
+or another edgeferry holds it.
 `;
 
 function parseCommandLine() {
@@ -69,7 +72,7 @@ function parseCommandLine() {
   if (logFormat !== undefined && !LOG_FORMATS.some((f) => f === logFormat)) {
     throw new TypeError(`--log-format must be one of ${LOG_FORMATS.join(', ')}, not "${logFormat}"`);
   }
-  return { ...values, logFormat: logFormat as (typeof LOG_FORMATS)[number] | undefined };
+  return { ...values, logFormat: logFormat as LogFormat | undefined };
 }
 
 /**
@@ -133,15 +136,29 @@ async function opcuaCommand(argv: string[]): Promise<number> {
   });
 }
 
-/** Loads the configuration file; a bad one is reported on stderr (every problem, with file:line:col). */
-function loadConfigOrReport(file: string): Config | undefined {
+/** Loads the configuration file; a bad one is reported (every problem, with file:line:col) and gives undefined. */
+function loadConfigOrReport(file: string, format?: LogFormat): Config | undefined {
   try {
     return loadConfig(file);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    process.stderr.write(`${err.message}\n`);
+    reportEarlyError(err, format);
     return undefined;
   }
+}
+
+/**
+ * An error before the log exists (the configuration cannot be used): with `--log-format json` one fatal log line
+ * like those that follow it (what a log shipper parses), else `edgeferry: EF_CODE: message` on stderr.
+ */
+function reportEarlyError(err: unknown, format: LogFormat | undefined): void {
+  if (format === 'json') createLogger({ level: 'info', format: 'json' }).fatal(errorFields(err), asError(err).message);
+  else process.stderr.write(`edgeferry: ${describeError(err)}\n`);
+}
+
+/** The fields of a log line about an error: its EF_ code (README "Errors"), and its problems or the error. */
+function errorFields(err: unknown): object {
+  return err instanceof ConfigError ? { code: err.code, problems: err.problems } : { code: errorCode(err), err: asError(err) };
 }
 
 /** `edgeferry store list|delete-outbox NAME`, on the data directory of the configuration file. */
@@ -207,7 +224,7 @@ async function main(): Promise<void> {
   }
 
   const file = resolve(args.config ?? DEFAULT_CONFIG_FILE);
-  const config = loadConfigOrReport(file);
+  const config = loadConfigOrReport(file, args.logFormat);
   if (config === undefined) {
     process.exitCode = EXIT_CONFIG;
     return;
@@ -218,18 +235,17 @@ async function main(): Promise<void> {
   }
 
   const log = createLogger({ ...config.log, format: args.logFormat ?? config.log.format });
-  if (args['reset-store'] && existsSync(config.storage.path)) {
-    const aside = `${config.storage.path}.reset-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-    renameSync(config.storage.path, aside);
-    log.warn({ storePath: config.storage.path, movedTo: aside }, 'store reset: the old data directory was moved aside');
-  }
   process.on('uncaughtException', (err) => die(log, err, 'uncaught exception'));
   process.on('unhandledRejection', (reason) => die(log, reason, 'unhandled rejection'));
   log.info({ version: VERSION, configFile: file, node: process.version }, 'edgeferry starting');
 
   // Imported only to run, so --check-config and --help stay fast and load no native modules. Signals are
   // handled from here on: one arriving during a slow start (store recovery) stops the gateway once it is up.
-  const started = import('./gateway.js').then(({ startGateway }) => startGateway(config, log));
+  const started = (async () => {
+    if (args['reset-store']) await resetStore(config.storage.path, log);
+    const { startGateway } = await import('./gateway.js');
+    return startGateway(config, log);
+  })();
   let isStopping = false;
   let reloads = Promise.resolve();
 
@@ -254,8 +270,7 @@ async function main(): Promise<void> {
     try {
       next = loadConfig(file);
     } catch (err) {
-      const facts = err instanceof ConfigError ? { problems: err.problems } : { err };
-      log.error({ ...facts, configFile: file }, 'config reload rejected, keeping the running config');
+      log.error({ ...errorFields(err), configFile: file }, 'config reload rejected, keeping the running config');
       return;
     }
     const gw = await started;
@@ -265,7 +280,7 @@ async function main(): Promise<void> {
       await gw.reload(next);
       log.info({ configFile: file }, 'config reloaded');
     } catch (err) {
-      log.error({ err }, 'config reload failed');
+      log.error({ ...errorFields(err), configFile: file }, 'config reload failed');
     }
   };
 
@@ -282,20 +297,38 @@ async function main(): Promise<void> {
   } catch (err) {
     // A bad password or ACL file is found when the gateway reads it: still a configuration error.
     if (err instanceof ConfigError) {
-      log.fatal({ problems: err.problems }, err.message);
+      log.fatal(errorFields(err), err.message);
       process.exit(EXIT_CONFIG);
     }
-    // An unreadable store needs the operator (restore a backup or --reset-store): restarting cannot help.
-    if (err instanceof StoreError && err.code === 'EF_STORE_OPEN') {
-      log.fatal({ err }, err.message);
+    // An unreadable store needs the operator (salvage, a backup or --reset-store), a held one the holder stopped:
+    // restarting cannot help.
+    if (err instanceof StoreError && (err.code === 'EF_STORE_OPEN' || err.code === 'EF_STORE_IN_USE')) {
+      log.fatal(errorFields(err), err.message);
       process.exit(EXIT_STORE);
     }
     die(log, err, 'startup failed');
   }
 }
 
+/**
+ * `--reset-store`: moves the data directory aside (`<path>.reset-<time>`, kept for analysis). Refused while another
+ * edgeferry holds it: moving a store from under a running gateway would lose what it writes next.
+ */
+async function resetStore(path: string, log: RootLogger): Promise<void> {
+  if (!existsSync(path)) return;
+  const { acquireLock } = await import('./store/lmdb.js');
+  acquireLock(path).release(); // throws EF_STORE_IN_USE, naming the holder
+  const aside = `${path}.reset-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+  try {
+    renameSync(path, aside);
+  } catch (err) {
+    throw new StoreError('EF_STORE_OPEN', `--reset-store cannot move ${path} aside: ${asError(err).message}`, { cause: err });
+  }
+  log.warn({ storePath: path, movedTo: aside }, 'store reset: the old data directory was moved aside');
+}
+
 function die(log: RootLogger, err: unknown, msg: string): never {
-  log.fatal({ err: asError(err) }, msg);
+  log.fatal(errorFields(err), msg);
   process.exit(EXIT_RUNTIME);
 }
 

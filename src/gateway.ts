@@ -20,7 +20,7 @@ import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
 import type { MetricsAccess } from './ops/metrics.js';
 import { PasswordFile } from './broker/password-file.js';
-import { ConfigError } from './util/errors.js';
+import { asError, ConfigError } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/log.js';
 import { openLmdbStore } from './store/lmdb.js';
@@ -49,7 +49,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   let config = initial;
   const b = config.broker;
   const systemd = new SystemdNotifier(log.child({ mod: 'systemd' }));
-  const audit = createAuditLogger(log, config.log.auditFile);
+  const audit = openAuditLog(log, config.log.auditFile);
   // Auth files first: a bad password or ACL file stops the start before anything binds.
   const stats = new BrokerStats();
   let auth = createAuth(config, audit, stats);
@@ -340,7 +340,8 @@ function uplinkControl(bridge: Bridge): UplinkControl {
 
 /** Password file and ACL (re-read on every reload, so edited files apply); failed logins go to the audit log. */
 function createAuth(config: Config, audit: Logger, stats: BrokerStats): AuthHooks {
-  return loadFileAuth(config.auth, (path) => readFileSync(path, 'utf8'), {
+  const key = (path: string) => (path === config.auth.aclFile ? 'auth.aclFile' : 'auth.passwordFile');
+  return loadFileAuth(config.auth, (path) => readConfiguredFile(path, key(path)), {
     loginRefused: (c, why) => {
       stats.authFailures++;
       audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused');
@@ -360,17 +361,38 @@ function metricsAccess(metrics: MetricsConfig, passwordFile: string | undefined)
   let verifyUser: MetricsAccess['verifyUser'];
   if (auth.users !== undefined && passwordFile !== undefined) {
     // createAuth has read the same file first and refused it if it has bad lines.
-    const { file } = PasswordFile.parse(readFileSync(passwordFile, 'utf8'));
+    const { file } = PasswordFile.parse(readConfiguredFile(passwordFile, 'auth.passwordFile'));
     const users = new Set(auth.users);
     // The password is checked first, so an unlisted user costs the same time as a listed one.
     verifyUser = async (user, password) => (await file.verify(user, password)) && users.has(user);
   }
   let token: string | undefined;
   if (auth.tokenFile !== undefined) {
-    token = readFileSync(auth.tokenFile, 'utf8').replace(/\r?\n$/, '');
+    token = readConfiguredFile(auth.tokenFile, 'metrics.auth.tokenFile').replace(/\r?\n$/, '');
     if (token === '') throw new ConfigError(auth.tokenFile, [{ path: 'metrics.auth.tokenFile', message: 'the token file is empty' }]);
   }
   return { verifyUser, token };
+}
+
+/**
+ * Reads a file the configuration names (`key`). The loader checked it could be read, but it may have changed since
+ * (a reload reads it again): one that cannot be read now is EF_CONFIG_UNREADABLE, naming the key.
+ */
+function readConfiguredFile(path: string, key: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(path, [{ path: key, message: `cannot read the file: ${asError(err).message}` }], { cause: err, code: 'EF_CONFIG_UNREADABLE' });
+  }
+}
+
+/** The audit log; a `log.auditFile` that cannot be opened for appending is a configuration error naming the key. */
+function openAuditLog(log: Logger, auditFile: string | undefined): Logger {
+  try {
+    return createAuditLogger(log, auditFile);
+  } catch (err) {
+    throw new ConfigError(auditFile ?? 'log.auditFile', [{ path: 'log.auditFile', message: `cannot open the file for appending: ${asError(err).message}` }], { cause: err });
+  }
 }
 
 function fileSize(path: string): number | undefined {

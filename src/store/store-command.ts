@@ -6,7 +6,7 @@
  * that holds it.
  */
 import { parseArgs } from 'node:util';
-import { asError, StoreError } from '../util/errors.js';
+import { asError, describeError, StoreError } from '../util/errors.js';
 import { deadLetterOutbox, type OutboxLimits, type Store } from './types.js';
 import type { SalvageResult } from './lmdb/salvage.js';
 import { steadyNowMs } from '../util/clock.js';
@@ -63,7 +63,7 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
   try {
     store = await ctx.open();
   } catch (err) {
-    ctx.stderr(`edgeferry store: ${asError(err).message}\n`);
+    ctx.stderr(`edgeferry store: ${describeError(err)}\n`);
     return 3;
   }
   if (store === undefined) {
@@ -89,7 +89,7 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
     return 0;
   } catch (err) {
     if (!(err instanceof StoreError)) throw err;
-    ctx.stderr(`edgeferry store: ${err.message}\n`);
+    ctx.stderr(`edgeferry store: ${describeError(err)}\n`);
     return 3;
   } finally {
     await store.close();
@@ -102,7 +102,7 @@ async function salvage(ctx: StoreCommandContext): Promise<number> {
     result = await ctx.salvage();
   } catch (err) {
     if (!(err instanceof StoreError)) throw err;
-    ctx.stderr(`edgeferry store: ${err.message}\n`);
+    ctx.stderr(`edgeferry store: ${describeError(err)}\n`);
     return 3;
   }
   if (result === undefined) {
