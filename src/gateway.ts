@@ -32,6 +32,7 @@ import type { Connector } from '../connectors/contract.js';
 import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { EdgeNode } from './sparkplug/edge-node.js';
 import type { UplinkControl } from './sparkplug/edge-node.js';
+import type { Device } from './sparkplug/device.js';
 import { topicMatches } from './protocol/topics.js';
 import { watchClockSteps } from './util/clock.js';
 
@@ -153,11 +154,13 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         ),
       storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
       storeCorruptRecords: () => store.corruptRecords,
-      readinessProblems: async () => readinessProblems(store, bridges, server),
     });
     metrics = new MetricsServer(
       registry,
-      { readinessProblems: async () => readinessProblems(store, bridges, server) },
+      {
+        problems: (askedForDevices) =>
+          readinessProblems(store, bridges, server, askedForDevices || config.metrics?.readyRequiresDevices ? (edgeNode?.deviceList ?? []) : []),
+      },
       log.child({ mod: 'metrics' }),
       audit,
       metricsAccess(config.metrics, config.auth.passwordFile),
@@ -403,12 +406,14 @@ function fileSize(path: string): number | undefined {
   }
 }
 
-async function readinessProblems(store: Store, bridges: readonly Bridge[], server: MqttServer): Promise<string[]> {
+/** Listeners, the store, every bridge, and the devices given (those of a /readyz that asks for them). */
+async function readinessProblems(store: Store, bridges: readonly Bridge[], server: MqttServer, devices: readonly Device[]): Promise<string[]> {
   const problems: string[] = [];
   if (!server.isListening) problems.push('listeners are not accepting connections');
   const flushed = await Promise.race([store.flushed().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]);
   if (!flushed) problems.push('the store did not flush within 2 s');
   for (const bridge of bridges) if (!bridge.stats.connected) problems.push(`bridge ${bridge.name} is ${bridge.stats.state}`);
+  for (const device of devices) if (!device.online) problems.push(`device ${device.id} is not answering (${device.stats.state})`);
   return problems;
 }
 
