@@ -27,9 +27,8 @@ import { openLmdbStore } from './store/lmdb.js';
 import { deadLetterOutbox, type Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
 import { createConnectorRegistry } from '../connectors/index.js';
-import type { ConnectorConfig, ConnectorRegistry } from '../connectors/index.js';
+import type { ConnectorConfig } from '../connectors/index.js';
 import type { Connector } from '../connectors/contract.js';
-import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { EdgeNode } from './sparkplug/edge-node.js';
 import type { UplinkControl } from './sparkplug/edge-node.js';
 import type { Device } from './sparkplug/device.js';
@@ -81,7 +80,8 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   // Connectors and the Sparkplug edge node come before the bridges: the uplink bridge takes the node's hooks.
   // One registry for the gateway's life: connectors added on reload share links (a Modbus bus) with the others.
   const connectorRegistry = createConnectorRegistry();
-  const makeConnector = (c: ConnectorConfig): Connector => createConnector(connectorRegistry, c, initial.storage.path, log);
+  const makeConnector = (c: ConnectorConfig): Connector =>
+    connectorRegistry.create(c, { log: log.child({ mod: 'connector', connector: c.id }), dataDir: initial.storage.path });
   const edgeNode = createEdgeNode(config, broker, makeConnector, log, audit);
 
   const makeBridge = (bc: BridgeConfig): Bridge =>
@@ -271,14 +271,6 @@ function createEdgeNode(
     audit,
     identify: (origin) => broker.identify(origin),
   });
-}
-
-function createConnector(registry: ConnectorRegistry, c: ConnectorConfig, storagePath: string, log: Logger): Connector {
-  return registry.create(
-    // OPC UA connectors share one application certificate, kept with the gateway's data.
-    c.type === 'opcua' ? { ...c, pkiDir: c.pkiDir ?? opcuaPkiDir(storagePath) } : c,
-    log.child({ mod: 'connector', connector: c.id }),
-  );
 }
 
 /**
