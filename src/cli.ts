@@ -11,9 +11,9 @@ import { opcuaUsage } from '../connectors/opcua/opcua-command.js';
 import type { Config } from './config/schema.js';
 import { loadConfig } from './config/load.js';
 import { createLogger, type RootLogger } from './ops/log.js';
-import { asError, ConfigError, StoreError } from './util/errors.js';
+import { asError, errorCode, errorLogFields, StoreError } from './util/errors.js';
 import { DEFAULT_CONFIG_FILE, loadConfigOrReport } from './cli/config-file.js';
-import { errorFields, EXIT, LOG_FORMATS, type LogFormat } from './cli/errors.js';
+import { EXIT, LOG_FORMATS, type LogFormat } from './cli/errors.js';
 import { opcuaCommand } from './cli/opcua.js';
 import { passwdCommand, passwdUsage } from './cli/passwd.js';
 import { storeCommand, storeUsage } from './cli/store.js';
@@ -141,7 +141,7 @@ async function main(): Promise<void> {
     try {
       next = loadConfig(file);
     } catch (err) {
-      log.error({ ...errorFields(err), configFile: file }, 'config reload rejected, keeping the running config');
+      log.error({ ...errorLogFields(err), configFile: file }, 'config reload rejected, keeping the running config');
       return;
     }
     const gw = await started;
@@ -151,7 +151,7 @@ async function main(): Promise<void> {
       await gw.reload(next);
       log.info({ configFile: file }, 'config reloaded');
     } catch (err) {
-      log.error({ ...errorFields(err), configFile: file }, 'config reload failed');
+      log.error({ ...errorLogFields(err), configFile: file }, 'config reload failed');
     }
   };
 
@@ -167,14 +167,15 @@ async function main(): Promise<void> {
     await started;
   } catch (err) {
     // A bad password or ACL file is found when the gateway reads it: still a configuration error.
-    if (err instanceof ConfigError) {
-      log.fatal(errorFields(err), err.message);
+    const code = errorCode(err);
+    if (code === 'EF_CONFIG_INVALID' || code === 'EF_CONFIG_UNREADABLE') {
+      log.fatal(errorLogFields(err), asError(err).message);
       process.exit(EXIT.config);
     }
     // An unreadable store needs the operator (salvage, a backup or --reset-store), a held one the holder stopped:
     // restarting cannot help.
-    if (err instanceof StoreError && (err.code === 'EF_STORE_OPEN' || err.code === 'EF_STORE_IN_USE')) {
-      log.fatal(errorFields(err), err.message);
+    if (code === 'EF_STORE_OPEN' || code === 'EF_STORE_IN_USE') {
+      log.fatal(errorLogFields(err), asError(err).message);
       process.exit(EXIT.store);
     }
     die(log, err, 'startup failed');
@@ -199,7 +200,7 @@ async function resetStore(path: string, log: RootLogger): Promise<void> {
 }
 
 function die(log: RootLogger, err: unknown, msg: string): never {
-  log.fatal(errorFields(err), msg);
+  log.fatal(errorLogFields(err), msg);
   process.exit(EXIT.runtime);
 }
 

@@ -20,7 +20,7 @@ import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
 import type { MetricsAccess } from './ops/metrics.js';
 import { PasswordFile } from './broker/password-file.js';
-import { asError, ConfigError } from './util/errors.js';
+import { asError, ConfigError, errorLogFields } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/log.js';
 import { openLmdbStore } from './store/lmdb.js';
@@ -210,14 +210,14 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         try {
           metrics.setAccess(metricsAccess(config.metrics, next.auth.passwordFile));
         } catch (err) {
-          log.error({ err }, 'metrics credentials not reloaded, the endpoint keeps the current ones');
+          log.error(errorLogFields(err), 'metrics credentials not reloaded, the endpoint keeps the current ones');
         }
       }
       // Certificates are re-read even when the config is unchanged: renewing one replaces the files in place.
       try {
         if (server.reloadTls() > 0) log.info('TLS certificates reloaded');
       } catch (err) {
-        log.error({ err }, 'TLS files not reloaded, the listeners keep their current certificates');
+        log.error(errorLogFields(err), 'TLS files not reloaded, the listeners keep their current certificates');
       }
       // Bridges are stopped, started or restarted one by one (by name, so a bridge finds its outbox again); the
       // others, and every client, carry on.
@@ -292,7 +292,7 @@ async function applyConnectorChanges(
     try {
       return makeConnector(c);
     } catch (err) {
-      log.error({ err, connector: c.id }, 'connector config not applied: the connector could not be created');
+      log.error({ ...errorLogFields(err), connector: c.id }, 'connector config not applied: the connector could not be created');
       return undefined;
     }
   };

@@ -1,6 +1,6 @@
 /** How the command line ends and reports errors: exit codes, and errors with their EF_ code (README "Errors"). */
 import { createLogger } from '../ops/log.js';
-import { asError, ConfigError, describeError, errorCode } from '../util/errors.js';
+import { asError, describeError, errorLogFields } from '../util/errors.js';
 
 /** Exit codes (0 is ok). systemd does not restart on `config` and `store`: restarting cannot help. */
 export const EXIT = {
@@ -14,16 +14,11 @@ export const EXIT = {
 export const LOG_FORMATS = ['json', 'pretty'] as const;
 export type LogFormat = (typeof LOG_FORMATS)[number];
 
-/** The fields of a log line about an error: its EF_ code, and its problems or the error. */
-export function errorFields(err: unknown): object {
-  return err instanceof ConfigError ? { code: err.code, problems: err.problems } : { code: errorCode(err), err: asError(err) };
-}
-
 /**
  * An error before the log exists (the configuration cannot be used): with `--log-format json` one fatal log line
  * like those that follow it (what a log shipper parses), else `edgeferry: EF_CODE: message` on stderr.
  */
 export function reportEarlyError(err: unknown, format: LogFormat | undefined): void {
-  if (format === 'json') createLogger({ level: 'info', format: 'json' }).fatal(errorFields(err), asError(err).message);
+  if (format === 'json') createLogger({ level: 'info', format: 'json' }).fatal(errorLogFields(err), asError(err).message);
   else process.stderr.write(`edgeferry: ${describeError(err)}\n`);
 }

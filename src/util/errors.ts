@@ -91,6 +91,11 @@ export function errorCode(value: unknown): ErrorCode {
   return value instanceof EdgeferryError ? value.code : 'EF_INTERNAL';
 }
 
+/** The fields of a log line about an error: its code, and the problems of a configuration or else the error. */
+export function errorLogFields(value: unknown): { code: ErrorCode; problems?: readonly ConfigProblem[]; err?: Error } {
+  return value instanceof ConfigError ? { code: value.code, problems: value.problems } : { code: errorCode(value), err: asError(value) };
+}
+
 /** `EF_CODE: message`, the form in which the command line prints an error. */
 export function describeError(value: unknown): string {
   return `${errorCode(value)}: ${asError(value).message}`;

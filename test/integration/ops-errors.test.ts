@@ -4,10 +4,11 @@
  * failure; and a data directory held by another edgeferry names that process and says to stop it, never to move
  * the data aside with --reset-store. Real gateway processes.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { makeCerts } from '../fixtures/certs.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { logLines, runCli, startGateway, type Gateway } from '../helpers/gateway.js';
 import { openClient } from '../helpers/mqtt-client.js';
@@ -122,6 +123,36 @@ describe('EF_ codes on a rejected SIGHUP reload', { timeout: 60_000 }, () => {
 
     expect(gw.proc.exitCode).toBeNull();
     d.add(await openClient(gw.url, { protocolVersion: 5 }));
+  });
+});
+
+describe('EF_ codes for TLS files that do not work', { timeout: 60_000 }, () => {
+  it('a certificate whose key does not match is EF_CONFIG_INVALID naming the listener: at start (exit 2), and on SIGHUP (kept running)', async () => {
+    const pki = makeCerts(d.tempDir('edgeferry-pki-'), { clients: [] });
+    const other = makeCerts(d.tempDir('edgeferry-pki2-'), { clients: [] });
+    const dir = d.tempDir('edgeferry-errors-');
+    const certFile = join(dir, 'server.pem');
+    const keyFile = join(dir, 'server.key');
+    copyFileSync(other.server.cert, certFile);
+    copyFileSync(pki.server.key, keyFile);
+    const port = await freePort();
+    const file = join(dir, 'gw.yaml');
+    const tlsListener = { type: 'tls', host: '127.0.0.1', port, tls: { certFile, keyFile } };
+    writeFileSync(file, JSON.stringify({ listeners: [tlsListener], storage: { path: join(dir, 'data') }, log: { format: 'json' } }));
+    const start = await runCli(['--config', file]);
+    expect(start.code).toBe(2);
+    expect(jsonLines(start.stdout).at(-1)).toMatchObject({
+      level: 60,
+      code: 'EF_CONFIG_INVALID',
+      msg: expect.stringContaining(`tls listener 127.0.0.1:${port}: its TLS files are not usable`),
+    });
+
+    copyFileSync(pki.server.cert, certFile);
+    const gw = d.add(await startGateway({ listeners: [{ type: 'tcp', host: '127.0.0.1', port: await freePort() }, tlsListener] }, { logLevel: 'info' }));
+    copyFileSync(other.server.cert, certFile);
+    const reload = await sighup(gw, 'TLS files not reloaded, the listeners keep their current certificates');
+    expect(reload).toMatchObject({ level: 50, code: 'EF_CONFIG_INVALID' });
+    expect(gw.proc.exitCode).toBeNull();
   });
 });
 
