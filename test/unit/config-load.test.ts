@@ -248,7 +248,7 @@ describe('metrics rules', () => {
     ]);
     expect(problemsOf('metrics: { auth: { tokenFile: nope.token } }\n').map((p) => p.path)).toEqual(['metrics.auth.tokenFile']);
     expect(parse('metrics: { host: 0.0.0.0, allowUnauthenticated: true }\n').metrics).toMatchObject({ host: '0.0.0.0', allowUnauthenticated: true });
-    expect(parse('metrics: {}\n').metrics).toEqual({ host: '127.0.0.1', port: 9883, allowUnauthenticated: false });
+    expect(parse('metrics: {}\n').metrics).toEqual({ host: '127.0.0.1', port: 9883, allowUnauthenticated: false, readyRequiresDevices: false });
   });
 });
 
