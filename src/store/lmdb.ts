@@ -197,14 +197,8 @@ export async function openLmdbStore(
   } catch (err) {
     throw openError(dir, `the directory cannot be created (${asError(err).message})`, err);
   }
-  checkDataFile(dir);
-  const mode = opts.verify ?? 'off';
-  if (mode !== 'off' && fs.existsSync(path.join(dir, 'data.mdb'))) {
-    const startedMs = performance.now();
-    const damage = verifyInChild(dir, mode);
-    if (damage.length > 0) throw damagedError(dir, damage);
-    log.info({ mode, durationMs: Math.round(performance.now() - startedMs) }, 'store verified');
-  }
+  // The lock first: a directory another edgeferry is writing is neither checked nor walked, where a write under
+  // way could look like damage; the answer is EF_STORE_IN_USE.
   let lock: StoreLock;
   try {
     lock = acquireLock(dir);
@@ -213,6 +207,14 @@ export async function openLmdbStore(
   }
   let env: RootDatabase | undefined;
   try {
+    checkDataFile(dir);
+    const mode = opts.verify ?? 'off';
+    if (mode !== 'off' && fs.existsSync(path.join(dir, 'data.mdb'))) {
+      const startedMs = performance.now();
+      const damage = verifyInChild(dir, mode);
+      if (damage.length > 0) throw damagedError(dir, damage);
+      log.info({ mode, durationMs: Math.round(performance.now() - startedMs) }, 'store verified');
+    }
     try {
       // eventTurnBatching off: every write goes through one explicit `batch()` per store batch (see issue()).
       // relaxed: MDB_NOMETASYNC (see the top of this file).

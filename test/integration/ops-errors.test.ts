@@ -5,6 +5,7 @@
  * the data aside with --reset-store. Real gateway processes.
  */
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -189,5 +190,32 @@ describe('a data directory held by another edgeferry', { timeout: 90_000 }, () =
     await reader.subscribe('held/#', { qos: 1 });
     await reader.waitForMessages(2);
     expect(reader.payloads().sort()).toEqual(['after', 'before']);
+  });
+
+  it('is held before it is checked: a damaged data.mdb under a live holder is EF_STORE_IN_USE, not damage to reset', async () => {
+    const dir = d.tempDir('edgeferry-errors-');
+    const dataDir = join(dir, 'data');
+    mkdirSync(dataDir);
+    writeFileSync(join(dataDir, 'data.mdb'), Buffer.alloc(16_384)); // no LMDB meta page: damage, if anyone looked
+    // The holder as edgeferry.lock records it (pid, boot id, process start time): any live process will do.
+    const holder = spawn('sleep', ['60'], { stdio: 'ignore' });
+    d.defer(() => void holder.kill('SIGKILL'));
+    const stat = readFileSync(`/proc/${holder.pid}/stat`, 'utf8');
+    const start = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    const bootId = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    writeFileSync(join(dataDir, 'edgeferry.lock'), JSON.stringify({ pid: holder.pid, bootId, start }));
+    const file = join(dir, 'gw.yaml');
+    writeFileSync(file, JSON.stringify({ listeners: [{ port: await freePort() }], storage: { path: dataDir } }));
+
+    const gateway = await runCli(['--config', file, '--log-format', 'json']);
+    expect(gateway.code).toBe(3);
+    expect(jsonLines(gateway.stdout).at(-1)).toMatchObject({
+      code: 'EF_STORE_IN_USE',
+      msg: expect.stringContaining(`in use by another edgeferry, process ${holder.pid} (sleep 60): stop it first`),
+    });
+    expect(gateway.stdout).not.toMatch(/reset-store|damaged|not an LMDB/);
+    const list = await runCli(['store', 'list', '--config', file]);
+    expect(list.code).toBe(3);
+    expect(list.stderr).toContain('EF_STORE_IN_USE');
   });
 });
