@@ -166,7 +166,7 @@ async function main(): Promise<void> {
   try {
     await started;
   } catch (err) {
-    // A bad password or ACL file is found when the gateway reads it: still a configuration error.
+    // Files the configuration names (password, ACL, TLS, audit log) are read by the gateway: a configuration error.
     const code = errorCode(err);
     if (code === 'EF_CONFIG_INVALID' || code === 'EF_CONFIG_UNREADABLE') {
       log.fatal(errorLogFields(err), asError(err).message);
