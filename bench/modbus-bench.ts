@@ -133,7 +133,7 @@ async function run(): Promise<void> {
         id: `dev-${i}`, type: 'modbus', transport: 'tcp', host: '127.0.0.1', port, addressBase: 0,
         pollIntervalMs: pollMs, timeoutMs: 1000, tags,
       }),
-      silentLogger,
+      { log: silentLogger, dataDir: stateDir },
     ),
   );
   const node = new EdgeNode({

@@ -111,8 +111,16 @@ export interface Connector {
   stop(): Promise<void>;
 }
 
+/** What the gateway hands a factory with each connector config. */
+export interface ConnectorContext {
+  /** A logger already bound to this connector (mod, connector id). */
+  readonly log: Logger;
+  /** The gateway's data directory (`storage.path`), where a connector keeps files of its own (the OPC UA PKI). */
+  readonly dataDir: string;
+}
+
 export interface ConnectorFactory<C> {
   readonly type: string;
   readonly schema: z.ZodType<C>;
-  create(config: C, log: Logger): Connector;
+  create(config: C, context: ConnectorContext): Connector;
 }

@@ -3,8 +3,7 @@
  * A registry is created per gateway (factories may own shared resources, such as Modbus links), so nothing here
  * is module-level mutable state.
  */
-import type { Connector } from './contract.js';
-import type { Logger } from '../src/util/logger.js';
+import type { Connector, ConnectorContext } from './contract.js';
 import { createModbusFactory } from './modbus/factory.js';
 import type { ModbusConnectorFactory } from './modbus/factory.js';
 import type { ModbusConnectorConfig } from './modbus/schema.js';
@@ -18,7 +17,7 @@ export interface ConnectorRegistry {
   readonly modbus: ModbusConnectorFactory;
   readonly opcua: typeof opcuaFactory;
   /** Creates the connector for one config entry. */
-  create(config: ConnectorConfig, log: Logger): Connector;
+  create(config: ConnectorConfig, context: ConnectorContext): Connector;
 }
 
 export function createConnectorRegistry(): ConnectorRegistry {
@@ -26,12 +25,12 @@ export function createConnectorRegistry(): ConnectorRegistry {
   return {
     modbus,
     opcua: opcuaFactory,
-    create(config: ConnectorConfig, log: Logger): Connector {
+    create(config: ConnectorConfig, context: ConnectorContext): Connector {
       switch (config.type) {
         case 'modbus':
-          return modbus.create(config, log);
+          return modbus.create(config, context);
         case 'opcua':
-          return opcuaFactory.create(config, log);
+          return opcuaFactory.create(config, context);
       }
     },
   };

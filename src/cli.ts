@@ -1,33 +1,34 @@
 #!/usr/bin/env node
 /**
  * The `edgeferry` command: arguments → config → logger → gateway, and signals to stop (SIGTERM, SIGINT) or
- * reload (SIGHUP). Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
+ * reload (SIGHUP); the subcommands (`passwd`, `opcua`, `store`) are in cli/. Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened
+ * or another edgeferry holds it.
  */
 import { existsSync, readFileSync, renameSync } from 'node:fs';
-import { createInterface } from 'node:readline';
-import { updatePasswordFile } from './broker/password-file.js';
-import { opcuaUsage, runOpcuaCommand } from '../connectors/opcua/opcua-command.js';
-import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { loadConfig } from './config/load.js';
+import { opcuaUsage } from '../connectors/opcua/opcua-command.js';
 import type { Config } from './config/schema.js';
+import { loadConfig } from './config/load.js';
 import { createLogger, type RootLogger } from './ops/log.js';
-import { runStoreCommand, storeUsage } from './store/store-command.js';
-import { asError, ConfigError, StoreError } from './util/errors.js';
-import { silentLogger } from './util/logger.js';
-import { replaceFile } from './util/replace-file.js';
+import { asError, errorCode, errorLogFields, StoreError } from './util/errors.js';
+import { DEFAULT_CONFIG_FILE, loadConfigOrReport } from './cli/config-file.js';
+import { EXIT, LOG_FORMATS, type LogFormat } from './cli/errors.js';
+import { opcuaCommand } from './cli/opcua.js';
+import { passwdCommand, passwdUsage } from './cli/passwd.js';
+import { storeCommand, storeUsage } from './cli/store.js';
 
-const EXIT_RUNTIME = 1;
-const EXIT_CONFIG = 2;
-const EXIT_STORE = 3;
 /** Below systemd's TimeoutStopSec, so a stuck stop ends with our own fatal line rather than SIGKILL. */
 const STOP_TIMEOUT_MS = 25_000;
-const LOG_FORMATS = ['json', 'pretty'] as const;
 
-// Both paths are relative to the package root, from dist/src/cli.js.
-const DEFAULT_CONFIG_FILE = fileURLToPath(new URL('../../config/edgeferry.yaml', import.meta.url));
+/** The tools beside the gateway, as Mosquitto keeps mosquitto_passwd apart from the broker: src/cli/. */
+const SUBCOMMANDS = new Map<string, (argv: string[]) => Promise<number>>([
+  ['passwd', passwdCommand],
+  ['opcua', opcuaCommand],
+  ['store', storeCommand],
+]);
+
+// Relative to the package root, from dist/src/cli.js.
 const { version: VERSION } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
 };
@@ -46,12 +47,10 @@ Options:
   -h, --help               print this help and exit
 
 Commands:
-  edgeferry passwd FILE USER [--delete]
-                           add or change USER in a mosquitto_passwd-compatible FILE (the password is
-                           read from stdin, or prompted for on a terminal); --delete removes USER
-${opcuaUsage.replace(/^Usage:\n/, '')}${storeUsage}
+${passwdUsage}${opcuaUsage.replace(/^Usage:\n/, '')}${storeUsage}
 Signals: SIGTERM and SIGINT stop gracefully, SIGHUP reloads the configuration file.
-Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened.
+Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened
+or another edgeferry holds it.
 `;
 
 function parseCommandLine() {
@@ -69,124 +68,13 @@ function parseCommandLine() {
   if (logFormat !== undefined && !LOG_FORMATS.some((f) => f === logFormat)) {
     throw new TypeError(`--log-format must be one of ${LOG_FORMATS.join(', ')}, not "${logFormat}"`);
   }
-  return { ...values, logFormat: logFormat as (typeof LOG_FORMATS)[number] | undefined };
-}
-
-/**
- * `edgeferry passwd FILE USER [--delete]`: the file is replaced atomically, keeping its other lines, its mode, owner
- * and group (the service user must still read it), and through a symlink its target. A new file is 0600.
- */
-async function passwdCommand(argv: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({ args: argv, options: { delete: { type: 'boolean' } }, allowPositionals: true });
-  const [file, user] = positionals;
-  if (!file || !user || positionals.length > 2) throw new TypeError('usage: edgeferry passwd FILE USER [--delete]');
-  const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
-  const password = values.delete ? undefined : await readPassword();
-  if (password === '') throw new TypeError('the password must not be empty');
-  replaceFile(file, await updatePasswordFile(text, user, password), 0o600);
-  process.stdout.write(`${values.delete ? 'removed' : 'set'} the password of "${user}" in ${file}\n`);
-}
-
-/** The first line of stdin; on a terminal, a prompt without echo. */
-async function readPassword(): Promise<string> {
-  const rl = createInterface({ input: process.stdin, output: process.stdin.isTTY ? process.stdout : undefined, terminal: process.stdin.isTTY });
-  if (process.stdin.isTTY) {
-    process.stdout.write('Password: ');
-    // Mute the echo of what is typed; readline writes each keystroke through _writeToOutput.
-    (rl as unknown as { _writeToOutput: (s: string) => void })._writeToOutput = () => {};
-  }
-  const line = await new Promise<string>((resolve, reject) => {
-    rl.once('line', resolve);
-    rl.once('close', () => reject(new TypeError('no password given on stdin')));
-  });
-  rl.close();
-  if (process.stdin.isTTY) process.stdout.write('\n');
-  return line;
-}
-
-/** Removes `-c FILE` / `--config FILE` from a subcommand's arguments; returns the configuration file. */
-function takeConfigOption(argv: string[]): string {
-  const i = argv.findIndex((a) => a === '-c' || a === '--config');
-  const file = resolve(i >= 0 && argv[i + 1] !== undefined ? argv[i + 1] : DEFAULT_CONFIG_FILE);
-  if (i >= 0) argv.splice(i, 2);
-  return file;
-}
-
-/** `edgeferry opcua browse|trust ...`, with the PKI and connectors of the configuration file (if it loads). */
-async function opcuaCommand(argv: string[]): Promise<number> {
-  const file = takeConfigOption(argv);
-  let config: Config | undefined;
-  try {
-    config = loadConfig(file);
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    process.stderr.write(`edgeferry opcua: ${file} is not usable (${err.message.split('\n')[0]}); using ./data\n`);
-  }
-  // The same PKI folder the gateway gives its OPC UA connectors.
-  const dataDir = config?.storage.path ?? resolve('data');
-  return runOpcuaCommand(argv, {
-    pkiDir: opcuaPkiDir(dataDir),
-    connectors: config?.connectors.flatMap((c) => (c.type === 'opcua' ? [{ ...c, pkiDir: c.pkiDir ?? opcuaPkiDir(dataDir) }] : [])),
-    stdout: (t) => process.stdout.write(t),
-    stderr: (t) => process.stderr.write(t),
-    readPassword,
-  });
-}
-
-/** Loads the configuration file; a bad one is reported on stderr (every problem, with file:line:col). */
-function loadConfigOrReport(file: string): Config | undefined {
-  try {
-    return loadConfig(file);
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    process.stderr.write(`${err.message}\n`);
-    return undefined;
-  }
-}
-
-/** `edgeferry store list|delete-outbox NAME`, on the data directory of the configuration file. */
-async function storeCommand(argv: string[]): Promise<number> {
-  const config = loadConfigOrReport(takeConfigOption(argv));
-  if (config === undefined) return EXIT_CONFIG;
-  const { path: storePath, sync, maxBytes } = config.storage;
-  const { openLmdbStore } = await import('./store/lmdb/open.js'); // the native module only when needed
-  return runStoreCommand(argv, {
-    // Never creates a store: a typo in storage.path must not leave an empty one behind.
-    open: async () => (existsSync(storePath) ? openLmdbStore({ path: storePath, sync, maxBytes, log: silentLogger }) : undefined),
-    salvage: async () => {
-      if (!existsSync(resolve(storePath, 'data.mdb'))) return undefined;
-      const { acquireLock, SCHEMA_VERSION } = await import('./store/lmdb/open.js');
-      const { salvageStore } = await import('./store/lmdb/salvage.js');
-      const lock = acquireLock(resolve(storePath)); // refused while edgeferry runs on it
-      try {
-        return await salvageStore(resolve(storePath), SCHEMA_VERSION);
-      } finally {
-        lock.release();
-      }
-    },
-    bridgeNames: config.bridges.map((b) => b.name),
-    storePath,
-    stdout: (t) => process.stdout.write(t),
-    stderr: (t) => process.stderr.write(t),
-  });
+  return { ...values, logFormat: logFormat as LogFormat | undefined };
 }
 
 async function main(): Promise<void> {
-  if (process.argv[2] === 'store') {
-    process.exitCode = await storeCommand(process.argv.slice(3));
-    return;
-  }
-  if (process.argv[2] === 'opcua') {
-    process.exitCode = await opcuaCommand(process.argv.slice(3));
-    return;
-  }
-  if (process.argv[2] === 'passwd') {
-    try {
-      await passwdCommand(process.argv.slice(3));
-    } catch (err) {
-      process.stderr.write(`edgeferry passwd: ${asError(err).message}\n`);
-      process.exitCode = EXIT_CONFIG;
-    }
+  const subcommand = SUBCOMMANDS.get(process.argv[2] ?? '');
+  if (subcommand !== undefined) {
+    process.exitCode = await subcommand(process.argv.slice(3));
     return;
   }
   let args: ReturnType<typeof parseCommandLine>;
@@ -194,7 +82,7 @@ async function main(): Promise<void> {
     args = parseCommandLine();
   } catch (err) {
     process.stderr.write(`edgeferry: ${asError(err).message}\nTry 'edgeferry --help'.\n`);
-    process.exitCode = EXIT_CONFIG;
+    process.exitCode = EXIT.config;
     return;
   }
   if (args.help) {
@@ -207,9 +95,9 @@ async function main(): Promise<void> {
   }
 
   const file = resolve(args.config ?? DEFAULT_CONFIG_FILE);
-  const config = loadConfigOrReport(file);
+  const config = loadConfigOrReport(file, args.logFormat);
   if (config === undefined) {
-    process.exitCode = EXIT_CONFIG;
+    process.exitCode = EXIT.config;
     return;
   }
   if (args['check-config']) {
@@ -218,31 +106,30 @@ async function main(): Promise<void> {
   }
 
   const log = createLogger({ ...config.log, format: args.logFormat ?? config.log.format });
-  if (args['reset-store'] && existsSync(config.storage.path)) {
-    const aside = `${config.storage.path}.reset-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-    renameSync(config.storage.path, aside);
-    log.warn({ storePath: config.storage.path, movedTo: aside }, 'store reset: the old data directory was moved aside');
-  }
   process.on('uncaughtException', (err) => die(log, err, 'uncaught exception'));
   process.on('unhandledRejection', (reason) => die(log, reason, 'unhandled rejection'));
   log.info({ version: VERSION, configFile: file, node: process.version }, 'edgeferry starting');
 
   // Imported only to run, so --check-config and --help stay fast and load no native modules. Signals are
   // handled from here on: one arriving during a slow start (store recovery) stops the gateway once it is up.
-  const started = import('./gateway.js').then(({ startGateway }) => startGateway(config, log));
+  const started = (async () => {
+    if (args['reset-store']) await resetStore(config.storage.path, log);
+    const { startGateway } = await import('./gateway.js');
+    return startGateway(config, log);
+  })();
   let isStopping = false;
   let reloads = Promise.resolve();
 
   const stop = async (signal: NodeJS.Signals): Promise<void> => {
     if (isStopping) {
       log.fatal({ signal }, 'second signal while stopping, exiting now');
-      process.exit(EXIT_RUNTIME);
+      process.exit(EXIT.runtime);
     }
     isStopping = true;
     log.info({ signal }, 'stopping');
     setTimeout(() => {
       log.fatal({ timeoutMs: STOP_TIMEOUT_MS }, 'stop timed out, exiting');
-      process.exit(EXIT_RUNTIME);
+      process.exit(EXIT.runtime);
     }, STOP_TIMEOUT_MS);
     await (await started).stop();
     log.info('stopped');
@@ -254,8 +141,7 @@ async function main(): Promise<void> {
     try {
       next = loadConfig(file);
     } catch (err) {
-      const facts = err instanceof ConfigError ? { problems: err.problems } : { err };
-      log.error({ ...facts, configFile: file }, 'config reload rejected, keeping the running config');
+      log.error({ ...errorLogFields(err), configFile: file }, 'config reload rejected, keeping the running config');
       return;
     }
     const gw = await started;
@@ -265,7 +151,7 @@ async function main(): Promise<void> {
       await gw.reload(next);
       log.info({ configFile: file }, 'config reloaded');
     } catch (err) {
-      log.error({ err }, 'config reload failed');
+      log.error({ ...errorLogFields(err), configFile: file }, 'config reload failed');
     }
   };
 
@@ -280,23 +166,42 @@ async function main(): Promise<void> {
   try {
     await started;
   } catch (err) {
-    // A bad password or ACL file is found when the gateway reads it: still a configuration error.
-    if (err instanceof ConfigError) {
-      log.fatal({ problems: err.problems }, err.message);
-      process.exit(EXIT_CONFIG);
+    // Files the configuration names (password, ACL, TLS, audit log) are read by the gateway: a configuration error.
+    const code = errorCode(err);
+    if (code === 'EF_CONFIG_INVALID' || code === 'EF_CONFIG_UNREADABLE') {
+      log.fatal(errorLogFields(err), asError(err).message);
+      process.exit(EXIT.config);
     }
-    // An unreadable store needs the operator (restore a backup or --reset-store): restarting cannot help.
-    if (err instanceof StoreError && err.code === 'EF_STORE_OPEN') {
-      log.fatal({ err }, err.message);
-      process.exit(EXIT_STORE);
+    // An unreadable store needs the operator (salvage, a backup or --reset-store), a held one the holder stopped:
+    // restarting cannot help.
+    if (code === 'EF_STORE_OPEN' || code === 'EF_STORE_IN_USE') {
+      log.fatal(errorLogFields(err), asError(err).message);
+      process.exit(EXIT.store);
     }
     die(log, err, 'startup failed');
   }
 }
 
+/**
+ * `--reset-store`: moves the data directory aside (`<path>.reset-<time>`, kept for analysis). Refused while another
+ * edgeferry holds it: moving a store from under a running gateway would lose what it writes next.
+ */
+async function resetStore(path: string, log: RootLogger): Promise<void> {
+  if (!existsSync(path)) return;
+  const { acquireLock } = await import('./store/lmdb/open.js');
+  acquireLock(path).release(); // throws EF_STORE_IN_USE, naming the holder
+  const aside = `${path}.reset-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+  try {
+    renameSync(path, aside);
+  } catch (err) {
+    throw new StoreError('EF_STORE_OPEN', `--reset-store cannot move ${path} aside: ${asError(err).message}`, { cause: err });
+  }
+  log.warn({ storePath: path, movedTo: aside }, 'store reset: the old data directory was moved aside');
+}
+
 function die(log: RootLogger, err: unknown, msg: string): never {
-  log.fatal({ err: asError(err) }, msg);
-  process.exit(EXIT_RUNTIME);
+  log.fatal(errorLogFields(err), msg);
+  process.exit(EXIT.runtime);
 }
 
 await main();

@@ -6,8 +6,8 @@
  */
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { isDeepStrictEqual } from 'node:util';
 import type { BridgeConfig, Config, MetricsConfig } from './config/schema.js';
+import { planReload, type ListChanges } from './config/reload-plan.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
 import { BrokerStats } from './broker/broker.js';
@@ -20,18 +20,18 @@ import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
 import type { MetricsAccess } from './ops/metrics.js';
 import { PasswordFile } from './broker/password-file.js';
-import { ConfigError } from './util/errors.js';
+import { asError, ConfigError, errorLogFields } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/log.js';
 import { openLmdbStore } from './store/lmdb/open.js';
 import { deadLetterOutbox, type Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
 import { createConnectorRegistry } from '../connectors/index.js';
-import type { ConnectorConfig, ConnectorRegistry } from '../connectors/index.js';
+import type { ConnectorConfig } from '../connectors/index.js';
 import type { Connector } from '../connectors/contract.js';
-import { opcuaPkiDir } from '../connectors/opcua/trust.js';
 import { EdgeNode } from './sparkplug/edge-node.js';
 import type { UplinkControl } from './sparkplug/edge-node.js';
+import type { Device } from './sparkplug/device.js';
 import { topicMatches } from './protocol/topics.js';
 import { SteadyClock, watchClockSteps } from './util/clock.js';
 
@@ -49,7 +49,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   let config = initial;
   const b = config.broker;
   const systemd = new SystemdNotifier(log.child({ mod: 'systemd' }));
-  const audit = createAuditLogger(log, config.log.auditFile);
+  const audit = openAuditLog(log, config.log.auditFile);
   // Auth files first: a bad password or ACL file stops the start before anything binds.
   const stats = new BrokerStats();
   let auth = createAuth(config, audit, stats);
@@ -83,10 +83,9 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   // Connectors and the Sparkplug edge node come before the bridges: the uplink bridge takes the node's hooks.
   // One registry for the gateway's life: connectors added on reload share links (a Modbus bus) with the others.
   const connectorRegistry = createConnectorRegistry();
-  const makeConnector = (c: ConnectorConfig): Connector => createConnector(connectorRegistry, c, initial.storage.path, log);
+  const makeConnector = (c: ConnectorConfig): Connector =>
+    connectorRegistry.create(c, { log: log.child({ mod: 'connector', connector: c.id }), dataDir: initial.storage.path });
   const edgeNode = createEdgeNode(config, broker, makeConnector, log, audit);
-  /** The connector configs the edge node runs now (what a reload compares against). */
-  let runningConnectors: readonly ConnectorConfig[] = edgeNode ? config.connectors : [];
 
   const makeBridge = (bc: BridgeConfig): Bridge =>
     new Bridge({
@@ -158,11 +157,13 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         ),
       storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
       storeCorruptRecords: () => store.corruptRecords,
-      readinessProblems: async () => readinessProblems(store, bridges, server),
     });
     metrics = new MetricsServer(
       registry,
-      { readinessProblems: async () => readinessProblems(store, bridges, server) },
+      {
+        problems: (askedForDevices) =>
+          readinessProblems(store, bridges, server, askedForDevices || config.metrics?.readyRequiresDevices ? (edgeNode?.deviceList ?? []) : []),
+      },
       log.child({ mod: 'metrics' }),
       audit,
       metricsAccess(config.metrics, config.auth.passwordFile),
@@ -200,8 +201,9 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         systemd.close();
       })()),
     reload: async (next) => {
-      // Users and ACLs apply at once, for new operations of connected clients too; other sections need a restart.
-      if (!isDeepStrictEqual(next.auth, config.auth) || next.auth.passwordFile || next.auth.aclFile) {
+      const plan = planReload(config, next);
+      // Users and ACLs apply at once, for new operations of connected clients too.
+      if (plan.reloadAuth) {
         auth = createAuth(next, audit, stats);
         server.setAuth(auth);
         audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
@@ -211,49 +213,32 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         try {
           metrics.setAccess(metricsAccess(config.metrics, next.auth.passwordFile));
         } catch (err) {
-          log.error({ err }, 'metrics credentials not reloaded, the endpoint keeps the current ones');
+          log.error(errorLogFields(err), 'metrics credentials not reloaded, the endpoint keeps the current ones');
         }
       }
       // Certificates are re-read even when the config is unchanged: renewing one replaces the files in place.
       try {
         if (server.reloadTls() > 0) log.info('TLS certificates reloaded');
       } catch (err) {
-        log.error({ err }, 'TLS files not reloaded, the listeners keep their current certificates');
+        log.error(errorLogFields(err), 'TLS files not reloaded, the listeners keep their current certificates');
       }
-      // Bridges are stopped, started or restarted one by one; the others, and every client, carry on.
-      const uplinkName = config.sparkplug?.uplink;
-      const kept: Bridge[] = [];
-      for (const bridge of bridges) {
-        const before = config.bridges.find((bc) => bc.name === bridge.name);
-        const after = next.bridges.find((bc) => bc.name === bridge.name);
-        // The Sparkplug uplink carries the edge node's session (Will, births): it changes only with a restart.
-        if (isDeepStrictEqual(before, after) || bridge.name === uplinkName) kept.push(bridge);
-        else await bridge.stop();
+      // Bridges are stopped, started or restarted one by one (by name, so a bridge finds its outbox again); the
+      // others, and every client, carry on.
+      for (const bc of [...plan.bridges.remove, ...plan.bridges.change]) {
+        await bridges.find((bridge) => bridge.name === bc.name)?.stop();
+        bridges = bridges.filter((bridge) => bridge.name !== bc.name);
       }
-      for (const bc of next.bridges) {
-        if (kept.some((bridge) => bridge.name === bc.name)) continue;
+      for (const bc of plan.bridges.remove) log.info({ bridge: bc.name }, 'bridge removed; its outbox stays on disk');
+      for (const bc of [...plan.bridges.change, ...plan.bridges.add]) {
         const bridge = makeBridge(bc);
         await bridge.start();
-        kept.push(bridge);
-        log.info({ bridge: bc.name }, config.bridges.some((old) => old.name === bc.name) ? 'bridge reconfigured' : 'bridge added');
+        bridges = [...bridges, bridge];
+        log.info({ bridge: bc.name }, plan.bridges.change.includes(bc) ? 'bridge reconfigured' : 'bridge added');
       }
-      for (const bc of config.bridges) {
-        if (!next.bridges.some((n) => n.name === bc.name)) log.info({ bridge: bc.name }, 'bridge removed; its outbox stays on disk');
-      }
-      bridges = kept;
       // Connectors are swapped one by one on the running edge node; the other devices, and its session, carry on.
-      const connectorsApply = edgeNode !== undefined && next.sparkplug !== undefined;
-      if (connectorsApply) runningConnectors = await reloadConnectors(edgeNode, runningConnectors, next.connectors, makeConnector, log);
-      const uplinkChanged =
-        uplinkName !== undefined &&
-        !isDeepStrictEqual(config.bridges.find((bc) => bc.name === uplinkName), next.bridges.find((bc) => bc.name === uplinkName));
-      // The sparkplug section is the node's identity and session (group/node id, uplink, primary host): a restart.
-      const needRestart: string[] = (['listeners', 'broker', 'storage', 'sparkplug', 'connectors', 'metrics'] as const).filter(
-        (key) => !isDeepStrictEqual(next[key], config[key]) && !(key === 'connectors' && connectorsApply),
-      );
-      if (uplinkChanged) needRestart.push(`bridges (${uplinkName}, the Sparkplug uplink)`);
-      if (needRestart.length > 0) log.warn({ sections: needRestart }, 'configuration changes that need a restart to apply');
-      config = next;
+      const connectors = edgeNode ? await applyConnectorChanges(edgeNode, config.connectors, plan.connectors, makeConnector, log) : config.connectors;
+      if (plan.needsRestart.length > 0) log.warn({ sections: plan.needsRestart }, 'configuration changes that need a restart to apply');
+      config = { ...plan.inForce, connectors };
     },
   };
 }
@@ -287,62 +272,45 @@ function createEdgeNode(
   });
 }
 
-function createConnector(registry: ConnectorRegistry, c: ConnectorConfig, storagePath: string, log: Logger): Connector {
-  return registry.create(
-    // OPC UA connectors share one application certificate, kept with the gateway's data.
-    c.type === 'opcua' ? { ...c, pkiDir: c.pkiDir ?? opcuaPkiDir(storagePath) } : c,
-    log.child({ mod: 'connector', connector: c.id }),
-  );
-}
-
 /**
- * Applies a reload's `connectors:` to the running edge node, by id: an unchanged connector keeps running
- * untouched; a removed one stops (DDEATH); an added one starts (DBIRTH when it first answers); a changed one is
- * stopped (DDEATH) and started again with its new config (a new DBIRTH with its new metric list). Returns the
- * configs now running. A connector that cannot be created is logged and left as it was (the old one keeps
- * running, a new one stays absent), so the next reload tries again.
+ * Applies a reload plan's connector changes to the running edge node, by id: a removed connector stops (DDEATH);
+ * an added one starts (DBIRTH when it first answers); a changed one is stopped (DDEATH) and started again with its
+ * new config (a new DBIRTH with its new metric list); the others keep running untouched. Returns the configs now
+ * running. A connector that cannot be created is logged and left as it was (the old one keeps running, a new one
+ * stays absent), so the next reload tries again.
  */
-async function reloadConnectors(
+async function applyConnectorChanges(
   edgeNode: EdgeNode,
   running: readonly ConnectorConfig[],
-  wanted: readonly ConnectorConfig[],
+  changes: ListChanges<ConnectorConfig>,
   makeConnector: (c: ConnectorConfig) => Connector,
   log: Logger,
 ): Promise<ConnectorConfig[]> {
-  const now: ConnectorConfig[] = [];
+  let now = [...running];
   const create = (c: ConnectorConfig): Connector | undefined => {
     try {
       return makeConnector(c);
     } catch (err) {
-      log.error({ err, connector: c.id }, 'connector config not applied: the connector could not be created');
+      log.error({ ...errorLogFields(err), connector: c.id }, 'connector config not applied: the connector could not be created');
       return undefined;
     }
   };
-  for (const before of running) {
-    const after = wanted.find((c) => c.id === before.id);
-    if (after && isDeepStrictEqual(before, after)) {
-      now.push(before);
-      continue;
-    }
-    if (!after) {
-      await edgeNode.removeDevice(before.id);
-      log.info({ connector: before.id, type: before.type }, 'connector removed');
-      continue;
-    }
+  for (const before of changes.remove) {
+    await edgeNode.removeDevice(before.id);
+    now = now.filter((c) => c.id !== before.id);
+    log.info({ connector: before.id, type: before.type }, 'connector removed');
+  }
+  for (const after of changes.change) {
     // Created before the old one stops: a config the factory refuses leaves the running device alone.
     const connector = create(after);
-    if (!connector) {
-      now.push(before);
-      continue;
-    }
+    if (!connector) continue;
     // The old connector has released its sockets when this resolves, so the new one may take the same device.
-    await edgeNode.removeDevice(before.id);
+    await edgeNode.removeDevice(after.id);
     edgeNode.addDevice(connector);
-    now.push(after);
+    now = now.map((c) => (c.id === after.id ? after : c));
     log.info({ connector: after.id, type: after.type }, 'connector reconfigured');
   }
-  for (const after of wanted) {
-    if (running.some((c) => c.id === after.id)) continue;
+  for (const after of changes.add) {
     const connector = create(after);
     if (!connector) continue;
     edgeNode.addDevice(connector);
@@ -367,7 +335,8 @@ function uplinkControl(bridge: Bridge): UplinkControl {
 
 /** Password file and ACL (re-read on every reload, so edited files apply); failed logins go to the audit log. */
 function createAuth(config: Config, audit: Logger, stats: BrokerStats): AuthHooks {
-  return loadFileAuth(config.auth, (path) => readFileSync(path, 'utf8'), {
+  const key = (path: string) => (path === config.auth.aclFile ? 'auth.aclFile' : 'auth.passwordFile');
+  return loadFileAuth(config.auth, (path) => readConfiguredFile(path, key(path)), {
     loginRefused: (c, why) => {
       stats.authFailures++;
       audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused');
@@ -387,17 +356,38 @@ function metricsAccess(metrics: MetricsConfig, passwordFile: string | undefined)
   let verifyUser: MetricsAccess['verifyUser'];
   if (auth.users !== undefined && passwordFile !== undefined) {
     // createAuth has read the same file first and refused it if it has bad lines.
-    const { file } = PasswordFile.parse(readFileSync(passwordFile, 'utf8'));
+    const { file } = PasswordFile.parse(readConfiguredFile(passwordFile, 'auth.passwordFile'));
     const users = new Set(auth.users);
     // The password is checked first, so an unlisted user costs the same time as a listed one.
     verifyUser = async (user, password) => (await file.verify(user, password)) && users.has(user);
   }
   let token: string | undefined;
   if (auth.tokenFile !== undefined) {
-    token = readFileSync(auth.tokenFile, 'utf8').replace(/\r?\n$/, '');
+    token = readConfiguredFile(auth.tokenFile, 'metrics.auth.tokenFile').replace(/\r?\n$/, '');
     if (token === '') throw new ConfigError(auth.tokenFile, [{ path: 'metrics.auth.tokenFile', message: 'the token file is empty' }]);
   }
   return { verifyUser, token };
+}
+
+/**
+ * Reads a file the configuration names (`key`). The loader checked it could be read, but it may have changed since
+ * (a reload reads it again): one that cannot be read now is EF_CONFIG_UNREADABLE, naming the key.
+ */
+function readConfiguredFile(path: string, key: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(path, [{ path: key, message: `cannot read the file: ${asError(err).message}` }], { cause: err, code: 'EF_CONFIG_UNREADABLE' });
+  }
+}
+
+/** The audit log; a `log.auditFile` that cannot be opened for appending is a configuration error naming the key. */
+function openAuditLog(log: Logger, auditFile: string | undefined): Logger {
+  try {
+    return createAuditLogger(log, auditFile);
+  } catch (err) {
+    throw new ConfigError(auditFile ?? 'log.auditFile', [{ path: 'log.auditFile', message: `cannot open the file for appending: ${asError(err).message}` }], { cause: err });
+  }
 }
 
 function fileSize(path: string): number | undefined {
@@ -408,12 +398,14 @@ function fileSize(path: string): number | undefined {
   }
 }
 
-async function readinessProblems(store: Store, bridges: readonly Bridge[], server: MqttServer): Promise<string[]> {
+/** Listeners, the store, every bridge, and the devices given (those of a /readyz that asks for them). */
+async function readinessProblems(store: Store, bridges: readonly Bridge[], server: MqttServer, devices: readonly Device[]): Promise<string[]> {
   const problems: string[] = [];
   if (!server.isListening) problems.push('listeners are not accepting connections');
   const flushed = await Promise.race([store.flushed().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]);
   if (!flushed) problems.push('the store did not flush within 2 s');
   for (const bridge of bridges) if (!bridge.stats.connected) problems.push(`bridge ${bridge.name} is ${bridge.stats.state}`);
+  for (const device of devices) if (!device.online) problems.push(`device ${device.id} is not answering (${device.stats.state})`);
   return problems;
 }
 

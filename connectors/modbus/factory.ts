@@ -2,8 +2,7 @@
  * The Modbus connector factory. Each factory instance owns the pool of open links (TCP connections and serial
  * ports), so connectors addressing the same bus share it; `connectors/index.ts` creates one per gateway.
  */
-import type { Connector, ConnectorFactory } from '../contract.js';
-import type { Logger } from '../../src/util/logger.js';
+import type { Connector, ConnectorContext, ConnectorFactory } from '../contract.js';
 import { ModbusConnector } from './modbus-connector.js';
 import { LinkPool } from './modbus-link.js';
 import { modbusConnectorSchema } from './schema.js';
@@ -19,7 +18,7 @@ export function createModbusFactory(): ModbusConnectorFactory {
   return {
     type: 'modbus',
     schema: modbusConnectorSchema,
-    create(config: ModbusConnectorConfig, log: Logger): Connector {
+    create(config: ModbusConnectorConfig, { log }: ConnectorContext): Connector {
       return new ModbusConnector(config, log, pool);
     },
     get requestCount() {

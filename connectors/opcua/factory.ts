@@ -7,13 +7,9 @@ import { OpcuaConnector } from './opcua-connector.js';
 import { opcuaConnectorSchema, type OpcuaConnectorConfig } from './schema.js';
 import { opcuaPkiDir } from './trust.js';
 
-/**
- * Without `pkiDir` in the config, the PKI lives under `./data` (the default `storage.path`); the gateway
- * should set `pkiDir: opcuaPkiDir(storage.path)` when it builds the connector config.
- */
+/** Without `pkiDir` in the config, the PKI is the one every OPC UA connector of the gateway shares, under its data. */
 export const opcuaFactory: ConnectorFactory<OpcuaConnectorConfig> = {
   type: 'opcua',
   schema: opcuaConnectorSchema,
-  // The gateway hands in a logger already bound to this connector (mod, connector id).
-  create: (config, log) => new OpcuaConnector(config, log, { pkiDir: config.pkiDir ?? opcuaPkiDir('data') }),
+  create: (config, { log, dataDir }) => new OpcuaConnector(config, log, { pkiDir: config.pkiDir ?? opcuaPkiDir(dataDir) }),
 };

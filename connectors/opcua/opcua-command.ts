@@ -1,6 +1,6 @@
 /**
- * `edgeferry opcua browse|trust …`: argument parsing and output for the OPC UA subcommands. `src/cli.ts`
- * hands over `process.argv.slice(3)` and the PKI folder of the configured data directory; the work is done by
+ * `edgeferry opcua browse|trust …`: argument parsing and output for the OPC UA subcommands. `src/cli/opcua.ts`
+ * hands over `process.argv.slice(3)`, the configured data directory and OPC UA connectors; the work is done by
  * browse.ts and trust.ts.
  *
  *   edgeferry opcua browse <endpoint> [--node ID] [--depth N] [--tags] [--json] [security options]
@@ -21,7 +21,7 @@ import {
   type OpcuaSecurityPolicy,
   type OpcuaUserConfig,
 } from './schema.js';
-import { formatTrustResults, listCertificates, trustServer } from './trust.js';
+import { formatTrustResults, listCertificates, opcuaPkiDir, trustServer } from './trust.js';
 
 export const opcuaUsage = `Usage:
   edgeferry opcua browse <endpoint> [options]
@@ -45,8 +45,8 @@ export const opcuaUsage = `Usage:
 `;
 
 export interface OpcuaCommandContext {
-  /** The PKI folder from the config (`opcuaPkiDir(storage.path)`); `--pki` overrides it. */
-  readonly pkiDir: string;
+  /** The data directory of the config (`storage.path`): its PKI folder is the default; `--pki` overrides it. */
+  readonly dataDir: string;
   /** The OPC UA connectors of the config file, for `--connector`. */
   readonly connectors?: readonly OpcuaConnectorConfig[];
   readonly stdout: (text: string) => void;
@@ -123,7 +123,7 @@ async function browseCommand(argv: readonly string[], context: OpcuaCommandConte
     user = { type: 'username', username: String(values.user), password };
   }
   const rows = await browse(endpoint, {
-    pkiDir: values.pki !== undefined ? String(values.pki) : (fromConfig?.pkiDir ?? context.pkiDir),
+    pkiDir: pkiDirOf(values.pki, fromConfig, context),
     ...(values.node !== undefined ? { node: String(values.node) } : {}),
     ...(depth !== undefined ? { depth } : {}),
     securityMode: securityMode as OpcuaSecurityMode,
@@ -151,7 +151,7 @@ async function trustCommand(argv: readonly string[], context: OpcuaCommandContex
     },
   });
   const fromConfig = values.connector === undefined ? undefined : findConnector(String(values.connector), context);
-  const pkiDir = values.pki !== undefined ? String(values.pki) : (fromConfig?.pkiDir ?? context.pkiDir);
+  const pkiDir = pkiDirOf(values.pki, fromConfig, context);
   if (values.list) {
     const { trusted, rejected } = listCertificates(pkiDir);
     const line = (c: { thumbprint: string; subject: string; notAfter: string; file: string }) =>
@@ -173,6 +173,11 @@ async function trustCommand(argv: readonly string[], context: OpcuaCommandContex
     context.stdout('Compare the thumbprint with the one the server shows; `edgeferry opcua trust --list` lists the trust list.\n');
   }
   return 0;
+}
+
+/** `--pki`, else the connector's own `pkiDir`, else the one the gateway gives its OPC UA connectors. */
+function pkiDirOf(option: unknown, fromConfig: OpcuaConnectorConfig | undefined, context: OpcuaCommandContext): string {
+  return option !== undefined ? String(option) : (fromConfig?.pkiDir ?? opcuaPkiDir(context.dataDir));
 }
 
 function findConnector(id: string, context: OpcuaCommandContext): OpcuaConnectorConfig {

@@ -174,6 +174,8 @@ const metricsSchema = z
     /** Who may read /metrics and /readyz (/healthz stays open); without it, anyone who reaches the port. */
     auth: metricsAuthSchema.optional(),
     allowUnauthenticated: z.boolean().default(false),
+    /** /readyz is 503 while a connector's device does not answer (a dead PLC); without it only with ?devices=1. */
+    readyRequiresDevices: z.boolean().default(false),
   })
   .superRefine((metrics, ctx) => {
     // /metrics shows bridge names, topology and traffic: off loopback it needs credentials, or an explicit choice.

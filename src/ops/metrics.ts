@@ -33,8 +33,15 @@ export interface MetricsSources {
   storeBytes(): number | undefined;
   /** Damaged store records found while running (skipped, never delivered). */
   storeCorruptRecords(): number;
-  /** Readiness problems, empty when ready. */
-  readinessProblems(): Promise<string[]>;
+}
+
+export interface Readiness {
+  /**
+   * What keeps the gateway from being ready, empty when ready. `askedForDevices`: the request said
+   * `/readyz?devices=1`, so connectors that do not answer count too (`metrics.readyRequiresDevices` makes that the
+   * default).
+   */
+  problems(askedForDevices: boolean): Promise<string[]>;
 }
 
 type Labels = Record<string, string | number>;
@@ -174,7 +181,7 @@ export class MetricsServer {
 
   constructor(
     private readonly registry: Registry,
-    private readonly sources: Pick<MetricsSources, 'readinessProblems'>,
+    private readonly readiness: Readiness,
     private readonly log: Logger,
     /** Refused requests are written here. */
     private readonly audit: Logger,
@@ -212,7 +219,8 @@ export class MetricsServer {
   }
 
   private async serve(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const path = (req.url ?? '/').split('?')[0];
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    const path = url.pathname;
     const gate = this.gate;
     if (gate && path !== '/healthz') {
       const refusal = await gate.refusal(req.headers.authorization);
@@ -228,7 +236,8 @@ export class MetricsServer {
     } else if (path === '/healthz') {
       res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
     } else if (path === '/readyz') {
-      const problems = await this.sources.readinessProblems();
+      const devices = url.searchParams.get('devices');
+      const problems = await this.readiness.problems(devices === '1' || devices === 'true');
       res.writeHead(problems.length === 0 ? 200 : 503, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ ready: problems.length === 0, problems }) + '\n');
     } else {

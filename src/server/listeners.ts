@@ -12,7 +12,7 @@ import { WebSocketServer } from 'ws';
 import type { Broker } from '../broker/broker.js';
 import type { AuthHooks } from '../broker/auth.js';
 import { Reason } from '../protocol/reason-codes.js';
-import { EdgeferryError } from '../util/errors.js';
+import { asError, EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { Connection, type ConnectionContext, type ListenerPolicy } from './connection.js';
 import { PendingConnections } from './pending.js';
@@ -93,8 +93,7 @@ export class MqttServer {
     const updates = this.running
       .filter((r) => r.spec.tls !== undefined)
       .map((r) => {
-        const options = loadTls(r.spec.tls!);
-        tls.createSecureContext(options); // throws on a key that does not match, a bad PEM, ...
+        const options = loadTls(r.spec);
         return { server: r.server as tls.Server, options };
       });
     for (const { server, options } of updates) server.setSecureContext(options);
@@ -182,7 +181,7 @@ export class MqttServer {
     };
     // A TLS handshake or WebSocket upgrade is bounded by the connect timeout too, as is the CONNECT after it.
     const connectTimeoutMs = this.ctx.limits.connectTimeoutMs;
-    const tlsOptions = spec.tls ? { ...loadTls(spec.tls), handshakeTimeout: connectTimeoutMs } : undefined;
+    const tlsOptions = spec.tls ? { ...loadTls(spec), handshakeTimeout: connectTimeoutMs } : undefined;
     /** mTLS: a client certificate that did not verify closes its connection here, logged with OpenSSL's reason. */
     const isVerified = (socket: tls.TLSSocket): boolean => {
       if (!spec.tls?.requireCertificate || socket.authorized) return true;
@@ -301,17 +300,28 @@ function throttle(intervalMs: number): () => boolean {
   };
 }
 
-function loadTls(t: NonNullable<ListenerSpec['tls']>): tls.TlsOptions {
-  return {
-    cert: readFileSync(t.certFile),
-    key: readFileSync(t.keyFile),
-    ca: t.caFile ? readFileSync(t.caFile) : undefined,
-    requestCert: t.requireCertificate,
-    // The certificate is checked once the handshake is done (`isVerified`), so that the log can say why it failed.
-    rejectUnauthorized: false,
-    minVersion: t.minVersion as tls.SecureVersion,
-    ciphers: t.ciphers,
-    // The server's order of preference, so a client offering a weak suite first still gets a strong one.
-    honorCipherOrder: true,
-  };
+/**
+ * The TLS options of a tls or wss listener, its files read and checked now (a key that does not match the
+ * certificate, a bad PEM): files that do not work are EF_CONFIG_INVALID naming the listener, at start and reload.
+ */
+function loadTls(spec: ListenerSpec): tls.TlsOptions {
+  const t = spec.tls!;
+  try {
+    const options: tls.TlsOptions = {
+      cert: readFileSync(t.certFile),
+      key: readFileSync(t.keyFile),
+      ca: t.caFile ? readFileSync(t.caFile) : undefined,
+      requestCert: t.requireCertificate,
+      // The certificate is checked once the handshake is done (`isVerified`), so that the log can say why it failed.
+      rejectUnauthorized: false,
+      minVersion: t.minVersion as tls.SecureVersion,
+      ciphers: t.ciphers,
+      // The server's order of preference, so a client offering a weak suite first still gets a strong one.
+      honorCipherOrder: true,
+    };
+    tls.createSecureContext(options);
+    return options;
+  } catch (err) {
+    throw new EdgeferryError('EF_CONFIG_INVALID', `${spec.type} listener ${spec.host}:${spec.port}: its TLS files are not usable: ${asError(err).message}`, { cause: err });
+  }
 }

@@ -8,6 +8,7 @@ export const ErrorCodes = {
   EF_PROTOCOL_VIOLATION: 'an MQTT peer broke the protocol',
   EF_LISTENER_BIND: 'a listener could not bind its address',
   EF_STORE_OPEN: 'the data directory cannot be opened',
+  EF_STORE_IN_USE: 'another edgeferry process holds the data directory',
   EF_STORE_WRITE: 'a write to the data directory failed',
   EF_STORE_FULL: 'the store reached its size limit, or the disk is full',
   EF_UPLINK_CONNECT: 'an uplink could not connect to its central broker',
@@ -49,6 +50,9 @@ export class ConfigError extends EdgeferryError {
 }
 
 function formatProblems(file: string, problems: readonly ConfigProblem[]): string {
+  // The file as a whole (it cannot be read): one line.
+  const [only] = problems;
+  if (problems.length === 1 && only.path === '(root)' && only.location === undefined) return `${file}: ${only.message}`;
   const lines = problems.map((p) => `  ${p.location ?? file} ${p.path}: ${p.message}`);
   return `${file}: ${problems.length} problem${problems.length === 1 ? '' : 's'}\n${lines.join('\n')}`;
 }
@@ -80,6 +84,21 @@ export class ConnectorError extends EdgeferryError {
     this.connectorId = connectorId;
     this.retryable = options?.retryable ?? code === 'EF_CONNECTOR_UNREACHABLE';
   }
+}
+
+/** The catalogue code of anything thrown: its own, or EF_INTERNAL for an error nothing classified. */
+export function errorCode(value: unknown): ErrorCode {
+  return value instanceof EdgeferryError ? value.code : 'EF_INTERNAL';
+}
+
+/** The fields of a log line about an error: its code, and the problems of a configuration or else the error. */
+export function errorLogFields(value: unknown): { code: ErrorCode; problems?: readonly ConfigProblem[]; err?: Error } {
+  return value instanceof ConfigError ? { code: value.code, problems: value.problems } : { code: errorCode(value), err: asError(value) };
+}
+
+/** `EF_CODE: message`, the form in which the command line prints an error. */
+export function describeError(value: unknown): string {
+  return `${errorCode(value)}: ${asError(value).message}`;
 }
 
 /** Normalizes anything thrown into an Error, for logging. */

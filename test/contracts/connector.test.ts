@@ -8,9 +8,8 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ValueRefusedError, type Connector, type TagSample, type TagSink } from '../../connectors/contract.js';
-import { createModbusFactory } from '../../connectors/modbus/factory.js';
+import { createConnectorRegistry } from '../../connectors/index.js';
 import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
-import { OpcuaConnector } from '../../connectors/opcua/opcua-connector.js';
 import { opcuaConnectorSchema } from '../../connectors/opcua/schema.js';
 import { ConnectorError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
@@ -38,10 +37,11 @@ const rigs: { name: string; start: () => Promise<Rig> }[] = [
     async start() {
       const sim = await startModbusSim();
       await sim.set(1, 'hr', 0, [1]);
-      const factory = createModbusFactory();
+      const registry = createConnectorRegistry();
+      const dataDir = tempDir('edgeferry-contract-modbus-');
       return {
         connector: () =>
-          factory.create(
+          registry.create(
             modbusConnectorSchema.parse({
               id: 'press',
               type: 'modbus',
@@ -54,13 +54,16 @@ const rigs: { name: string; start: () => Promise<Rig> }[] = [
               retries: 0,
               tags: [{ name: 'mode', table: 'holding', address: 0, datatype: 'int16', writable: true }],
             }),
-            silentLogger,
+            { log: silentLogger, dataDir },
           ),
         lose: () => sim.mute(1),
         restore: () => sim.unmute(1),
         markWrites: () => sim.resetRequests(),
         wroteSinceMark: async () => (await sim.requests()).some((r) => r.op === 'write'),
-        dispose: () => sim.dispose(),
+        dispose: async () => {
+          await sim.dispose();
+          removeDir(dataDir);
+        },
       };
     },
   },
@@ -69,18 +72,18 @@ const rigs: { name: string; start: () => Promise<Rig> }[] = [
     async start() {
       const dir = tempDir('edgeferry-contract-opcua-');
       const server = await startOpcuaFixture({ dir });
+      const registry = createConnectorRegistry();
       let marked = 0;
       return {
         connector: () =>
-          new OpcuaConnector(
+          registry.create(
             opcuaConnectorSchema.parse({
               id: 'press',
               type: 'opcua',
               endpoint: server.endpoint,
               tags: [{ name: 'mode', nodeId: 'ns=1;s=Fixture.Writable.Mode', datatype: 'Int16', writable: true }],
             }),
-            silentLogger,
-            { pkiDir: join(dir, 'client-pki') },
+            { log: silentLogger, dataDir: join(dir, 'gateway-data') },
           ),
         lose: () => server.kill(),
         restore: () => server.restart(),

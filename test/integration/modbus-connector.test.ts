@@ -84,7 +84,7 @@ function connector(sim: ModbusSim, config: Record<string, unknown>, logs: LogLin
     ...transport,
     ...config,
   });
-  const c = factory.create(parsed, captureLogger(logs));
+  const c = factory.create(parsed, { log: captureLogger(logs), dataDir: d.tempDir('edgeferry-modbus-') });
   d.defer(() => c.stop());
   return c;
 }

@@ -486,11 +486,12 @@ describe('OPC UA connector against a node-opcua server', () => {
     expect(sink.latest('by-path')!.value).toBe(-123456789);
   });
   it('the `edgeferry opcua browse|trust` commands print a table, a tag list and the trust list', async () => {
-    const pkiDir = join(d.tempDir('edgeferry-opcua-cli-'), 'pki');
+    const dataDir = d.tempDir('edgeferry-opcua-cli-');
+    const pkiDir = join(dataDir, 'opcua', 'pki');
     const run = async (...argv: string[]) => {
       let out = '';
       let err = '';
-      const code = await runOpcuaCommand(argv, { pkiDir, stdout: (t) => (out += t), stderr: (t) => (err += t) });
+      const code = await runOpcuaCommand(argv, { dataDir, stdout: (t) => (out += t), stderr: (t) => (err += t) });
       return { code, out, err };
     };
     const table = await run('browse', server.endpoint, '--node', 'ns=1;s=Fixture.Writable', '--depth', '1');
@@ -509,6 +510,8 @@ describe('OPC UA connector against a node-opcua server', () => {
     const list = await run('trust', '--list');
     expect(list.out).toMatch(new RegExp(`trusted \\(1\\):\\n  ${server.thumbprint}`));
     expect(list.out).toContain('rejected (0):');
+    // The trust list is the one the gateway gives its connectors: <storage.path>/opcua/pki.
+    expect(listCertificates(pkiDir).trusted.map((c) => c.thumbprint)).toEqual([server.thumbprint]);
     expect(await run('browse')).toMatchObject({ code: 2 });
     expect(await run('frobnicate')).toMatchObject({ code: 2 });
   });

@@ -4,12 +4,13 @@
  * upstream is down and then up.
  */
 import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
+import { startModbusSim } from '../helpers/modbus-sim.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
@@ -254,3 +255,50 @@ describe('metrics.auth', { timeout: 60_000 }, () => {
   });
 });
 
+describe('/readyz and the devices behind the connectors', { timeout: 90_000 }, () => {
+  it('counts a device that does not answer (a dead PLC) when asked with ?devices=1, or always with metrics.readyRequiresDevices', async () => {
+    const sim = d.add(await startModbusSim({ units: [1] }));
+    await sim.set(1, 'hr', 0, [5]);
+    const press = {
+      id: 'press-1',
+      type: 'modbus',
+      transport: 'tcp',
+      host: '127.0.0.1',
+      port: sim.port,
+      unitId: 1,
+      addressBase: 0,
+      pollIntervalMs: 100,
+      timeoutMs: 1500,
+      retries: 0,
+      tags: [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }],
+    };
+    const sparkplug = { groupId: 'plant', edgeNodeId: 'line4', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } };
+    const { gw, metricsPort } = await metricsGateway({ sparkplug, connectors: [press] });
+    const readyz = async (query = '') => {
+      const { status, body } = await getJson(metricsPort, `/readyz${query}`);
+      return { status, problems: (JSON.parse(body) as { problems: string[] }).problems };
+    };
+    await waitFor(async () => (await readyz('?devices=1')).status === 200, 15_000, { message: 'press-1 answering' });
+
+    await sim.mute(1);
+    const dead = await waitFor(async () => {
+      const r = await readyz('?devices=1');
+      return r.status === 503 ? r : undefined;
+    }, 15_000, { message: '/readyz?devices=1 503 once press-1 stopped answering' });
+    expect(dead.problems).toEqual([expect.stringMatching(/^device press-1 is not answering \((backoff|starting)\)$/)]);
+    // Without the question, the PLC is not the gateway's readiness.
+    expect(await readyz()).toEqual({ status: 200, problems: [] });
+    expect(await readyz('?devices=0')).toEqual({ status: 200, problems: [] });
+
+    const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as { metrics: Record<string, unknown> };
+    config.metrics.readyRequiresDevices = true;
+    writeFileSync(gw.configFile, JSON.stringify(config));
+    await gw.restart();
+    const always = await readyz();
+    expect(always.status).toBe(503);
+    expect(always.problems.join('\n')).toMatch(/device press-1 is not answering/);
+
+    await sim.unmute(1);
+    await waitFor(async () => (await readyz()).status === 200, 15_000, { message: '/readyz 200 once press-1 answers again' });
+  });
+});

@@ -32,7 +32,7 @@ describe('edgeferry store', { timeout: 90_000 }, () => {
     // One process at a time: the running gateway holds the store.
     const busy = await runCli(['store', 'list', '-c', gw.configFile]);
     expect(busy.code).toBe(3);
-    expect(busy.stderr).toMatch(/in use by process \d+/);
+    expect(busy.stderr).toMatch(/EF_STORE_IN_USE: .* in use by another edgeferry, process \d+/);
     await gw.stop();
 
     const listed = await runCli(['store', 'list', '-c', gw.configFile]);

@@ -114,7 +114,7 @@ describe('edgeferry command line', () => {
     expect(await r.exited).toBe(2);
     expect(r.stdout()).toBe('');
     expect(r.stderr()).toBe(
-      `${file}: 3 problems\n` +
+      `edgeferry: EF_CONFIG_INVALID: ${file}: 3 problems\n` +
         `  ${file}:2:11 listeners.0.port: Too big: expected number to be <=65535\n` +
         `  ${file}:4:16 broker.maxInflight: Too small: expected number to be >=1\n` +
         `  ${file}:5:1 brdiges: unknown key "brdiges"\n`,
@@ -124,6 +124,7 @@ describe('edgeferry command line', () => {
   it('a missing config file exits 2 without starting', async () => {
     const r = run(['-c', join(dir, 'nope.yaml')]);
     expect(await r.exited).toBe(2);
+    expect(r.stderr()).toContain('EF_CONFIG_UNREADABLE: ');
     expect(r.stderr()).toContain('cannot read the file: ENOENT');
   });
 

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { jsonSchema } from '../../src/config/json-schema.js';
-import { loadConfig } from '../../src/config/load.js';
+import { loadConfig, parseConfig } from '../../src/config/load.js';
 
 const root = join(import.meta.dirname, '../..');
 const configDir = join(root, 'config');
@@ -10,12 +10,17 @@ const configDir = join(root, 'config');
 interface JsonSchemaNode {
   properties?: Record<string, JsonSchemaNode>;
   items?: JsonSchemaNode;
+  anyOf?: JsonSchemaNode[];
+  oneOf?: JsonSchemaNode[];
+  allOf?: JsonSchemaNode[];
 }
 
+/** Every key of the schema, the variants of unions included (each connector type, each OPC UA user type). */
 function keysOf(node: JsonSchemaNode): string[] {
   return [
     ...Object.entries(node.properties ?? {}).flatMap(([key, child]) => [key, ...keysOf(child)]),
     ...(node.items ? keysOf(node.items) : []),
+    ...[...(node.anyOf ?? []), ...(node.oneOf ?? []), ...(node.allOf ?? [])].flatMap(keysOf),
   ];
 }
 
@@ -42,5 +47,14 @@ describe('config files', () => {
     const text = readFileSync(file, 'utf8');
     const keys = new Set(keysOf(JSON.parse(jsonSchema()) as JsonSchemaNode));
     expect([...keys].filter((key) => !new RegExp(`\\b${key}:`).test(text))).toEqual([]);
+  });
+
+  it('the example\'s optional sections, sparkplug and both connector types, are valid once uncommented', () => {
+    const text = readFileSync(join(configDir, 'edgeferry.example.yaml'), 'utf8');
+    const at = text.indexOf('# sparkplug:');
+    // One level of `# ` comes off; the alternatives inside (`#   # path: ...`) stay comments.
+    const uncommented = text.slice(0, at) + text.slice(at).replace(/^# (?=[ a-z])/gm, '');
+    const config = parseConfig(uncommented, 'example.yaml', configDir);
+    expect(config.connectors.map((c) => c.type)).toEqual(['modbus', 'opcua']);
   });
 });

@@ -106,8 +106,8 @@ describe('LMDB store under crashes', () => {
           (e: unknown) => e,
         );
         expect(err).toBeInstanceOf(StoreError);
-        expect((err as StoreError).code).toBe('EF_STORE_OPEN');
-        expect((err as StoreError).message).toContain(`in use by process ${child.pid}`);
+        expect((err as StoreError).code).toBe('EF_STORE_IN_USE');
+        expect((err as StoreError).message).toContain(`in use by another edgeferry, process ${child.pid}`);
       }
 
       // Let it run for a random time, then kill it without warning.

@@ -358,8 +358,12 @@ describe('LMDB store', () => {
   it('refuses to open a directory that is already open in this process', async () => {
     const dir = tempDir();
     await openStore(dir);
-    const err = await openError(openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }));
-    expect(err.message).toContain('already open in this process');
+    const err = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }).then(
+      (s) => s.close().then(() => undefined),
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(StoreError);
+    expect(err).toMatchObject({ code: 'EF_STORE_IN_USE', message: expect.stringContaining('already open in this process') });
   });
 
   it('refuses a store written with another schema version, naming the directory', async () => {

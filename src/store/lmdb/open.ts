@@ -131,6 +131,22 @@ function processIdentity(pid: number): string | undefined {
   }
 }
 
+/** The directory is fine, only held: the way out is to stop the holder, never to move the data aside. */
+function inUseError(dir: string, pid: number): StoreError {
+  if (pid === process.pid) return new StoreError('EF_STORE_IN_USE', `the data directory ${dir} is already open in this process`);
+  let command = '';
+  try {
+    command = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+  } catch {
+    // The holder just exited, or /proc is not readable: the pid alone says enough.
+  }
+  return new StoreError(
+    'EF_STORE_IN_USE',
+    `the data directory ${dir} is in use by another edgeferry, process ${pid}${command && ` (${command})`}: stop it ` +
+      `first (systemctl stop edgeferry, or kill ${pid}), then run this again. Nothing was changed.`,
+  );
+}
+
 export function acquireLock(dir: string): StoreLock {
   const file = path.join(dir, 'edgeferry.lock');
   // Not Linux: without a boot id a stale lock is recognised by its pid alone.
@@ -146,14 +162,7 @@ export function acquireLock(dir: string): StoreLock {
   }
   if (existing !== undefined && existing.bootId === me.bootId && typeof existing.pid === 'number') {
     const start = processIdentity(existing.pid);
-    if (start !== undefined && start === existing.start) {
-      throw openError(
-        dir,
-        existing.pid === process.pid
-          ? 'it is already open in this process'
-          : `it is in use by process ${existing.pid} (another edgeferry?); stop that process first`,
-      );
-    }
+    if (start !== undefined && start === existing.start) throw inUseError(dir, existing.pid);
   }
   fs.writeFileSync(file, JSON.stringify(me));
   let released = false;
@@ -188,14 +197,8 @@ export async function openLmdbStore(
   } catch (err) {
     throw openError(dir, `the directory cannot be created (${asError(err).message})`, err);
   }
-  checkDataFile(dir);
-  const mode = opts.verify ?? 'off';
-  if (mode !== 'off' && fs.existsSync(path.join(dir, 'data.mdb'))) {
-    const startedMs = performance.now();
-    const damage = verifyInChild(dir, mode);
-    if (damage.length > 0) throw damagedError(dir, damage);
-    log.info({ mode, durationMs: Math.round(performance.now() - startedMs) }, 'store verified');
-  }
+  // The lock first: a directory another edgeferry is writing is neither checked nor walked, where a write under
+  // way could look like damage; the answer is EF_STORE_IN_USE.
   let lock: StoreLock;
   try {
     lock = acquireLock(dir);
@@ -204,6 +207,14 @@ export async function openLmdbStore(
   }
   let env: RootDatabase | undefined;
   try {
+    checkDataFile(dir);
+    const mode = opts.verify ?? 'off';
+    if (mode !== 'off' && fs.existsSync(path.join(dir, 'data.mdb'))) {
+      const startedMs = performance.now();
+      const damage = verifyInChild(dir, mode);
+      if (damage.length > 0) throw damagedError(dir, damage);
+      log.info({ mode, durationMs: Math.round(performance.now() - startedMs) }, 'store verified');
+    }
     try {
       // eventTurnBatching off: every write goes through one explicit `batch()` per store batch (see issue()).
       // relaxed: MDB_NOMETASYNC (see the top of this file).

@@ -1,14 +1,19 @@
 /**
- * `edgeferry store list | delete-outbox NAME | requeue NAME`: what the data directory holds, the way to delete the
- * outbox of a bridge that was removed from the configuration (its backlog stays on disk until someone decides),
- * and the way to send a bridge's dead letters (messages the central broker refused) again once the cause is fixed.
- * Runs while edgeferry is stopped: one process at a time may open the store, and the refusal names the one
- * that holds it.
+ * `edgeferry store list | delete-outbox NAME | requeue NAME | salvage`: what the data directory holds, the way to
+ * delete the outbox of a bridge that was removed from the configuration (its backlog stays on disk until someone
+ * decides), the way to send a bridge's dead letters (messages the central broker refused) again once the cause is
+ * fixed, and the way out of a damaged store. Runs while edgeferry is stopped: one process at a time may open the
+ * store, and the refusal names the one that holds it (EF_STORE_IN_USE).
  */
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { asError, StoreError } from '../util/errors.js';
-import { deadLetterOutbox, type OutboxLimits, type Store } from './types.js';
-import type { SalvageResult } from './lmdb/salvage.js';
+import { asError, describeError, StoreError } from '../util/errors.js';
+import { deadLetterOutbox, type OutboxLimits, type Store } from '../store/types.js';
+import type { SalvageResult } from '../store/lmdb/salvage.js';
+import { silentLogger } from '../util/logger.js';
+import { loadConfigOrReport, takeConfigOption } from './config-file.js';
+import { EXIT } from './errors.js';
 
 export const storeUsage = `  edgeferry store list [-c FILE]
                            outboxes (messages, bytes, oldest entry, dropped), persistent sessions and retained
@@ -28,7 +33,7 @@ const READ_ONLY: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overf
 /** Dead letters moved per step of `requeue` (one store batch each). */
 const REQUEUE_CHUNK = 1000;
 
-export interface StoreCommandContext {
+interface StoreCommandContext {
   /** Opens the store of the configuration's `storage.path`; undefined when there is no data directory yet. */
   open(): Promise<Store | undefined>;
   /** Salvages the data directory (salvage.ts), holding its lock; undefined when there is none. */
@@ -40,14 +45,41 @@ export interface StoreCommandContext {
   stderr(text: string): void;
 }
 
+/** `edgeferry store ...` on the data directory of the configuration file (`-c FILE`); returns the exit code. */
+export async function storeCommand(argv: string[]): Promise<number> {
+  const config = loadConfigOrReport(takeConfigOption(argv));
+  if (config === undefined) return EXIT.config;
+  const { path: storePath, sync, maxBytes } = config.storage;
+  const { openLmdbStore } = await import('../store/lmdb/open.js'); // the native module only when needed
+  return runStoreCommand(argv, {
+    // Never creates a store: a typo in storage.path must not leave an empty one behind.
+    open: async () => (existsSync(storePath) ? openLmdbStore({ path: storePath, sync, maxBytes, log: silentLogger }) : undefined),
+    salvage: async () => {
+      if (!existsSync(resolve(storePath, 'data.mdb'))) return undefined;
+      const { acquireLock, SCHEMA_VERSION } = await import('../store/lmdb/open.js');
+      const { salvageStore } = await import('../store/lmdb/salvage.js');
+      const lock = acquireLock(resolve(storePath)); // refused while edgeferry runs on it
+      try {
+        return await salvageStore(resolve(storePath), SCHEMA_VERSION);
+      } finally {
+        lock.release();
+      }
+    },
+    bridgeNames: config.bridges.map((b) => b.name),
+    storePath,
+    stdout: (t) => process.stdout.write(t),
+    stderr: (t) => process.stderr.write(t),
+  });
+}
+
 /** Returns the exit code: 0 done, 2 usage, 3 the store cannot be opened or written. */
-export async function runStoreCommand(argv: string[], ctx: StoreCommandContext): Promise<number> {
+async function runStoreCommand(argv: string[], ctx: StoreCommandContext): Promise<number> {
   let positionals: string[];
   try {
     ({ positionals } = parseArgs({ args: argv, options: {}, allowPositionals: true }));
   } catch (err) {
     ctx.stderr(`edgeferry store: ${asError(err).message}\n${storeUsage}`);
-    return 2;
+    return EXIT.config;
   }
   const [command, name] = positionals;
   const usable =
@@ -55,15 +87,15 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
     ((command === 'delete-outbox' || command === 'requeue') && positionals.length === 2);
   if (!usable) {
     ctx.stderr(`Usage:\n${storeUsage}`);
-    return 2;
+    return EXIT.config;
   }
   if (command === 'salvage') return salvage(ctx);
   let store: Store | undefined;
   try {
     store = await ctx.open();
   } catch (err) {
-    ctx.stderr(`edgeferry store: ${asError(err).message}\n`);
-    return 3;
+    ctx.stderr(`edgeferry store: ${describeError(err)}\n`);
+    return EXIT.store;
   }
   if (store === undefined) {
     ctx.stdout(`store ${ctx.storePath}: no data directory yet, nothing stored\n`);
@@ -80,7 +112,7 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
           `edgeferry store: bridge "${name}" is still in the configuration; remove it there first, or its backlog ` +
             'would only be deleted until the next start\n',
         );
-        return 2;
+        return EXIT.config;
       }
       const deleted = await store.deleteOutbox(name);
       ctx.stdout(deleted === 0 ? `outbox "${name}" was empty or unknown\n` : `deleted outbox "${name}" with ${deleted} messages\n`);
@@ -88,8 +120,8 @@ export async function runStoreCommand(argv: string[], ctx: StoreCommandContext):
     return 0;
   } catch (err) {
     if (!(err instanceof StoreError)) throw err;
-    ctx.stderr(`edgeferry store: ${err.message}\n`);
-    return 3;
+    ctx.stderr(`edgeferry store: ${describeError(err)}\n`);
+    return EXIT.store;
   } finally {
     await store.close();
   }
@@ -101,8 +133,8 @@ async function salvage(ctx: StoreCommandContext): Promise<number> {
     result = await ctx.salvage();
   } catch (err) {
     if (!(err instanceof StoreError)) throw err;
-    ctx.stderr(`edgeferry store: ${err.message}\n`);
-    return 3;
+    ctx.stderr(`edgeferry store: ${describeError(err)}\n`);
+    return EXIT.store;
   }
   if (result === undefined) {
     ctx.stdout(`store ${ctx.storePath}: no data directory, nothing to salvage\n`);
