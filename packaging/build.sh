@@ -41,12 +41,18 @@ cp package.json package-lock.json "$app/"
 echo "installing the production dependencies for $("$node24/bin/node" --version)"
 (cd "$app" && PATH="$node24/bin:$PATH" npm_config_nodedir="$node24" npm ci --omit=dev --no-audit --no-fund --loglevel=error >/dev/null)
 rm "$app/package-lock.json"
-# Prebuilt addons of other platforms, and what node-gyp leaves beside the one it built.
+# Prebuilt addons of other platforms, what node-gyp leaves beside the one it built, and the dependencies'
+# TypeScript, source maps and docs (a third of the files, which dpkg installs one by one); licenses stay.
 find "$app/node_modules" -type d -path '*/prebuilds/*' ! -name 'linux-x64' -prune -exec rm -rf {} +
 find "$app/node_modules" -type d -path '*/build/Release/obj.target' -prune -exec rm -rf {} +
 rm -rf "$app/node_modules/unix-dgram/build/Release/.deps"
-(cd "$app" && "$node24/bin/node" -e 'require("lmdb"); require("unix-dgram"); require("@serialport/bindings-cpp")') ||
-  { echo "build.sh: a native addon does not load on the bundled Node.js" >&2; exit 1; }
+find "$app/node_modules" -type f \( -name '*.ts' -o -name '*.mts' -o -name '*.cts' -o -name '*.map' -o -name '*.md' \) \
+  ! -iname 'licen[cs]e*' -delete
+# Every dependency, and the native addons among them, must load on the runtime they ship with.
+(cd "$app" && "$node24/bin/node" --input-type=module -e '
+  const pkg = JSON.parse(await (await import("node:fs/promises")).readFile("package.json", "utf8"));
+  for (const m of [...Object.keys(pkg.dependencies), ...Object.keys(pkg.optionalDependencies), "@serialport/bindings-cpp"]) await import(m);
+  process.exit(0);') || { echo "build.sh: a dependency does not load on the bundled Node.js" >&2; exit 1; }
 
 cp "$node24/bin/node" "$app/node/bin/node"
 cp "$node24/LICENSE" "$app/node/LICENSE"

@@ -28,8 +28,8 @@ const CONFIG = '/etc/edgeferry/edgeferry.yaml';
 const DATA = '/var/lib/edgeferry';
 const UNIT = '/lib/systemd/system/edgeferry.service';
 
-function run(command: string, args: readonly string[], options: { input?: string } = {}): string {
-  const result = spawnSync(command, args, { encoding: 'utf8', input: options.input, timeout: 120_000, maxBuffer: 64 << 20 });
+function run(command: string, args: readonly string[], options: { cwd?: string } = {}): string {
+  const result = spawnSync(command, args, { encoding: 'utf8', cwd: options.cwd, timeout: 120_000, maxBuffer: 64 << 20 });
   if (result.status !== 0) {
     throw new Error(`${command} ${args.join(' ')} exited ${result.status ?? result.signal}:\n${result.stdout}\n${result.stderr}`);
   }
@@ -184,11 +184,15 @@ describe('the release package, installed into this machine', { timeout: 180_000 
 
   it('runs /usr/bin/edgeferry on the bundled Node.js 24 with no network and no PATH, with its native addons; --help and the bash completion agree', () => {
     // A network namespace of its own (only a loopback that is down) and an empty environment.
-    const offline = (args: string[]): string => run('env', ['-i', '/usr/bin/unshare', '-n', ...args]);
+    const offline = (args: string[], cwd = '/'): string => run('env', ['-i', '/usr/bin/unshare', '-n', ...args], { cwd });
     expect(offline(['/usr/bin/edgeferry', '--version'])).toBe(`${version}\n`);
     expect(offline(['/opt/edgeferry/node/bin/node', '--version'])).toMatch(/^v24\./);
-    const addons = "for (const m of ['lmdb', 'unix-dgram', '@serialport/bindings-cpp']) require(m); console.log('loaded')";
-    expect(offline(['/bin/sh', '-c', `cd /opt/edgeferry && exec node/bin/node -e "${addons}"`])).toBe('loaded\n');
+    // Every dependency loads from the installed tree, the native addons (built for this runtime) among them.
+    const pkg = JSON.parse(readFileSync('/opt/edgeferry/package.json', 'utf8')) as { dependencies: object; optionalDependencies: object };
+    const modules = [...Object.keys(pkg.dependencies), ...Object.keys(pkg.optionalDependencies), '@serialport/bindings-cpp'];
+    expect(modules).toEqual(expect.arrayContaining(['lmdb', 'unix-dgram', 'node-opcua-client', 'modbus-serial']));
+    const load = `for (const m of ${JSON.stringify(modules)}) await import(m); console.log('loaded'); process.exit(0)`;
+    expect(offline(['/opt/edgeferry/node/bin/node', '--input-type=module', '-e', load], '/opt/edgeferry')).toBe('loaded\n');
 
     const help = offline(['/usr/bin/edgeferry', '--help']);
     const complete = (line: string): string[] => {
