@@ -167,6 +167,8 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     // The data directory is not the package's: no dpkg operation can remove it.
     expect(files.filter((f) => f.startsWith(DATA))).toEqual([]);
     expect(run('dpkg-query', ['-W', '-f=${Conffiles}', 'edgeferry'])).toMatch(/^ \/etc\/edgeferry\/edgeferry\.yaml [0-9a-f]{32}$/m);
+    // Every installed file checks out against the package's checksums (postinst changed only the config's group).
+    expect(run('dpkg', ['--verify', 'edgeferry'])).toBe('');
 
     // The service user (postinst): a system account without a login.
     const [, , uid, , , home, shell] = run('getent', ['passwd', 'edgeferry']).trim().split(':');
