@@ -317,7 +317,7 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     expect(spawnSync('getent', ['passwd', 'edgeferry']).status).toBe(0); // it still owns the data
   });
 
-  it('installs the same tree from the .tar.gz with its install.sh, offline, and finds the data that stayed', () => {
+  it('installs the same tree from the .tar.gz with its install.sh, offline, finds the data that stayed, and upgrades over itself keeping the config', () => {
     const tarball = join(RELEASE, `edgeferry-${version}-linux-x64.tar.gz`);
     const dir = d.tempDir('edgeferry-tgz-');
     run('tar', ['-C', dir, '-xzf', tarball]);
@@ -337,5 +337,13 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     const listed = runAsService(['store', 'list']);
     expect(listed).toContain(`store ${DATA}`);
     expect(listed).toContain('persistent sessions: 1');
+
+    // Run again, as an upgrade is: the tree is swapped, the edited config stays.
+    const edited = `${readFileSync(CONFIG, 'utf8')}# edited on site\n`;
+    writeFileSync(CONFIG, edited);
+    run('/usr/bin/unshare', ['-n', join(top, 'install.sh')]);
+    expect(readFileSync(CONFIG, 'utf8')).toBe(edited);
+    expect(readdirSync('/opt').filter((f) => f.startsWith('edgeferry'))).toEqual(['edgeferry']);
+    expect(run('/usr/bin/edgeferry', ['--version'])).toBe(`${version}\n`);
   });
 });
