@@ -3,7 +3,7 @@
  * connectors, edge node and broker (in this process), against 20 Modbus servers (modbus-serial's ServerTCP) in a
  * child process whose registers all change every 100 ms (the worst case for report by exception).
  *
- *   npm run build && node dist/bench/modbus-bench.js [--devices 20] [--tags 200] [--poll-ms 100] [--seconds 10]
+ *   npm run build:bench && node dist/bench/modbus-bench.js [--devices 20] [--tags 200] [--poll-ms 100] [--seconds 10]
  *
  * Reports tags/s read, read requests/s actually sent (the coalescing gain), DDATA messages and metrics/s,
  * the poll-cycle p99 and this process's CPU share (the gateway side; the servers run elsewhere).

@@ -1,35 +1,40 @@
 #!/bin/sh
-# Installs or upgrades edgeferry as a systemd service. Run as root from a built checkout (npm ci && npm run build).
-#   code:   /opt/edgeferry            (replaced on every run: this is the upgrade path)
-#   config: /etc/edgeferry/edgeferry.yaml  (created once from config/edgeferry.yaml; never overwritten)
-#   data:   /var/lib/edgeferry        (systemd StateDirectory: LMDB store, OPC UA PKI; never touched here)
+# Installs or upgrades edgeferry from the release .tar.gz (`npm run package`) on a systemd machine without dpkg:
+#   tar xzf edgeferry-<version>-linux-x64.tar.gz && sudo edgeferry-<version>-linux-x64/install.sh
+# Offline: the tree next to this script holds everything, Node.js 24 included. It puts the same files in the same
+# places as the .deb (README "Install on an industrial PC"):
+#   code:   /opt/edgeferry           (replaced on every run: this is the upgrade path)
+#   config: /etc/edgeferry/edgeferry.yaml   (created once; never overwritten)
+#   data:   /var/lib/edgeferry       (systemd StateDirectory: LMDB store, OPC UA PKI; never touched here)
+#   /etc/systemd/system/edgeferry.service, /usr/bin/edgeferry, bash completion
 set -eu
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+tree="$here/root"
 prefix=/opt/edgeferry
 
 [ "$(id -u)" -eq 0 ] || { echo "install.sh: run as root" >&2; exit 1; }
-[ -f "$here/dist/src/cli.js" ] || { echo "install.sh: build first (npm ci && npm run build)" >&2; exit 1; }
+[ -x "$tree$prefix/node/bin/node" ] || { echo "install.sh: $tree$prefix is missing: run me from the unpacked release" >&2; exit 1; }
 
-id edgeferry >/dev/null 2>&1 || useradd --system --home-dir /var/lib/edgeferry --shell /usr/sbin/nologin edgeferry
+upgrade=
+[ -d "$prefix" ] && upgrade=yes
+# Stopped before its files change (see postinst); started again by postinst.
+if [ -d /run/systemd/system ]; then systemctl stop edgeferry.service 2>/dev/null || true; fi
 
 # Stage the new version next to the old one, then swap, so a failed copy never leaves a half-installed tree.
-rm -rf "$prefix.new"
-mkdir -p "$prefix.new"
-cp -a "$here/dist" "$here/config" "$here/systemd" "$here/package.json" "$here/package-lock.json" "$here/README.md" "$prefix.new/"
-(cd "$prefix.new" && npm ci --omit=dev --no-audit --no-fund >/dev/null)
-rm -rf "$prefix.old"
+rm -rf "$prefix.new" "$prefix.old"
+cp -a "$tree$prefix" "$prefix.new"
 [ -d "$prefix" ] && mv "$prefix" "$prefix.old"
 mv "$prefix.new" "$prefix"
+rm -rf "$prefix.old"
 
-install -d -m 0750 -o root -g edgeferry /etc/edgeferry
-if [ ! -f /etc/edgeferry/edgeferry.yaml ]; then
-  sed 's#^\(\s*path:\s*\).*data.*#\1/var/lib/edgeferry#' "$here/config/edgeferry.yaml" > /etc/edgeferry/edgeferry.yaml
-  chmod 0640 /etc/edgeferry/edgeferry.yaml
-  chgrp edgeferry /etc/edgeferry/edgeferry.yaml
+install -d -m 0755 /etc/edgeferry
+[ -f /etc/edgeferry/edgeferry.yaml ] || cp "$tree/etc/edgeferry/edgeferry.yaml" /etc/edgeferry/edgeferry.yaml
+install -m 0644 "$tree/lib/systemd/system/edgeferry.service" /etc/systemd/system/edgeferry.service
+install -m 0755 "$tree/usr/bin/edgeferry" /usr/bin/edgeferry
+if [ -d /usr/share/bash-completion/completions ]; then
+  install -m 0644 "$tree/usr/share/bash-completion/completions/edgeferry" /usr/share/bash-completion/completions/edgeferry
 fi
 
-install -m 0644 "$here/systemd/edgeferry.service" /etc/systemd/system/edgeferry.service
-systemctl daemon-reload
-systemctl enable edgeferry.service
-systemctl restart edgeferry.service
-echo "edgeferry installed in $prefix; config /etc/edgeferry/edgeferry.yaml; data /var/lib/edgeferry"
+sh "$here/postinst" configure "$upgrade"
+echo "edgeferry $("$prefix/node/bin/node" -p 'require("/opt/edgeferry/package.json").version') installed in $prefix;" \
+  "config /etc/edgeferry/edgeferry.yaml; data /var/lib/edgeferry"

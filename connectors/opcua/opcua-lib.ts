@@ -10,12 +10,12 @@ import type * as ClientModule from 'node-opcua-client';
 import type * as CertificateManagerModule from 'node-opcua-certificate-manager';
 import type { Logger } from '../../src/util/logger.js';
 
-export type OpcuaClientLib = typeof ClientModule.default;
+export type OpcuaClientLib = typeof ClientModule;
 export type OpcuaCertificateManager = CertificateManagerModule.OPCUACertificateManager;
 
 export interface OpcuaLib {
   readonly ua: OpcuaClientLib;
-  readonly OPCUACertificateManager: typeof CertificateManagerModule.default.OPCUACertificateManager;
+  readonly OPCUACertificateManager: typeof CertificateManagerModule.OPCUACertificateManager;
 }
 
 export async function loadOpcua(log: Logger): Promise<OpcuaLib> {
@@ -23,9 +23,10 @@ export async function loadOpcua(log: Logger): Promise<OpcuaLib> {
     import('node-opcua-client'),
     import('node-opcua-certificate-manager'),
   ]);
-  // CommonJS packages: the whole `module.exports` is the default export; named exports may be partial.
-  const ua = clientModule.default;
-  const cm = certificateModule.default;
+  // node-opcua up to 2.182 is CommonJS: the whole `module.exports` is the default export and named exports may be
+  // partial. From 2.183 (Node 22.13+) it is ESM: named exports only.
+  const ua = ('default' in clientModule ? clientModule.default : clientModule) as OpcuaClientLib;
+  const cm = ('default' in certificateModule ? certificateModule.default : certificateModule) as typeof CertificateManagerModule;
   routeLogs(ua, log.child({ lib: 'node-opcua' }));
   return { ua, OPCUACertificateManager: cm.OPCUACertificateManager };
 }

@@ -373,7 +373,7 @@ describe('LMDB store', () => {
     await newer.close();
     const err = await openError(openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }));
     expect(err.message).toContain(dir);
-    expect(err.message).toContain(`schema version is ${SCHEMA_VERSION + 1}`);
+    expect(err.message).toContain(`store format is version ${SCHEMA_VERSION + 1}, written by a newer edgeferry release`);
     // Refusing changed nothing: the newer release can still read its data.
     const again = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }, { schemaVersion: SCHEMA_VERSION + 1 });
     expect(again.outbox('central', UNLIMITED).depth.messages).toBe(1);

@@ -245,10 +245,14 @@ export async function openLmdbStore(
     } else {
       const schema = store.meta.get('schema') as { version?: unknown } | undefined;
       if (schema === undefined || schema.version !== schemaVersion) {
+        const found = schema?.version;
         throw openError(
           dir,
-          `its schema version is ${String(schema?.version ?? 'missing')}, this edgeferry reads version ${schemaVersion}` +
-            ' (a store written by another edgeferry release needs that release or a migration)',
+          typeof found === 'number' && found > schemaVersion
+            ? `its store format is version ${found}, written by a newer edgeferry release; this release reads format ` +
+                `${schemaVersion} and cannot read it: install the newer release again (a downgrade keeps the store as it is)`
+            : `its store format is version ${String(found ?? 'missing')}, this edgeferry reads format ${schemaVersion}` +
+                ' (a store written by another edgeferry release needs that release or a migration)',
         );
       }
     }
