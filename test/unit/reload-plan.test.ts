@@ -7,7 +7,11 @@ import { parseConfig } from '../../src/config/load.js';
 import { planReload } from '../../src/config/reload-plan.js';
 import type { Config } from '../../src/config/schema.js';
 
-const bridge = (name: string, filter = 'plant/#') => ({ name, remote: { urls: ['mqtt://127.0.0.1:1884'] }, topics: [{ filter }] });
+const bridge = (name: string, filter = 'plant/#', direction = 'out') => ({
+  name,
+  remote: { urls: ['mqtt://127.0.0.1:1884'] },
+  topics: [{ filter, direction }],
+});
 const modbus = (id: string, address = 0) => ({
   id,
   type: 'modbus',
@@ -50,13 +54,14 @@ describe('planReload', () => {
 
   it('never touches the Sparkplug uplink: a change to it waits for a restart and the old one stays in force', () => {
     const sparkplug = { groupId: 'g', edgeNodeId: 'n', uplink: 'central' };
-    const old = config({ bridges: [bridge('central'), bridge('side')], sparkplug });
-    const next = config({ bridges: [bridge('central', 'spBv1.0/#'), bridge('side', 'x/#')], sparkplug });
+    // A Sparkplug uplink needs in filters for NCMD and DCMD: `both` on spBv1.0/# gives them.
+    const old = config({ bridges: [bridge('central', 'spBv1.0/#', 'both'), bridge('side')], sparkplug });
+    const next = config({ bridges: [bridge('central', 'spBv1.0/g/#', 'both'), bridge('side', 'x/#')], sparkplug });
     const plan = planReload(old, next);
     expect(names(plan.bridges.change)).toEqual(['side']);
     expect(plan.bridges.add).toEqual([]);
     expect(plan.needsRestart).toEqual(['bridges (central, the Sparkplug uplink)']);
-    expect(plan.inForce.bridges.find((b) => b.name === 'central')?.topics[0].filter).toBe('plant/#');
+    expect(plan.inForce.bridges.find((b) => b.name === 'central')?.topics[0].filter).toBe('spBv1.0/#');
     // Said again at the next reload of the same file: it still is not in force.
     expect(planReload(plan.inForce, next).needsRestart).toEqual(['bridges (central, the Sparkplug uplink)']);
   });
