@@ -15,7 +15,7 @@ import type { BridgeConfig } from '../../src/config/schema.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { delay, waitFor } from '../helpers/wait.js';
-import { bridgeConfig, testBroker } from './bridge-setup.js';
+import { bridgeConfig, testBroker } from '../helpers/bridge-setup.js';
 
 const d = useDisposer();
 

@@ -8,7 +8,7 @@ import type { Message } from '../../src/protocol/message.js';
 import type { Logger, LogFn } from '../../src/util/logger.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 import { waitFor } from '../helpers/wait.js';
-import { command, Decoder, RecordingBroker, FakeConnector } from './sparkplug-setup.js';
+import { command, Decoder, RecordingBroker, FakeConnector } from '../helpers/sparkplug-setup.js';
 import { ValueRefusedError } from '../../connectors/contract.js';
 
 interface LogLine {

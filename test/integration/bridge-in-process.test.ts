@@ -16,7 +16,7 @@ import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { waitFor } from '../helpers/wait.js';
-import { bridgeConfig, recordingLogger, retainedPayload, testBroker } from './bridge-setup.js';
+import { bridgeConfig, recordingLogger, retainedPayload, testBroker } from '../helpers/bridge-setup.js';
 
 const d = useDisposer();
 
