@@ -15,8 +15,8 @@
  * system clock was wrong then or is behind now (see `SteadyClock.adopt`).
  *
  * So it may differ from the system clock: by a step seen while running (a timeline started at 1970 stays 56
- * years behind), and by what adjusts the system clock without stepping it (measured here: a VM whose wall clock
- * gains 280 ppm on the monotonic one, 24 s a day). Nothing shows its absolute value; only differences between
+ * years behind), and by what adjusts the system clock without stepping it (a drifting VM clock: docs/architecture.md#time).
+ * Nothing shows its absolute value; only differences between
  * its readings are used (ages, deadlines), and those stay right.
  *
  * Not for timestamps that say when something happened outside (Sparkplug metric timestamps, log lines): those

@@ -25,8 +25,8 @@
  *   the transactions committed since the last completed fsync, i.e. roughly the writes of the last one or two
  *   batches (milliseconds on an SSD, up to the device's sync latency on SD cards). The database itself stays
  *   consistent (LMDB's meta pages). It also opens LMDB with MDB_NOMETASYNC: one fsync per commit instead of two,
- *   and an OS crash may undo the last transaction, which is inside that window. (Measured with lmdb 3.5.6 here:
- *   the commit callback comes after the data fsync anyway, so `relaxed` gains mostly from the second one.)
+ *   and an OS crash may undo the last transaction, which is inside that window (what `relaxed` gains:
+ *   docs/reliability.md#lmdb-facts).
  * - Not used, on purpose: `noSync` (loses data on an OS crash), `useWritemap` (SIGBUS on a full disk, stray
  *   writes corrupt), compression (lmdb-js#324 leaks in queue-like use), long read transactions (scans pass
  *   `snapshot: false`).

@@ -111,8 +111,7 @@ export interface StoreWriter extends StoreDatabases {
  * acked) need no commit of their own: a crash before they commit only sends those messages once more, which
  * QoS 1 allows (QoS 2 resumes from its recorded state, so nothing is delivered twice). They are collected for
  * ACK_DELAY_MS and committed in one batch. While a queue drains or a backlog replays, that saves a commit (two
- * fsyncs) per event turn; measured on two cores: the session drain ran 20 % faster, the bridge replay 10-15 %.
- * Flash storage wears less too.
+ * fsyncs) per event turn (docs/architecture.md#durability). Flash storage wears less too.
  */
 export class DelayedFlush {
   private pending: { promise: Promise<void>; now(): void } | undefined;
