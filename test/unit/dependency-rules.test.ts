@@ -63,7 +63,6 @@ const rules: Record<string, { uses: string[]; types?: string[] }> = {
 const packageHomes: Record<string, string[]> = {
   'mqtt-packet': ['src/protocol/'],
   lmdb: ['src/store/lmdb/open.ts', 'src/store/lmdb/'],
-  mqtt: ['src/bridge/uplink.ts'],
   'sparkplug-payload': ['src/sparkplug/payload.ts'],
   'modbus-serial': ['connectors/modbus/'],
   yaml: ['src/config/'],
