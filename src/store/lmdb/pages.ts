@@ -186,6 +186,14 @@ class SnapshotWalk {
   /** Per page: 0 not reached, 1 in a tree, 2 in the freelist. */
   private readonly owner: Uint8Array;
   readonly problems: string[] = [];
+  /** Named databases of the main database, as the walk found them. */
+  readonly named: { name: string; db: DbRecord }[] = [];
+  /** The leaf pages that checked out, by named database. */
+  private readonly leaves = new Map<string, number[]>();
+  /** Named databases whose tree has a problem. */
+  readonly damagedTrees: string[] = [];
+  /** The freelist walked without a problem, and no page both free and in use. */
+  freelistIntact = false;
 
   constructor(
     private readonly file: PageFile,
@@ -205,26 +213,19 @@ class SnapshotWalk {
     }
     const freePages: number[] = [];
     this.freelistIntact = !this.tree('the freelist', this.meta.free, undefined, (data, problem) => this.freeRecord(data, freePages, problem));
+    let clashes = 0;
     for (const pgno of freePages) {
-      if (this.owner[pgno] !== 0) {
+      if (this.owner[pgno] !== 0 && ++clashes <= PROBLEMS_PER_TREE) {
         this.problems.push(`the freelist: page ${pgno} is listed as free but ${this.owner[pgno] === 1 ? 'is in use' : 'is listed twice'}`);
-        this.freelistIntact = false;
       }
       this.owner[pgno] = 2;
     }
+    if (clashes > 0) this.freelistIntact = false;
+    if (clashes > PROBLEMS_PER_TREE) this.problems.push(`the freelist: ${clashes - PROBLEMS_PER_TREE} more pages listed as free are in use or listed twice`);
     let lost = 0;
     for (let pgno = 2; pgno <= this.meta.lastPage; pgno++) if (this.owner[pgno] === 0) lost++;
     if (lost > 0) this.problems.push(`${lost} page${lost === 1 ? ' is' : 's are'} cut off: in no database and not free`);
   }
-
-  /** Named databases of the main database, as the walk found them. */
-  readonly named: { name: string; db: DbRecord }[] = [];
-  /** The leaf pages that checked out, by named database. */
-  private readonly leaves = new Map<string, number[]>();
-  /** Named databases whose tree has a problem. */
-  readonly damagedTrees: string[] = [];
-  /** The freelist walked without a problem, and no page both free and in use. */
-  freelistIntact = false;
 
   /**
    * The records of database `name` that can be read from the file, after `run()`: those of its leaf pages that
