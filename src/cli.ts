@@ -33,24 +33,66 @@ const { version: VERSION } = JSON.parse(readFileSync(new URL('../../package.json
   version: string;
 };
 
-const USAGE = `Usage: edgeferry [options]
+/** `edgeferry COMMAND --help`: what each tool takes. */
+const COMMAND_USAGE = new Map<string, string>([
+  ['passwd', passwdUsage],
+  ['opcua', opcuaUsage.replace(/^Usage:\n/, '')],
+  ['store', storeUsage],
+]);
 
-Edge MQTT gateway: local MQTT broker, Sparkplug B edge node, store-and-forward bridges.
+/** `--help`, laid out like a manual page: what an operator at the box reads first. */
+const USAGE = `EDGEFERRY(8)
 
-Options:
+NAME
+  edgeferry - edge MQTT gateway: a local MQTT 3.1.1/5.0 broker, a Sparkplug B edge node for PLCs (Modbus,
+  OPC UA), and store-and-forward bridges to central brokers
+
+SYNOPSIS
+  edgeferry [-c FILE] [--log-format json|pretty] [--reset-store]
+  edgeferry --check-config [-c FILE]
+  edgeferry passwd FILE USER [--delete]
+  edgeferry opcua browse|trust ...
+  edgeferry store list|delete-outbox|requeue|salvage [-c FILE]
+  edgeferry --version | --help | COMMAND --help
+
+DESCRIPTION
+  Without a command, runs the gateway on the configuration FILE until SIGTERM: listeners, the durable store
+  (storage.path), bridges, connectors and the Sparkplug edge node, as the file says. It tells systemd when it is
+  ready and keeps its watchdog fed (Type=notify). Logs go to stdout (JSON, or pretty on a terminal).
+
+OPTIONS
   -c, --config FILE        configuration file (default: ${DEFAULT_CONFIG_FILE})
       --check-config       validate the configuration file and exit
       --reset-store        move the data directory (storage.path) aside to <path>.reset-<time>, then start
-                           with an empty store: the way out of an unreadable store, keeping it for analysis
+                           with an empty store: the last way out of an unreadable store, keeping it for analysis
       --log-format FORMAT  json or pretty, overriding log.format
       --version            print the version and exit
-  -h, --help               print this help and exit
+  -h, --help               print this help and exit; after a COMMAND, that command's help
 
-Commands:
-${passwdUsage}${opcuaUsage.replace(/^Usage:\n/, '')}${storeUsage}
-Signals: SIGTERM and SIGINT stop gracefully, SIGHUP reloads the configuration file.
-Exit codes: 0 ok, 1 runtime error, 2 bad configuration or usage, 3 the data directory cannot be opened
-or another edgeferry holds it.
+COMMANDS
+${passwdUsage}${COMMAND_USAGE.get('opcua') ?? ''}${storeUsage}
+FILES
+  The configuration file: every key, its default and what it does is in config/edgeferry.example.yaml beside the
+  gateway (/opt/edgeferry/config/ when installed from the package; the package's own file is
+  /etc/edgeferry/edgeferry.yaml). storage.path holds the store (data.mdb), edgeferry.lock (one process per
+  directory) and the OPC UA PKI (opcua/pki).
+
+SIGNALS
+  SIGTERM, SIGINT  stop gracefully: connections closed, bridges and the store flushed
+  SIGHUP           reload the configuration file: users, ACLs, bridges, connectors, log level; what needs a
+                   restart is named in the log and stays as it was
+
+EXIT STATUS
+  0  ok
+  1  runtime error
+  2  bad configuration or usage
+  3  the data directory cannot be opened (damaged: see store salvage) or another edgeferry holds it
+
+ENVIRONMENT
+  NOTIFY_SOCKET, WATCHDOG_USEC  set by systemd for Type=notify and its watchdog
+
+SEE ALSO
+  README.md and docs/ (architecture, reliability) beside the gateway; mosquitto_passwd(1), systemctl(1)
 `;
 
 function parseCommandLine() {
@@ -73,6 +115,10 @@ function parseCommandLine() {
 
 async function main(): Promise<void> {
   const subcommand = SUBCOMMANDS.get(process.argv[2] ?? '');
+  if (subcommand !== undefined && ['--help', '-h'].includes(process.argv[3] ?? '')) {
+    process.stdout.write(COMMAND_USAGE.get(process.argv[2]) ?? USAGE);
+    return;
+  }
   if (subcommand !== undefined) {
     process.exitCode = await subcommand(process.argv.slice(3));
     return;

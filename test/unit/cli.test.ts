@@ -85,12 +85,26 @@ describe('edgeferry command line', () => {
     expect(r.stdout()).toBe(`${version}\n`);
   });
 
-  it('--help lists every option and the exit codes, and exits 0', async () => {
+  it('--help reads like a manual page: every option, command, signal and exit status, and exits 0', async () => {
     const r = run(['--help']);
     expect(await r.exited).toBe(0);
-    for (const option of ['--config', '--check-config', '--log-format', '--version', '--help', 'Exit codes']) {
-      expect(r.stdout()).toContain(option);
+    const sections = ['NAME', 'SYNOPSIS', 'DESCRIPTION', 'OPTIONS', 'COMMANDS', 'FILES', 'SIGNALS', 'EXIT STATUS', 'SEE ALSO'];
+    const at = sections.map((s) => r.stdout().indexOf(`\n${s}\n`));
+    expect(at.every((i) => i >= 0), `sections at ${at.join(', ')}`).toBe(true);
+    expect(at).toEqual([...at].sort((a, b) => a - b)); // in manual page order
+    for (const word of ['--config', '--check-config', '--reset-store', '--log-format', '--version', '--help', 'SIGHUP', 'store salvage', 'passwd FILE USER']) {
+      expect(r.stdout()).toContain(word);
     }
+  });
+
+  it('COMMAND --help prints that command\'s usage and exits 0', async () => {
+    const store = run(['store', '--help']);
+    expect(await store.exited).toBe(0);
+    expect(store.stdout()).toContain('edgeferry store salvage');
+    expect(store.stdout()).not.toContain('SYNOPSIS');
+    const passwd = run(['passwd', '-h']);
+    expect(await passwd.exited).toBe(0);
+    expect(passwd.stdout()).toContain('edgeferry passwd FILE USER');
   });
 
   it('an unknown option or a bad --log-format is a usage error, exit 2', async () => {
