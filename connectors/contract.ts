@@ -21,6 +21,61 @@ export type TagDatatype =
 /** 64-bit integers travel as bigint so no precision is lost; DateTime as epoch milliseconds. */
 export type TagValue = number | bigint | boolean | string | Buffer | readonly (number | bigint | boolean | string)[];
 
+/** How a datatype travels in a Sparkplug payload, what it holds, and what it shows with no value. */
+export interface DatatypeSpec {
+  /** Sparkplug 3.0 DataType enum value (§6.4.16). */
+  readonly code: number;
+  /** The Sparkplug Metric field its value travels in; arrays travel packed in `bytesValue` (§6.4.17). */
+  readonly field: 'intValue' | 'longValue' | 'floatValue' | 'doubleValue' | 'booleanValue' | 'stringValue' | 'bytesValue';
+  /** Integers: the inclusive range of its values. */
+  readonly range?: readonly [bigint, bigint];
+  /** A new empty value: what a tag shows when its device gives a bad status and no value. */
+  zero(): TagValue;
+}
+
+const integer = (code: number, field: 'intValue' | 'longValue', min: bigint, max: bigint): DatatypeSpec => ({
+  code,
+  field,
+  range: [min, max],
+  zero: field === 'longValue' ? () => 0n : () => 0,
+});
+const array = (code: number): DatatypeSpec => ({ code, field: 'bytesValue', zero: () => [] });
+
+/**
+ * Every datatype a tag may declare, in one table: the payload codec, the command checks and the connectors read
+ * it instead of each keeping a switch of their own. 64-bit integers are bigint values; DateTime is epoch ms.
+ */
+export const DATATYPES: Readonly<Record<TagDatatype, DatatypeSpec>> = {
+  Int8: integer(1, 'intValue', -128n, 127n),
+  Int16: integer(2, 'intValue', -32_768n, 32_767n),
+  Int32: integer(3, 'intValue', -2_147_483_648n, 2_147_483_647n),
+  Int64: integer(4, 'longValue', -(2n ** 63n), 2n ** 63n - 1n),
+  UInt8: integer(5, 'intValue', 0n, 255n),
+  UInt16: integer(6, 'intValue', 0n, 65_535n),
+  UInt32: integer(7, 'intValue', 0n, 4_294_967_295n),
+  UInt64: integer(8, 'longValue', 0n, 2n ** 64n - 1n),
+  Float: { code: 9, field: 'floatValue', zero: () => 0 },
+  Double: { code: 10, field: 'doubleValue', zero: () => 0 },
+  Boolean: { code: 11, field: 'booleanValue', zero: () => false },
+  String: { code: 12, field: 'stringValue', zero: () => '' },
+  DateTime: { code: 13, field: 'longValue', zero: () => 0 },
+  Text: { code: 14, field: 'stringValue', zero: () => '' },
+  Bytes: { code: 17, field: 'bytesValue', zero: () => Buffer.alloc(0) },
+  Int8Array: array(22),
+  Int16Array: array(23),
+  Int32Array: array(24),
+  Int64Array: array(25),
+  UInt8Array: array(26),
+  UInt16Array: array(27),
+  UInt32Array: array(28),
+  UInt64Array: array(29),
+  FloatArray: array(30),
+  DoubleArray: array(31),
+  BooleanArray: array(32),
+  StringArray: array(33),
+  DateTimeArray: array(34),
+};
+
 export interface TagDefinition {
   /** The Sparkplug metric name, unique within the connector. */
   readonly name: string;

@@ -6,7 +6,7 @@
  * node-opcua represents 64-bit integers as `[high, low]` pairs of unsigned 32-bit words (two's complement for
  * Int64); edgeferry carries them as bigint so no precision is lost. DateTime travels as epoch milliseconds.
  */
-import type { TagDatatype, TagValue } from '../contract.js';
+import { DATATYPES, type TagDatatype, type TagValue } from '../contract.js';
 
 /** OPC UA built-in type ids (Part 6 §5.1.2); the numbers equal node-opcua's `DataType` enum. */
 export const BuiltInType = {
@@ -120,21 +120,7 @@ export function isCompatibleDatatype(declared: TagDatatype, actual: TagDatatype)
 
 /** The value a tag shows when the server gives a bad status and no value: zero of its datatype. */
 export function zeroValue(datatype: TagDatatype): TagValue {
-  if (isArrayDatatype(datatype)) return [];
-  switch (datatype) {
-    case 'Boolean':
-      return false;
-    case 'String':
-    case 'Text':
-      return '';
-    case 'Bytes':
-      return Buffer.alloc(0);
-    case 'Int64':
-    case 'UInt64':
-      return 0n;
-    default:
-      return 0;
-  }
+  return DATATYPES[datatype].zero();
 }
 
 /** The variant's value does not fit the tag (a server changed a node's type, or sent a matrix). */

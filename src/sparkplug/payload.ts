@@ -15,7 +15,7 @@
  * without a full decode where that is cheap (the seq of every DATA message going upstream).
  */
 import sparkplugProto from 'sparkplug-payload/lib/sparkplugPayloadProto.js';
-import type { TagDatatype, TagValue } from '../../connectors/contract.js';
+import { DATATYPES, type DatatypeSpec, type TagDatatype, type TagValue } from '../../connectors/contract.js';
 
 const Proto = sparkplugProto.org.eclipse.tahu.protobuf;
 const ProtoPayload = Proto.Payload;
@@ -23,15 +23,23 @@ const ProtoPayload = Proto.Payload;
 /** Every datatype a metric can declare here: the tag datatypes plus the few Sparkplug-only ones we read. */
 export type MetricDatatype = TagDatatype | 'UUID' | 'DataSet' | 'File' | 'Template';
 
-/** Sparkplug 3.0 DataType enum values. */
-export const DATATYPE_CODES: Readonly<Record<MetricDatatype, number>> = {
-  Int8: 1, Int16: 2, Int32: 3, Int64: 4, UInt8: 5, UInt16: 6, UInt32: 7, UInt64: 8,
-  Float: 9, Double: 10, Boolean: 11, String: 12, DateTime: 13, Text: 14, UUID: 15, DataSet: 16,
-  Bytes: 17, File: 18, Template: 19,
-  Int8Array: 22, Int16Array: 23, Int32Array: 24, Int64Array: 25, UInt8Array: 26, UInt16Array: 27,
-  UInt32Array: 28, UInt64Array: 29, FloatArray: 30, DoubleArray: 31, BooleanArray: 32, StringArray: 33,
-  DateTimeArray: 34,
+/** The Sparkplug datatypes no tag declares, which hosts may still send: how they travel (DataSet, Template: not decoded). */
+const OTHER_DATATYPES: Readonly<Record<Exclude<MetricDatatype, TagDatatype>, Pick<DatatypeSpec, 'code'> & { field?: DatatypeSpec['field'] }>> = {
+  UUID: { code: 15, field: 'stringValue' },
+  DataSet: { code: 16 },
+  File: { code: 18, field: 'bytesValue' },
+  Template: { code: 19 },
 };
+
+/** Sparkplug 3.0 DataType enum values (§6.4.16), from the datatype table (connectors/contract.ts). */
+export const DATATYPE_CODES = Object.fromEntries(
+  [...Object.entries(DATATYPES), ...Object.entries(OTHER_DATATYPES)].map(([name, spec]) => [name, spec.code]),
+) as Readonly<Record<MetricDatatype, number>>;
+
+/** The table's entry for a datatype: how it travels, its range. */
+function specOf(type: MetricDatatype): { field?: DatatypeSpec['field']; range?: DatatypeSpec['range'] } {
+  return type in DATATYPES ? DATATYPES[type as TagDatatype] : OTHER_DATATYPES[type as Exclude<MetricDatatype, TagDatatype>];
+}
 
 const DATATYPE_NAMES = new Map<number, MetricDatatype>(
   Object.entries(DATATYPE_CODES).map(([name, code]) => [code, name as MetricDatatype]),
@@ -143,44 +151,32 @@ function encodeMetric(m: MetricOut): Record<string, unknown> {
 }
 
 function setValue(out: Record<string, unknown>, type: MetricDatatype, value: TagValue): void {
-  switch (type) {
-    case 'Int8':
-    case 'Int16':
-    case 'Int32':
-    case 'UInt8':
-    case 'UInt16':
-    case 'UInt32':
+  switch (specOf(type).field) {
+    case 'intValue':
       // uint32 on the wire; negative values travel as two's complement.
       out.intValue = Number(toBigInt(value) & 0xffff_ffffn);
       return;
-    case 'Int64':
-    case 'UInt64':
-    case 'DateTime':
+    case 'longValue':
       out.longValue = longBits(toBigInt(value));
       return;
-    case 'Float':
+    case 'floatValue':
       out.floatValue = Number(value);
       return;
-    case 'Double':
+    case 'doubleValue':
       out.doubleValue = Number(value);
       return;
-    case 'Boolean':
+    case 'booleanValue':
       out.booleanValue = Boolean(value);
       return;
-    case 'String':
-    case 'Text':
-    case 'UUID':
+    case 'stringValue':
       out.stringValue = String(value);
       return;
-    case 'Bytes':
-    case 'File':
-      out.bytesValue = Buffer.isBuffer(value) ? value : Buffer.from(String(value));
+    case 'bytesValue':
+      if (type.endsWith('Array')) out.bytesValue = encodeArray(type, value);
+      else out.bytesValue = Buffer.isBuffer(value) ? value : Buffer.from(String(value));
       return;
-    case 'DataSet':
-    case 'Template':
-      throw new TypeError(`encoding ${type} values is not supported`);
     default:
-      out.bytesValue = encodeArray(type, value);
+      throw new TypeError(`encoding ${type} values is not supported`);
   }
 }
 
@@ -293,45 +289,22 @@ function decodeMetric(m: ProtoMetric, lookup: DatatypeLookup | undefined): Metri
  */
 function readValue(m: ProtoMetric, type: MetricDatatype | undefined): TagValue | null {
   const has = (k: string): boolean => Object.prototype.hasOwnProperty.call(m, k);
+  const spec = type === undefined ? undefined : specOf(type);
+  const signed = spec?.range !== undefined && spec.range[0] < 0n;
+  const wide = spec?.range !== undefined && spec.field === 'longValue'; // Int64, UInt64
   if (has('intValue')) {
     const raw = (m.intValue as number) >>> 0;
-    switch (type) {
-      case 'Int8':
-      case 'Int16':
-      case 'Int32':
-        return raw | 0;
-      case 'Int64':
-        return BigInt(raw | 0);
-      case 'UInt64':
-        return BigInt(raw);
-      case 'Boolean':
-        return raw !== 0;
-      default:
-        return raw;
-    }
+    if (type === 'Boolean') return raw !== 0;
+    if (wide) return signed ? BigInt(raw | 0) : BigInt(raw);
+    return signed ? raw | 0 : raw;
   }
   if (has('longValue')) {
     const raw = fromLong(m.longValue);
-    switch (type) {
-      case 'UInt64':
-        return raw;
-      case 'Int64':
-        return BigInt.asIntN(64, raw);
-      case 'DateTime':
-        return Number(BigInt.asIntN(64, raw));
-      case 'Int8':
-      case 'Int16':
-      case 'Int32':
-        return asNumberIfSafe(BigInt.asIntN(64, raw));
-      case 'UInt8':
-      case 'UInt16':
-      case 'UInt32':
-        return asNumberIfSafe(raw);
-      case 'Boolean':
-        return raw !== 0n;
-      default:
-        return raw;
-    }
+    if (type === 'Boolean') return raw !== 0n;
+    if (type === 'DateTime') return Number(BigInt.asIntN(64, raw));
+    if (spec?.range === undefined) return raw;
+    const value = signed ? BigInt.asIntN(64, raw) : raw;
+    return wide ? value : asNumberIfSafe(value);
   }
   if (has('floatValue')) return m.floatValue as number;
   if (has('doubleValue')) return m.doubleValue as number;
