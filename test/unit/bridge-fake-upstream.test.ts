@@ -7,7 +7,7 @@ import mqttPacket from 'mqtt-packet';
 import type { Packet } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { Bridge } from '../../src/bridge/bridge.js';
-import { createMessage, type QoS } from '../../src/protocol/message.js';
+import { createMessage, type Message, type QoS } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import { createMemoryStore } from '../../src/store/memory.js';
 import { deadLetterOutbox, type Outbox } from '../../src/store/types.js';
@@ -335,21 +335,27 @@ describe('bridge against a scriptable fake upstream', () => {
     expect(bridge.stats.acked).toBe(1);
   });
 
-  it('announces its Maximum Packet Size (MQTT 5) and drops a connection whose broker sends a larger packet, unpublished [MQTT-3.1.2-24]', async () => {
+  /** An online bridge with one in filter `cmd/#` to a fake upstream that grants subscriptions; `local` collects what it publishes here. */
+  async function inboundBridge(maxPacketBytes?: number) {
     const up = d.add(await startFakeUpstream());
     up.onPacket = (c, p) => {
       if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [1], reasonCode: 0 } as unknown as Packet);
     };
     const { broker } = testBroker();
-    const local: string[] = [];
+    const local: Message[] = [];
     broker.subscribe('cmd/#', { qos: 1, origin: 'observer' }, (msg) => {
-      local.push(msg.payload.toString());
+      local.push(msg);
     });
-    const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] });
-    const maxPacketBytes = 1024;
+    const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'] });
     const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger, maxPacketBytes }));
     await bridge.start();
     await waitFor(() => bridge.status.type === 'online', 5000);
+    return { up, bridge, local };
+  }
+
+  it('announces its Maximum Packet Size (MQTT 5) and drops a connection whose broker sends a larger packet, unpublished [MQTT-3.1.2-24]', async () => {
+    const maxPacketBytes = 1024;
+    const { up, bridge, local } = await inboundBridge(maxPacketBytes);
     const connect = up.connections[0].packets.find((p) => p.cmd === 'connect') as Packet & { properties?: { maximumPacketSize?: number } };
     expect(connect.properties?.maximumPacketSize).toBe(maxPacketBytes);
     up.connections[0].send({ cmd: 'publish', topic: 'cmd/big', payload: Buffer.alloc(2000), qos: 0, retain: false, dup: false } as Packet);
@@ -358,26 +364,14 @@ describe('bridge against a scriptable fake upstream', () => {
     await waitFor(() => bridge.status.type === 'online', 5000);
     up.connections[1].send({ cmd: 'publish', topic: 'cmd/small', payload: Buffer.from('ok'), qos: 0, retain: false, dup: false } as Packet);
     await waitFor(() => local.length === 1, 5000);
-    expect(local).toEqual(['ok']);
+    expect(local.map((m) => m.payload.toString())).toEqual(['ok']);
     // Refused at its fixed header: a PUBLISH declaring 10 MB is not waited for, the connection drops at once.
     up.connections[1].socket.write(Buffer.from([0x30, 0x80, 0xad, 0xe2, 0x04]));
     await waitFor(() => up.connections.length === 3, 5000);
   });
 
   it('drops a connection whose broker uses a Topic Alias it was never allowed, with DISCONNECT 0x94, unpublished [MQTT-3.3.2-11]', async () => {
-    const up = d.add(await startFakeUpstream());
-    up.onPacket = (c, p) => {
-      if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [1], reasonCode: 0 } as unknown as Packet);
-    };
-    const { broker } = testBroker();
-    const local: string[] = [];
-    broker.subscribe('cmd/#', { qos: 1, origin: 'observer' }, (msg) => {
-      local.push(msg.topic);
-    });
-    const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'] });
-    const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger }));
-    await bridge.start();
-    await waitFor(() => bridge.status.type === 'online', 5000);
+    const { up, local } = await inboundBridge();
     up.connections[0].send({ cmd: 'publish', topic: 'cmd/a', payload: Buffer.from('x'), qos: 0, retain: false, dup: false, properties: { topicAlias: 1 } } as Packet);
     await waitFor(() => up.connections[0].packets.some((p) => p.cmd === 'disconnect'), 5000);
     expect(up.connections[0].packets.find((p) => p.cmd === 'disconnect')).toMatchObject({ reasonCode: 0x94 });
