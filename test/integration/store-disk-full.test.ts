@@ -118,6 +118,17 @@ describe('a full disk', () => {
     retainer.publish('fill/retained', 'refused', { qos: 1, retain: true, messageId: 7 });
     expect(((await retainer.expect('puback')) as IPubackPacket).reasonCode).toBe(QUOTA_EXCEEDED);
 
+    // While the disk stays full, LMDB is not asked to write again: each failed write makes it print a "Write error"
+    // line on stderr that nothing can catch. The store asks the filesystem (statfs) instead, once a second.
+    const writeErrors = (): number => gw.output().split('Write error').length - 1;
+    const errorsAtStart = writeErrors();
+    for (let id = 1_000_000, until = Date.now() + 3500; Date.now() < until; ) {
+      const more = await fillDisk(gw, id, 16);
+      expect(more.accepted).toEqual([]);
+      id = more.next;
+    }
+    expect(writeErrors() - errorsAtStart).toBe(0);
+
     // One warn when the episode began; none per refused message.
     const log = gw.output();
     expect(log.match(/store full/g)?.length, log.slice(-3000)).toBe(1);

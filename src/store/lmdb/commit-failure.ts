@@ -47,11 +47,20 @@ export function isDiskFull(cause: unknown, dir: string, batchBytes: number): boo
   const code = (cause as { code?: unknown } | undefined)?.code;
   if (code === ENOSPC || code === 'ENOSPC' || code === MDB_MAP_FULL) return true;
   if (code !== EIO && code !== 'EIO') return false;
+  return diskHasRoom(dir, batchBytes) === false;
+}
+
+/**
+ * Whether the filesystem under `dir` has room for `bytes` more plus some slack; undefined when it cannot tell.
+ * While the disk is full, the store asks this before it lets LMDB try a write again, since every failed write
+ * makes LMDB print a "Write error" line on stderr, which nothing can catch.
+ */
+export function diskHasRoom(dir: string, bytes: number): boolean | undefined {
   try {
     const fsStats = fs.statfsSync(dir);
-    return fsStats.bavail * fsStats.bsize < DISK_FULL_SLACK_BYTES + batchBytes;
+    return fsStats.bavail * fsStats.bsize >= DISK_FULL_SLACK_BYTES + bytes;
   } catch {
-    return false; // cannot tell: keep it a write error, which says "check the disk"
+    return undefined; // cannot tell: a full disk is then only known by a failed write
   }
 }
 
@@ -61,7 +70,7 @@ let muted = false;
  * lmdb-js prints every failed commit's OS error with `console.error` (write.js) on stderr, unstructured; the
  * store reports the same failure itself, once per episode, so those lines are dropped. Everything else printed
  * with console.error passes. (LMDB's own C-level "Write error" line cannot be caught from here; the store keeps
- * it rare by not retrying the disk more than once a second while it is full.)
+ * it to the write that found the disk full: see `diskHasRoom`.)
  */
 export function muteLmdbCommitErrors(): void {
   if (muted) return;

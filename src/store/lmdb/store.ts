@@ -42,7 +42,7 @@ import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type Ou
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
 import { SteadyClock } from '../../util/clock.js';
-import { commitCause, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
+import { commitCause, diskHasRoom, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
 import type { VerifyMode } from './verify.js';
 
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
@@ -67,6 +67,8 @@ interface FullEpisode {
   refused: number;
   /** A full disk: when a batch may try again (see DISK_FULL_RETRY_MS). */
   retryAtMs: number;
+  /** A full disk: a batch deleted records since the last try, so LMDB has pages of its own to reuse. */
+  pagesFreed?: boolean;
 }
 
 export interface LmdbStoreOptions {
@@ -260,12 +262,15 @@ export class LmdbStore implements Store, StoreWriter {
     if (full?.cause === 'disk' && !b.probe) {
       // Refused without asking the disk, which LMDB would answer with a failed commit (and a stderr line) each time.
       const nowMs = performance.now();
-      if (nowMs < full.retryAtMs) {
+      // Nor when the filesystem has no room and LMDB freed no pages of its own to write into (its stderr line).
+      const mayTry = nowMs >= full.retryAtMs && (full.pagesFreed === true || diskHasRoom(this.path, bytes * RESERVE_MARGIN) !== false);
+      if (nowMs >= full.retryAtMs) full.retryAtMs = nowMs + DISK_FULL_RETRY_MS;
+      if (!mayTry) {
         b.storeFull = true;
         full.refused++;
         throw this.diskFullError();
       }
-      full.retryAtMs = nowMs + DISK_FULL_RETRY_MS;
+      full.pagesFreed = false;
       b.probe = true;
     }
     b.reservations++;
@@ -449,7 +454,11 @@ export class LmdbStore implements Store, StoreWriter {
   private afterCommit(b: Batch): void {
     this.pageBytes.reservedSince += b.reservedBytes;
     if (b.reservations > 0 && !b.storeFull) this.endFull();
-    else if (b.deletes && this.full?.cause === 'disk') this.full.retryAtMs = 0; // freed pages: the next batch may try
+    else if (b.deletes && this.full?.cause === 'disk') {
+      // Freed pages: the next batch may try, even with the filesystem still full.
+      this.full.retryAtMs = 0;
+      this.full.pagesFreed = true;
+    }
     for (const member of b.members) member.committed();
     if (this.commitFailing) {
       this.commitFailing = false;
