@@ -328,8 +328,10 @@ describe('subscribers that read a trickle', () => {
     for (const c of slow) expect(c.packets('disconnect').map((p) => p.reasonCode), c.describe()).toEqual([0x97]);
     // One warning per slow reader, none for the fast one.
     expect(warnedClientIds().sort()).toEqual(slow.map((_, i) => `trickle-${i}`).sort());
-    // Memory stayed within the write buffers of the slow readers plus a margin (no growth with the stream).
-    expect(rssPeak - rssBefore).toBeLessThan(SLOW_READERS * MAX_WRITE_BUFFER_BYTES * 4 + 64 * 1024 * 1024);
+    // Memory stayed within the write buffers of the slow readers plus a margin for the heap, not with the stream: a
+    // gateway that kept what the slow readers did not take would hold up to 10 x the ~20 MB streamed. (The margin:
+    // Node 24's heap grew by up to 75 MB here in a run, Node 20's less.)
+    expect(rssPeak - rssBefore).toBeLessThan(SLOW_READERS * MAX_WRITE_BUFFER_BYTES * 4 + 96 * 1024 * 1024);
     expect(gw.proc.exitCode).toBeNull();
   }, 40_000);
 });
