@@ -155,3 +155,23 @@ export async function startModbusSim(options: { units?: readonly number[]; rtu?:
     },
   };
 }
+
+/**
+ * The connector config of a Modbus TCP device `press-1` (unit 1) on `sim`, polled every 100 ms, with `tags`. Its
+ * timeout is generous: two shared cores under load must not make a healthy unit look dead.
+ */
+export function modbusPress(sim: ModbusSim, tags: readonly object[]) {
+  return {
+    id: 'press-1',
+    type: 'modbus',
+    transport: 'tcp',
+    host: '127.0.0.1',
+    port: sim.port,
+    unitId: 1,
+    addressBase: 0,
+    pollIntervalMs: 100,
+    timeoutMs: 1500,
+    retries: 0,
+    tags,
+  };
+}

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
-import { startModbusSim } from '../helpers/modbus-sim.js';
+import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
@@ -259,19 +259,7 @@ describe('/readyz and the devices behind the connectors', { timeout: 90_000 }, (
   it('counts a device that does not answer (a dead PLC) when asked with ?devices=1, or always with metrics.readyRequiresDevices', async () => {
     const sim = d.add(await startModbusSim({ units: [1] }));
     await sim.set(1, 'hr', 0, [5]);
-    const press = {
-      id: 'press-1',
-      type: 'modbus',
-      transport: 'tcp',
-      host: '127.0.0.1',
-      port: sim.port,
-      unitId: 1,
-      addressBase: 0,
-      pollIntervalMs: 100,
-      timeoutMs: 1500,
-      retries: 0,
-      tags: [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }],
-    };
+    const press = modbusPress(sim, [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }]);
     const sparkplug = { groupId: 'plant', edgeNodeId: 'line4', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } };
     const { gw, metricsPort } = await metricsGateway({ sparkplug, connectors: [press] });
     const readyz = async (query = '') => {

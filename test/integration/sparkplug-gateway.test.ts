@@ -9,7 +9,7 @@ import { get as getSparkplug } from 'sparkplug-payload';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startGateway } from '../helpers/gateway.js';
-import { startModbusSim } from '../helpers/modbus-sim.js';
+import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 import { startOpcuaFixture, type OpcuaFixture } from '../fixtures/opcua-fixture.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
@@ -32,22 +32,7 @@ const PRESS_TAGS = [
 
 /** The Modbus press on the pymodbus server, with `tags` (default: a few of each kind, two of them writable). */
 function connectors(sim: ModbusSim, tags: readonly object[] = PRESS_TAGS) {
-  return [
-    {
-      id: 'press-1',
-      type: 'modbus',
-      transport: 'tcp',
-      host: '127.0.0.1',
-      port: sim.port,
-      unitId: 1,
-      addressBase: 0,
-      pollIntervalMs: 100,
-      // Generous: two shared cores under load must not make a healthy unit look dead.
-      timeoutMs: 1500,
-      retries: 0,
-      tags,
-    },
-  ];
+  return [modbusPress(sim, tags)];
 }
 
 const sparkplug = (extra: object = {}) => ({
