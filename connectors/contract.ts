@@ -76,6 +76,19 @@ export const DATATYPES: Readonly<Record<TagDatatype, DatatypeSpec>> = {
   DateTimeArray: array(34),
 };
 
+/**
+ * What a tag means to a person, published as metric properties in the births only (docs/architecture.md#tag-properties):
+ * from the tag's config, or from the device itself where it says (OPC UA EUInformation, EURange, Description).
+ */
+export interface TagProperties {
+  /** Engineering unit, e.g. `bar`. */
+  readonly engUnit?: string;
+  /** The normal range of the value, in engineering units. */
+  readonly engLow?: number;
+  readonly engHigh?: number;
+  readonly description?: string;
+}
+
 export interface TagDefinition {
   /** The Sparkplug metric name, unique within the connector. */
   readonly name: string;
@@ -83,7 +96,7 @@ export interface TagDefinition {
   readonly writable: boolean;
   /** Report-by-exception deadband: a numeric change smaller than this is not published. */
   readonly deadband?: number;
-  readonly description?: string;
+  readonly properties: TagProperties;
 }
 
 export interface TagSample {
@@ -152,7 +165,10 @@ export interface TagSink {
 export interface Connector {
   /** The Sparkplug device id. */
   readonly id: string;
-  /** Known before start, so the DBIRTH can be built. */
+  /**
+   * Known before start, so aliases can be assigned. Names, datatypes and writability never change; `properties`
+   * may be completed from the device during start() (OPC UA), and are read again once it resolved.
+   */
   readonly tags: readonly TagDefinition[];
   /** Connects, then delivers samples until stop(); rejects with a ConnectorError if the device is unreachable. */
   start(sink: TagSink): Promise<void>;

@@ -11,6 +11,7 @@ import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue }
 import { ConnectorError, ValueRefusedError } from '../contract.js';
 import type { Logger } from '../../src/util/logger.js';
 import { PollLoop } from '../polling.js';
+import { tagProperties } from '../tag-properties.js';
 import type { PollStats } from '../polling.js';
 import type { Block, PlannedTag } from './blocks.js';
 import { planBlocks, splitBlock } from './blocks.js';
@@ -68,7 +69,7 @@ export class ModbusConnector implements Connector {
       datatype: sparkplugDatatype(tag),
       writable: tag.writable,
       deadband: tag.deadband,
-      description: tag.description,
+      properties: tagProperties(tag),
     }));
     this.planned = config.tags.map((tag, index) => ({
       index,

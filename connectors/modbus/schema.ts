@@ -13,6 +13,7 @@
  *       - { name: temperature, table: holding, address: 100, datatype: float32, byteOrder: CDAB }
  */
 import { z } from 'zod';
+import { checkTagProperties, tagPropertyKeys } from '../tag-properties.js';
 
 export const MODBUS_TABLES = ['coil', 'discrete', 'input', 'holding'] as const;
 export type ModbusTable = (typeof MODBUS_TABLES)[number];
@@ -103,7 +104,8 @@ const tagSchema = z
      * register value is written (true).
      */
     roundWrites: z.boolean().default(false),
-    description: z.string().optional(),
+    /** engUnit, engLow, engHigh, description: published in the DBIRTH (engLow/engHigh in published units). */
+    ...tagPropertyKeys,
   })
   .superRefine((tag, ctx) => {
     const issue = (path: string, message: string): void => ctx.addIssue({ code: 'custom', path: [path], message });
@@ -116,6 +118,7 @@ const tagSchema = z
       issue('byteOrder', 'the 8-letter orders are for 64-bit values; use ABCD, BADC, CDAB or DCBA');
     }
     const numeric = !['bool', 'bit', 'string'].includes(tag.datatype);
+    checkTagProperties(tag, numeric, issue);
     if (!numeric && (tag.scale !== 1 || tag.offset !== 0)) issue('scale', `scale and offset apply to numbers, not ${tag.datatype}`);
     if (!numeric && tag.deadband !== undefined) issue('deadband', `a deadband applies to numbers, not ${tag.datatype}`);
     if (tag.roundWrites && (!tag.writable || !tag.datatype.includes('int') || (tag.scale === 1 && tag.offset === 0))) {

@@ -12,13 +12,18 @@
  * A tag the server cannot serve as declared (unknown node, a data type with no Sparkplug equivalent, a
  * datatype other than the declared one) is reported once as an error naming the tag and left out; the other
  * tags run.
+ *
+ * What a node says about itself (its Description attribute; for an AnalogItem its EngineeringUnits and
+ * EURange properties, OPC UA Part 8 §5.3.2) fills the tag's properties at start where its config sets none.
  */
 import type { ClientMonitoredItemBase, ClientSubscription, DataValue, NodeId } from 'node-opcua-client';
-import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
+import type { Connector, ReadBack, TagDefinition, TagProperties, TagSample, TagSink, TagValue } from '../contract.js';
 import { ValueRefusedError } from '../contract.js';
+import { tagProperties } from '../tag-properties.js';
 import { ConnectorError, asError } from '../../src/util/errors.js';
 import type { Logger } from '../../src/util/logger.js';
 import { openSession, UntrustedServerError, withDeadline, type OpenedSession } from './open-session.js';
+import { isNumericDatatype } from './schema.js';
 import type { OpcuaConnectorConfig, OpcuaTagConfig } from './schema.js';
 import {
   BuiltInType,
@@ -76,11 +81,11 @@ export interface OpcuaConnectorOptions {
 
 export class OpcuaConnector implements Connector {
   readonly id: string;
-  readonly tags: readonly TagDefinition[];
   private readonly config: OpcuaConnectorConfig;
   private readonly log: Logger;
   private readonly pkiDir: string;
-  private readonly definitions: Map<string, { config: OpcuaTagConfig; definition: TagDefinition }>;
+  /** Each tag's config and definition; the definition's properties are completed from the server at start. */
+  private readonly definitions: Map<string, { readonly config: OpcuaTagConfig; definition: TagDefinition }>;
   /** Problems already logged: each is reported once per connector, not at every restart. */
   private readonly reported = new Set<string>();
   private readonly problemList: TagProblem[] = [];
@@ -103,12 +108,15 @@ export class OpcuaConnector implements Connector {
             name: tag.name,
             datatype: tag.datatype,
             writable: tag.writable,
-            ...(tag.description !== undefined ? { description: tag.description } : {}),
+            properties: tagProperties(tag),
           },
         },
       ]),
     );
-    this.tags = [...this.definitions.values()].map((d) => d.definition);
+  }
+
+  get tags(): readonly TagDefinition[] {
+    return [...this.definitions.values()].map((d) => d.definition);
   }
 
   /** Tags left out at start, with the reason (also logged once each). */
@@ -351,9 +359,10 @@ export class OpcuaConnector implements Connector {
 
     // 2. Attributes: data type, value rank, access levels.
     const named = entries.filter((e) => nodeIds.has(e.config.name));
-    const attributes = [ua.AttributeIds.DataType, ua.AttributeIds.ValueRank, ua.AttributeIds.AccessLevel, ua.AttributeIds.UserAccessLevel];
+    const attributes = [ua.AttributeIds.DataType, ua.AttributeIds.ValueRank, ua.AttributeIds.AccessLevel, ua.AttributeIds.UserAccessLevel, ua.AttributeIds.Description];
     const perRead = Math.max(1, Math.floor(limits.read / attributes.length));
     const basicTypes = new Map<string, number>();
+    const serverProperties = new Map<string, { -readonly [K in keyof TagProperties]: TagProperties[K] }>();
     for (const batch of chunks(named, perRead)) {
       const values = await session.read(
         batch.flatMap((e) => attributes.map((attributeId) => ({ nodeId: nodeIds.get(e.config.name)!, attributeId }))),
@@ -361,7 +370,7 @@ export class OpcuaConnector implements Connector {
       for (let i = 0; i < batch.length; i++) {
         const { config, definition } = batch[i]!;
         const nodeId = nodeIds.get(config.name)!;
-        const [dataType, valueRank, accessLevel, userAccessLevel] = values.slice(i * 4, i * 4 + 4) as DataValue[];
+        const [dataType, valueRank, accessLevel, userAccessLevel, description] = values.slice(i * attributes.length, (i + 1) * attributes.length) as DataValue[];
         if (!dataType!.statusCode.isGood()) {
           const why = dataType!.statusCode.name === 'BadAttributeIdInvalid' ? 'is not a variable' : `cannot be read (${dataType!.statusCode.name})`;
           this.reportProblem(config.name, `node ${nodeId.toString()} ${why}`);
@@ -393,7 +402,54 @@ export class OpcuaConnector implements Connector {
           isArray: isArrayDatatype(mapped),
           serverWritable,
         });
+        const text = description?.statusCode.isGood() ? (description.value.value as { text?: string | null } | null)?.text : undefined;
+        if (text) serverProperties.set(config.name, { description: text });
       }
+    }
+
+    // 3. What the nodes say about themselves, under what the config says.
+    await this.readAnalogProperties(run, serverProperties);
+    for (const entry of this.definitions.values()) {
+      const fromServer = serverProperties.get(entry.config.name);
+      if (fromServer === undefined) continue;
+      entry.definition = { ...entry.definition, properties: { ...fromServer, ...tagProperties(entry.config) } };
+    }
+  }
+
+  /**
+   * The EngineeringUnits (EUInformation: its displayName is the unit) and EURange properties of each numeric
+   * tag's node, where it has them (an AnalogItem, OPC UA Part 8 §5.3.2), into `into`.
+   */
+  private async readAnalogProperties(run: Run, into: Map<string, { -readonly [K in keyof TagProperties]: TagProperties[K] }>): Promise<void> {
+    const opened = run.opened!;
+    const { ua } = opened.lib;
+    const limits = run.limits!;
+    const numeric = [...run.resolved.values()].filter((t) => isNumericDatatype(t.config.datatype));
+    const lookups = numeric.flatMap((tag) => (['EngineeringUnits', 'EURange'] as const).map((property) => ({ tag, property })));
+    const found: { name: string; property: 'EngineeringUnits' | 'EURange'; nodeId: NodeId }[] = [];
+    for (const batch of chunks(lookups, limits.translate)) {
+      const results = await opened.session.translateBrowsePath(batch.map((l) => ua.makeBrowsePath(l.tag.nodeId, `.${l.property}`)));
+      batch.forEach((l, i) => {
+        const target = results[i]?.statusCode.isGood() ? results[i]?.targets?.[0]?.targetId : undefined;
+        if (target !== undefined) found.push({ name: l.tag.config.name, property: l.property, nodeId: ua.resolveNodeId(target.toString()) });
+      });
+    }
+    for (const batch of chunks(found, limits.read)) {
+      const values = await opened.session.read(batch.map((f) => ({ nodeId: f.nodeId, attributeId: ua.AttributeIds.Value })));
+      batch.forEach((f, i) => {
+        const dv = values[i];
+        const value = dv?.statusCode.isGood() ? (dv.value.value as Record<string, unknown> | null) : null;
+        if (value === null || typeof value !== 'object') return;
+        const properties = into.get(f.name) ?? {};
+        if (f.property === 'EngineeringUnits') {
+          const unit = (value.displayName as { text?: string | null } | undefined)?.text;
+          if (unit) properties.engUnit = unit;
+        } else if (Number.isFinite(value.low) && Number.isFinite(value.high)) {
+          properties.engLow = value.low as number;
+          properties.engHigh = value.high as number;
+        }
+        into.set(f.name, properties);
+      });
     }
   }
 

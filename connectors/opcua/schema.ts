@@ -14,6 +14,7 @@
  *       - { name: Press/Setpoint, browsePath: "/Objects/3:Line4/3:Press/3:Setpoint", datatype: Double, writable: true }
  */
 import { z } from 'zod';
+import { checkTagProperties, tagPropertyKeys } from '../tag-properties.js';
 
 const positive = z.number().int().positive();
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
@@ -25,6 +26,11 @@ export const tagDatatypes = [
   'Int8Array', 'Int16Array', 'Int32Array', 'Int64Array', 'UInt8Array', 'UInt16Array', 'UInt32Array', 'UInt64Array',
   'FloatArray', 'DoubleArray', 'BooleanArray', 'StringArray', 'DateTimeArray',
 ] as const;
+
+/** Integers, Float and Double, and arrays of them: what a deadband and a range apply to. */
+export function isNumericDatatype(datatype: string): boolean {
+  return /^(U?Int(8|16|32|64)|Float|Double)(Array)?$/.test(datatype);
+}
 
 export const securityModes = ['None', 'Sign', 'SignAndEncrypt'] as const;
 export const securityPolicies = [
@@ -89,13 +95,16 @@ const tagSchema = z
     /** What counts as a change: status only, status or value (default), or also the source timestamp. */
     trigger: z.enum(['status', 'status-value', 'status-value-timestamp']).default('status-value'),
     writable: z.boolean().default(false),
-    description: z.string().optional(),
+    /** engUnit, engLow, engHigh, description: published in the DBIRTH, over what the server's node says. */
+    ...tagPropertyKeys,
   })
   .superRefine((tag, ctx) => {
     if ((tag.nodeId === undefined) === (tag.browsePath === undefined)) {
       ctx.addIssue({ code: 'custom', path: ['nodeId'], message: 'set exactly one of nodeId or browsePath' });
     }
-    if (tag.deadband !== undefined && !/^(U?Int(8|16|32|64)|Float|Double)(Array)?$/.test(tag.datatype)) {
+    const numeric = isNumericDatatype(tag.datatype);
+    checkTagProperties(tag, numeric, (key, message) => ctx.addIssue({ code: 'custom', path: [key], message }));
+    if (tag.deadband !== undefined && !numeric) {
       ctx.addIssue({ code: 'custom', path: ['deadband'], message: `a deadband needs a numeric datatype, not ${tag.datatype}` });
     }
     if (tag.deadband?.type === 'percent' && tag.deadband.value > 100) {

@@ -9,7 +9,7 @@ import { Backoff } from '../util/backoff.js';
 import { asError } from '../util/errors.js';
 import type { ConnectorError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import type { MetricOut } from './payload.js';
+import type { BirthProperties, MetricOut } from './payload.js';
 import { Quality } from './payload.js';
 
 /** What a device needs from its edge node. */
@@ -59,7 +59,8 @@ export interface DeviceStats {
 export class Device {
   readonly id: string;
   readonly connector: Connector;
-  readonly definitions: ReadonlyMap<string, TagDefinition>;
+  /** The connector's tags by name, read again at each start: their properties may come from the device. */
+  private defs: ReadonlyMap<string, TagDefinition>;
   readonly aliases: ReadonlyMap<string, number>;
   private readonly names: ReadonlyMap<number, string>;
   private readonly host: DeviceHost;
@@ -85,12 +86,16 @@ export class Device {
   constructor(options: DeviceOptions) {
     this.connector = options.connector;
     this.id = options.connector.id;
-    this.definitions = new Map(options.connector.tags.map((t) => [t.name, t]));
+    this.defs = byName(options.connector.tags);
     this.aliases = options.aliases;
     this.names = new Map([...options.aliases].map(([name, alias]) => [alias, name]));
     this.host = options.host;
     this.log = options.log;
     this.backoff = new Backoff(options.backoff.minDelayMs, options.backoff.maxDelayMs);
+  }
+
+  get definitions(): ReadonlyMap<string, TagDefinition> {
+    return this.defs;
   }
 
   /** Connected and answering: it delivered data since it (re)started. */
@@ -162,7 +167,7 @@ export class Device {
       const alias = this.aliases.get(name);
       if (reading === undefined) {
         // Never read (e.g. a connector that reports items one by one): known, but no value yet.
-        metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale });
+        metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale, properties: birthProperties(def) });
         this.published.set(name, { value: null, good: false });
         continue;
       }
@@ -173,6 +178,7 @@ export class Device {
         timestamp: reading.timestamp,
         value: reading.good ? reading.value : null,
         quality: reading.good ? undefined : Quality.Bad,
+        properties: birthProperties(def),
       });
       this.published.set(name, { value: reading.good ? reading.value : null, good: reading.good });
     }
@@ -197,8 +203,9 @@ export class Device {
       const reading = this.current.get(name);
       const timestamp = reading?.timestamp ?? Date.now();
       const alias = this.aliases.get(name);
-      if (!pub) metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale });
-      else metrics.push({ name, alias, datatype: def.datatype, timestamp, value: pub.value, quality: pub.good ? undefined : Quality.Bad });
+      const properties = birthProperties(def);
+      if (!pub) metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale, properties });
+      else metrics.push({ name, alias, datatype: def.datatype, timestamp, value: pub.value, quality: pub.good ? undefined : Quality.Bad, properties });
     }
     return metrics;
   }
@@ -266,6 +273,7 @@ export class Device {
   /** Connected; the birth waits for the first data (a DBIRTH carries values). */
   private goOnline(): void {
     this.state = 'online';
+    this.defs = byName(this.connector.tags);
     this.backoff.reset();
     if (this.failureLogged) {
       this.failureLogged = false;
@@ -396,6 +404,16 @@ export class Device {
       this.log.warn({ err: asError(err) }, 'connector stop failed');
     }
   }
+}
+
+function byName(tags: readonly TagDefinition[]): ReadonlyMap<string, TagDefinition> {
+  return new Map(tags.map((t) => [t.name, t]));
+}
+
+/** A tag's metric properties in a birth (docs/architecture.md#tag-properties): what it means, and whether hosts may write it. */
+export function birthProperties(def: TagDefinition): BirthProperties {
+  const { engUnit, engLow, engHigh, description } = def.properties;
+  return { engUnit, engLow, engHigh, documentation: description, readOnly: !def.writable };
 }
 
 /** Report by exception: has `next` moved away from what was published (by at least `deadband`)? */

@@ -66,7 +66,31 @@ export interface MetricOut {
   readonly value?: TagValue | null;
   readonly isHistorical?: boolean;
   readonly quality?: QualityCode;
+  /** Births only: what the metric means (docs/architecture.md#tag-properties). */
+  readonly properties?: BirthProperties;
 }
+
+/**
+ * Metric properties of a birth, by the names host applications read (Ignition's tag properties: `engUnit`,
+ * `engLow`, `engHigh`, `documentation`, `readOnly`): Sparkplug 3.0 §6.4.8 defines only `Quality` and leaves
+ * other keys to them; each value carries its type [tck-id-payloads-metric-propertyvalue-type-req].
+ */
+export interface BirthProperties {
+  readonly engUnit?: string;
+  readonly engLow?: number;
+  readonly engHigh?: number;
+  readonly documentation?: string;
+  readonly readOnly?: boolean;
+}
+
+/** How each birth property travels: a PropertyValue type and its field. */
+const PROPERTY_TYPES: Readonly<Record<keyof BirthProperties, 'String' | 'Double' | 'Boolean'>> = {
+  engUnit: 'String',
+  engLow: 'Double',
+  engHigh: 'Double',
+  documentation: 'String',
+  readOnly: 'Boolean',
+};
 
 export interface PayloadOut {
   readonly timestamp: number;
@@ -137,9 +161,7 @@ function encodeMetric(m: MetricOut): Record<string, unknown> {
   if (m.timestamp !== undefined) out.timestamp = asLong(m.timestamp);
   if (m.datatype !== undefined) out.datatype = DATATYPE_CODES[m.datatype];
   if (m.isHistorical) out.isHistorical = true;
-  if (m.quality !== undefined) {
-    out.properties = { keys: ['Quality'], values: [{ type: DATATYPE_CODES.Int32, intValue: m.quality }] };
-  }
+  if (m.quality !== undefined || m.properties !== undefined) out.properties = encodeProperties(m);
   const type = m.datatype ?? m.valueType;
   if (m.value === undefined || m.value === null) {
     out.isNull = true;
@@ -148,6 +170,31 @@ function encodeMetric(m: MetricOut): Record<string, unknown> {
     setValue(out, type, m.value);
   }
   return out;
+}
+
+/**
+ * A metric's PropertySet: one value per key [tck-id-payloads-propertyset-keys-array-size]
+ * [tck-id-payloads-propertyset-values-array-size], each with its type [tck-id-payloads-metric-propertyvalue-type-value].
+ */
+function encodeProperties(m: MetricOut): { keys: string[]; values: Record<string, unknown>[] } {
+  const keys: string[] = [];
+  const values: Record<string, unknown>[] = [];
+  if (m.quality !== undefined) {
+    keys.push('Quality');
+    values.push({ type: DATATYPE_CODES.Int32, intValue: m.quality });
+  }
+  if (m.properties !== undefined) {
+    for (const key of Object.keys(PROPERTY_TYPES) as (keyof BirthProperties)[]) {
+      const value = m.properties[key];
+      if (value === undefined) continue;
+      const type = PROPERTY_TYPES[key];
+      const property: Record<string, unknown> = { type: DATATYPE_CODES[type] };
+      setValue(property, type, value);
+      keys.push(key);
+      values.push(property);
+    }
+  }
+  return { keys, values };
 }
 
 function setValue(out: Record<string, unknown>, type: MetricDatatype, value: TagValue): void {

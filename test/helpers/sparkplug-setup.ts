@@ -93,7 +93,7 @@ export class FakeConnector implements Connector {
     readonly id: string,
     tags: readonly (Partial<TagDefinition> & Pick<TagDefinition, 'name' | 'datatype'>)[],
   ) {
-    this.tags = tags.map((t) => ({ writable: false, ...t }));
+    this.tags = tags.map((t) => ({ writable: false, properties: {}, ...t }));
   }
 
   get running(): boolean {
