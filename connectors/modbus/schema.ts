@@ -155,15 +155,13 @@ const common = {
   tags: z.array(tagSchema).min(1),
 };
 
-const tcpSchema = z.strictObject({
-  ...common,
+const tcp = {
   transport: z.literal('tcp'),
   host: z.string().min(1),
   port: z.number().int().min(1).max(65_535).default(502),
-});
+};
 
-const rtuSchema = z.strictObject({
-  ...common,
+const rtu = {
   transport: z.literal('rtu'),
   /** Serial device, e.g. /dev/ttyUSB0; connectors with the same path share the bus. */
   path: z.string().min(1),
@@ -171,7 +169,20 @@ const rtuSchema = z.strictObject({
   parity: z.enum(['none', 'even', 'odd']).default('none'),
   dataBits: z.literal([7, 8]).default(8),
   stopBits: z.literal([1, 2]).default(1),
-});
+};
+
+const tcpSchema = z.strictObject({ ...common, ...tcp });
+const rtuSchema = z.strictObject({ ...common, ...rtu });
+
+/**
+ * A device profile of Modbus connectors (`profiles:` in the config): any connector key but `id`, tags required;
+ * each device that names it gets these keys unless it sets them itself (src/config/profiles.ts).
+ */
+export const modbusProfileSchema = z
+  .strictObject({ ...common, ...tcp, ...rtu, transport: z.enum(['tcp', 'rtu']) })
+  .omit({ id: true })
+  .partial()
+  .required({ type: true, tags: true });
 
 export const modbusConnectorSchema = z
   .discriminatedUnion('transport', [tcpSchema, rtuSchema])

@@ -82,7 +82,8 @@ const tagSchema = z
   .strictObject({
     /** The Sparkplug metric name, unique within the connector. */
     name: z.string().min(1),
-    nodeId: z.string().regex(nodeIdPattern, 'must be a NodeId like ns=3;s=Line4.Press.Temperature, ns=2;i=1001, ns=2;g=<guid> or nsu=<uri>;s=…').optional(),
+    /** The whole NodeId, or its end after the connector's `nodeIdPrefix`. */
+    nodeId: z.string().min(1).optional(),
     browsePath: z.string().regex(browsePathPattern, 'must be a path from the Root folder like /Objects/3:Line4/3:Press/3:Temperature').optional(),
     datatype: z.enum(tagDatatypes),
     /** Server sampling rate; unset: the subscription's publishing interval. 0: the fastest the server offers. */
@@ -129,28 +130,41 @@ const subscriptionSchema = z
     }
   });
 
+const connectorShape = {
+  /** The Sparkplug device id. */
+  id: z.string().min(1).regex(/^[^/+#]+$/, 'must not contain /, + or #'),
+  type: z.literal('opcua'),
+  endpoint: z.string().regex(/^opc\.tcp:\/\/[^/:]+(:\d+)?(\/.*)?$/, 'must be an opc.tcp://host[:port][/path] URL'),
+  securityMode: z.enum(securityModes).default('None'),
+  /** Default: None with securityMode None, Basic256Sha256 otherwise. */
+  securityPolicy: z.enum(securityPolicies).optional(),
+  allowDeprecatedPolicies: z.boolean().default(false),
+  user: userSchema.default({ type: 'anonymous' }),
+  /**
+   * PKI folder (own certificate, trusted/, rejected/, issuers/). Default: `<storage.path>/opcua/pki`,
+   * filled in by the gateway; all OPC UA connectors of one gateway share it (one application certificate).
+   */
+  pkiDir: z.string().min(1).optional(),
+  connectTimeoutMs: positive.default(10_000),
+  requestTimeoutMs: positive.default(10_000),
+  sessionTimeoutMs: positive.default(60_000),
+  subscription: subscriptionSchema.prefault({}),
+  /**
+   * Put before every tag's `nodeId`: one tag list for machines that differ only in where their nodes are
+   * (`ns=3;s=Press1.` + `Temperature`), typically in a device profile.
+   */
+  nodeIdPrefix: z.string().min(1).optional(),
+  tags: z.array(tagSchema).min(1),
+};
+
+/**
+ * A device profile of OPC UA connectors (`profiles:` in the config): any connector key but `id`, tags required;
+ * each device that names it gets these keys unless it sets them itself (src/config/profiles.ts).
+ */
+export const opcuaProfileSchema = z.strictObject(connectorShape).omit({ id: true }).partial().required({ type: true, tags: true });
+
 export const opcuaConnectorSchema = z
-  .strictObject({
-    /** The Sparkplug device id. */
-    id: z.string().min(1).regex(/^[^/+#]+$/, 'must not contain /, + or #'),
-    type: z.literal('opcua'),
-    endpoint: z.string().regex(/^opc\.tcp:\/\/[^/:]+(:\d+)?(\/.*)?$/, 'must be an opc.tcp://host[:port][/path] URL'),
-    securityMode: z.enum(securityModes).default('None'),
-    /** Default: None with securityMode None, Basic256Sha256 otherwise. */
-    securityPolicy: z.enum(securityPolicies).optional(),
-    allowDeprecatedPolicies: z.boolean().default(false),
-    user: userSchema.default({ type: 'anonymous' }),
-    /**
-     * PKI folder (own certificate, trusted/, rejected/, issuers/). Default: `<storage.path>/opcua/pki`,
-     * filled in by the gateway; all OPC UA connectors of one gateway share it (one application certificate).
-     */
-    pkiDir: z.string().min(1).optional(),
-    connectTimeoutMs: positive.default(10_000),
-    requestTimeoutMs: positive.default(10_000),
-    sessionTimeoutMs: positive.default(60_000),
-    subscription: subscriptionSchema.prefault({}),
-    tags: z.array(tagSchema).min(1),
-  })
+  .strictObject(connectorShape)
   .superRefine((c, ctx) => {
     const policy = c.securityPolicy;
     if (c.securityMode === 'None' && policy !== undefined && policy !== 'None') {
@@ -167,14 +181,19 @@ export const opcuaConnectorSchema = z
     }
     const seen = new Map<string, number>();
     c.tags.forEach((tag, i) => {
+      if (tag.nodeId !== undefined && !nodeIdPattern.test((c.nodeIdPrefix ?? '') + tag.nodeId)) {
+        const what = c.nodeIdPrefix === undefined ? 'must be' : `with nodeIdPrefix "${c.nodeIdPrefix}" must make`;
+        ctx.addIssue({ code: 'custom', path: ['tags', i, 'nodeId'], message: `${what} a NodeId like ns=3;s=Line4.Press.Temperature, ns=2;i=1001, ns=2;g=<guid> or nsu=<uri>;s=…` });
+      }
       const first = seen.get(tag.name);
       if (first !== undefined) ctx.addIssue({ code: 'custom', path: ['tags', i, 'name'], message: `"${tag.name}" is already the name of tags.${first}` });
       else seen.set(tag.name, i);
     });
   })
-  .transform((c) => ({
+  .transform(({ nodeIdPrefix, ...c }) => ({
     ...c,
     securityPolicy: c.securityPolicy ?? (c.securityMode === 'None' ? 'None' : 'Basic256Sha256'),
+    tags: nodeIdPrefix === undefined ? c.tags : c.tags.map((tag) => (tag.nodeId === undefined ? tag : { ...tag, nodeId: nodeIdPrefix + tag.nodeId })),
   }));
 
 export type OpcuaConnectorConfig = z.output<typeof opcuaConnectorSchema>;

@@ -7,9 +7,9 @@ import { dirname, resolve } from 'node:path';
 import { isMap, isNode, isScalar, isSeq, LineCounter, parseDocument, type Document, type Node } from 'yaml';
 import { z } from 'zod';
 import { asError, ConfigError, type ConfigProblem } from '../util/errors.js';
+import { expandProfiles, type Expansion, type Path } from './profiles.js';
 import { configSchema, type Config } from './schema.js';
 
-type Path = readonly (string | number)[];
 
 export function loadConfig(file: string): Config {
   let text: string;
@@ -43,17 +43,16 @@ export function parseConfig(text: string, file: string, baseDir: string): Config
     location: at(nodeAt(doc, path, atKey)?.range?.[0] ?? 0),
   });
 
-  const result = configSchema.safeParse(doc.toJS() ?? {}, { error: describeMissingKey });
-  if (!result.success) {
-    throw new ConfigError(
-      file,
-      result.error.issues.flatMap((issue) => {
-        const path = issue.path as Path; // YAML keys are strings and indexes, never symbols
-        return issue.code === 'unrecognized_keys'
-          ? issue.keys.map((key) => problem([...path, key], `unknown key "${key}"`, true))
-          : [problem(path, issue.message)];
-      }),
-    );
+  const expansion = expandProfiles(doc.toJS() ?? {});
+  const result = configSchema.safeParse(expansion.input, { error: describeMissingKey });
+  if (!result.success || expansion.problems.length > 0) {
+    const issues = result.error?.issues.flatMap((issue) => {
+      const path = issue.path as Path; // YAML keys are strings and indexes, never symbols
+      return issue.code === 'unrecognized_keys'
+        ? issue.keys.map((key) => ({ path: [...path, key], message: `unknown key "${key}"`, atKey: true }))
+        : [{ path, message: issue.message, atKey: false }];
+    });
+    throw new ConfigError(file, [...expansion.problems.map((p) => problem(p.path, p.message)), ...fromProfiles(issues ?? [], expansion, problem)]);
   }
 
   const config = result.data;
@@ -61,6 +60,29 @@ export function parseConfig(text: string, file: string, baseDir: string): Config
   resolveFiles(config, baseDir, (path, message) => problems.push(problem(path, message)));
   if (problems.length > 0) throw new ConfigError(file, problems);
   return deepFreeze(config);
+}
+
+/**
+ * Problems of the expanded input where they are in the file: one in a key a device took from its profile is
+ * the profile's, reported once (when the profile itself has it, or for the first device that does, named).
+ */
+function fromProfiles(
+  issues: readonly { path: Path; message: string; atKey: boolean }[],
+  expansion: Expansion,
+  problem: (path: Path, message: string, atKey: boolean) => ConfigProblem,
+): ConfigProblem[] {
+  const seen = new Set<string>();
+  const out: ConfigProblem[] = [];
+  // `profiles` comes before `connectors` in the schema, so a profile's own problems come first.
+  for (const { path, message, atKey } of issues) {
+    const at = expansion.locate(path);
+    if (at === null) continue;
+    const key = `${at.path.join('.')}\u0000${message}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push(problem(at.path, at.device === undefined ? message : `${message} (in device ${at.device})`, atKey));
+  }
+  return out;
 }
 
 function describeMissingKey(issue: z.core.$ZodRawIssue): string | undefined {

@@ -8,8 +8,8 @@ import { isIP } from 'node:net';
 import { createSecureContext } from 'node:tls';
 import { z } from 'zod';
 import { isValidTopicFilter } from '../protocol/topics.js';
-import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
-import { opcuaConnectorSchema } from '../../connectors/opcua/schema.js';
+import { modbusConnectorSchema, modbusProfileSchema } from '../../connectors/modbus/schema.js';
+import { opcuaConnectorSchema, opcuaProfileSchema } from '../../connectors/opcua/schema.js';
 import { missingUplinkFilters, sparkplugSchema } from '../sparkplug/schema.js';
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
@@ -340,6 +340,16 @@ const connectorsSchema = z.array(connectorSchema).superRefine((connectors, ctx) 
   });
 });
 
+/**
+ * Device profiles by name: what many identical devices share (tag list, poll settings), written once. A connector
+ * names one with `profile:` and sets only what differs (id, host, unitId, nodeIdPrefix); src/config/profiles.ts
+ * expands it before validation, so every device is checked whole.
+ */
+const profilesSchema = z.record(
+  z.string().regex(/^[^\s.]+$/, 'must be a name without spaces or dots'),
+  z.discriminatedUnion('type', [modbusProfileSchema, opcuaProfileSchema]),
+);
+
 export const configSchema = z
   .strictObject({
     listeners: listenersSchema.prefault([{ port: 1883 }]),
@@ -352,6 +362,7 @@ export const configSchema = z
     bridges: bridgesSchema.default([]),
     /** The gateway as a Sparkplug B edge node (optional; required by connectors). */
     sparkplug: sparkplugSchema.optional(),
+    profiles: profilesSchema.default({}),
     connectors: connectorsSchema.default([]),
   })
   .superRefine((config, ctx) => {
