@@ -55,6 +55,9 @@ interface ResolvedTag {
   readonly serverWritable: boolean;
 }
 
+/** What a server says about a tag's node, gathered at start. */
+type ServerProperties = { -readonly [K in keyof TagProperties]: TagProperties[K] };
+
 /** One connected period, from start() to stop() or loss. */
 interface Run {
   readonly sink: TagSink;
@@ -362,7 +365,7 @@ export class OpcuaConnector implements Connector {
     const attributes = [ua.AttributeIds.DataType, ua.AttributeIds.ValueRank, ua.AttributeIds.AccessLevel, ua.AttributeIds.UserAccessLevel, ua.AttributeIds.Description];
     const perRead = Math.max(1, Math.floor(limits.read / attributes.length));
     const basicTypes = new Map<string, number>();
-    const serverProperties = new Map<string, { -readonly [K in keyof TagProperties]: TagProperties[K] }>();
+    const serverProperties = new Map<string, ServerProperties>();
     for (const batch of chunks(named, perRead)) {
       const values = await session.read(
         batch.flatMap((e) => attributes.map((attributeId) => ({ nodeId: nodeIds.get(e.config.name)!, attributeId }))),
@@ -407,8 +410,18 @@ export class OpcuaConnector implements Connector {
       }
     }
 
-    // 3. What the nodes say about themselves, under what the config says.
-    await this.readAnalogProperties(run, serverProperties);
+    // 3. What the nodes say about themselves, under what the config says. A description, not data: a server
+    // that cannot tell leaves the tags running without it.
+    try {
+      await this.readAnalogProperties(run, serverProperties);
+    } catch (err) {
+      this.throwIfClosed(run);
+      const reason = `engineering units and ranges not read: ${asError(err).message}`;
+      if (!this.reported.has(reason)) {
+        this.reported.add(reason);
+        this.log.warn({ endpoint: this.config.endpoint, reason }, 'opcua tag properties incomplete');
+      }
+    }
     for (const entry of this.definitions.values()) {
       const fromServer = serverProperties.get(entry.config.name);
       if (fromServer === undefined) continue;
@@ -420,7 +433,7 @@ export class OpcuaConnector implements Connector {
    * The EngineeringUnits (EUInformation: its displayName is the unit) and EURange properties of each numeric
    * tag's node, where it has them (an AnalogItem, OPC UA Part 8 §5.3.2), into `into`.
    */
-  private async readAnalogProperties(run: Run, into: Map<string, { -readonly [K in keyof TagProperties]: TagProperties[K] }>): Promise<void> {
+  private async readAnalogProperties(run: Run, into: Map<string, ServerProperties>): Promise<void> {
     const opened = run.opened!;
     const { ua } = opened.lib;
     const limits = run.limits!;
