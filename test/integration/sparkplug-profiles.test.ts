@@ -3,7 +3,7 @@
  * each connector naming its profile and setting what differs. Through the real gateway process, polled from the
  * pymodbus server, watched by a Sparkplug host; bad references refused by `--check-config`. Run `npm run build` first.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
@@ -19,7 +19,7 @@ const NODE = 'line4-gw';
 const sparkplug = { groupId: GROUP, edgeNodeId: NODE, rebirthDebounceMs: 0, deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } };
 
 describe('device profiles', () => {
-  it('runs two devices from one profile, each on its own unit id, with the profile\'s tags, poll settings and properties', async () => {
+  it('runs two devices from one profile, each on its own unit id, with the profile\'s tags, poll settings and properties; an edited profile reaches both at SIGHUP', async () => {
     const sim = d.add(await startModbusSim({ units: [1, 2] }));
     await sim.set(1, 'hr', 0, [215, 10]);
     await sim.set(2, 'hr', 0, [180, 20]);
@@ -73,6 +73,17 @@ describe('device profiles', () => {
     await host.waitFor((h) => h.value(NODE, 'press-1', 'setpoint') === 77, 10_000, 'press-1 setpoint 77');
     expect(await sim.get(1, 'hr', 1, 1)).toEqual([77]);
     expect(await sim.get(2, 'hr', 1, 1)).toEqual([33]);
+
+    // An edited profile reaches every device that names it at the next reload: each is reborn with the new tag.
+    const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as { profiles: { press: { tags: object[] } } };
+    config.profiles.press.tags.push({ name: 'running', table: 'coil', address: 0, datatype: 'bool' });
+    writeFileSync(gw.configFile, JSON.stringify(config));
+    gw.proc.kill('SIGHUP');
+    await host.waitFor(
+      (h) => ['press-1', 'press-2'].every((id) => h.births('DBIRTH', id).at(-1)?.payload.metrics.some((m) => m.name === 'running')),
+      20_000,
+      'both devices reborn with the profile\'s new tag',
+    );
     expect(host.violations).toEqual([]);
   });
 
