@@ -124,7 +124,7 @@ describe('metric properties of OPC UA tags', () => {
     if (serverDir) removeDir(serverDir);
   });
 
-  it('publishes an AnalogItem\'s EngineeringUnits, EURange and Description, under what the tag\'s config overrides', async () => {
+  it('publishes an AnalogItem\'s EngineeringUnits, EURange and Description, under what the tag\'s config overrides (nodes named with a nodeIdPrefix)', async () => {
     const gw = d.add(
       await startGateway({
         sparkplug,
@@ -134,17 +134,20 @@ describe('metric properties of OPC UA tags', () => {
             type: 'opcua',
             endpoint: server.endpoint,
             subscription: { publishingIntervalMs: 100 },
+            // As in a profile shared by several machines: each tag's nodeId is the end of the NodeId.
+            nodeIdPrefix: 'ns=1;s=Fixture.',
             tags: [
-              { name: 'pressure', nodeId: 'ns=1;s=Fixture.Analog.Pressure', datatype: 'Double' },
+              { name: 'pressure', nodeId: 'Analog.Pressure', datatype: 'Double' },
               // The same node, with the config's own unit and description: the config wins, the range stays the server's.
-              { name: 'pressure-psi', nodeId: 'ns=1;s=Fixture.Analog.Pressure', datatype: 'Double', engUnit: 'psi', description: 'Pump pressure' },
-              { name: 'setpoint', nodeId: 'ns=1;s=Fixture.Writable.Setpoint', datatype: 'Double', writable: true, engHigh: 90 },
+              { name: 'pressure-psi', nodeId: 'Analog.Pressure', datatype: 'Double', engUnit: 'psi', description: 'Pump pressure' },
+              { name: 'setpoint', nodeId: 'Writable.Setpoint', datatype: 'Double', writable: true, engHigh: 90 },
             ],
           },
         ],
       }),
     );
-    const { birth } = await tahuBirth(gw, 'oven-1');
+    const { birth, host } = await tahuBirth(gw, 'oven-1');
+    expect(host.births('DBIRTH', 'oven-1')[0].payload.metrics.map((m) => [m.name, m.value])).toEqual([['pressure', 120.5], ['pressure-psi', 120.5], ['setpoint', 42.5]]);
     expect(propertiesOf(birth, 'pressure')).toEqual({
       engUnit: { type: 'String', value: 'bar' },
       engLow: { type: 'Double', value: 0 },

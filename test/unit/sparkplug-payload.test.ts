@@ -76,6 +76,26 @@ describe('Sparkplug payload encoding', () => {
     expect(decodePayload(buf).metrics[0]).toMatchObject({ value: null, isNull: true, quality: 0 });
   });
 
+  it('puts a birth metric\'s Quality and its meaning in one PropertySet, one typed value per key [tck-id-payloads-propertyset-keys-array-size] [tck-id-payloads-metric-propertyvalue-type-req]', () => {
+    const properties = { engUnit: 'bar', engLow: -1, engHigh: 250, documentation: 'Pump pressure', readOnly: true };
+    const buf = encodePayload({ timestamp: 1, seq: 0, metrics: [{ name: 'p', alias: 1, datatype: 'Float', timestamp: 2, value: null, quality: Quality.Stale, properties }] });
+    const raw = rawDecode(buf);
+    expect(raw.metrics[0].properties?.keys).toEqual(['Quality', 'engUnit', 'engLow', 'engHigh', 'documentation', 'readOnly']);
+    expect(raw.metrics[0].properties?.values?.map((v) => v.type)).toEqual([3, 12, 10, 10, 12, 11]);
+    const tahu = getSparkplug('spBv1.0')!.decodePayload(buf) as unknown as { metrics: { properties: Record<string, { type: string; value: unknown }> }[] };
+    expect(tahu.metrics[0].properties).toEqual({
+      Quality: { type: 'Int32', value: 500 },
+      engUnit: { type: 'String', value: 'bar' },
+      engLow: { type: 'Double', value: -1 },
+      engHigh: { type: 'Double', value: 250 },
+      documentation: { type: 'String', value: 'Pump pressure' },
+      readOnly: { type: 'Boolean', value: true },
+    });
+    // Properties left out are not sent, not even as null.
+    const bare = rawDecode(encodePayload({ timestamp: 1, metrics: [{ name: 'q', datatype: 'Boolean', value: true, properties: { readOnly: false } }] }));
+    expect(bare.metrics[0].properties?.keys).toEqual(['readOnly']);
+  });
+
   it('rewrites seq in place, keeps everything else, and flags history', () => {
     const original = encodePayload({ timestamp: 1_700_000_000_000, seq: 200, metrics: [{ alias: 1, valueType: 'Int16', timestamp: 5, value: -3 }] });
     const renumbered = withSeq(original, 7);
