@@ -15,8 +15,8 @@ export const tagPropertyKeys = {
   /** The normal range of the value in engineering units (published as `engLow`/`engHigh`, Double). */
   engLow: finite.optional(),
   engHigh: finite.optional(),
-  /** What the tag is, for people (published as `documentation`, the property Ignition shows). */
-  description: z.string().min(1).optional(),
+  /** What the tag is, for people (published as `documentation`, the property Ignition shows; empty: none). */
+  description: z.string().optional(),
 };
 
 type PropertyKeys = { engUnit?: string; engLow?: number; engHigh?: number; description?: string };
@@ -42,6 +42,6 @@ export function tagProperties(tag: PropertyKeys): TagProperties {
   if (tag.engUnit !== undefined) out.engUnit = tag.engUnit;
   if (tag.engLow !== undefined) out.engLow = tag.engLow;
   if (tag.engHigh !== undefined) out.engHigh = tag.engHigh;
-  if (tag.description !== undefined) out.description = tag.description;
+  if (tag.description) out.description = tag.description;
   return out;
 }

@@ -11,8 +11,8 @@ import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue }
 import { ConnectorError, ValueRefusedError } from '../contract.js';
 import type { Logger } from '../../src/util/logger.js';
 import { PollLoop } from '../polling.js';
-import { tagProperties } from '../tag-properties.js';
 import type { PollStats } from '../polling.js';
+import { tagProperties } from '../tag-properties.js';
 import type { Block, PlannedTag } from './blocks.js';
 import { planBlocks, splitBlock } from './blocks.js';
 import { ADDRESS_EXCEPTIONS, LinkError, linkKey, ModbusException } from './modbus-link.js';

@@ -10,7 +10,6 @@ import { asError, ConfigError, type ConfigProblem } from '../util/errors.js';
 import { expandProfiles, type Expansion, type Path } from './profiles.js';
 import { configSchema, type Config } from './schema.js';
 
-
 export function loadConfig(file: string): Config {
   let text: string;
   try {

@@ -411,7 +411,7 @@ function byName(tags: readonly TagDefinition[]): ReadonlyMap<string, TagDefiniti
 }
 
 /** A tag's metric properties in a birth (docs/architecture.md#tag-properties): what it means, and whether hosts may write it. */
-export function birthProperties(def: TagDefinition): BirthProperties {
+function birthProperties(def: TagDefinition): BirthProperties {
   const { engUnit, engLow, engHigh, description } = def.properties;
   return { engUnit, engLow, engHigh, documentation: description, readOnly: !def.writable };
 }
