@@ -352,3 +352,33 @@ describe('loadConfig', () => {
     expect(loadConfig(file).storage.path).toBe(join(dir, 'state'));
   });
 });
+
+describe('device profiles', () => {
+  const profiles = (connectors: string, tagExtra = '') => `
+sparkplug: { groupId: plant1, edgeNodeId: gw }
+profiles:
+  press:
+    type: modbus
+    transport: tcp
+    addressBase: 0
+    pollIntervalMs: 500
+    tags: [ { name: t, table: holding, address: 0, datatype: int16${tagExtra} } ]
+connectors:
+${connectors}`;
+
+  it('expands each device from its profile, the device\'s own keys winning (tags replace the whole list)', () => {
+    const config = parse(
+      profiles(`  - { id: p1, profile: press, host: 10.0.0.1, unitId: 3, tags: [ { name: own, table: coil, address: 0, datatype: bool } ] }
+  - { id: p2, profile: press, host: 10.0.0.2, pollIntervalMs: 100, tags: [ { name: t, table: holding, address: 0, datatype: int16 } ] }`),
+    );
+    expect(config.connectors.map((c) => ({ id: c.id, type: c.type, unitId: 'unitId' in c && c.unitId, poll: 'pollIntervalMs' in c && c.pollIntervalMs, tags: c.tags.map((t) => t.name) }))).toEqual([
+      { id: 'p1', type: 'modbus', unitId: 3, poll: 500, tags: ['own'] },
+      { id: 'p2', type: 'modbus', unitId: 1, poll: 100, tags: ['t'] },
+    ]);
+  });
+
+  it('reports a problem in a profile once, at the profile, however many devices take it', () => {
+    const problems = problemsOf(profiles(['p1', 'p2', 'p3'].map((id) => `  - { id: ${id}, profile: press, host: 10.0.0.1 }`).join('\n'), ', bogus: 1'));
+    expect(problems.map((p) => `${p.location} ${p.path}: ${p.message}`)).toEqual(['gw.yaml:9:69 profiles.press.tags.0.bogus: unknown key "bogus"']);
+  });
+});
