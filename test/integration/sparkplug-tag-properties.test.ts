@@ -50,7 +50,8 @@ async function tahuBirth(gw: Gateway, deviceId: string): Promise<{ birth: TahuMe
     if (topic === `spBv1.0/${GROUP}/DDATA/${NODE}/${deviceId}` && births.length > 0) data.push(decoded.metrics ?? []);
   });
   await host.rebirth(NODE);
-  await waitFor(() => births.length > 0, 20_000, { message: `DBIRTH of ${deviceId}` });
+  // Generous: an OPC UA session, its tag resolution and subscription on two shared, busy cores.
+  await waitFor(() => births.length > 0, 45_000, { message: `DBIRTH of ${deviceId}` });
   expect(host.violations).toEqual([]);
   return { birth: births[0], data, host };
 }
@@ -164,5 +165,5 @@ describe('metric properties of OPC UA tags', () => {
     });
     // A plain variable has no unit or range on the server: only what the config says.
     expect(propertiesOf(birth, 'setpoint')).toEqual({ engHigh: { type: 'Double', value: 90 }, readOnly: { type: 'Boolean', value: false } });
-  }, 60_000);
+  }, 90_000);
 });
