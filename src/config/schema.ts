@@ -188,6 +188,18 @@ const metricsSchema = z
     }
   });
 
+/** The web console on the metrics listener (README "Web console"): users of auth.passwordFile, read-only unless operators. */
+const consoleSchema = z.strictObject({
+  /** May look at every view and call the read-only /api endpoints. */
+  viewers: z.array(z.string().min(1)).default([]),
+  /** May also act (write a tag, rebirth, reconnect a bridge, disconnect a client, delete a session, reload). */
+  operators: z.array(z.string().min(1)).default([]),
+  /** A login lasts this long without activity. */
+  sessionTtlS: int(60, 7 * 86_400).default(28_800),
+  /** The listener speaks plain HTTP: off loopback, passwords and cookies would cross the network in clear. */
+  allowInsecureRemote: z.boolean().default(false),
+});
+
 const logSchema = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   format: z.enum(['json', 'pretty', 'auto']).default('auto'),
@@ -349,6 +361,8 @@ export const configSchema = z
     auth: authSchema.prefault({}),
     /** Absent: no metrics endpoint. */
     metrics: metricsSchema.optional(),
+    /** Absent: no web console. Served by the metrics listener. */
+    console: consoleSchema.optional(),
     bridges: bridgesSchema.default([]),
     /** The gateway as a Sparkplug B edge node (optional; required by connectors). */
     sparkplug: sparkplugSchema.optional(),
@@ -369,6 +383,7 @@ export const configSchema = z
     if (config.metrics?.auth?.users !== undefined && config.auth.passwordFile === undefined) {
       ctx.addIssue({ code: 'custom', path: ['metrics', 'auth', 'users'], message: 'basic auth checks passwords in auth.passwordFile: set it' });
     }
+    consoleProblems(config, ctx);
     const uplink = config.sparkplug?.uplink;
     const uplinkIndex = config.bridges.findIndex((bridge) => bridge.name === uplink);
     if (uplink !== undefined && uplinkIndex < 0) {
@@ -398,6 +413,27 @@ export const configSchema = z
     })),
   }));
 
+/** The console needs the metrics listener and the password file; off loopback it needs an explicit choice. */
+function consoleProblems(
+  config: { console?: z.output<typeof consoleSchema>; metrics?: z.output<typeof metricsSchema>; auth: { passwordFile?: string } },
+  ctx: z.RefinementCtx,
+): void {
+  const con = config.console;
+  if (con === undefined) return;
+  const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path: ['console', ...path], message });
+  if (config.metrics === undefined) problem([], 'the console is served by the metrics listener: add a metrics section');
+  if (config.auth.passwordFile === undefined) problem([], 'console users log in with passwords from auth.passwordFile: set it');
+  if (con.viewers.length + con.operators.length === 0) problem(['viewers'], 'name at least one user in viewers or operators');
+  const host = config.metrics?.host;
+  if (host !== undefined && !isLoopback(host) && !con.allowInsecureRemote) {
+    problem(
+      ['allowInsecureRemote'],
+      `metrics.host ${host} is not a loopback address and the listener has no TLS: logins would cross the network in clear; ` +
+        'keep it on loopback (behind a TLS reverse proxy), or set allowInsecureRemote: true',
+    );
+  }
+}
+
 export type Config = z.output<typeof configSchema>;
 export type ListenerConfig = z.output<typeof listenerSchema>;
 export type TlsConfig = z.output<typeof tlsSchema>;
@@ -406,6 +442,7 @@ export type StorageConfig = z.output<typeof storageSchema>;
 export type LogConfig = z.output<typeof logSchema>;
 export type AuthConfig = z.output<typeof authSchema>;
 export type MetricsConfig = z.output<typeof metricsSchema>;
+export type ConsoleConfig = z.output<typeof consoleSchema>;
 export type MetricsAuthConfig = z.output<typeof metricsAuthSchema>;
 export type BridgeConfig = z.output<typeof bridgeSchema>;
 export type BridgeTopicConfig = z.output<typeof bridgeTopicSchema>;

@@ -175,9 +175,13 @@ function sha256(text: string): Buffer {
   return createHash('sha256').update(text).digest();
 }
 
+/** More routes on the same listener (the web console): answers a request and says true, or says false. */
+export type ExtraRoutes = (req: http.IncomingMessage, res: http.ServerResponse, path: string) => Promise<boolean>;
+
 export class MetricsServer {
   private server: http.Server | undefined;
   private gate: Gate | undefined;
+  private extra: ExtraRoutes | undefined;
 
   constructor(
     private readonly registry: Registry,
@@ -193,6 +197,11 @@ export class MetricsServer {
   /** New credentials (reload: the password file or the token file changed); undefined opens the endpoint. */
   setAccess(access: MetricsAccess | undefined): void {
     this.gate = access === undefined ? undefined : new Gate(access);
+  }
+
+  /** Mounts routes with their own access rules, tried before the metrics ones (set before `start`). */
+  mount(routes: ExtraRoutes): void {
+    this.extra = routes;
   }
 
   async start(host: string, port: number): Promise<number> {
@@ -221,6 +230,7 @@ export class MetricsServer {
   private async serve(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const path = url.pathname;
+    if (this.extra && (await this.extra(req, res, path))) return;
     const gate = this.gate;
     if (gate && path !== '/healthz') {
       const refusal = await gate.refusal(req.headers.authorization);

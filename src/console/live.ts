@@ -1,0 +1,60 @@
+/**
+ * The console's live data over Server-Sent Events: one stream per browser, and one payload per tick built once
+ * for all of them (TICK_MS, 2 updates/s), so ten open browsers cost one JSON build, not ten. The timer runs only
+ * while a stream is open. A browser that does not read its stream is skipped rather than buffered for.
+ */
+import type http from 'node:http';
+
+export const TICK_MS = 500;
+/** Streams at most; more are refused with 503 (each costs a socket and a write per tick). */
+const MAX_STREAMS = 50;
+/** A stream with this much unsent is not written to until it drains. */
+const MAX_UNSENT_BYTES = 1 << 20;
+
+export class LiveStreams {
+  private readonly streams = new Set<http.ServerResponse>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly build: () => unknown) {}
+
+  get size(): number {
+    return this.streams.size;
+  }
+
+  /** Answers an `EventSource` request: the current state at once, then a tick every TICK_MS. */
+  open(res: http.ServerResponse): void {
+    if (this.streams.size >= MAX_STREAMS) {
+      res.writeHead(503, { 'content-type': 'text/plain' }).end('too many live streams\n');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
+    res.write(`retry: 2000\n${this.event()}`);
+    this.streams.add(res);
+    res.on('close', () => {
+      this.streams.delete(res);
+      if (this.streams.size === 0) this.stopTimer();
+    });
+    this.timer ??= setInterval(() => this.tick(), TICK_MS);
+  }
+
+  /** Ends every stream (the listener is stopping, or the user logged out everywhere). */
+  close(): void {
+    for (const res of this.streams) res.end();
+    this.streams.clear();
+    this.stopTimer();
+  }
+
+  private tick(): void {
+    const event = this.event();
+    for (const res of this.streams) if (res.writableLength < MAX_UNSENT_BYTES) res.write(event);
+  }
+
+  private event(): string {
+    return `data: ${JSON.stringify(this.build())}\n\n`;
+  }
+
+  private stopTimer(): void {
+    clearInterval(this.timer);
+    this.timer = undefined;
+  }
+}
