@@ -22,6 +22,8 @@ export function Chart({ t, series, height = 160 }: ChartProps) {
       {
         width: Math.max(200, el.clientWidth),
         height,
+        // The last hour, whatever the data holds (one sample is still an hour-wide chart).
+        scales: { x: { time: true, range: (_u, _min, max) => [max - 3600, max] } },
         series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, points: { show: false } }))],
         axes: [
           { stroke: 'currentColor', grid: { stroke: 'rgba(128,128,128,0.15)' } },
