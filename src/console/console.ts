@@ -1,5 +1,5 @@
 /**
- * The web console (docs/architecture.md#web-console): the JSON API under /api/, the live stream
+ * The web console (docs/architecture.md#console, its security in #security-model): the JSON API under /api/, the live stream
  * (/api/events), and the front end under /console/, mounted on the metrics listener. Every /api/ request but
  * the login needs a login cookie; actions need an operator and the login's CSRF token; each action is audited.
  */
