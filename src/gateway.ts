@@ -5,6 +5,7 @@
  * bridges (outboxes stay on disk) → close the store.
  */
 import { readFileSync, statSync } from 'node:fs';
+import { createSecureContext } from 'node:tls';
 import { join } from 'node:path';
 import type { BridgeConfig, Config, ConsoleConfig, MetricsConfig } from './config/schema.js';
 import { planReload, type ListChanges } from './config/reload-plan.js';
@@ -18,7 +19,7 @@ import { MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
-import type { MetricsAccess } from './ops/metrics.js';
+import type { HttpTls, MetricsAccess } from './ops/metrics.js';
 import { PasswordFile } from './broker/password-file.js';
 import { asError, ConfigError, errorLogFields } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
@@ -219,7 +220,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       metrics.mount((req, res, path) => routes.handle(req, res, path));
       webConsole.start();
     }
-    const port = await metrics.start(config.metrics.host, config.metrics.port);
+    const port = await metrics.start(config.metrics.host, config.metrics.port, httpTls(config.metrics));
     log.info({ host: config.metrics.host, port, console: webConsole !== undefined }, 'metrics endpoint listening');
   }
 
@@ -265,6 +266,8 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       if (metrics && config.metrics) {
         try {
           metrics.setAccess(metricsAccess(config.metrics, next.auth.passwordFile));
+          const tls = httpTls(config.metrics);
+          if (tls) metrics.setTls(tls);
         } catch (err) {
           log.error(errorLogFields(err), 'metrics credentials not reloaded, the endpoint keeps the current ones');
         }
@@ -429,6 +432,22 @@ function metricsAccess(metrics: MetricsConfig, passwordFile: string | undefined)
     if (token === '') throw new ConfigError(auth.tokenFile, [{ path: 'metrics.auth.tokenFile', message: 'the token file is empty' }]);
   }
   return { verifyUser, token };
+}
+
+/** The metrics listener's certificate and key, read now (at start, and again on reload), or undefined for HTTP. */
+function httpTls(metrics: MetricsConfig): HttpTls | undefined {
+  if (metrics.tls === undefined) return undefined;
+  const { certFile, keyFile } = metrics.tls;
+  const pair = {
+    cert: Buffer.from(readConfiguredFile(certFile, 'metrics.tls.certFile')),
+    key: Buffer.from(readConfiguredFile(keyFile, 'metrics.tls.keyFile')),
+  };
+  try {
+    createSecureContext(pair);
+  } catch (err) {
+    throw new ConfigError(certFile, [{ path: 'metrics.tls', message: `the certificate and key do not load: ${asError(err).message}` }], { cause: err });
+  }
+  return pair;
 }
 
 /** The console's users, with passwords from auth.passwordFile read now (at start, and again on reload). */

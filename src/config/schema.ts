@@ -173,6 +173,8 @@ const metricsSchema = z
     port: int(0, 65_535).default(9883),
     /** Who may read /metrics and /readyz (/healthz stays open); without it, anyone who reaches the port. */
     auth: metricsAuthSchema.optional(),
+    /** HTTPS instead of HTTP (the web console off loopback needs it): this certificate and key, re-read on reload. */
+    tls: z.strictObject({ certFile: filePath, keyFile: filePath }).optional(),
     allowUnauthenticated: z.boolean().default(false),
     /** /readyz is 503 while a connector's device does not answer (a dead PLC); without it only with ?devices=1. */
     readyRequiresDevices: z.boolean().default(false),
@@ -196,7 +198,7 @@ const consoleSchema = z.strictObject({
   operators: z.array(z.string().min(1)).default([]),
   /** A login lasts this long without activity. */
   sessionTtlS: int(60, 7 * 86_400).default(28_800),
-  /** The listener speaks plain HTTP: off loopback, passwords and cookies would cross the network in clear. */
+  /** Off loopback without metrics.tls, passwords and cookies would cross the network in clear: only if you say so. */
   allowInsecureRemote: z.boolean().default(false),
 });
 
@@ -425,11 +427,11 @@ function consoleProblems(
   if (config.auth.passwordFile === undefined) problem([], 'console users log in with passwords from auth.passwordFile: set it');
   if (con.viewers.length + con.operators.length === 0) problem(['viewers'], 'name at least one user in viewers or operators');
   const host = config.metrics?.host;
-  if (host !== undefined && !isLoopback(host) && !con.allowInsecureRemote) {
+  if (host !== undefined && !isLoopback(host) && config.metrics?.tls === undefined && !con.allowInsecureRemote) {
     problem(
       ['allowInsecureRemote'],
       `metrics.host ${host} is not a loopback address and the listener has no TLS: logins would cross the network in clear; ` +
-        'keep it on loopback (behind a TLS reverse proxy), or set allowInsecureRemote: true',
+        'set metrics.tls (certFile, keyFile), keep it on loopback, or set allowInsecureRemote: true',
     );
   }
 }

@@ -179,7 +179,8 @@ export class WebConsole {
     }
     const login = this.logins.create(user, role);
     this.audit.info({ user, role, remote }, 'console login');
-    res.setHeader('set-cookie', this.logins.cookie(login, false));
+    // Secure over HTTPS (metrics.tls): the browser then never sends the cookie in clear.
+    res.setHeader('set-cookie', this.logins.cookie(login, 'encrypted' in req.socket));
     reply(res, 200, { user, role, csrf: login.csrf });
   }
 

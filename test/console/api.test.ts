@@ -4,6 +4,8 @@
  * the config file), and the audit lines. The browser tests (browser.test.ts) drive the same API through the page.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
+import { makeCerts } from '../fixtures/certs.js';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, logLines, runCli } from '../helpers/gateway.js';
@@ -42,6 +44,33 @@ describe('console configuration', () => {
     expect(noPasswords.stderr).toMatch(/console.*auth\.passwordFile/);
     const nobody = await check({ auth: { passwordFile: `${dir}/pw` }, metrics: {}, console: {} });
     expect(nobody.stderr).toMatch(/console\.viewers.*at least one user/);
+    // With the listener's own certificate, off loopback is fine.
+    const pki = makeCerts(dir);
+    const tls = { certFile: pki.server.cert, keyFile: pki.server.key };
+    const withTls = await check({ auth: { passwordFile: `${dir}/pw` }, metrics: { host: '0.0.0.0', allowUnauthenticated: true, tls }, console: { viewers: ['a'] } });
+    expect(withTls.code, withTls.stderr).toBe(0);
+  });
+
+  it('serves the console over HTTPS with metrics.tls, and the login cookie is then Secure', { timeout: 60_000 }, async () => {
+    const pki = makeCerts(tempDir('edgeferry-console-pki-'));
+    const { base } = d.add(await startConsoleGateway({ metrics: { tls: { certFile: pki.server.cert, keyFile: pki.server.key } } }));
+    const port = Number(new URL(base).port);
+    const answer = await new Promise<{ status: number; cookie: string; body: string }>((resolve, reject) => {
+      const req = https.request(
+        { host: '127.0.0.1', port, path: '/api/login', method: 'POST', ca: readFileSync(pki.ca), servername: 'localhost', headers: { 'content-type': 'application/json' } },
+        (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, cookie: String(res.headers['set-cookie']), body }));
+        },
+      );
+      req.on('error', reject);
+      req.end(JSON.stringify({ user: 'maint', password: PASSWORDS.maint }));
+    });
+    expect(answer.status, answer.body).toBe(200);
+    expect(answer.cookie).toMatch(/; Secure$/);
+    // Plain HTTP is not answered on that port.
+    await expect(fetch(`${base}/api/session`)).rejects.toThrow();
   });
 });
 
