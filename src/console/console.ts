@@ -8,7 +8,7 @@ import { asError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { Sender } from '../sparkplug/commands.js';
 import { LiveStreams } from './live.js';
-import { csrfMatches, Logins, type Login, type Role } from './logins.js';
+import { csrfMatches, LoginThrottle, Logins, type Login, type Role } from './logins.js';
 import type { ConsoleSources } from './sources.js';
 import { SECURITY_HEADERS, StaticFiles } from './static-files.js';
 import { parseTagValue } from './tag-value.js';
@@ -42,6 +42,7 @@ export class WebConsole {
   private readonly sampler: Sampler;
   private readonly live: LiveStreams;
   private readonly logins: Logins;
+  private readonly throttle = new LoginThrottle();
   private readonly files = new StaticFiles();
   private users: ConsoleUsers;
   private readonly reads: Readonly<Record<string, () => unknown>>;
@@ -154,7 +155,7 @@ export class WebConsole {
       return reply(res, 200, { done: true });
     }
     if (route === 'session') return reply(res, 200, { user: login.user, role: login.role, csrf: login.csrf });
-    if (route === 'events') return this.live.open(res);
+    if (route === 'events') return this.live.open(res, () => this.logins.holds(login));
     const read = this.reads[route];
     if (read !== undefined) {
       if (req.method !== 'GET') throw new HttpError(405, 'GET only');
@@ -169,11 +170,16 @@ export class WebConsole {
     const body = await readJson(req);
     const user = typeof body.user === 'string' ? body.user : '';
     const password = typeof body.password === 'string' ? body.password : '';
-    const remote = req.socket.remoteAddress;
+    const remote = req.socket.remoteAddress ?? '';
+    if (this.throttle.blocked(remote)) {
+      this.audit.warn({ user, remote, why: 'too many failed logins from this address' }, 'console login refused');
+      throw new HttpError(429, 'too many failed logins from this address: try again in a minute');
+    }
     // The password is checked first, so an unlisted user costs the same time as a listed one.
     const verified = await this.users.verifyPassword(user, Buffer.from(password, 'utf8'));
     const role = verified ? this.roleOf(user) : undefined;
     if (role === undefined) {
+      this.throttle.failed(remote);
       this.audit.warn({ user, remote, why: verified ? 'not a console user' : 'bad user name or password' }, 'console login refused');
       throw new HttpError(401, 'bad user name or password, or not a console user');
     }

@@ -12,7 +12,8 @@ const MAX_STREAMS = 50;
 const MAX_UNSENT_BYTES = 1 << 20;
 
 export class LiveStreams {
-  private readonly streams = new Set<http.ServerResponse>();
+  /** Each stream with the check that its login still holds: one that ended or expired ends the stream. */
+  private readonly streams = new Map<http.ServerResponse, () => boolean>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly build: () => unknown) {}
@@ -21,15 +22,15 @@ export class LiveStreams {
     return this.streams.size;
   }
 
-  /** Answers an `EventSource` request: the current state at once, then a tick every TICK_MS. */
-  open(res: http.ServerResponse): void {
+  /** Answers an `EventSource` request: the current state at once, then a tick every TICK_MS while `holds()`. */
+  open(res: http.ServerResponse, holds: () => boolean): void {
     if (this.streams.size >= MAX_STREAMS) {
       res.writeHead(503, { 'content-type': 'text/plain' }).end('too many live streams\n');
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
     res.write(`retry: 2000\n${this.event()}`);
-    this.streams.add(res);
+    this.streams.set(res, holds);
     res.on('close', () => {
       this.streams.delete(res);
       if (this.streams.size === 0) this.stopTimer();
@@ -39,14 +40,17 @@ export class LiveStreams {
 
   /** Ends every stream (the listener is stopping, or the user logged out everywhere). */
   close(): void {
-    for (const res of this.streams) res.end();
+    for (const res of this.streams.keys()) res.end();
     this.streams.clear();
     this.stopTimer();
   }
 
   private tick(): void {
     const event = this.event();
-    for (const res of this.streams) if (res.writableLength < MAX_UNSENT_BYTES) res.write(event);
+    for (const [res, holds] of this.streams) {
+      if (!holds()) res.end(); // the browser reconnects, gets 401 and shows the login form
+      else if (res.writableLength < MAX_UNSENT_BYTES) res.write(event);
+    }
   }
 
   private event(): string {

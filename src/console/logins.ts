@@ -53,6 +53,11 @@ export class Logins {
     this.byId.delete(login.id);
   }
 
+  /** Whether a login found earlier still holds (not ended, not expired): a live stream asks at every tick. */
+  holds(login: Login): boolean {
+    return this.byId.get(login.id) === login && login.expiresAtMs > Date.now();
+  }
+
   /** Ends the logins of users no longer listed, or listed with another role (a reload changed the lists). */
   retain(roleOf: (user: string) => Role | undefined): void {
     for (const login of this.byId.values()) if (roleOf(login.user) !== login.role) this.byId.delete(login.id);
@@ -69,6 +74,35 @@ export class Logins {
   private prune(): void {
     const now = Date.now();
     for (const login of this.byId.values()) if (login.expiresAtMs <= now) this.byId.delete(login.id);
+  }
+}
+
+/**
+ * Failed logins per address: after MAX_FAILURES within a minute the address is refused until that minute is over,
+ * like the MQTT listeners' ban (docs/architecture.md#security-model), so passwords cannot be tried at speed.
+ */
+export class LoginThrottle {
+  static readonly MAX_FAILURES = 5;
+  static readonly WINDOW_MS = 60_000;
+  private readonly failures = new Map<string, { count: number; sinceMs: number }>();
+
+  blocked(address: string): boolean {
+    const entry = this.failures.get(address);
+    if (entry === undefined) return false;
+    if (Date.now() - entry.sinceMs >= LoginThrottle.WINDOW_MS) {
+      this.failures.delete(address);
+      return false;
+    }
+    return entry.count >= LoginThrottle.MAX_FAILURES;
+  }
+
+  failed(address: string): void {
+    const now = Date.now();
+    // Old entries go when the map grows: a scan of addresses cannot fill the memory.
+    if (this.failures.size >= MAX_LOGINS) for (const [a, e] of this.failures) if (now - e.sinceMs >= LoginThrottle.WINDOW_MS) this.failures.delete(a);
+    const entry = this.failures.get(address);
+    if (entry === undefined || now - entry.sinceMs >= LoginThrottle.WINDOW_MS) this.failures.set(address, { count: 1, sinceMs: now });
+    else entry.count++;
   }
 }
 

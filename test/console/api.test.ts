@@ -110,6 +110,25 @@ describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
     expect((await viewer.get('overview')).status).toBe(401);
   });
 
+  it('ends a live stream with its login, and refuses an address after five failed logins for the rest of the minute', async () => {
+    const { gw, base } = d.add(await startConsoleGateway());
+    const viewer = await loggedIn(base, 'shift');
+    const res = await fetch(`${base}/api/events`, { headers: { cookie: viewer.cookie! } });
+    const reader = res.body!.getReader();
+    expect((await reader.read()).done).toBe(false);
+    expect((await viewer.post('logout', {})).status).toBe(200);
+    // The stream ends at the next tick; reads until then return the events already sent.
+    await waitFor(async () => (await reader.read()).done, 5000, { message: 'the stream ends after the logout' });
+
+    const guesser = new ConsoleClient(base);
+    for (let i = 0; i < 5; i++) expect((await guesser.login('maint', `guess-${i}`)).status).toBe(401);
+    const blocked = await guesser.login('maint', PASSWORDS.maint);
+    expect(blocked.status).toBe(429);
+    await waitFor(() => logLines(gw).some((l) => l.msg === 'console login refused' && l.why === 'too many failed logins from this address'), 5000, {
+      message: 'the blocked attempt audited',
+    });
+  });
+
   it('a viewer cannot act; an operator acts only with the CSRF token of the login, in JSON; refusals are audited', async () => {
     const { gw, base } = d.add(await startConsoleGateway());
     const mqtt = d.add(await openClient(`mqtt://127.0.0.1:${gw.port}`, { clientId: 'hmi-3', protocolVersion: 5 }));
