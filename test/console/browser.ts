@@ -16,9 +16,9 @@ export async function openBrowser(): Promise<Browser & { dispose(): Promise<void
   return Object.assign(browser, { dispose: () => browser.close() });
 }
 
-/** A page at the 1366x768 of a panel PC, logged in through the form as `user`. */
+/** A page at the 1366x768 of a panel PC (dark, as the system asks), logged in through the form as `user`. */
 export async function logIn(browser: Browser, base: string, user: string, password: string, viewport = { width: 1366, height: 768 }): Promise<Page> {
-  const page = await browser.newPage({ viewport });
+  const page = await browser.newPage({ viewport, colorScheme: 'dark' });
   await page.goto(`${base}/`);
   await page.fill('input[name=user]', user);
   await page.fill('input[name=password]', password);
