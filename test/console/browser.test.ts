@@ -12,7 +12,7 @@ import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { waitFor } from '../helpers/wait.js';
 import { logIn, openBrowser, screenshot, waitForText } from './browser.js';
-import { PASSWORDS, startConsoleGateway } from './console-setup.js';
+import { loggedIn, PASSWORDS, startConsoleGateway } from './console-setup.js';
 
 const d = useDisposer();
 
@@ -72,6 +72,14 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     for (let i = 0; i < 300; i++) await plc.publish(`plant/line4/count`, String(i), { qos: 1 });
     await waitForText(page, `${card} [data-testid=backlog]`, (t) => t === '300', 10_000, 'backlog of 300 shown');
     expect(await page.textContent(card)).toMatch(/offline|connecting/);
+    // For the screenshot: once the chart history has sampled the backlog, a reload draws it at once.
+    const api = await loggedIn(base, 'maint');
+    await waitFor(async () => (await api.get<{ backlog: Record<string, number[]> }>('history')).body.backlog.central?.includes(300), 10_000, {
+      message: 'history sampled the backlog',
+    });
+    await page.reload();
+    await page.waitForSelector(`${card} .chart canvas`);
+    await waitForText(page, `${card} [data-testid=backlog]`, (t) => t === '300', 5000, 'backlog still 300 after the reload');
     await screenshot(page, 'bridges-backlog');
 
     await central.restart();
