@@ -127,7 +127,8 @@ export class WebConsole {
       return true;
     }
     if (path.startsWith('/console/')) {
-      if (req.method !== 'GET' || !this.files.serve(decodeURIComponent(path.slice('/console/'.length)), res)) {
+      const file = decodedPath(path.slice('/console/'.length));
+      if (req.method !== 'GET' || file === undefined || !this.files.serve(file, res)) {
         res.writeHead(404, { 'content-type': 'text/plain' }).end('not found (is the console built? npm run build)\n');
       }
       return true;
@@ -235,6 +236,15 @@ export class WebConsole {
   private roleOf(user: string): Role | undefined {
     if (this.users.operators.includes(user)) return 'operator';
     return this.users.viewers.includes(user) ? 'viewer' : undefined;
+  }
+}
+
+/** A URL path decoded; undefined for a malformed escape (no such file), not an exception. */
+function decodedPath(path: string): string | undefined {
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return undefined;
   }
 }
 

@@ -310,6 +310,7 @@ describe('console live stream, log and static files', { timeout: 60_000 }, () =>
     expect(html).not.toMatch(/https?:\/\//);
     expect((await fetch(`${base}/console/%2e%2e/%2e%2e/package.json`)).status).toBe(404);
     expect((await fetch(`${base}/console/nope.js`)).status).toBe(404);
+    expect((await fetch(`${base}/console/%E0%A4%A`)).status).toBe(404);
     // The metrics endpoints are unchanged.
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
   });
