@@ -51,6 +51,14 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     expect(await sim.get(1, 'hr', 1, 1)).toEqual([321]);
     await waitForText(page, '[data-testid=value-press-1-setpoint]', (t) => t === '321', 5000, 'the live value follows');
 
+    await page.click('a[href="#sparkplug"]');
+    await waitForText(page, 'main', (t) => t.includes('console spBv1.0/plant/DCMD/line4/press-1 from maint'), 5000, 'the last command names the console user');
+    await screenshot(page, 'sparkplug');
+    await page.click('a[href="#log"]');
+    await waitForText(page, '[data-testid=log-table]', (t) => t.includes('DCMD write done') && t.includes('device lost'), 5000, 'the write and the loss in the log');
+    await screenshot(page, 'log');
+    await page.click('a[href="#devices"]');
+
     // The filter keeps the matching tags only.
     await page.fill('[data-testid=tag-filter]', 'setp');
     await waitFor(async () => (await page.locator('[data-testid=value-press-1-count]').count()) === 0, 5000, { message: 'count filtered out' });
