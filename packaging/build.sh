@@ -5,6 +5,7 @@
 #   edgeferry-<version>-linux-x64.tar.gz    other systemd distributions: unpack, then sudo ./install.sh
 # Both hold the same tree (README "Install on an industrial PC"):
 #   /opt/edgeferry/dist           the compiled gateway (src/, connectors/; no tests, benchmarks or TypeScript)
+#                                 and the web console's bundle (dist/console)
 #   /opt/edgeferry/node_modules   production dependencies, native addons built for the bundled runtime
 #   /opt/edgeferry/node           Node.js 24 (bin/node and its LICENSE)
 #   /opt/edgeferry/config         the example config and JSON schema; edgeferry.yaml -> /etc/edgeferry/edgeferry.yaml
@@ -37,6 +38,8 @@ mkdir -p "$app/config" "$app/node/bin" "$tree/etc/edgeferry" "$tree/lib/systemd/
 
 echo "compiling the gateway"
 npx tsc -p tsconfig.json --outDir "$app/dist"
+echo "bundling the web console"
+npx vite build --config console/vite.config.ts --outDir "$app/dist/console" --emptyOutDir --logLevel warn
 cp package.json package-lock.json "$app/"
 echo "installing the production dependencies for $("$node24/bin/node" --version)"
 (cd "$app" && PATH="$node24/bin:$PATH" npm_config_nodedir="$node24" npm ci --omit=dev --no-audit --no-fund --loglevel=error >/dev/null)

@@ -10,8 +10,9 @@ import { parseArgs } from 'node:util';
 import { opcuaUsage } from '../connectors/opcua/opcua-command.js';
 import type { Config } from './config/schema.js';
 import { loadConfig } from './config/load.js';
-import { createLogger, type RootLogger } from './ops/log.js';
-import { asError, errorCode, errorLogFields, StoreError } from './util/errors.js';
+import { createLogger, LogRing, type RootLogger } from './ops/log.js';
+import type { ConfigControl, ReloadOutcome } from './console/sources.js';
+import { asError, ConfigError, errorCode, errorLogFields, StoreError } from './util/errors.js';
 import { DEFAULT_CONFIG_FILE, loadConfigOrReport } from './cli/config-file.js';
 import { EXIT, LOG_FORMATS, type LogFormat } from './cli/errors.js';
 import { opcuaCommand } from './cli/opcua.js';
@@ -151,20 +152,30 @@ async function main(): Promise<void> {
     return;
   }
 
-  const log = createLogger({ ...config.log, format: args.logFormat ?? config.log.format });
+  // The web console shows the recent warn/error and audit lines: kept only when there is a console.
+  const logRing = config.console === undefined ? undefined : new LogRing();
+  const log = createLogger({ ...config.log, format: args.logFormat ?? config.log.format }, { ring: logRing });
   process.on('uncaughtException', (err) => die(log, err, 'uncaught exception'));
   process.on('unhandledRejection', (reason) => die(log, reason, 'unhandled rejection'));
   log.info({ version: VERSION, configFile: file, node: process.version }, 'edgeferry starting');
 
   // Imported only to run, so --check-config and --help stay fast and load no native modules. Signals are
   // handled from here on: one arriving during a slow start (store recovery) stops the gateway once it is up.
+  let lastReload: ReloadOutcome | undefined;
+  const configControl: ConfigControl = {
+    file,
+    get last() {
+      return lastReload;
+    },
+    reload: () => queueReload(),
+  };
   const started = (async () => {
     if (args['reset-store']) await resetStore(config.storage.path, log);
     const { startGateway } = await import('./gateway.js');
-    return startGateway(config, log);
+    return startGateway(config, log, { config: configControl, logRing });
   })();
   let isStopping = false;
-  let reloads = Promise.resolve();
+  let reloads: Promise<unknown> = Promise.resolve();
 
   const stop = async (signal: NodeJS.Signals): Promise<void> => {
     if (isStopping) {
@@ -182,32 +193,43 @@ async function main(): Promise<void> {
     process.exit(0);
   };
 
-  const reload = async (): Promise<void> => {
+  const reload = async (): Promise<ReloadOutcome> => {
+    const failed = (err: unknown): ReloadOutcome => ({
+      ok: false,
+      atMs: Date.now(),
+      error: asError(err).message,
+      problems: err instanceof ConfigError ? err.problems.map(({ path, message }) => ({ path, message })) : undefined,
+    });
     let next: Config;
     try {
       next = loadConfig(file);
     } catch (err) {
       log.error({ ...errorLogFields(err), configFile: file }, 'config reload rejected, keeping the running config');
-      return;
+      return (lastReload = failed(err));
     }
     const gw = await started;
-    if (isStopping) return;
+    if (isStopping) return (lastReload = failed(new Error('the gateway is stopping')));
     log.setLevel(next.log.level);
     try {
       await gw.reload(next);
       log.info({ configFile: file }, 'config reloaded');
+      return (lastReload = { ok: true, atMs: Date.now() });
     } catch (err) {
       log.error({ ...errorLogFields(err), configFile: file }, 'config reload failed');
+      return (lastReload = failed(err));
     }
+  };
+  // Reloads run one after another: a burst of SIGHUPs (or console clicks) must not interleave two swaps.
+  const queueReload = (): Promise<ReloadOutcome> => {
+    const outcome = reloads.then(reload);
+    reloads = outcome;
+    return outcome;
   };
 
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.on(signal, () => void stop(signal).catch((err) => die(log, err, 'stop failed')));
   }
-  // Reloads run one after another: a burst of SIGHUPs must not interleave two swaps.
-  process.on('SIGHUP', () => {
-    reloads = reloads.then(reload);
-  });
+  process.on('SIGHUP', () => void queueReload());
 
   try {
     await started;

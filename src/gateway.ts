@@ -5,8 +5,9 @@
  * bridges (outboxes stay on disk) → close the store.
  */
 import { readFileSync, statSync } from 'node:fs';
+import { createSecureContext } from 'node:tls';
 import { join } from 'node:path';
-import type { BridgeConfig, Config, MetricsConfig } from './config/schema.js';
+import type { BridgeConfig, Config, ConsoleConfig, MetricsConfig } from './config/schema.js';
 import { planReload, type ListChanges } from './config/reload-plan.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
@@ -18,7 +19,7 @@ import { MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
-import type { MetricsAccess } from './ops/metrics.js';
+import type { HttpTls, MetricsAccess } from './ops/metrics.js';
 import { PasswordFile } from './broker/password-file.js';
 import { asError, ConfigError, errorLogFields } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
@@ -34,6 +35,17 @@ import type { UplinkControl } from './sparkplug/edge-node.js';
 import type { Device } from './sparkplug/device.js';
 import { topicMatches } from './protocol/topics.js';
 import { SteadyClock, watchClockSteps } from './util/clock.js';
+import { WebConsole, type ConsoleUsers } from './console/console.js';
+import type { ConfigControl } from './console/sources.js';
+import type { LogRing } from './ops/log.js';
+
+/** What the process around the gateway (cli.ts) hands it beyond the configuration. */
+export interface GatewayExtras {
+  /** Reloading the configuration file as SIGHUP does: the web console's reload action and its last result. */
+  readonly config?: ConfigControl;
+  /** The recent warn/error and audit lines, for the web console's log view. */
+  readonly logRing?: LogRing;
+}
 
 export interface Gateway {
   readonly listeners: readonly BoundListener[];
@@ -45,11 +57,11 @@ const { version: VERSION } = JSON.parse(readFileSync(new URL('../../package.json
   version: string;
 };
 
-export async function startGateway(initial: Config, log: Logger): Promise<Gateway> {
+export async function startGateway(initial: Config, log: Logger, extras: GatewayExtras = {}): Promise<Gateway> {
   let config = initial;
   const b = config.broker;
   const systemd = new SystemdNotifier(log.child({ mod: 'systemd' }));
-  const audit = openAuditLog(log, config.log.auditFile);
+  const audit = openAuditLog(log, config.log.auditFile, extras.logRing);
   // Auth files first: a bad password or ACL file stops the start before anything binds.
   const stats = new BrokerStats();
   let auth = createAuth(config, audit, stats);
@@ -140,7 +152,10 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
   sys.start(b.sysIntervalS);
 
   const bridgeStats = () => new Map(bridges.map((bridge) => [bridge.name, bridge.stats]));
+  const readiness = (askedForDevices: boolean) =>
+    readinessProblems(store, bridges, server, askedForDevices || config.metrics?.readyRequiresDevices ? (edgeNode?.deviceList ?? []) : []);
   let metrics: MetricsServer | undefined;
+  let webConsole: WebConsole | undefined;
   if (config.metrics) {
     const registry = createMetricsRegistry({
       broker: broker.stats,
@@ -160,16 +175,53 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
     });
     metrics = new MetricsServer(
       registry,
-      {
-        problems: (askedForDevices) =>
-          readinessProblems(store, bridges, server, askedForDevices || config.metrics?.readyRequiresDevices ? (edgeNode?.deviceList ?? []) : []),
-      },
+      { problems: readiness },
       log.child({ mod: 'metrics' }),
       audit,
       metricsAccess(config.metrics, config.auth.passwordFile),
     );
-    const port = await metrics.start(config.metrics.host, config.metrics.port);
-    log.info({ host: config.metrics.host, port }, 'metrics endpoint listening');
+    if (config.console) {
+      webConsole = new WebConsole(
+        {
+          version: VERSION,
+          config: extras.config,
+          broker: broker.stats,
+          clients: () => server.clients(),
+          offlineSessions: () =>
+            [...broker.sessions.values()]
+              .filter((session) => !session.isOnline())
+              .map((session) => ({
+                clientId: session.id,
+                owner: session.owner ?? undefined,
+                queued: session.queuedCount,
+                subscriptions: session.subscriptions.size,
+                expiryIntervalS: session.expiryIntervalS,
+              })),
+          storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
+          storeMaxBytes: config.storage.maxBytes,
+          readiness: () => readiness(false),
+          bridges: () => bridges.map((bridge) => ({ bridge, urls: config.bridges.find((bc) => bc.name === bridge.name)?.remote.urls ?? [] })),
+          edgeNode,
+          disconnectClient: (clientId, why) => server.disconnectClient(clientId, why),
+          deleteSession: (clientId) => {
+            const session = broker.sessions.get(clientId);
+            if (session === undefined) return 'unknown';
+            if (session.isOnline()) return 'online';
+            broker.endSession(session);
+            return 'deleted';
+          },
+          logLines: () => extras.logRing?.entries() ?? [],
+        },
+        consoleUsers(config.console, config.auth.passwordFile),
+        log.child({ mod: 'console' }),
+        audit,
+      );
+      const routes = webConsole;
+      metrics.mount((req, res, path) => routes.handle(req, res, path));
+      webConsole.start();
+    }
+    const port = await metrics.start(config.metrics.host, config.metrics.port, httpTls(config.metrics));
+    log.info({ host: config.metrics.host, port, console: webConsole !== undefined }, 'metrics endpoint listening');
   }
 
   const stopClockWatch = watchClockSteps(clock, (stepMs) =>
@@ -196,6 +248,8 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
         await server.stop();
         broker.close();
         await Promise.all(bridges.map((bridge) => bridge.stop()));
+        // Its live streams end first: the listener's close waits for open responses.
+        webConsole?.stop();
         await metrics?.stop();
         await store.close();
         systemd.close();
@@ -212,8 +266,19 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
       if (metrics && config.metrics) {
         try {
           metrics.setAccess(metricsAccess(config.metrics, next.auth.passwordFile));
+          const tls = httpTls(config.metrics);
+          if (tls) metrics.setTls(tls);
         } catch (err) {
           log.error(errorLogFields(err), 'metrics credentials not reloaded, the endpoint keeps the current ones');
+        }
+      }
+      // The console's user lists and passwords apply at once; logins of users no longer listed end.
+      const nextConsole = plan.inForce.console;
+      if (webConsole && nextConsole) {
+        try {
+          webConsole.setUsers(consoleUsers(nextConsole, next.auth.passwordFile));
+        } catch (err) {
+          log.error(errorLogFields(err), 'console users not reloaded, the console keeps the current ones');
         }
       }
       // Certificates are re-read even when the config is unchanged: renewing one replaces the files in place.
@@ -369,6 +434,29 @@ function metricsAccess(metrics: MetricsConfig, passwordFile: string | undefined)
   return { verifyUser, token };
 }
 
+/** The metrics listener's certificate and key, read now (at start, and again on reload), or undefined for HTTP. */
+function httpTls(metrics: MetricsConfig): HttpTls | undefined {
+  if (metrics.tls === undefined) return undefined;
+  const { certFile, keyFile } = metrics.tls;
+  const pair = {
+    cert: Buffer.from(readConfiguredFile(certFile, 'metrics.tls.certFile')),
+    key: Buffer.from(readConfiguredFile(keyFile, 'metrics.tls.keyFile')),
+  };
+  try {
+    createSecureContext(pair);
+  } catch (err) {
+    throw new ConfigError(certFile, [{ path: 'metrics.tls', message: `the certificate and key do not load: ${asError(err).message}` }], { cause: err });
+  }
+  return pair;
+}
+
+/** The console's users, with passwords from auth.passwordFile read now (at start, and again on reload). */
+function consoleUsers(console: ConsoleConfig, passwordFile: string | undefined): ConsoleUsers {
+  // The schema requires the password file with a console section; createAuth has read and checked it first.
+  const { file } = PasswordFile.parse(readConfiguredFile(passwordFile ?? '', 'auth.passwordFile'));
+  return { ...console, verifyPassword: (user, password) => file.verify(user, password) };
+}
+
 /**
  * Reads a file the configuration names (`key`). The loader checked it could be read, but it may have changed since
  * (a reload reads it again): one that cannot be read now is EF_CONFIG_UNREADABLE, naming the key.
@@ -382,9 +470,9 @@ function readConfiguredFile(path: string, key: string): string {
 }
 
 /** The audit log; a `log.auditFile` that cannot be opened for appending is a configuration error naming the key. */
-function openAuditLog(log: Logger, auditFile: string | undefined): Logger {
+function openAuditLog(log: Logger, auditFile: string | undefined, ring: LogRing | undefined): Logger {
   try {
-    return createAuditLogger(log, auditFile);
+    return createAuditLogger(log, auditFile, ring);
   } catch (err) {
     throw new ConfigError(auditFile ?? 'log.auditFile', [{ path: 'log.auditFile', message: `cannot open the file for appending: ${asError(err).message}` }], { cause: err });
   }

@@ -37,6 +37,9 @@ export function planReload(old: Config, next: Config): ReloadPlan {
   const needsRestart: string[] = RESTART_SECTIONS.filter((key) => !isDeepStrictEqual(old[key], next[key]));
   for (const key of RESTART_LOG_KEYS) if (old.log[key] !== next.log[key]) needsRestart.push(`log.${key}`);
 
+  // The console's users apply at once; the console itself comes and goes with the metrics listener's start.
+  const consoleToggled = (old.console === undefined) !== (next.console === undefined);
+  if (consoleToggled) needsRestart.push('console');
   const uplink = old.sparkplug?.uplink;
   const uplinkBefore = old.bridges.find((b) => b.name === uplink);
   const uplinkAfter = next.bridges.find((b) => b.name === uplink);
@@ -61,6 +64,7 @@ export function planReload(old: Config, next: Config): ReloadPlan {
     storage: waits('storage') ? old.storage : next.storage,
     sparkplug: waits('sparkplug') ? old.sparkplug : next.sparkplug,
     metrics: waits('metrics') ? old.metrics : next.metrics,
+    console: consoleToggled ? old.console : next.console,
     log: { ...next.log, format: old.log.format, auditFile: old.log.auditFile },
     bridges: uplinkChanged && uplinkBefore !== undefined ? keepEntry(next.bridges, uplinkBefore, (b) => b.name) : next.bridges,
     connectors: connectorsLive ? next.connectors : old.connectors,

@@ -173,6 +173,8 @@ const metricsSchema = z
     port: int(0, 65_535).default(9883),
     /** Who may read /metrics and /readyz (/healthz stays open); without it, anyone who reaches the port. */
     auth: metricsAuthSchema.optional(),
+    /** HTTPS instead of HTTP (the web console off loopback needs it): this certificate and key, re-read on reload. */
+    tls: z.strictObject({ certFile: filePath, keyFile: filePath }).optional(),
     allowUnauthenticated: z.boolean().default(false),
     /** /readyz is 503 while a connector's device does not answer (a dead PLC); without it only with ?devices=1. */
     readyRequiresDevices: z.boolean().default(false),
@@ -187,6 +189,18 @@ const metricsSchema = z
       });
     }
   });
+
+/** The web console on the metrics listener (README "Web console"): users of auth.passwordFile, read-only unless operators. */
+const consoleSchema = z.strictObject({
+  /** May look at every view and call the read-only /api endpoints. */
+  viewers: z.array(z.string().min(1)).default([]),
+  /** May also act (write a tag, rebirth, reconnect a bridge, disconnect a client, delete a session, reload). */
+  operators: z.array(z.string().min(1)).default([]),
+  /** A login lasts this long without activity. */
+  sessionTtlS: int(60, 7 * 86_400).default(28_800),
+  /** Off loopback without metrics.tls, passwords and cookies would cross the network in clear: only if you say so. */
+  allowInsecureRemote: z.boolean().default(false),
+});
 
 const logSchema = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
@@ -359,6 +373,8 @@ export const configSchema = z
     auth: authSchema.prefault({}),
     /** Absent: no metrics endpoint. */
     metrics: metricsSchema.optional(),
+    /** Absent: no web console. Served by the metrics listener. */
+    console: consoleSchema.optional(),
     bridges: bridgesSchema.default([]),
     /** The gateway as a Sparkplug B edge node (optional; required by connectors). */
     sparkplug: sparkplugSchema.optional(),
@@ -380,6 +396,7 @@ export const configSchema = z
     if (config.metrics?.auth?.users !== undefined && config.auth.passwordFile === undefined) {
       ctx.addIssue({ code: 'custom', path: ['metrics', 'auth', 'users'], message: 'basic auth checks passwords in auth.passwordFile: set it' });
     }
+    consoleProblems(config, ctx);
     const uplink = config.sparkplug?.uplink;
     const uplinkIndex = config.bridges.findIndex((bridge) => bridge.name === uplink);
     if (uplink !== undefined && uplinkIndex < 0) {
@@ -409,6 +426,27 @@ export const configSchema = z
     })),
   }));
 
+/** The console needs the metrics listener and the password file; off loopback it needs an explicit choice. */
+function consoleProblems(
+  config: { console?: z.output<typeof consoleSchema>; metrics?: z.output<typeof metricsSchema>; auth: { passwordFile?: string } },
+  ctx: z.RefinementCtx,
+): void {
+  const con = config.console;
+  if (con === undefined) return;
+  const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path: ['console', ...path], message });
+  if (config.metrics === undefined) problem([], 'the console is served by the metrics listener: add a metrics section');
+  if (config.auth.passwordFile === undefined) problem([], 'console users log in with passwords from auth.passwordFile: set it');
+  if (con.viewers.length + con.operators.length === 0) problem(['viewers'], 'name at least one user in viewers or operators');
+  const host = config.metrics?.host;
+  if (host !== undefined && !isLoopback(host) && config.metrics?.tls === undefined && !con.allowInsecureRemote) {
+    problem(
+      ['allowInsecureRemote'],
+      `metrics.host ${host} is not a loopback address and the listener has no TLS: logins would cross the network in clear; ` +
+        'set metrics.tls (certFile, keyFile), keep it on loopback, or set allowInsecureRemote: true',
+    );
+  }
+}
+
 export type Config = z.output<typeof configSchema>;
 export type ListenerConfig = z.output<typeof listenerSchema>;
 export type TlsConfig = z.output<typeof tlsSchema>;
@@ -417,6 +455,7 @@ export type StorageConfig = z.output<typeof storageSchema>;
 export type LogConfig = z.output<typeof logSchema>;
 export type AuthConfig = z.output<typeof authSchema>;
 export type MetricsConfig = z.output<typeof metricsSchema>;
+export type ConsoleConfig = z.output<typeof consoleSchema>;
 export type MetricsAuthConfig = z.output<typeof metricsAuthSchema>;
 export type BridgeConfig = z.output<typeof bridgeSchema>;
 export type BridgeTopicConfig = z.output<typeof bridgeTopicSchema>;

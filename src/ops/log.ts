@@ -16,6 +16,36 @@ export interface LogSettings {
   readonly auditFile?: string;
 }
 
+/**
+ * The last warn/error and audit lines, kept as the JSON text pino wrote (parsed only when someone asks): the web
+ * console's log view. A line is kept when its level is warn or above, or it comes from the audit log.
+ */
+export class LogRing {
+  private readonly lines: string[] = [];
+  private next = 0;
+  constructor(readonly capacity = 500) {}
+
+  /** pino's stream contract: one serialized line per call. */
+  write(line: string): void {
+    if (!line.includes('"mod":"audit"') && levelOf(line) < 40) return;
+    if (this.lines.length < this.capacity) this.lines.push(line);
+    else this.lines[this.next] = line;
+    this.next = (this.next + 1) % this.capacity;
+  }
+
+  /** Oldest first. */
+  entries(): Record<string, unknown>[] {
+    const ordered = this.lines.length < this.capacity ? this.lines : [...this.lines.slice(this.next), ...this.lines.slice(0, this.next)];
+    return ordered.map((line) => JSON.parse(line) as Record<string, unknown>);
+  }
+}
+
+/** The numeric level of a pino JSON line (`"level":40`), read without parsing the line. */
+function levelOf(line: string): number {
+  const at = line.indexOf('"level":');
+  return at < 0 ? 0 : Number.parseInt(line.slice(at + 8, at + 10), 10);
+}
+
 export interface RootLogger extends Logger {
   /** Changes the level of this logger and of every child that did not set its own. */
   setLevel(level: LogLevel): void;
@@ -23,7 +53,7 @@ export interface RootLogger extends Logger {
 
 export function createLogger(
   settings: LogSettings,
-  opts: { destination?: NodeJS.WritableStream | number } = {},
+  opts: { destination?: NodeJS.WritableStream | number; ring?: LogRing } = {},
 ): RootLogger {
   const destination = opts.destination ?? 1;
   const isTty = typeof destination === 'number' ? isatty(destination) : (destination as { isTTY?: boolean }).isTTY === true;
@@ -33,7 +63,8 @@ export function createLogger(
     : typeof destination === 'number'
       ? pino.destination({ dest: destination, sync: true })
       : destination;
-  const log = pino({ level: settings.level, redact: ['password', '*.password'] }, stream);
+  const options = { level: settings.level, redact: ['password', '*.password'] };
+  const log = opts.ring === undefined ? pino(options, stream) : pino(options, pino.multistream([{ stream, level: 'trace' }, { stream: opts.ring, level: 'info' }]));
   // pino children read the level through their prototype (the root) until they set their own.
   return Object.assign(log, {
     setLevel(level: LogLevel) {
@@ -46,7 +77,9 @@ export function createLogger(
  * The audit log: a child of the main log (`mod: audit`), or JSON lines appended to `auditFile` when one is set, so
  * that logins, refusals and PLC writes can be kept and shipped apart from the operational log.
  */
-export function createAuditLogger(log: Logger, auditFile: string | undefined): Logger {
+export function createAuditLogger(log: Logger, auditFile: string | undefined, ring?: LogRing): Logger {
   if (auditFile === undefined) return log.child({ mod: 'audit' });
-  return pino({ level: 'info', base: { mod: 'audit' } }, pino.destination({ dest: auditFile, sync: true, mkdir: true, append: true }));
+  const file = pino.destination({ dest: auditFile, sync: true, mkdir: true, append: true });
+  const options = { level: 'info', base: { mod: 'audit' } };
+  return ring === undefined ? pino(options, file) : pino(options, pino.multistream([{ stream: file, level: 'info' }, { stream: ring, level: 'info' }]));
 }

@@ -6,6 +6,7 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { BrokerStats } from '../broker/broker.js';
@@ -175,9 +176,19 @@ function sha256(text: string): Buffer {
   return createHash('sha256').update(text).digest();
 }
 
+/** More routes on the same listener (the web console): answers a request and says true, or says false. */
+export type ExtraRoutes = (req: http.IncomingMessage, res: http.ServerResponse, path: string) => Promise<boolean>;
+
+/** PEM certificate and key: the listener speaks HTTPS. */
+export interface HttpTls {
+  readonly cert: Buffer;
+  readonly key: Buffer;
+}
+
 export class MetricsServer {
-  private server: http.Server | undefined;
+  private server: http.Server | https.Server | undefined;
   private gate: Gate | undefined;
+  private extra: ExtraRoutes | undefined;
 
   constructor(
     private readonly registry: Registry,
@@ -195,20 +206,31 @@ export class MetricsServer {
     this.gate = access === undefined ? undefined : new Gate(access);
   }
 
-  async start(host: string, port: number): Promise<number> {
-    const server = http.createServer((req, res) => {
+  /** Mounts routes with their own access rules, tried before the metrics ones (set before `start`). */
+  mount(routes: ExtraRoutes): void {
+    this.extra = routes;
+  }
+
+  async start(host: string, port: number, tls?: HttpTls): Promise<number> {
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
       this.serve(req, res).catch((err: unknown) => {
         this.log.error({ err, url: req.url }, 'metrics request failed');
         if (!res.headersSent) res.writeHead(500);
         res.end();
       });
-    });
+    };
+    const server = tls === undefined ? http.createServer(handler) : https.createServer({ ...tls, minVersion: 'TLSv1.2' }, handler);
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err) => reject(new EdgeferryError('EF_LISTENER_BIND', `metrics endpoint cannot listen on ${host}:${port}: ${err.message}`, { cause: err })));
       server.listen(port, host, () => resolve());
     });
     return (server.address() as AddressInfo).port;
+  }
+
+  /** New certificate and key (reload: renewed in place); established connections keep theirs. */
+  setTls(tls: HttpTls): void {
+    if (this.server instanceof https.Server) this.server.setSecureContext({ ...tls, minVersion: 'TLSv1.2' });
   }
 
   async stop(): Promise<void> {
@@ -221,6 +243,7 @@ export class MetricsServer {
   private async serve(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const path = url.pathname;
+    if (this.extra && (await this.extra(req, res, path))) return;
     const gate = this.gate;
     if (gate && path !== '/healthz') {
       const refusal = await gate.refusal(req.headers.authorization);

@@ -58,9 +58,26 @@ const TIMER_INTERVAL_MS = 500;
 /** Refusals that a flood repeats (a full budget, a foreign origin) are logged at most this often per listener. */
 const REFUSAL_LOG_INTERVAL_MS = 60_000;
 
+/** A connected client as the web console lists it. */
+export interface ClientView {
+  readonly clientId: string;
+  readonly username: string | undefined;
+  readonly remote: string;
+  readonly protocolVersion: number;
+  /** `type:port` of the listener it came in on. */
+  readonly listener: string;
+  readonly subscriptions: number;
+  readonly queued: number;
+  readonly inflight: number;
+  /** Wall-clock ms when the connection opened. */
+  readonly connectedSinceMs: number;
+}
+
 export class MqttServer {
   private readonly ctx: ConnectionContext;
   private readonly running: Running[] = [];
+  /** `type:port` of each listener, by the policy its connections share. */
+  private readonly listenerLabels = new Map<ListenerPolicy, string>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -106,6 +123,30 @@ export class MqttServer {
 
   get connectionCount(): number {
     return this.ctx.connections.size;
+  }
+
+  /** The connected clients (CONNECT done), for the web console. */
+  clients(): ClientView[] {
+    const wallMinusMono = Date.now() - performance.now();
+    return [...this.ctx.clients.values()].map((conn) => ({
+      clientId: conn.clientId,
+      username: conn.username,
+      remote: conn.remoteAddress,
+      protocolVersion: conn.version,
+      listener: this.listenerLabels.get(conn.listener) ?? '',
+      subscriptions: conn.session?.subscriptions.size ?? 0,
+      queued: conn.session?.queuedCount ?? 0,
+      inflight: conn.session?.inflightCount ?? 0,
+      connectedSinceMs: Math.round(wallMinusMono + conn.openedAtMs),
+    }));
+  }
+
+  /** Closes a client's connection with DISCONNECT 0x98 (administrative action); false when it is not connected. */
+  disconnectClient(clientId: string, why: string): boolean {
+    const conn = this.ctx.clients.get(clientId);
+    if (conn === undefined) return false;
+    conn.close(Reason.AdministrativeAction, why);
+    return true;
   }
 
   /** Binds every listener; rejects (and closes those already bound) if one cannot bind. */
@@ -241,6 +282,7 @@ export class MqttServer {
       );
       server.listen(spec.port, spec.host, () => resolve());
     });
+    this.listenerLabels.set(policy, `${spec.type}:${(server.address() as AddressInfo).port}`);
     server.on('error', (err) => this.ctx.log.error({ err, listener: spec.type, port: spec.port }, 'listener error'));
     return running;
   }

@@ -25,7 +25,22 @@ export interface SenderIdentity {
 }
 
 /** A command's sender as its audit lines name it. */
-type Sender = SenderIdentity & { readonly who: string };
+export type Sender = SenderIdentity & { readonly who: string };
+
+/** What became of a tag write: done (with the value read back from the device), or refused or failed and why. */
+export type WriteOutcome =
+  | { readonly ok: true; readonly readBack?: string; readonly matches: boolean }
+  | { readonly ok: false; readonly why: string };
+
+/** The last command the node took in (NCMD, DCMD, or a console action), for the console's Sparkplug view. */
+export interface LastCommand {
+  readonly kind: 'NCMD' | 'DCMD' | 'console';
+  readonly atMs: number;
+  readonly sender: Sender;
+  readonly topic: string;
+}
+
+type CommandMetric = Pick<MetricIn, 'name' | 'alias' | 'datatype' | 'value'>;
 
 export interface CommandsOptions {
   readonly rebirthDebounceMs: number;
@@ -47,6 +62,7 @@ export interface CommandsOptions {
 export class Commands {
   private lastRebirthMs = -Infinity;
   private readonly counters = { rebirths: 0, commandsRefused: 0, writesOk: 0, writesFailed: 0 };
+  private last: LastCommand | undefined;
 
   constructor(private readonly options: CommandsOptions) {}
 
@@ -54,8 +70,13 @@ export class Commands {
     return { ...this.counters };
   }
 
+  get lastCommand(): LastCommand | undefined {
+    return this.last;
+  }
+
   onNodeCommand(msg: Message): void {
     const who = this.sender(msg);
+    this.last = { kind: 'NCMD', atMs: Date.now(), sender: who, topic: msg.topic };
     let metrics: readonly MetricIn[];
     try {
       metrics = decodePayload(msg.payload, (m) => this.options.nodeMetric(m)?.datatype).metrics;
@@ -76,6 +97,7 @@ export class Commands {
 
   onDeviceCommand(msg: Message): void {
     const who = this.sender(msg);
+    this.last = { kind: 'DCMD', atMs: Date.now(), sender: who, topic: msg.topic };
     const topic = parseTopic(msg.topic);
     const device = topic?.deviceId !== undefined ? this.options.devices.get(topic.deviceId) : undefined;
     if (!device) {
@@ -89,64 +111,75 @@ export class Commands {
       this.refuse(who, msg.topic, undefined, `undecodable payload: ${asError(err).message}`);
       return;
     }
-    for (const metric of metrics) {
-      const name = metric.name ?? (metric.alias !== undefined ? device.nameOf(metric.alias) : undefined);
-      const def = name !== undefined ? device.definitions.get(name) : undefined;
-      if (name === undefined || !def) {
-        this.refuse(who, msg.topic, name ?? `alias ${metric.alias}`, 'unknown metric');
-        continue;
-      }
-      if (!def.writable) {
-        this.refuse(who, msg.topic, name, 'read-only metric');
-        continue;
-      }
-      const problem = commandValueProblem(def.datatype, metric);
-      if (problem) {
-        this.refuse(who, msg.topic, name, problem, metric.value);
-        continue;
-      }
-      this.write(who, msg.topic, device, name, metric.value as TagValue);
+    for (const metric of metrics) void this.apply(who, msg.topic, device, metric);
+  }
+
+  /**
+   * A tag write asked for in-process (the web console): the same checks, audit lines and read-back as a DCMD on
+   * `topic`; resolves with the outcome instead of only auditing it.
+   */
+  writeTag(who: Sender, topic: string, deviceId: string, name: string, value: TagValue): Promise<WriteOutcome> {
+    this.last = { kind: 'console', atMs: Date.now(), sender: who, topic };
+    const device = this.options.devices.get(deviceId);
+    if (!device) return Promise.resolve(this.refuse(who, topic, undefined, 'unknown device'));
+    return this.apply(who, topic, device, { name, value });
+  }
+
+  /** A rebirth asked for in-process (the web console), debounced like NCMD Rebirth; false when ignored. */
+  requestRebirth(who: Sender, topic: string): boolean {
+    this.last = { kind: 'console', atMs: Date.now(), sender: who, topic };
+    return this.rebirth(who);
+  }
+
+  private async apply(who: Sender, topic: string, device: Device, metric: CommandMetric): Promise<WriteOutcome> {
+    const name = metric.name ?? (metric.alias !== undefined ? device.nameOf(metric.alias) : undefined);
+    const def = name !== undefined ? device.definitions.get(name) : undefined;
+    if (name === undefined || !def) return this.refuse(who, topic, name ?? `alias ${metric.alias}`, 'unknown metric');
+    if (!def.writable) return this.refuse(who, topic, name, 'read-only metric');
+    const problem = commandValueProblem(def.datatype, metric);
+    if (problem) return this.refuse(who, topic, name, problem, metric.value);
+    return this.write(who, topic, device, name, metric.value as TagValue);
+  }
+
+  private async write(who: Sender, topic: string, device: Device, name: string, value: TagValue): Promise<WriteOutcome> {
+    let readBack: Awaited<ReturnType<Device['write']>>;
+    try {
+      readBack = await device.write(name, value);
+    } catch (err) {
+      if (err instanceof ValueRefusedError) return this.refuse(who, topic, name, err.why, value);
+      this.counters.writesFailed++;
+      this.options.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
+      return { ok: false, why: asError(err).message };
     }
+    this.counters.writesOk++;
+    const line = { ...who, device: device.id, metric: name, value: String(value), readBack: readBack && String(readBack.value) };
+    const matches = readBack === undefined || readBack.matches;
+    if (!matches) this.options.audit.warn(line, 'DCMD write accepted, but the device reads back another value');
+    else this.options.audit.info(line, 'DCMD write done');
+    return { ok: true, readBack: line.readBack, matches };
   }
 
-  private write(who: Sender, topic: string, device: Device, name: string, value: TagValue): void {
-    device.write(name, value).then(
-      (readBack) => {
-        this.counters.writesOk++;
-        const line = { ...who, device: device.id, metric: name, value: String(value), readBack: readBack && String(readBack.value) };
-        if (readBack && !readBack.matches) this.options.audit.warn(line, 'DCMD write accepted, but the device reads back another value');
-        else this.options.audit.info(line, 'DCMD write done');
-      },
-      (err: unknown) => {
-        if (err instanceof ValueRefusedError) {
-          this.refuse(who, topic, name, err.why, value);
-          return;
-        }
-        this.counters.writesFailed++;
-        this.options.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
-      },
-    );
-  }
-
-  /** NCMD Rebirth: answered once per `rebirthDebounceMs`. */
-  private rebirth(who: Sender): void {
+  /** NCMD Rebirth: answered once per `rebirthDebounceMs`; false when ignored. */
+  private rebirth(who: Sender): boolean {
     const now = performance.now();
     if (now - this.lastRebirthMs < this.options.rebirthDebounceMs) {
       this.options.log.info({ ...who, debounceMs: this.options.rebirthDebounceMs }, 'rebirth request ignored: one was just answered');
-      return;
+      return false;
     }
     this.lastRebirthMs = now;
     this.counters.rebirths++;
     this.options.audit.info(who, 'rebirth requested');
     this.options.rebirth();
+    return true;
   }
 
   private sender(msg: Message): Sender {
     return { who: msg.origin, ...this.options.identify?.(msg.origin) };
   }
 
-  private refuse(who: Sender, topic: string, metric: string | undefined, why: string, value?: TagValue | null): void {
+  private refuse(who: Sender, topic: string, metric: string | undefined, why: string, value?: TagValue | null): WriteOutcome {
     this.counters.commandsRefused++;
     this.options.audit.warn({ ...who, topic, metric, value: value == null ? undefined : String(value), why }, 'command refused');
+    return { ok: false, why };
   }
 }

@@ -34,7 +34,7 @@ export interface DeviceOptions {
   readonly log: Logger;
 }
 
-interface Reading {
+export interface Reading {
   value: TagValue;
   timestamp: number;
   good: boolean;
@@ -82,6 +82,9 @@ export class Device {
   /** The last failure was logged; the next success logs the recovery. */
   private failureLogged = false;
   private counters = { births: 0, deaths: 0, samples: 0, changes: 0, restarts: 0 };
+  /** For the web console: when `online` last changed, and the last failure. */
+  private changedAtMs = Date.now();
+  private lastFailure: string | undefined;
 
   constructor(options: DeviceOptions) {
     this.connector = options.connector;
@@ -118,6 +121,16 @@ export class Device {
 
   get stats(): DeviceStats {
     return { state: this.state, ...this.counters };
+  }
+
+  /** Since when the device has been up (or down), and its last failure, for the web console. */
+  get condition(): { readonly online: boolean; readonly sinceMs: number; readonly lastError: string | undefined } {
+    return { online: this.online, sinceMs: this.changedAtMs, lastError: this.lastFailure };
+  }
+
+  /** The last reading of a tag (undefined until read, or after the device was lost), for the web console. */
+  reading(name: string): Readonly<Reading> | undefined {
+    return this.current.get(name);
   }
 
   /** The name of the metric with this alias, if it is one of ours. */
@@ -286,6 +299,7 @@ export class Device {
 
   private firstAnswer(): void {
     this.answered = true;
+    this.changedAtMs = Date.now();
     this.firstStart = false;
     this.birth();
     // After the DBIRTH: node data never comes between a device's birth and its data.
@@ -353,6 +367,8 @@ export class Device {
     this.answered = false;
     this.published.clear();
     this.current.clear();
+    this.lastFailure = err.message;
+    this.changedAtMs = Date.now();
     if (wasBorn && this.host.born) {
       this.counters.deaths++;
       this.host.publishDeviceDeath(this, this.host.uniqueTimestamp());
@@ -369,6 +385,7 @@ export class Device {
 
   private onStartFailed(err: unknown): void {
     const retryInMs = this.backoff.next();
+    this.lastFailure = asError(err).message;
     if (!this.failureLogged) {
       this.failureLogged = true;
       this.log.warn({ err: asError(err), retryInMs }, 'device unreachable; retrying');

@@ -17,7 +17,7 @@ import { createMessage } from '../protocol/message.js';
 import { asError, EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { Commands, REBIRTH } from './commands.js';
-import type { SenderIdentity } from './commands.js';
+import type { LastCommand, Sender, SenderIdentity, WriteOutcome } from './commands.js';
 import { Device } from './device.js';
 import type { DeviceHost } from './device.js';
 import { NodeState } from './node-state.js';
@@ -177,6 +177,21 @@ export class EdgeNode implements DeviceHost {
   /** The devices, for stats. */
   get deviceList(): readonly Device[] {
     return [...this.devices.values()];
+  }
+
+  /** Who the node is and where its local session stands, for the web console. */
+  get session(): { groupId: string; edgeNodeId: string; bdSeq: number; lastCommand: LastCommand | undefined } {
+    return { groupId: this.config.groupId, edgeNodeId: this.config.edgeNodeId, bdSeq: this.localBdSeq, lastCommand: this.commands.lastCommand };
+  }
+
+  /** A tag write from the web console: the DCMD path (checks, audit, read-back) for this device's DCMD topic. */
+  writeTag(who: Sender, deviceId: string, name: string, value: TagValue): Promise<WriteOutcome> {
+    return this.commands.writeTag(who, deviceTopic(this.config.groupId, 'DCMD', this.config.edgeNodeId, deviceId), deviceId, name, value);
+  }
+
+  /** A rebirth from the web console, debounced like NCMD Rebirth; false when one was just answered. */
+  requestRebirth(who: Sender): boolean {
+    return this.commands.requestRebirth(who, nodeTopic(this.config.groupId, 'NCMD', this.config.edgeNodeId));
   }
 
   /** Connects the bridge named by `sparkplug.uplink` (before it starts). */

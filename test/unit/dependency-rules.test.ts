@@ -55,6 +55,7 @@ const rules: Record<string, { uses: string[]; types?: string[] }> = {
   'src/bridge': { uses: ['src/util', 'src/protocol', 'src/broker', 'src/store/types.ts'], types: ['src/config/schema.ts'] },
   'src/sparkplug': { uses: ['src/util', 'src/protocol', 'src/broker', 'connectors/contract.ts'], types: ['src/bridge', 'src/config/schema.ts'] },
   'src/ops': { uses: ['src/util'], types: ['src/broker', 'src/bridge', 'src/sparkplug', 'src/config/schema.ts'] },
+  'src/console': { uses: ['src/util', 'connectors/contract.ts'], types: ['src/broker', 'src/bridge', 'src/server', 'src/sparkplug'] },
   'connectors/modbus': { uses: ['connectors/contract.ts', 'connectors/polling.ts', 'connectors/tag-properties.ts', 'connectors/modbus', 'src/util/errors.ts', 'src/util/logger.ts'] },
   'connectors/opcua': { uses: ['connectors/contract.ts', 'connectors/tag-properties.ts', 'connectors/opcua', 'src/util/errors.ts', 'src/util/logger.ts'] },
 };

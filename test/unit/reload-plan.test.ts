@@ -106,6 +106,19 @@ describe('planReload', () => {
     expect(plan.inForce.log).toEqual({ ...old.log, level: 'debug' });
   });
 
+  it('applies the console users at once, but adding or removing the console section waits for a restart', () => {
+    const base = { auth: { passwordFile: '/dev/null' }, metrics: {} };
+    const viewers = config({ ...base, console: { viewers: ['shift'] } });
+    const operators = config({ ...base, console: { viewers: ['shift'], operators: ['maint'] } });
+    const changed = planReload(viewers, operators);
+    expect(changed.needsRestart).toEqual([]);
+    expect(changed.inForce.console?.operators).toEqual(['maint']);
+    const removed = planReload(viewers, config(base));
+    expect(removed.needsRestart).toEqual(['console']);
+    expect(removed.inForce.console).toEqual(viewers.console);
+    expect(planReload(config(base), viewers).needsRestart).toEqual(['console']);
+  });
+
   it('reads the auth files when the auth section changed, also to none', () => {
     expect(planReload(config({ auth: { aclFile: '/dev/null' } }), config({})).reloadAuth).toBe(true);
   });

@@ -1,0 +1,520 @@
+/**
+ * The edgeferry web console: log in, then live views fed by one Server-Sent Events stream (/api/events, 2 updates
+ * a second); clients and the log are read from /api/ while their view is open. Actions show only for operators,
+ * and every one carries the login's CSRF token.
+ */
+import { render } from 'preact';
+import { useEffect, useMemo, useState } from 'preact/hooks';
+import { ApiError, get, post, type Session } from './api.js';
+import { Chart } from './chart.js';
+import { ago, bytes, duration, rate, time, value } from './format.js';
+import type { BridgeView, ClientsView, DeviceView, History, Live, Overview, SparkplugView } from './types.js';
+import './style.css';
+
+const VIEWS = ['overview', 'bridges', 'sparkplug', 'devices', 'clients', 'log'] as const;
+type View = (typeof VIEWS)[number];
+
+function currentView(): View {
+  const hash = location.hash.slice(1);
+  return (VIEWS as readonly string[]).includes(hash) ? (hash as View) : 'overview';
+}
+
+/** Re-reads a GET endpoint every `everyMs` while mounted. */
+function usePolled<T>(route: string, everyMs: number): [T | undefined, () => void] {
+  const [data, setData] = useState<T>();
+  const [tick, setTick] = useState(0);
+  useEffect(() => {
+    let live = true;
+    const load = () => get<T>(route).then((d) => live && setData(d), () => undefined);
+    load();
+    const timer = setInterval(load, everyMs);
+    return () => {
+      live = false;
+      clearInterval(timer);
+    };
+  }, [route, everyMs, tick]);
+  return [data, () => setTick((n) => n + 1)];
+}
+
+/** An action button: confirms if asked, posts with the CSRF token, shows what came back. */
+function ActionButton(props: { session: Session; action: string; body?: object; label: string; confirm?: string; testid?: string }) {
+  const [state, setState] = useState<{ busy: boolean; message?: string; error?: boolean }>({ busy: false });
+  if (props.session.role !== 'operator') return null;
+  const run = async () => {
+    if (props.confirm !== undefined && !window.confirm(props.confirm)) return;
+    setState({ busy: true });
+    try {
+      await post(`actions/${props.action}`, props.body ?? {}, props.session.csrf);
+      setState({ busy: false, message: 'done' });
+    } catch (err) {
+      const e = err as ApiError;
+      const problems = e.problems?.map((p) => `${p.path}: ${p.message}`).join('; ');
+      setState({ busy: false, error: true, message: problems ? `${e.message} (${problems})` : e.message });
+    }
+  };
+  return (
+    <span class="action">
+      <button type="button" disabled={state.busy} onClick={run} data-testid={props.testid}>
+        {props.label}
+      </button>
+      {state.message && <span class={state.error ? 'bad' : 'good'} data-testid={props.testid && `${props.testid}-result`}>{state.message}</span>}
+    </span>
+  );
+}
+
+function Stat(props: { label: string; value: string | number; tone?: 'good' | 'bad' | 'warn'; testid?: string }) {
+  return (
+    <div class="stat">
+      <div class="label">{props.label}</div>
+      <div class={`value ${props.tone ?? ''}`} data-testid={props.testid}>
+        {props.value}
+      </div>
+    </div>
+  );
+}
+
+function useHistory(): History | undefined {
+  const [history] = usePolled<History>('history', 5000);
+  return history;
+}
+
+function OverviewView({ o, session }: { o: Overview; session: Session }) {
+  const history = useHistory();
+  const storeShare = o.storeBytes === undefined ? undefined : o.storeBytes / o.storeMaxBytes;
+  return (
+    <section>
+      <div class="grid">
+        <Stat label="Readiness" value={o.ready ? 'ready' : 'not ready'} tone={o.ready ? 'good' : 'bad'} testid="ready" />
+        <Stat label="Clients connected" value={o.clients} testid="clients" />
+        <Stat label="Messages in /s" value={rate(o.msgInPerS)} />
+        <Stat label="Messages out /s" value={rate(o.msgOutPerS)} />
+        <Stat
+          label="Store"
+          value={`${bytes(o.storeBytes)} of ${bytes(o.storeMaxBytes)}`}
+          tone={storeShare !== undefined && storeShare > 0.8 ? 'warn' : undefined}
+        />
+        <Stat label="Event-loop lag" value={`${o.loopLagMs.toFixed(1)} ms`} tone={o.loopLagMs > 100 ? 'warn' : undefined} />
+        <Stat label="Uptime" value={duration(o.uptimeS)} />
+        <Stat label="Version" value={o.version} />
+      </div>
+      {o.problems.length > 0 && (
+        <ul class="problems" data-testid="problems">
+          {o.problems.map((p) => (
+            <li key={p}>{p}</li>
+          ))}
+        </ul>
+      )}
+      <div class="card">
+        <h3>Messages per second, last hour</h3>
+        {history && (
+          <Chart
+            t={history.t}
+            series={[
+              { label: 'in', values: history.msgInPerS, color: '#3b82f6' },
+              { label: 'out', values: history.msgOutPerS, color: '#22c55e' },
+            ]}
+          />
+        )}
+      </div>
+      <div class="card">
+        <h3>Configuration</h3>
+        <p class="mono">{o.configFile ?? '–'}</p>
+        <p data-testid="last-reload">
+          Last reload:{' '}
+          {o.lastReload === undefined ? (
+            'none since start'
+          ) : o.lastReload.ok ? (
+            <span class="good">succeeded {time(o.lastReload.atMs)}</span>
+          ) : (
+            <span class="bad">
+              failed {time(o.lastReload.atMs)}: {o.lastReload.error}
+            </span>
+          )}
+        </p>
+        <ActionButton session={session} action="reload" label="Reload configuration" confirm="Reload the configuration file now?" testid="reload" />
+      </div>
+    </section>
+  );
+}
+
+function stateTone(state: string): 'good' | 'bad' | 'warn' {
+  return state === 'online' ? 'good' : state === 'offline' || state === 'stopped' ? 'bad' : 'warn';
+}
+
+function BridgesView({ bridges, session }: { bridges: BridgeView[]; session: Session }) {
+  const history = useHistory();
+  if (bridges.length === 0) return <p class="empty">No bridges are configured.</p>;
+  return (
+    <section class="cards">
+      {bridges.map((b) => {
+        const drops = Object.entries(b.dropped).filter(([, n]) => n > 0);
+        return (
+          <div class="card" key={b.name} data-testid={`bridge-${b.name}`}>
+            <h3>
+              {b.name} <span class={`badge ${stateTone(b.state)}`} data-testid="bridge-state">{b.state}</span>
+            </h3>
+            {b.error && <p class="bad">{b.error}{b.retryInMs !== undefined && ` (retry in ${duration(b.retryInMs / 1000)})`}</p>}
+            {b.pausedReason && <p class="warn">paused: {b.pausedReason}</p>}
+            <p class="mono small">{b.urls.join(', ')}</p>
+            <div class="grid">
+              <Stat label="Backlog" value={b.backlogMessages.toLocaleString()} testid="backlog" />
+              <Stat label="Backlog size" value={bytes(b.backlogBytes)} />
+              <Stat label="Oldest entry" value={b.backlogMessages > 0 ? duration(b.oldestAgeS) : '–'} />
+              <Stat label="Replay rate /s" value={rate(b.replayRatePerS)} />
+              <Stat label="Drained in" value={b.drainS === undefined ? '–' : duration(b.drainS)} />
+              <Stat label="In flight" value={b.inflight} />
+              <Stat label="Dead letters" value={b.deadLetters} tone={b.deadLetters > 0 ? 'warn' : undefined} />
+              <Stat label="Reconnects" value={b.reconnects} />
+            </div>
+            {drops.length > 0 && <p class="warn">Dropped: {drops.map(([why, n]) => `${why} ${n}`).join(', ')}</p>}
+            {history?.backlog[b.name] && (
+              <Chart t={history.t} series={[{ label: 'backlog', values: history.backlog[b.name], color: '#f59e0b' }]} height={120} />
+            )}
+            <ActionButton session={session} action="reconnect-bridge" body={{ bridge: b.name }} label="Reconnect now" testid={`reconnect-${b.name}`} />
+          </div>
+        );
+      })}
+    </section>
+  );
+}
+
+function SparkplugPanel({ sp, session, now }: { sp: SparkplugView | null; session: Session; now: number }) {
+  if (sp === null) return <p class="empty">No Sparkplug edge node is configured.</p>;
+  const c = sp.lastCommand;
+  return (
+    <section class="card">
+      <div class="grid">
+        <Stat label="Group / edge node" value={`${sp.groupId} / ${sp.edgeNodeId}`} />
+        <Stat label="bdSeq" value={sp.bdSeq} />
+        <Stat label="Local session" value={sp.localBorn ? 'born' : 'dead'} tone={sp.localBorn ? 'good' : 'bad'} />
+        <Stat label="Uplink session" value={sp.uplinkBorn ? 'born' : 'dead'} tone={sp.uplinkBorn ? 'good' : 'warn'} />
+        <Stat
+          label="Primary host"
+          value={sp.primaryHostOnline === undefined ? 'not configured' : sp.primaryHostOnline ? 'online' : 'offline'}
+          tone={sp.primaryHostOnline === false ? 'bad' : undefined}
+        />
+        <Stat label="Devices online" value={sp.devicesOnline} />
+        <Stat label="Writes ok / failed" value={`${sp.writesOk} / ${sp.writesFailed}`} />
+        <Stat label="Commands refused" value={sp.commandsRefused} />
+      </div>
+      <p>
+        Last command:{' '}
+        {c === undefined
+          ? 'none since start'
+          : `${c.kind} ${c.topic} from ${c.user ?? c.who}${c.remote ? ` (${c.remote})` : ''}, ${ago(c.at, now)}`}
+      </p>
+      <ActionButton session={session} action="rebirth" label="Request rebirth" confirm="Publish NBIRTH and every DBIRTH again?" testid="rebirth" />
+    </section>
+  );
+}
+
+function WriteCell({ device, tag, session }: { device: string; tag: string; session: Session }) {
+  const [input, setInput] = useState('');
+  const [result, setResult] = useState<{ ok: boolean; text: string }>();
+  if (session.role !== 'operator') return null;
+  const write = async (e: Event) => {
+    e.preventDefault();
+    try {
+      const r = await post<{ readBack?: string; matches: boolean }>('actions/write-tag', { device, tag, value: input }, session.csrf);
+      setResult({ ok: r.matches, text: r.readBack === undefined ? 'written' : `read back ${r.readBack}` });
+    } catch (err) {
+      setResult({ ok: false, text: (err as Error).message });
+    }
+  };
+  return (
+    <form class="write" onSubmit={write}>
+      <input value={input} onInput={(e) => setInput((e.target as HTMLInputElement).value)} aria-label={`new value for ${tag}`} data-testid={`write-${device}-${tag}`} />
+      <button type="submit">Write</button>
+      {result && <span class={result.ok ? 'good' : 'bad'} data-testid={`write-${device}-${tag}-result`}>{result.text}</span>}
+    </form>
+  );
+}
+
+function DevicesView({ devices, session, now }: { devices: DeviceView[]; session: Session; now: number }) {
+  const [filter, setFilter] = useState('');
+  const f = filter.trim().toLowerCase();
+  if (devices.length === 0) return <p class="empty">No connectors are configured.</p>;
+  return (
+    <section>
+      <input class="filter" placeholder="Filter devices and tags" value={filter} onInput={(e) => setFilter((e.target as HTMLInputElement).value)} data-testid="tag-filter" />
+      {devices.map((d) => {
+        const tags = d.tags.filter((t) => f === '' || d.id.toLowerCase().includes(f) || t.name.toLowerCase().includes(f));
+        if (tags.length === 0 && f !== '') return null;
+        return (
+          <div class="card" key={d.id} data-testid={`device-${d.id}`}>
+            <h3>
+              {d.id}{' '}
+              <span class={`badge ${d.online ? 'good' : 'bad'}`} data-testid="device-state">
+                {d.online ? 'up' : 'down'}
+              </span>{' '}
+              <span class="small">since {time(d.since)} ({ago(d.since, now)})</span>
+            </h3>
+            {!d.online && d.lastError && <p class="bad">{d.lastError}</p>}
+            <p class="small">
+              {d.samples.toLocaleString()} samples, {d.deaths} losses, {d.restarts} restarts
+            </p>
+            <div class="scroll">
+              <table>
+                <thead>
+                  <tr>
+                    <th>Tag</th>
+                    <th>Value</th>
+                    <th>Unit</th>
+                    <th>Quality</th>
+                    <th>Type</th>
+                    <th>Timestamp</th>
+                    {session.role === 'operator' && <th>Write</th>}
+                  </tr>
+                </thead>
+                <tbody>
+                  {tags.map((t) => (
+                    <tr key={t.name} title={t.description}>
+                      <td>{t.name}</td>
+                      <td class="mono" data-testid={`value-${d.id}-${t.name}`}>
+                        {value(t.value)}
+                      </td>
+                      <td>{t.unit ?? ''}</td>
+                      <td class={t.good ? 'good' : 'bad'}>{t.timestamp === undefined ? 'no value' : t.good ? 'good' : 'bad'}</td>
+                      <td>{t.datatype}</td>
+                      <td>{time(t.timestamp)}</td>
+                      {session.role === 'operator' && <td>{t.writable && <WriteCell device={d.id} tag={t.name} session={session} />}</td>}
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          </div>
+        );
+      })}
+    </section>
+  );
+}
+
+function ClientsPanel({ session, now }: { session: Session; now: number }) {
+  const [clients] = usePolled<ClientsView>('clients', 2000);
+  if (clients === undefined) return <p class="empty">Loading…</p>;
+  return (
+    <section>
+      <div class="card">
+        <h3>Connected ({clients.connected.length})</h3>
+        <div class="scroll">
+          <table data-testid="clients-table">
+            <thead>
+              <tr>
+                <th>Client id</th>
+                <th>User</th>
+                <th>Address</th>
+                <th>MQTT</th>
+                <th>Listener</th>
+                <th>Subs</th>
+                <th>Queued</th>
+                <th>In flight</th>
+                <th>Connected</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {clients.connected.map((c) => (
+                <tr key={c.clientId}>
+                  <td class="mono">{c.clientId}</td>
+                  <td>{c.username ?? '–'}</td>
+                  <td class="mono">{c.remote}</td>
+                  <td>{c.protocolVersion === 5 ? '5.0' : '3.1.1'}</td>
+                  <td>{c.listener}</td>
+                  <td>{c.subscriptions}</td>
+                  <td>{c.queued}</td>
+                  <td>{c.inflight}</td>
+                  <td>{ago(c.connectedSinceMs, now)}</td>
+                  <td>
+                    <ActionButton session={session} action="disconnect-client" body={{ clientId: c.clientId }} label="Disconnect" confirm={`Disconnect ${c.clientId}?`} />
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      </div>
+      <div class="card">
+        <h3>Offline persistent sessions ({clients.offline.length})</h3>
+        <div class="scroll">
+          <table>
+            <thead>
+              <tr>
+                <th>Client id</th>
+                <th>Owner</th>
+                <th>Queued</th>
+                <th>Subs</th>
+                <th>Expiry</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {clients.offline.map((s) => (
+                <tr key={s.clientId}>
+                  <td class="mono">{s.clientId}</td>
+                  <td>{s.owner ?? '–'}</td>
+                  <td>{s.queued}</td>
+                  <td>{s.subscriptions}</td>
+                  <td>{s.expiryIntervalS === 0xffffffff ? 'never' : duration(s.expiryIntervalS)}</td>
+                  <td>
+                    <ActionButton session={session} action="delete-session" body={{ clientId: s.clientId }} label="Delete" confirm={`Delete the session of ${s.clientId} and its queued messages?`} />
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      </div>
+    </section>
+  );
+}
+
+const LEVELS: Record<number, string> = { 10: 'trace', 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'fatal' };
+
+function LogPanel() {
+  const [lines] = usePolled<Record<string, unknown>[]>('log', 2000);
+  const [filter, setFilter] = useState('');
+  const shown = useMemo(() => {
+    const f = filter.trim().toLowerCase();
+    const all = [...(lines ?? [])].reverse();
+    return f === '' ? all : all.filter((l) => JSON.stringify(l).toLowerCase().includes(f));
+  }, [lines, filter]);
+  return (
+    <section>
+      <input class="filter" placeholder="Filter the log" value={filter} onInput={(e) => setFilter((e.target as HTMLInputElement).value)} />
+      <div class="card scroll">
+        <table class="log" data-testid="log-table">
+          <tbody>
+            {shown.map((l, i) => {
+              const { level, time: t, msg, pid: _pid, hostname: _host, ...rest } = l as { level: number; time: number; msg: string; [key: string]: unknown };
+              const audit = rest.mod === 'audit';
+              return (
+                <tr key={i}>
+                  <td class="nowrap">{time(t)}</td>
+                  <td class={level >= 50 ? 'bad' : level >= 40 ? 'warn' : ''}>{audit ? 'audit' : LEVELS[level]}</td>
+                  <td>{msg}</td>
+                  <td class="mono small">{JSON.stringify(rest)}</td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      </div>
+    </section>
+  );
+}
+
+function Login({ onLogin }: { onLogin: (s: Session) => void }) {
+  const [user, setUser] = useState('');
+  const [password, setPassword] = useState('');
+  const [error, setError] = useState<string>();
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    try {
+      onLogin(await post<Session>('login', { user, password }));
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  };
+  return (
+    <form class="login card" onSubmit={submit}>
+      <h2>edgeferry</h2>
+      <label>
+        User <input name="user" autocomplete="username" value={user} onInput={(e) => setUser((e.target as HTMLInputElement).value)} />
+      </label>
+      <label>
+        Password{' '}
+        <input name="password" type="password" autocomplete="current-password" value={password} onInput={(e) => setPassword((e.target as HTMLInputElement).value)} />
+      </label>
+      <button type="submit">Log in</button>
+      {error && <p class="bad" data-testid="login-error">{error}</p>}
+    </form>
+  );
+}
+
+function useTheme(): [string, () => void] {
+  const [theme, setTheme] = useState(() => localStorage.getItem('theme') ?? (matchMedia('(prefers-color-scheme: light)').matches ? 'light' : 'dark'));
+  useEffect(() => {
+    document.documentElement.dataset.theme = theme;
+    localStorage.setItem('theme', theme);
+  }, [theme]);
+  return [theme, () => setTheme(theme === 'dark' ? 'light' : 'dark')];
+}
+
+function App() {
+  const [session, setSession] = useState<Session | null | undefined>(undefined);
+  const [live, setLive] = useState<Live>();
+  const [connected, setConnected] = useState(false);
+  const [view, setView] = useState<View>(currentView());
+  const [theme, toggleTheme] = useTheme();
+
+  useEffect(() => {
+    get<Session>('session').then(setSession, () => setSession(null));
+    const onHash = () => setView(currentView());
+    addEventListener('hashchange', onHash);
+    return () => removeEventListener('hashchange', onHash);
+  }, []);
+
+  useEffect(() => {
+    if (!session) return;
+    const events = new EventSource('/api/events');
+    events.onmessage = (e) => setLive(JSON.parse(e.data as string) as Live);
+    events.onopen = () => setConnected(true);
+    events.onerror = () => {
+      setConnected(false);
+      // A 401 (the login expired, or the gateway restarted) ends the stream for good: back to the login form.
+      get<Session>('session').catch((err: unknown) => err instanceof ApiError && err.status === 401 && setSession(null));
+    };
+    return () => events.close();
+  }, [session]);
+
+  if (session === undefined) return null;
+  if (session === null) return <Login onLogin={setSession} />;
+  const logout = () => post('logout', {}).finally(() => setSession(null));
+  const now = live?.at ?? Date.now();
+  return (
+    <>
+      <header>
+        <strong>edgeferry</strong>
+        <nav>
+          {VIEWS.map((v) => (
+            <a key={v} href={`#${v}`} class={v === view ? 'active' : ''}>
+              {v[0].toUpperCase() + v.slice(1)}
+            </a>
+          ))}
+        </nav>
+        <span class="who">
+          <span class={`dot ${connected ? 'good' : 'bad'}`} title={connected ? 'live' : 'reconnecting'} data-testid="live" />
+          <span data-testid="whoami">
+            {session.user} ({session.role})
+          </span>
+          <button type="button" onClick={toggleTheme} title="Theme">
+            {theme === 'dark' ? 'Light' : 'Dark'}
+          </button>
+          <button type="button" onClick={logout}>
+            Log out
+          </button>
+        </span>
+      </header>
+      <main>
+        {live === undefined ? (
+          <p class="empty">Connecting…</p>
+        ) : view === 'overview' ? (
+          <OverviewView o={live.overview} session={session} />
+        ) : view === 'bridges' ? (
+          <BridgesView bridges={live.bridges} session={session} />
+        ) : view === 'sparkplug' ? (
+          <SparkplugPanel sp={live.sparkplug} session={session} now={now} />
+        ) : view === 'devices' ? (
+          <DevicesView devices={live.devices} session={session} now={now} />
+        ) : view === 'clients' ? (
+          <ClientsPanel session={session} now={now} />
+        ) : (
+          <LogPanel />
+        )}
+      </main>
+    </>
+  );
+}
+
+render(<App />, document.getElementById('app') as HTMLElement);

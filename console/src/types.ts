@@ -1,0 +1,113 @@
+/** The shapes of the /api/ answers (src/console/views.ts builds them). */
+
+export interface ReloadOutcome {
+  ok: boolean;
+  atMs: number;
+  error?: string;
+  problems?: { path: string; message: string }[];
+}
+
+export interface Overview {
+  version: string;
+  uptimeS: number;
+  configFile?: string;
+  lastReload?: ReloadOutcome;
+  clients: number;
+  msgInPerS: number;
+  msgOutPerS: number;
+  storeBytes?: number;
+  storeMaxBytes: number;
+  loopLagMs: number;
+  ready: boolean;
+  problems: string[];
+}
+
+export interface BridgeView {
+  name: string;
+  urls: string[];
+  state: string;
+  error?: string;
+  retryInMs?: number;
+  pausedReason?: string;
+  backlogMessages: number;
+  backlogBytes: number;
+  oldestAgeS: number;
+  inflight: number;
+  sendRatePerS: number;
+  replayRatePerS: number;
+  drainS?: number;
+  deadLetters: number;
+  dropped: Record<string, number>;
+  reconnects: number;
+  sent: number;
+  acked: number;
+}
+
+export interface SparkplugView {
+  groupId: string;
+  edgeNodeId: string;
+  bdSeq: number;
+  localBorn: boolean;
+  uplinkBorn: boolean;
+  primaryHostOnline?: boolean;
+  devicesOnline: number;
+  births: number;
+  rebirths: number;
+  writesOk: number;
+  writesFailed: number;
+  commandsRefused: number;
+  lastCommand?: { kind: string; at: number; topic: string; who: string; user?: string; remote?: string };
+}
+
+export interface TagView {
+  name: string;
+  datatype: string;
+  writable: boolean;
+  description?: string;
+  unit?: string;
+  value: unknown;
+  good: boolean;
+  timestamp?: number;
+}
+
+export interface DeviceView {
+  id: string;
+  online: boolean;
+  state: string;
+  since: number;
+  lastError?: string;
+  samples: number;
+  deaths: number;
+  restarts: number;
+  tags: TagView[];
+}
+
+export interface Live {
+  at: number;
+  overview: Overview;
+  bridges: BridgeView[];
+  sparkplug: SparkplugView | null;
+  devices: DeviceView[];
+}
+
+export interface ClientsView {
+  connected: {
+    clientId: string;
+    username?: string;
+    remote: string;
+    protocolVersion: number;
+    listener: string;
+    subscriptions: number;
+    queued: number;
+    inflight: number;
+    connectedSinceMs: number;
+  }[];
+  offline: { clientId: string; owner?: string; queued: number; subscriptions: number; expiryIntervalS: number }[];
+}
+
+export interface History {
+  t: number[];
+  msgInPerS: number[];
+  msgOutPerS: number[];
+  backlog: Record<string, number[]>;
+}

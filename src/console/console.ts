@@ -1,0 +1,285 @@
+/**
+ * The web console (docs/architecture.md#console, its security in #security-model): the JSON API under /api/, the live stream
+ * (/api/events), and the front end under /console/, mounted on the metrics listener. Every /api/ request but
+ * the login needs a login cookie; actions need an operator and the login's CSRF token; each action is audited.
+ */
+import type http from 'node:http';
+import { asError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import type { Sender } from '../sparkplug/commands.js';
+import { LiveStreams } from './live.js';
+import { csrfMatches, LoginThrottle, Logins, type Login, type Role } from './logins.js';
+import type { ConsoleSources } from './sources.js';
+import { SECURITY_HEADERS, StaticFiles } from './static-files.js';
+import { parseTagValue } from './tag-value.js';
+import { bridges, clients, devices, overview, Sampler, sparkplug } from './views.js';
+
+export interface ConsoleUsers {
+  readonly viewers: readonly string[];
+  readonly operators: readonly string[];
+  readonly sessionTtlS: number;
+  /** Checks a password against auth.passwordFile (re-read on reload). */
+  readonly verifyPassword: (user: string, password: Buffer) => Promise<boolean>;
+}
+
+/** Request bodies are small JSON objects. */
+const MAX_BODY_BYTES = 16 * 1024;
+
+/** A refusal with its HTTP status; `details` go into the JSON answer next to `error`. */
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly details?: Record<string, unknown>,
+  ) {
+    super(message);
+  }
+}
+
+type Action = (body: Record<string, unknown>, who: Sender) => Promise<Record<string, unknown>>;
+
+export class WebConsole {
+  private readonly sampler: Sampler;
+  private readonly live: LiveStreams;
+  private readonly logins: Logins;
+  private readonly throttle = new LoginThrottle();
+  private readonly files = new StaticFiles();
+  private users: ConsoleUsers;
+  private readonly reads: Readonly<Record<string, () => unknown>>;
+  private readonly actions: Readonly<Record<string, Action>>;
+
+  constructor(
+    private readonly sources: ConsoleSources,
+    users: ConsoleUsers,
+    private readonly log: Logger,
+    private readonly audit: Logger,
+  ) {
+    this.users = users;
+    this.logins = new Logins(users.sessionTtlS);
+    this.sampler = new Sampler(sources);
+    const s = sources;
+    this.reads = {
+      overview: () => overview(s, this.sampler),
+      bridges: () => bridges(s),
+      sparkplug: () => sparkplug(s),
+      devices: () => devices(s),
+      clients: () => clients(s),
+      log: () => s.logLines(),
+      history: () => this.sampler.history(),
+    };
+    this.live = new LiveStreams(() => ({ at: Date.now(), overview: overview(s, this.sampler), bridges: bridges(s), sparkplug: sparkplug(s), devices: devices(s) }));
+    this.actions = {
+      'write-tag': (body, who) => this.writeTag(body, who),
+      rebirth: async (_body, who) => {
+        const node = this.sources.edgeNode;
+        if (node === undefined) throw new HttpError(409, 'no Sparkplug edge node is configured');
+        return { done: node.requestRebirth(who) };
+      },
+      'reconnect-bridge': async (body) => {
+        const name = field(body, 'bridge');
+        const found = this.sources.bridges().find(({ bridge }) => bridge.name === name);
+        if (found === undefined) throw new HttpError(404, `no bridge is named "${name}"`);
+        found.bridge.reconnect('asked for in the web console');
+        return { done: true };
+      },
+      'disconnect-client': async (body) => {
+        const clientId = field(body, 'clientId');
+        if (!this.sources.disconnectClient(clientId, 'disconnected from the web console')) throw new HttpError(404, `no client "${clientId}" is connected`);
+        return { done: true };
+      },
+      'delete-session': async (body) => {
+        const clientId = field(body, 'clientId');
+        const result = this.sources.deleteSession(clientId);
+        if (result === 'unknown') throw new HttpError(404, `no session "${clientId}"`);
+        if (result === 'online') throw new HttpError(409, `"${clientId}" is connected: disconnect it first`);
+        return { done: true };
+      },
+      reload: async () => {
+        const config = this.sources.config;
+        if (config === undefined) throw new HttpError(409, 'this gateway was not started from a configuration file');
+        const outcome = await config.reload();
+        if (!outcome.ok) throw new HttpError(422, outcome.error, { problems: outcome.problems });
+        return { done: true };
+      },
+    };
+  }
+
+  start(): void {
+    this.sampler.start();
+  }
+
+  stop(): void {
+    this.sampler.stop();
+    this.live.close();
+  }
+
+  /** New user lists or passwords (reload): logins of users no longer listed in their role end. */
+  setUsers(users: ConsoleUsers): void {
+    this.users = users;
+    this.logins.setTtl(users.sessionTtlS);
+    this.logins.retain((user) => this.roleOf(user));
+  }
+
+  /** Serves /api/... and /console/...; false for other paths (the metrics server answers those). */
+  async handle(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<boolean> {
+    if (path === '/' || path === '/console') {
+      res.writeHead(302, { location: '/console/' }).end();
+      return true;
+    }
+    if (path.startsWith('/console/')) {
+      const file = decodedPath(path.slice('/console/'.length));
+      if (req.method !== 'GET' || file === undefined || !this.files.serve(file, res)) {
+        res.writeHead(404, { 'content-type': 'text/plain' }).end('not found (is the console built? npm run build)\n');
+      }
+      return true;
+    }
+    if (!path.startsWith('/api/')) return false;
+    try {
+      await this.api(req, res, path.slice('/api/'.length));
+    } catch (err) {
+      if (err instanceof HttpError) reply(res, err.status, { error: err.message, ...err.details });
+      else throw err;
+    }
+    return true;
+  }
+
+  private async api(req: http.IncomingMessage, res: http.ServerResponse, route: string): Promise<void> {
+    const remote = req.socket.remoteAddress;
+    if (route === 'login') return this.login(req, res);
+    const login = this.logins.find(req.headers.cookie);
+    if (login === undefined) throw new HttpError(401, 'log in first: POST /api/login');
+    if (route === 'logout') {
+      requirePost(req);
+      this.logins.end(login);
+      this.audit.info({ user: login.user, remote }, 'console logout');
+      res.setHeader('set-cookie', Logins.clearedCookie());
+      return reply(res, 200, { done: true });
+    }
+    if (route === 'session') return reply(res, 200, { user: login.user, role: login.role, csrf: login.csrf });
+    if (route === 'events') return this.live.open(res, () => this.logins.holds(login));
+    const read = this.reads[route];
+    if (read !== undefined) {
+      if (req.method !== 'GET') throw new HttpError(405, 'GET only');
+      return reply(res, 200, read());
+    }
+    if (route.startsWith('actions/')) return this.act(req, res, login, route.slice('actions/'.length));
+    throw new HttpError(404, `no such endpoint: /api/${route}`);
+  }
+
+  private async login(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    requirePost(req);
+    const body = await readJson(req);
+    const user = typeof body.user === 'string' ? body.user : '';
+    const password = typeof body.password === 'string' ? body.password : '';
+    const remote = req.socket.remoteAddress ?? '';
+    if (this.throttle.blocked(remote)) {
+      this.audit.warn({ user, remote, why: 'too many failed logins from this address' }, 'console login refused');
+      throw new HttpError(429, 'too many failed logins from this address: try again in a minute');
+    }
+    // The password is checked first, so an unlisted user costs the same time as a listed one.
+    const verified = await this.users.verifyPassword(user, Buffer.from(password, 'utf8'));
+    const role = verified ? this.roleOf(user) : undefined;
+    if (role === undefined) {
+      this.throttle.failed(remote);
+      this.audit.warn({ user, remote, why: verified ? 'not a console user' : 'bad user name or password' }, 'console login refused');
+      throw new HttpError(401, 'bad user name or password, or not a console user');
+    }
+    const login = this.logins.create(user, role);
+    this.audit.info({ user, role, remote }, 'console login');
+    // Secure over HTTPS (metrics.tls): the browser then never sends the cookie in clear.
+    res.setHeader('set-cookie', this.logins.cookie(login, 'encrypted' in req.socket));
+    reply(res, 200, { user, role, csrf: login.csrf });
+  }
+
+  private async act(req: http.IncomingMessage, res: http.ServerResponse, login: Login, name: string): Promise<void> {
+    requirePost(req);
+    const action = this.actions[name];
+    if (action === undefined) throw new HttpError(404, `no such action: ${name}`);
+    const remote = req.socket.remoteAddress;
+    const facts = { user: login.user, remote, action: name };
+    if (login.role !== 'operator') {
+      this.audit.warn({ ...facts, why: 'not an operator' }, 'console action refused');
+      throw new HttpError(403, `${login.user} may view, not act: operators are listed in console.operators`);
+    }
+    if (!csrfMatches(login, req.headers['x-csrf-token'])) {
+      this.audit.warn({ ...facts, why: 'missing or wrong CSRF token' }, 'console action refused');
+      throw new HttpError(403, 'missing or wrong x-csrf-token header (GET /api/session gives the token)');
+    }
+    const body = await readJson(req);
+    try {
+      const result = await action(body, { who: 'web-console', user: login.user, remote });
+      this.audit.info({ ...facts, body, result }, 'console action');
+      reply(res, 200, result);
+    } catch (err) {
+      this.audit.warn({ ...facts, body, why: asError(err).message }, 'console action failed');
+      if (err instanceof HttpError) throw err;
+      this.log.error({ err, action: name }, 'console action failed');
+      throw new HttpError(500, asError(err).message);
+    }
+  }
+
+  private async writeTag(body: Record<string, unknown>, who: Sender): Promise<Record<string, unknown>> {
+    const node = this.sources.edgeNode;
+    const deviceId = field(body, 'device');
+    const tag = field(body, 'tag');
+    const device = node?.deviceList.find((d) => d.id === deviceId);
+    if (node === undefined || device === undefined) throw new HttpError(404, `no device "${deviceId}"`);
+    const def = device.definitions.get(tag);
+    if (def === undefined) throw new HttpError(404, `device ${deviceId} has no tag "${tag}"`);
+    const parsed = parseTagValue(def.datatype, body.value);
+    if ('problem' in parsed) throw new HttpError(422, parsed.problem);
+    const outcome = await node.writeTag(who, deviceId, tag, parsed.value);
+    if (!outcome.ok) throw new HttpError(422, outcome.why);
+    return { done: true, readBack: outcome.readBack, matches: outcome.matches };
+  }
+
+  private roleOf(user: string): Role | undefined {
+    if (this.users.operators.includes(user)) return 'operator';
+    return this.users.viewers.includes(user) ? 'viewer' : undefined;
+  }
+}
+
+/** A URL path decoded; undefined for a malformed escape (no such file), not an exception. */
+function decodedPath(path: string): string | undefined {
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return undefined;
+  }
+}
+
+function field(body: Record<string, unknown>, name: string): string {
+  const value = body[name];
+  if (typeof value !== 'string' || value === '') throw new HttpError(400, `"${name}" (a string) is required`);
+  return value;
+}
+
+function requirePost(req: http.IncomingMessage): void {
+  if (req.method !== 'POST') throw new HttpError(405, 'POST only');
+  // A form of another site can POST text/plain without a preflight; it cannot send application/json.
+  if (!(req.headers['content-type'] ?? '').startsWith('application/json')) throw new HttpError(415, 'send application/json');
+}
+
+async function readJson(req: http.IncomingMessage): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new HttpError(413, `request body over ${MAX_BODY_BYTES} bytes`);
+    chunks.push(chunk);
+  }
+  if (size === 0) return {};
+  let body: unknown;
+  try {
+    body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch (err) {
+    throw new HttpError(400, `the body is not JSON: ${asError(err).message}`);
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HttpError(400, 'the body must be a JSON object');
+  return body as Record<string, unknown>;
+}
+
+function reply(res: http.ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store', ...SECURITY_HEADERS });
+  res.end(JSON.stringify(body));
+}

@@ -1,0 +1,317 @@
+/**
+ * The web console's JSON API over HTTP against the gateway process: logins and their cookie, who may read and who
+ * may act, CSRF refusal, each action's effect seen from outside (an MQTT client, Mosquitto, the Modbus simulator,
+ * the config file), and the audit lines. The browser tests (browser.test.ts) drive the same API through the page.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
+import { makeCerts } from '../fixtures/certs.js';
+import { describe, expect, it } from 'vitest';
+import { useDisposer } from '../helpers/disposer.js';
+import { bridgePatch, logLines, runCli } from '../helpers/gateway.js';
+import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { openClient } from '../helpers/mqtt-client.js';
+import { tempDir } from '../helpers/temp.js';
+import { waitFor } from '../helpers/wait.js';
+import { ConsoleClient, loggedIn, PASSWORDS, startConsoleGateway } from './console-setup.js';
+
+const d = useDisposer();
+
+const SPARKPLUG = { groupId: 'plant', edgeNodeId: 'line4', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } };
+
+describe('console configuration', () => {
+  it('refuses a console off loopback without TLS unless allowInsecureRemote, and one without the metrics listener or password file, naming the key', async () => {
+    const dir = tempDir('edgeferry-console-cfg-');
+    const check = async (config: object) => {
+      const file = `${dir}/c.yaml`;
+      writeFileSync(file, JSON.stringify({ storage: { path: `${dir}/data` }, ...config }));
+      return runCli(['--config', file, '--check-config']);
+    };
+    writeFileSync(`${dir}/pw`, '');
+    const remote = await check({ auth: { passwordFile: `${dir}/pw` }, metrics: { host: '0.0.0.0', allowUnauthenticated: true }, console: { viewers: ['a'] } });
+    expect(remote.code).toBe(2);
+    expect(remote.stderr).toMatch(/console\.allowInsecureRemote.*not a loopback address/);
+    const allowed = await check({
+      auth: { passwordFile: `${dir}/pw` },
+      metrics: { host: '0.0.0.0', allowUnauthenticated: true },
+      console: { viewers: ['a'], allowInsecureRemote: true },
+    });
+    expect(allowed.code, allowed.stderr).toBe(0);
+    const noMetrics = await check({ auth: { passwordFile: `${dir}/pw` }, console: { viewers: ['a'] } });
+    expect(noMetrics.stderr).toMatch(/console.*add a metrics section/);
+    const noPasswords = await check({ metrics: {}, console: { operators: ['a'] } });
+    expect(noPasswords.stderr).toMatch(/console.*auth\.passwordFile/);
+    const nobody = await check({ auth: { passwordFile: `${dir}/pw` }, metrics: {}, console: {} });
+    expect(nobody.stderr).toMatch(/console\.viewers.*at least one user/);
+    // With the listener's own certificate, off loopback is fine.
+    const pki = makeCerts(dir);
+    const tls = { certFile: pki.server.cert, keyFile: pki.server.key };
+    const withTls = await check({ auth: { passwordFile: `${dir}/pw` }, metrics: { host: '0.0.0.0', allowUnauthenticated: true, tls }, console: { viewers: ['a'] } });
+    expect(withTls.code, withTls.stderr).toBe(0);
+  });
+
+  it('serves the console over HTTPS with metrics.tls, and the login cookie is then Secure', { timeout: 60_000 }, async () => {
+    const pki = makeCerts(tempDir('edgeferry-console-pki-'));
+    const { base } = d.add(await startConsoleGateway({ metrics: { tls: { certFile: pki.server.cert, keyFile: pki.server.key } } }));
+    const port = Number(new URL(base).port);
+    const answer = await new Promise<{ status: number; cookie: string; body: string }>((resolve, reject) => {
+      const req = https.request(
+        { host: '127.0.0.1', port, path: '/api/login', method: 'POST', ca: readFileSync(pki.ca), servername: 'localhost', headers: { 'content-type': 'application/json' } },
+        (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, cookie: String(res.headers['set-cookie']), body }));
+        },
+      );
+      req.on('error', reject);
+      req.end(JSON.stringify({ user: 'maint', password: PASSWORDS.maint }));
+    });
+    expect(answer.status, answer.body).toBe(200);
+    expect(answer.cookie).toMatch(/; Secure$/);
+    // Plain HTTP is not answered on that port.
+    await expect(fetch(`${base}/api/session`)).rejects.toThrow();
+  });
+});
+
+describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
+  it('reads only with a login; the cookie is HttpOnly and SameSite=Strict; bad passwords and non-console users are refused and audited', async () => {
+    const { gw, base } = d.add(await startConsoleGateway());
+    const anonymous = new ConsoleClient(base);
+    expect((await anonymous.get('overview')).status).toBe(401);
+    expect((await anonymous.get('events')).status).toBe(401);
+
+    expect((await anonymous.login('maint', 'wrong')).status).toBe(401);
+    expect((await anonymous.login('plc', PASSWORDS.plc)).status).toBe(401);
+    expect((await anonymous.login('nobody', 'x')).status).toBe(401);
+    await waitFor(() => logLines(gw).filter((l) => l.msg === 'console login refused').length === 3, 5000, { message: 'three refusals audited' });
+    const refusals = logLines(gw).filter((l) => l.msg === 'console login refused');
+    expect(refusals.map((l) => [l.mod, l.user, l.why])).toEqual([
+      ['audit', 'maint', 'bad user name or password'],
+      ['audit', 'plc', 'not a console user'],
+      ['audit', 'nobody', 'bad user name or password'],
+    ]);
+    expect(JSON.stringify(refusals)).not.toContain('wrong');
+
+    const viewer = new ConsoleClient(base);
+    const login = await viewer.login('shift', PASSWORDS.shift);
+    expect(login.status).toBe(200);
+    expect(login.body).toMatchObject({ user: 'shift', role: 'viewer' });
+    const cookie = login.headers.get('set-cookie') ?? '';
+    expect(cookie).toMatch(/^edgeferry_console=[\w-]{32}; /);
+    expect(cookie).toContain('HttpOnly');
+    expect(cookie).toContain('SameSite=Strict');
+    const overview = await viewer.get('overview');
+    expect(overview.status).toBe(200);
+    expect(overview.body).toMatchObject({ version: expect.any(String), configFile: gw.configFile, clients: 0, ready: true, problems: [] });
+
+    // Logging out ends the login on the server, not only in the browser.
+    expect((await viewer.post('logout', {})).status).toBe(200);
+    expect((await viewer.get('overview')).status).toBe(401);
+  });
+
+  it('ends a live stream with its login, and refuses an address after five failed logins for the rest of the minute', async () => {
+    const { gw, base } = d.add(await startConsoleGateway());
+    const viewer = await loggedIn(base, 'shift');
+    const res = await fetch(`${base}/api/events`, { headers: { cookie: viewer.cookie! } });
+    const reader = res.body!.getReader();
+    expect((await reader.read()).done).toBe(false);
+    expect((await viewer.post('logout', {})).status).toBe(200);
+    // The stream ends at the next tick; reads until then return the events already sent.
+    await waitFor(async () => (await reader.read()).done, 5000, { message: 'the stream ends after the logout' });
+
+    const guesser = new ConsoleClient(base);
+    for (let i = 0; i < 5; i++) expect((await guesser.login('maint', `guess-${i}`)).status).toBe(401);
+    const blocked = await guesser.login('maint', PASSWORDS.maint);
+    expect(blocked.status).toBe(429);
+    await waitFor(() => logLines(gw).some((l) => l.msg === 'console login refused' && l.why === 'too many failed logins from this address'), 5000, {
+      message: 'the blocked attempt audited',
+    });
+  });
+
+  it('a viewer cannot act; an operator acts only with the CSRF token of the login, in JSON; refusals are audited', async () => {
+    const { gw, base } = d.add(await startConsoleGateway());
+    const mqtt = d.add(await openClient(`mqtt://127.0.0.1:${gw.port}`, { clientId: 'hmi-3', protocolVersion: 5 }));
+    const viewer = await loggedIn(base, 'shift');
+    const refused = await viewer.act('disconnect-client', { clientId: 'hmi-3' });
+    expect(refused.status).toBe(403);
+    expect(refused.body.error).toMatch(/shift may view, not act/);
+
+    const operator = await loggedIn(base, 'maint');
+    expect((await operator.act('disconnect-client', { clientId: 'hmi-3' }, { csrf: false })).status).toBe(403);
+    // The token of another login does not do either.
+    operator.csrf = viewer.csrf;
+    expect((await operator.act('disconnect-client', { clientId: 'hmi-3' })).status).toBe(403);
+    // A cross-site form can send text/plain without asking first; it cannot send application/json.
+    const operator2 = await loggedIn(base, 'maint');
+    expect((await operator2.act('disconnect-client', { clientId: 'hmi-3' }, { contentType: 'text/plain' })).status).toBe(415);
+    expect(mqtt.closed).toBe(false);
+    await waitFor(() => logLines(gw).filter((l) => l.msg === 'console action refused').length === 3, 5000, { message: 'three action refusals audited' });
+    expect(logLines(gw).filter((l) => l.msg === 'console action refused').map((l) => [l.user, l.why])).toEqual([
+      ['shift', 'not an operator'],
+      ['maint', 'missing or wrong CSRF token'],
+      ['maint', 'missing or wrong CSRF token'],
+    ]);
+  });
+});
+
+describe('console actions', { timeout: 90_000 }, () => {
+  it('disconnects a client with DISCONNECT 0x98 (MQTT 5 §3.14.2.1, administrative action) and deletes an offline persistent session', async () => {
+    const { gw, base } = d.add(await startConsoleGateway());
+    const url = `mqtt://127.0.0.1:${gw.port}`;
+    const hmi = d.add(await openClient(url, { clientId: 'hmi-3', protocolVersion: 5 }));
+    const operator = await loggedIn(base, 'maint');
+    const listed = await operator.get<{ connected: { clientId: string; protocolVersion: number; listener: string }[] }>('clients');
+    expect(listed.body.connected).toEqual([expect.objectContaining({ clientId: 'hmi-3', protocolVersion: 5, listener: `tcp:${gw.port}` })]);
+
+    expect((await operator.act('disconnect-client', { clientId: 'hmi-3' })).body).toEqual({ done: true });
+    await hmi.waitForClose();
+    expect(hmi.disconnects.map((p) => p.reasonCode)).toEqual([0x98]);
+    expect((await operator.act('disconnect-client', { clientId: 'hmi-3' })).status).toBe(404);
+
+    // A persistent session with a queued message, offline.
+    const durable = await openClient(url, { clientId: 'historian', protocolVersion: 5, clean: false, properties: { sessionExpiryInterval: 3600 } });
+    await durable.subscribe('plant/#', { qos: 1 });
+    await durable.disconnect();
+    const publisher = d.add(await openClient(url, { clientId: 'plc-sim' }));
+    await publisher.publish('plant/line4/count', '1', { qos: 1 });
+    const offline = await waitFor(async () => {
+      const c = await operator.get<{ offline: { clientId: string; queued: number; subscriptions: number }[] }>('clients');
+      return c.body.offline.find((s) => s.clientId === 'historian' && s.queued === 1);
+    }, 5000, { message: 'historian listed offline with one queued message' });
+    expect(offline.subscriptions).toBe(1);
+    expect((await operator.act('delete-session', { clientId: 'plc-sim' })).status).toBe(409);
+    expect((await operator.act('delete-session', { clientId: 'historian' })).body).toEqual({ done: true });
+    // The session is gone: resuming it finds none [MQTT-3.2.2-3 / MQTT-3.2.2-2].
+    const back = d.add(await openClient(url, { clientId: 'historian', protocolVersion: 5, clean: false, properties: { sessionExpiryInterval: 3600 } }));
+    expect(back.connack.sessionPresent).toBe(false);
+    const audited = logLines(gw).filter((l) => l.msg === 'console action').map((l) => [l.user, l.action, (l.body as { clientId: string }).clientId]);
+    expect(audited).toEqual([
+      ['maint', 'disconnect-client', 'hmi-3'],
+      ['maint', 'delete-session', 'historian'],
+    ]);
+  });
+
+  it('reloads the configuration as SIGHUP does: errors come back with the key, and the overview shows the last result', async () => {
+    const { gw, base } = d.add(await startConsoleGateway());
+    const operator = await loggedIn(base, 'maint');
+    const good = readFileSync(gw.configFile, 'utf8');
+    const config = JSON.parse(good) as { broker?: Record<string, unknown> };
+    writeFileSync(gw.configFile, JSON.stringify({ ...config, broker: { maxInflight: -1 } }));
+    const bad = await operator.act('reload');
+    expect(bad.status).toBe(422);
+    expect(bad.body.problems).toEqual([expect.objectContaining({ path: 'broker.maxInflight' })]);
+    expect((await operator.get('overview')).body.lastReload).toMatchObject({ ok: false, error: expect.stringContaining('broker.maxInflight') });
+
+    writeFileSync(gw.configFile, good);
+    expect((await operator.act('reload')).body).toEqual({ done: true });
+    expect((await operator.get('overview')).body.lastReload).toMatchObject({ ok: true });
+    await waitFor(() => logLines(gw).some((l) => l.msg === 'config reloaded'), 5000, { message: 'the gateway logs the reload' });
+  });
+
+  it('reconnects a bridge now: the bridge card says online again with one more reconnect, and Mosquitto saw a new connection', async () => {
+    const central = d.add(await startMosquitto());
+    const { base } = d.add(await startConsoleGateway(bridgePatch(central.url)));
+    const operator = await loggedIn(base, 'maint');
+    type Card = { name: string; state: string; reconnects: number; urls: string[] };
+    const before = await waitFor(async () => (await operator.get<Card[]>('bridges')).body.find((b) => b.state === 'online'), 10_000, {
+      message: 'bridge online',
+    });
+    expect(before.urls).toEqual([central.url]);
+    expect((await operator.act('reconnect-bridge', { bridge: 'central' })).body).toEqual({ done: true });
+    await waitFor(async () => (await operator.get<Card[]>('bridges')).body.find((b) => b.state === 'online' && b.reconnects > before.reconnects), 10_000, {
+      message: 'bridge online again after the reconnect',
+    });
+    expect(central.log().match(/New client connected .* as edgeferry-central/g)?.length).toBe(2);
+    expect((await operator.act('reconnect-bridge', { bridge: 'nope' })).status).toBe(404);
+  });
+
+  it('writes a tag through the DCMD checks and read-back (the register changes in the simulator), refuses what does not fit, and requests a rebirth', async () => {
+    const sim = d.add(await startModbusSim({ units: [1] }));
+    await sim.set(1, 'hr', 0, [5, 100]);
+    const press = modbusPress(sim, [
+      { name: 'count', table: 'holding', address: 0, datatype: 'uint16' },
+      { name: 'setpoint', table: 'holding', address: 1, datatype: 'uint16', writable: true },
+    ]);
+    const { gw, base } = d.add(await startConsoleGateway({ sparkplug: SPARKPLUG, connectors: [press] }));
+    const operator = await loggedIn(base, 'maint');
+    type DeviceCard = { id: string; online: boolean; tags: { name: string; value: unknown; good: boolean }[] };
+    await waitFor(async () => (await operator.get<DeviceCard[]>('devices')).body.find((dev) => dev.online && dev.tags[1].value === 100), 15_000, {
+      message: 'press-1 up with setpoint 100',
+    });
+
+    const write = await operator.act('write-tag', { device: 'press-1', tag: 'setpoint', value: '250' });
+    expect(write.body).toEqual({ done: true, readBack: '250', matches: true });
+    expect(await sim.get(1, 'hr', 1, 1)).toEqual([250]);
+
+    const outOfRange = await operator.act('write-tag', { device: 'press-1', tag: 'setpoint', value: 70_000 });
+    expect(outOfRange.status).toBe(422);
+    expect(outOfRange.body.error).toMatch(/70000 is outside UInt16/);
+    expect((await operator.act('write-tag', { device: 'press-1', tag: 'count', value: 1 })).body.error).toBe('read-only metric');
+    expect((await operator.act('write-tag', { device: 'press-1', tag: 'setpoint', value: 'abc' })).body.error).toMatch(/not an integer/);
+    expect((await operator.act('write-tag', { device: 'press-9', tag: 'setpoint', value: 1 })).status).toBe(404);
+    expect(await sim.get(1, 'hr', 1, 1)).toEqual([250]);
+
+    // The same audit lines as a DCMD's, naming the console user.
+    const writes = logLines(gw).filter((l) => l.msg === 'DCMD write done' || l.msg === 'command refused');
+    expect(writes.map((l) => [l.msg, l.who, l.user, l.metric])).toEqual([
+      ['DCMD write done', 'web-console', 'maint', 'setpoint'],
+      ['command refused', 'web-console', 'maint', 'setpoint'],
+      ['command refused', 'web-console', 'maint', 'count'],
+    ]);
+
+    const host = d.add(await openClient(`mqtt://127.0.0.1:${gw.port}`, { clientId: 'host-app' }));
+    await host.subscribe('spBv1.0/plant/NBIRTH/line4');
+    expect((await operator.act('rebirth')).body).toEqual({ done: true });
+    await host.waitForMessages(1, { topic: 'spBv1.0/plant/NBIRTH/line4' });
+    const sp = await operator.get<{ lastCommand: { kind: string; user: string; topic: string }; rebirths: number }>('sparkplug');
+    expect(sp.body.lastCommand).toMatchObject({ kind: 'console', user: 'maint', topic: 'spBv1.0/plant/NCMD/line4' });
+    expect(sp.body.rebirths).toBe(1);
+  });
+});
+
+describe('console live stream, log and static files', { timeout: 60_000 }, () => {
+  it('streams the live views by SSE at about 2 updates a second, and lists audit lines in the log', async () => {
+    const { gw, base } = d.add(await startConsoleGateway());
+    const viewer = await loggedIn(base, 'shift');
+    const res = await fetch(`${base}/api/events`, { headers: { cookie: viewer.cookie! } });
+    expect(res.headers.get('content-type')).toBe('text/event-stream');
+    const reader = res.body!.getReader();
+    let text = '';
+    const started = Date.now();
+    while ((text.match(/^data: /gm) ?? []).length < 4) text += new TextDecoder().decode((await reader.read()).value);
+    const elapsed = Date.now() - started;
+    await reader.cancel();
+    // Four events: the first at once, then one per 500 ms tick.
+    expect(elapsed).toBeGreaterThanOrEqual(1400);
+    const first = JSON.parse(/^data: (.*)$/m.exec(text)![1]) as Record<string, unknown>;
+    expect(Object.keys(first).sort()).toEqual(['at', 'bridges', 'devices', 'overview', 'sparkplug']);
+
+    const log = await viewer.get<{ msg: string; mod?: string; user?: string }[]>('log');
+    expect(log.body).toContainEqual(expect.objectContaining({ msg: 'console login', mod: 'audit', user: 'shift' }));
+    expect(gw.output()).toContain('console login');
+  });
+
+  it('serves the front end with its content types and caching, and nothing outside it', async () => {
+    const { base } = d.add(await startConsoleGateway());
+    const root = await fetch(`${base}/`, { redirect: 'manual' });
+    expect(root.status).toBe(302);
+    expect(root.headers.get('location')).toBe('/console/');
+    const page = await fetch(`${base}/console/`);
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect(page.headers.get('cache-control')).toBe('no-cache');
+    expect(page.headers.get('content-security-policy')).toContain("default-src 'self'");
+    const html = await page.text();
+    const script = /src="(\/console\/assets\/[^"]+\.js)"/.exec(html)![1];
+    const js = await fetch(`${base}${script}`);
+    expect(js.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    expect(js.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+    expect(html).not.toMatch(/https?:\/\//);
+    expect((await fetch(`${base}/console/%2e%2e/%2e%2e/package.json`)).status).toBe(404);
+    expect((await fetch(`${base}/console/nope.js`)).status).toBe(404);
+    expect((await fetch(`${base}/console/%E0%A4%A`)).status).toBe(404);
+    // The metrics endpoints are unchanged.
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+  });
+});

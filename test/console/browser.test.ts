@@ -1,0 +1,135 @@
+/**
+ * The web console in a real browser (Debian's chromium, headless, driven by playwright-core) against the gateway
+ * process: log in through the form; a Modbus device (pymodbus) goes down and comes back; a bridge's backlog grows
+ * while its Mosquitto is stopped and drains once it is back; a tag written from the page changes the register in
+ * the simulator; a viewer sees no action and cannot act. Screenshots of the main views: test/artifacts/console/.
+ */
+import { describe, expect, it } from 'vitest';
+import { useDisposer } from '../helpers/disposer.js';
+import { bridgePatch } from '../helpers/gateway.js';
+import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { openClient } from '../helpers/mqtt-client.js';
+import { waitFor } from '../helpers/wait.js';
+import { logIn, openBrowser, screenshot, waitForText } from './browser.js';
+import { loggedIn, PASSWORDS, startConsoleGateway } from './console-setup.js';
+
+const d = useDisposer();
+
+const SPARKPLUG = { groupId: 'plant', edgeNodeId: 'line4', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } };
+
+describe('web console in chromium', { timeout: 120_000 }, () => {
+  it('shows a Modbus device going down and coming back, and writes a tag the simulator then holds', async () => {
+    const sim = d.add(await startModbusSim({ units: [1] }));
+    await sim.set(1, 'hr', 0, [42, 100]);
+    const press = modbusPress(sim, [
+      { name: 'count', table: 'holding', address: 0, datatype: 'uint16' },
+      { name: 'setpoint', table: 'holding', address: 1, datatype: 'uint16', writable: true },
+    ]);
+    const { base } = d.add(await startConsoleGateway({ sparkplug: SPARKPLUG, connectors: [press] }));
+    const browser = d.add(await openBrowser());
+    const page = await logIn(browser, base, 'maint', PASSWORDS.maint);
+    expect(await page.textContent('[data-testid=whoami]')).toBe('maint (operator)');
+    await waitForText(page, '[data-testid=ready]', (t) => t === 'ready', 10_000, 'overview says ready');
+    await screenshot(page, 'overview');
+
+    await page.click('a[href="#devices"]');
+    const state = '[data-testid=device-press-1] [data-testid=device-state]';
+    await waitForText(page, state, (t) => t === 'up', 15_000, 'press-1 up');
+    await waitForText(page, '[data-testid=value-press-1-count]', (t) => t === '42', 5000, 'count 42 shown');
+    await screenshot(page, 'devices');
+
+    await sim.mute(1);
+    await waitForText(page, state, (t) => t === 'down', 15_000, 'press-1 shown down once it stops answering');
+    await screenshot(page, 'devices-down');
+    await sim.unmute(1);
+    await waitForText(page, state, (t) => t === 'up', 15_000, 'press-1 shown up again');
+
+    await page.fill('[data-testid=write-press-1-setpoint]', '321');
+    await page.click('[data-testid=device-press-1] form.write button');
+    await waitForText(page, '[data-testid=write-press-1-setpoint-result]', (t) => t === 'read back 321', 10_000, 'the page shows the read-back');
+    expect(await sim.get(1, 'hr', 1, 1)).toEqual([321]);
+    await waitForText(page, '[data-testid=value-press-1-setpoint]', (t) => t === '321', 5000, 'the live value follows');
+
+    await page.click('a[href="#sparkplug"]');
+    await waitForText(page, 'main', (t) => t.includes('console spBv1.0/plant/DCMD/line4/press-1 from maint'), 5000, 'the last command names the console user');
+    await screenshot(page, 'sparkplug');
+    await page.click('a[href="#log"]');
+    await waitForText(page, '[data-testid=log-table]', (t) => t.includes('DCMD write done') && t.includes('device lost'), 5000, 'the write and the loss in the log');
+    await screenshot(page, 'log');
+    await page.click('a[href="#devices"]');
+
+    // The filter keeps the matching tags only.
+    await page.fill('[data-testid=tag-filter]', 'setp');
+    await waitFor(async () => (await page.locator('[data-testid=value-press-1-count]').count()) === 0, 5000, { message: 'count filtered out' });
+    expect(await page.locator('[data-testid=value-press-1-setpoint]').count()).toBe(1);
+  });
+
+  it('shows a bridge backlog growing while Mosquitto is stopped, and draining once it is back', async () => {
+    const central = d.add(await startMosquitto());
+    const { gw, base } = d.add(await startConsoleGateway(bridgePatch(central.url)));
+    const browser = d.add(await openBrowser());
+    const page = await logIn(browser, base, 'maint', PASSWORDS.maint);
+    await page.click('a[href="#bridges"]');
+    const card = '[data-testid=bridge-central]';
+    await waitForText(page, `${card} [data-testid=bridge-state]`, (t) => t === 'online', 10_000, 'bridge online');
+
+    await central.stop();
+    await waitForText(page, `${card} [data-testid=bridge-state]`, (t) => t !== 'online', 10_000, 'bridge no longer online');
+    const plc = d.add(await openClient(gw.url, { clientId: 'plc-sim' }));
+    for (let i = 0; i < 300; i++) await plc.publish(`plant/line4/count`, String(i), { qos: 1 });
+    await waitForText(page, `${card} [data-testid=backlog]`, (t) => t === '300', 10_000, 'backlog of 300 shown');
+    expect(await page.textContent(card)).toMatch(/offline|connecting/);
+    // For the screenshot: once the chart history has sampled the backlog, a reload draws it at once.
+    const api = await loggedIn(base, 'maint');
+    await waitFor(async () => (await api.get<{ backlog: Record<string, number[]> }>('history')).body.backlog.central?.includes(300), 10_000, {
+      message: 'history sampled the backlog',
+    });
+    await page.reload();
+    await page.waitForSelector(`${card} .chart canvas`);
+    await waitForText(page, `${card} [data-testid=backlog]`, (t) => t === '300', 5000, 'backlog still 300 after the reload');
+    await screenshot(page, 'bridges-backlog');
+
+    await central.restart();
+    await waitForText(page, `${card} [data-testid=backlog]`, (t) => t === '0', 20_000, 'backlog drained');
+    await waitForText(page, `${card} [data-testid=bridge-state]`, (t) => t === 'online', 5000, 'bridge online again');
+    await screenshot(page, 'bridges-drained');
+
+    // A phone, in the light theme: one column, still readable.
+    const phone = await logIn(browser, base, 'maint', PASSWORDS.maint, { width: 390, height: 844 });
+    await phone.click('header button[title=Theme]');
+    expect(await phone.evaluate<string>('document.documentElement.dataset.theme')).toBe('light');
+    await phone.click('a[href="#bridges"]');
+    await waitForText(phone, `${card} [data-testid=bridge-state]`, (t) => t === 'online', 5000, 'bridge card on the phone');
+    const width = await phone.evaluate<number>('document.documentElement.scrollWidth');
+    expect(width).toBeLessThanOrEqual(390);
+    await screenshot(phone, 'phone-bridges-light');
+  });
+
+  it('a viewer sees no action and cannot act, even by calling the API from the page', async () => {
+    const { gw, base } = d.add(await startConsoleGateway());
+    const hmi = d.add(await openClient(gw.url, { clientId: 'hmi-3', protocolVersion: 5 }));
+    const browser = d.add(await openBrowser());
+    const page = await logIn(browser, base, 'shift', PASSWORDS.shift);
+    expect(await page.textContent('[data-testid=whoami]')).toBe('shift (viewer)');
+    await waitForText(page, '[data-testid=ready]', (t) => t === 'ready', 10_000, 'overview shown');
+    expect(await page.locator('[data-testid=reload]').count()).toBe(0);
+    await page.click('a[href="#clients"]');
+    await waitForText(page, '[data-testid=clients-table]', (t) => t.includes('hmi-3'), 5000, 'hmi-3 listed');
+    expect(await page.locator('button:text("Disconnect")').count()).toBe(0);
+    await screenshot(page, 'clients-viewer');
+
+    // The page's own session, with its CSRF token: still a viewer.
+    const status = await page.evaluate(async () => {
+      const session = (await (await fetch('/api/session')).json()) as { csrf: string };
+      const res = await fetch('/api/actions/disconnect-client', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-csrf-token': session.csrf },
+        body: JSON.stringify({ clientId: 'hmi-3' }),
+      });
+      return res.status;
+    });
+    expect(status).toBe(403);
+    expect(hmi.closed).toBe(false);
+  });
+});
