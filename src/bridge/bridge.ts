@@ -14,6 +14,7 @@
  * - Inbound: in/both filters are subscribed upstream and published locally with origin `bridge:<name>`; the
  *   out subscriptions use no-local with that origin, so nothing bridged in is bridged back out.
  */
+import { hostname } from 'node:os';
 import type { Broker } from '../broker/broker.js';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message } from '../protocol/message.js';
@@ -26,6 +27,7 @@ import { ReplayPacer } from './token-bucket.js';
 import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
 import { SendWindow, type FlightOwner, type Inflight } from './send-window.js';
+import { UplinkStamp } from './stamp.js';
 import { Uplink } from './uplink.js';
 import type { InboundPublish, PublishResult, UplinkSession } from './uplink.js';
 
@@ -88,6 +90,8 @@ export interface BridgeOptions {
   readonly maxPacketBytes?: number;
   /** Where messages the central broker refuses are kept (`deadLetterOutbox(name)`); without it they are dropped. */
   readonly deadLetter?: Outbox;
+  /** The gateway's id in message ids (`gateway.id`); without it, the host name. */
+  readonly gatewayId?: string;
 }
 
 /** Bytes of fixed header, packet id and property overhead assumed when checking Maximum Packet Size. */
@@ -120,6 +124,8 @@ export class Bridge {
   /** Highest seq this process has sent; anything at or below it going up again is a re-send. */
   private highestSentSeq = -Infinity;
   private readonly window: SendWindow;
+  /** The message id (MQTT 5 uplinks): undefined when it adds nothing. */
+  private readonly stamp: UplinkStamp | undefined;
   /** Backlog entries still to send on this connection before traffic counts as live (paced until then). */
   private replayRemaining = 0;
   private pacer: ReplayPacer;
@@ -171,6 +177,10 @@ export class Bridge {
       },
     };
     this.window = new SendWindow(this.outbox, this.uplink, flightOwner, Math.max(1, options.config.inflight));
+    const { messageId, remote } = options.config;
+    const idProperty = messageId.enabled && remote.protocolVersion === 5 ? messageId.property : undefined;
+    const stamp = new UplinkStamp(idProperty, options.gatewayId ?? hostname(), false);
+    this.stamp = stamp.empty ? undefined : stamp;
   }
 
   get status(): UplinkStatus {
@@ -523,7 +533,7 @@ export class Bridge {
       this.refuse(entry.seq, entry.msg, 'too-large', fields, 'message larger than the central broker accepts');
       return;
     }
-    this.window.send(entry, msg);
+    this.window.send(entry, msg, this.stamp);
     this.counters.sent++;
     // Sends go in seq order, so a seq at or below the highest one sent is a re-send.
     if (entry.seq <= this.highestSentSeq) this.counters.resent++;

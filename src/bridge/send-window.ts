@@ -5,6 +5,7 @@
  * after a reconnect. The bridge decides what an entry becomes upstream and what its outcome means; this class
  * keeps track of what is out.
  */
+import type { PropertyTail } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import type { Outbox, OutboxEntry } from '../store/types.js';
 import { outboxPacketId } from './packet-ids.js';
@@ -144,13 +145,16 @@ export class SendWindow {
 
   /**
    * Publishes `msg` (the entry as it goes upstream) under the entry's packet id, with DUP if it may have reached
-   * the broker on an earlier connection. QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC
+   * the broker on an earlier connection, with `stamp`'s properties for the entry's seq (MQTT 5). QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC
    * >= 0x80) keeps it as a dead letter. QoS 0 ones wait for a confirming ping and need none.
    */
-  send(entry: OutboxEntry, msg: Message): void {
+  send(entry: OutboxEntry, msg: Message, stamp: PropertyTail | undefined): void {
     const dup = this.resending.delete(entry.seq);
     const rec = new Inflight(this.owner, entry.seq, msg.qos, msg.qos > 0 ? entry.msg : undefined);
-    rec.sendIndex = msg.qos === 0 ? this.uplink.publish(msg, undefined, false) : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec);
+    rec.sendIndex =
+      msg.qos === 0
+        ? this.uplink.publish(msg, undefined, false, undefined, stamp, entry.seq)
+        : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec, stamp, entry.seq);
     this.inflight.set(entry.seq, rec);
     if (msg.qos > 0) this.qosInflight++;
     else this.q0.push(rec);
