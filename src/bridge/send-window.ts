@@ -206,8 +206,9 @@ export class SendWindow {
 
   /**
    * Publishes `msg` (the entry as it goes upstream) under the entry's packet id, with DUP if it may have reached
-   * the broker on an earlier connection, with `stamp`'s properties for the entry's seq (MQTT 5). QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC
-   * >= 0x80) keeps it as a dead letter. QoS 0 ones wait for a confirming ping and need none.
+   * the broker on an earlier connection, and `stamp`'s properties for the entry's seq (MQTT 5). QoS 1/2 records
+   * keep the journaled message: a refusal (PUBACK/PUBREC >= 0x80) keeps it as a dead letter. QoS 0 ones wait for
+   * a confirming ping and need none.
    */
   send(entry: OutboxEntry, msg: Message, stamp: PropertyTail | undefined, backlog: boolean): void {
     const dup = this.resending.delete(entry.seq);
