@@ -406,7 +406,10 @@ export class Bridge {
     this.sentBefore = this.highestSentSeq;
     const depth = this.outbox.depth;
     this.replayRemaining = depth.messages;
+    // The rates' next sample starts now, so the first one after an outage is not averaged over the outage.
     this.rate.replaySent = 0;
+    this.rate.lastSent = this.counters.sent;
+    this.rate.lastAtMs = performance.now();
     this.pacer = new ReplayPacer(this.paceLimits);
     this.setStatus({ type: 'online', backlog: depth.messages });
     const wasDown = this.episodes.delete('offline');
