@@ -102,6 +102,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   const makeBridge = (bc: BridgeConfig): Bridge =>
     new Bridge({
       config: bc,
+      gatewayId: config.gateway.id,
       broker,
       // The same name gives the same outbox: a bridge reconfigured on reload finds its backlog.
       outbox: store.outbox(bc.name, bc.queue),

@@ -4,8 +4,11 @@
  *
  * - Journal first: a local QoS 1/2 publisher's PUBACK waits for the outbox write to be on disk (the Deliver
  *   callback returns the append promise); QoS 0 is journaled the same way without making the publisher wait.
- * - One FIFO: the uplink sends from the head of the outbox, oldest first, so live traffic queues behind the
- *   backlog; at most `inflight` messages are unacknowledged; replay of the backlog is paced by token buckets.
+ * - `replay.order: in-order`: one FIFO, the uplink sends from the head of the outbox, oldest first, so live
+ *   traffic queues behind the backlog. `live-first` (docs/architecture.md#live-first): what is journaled after
+ *   the connection came up goes at once, the backlog drains beside it within `replay.share` of the window and
+ *   of the replay rate, flagged historical. At most `inflight` messages are unacknowledged; the backlog is paced
+ *   by token buckets.
  * - QoS 0 upstream is never acknowledged by the protocol, so a sent QoS 0 entry stays in the outbox until a
  *   later PINGRESP or PUBACK proves that the broker read past it (one TCP stream, processed in order). The
  *   uplink pings when such entries wait, so this takes about one round trip; after an ungraceful loss (or
@@ -14,6 +17,7 @@
  * - Inbound: in/both filters are subscribed upstream and published locally with origin `bridge:<name>`; the
  *   out subscriptions use no-local with that origin, so nothing bridged in is bridged back out.
  */
+import { hostname } from 'node:os';
 import type { Broker } from '../broker/broker.js';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message } from '../protocol/message.js';
@@ -26,6 +30,7 @@ import { ReplayPacer } from './token-bucket.js';
 import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
 import { SendWindow, type FlightOwner, type Inflight } from './send-window.js';
+import { UplinkStamp } from './stamp.js';
 import { Uplink } from './uplink.js';
 import type { InboundPublish, PublishResult, UplinkSession } from './uplink.js';
 
@@ -71,6 +76,10 @@ export interface BridgeStats {
   readonly sendRatePerS: number;
   /** Send rate while replaying a backlog, last sample (0 when not replaying). */
   readonly replayRatePerS: number;
+  /** Backlog entries still to send on this connection over the replay rate; 0 when none, NaN while unknown. */
+  readonly drainEtaS: number;
+  /** The longest journal-to-acknowledgement time of a message that was not backlog, over the last sample. */
+  readonly liveLatencyS: number;
   readonly reconnects: number;
   /** Messages from the central broker published locally. */
   readonly received: number;
@@ -88,6 +97,8 @@ export interface BridgeOptions {
   readonly maxPacketBytes?: number;
   /** Where messages the central broker refuses are kept (`deadLetterOutbox(name)`); without it they are dropped. */
   readonly deadLetter?: Outbox;
+  /** The gateway's id in message ids (`gateway.id`); without it, the host name. */
+  readonly gatewayId?: string;
 }
 
 /** Bytes of fixed header, packet id and property overhead assumed when checking Maximum Packet Size. */
@@ -117,19 +128,29 @@ export class Bridge {
 
   /** Acknowledged seqs of this turn, passed to the outbox together (it hides them from `peek` from then on). */
   private removeBatch: number[] = [];
-  /** Highest seq this process has sent; anything at or below it going up again is a re-send. */
+  /** Highest seq this process has sent. */
   private highestSentSeq = -Infinity;
+  /** Highest seq sent on earlier connections: anything at or below it going up again is a re-send. */
+  private sentBefore = -Infinity;
   private readonly window: SendWindow;
-  /** Backlog entries still to send on this connection before traffic counts as live (paced until then). */
+  /** The message id (MQTT 5 uplinks): undefined when it adds nothing. */
+  private readonly stamp: UplinkStamp | undefined;
+  /** Backlog entries still to send on this connection (in order: before traffic counts as live, paced until then). */
   private replayRemaining = 0;
   private pacer: ReplayPacer;
+  /** `replay.order` is live-first. */
+  private readonly liveFirst: boolean;
+  /** The backlog's replay limits: `replay`, scaled by `replay.share` when live-first. */
+  private readonly paceLimits: { messagesPerS: number; bytesPerS: number };
+  /** Live-first: the message id with `edgeferry-historical: true`, for backlog entries. */
+  private readonly historicalStamp: UplinkStamp | undefined;
 
   private pumpScheduled = false;
   private paceTimer: NodeJS.Timeout | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
 
   private readonly counters = { sent: 0, resent: 0, acked: 0, reconnects: 0, received: 0, receivedFailed: 0 };
-  private readonly rate = { lastSent: 0, lastAtMs: 0, sendPerS: 0, replayPerS: 0, replaySent: 0 };
+  private readonly rate = { lastSent: 0, lastAtMs: 0, sendPerS: 0, replayPerS: 0, replaySent: 0, liveLatencyMs: 0, liveLatencyMaxMs: 0 };
   /** Warnings logged once per episode; cleared when the condition ends. */
   private readonly episodes = new Set<string>();
   private queueFullSeen = 0;
@@ -144,7 +165,12 @@ export class Bridge {
     this.log = options.log;
     this.hooks = options.hooks ?? {};
     this.topics = new TopicMap(options.config.topics);
-    this.pacer = new ReplayPacer(options.config.replay);
+    const { replay } = options.config;
+    // The Sparkplug uplink (the only bridge with hooks) catches up live-first unless told otherwise.
+    this.liveFirst = (replay.order ?? (options.hooks ? 'live-first' : 'in-order')) === 'live-first';
+    const share = this.liveFirst ? replay.share : 1;
+    this.paceLimits = { messagesPerS: replay.messagesPerS * share, bytesPerS: replay.bytesPerS * share };
+    this.pacer = new ReplayPacer(this.paceLimits);
     this.stateTopic = `$SYS/broker/connection/${options.config.remote.clientId}/state`;
     this.queueFullSeen = this.outbox.depth.dropped.queue_full;
     this.uplink = new Uplink({
@@ -165,12 +191,18 @@ export class Bridge {
     const flightOwner: FlightOwner = {
       onResult: (flight, result) => this.onResult(flight, result),
       markReleased: (seq) => this.outbox.markReleased(seq),
-      onConfirmed: (seq) => {
+      onConfirmed: (flight) => {
         this.counters.acked++;
-        this.remove(seq);
+        this.delivered(flight);
       },
     };
     this.window = new SendWindow(this.outbox, this.uplink, flightOwner, Math.max(1, options.config.inflight));
+    const { messageId, remote } = options.config;
+    const idProperty = messageId.enabled && remote.protocolVersion === 5 ? messageId.property : undefined;
+    const gatewayId = options.gatewayId ?? hostname();
+    const stamp = new UplinkStamp(idProperty, gatewayId, false);
+    this.stamp = stamp.empty ? undefined : stamp;
+    this.historicalStamp = this.liveFirst && remote.protocolVersion === 5 ? new UplinkStamp(idProperty, gatewayId, true) : undefined;
   }
 
   get status(): UplinkStatus {
@@ -195,6 +227,8 @@ export class Bridge {
       dropped: { ...depth.dropped },
       sendRatePerS: this.rate.sendPerS,
       replayRatePerS: this.rate.replayPerS,
+      drainEtaS: this.replayRemaining === 0 ? 0 : this.rate.replayPerS > 0 ? this.replayRemaining / this.rate.replayPerS : NaN,
+      liveLatencyS: this.rate.liveLatencyMs / 1000,
       reconnects: this.counters.reconnects,
       received: this.counters.received,
       receivedFailed: this.counters.receivedFailed,
@@ -369,10 +403,14 @@ export class Bridge {
     this.everOnline = true;
     this.window.connected(session.sessionPresent);
     this.resetConnectionState();
+    this.sentBefore = this.highestSentSeq;
     const depth = this.outbox.depth;
     this.replayRemaining = depth.messages;
+    // The rates' next sample starts now, so the first one after an outage is not averaged over the outage.
     this.rate.replaySent = 0;
-    this.pacer = new ReplayPacer(this.config.replay);
+    this.rate.lastSent = this.counters.sent;
+    this.rate.lastAtMs = performance.now();
+    this.pacer = new ReplayPacer(this.paceLimits);
     this.setStatus({ type: 'online', backlog: depth.messages });
     const wasDown = this.episodes.delete('offline');
     this.log.info({ url: session.url, sessionPresent: session.sessionPresent, backlog: depth.messages, reconnected: wasDown }, 'uplink online');
@@ -412,7 +450,7 @@ export class Bridge {
     if (!this.window.settle(rec)) return;
     if (rec.abandoned) return this.schedulePump();
     if (result.ok) {
-      this.remove(rec.seq);
+      this.delivered(rec);
       this.counters.acked++;
       this.episodes.delete('rejected');
     } else {
@@ -459,41 +497,54 @@ export class Bridge {
     });
   }
 
-  /** Sends from the outbox head while the window has room. */
+  /**
+   * Sends while the window has room: in order from the outbox head, the backlog paced; live-first, what was
+   * journaled since the connection came up at once, and the backlog in the room its share leaves.
+   */
   private pump(): void {
-    if (!this.running || !this.uplink.online || this.pausedReason !== undefined || this.paceTimer) return;
+    if (!this.running || !this.uplink.online || this.pausedReason !== undefined) return;
+    if (this.paceTimer && !this.liveFirst) return;
     const receiveMaximum = this.session?.receiveMaximum ?? 65_535;
     const dropped = this.droppedTotal();
     const window = this.window;
     while (!window.full && this.uplink.online) {
-      const entry = window.next(dropped);
-      if (window.resendPending && !window.releaseAbandoned(entry?.seq ?? Infinity, receiveMaximum)) break;
+      if (window.resendPending && !window.releaseAbandoned(dropped, receiveMaximum)) break;
+      let reader = window.live;
+      let entry = reader.next(dropped);
+      if (entry === undefined && !this.paceTimer && !window.backlog.done && !window.backlogFull(this.config.replay.share, receiveMaximum)) {
+        reader = window.backlog;
+        entry = reader.next(dropped);
+      }
       if (entry === undefined) break;
       if (window.has(entry.seq)) {
-        window.advance(entry);
+        reader.advance(entry);
         continue;
       }
       if (entry.msg.qos > 0 && window.qosFull(receiveMaximum)) break;
       if (isExpired(entry.msg)) {
-        window.advance(entry);
+        reader.advance(entry);
         this.outbox.countDropped('expired', 1);
         this.remove(entry.seq);
         continue;
       }
-      if (this.replayRemaining > 0) {
+      const backlog = reader === window.backlog || (!this.liveFirst && this.replayRemaining > 0);
+      if (backlog) {
         const waitMs = this.pacer.waitMs(entry.bytes);
         if (waitMs > 0) {
           this.paceTimer = setTimeout(() => {
             this.paceTimer = undefined;
             this.pump();
           }, waitMs);
+          // Live-first: the live reader goes on; the backlog waits for the timer.
+          if (this.liveFirst) continue;
           break;
         }
         this.pacer.take(entry.bytes);
       }
-      window.advance(entry);
-      this.send(entry);
+      reader.advance(entry);
+      this.send(entry, backlog);
     }
+    if (this.liveFirst && window.backlog.done) this.replayRemaining = 0;
     window.requestConfirmation();
   }
 
@@ -502,9 +553,9 @@ export class Bridge {
     return d.queue_full + d.expired + d.rejected_upstream;
   }
 
-  private send(entry: OutboxEntry): void {
-    if (this.replayRemaining > 0) {
-      this.replayRemaining--;
+  private send(entry: OutboxEntry, backlog: boolean): void {
+    if (backlog) {
+      if (this.replayRemaining > 0) this.replayRemaining--;
       this.rate.replaySent++;
     }
     if (entry.released) return this.sendRelease(entry);
@@ -523,11 +574,11 @@ export class Bridge {
       this.refuse(entry.seq, entry.msg, 'too-large', fields, 'message larger than the central broker accepts');
       return;
     }
-    this.window.send(entry, msg);
+    this.window.send(entry, msg, backlog && this.liveFirst ? this.historicalStamp : this.stamp, backlog);
     this.counters.sent++;
-    // Sends go in seq order, so a seq at or below the highest one sent is a re-send.
-    if (entry.seq <= this.highestSentSeq) this.counters.resent++;
-    else this.highestSentSeq = entry.seq;
+    // An entry goes once per connection, so one at or below the highest seq of an earlier connection is a re-send.
+    if (entry.seq <= this.sentBefore) this.counters.resent++;
+    if (entry.seq > this.highestSentSeq) this.highestSentSeq = entry.seq;
   }
 
   /** A QoS 2 entry the broker received before a reconnect or restart (PUBREC): PUBREL, never PUBLISH again. */
@@ -568,6 +619,15 @@ export class Bridge {
     return true;
   }
 
+  /** The central broker has the entry: it leaves the outbox; a live one's journal-to-ack time is sampled. */
+  private delivered(flight: Inflight): void {
+    if (!flight.backlog) {
+      const latencyMs = this.broker.clock.nowMs() - flight.appendedAtMs;
+      if (latencyMs > this.rate.liveLatencyMaxMs) this.rate.liveLatencyMaxMs = latencyMs;
+    }
+    this.remove(flight.seq);
+  }
+
   private remove(seq: number): void {
     this.removeBatch.push(seq);
     if (this.removeBatch.length === 1) queueMicrotask(() => this.flushRemovals());
@@ -588,7 +648,7 @@ export class Bridge {
   }
 
   private resetConnectionState(): void {
-    this.window.reset();
+    this.window.reset(this.liveFirst);
     this.replayRemaining = 0;
     clearTimeout(this.paceTimer);
     this.paceTimer = undefined;
@@ -606,6 +666,8 @@ export class Bridge {
     }
     this.rate.lastSent = this.counters.sent;
     this.rate.replaySent = 0;
+    this.rate.liveLatencyMs = this.rate.liveLatencyMaxMs;
+    this.rate.liveLatencyMaxMs = 0;
     this.rate.lastAtMs = nowMs;
     this.checkQueueFull();
     if (this.config.queue.maxAgeS > 0) {

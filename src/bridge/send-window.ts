@@ -1,10 +1,11 @@
 /**
  * A bridge's send window on the current connection (docs/architecture.md#send-window): the outbox entries in
- * flight, the entries read ahead from the outbox behind the cursor, the sent QoS 0 entries waiting for a ping
+ * flight, the outbox readers (one in order, two for a live-first drain), the sent QoS 0 entries waiting for a ping
  * that confirms them (docs/architecture.md#qos-0-confirmation), and the QoS 1/2 entries to send again or release
  * after a reconnect. The bridge decides what an entry becomes upstream and what its outcome means; this class
  * keeps track of what is out.
  */
+import type { PropertyTail } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import type { Outbox, OutboxEntry } from '../store/types.js';
 import { outboxPacketId } from './packet-ids.js';
@@ -16,7 +17,7 @@ export interface FlightOwner {
   /** QoS 2: records that the broker received the entry (PUBREC) before the PUBREL goes. */
   markReleased(seq: number): Promise<void>;
   /** A sent QoS 0 entry provably reached the broker. */
-  onConfirmed(seq: number): void;
+  onConfirmed(flight: Inflight): void;
 }
 
 /**
@@ -33,6 +34,10 @@ export class Inflight implements PublishFlow {
     readonly qos: QoS,
     /** The entry's message as journaled (before any hook rewrote it): what a refusal keeps as a dead letter. */
     readonly msg: Message | undefined,
+    /** Journaled before this connection came up (a live-first drain caps these at its share of the window). */
+    readonly backlog: boolean,
+    /** When the entry was journaled (steady clock): the live latency. */
+    readonly appendedAtMs: number,
     /** A PUBREL that frees the packet id of an entry dropped unsent (see releaseAbandoned): nothing to count. */
     readonly abandoned = false,
   ) {}
@@ -52,6 +57,67 @@ const QOS0_CONFIRM_DELAY_MS = 250;
 /** Peek at most this many entries per outbox read. */
 const PEEK_BATCH = 256;
 
+/**
+ * One read position in the outbox on the current connection: the entries after its cursor and below `end`, read
+ * ahead in chunks, so that there is one LMDB read per chunk rather than one per acknowledgement.
+ */
+export class OutboxReader {
+  /** Last seq handled; undefined: start at the head. */
+  private cursor: number | undefined;
+  private ahead: readonly OutboxEntry[] = [];
+  private aheadHead = 0;
+  /** The outbox's dropped total when `ahead` was read. */
+  private aheadDropped = 0;
+  /** Seqs from here on are not this reader's. */
+  private end = Infinity;
+  /** Every entry below `end` was handled. */
+  private finished = true;
+
+  constructor(private readonly outbox: Outbox) {}
+
+  /** Reads the entries after `after` (undefined: from the head) and below `end`. */
+  start(after: number | undefined, end = Infinity): void {
+    this.cursor = after;
+    this.end = end;
+    this.ahead = [];
+    this.aheadHead = 0;
+    this.finished = (after ?? 0) + 1 >= end; // seqs start at 1
+  }
+
+  /** Reads nothing more until the next `start`. */
+  stop(): void {
+    this.start(undefined, 0);
+  }
+
+  get done(): boolean {
+    return this.finished;
+  }
+
+  /**
+   * The next entry, undefined when there is none (yet). Read again when the outbox dropped entries (`dropped`,
+   * its total: limits, expiry), which are the oldest, i.e. the ones read ahead.
+   */
+  next(dropped: number): OutboxEntry | undefined {
+    if (this.finished) return undefined;
+    if (this.aheadHead >= this.ahead.length || dropped !== this.aheadDropped) {
+      this.ahead = this.outbox.peek(PEEK_BATCH, this.cursor);
+      this.aheadHead = 0;
+      this.aheadDropped = dropped;
+    }
+    const entry = this.ahead[this.aheadHead];
+    if (entry === undefined || entry.seq < this.end) return entry;
+    this.finished = true;
+    return undefined;
+  }
+
+  /** The entry was handled (sent, skipped or dropped): the cursor moves past it. */
+  advance(entry: OutboxEntry): void {
+    this.cursor = entry.seq;
+    this.aheadHead++;
+    if (entry.seq + 1 >= this.end) this.finished = true;
+  }
+}
+
 export class SendWindow {
   /** Sent and not yet acknowledged/confirmed, by seq, in send order. */
   private readonly inflight = new Map<number, Inflight>();
@@ -59,13 +125,12 @@ export class SendWindow {
   /** Unconfirmed QoS 0 sends in send order; `q0Head` is the first live one. */
   private q0: Inflight[] = [];
   private q0Head = 0;
-  /** Last seq read from the outbox on this connection; undefined: start at the head. */
-  private cursor: number | undefined;
-  /** Entries after `cursor` read ahead from the outbox (see `next`). */
-  private ahead: readonly OutboxEntry[] = [];
-  private aheadHead = 0;
-  /** The outbox's dropped total when `ahead` was read. */
-  private aheadDropped = 0;
+  /** Backlog entries in flight (live-first drain). */
+  private backlogInflight = 0;
+  /** In order: the whole outbox. Live-first: what was journaled after the connection came up. */
+  readonly live: OutboxReader;
+  /** Live-first: what was journaled before the connection came up; done at once in order. */
+  readonly backlog: OutboxReader;
   /**
    * QoS 1/2 entries unacknowledged when a connection dropped, seq to QoS: re-sent with DUP on a resumed session.
    * One that leaves the outbox unsent meanwhile (limits, expiry) is released instead (see releaseAbandoned).
@@ -79,7 +144,10 @@ export class SendWindow {
     private readonly owner: FlightOwner,
     /** At most this many entries unacknowledged (`inflight`). */
     private readonly limit: number,
-  ) {}
+  ) {
+    this.live = new OutboxReader(outbox);
+    this.backlog = new OutboxReader(outbox);
+  }
 
   /** Entries in flight. */
   get size(): number {
@@ -93,6 +161,11 @@ export class SendWindow {
   /** Whether another QoS 1/2 publish would exceed the broker's Receive Maximum. */
   qosFull(receiveMaximum: number): boolean {
     return this.qosInflight >= receiveMaximum;
+  }
+
+  /** Whether the backlog has its `share` of the window (and of the broker's Receive Maximum) in flight. */
+  backlogFull(share: number, receiveMaximum: number): boolean {
+    return this.backlogInflight >= Math.max(1, Math.floor(share * Math.min(this.limit, receiveMaximum)));
   }
 
   has(seq: number): boolean {
@@ -109,48 +182,42 @@ export class SendWindow {
     for (const rec of this.inflight.values()) if (rec.qos > 0) this.resending.set(rec.seq, rec.qos);
   }
 
-  /** Forgets this connection's window (not the entries to send again). */
-  reset(): void {
+  /**
+   * Forgets this connection's window (not the entries to send again) and reads the outbox from its head again:
+   * in order with one reader; live-first with two, split at the outbox's tail now (docs/architecture.md#live-first).
+   */
+  reset(liveFirst = false): void {
     this.inflight.clear();
     this.qosInflight = 0;
+    this.backlogInflight = 0;
     this.q0 = [];
     this.q0Head = 0;
-    this.cursor = undefined;
-    this.ahead = [];
-    this.aheadHead = 0;
+    if (liveFirst) {
+      const tail = this.outbox.tailSeq;
+      this.backlog.start(undefined, tail + 1);
+      this.live.start(tail);
+    } else {
+      this.backlog.stop();
+      this.live.start(undefined);
+    }
     clearTimeout(this.confirmTimer);
     this.confirmTimer = undefined;
   }
 
   /**
-   * The next outbox entry after the cursor, from entries read ahead in chunks: one LMDB read per chunk rather
-   * than one per acknowledgement. Read again when the outbox dropped entries (`dropped`, its total: limits,
-   * expiry), which are the oldest, i.e. the ones read ahead.
-   */
-  next(dropped: number): OutboxEntry | undefined {
-    if (this.aheadHead >= this.ahead.length || dropped !== this.aheadDropped) {
-      this.ahead = this.outbox.peek(PEEK_BATCH, this.cursor);
-      this.aheadHead = 0;
-      this.aheadDropped = dropped;
-    }
-    return this.ahead[this.aheadHead];
-  }
-
-  /** The entry was handled (sent, skipped or dropped): the cursor moves past it. */
-  advance(entry: OutboxEntry): void {
-    this.cursor = entry.seq;
-    this.aheadHead++;
-  }
-
-  /**
    * Publishes `msg` (the entry as it goes upstream) under the entry's packet id, with DUP if it may have reached
-   * the broker on an earlier connection. QoS 1/2 records keep the journaled message: a refusal (PUBACK/PUBREC
-   * >= 0x80) keeps it as a dead letter. QoS 0 ones wait for a confirming ping and need none.
+   * the broker on an earlier connection, and `stamp`'s properties for the entry's seq (MQTT 5). QoS 1/2 records
+   * keep the journaled message: a refusal (PUBACK/PUBREC >= 0x80) keeps it as a dead letter. QoS 0 ones wait for
+   * a confirming ping and need none.
    */
-  send(entry: OutboxEntry, msg: Message): void {
+  send(entry: OutboxEntry, msg: Message, stamp: PropertyTail | undefined, backlog: boolean): void {
     const dup = this.resending.delete(entry.seq);
-    const rec = new Inflight(this.owner, entry.seq, msg.qos, msg.qos > 0 ? entry.msg : undefined);
-    rec.sendIndex = msg.qos === 0 ? this.uplink.publish(msg, undefined, false) : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec);
+    const rec = new Inflight(this.owner, entry.seq, msg.qos, msg.qos > 0 ? entry.msg : undefined, backlog, entry.appendedAtMs);
+    if (backlog) this.backlogInflight++;
+    rec.sendIndex =
+      msg.qos === 0
+        ? this.uplink.publish(msg, undefined, false, undefined, stamp, entry.seq)
+        : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec, stamp, entry.seq);
     this.inflight.set(entry.seq, rec);
     if (msg.qos > 0) this.qosInflight++;
     else this.q0.push(rec);
@@ -159,10 +226,12 @@ export class SendWindow {
   /** A QoS 2 entry the broker received before (PUBREC): PUBREL under its packet id, never PUBLISH again. */
   release(seq: number, abandoned = false): void {
     this.resending.delete(seq);
-    const rec = new Inflight(this.owner, seq, 2, undefined, abandoned);
+    // Received on an earlier connection, so an entry of the backlog.
+    const rec = new Inflight(this.owner, seq, 2, undefined, true, 0, abandoned);
     rec.sendIndex = this.uplink.release(outboxPacketId(seq), rec);
     this.inflight.set(seq, rec);
     this.qosInflight++;
+    this.backlogInflight++;
   }
 
   /** Whether an entry to send again is waiting (see releaseAbandoned). */
@@ -176,9 +245,12 @@ export class SendWindow {
    * that id would stay taken until an entry 65,000 seqs later reuses it, and a broker that does not compare
    * content would discard that entry as a duplicate (EMQX answers 0x91). A PUBREL completes such a flow or, for
    * an id the broker does not know, draws PUBCOMP 0x92; either way the id is free again [MQTT-4.3.3-10].
-   * QoS 1 holds nothing at the broker. Returns false when the window is full.
+   * QoS 1 holds nothing at the broker. Entries to send again were journaled before this connection, so the
+   * reader of the older entries tells what is still to come. Returns false when the window is full.
    */
-  releaseAbandoned(nextSeq: number, receiveMaximum: number): boolean {
+  releaseAbandoned(dropped: number, receiveMaximum: number): boolean {
+    const oldest = this.backlog.done ? this.live : this.backlog;
+    const nextSeq = oldest.next(dropped)?.seq ?? Infinity;
     for (const [seq, qos] of this.resending) {
       if (seq >= nextSeq) continue;
       if (qos === 2) {
@@ -195,6 +267,7 @@ export class SendWindow {
     if (this.inflight.get(rec.seq) !== rec) return false;
     this.inflight.delete(rec.seq);
     this.qosInflight--;
+    if (rec.backlog) this.backlogInflight--;
     return true;
   }
 
@@ -205,7 +278,8 @@ export class SendWindow {
       const rec = this.q0[this.q0Head++];
       if (this.inflight.get(rec.seq) === rec) {
         this.inflight.delete(rec.seq);
-        this.owner.onConfirmed(rec.seq);
+        if (rec.backlog) this.backlogInflight--;
+        this.owner.onConfirmed(rec);
         released = true;
       }
     }

@@ -21,7 +21,7 @@ import type { Duplex } from 'node:stream';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message, PublishProperties, QoS } from '../protocol/message.js';
 import { appendPublish, createParser, decodePublish, encodeAck, encodePacket, PacketArena } from '../protocol/codec.js';
-import type { AckCommand, ConnectPacket, Packet, ProtocolVersion, PublishPacket } from '../protocol/codec.js';
+import type { AckCommand, ConnectPacket, Packet, PropertyTail, ProtocolVersion, PublishPacket } from '../protocol/codec.js';
 import { PacketFramer, packetBytes, type FrameHandler } from '../protocol/framer.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { Backoff } from '../util/backoff.js';
@@ -254,14 +254,15 @@ export class Uplink {
    * Writes one PUBLISH on the current connection. The flow's callbacks run when the broker answers on this
    * connection (never if the connection drops first: the entry is still in the outbox and goes again).
    * `packetId` is the one to use when it is free (an outbox entry's own, see `outboxPacketId`); `dup` marks a
-   * re-send that may have reached the broker [MQTT-3.3.1-1]. Returns the publish's send index.
+   * re-send that may have reached the broker [MQTT-3.3.1-1]. MQTT 5: `stamp` adds its properties for `seq` (the
+   * bridge's message id). Returns the publish's send index.
    */
-  publish(msg: OutgoingPublish, packetId: number | undefined, dup: boolean, sender?: PublishFlow): number {
+  publish(msg: OutgoingPublish, packetId: number | undefined, dup: boolean, sender?: PublishFlow, stamp?: PropertyTail, seq = 0): number {
     const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
     const id = msg.qos > 0 ? this.startFlow(conn, msg.qos as 1 | 2, packetId, sendIndex, sender, false) : undefined;
     this.scheduleFlush(conn);
-    appendPublish(conn.pending, msg, this.version, msg.qos, msg.retain, dup && id !== undefined, id ?? 0);
+    appendPublish(conn.pending, msg, this.version, msg.qos, msg.retain, dup && id !== undefined, id ?? 0, stamp, seq);
     return sendIndex;
   }
 

@@ -28,8 +28,11 @@ export interface ReloadPlan {
   readonly inForce: Config;
 }
 
-/** Sections the running parts were built from (listeners, broker limits, store, node identity, metrics server). */
-const RESTART_SECTIONS = ['listeners', 'broker', 'storage', 'sparkplug', 'metrics'] as const;
+/**
+ * Sections the running parts were built from (listeners, broker limits, store, node identity, metrics server,
+ * the gateway id in every bridge's message ids).
+ */
+const RESTART_SECTIONS = ['listeners', 'broker', 'storage', 'sparkplug', 'metrics', 'gateway'] as const;
 /** The log level applies at once; where the log and the audit log go is decided at start. */
 const RESTART_LOG_KEYS = ['format', 'auditFile'] as const;
 
@@ -65,6 +68,7 @@ export function planReload(old: Config, next: Config): ReloadPlan {
     sparkplug: waits('sparkplug') ? old.sparkplug : next.sparkplug,
     metrics: waits('metrics') ? old.metrics : next.metrics,
     console: consoleToggled ? old.console : next.console,
+    gateway: waits('gateway') ? old.gateway : next.gateway,
     log: { ...next.log, format: old.log.format, auditFile: old.log.auditFile },
     bridges: uplinkChanged && uplinkBefore !== undefined ? keepEntry(next.bridges, uplinkBefore, (b) => b.name) : next.bridges,
     connectors: connectorsLive ? next.connectors : old.connectors,

@@ -296,7 +296,17 @@ const bridgeSchema = z
     topics: z.array(bridgeTopicSchema).min(1),
     inflight: int(1, 65_535).default(100),
     ackTimeoutS: positive.default(30),
-    replay: z.strictObject({ messagesPerS: count.default(1000), bytesPerS: count.default(1_048_576) }).prefault({}),
+    replay: z
+      .strictObject({
+        messagesPerS: count.default(1000),
+        bytesPerS: count.default(1_048_576),
+        // Absent: live-first for the Sparkplug uplink, in-order for other bridges (resolved by the bridge).
+        order: z.enum(['in-order', 'live-first']).optional(),
+        share: z.number().gt(0).max(1).default(0.5),
+      })
+      .prefault({}),
+    // The MQTT 5 user property `<property>: <gateway.id>:<outbox seq>` on every message sent from the outbox.
+    messageId: z.strictObject({ enabled: z.boolean().default(true), property: z.string().min(1).max(256).default('edgeferry-id') }).prefault({}),
     queue: z
       .strictObject({
         maxBytes: positive.default(1_073_741_824),
@@ -323,6 +333,11 @@ const bridgeSchema = z
     ...bridge,
     remote: { ...bridge.remote, clientId: bridge.remote.clientId ?? `edgeferry-${bridge.name}` },
   }));
+
+/** Who this gateway is to consumers upstream (the bridges' message ids); absent: the host name. */
+const gatewaySchema = z.strictObject({
+  id: z.string().regex(/^[^\s:]{1,128}$/, '1 to 128 characters, no spaces or ":" (it is the part before ":" in message ids)').optional(),
+});
 
 const bridgesSchema = z.array(bridgeSchema).superRefine((bridges, ctx) => {
   bridges.forEach((bridge, i) => {
@@ -375,6 +390,7 @@ export const configSchema = z
     metrics: metricsSchema.optional(),
     /** Absent: no web console. Served by the metrics listener. */
     console: consoleSchema.optional(),
+    gateway: gatewaySchema.prefault({}),
     bridges: bridgesSchema.default([]),
     /** The gateway as a Sparkplug B edge node (optional; required by connectors). */
     sparkplug: sparkplugSchema.optional(),

@@ -103,6 +103,10 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   mirroredGauge(r, 'edgeferry_bridge_oldest_age_seconds', 'Age of the oldest outbox entry', ['bridge'], () => bridges((st) => st.oldestAgeS));
   mirroredGauge(r, 'edgeferry_bridge_inflight_messages', 'Messages sent upstream and not yet acknowledged', ['bridge'], () => bridges((st) => st.inflight));
   mirroredGauge(r, 'edgeferry_bridge_replay_rate_messages_per_second', 'Backlog replay rate', ['bridge'], () => bridges((st) => st.replayRatePerS));
+  mirroredGauge(r, 'edgeferry_bridge_drain_eta_seconds', 'Backlog still to send over the replay rate (NaN: not known yet)', ['bridge'], () => bridges((st) => st.drainEtaS));
+  mirroredGauge(r, 'edgeferry_bridge_live_latency_seconds', 'Longest journal-to-acknowledgement time of a live message, last second', ['bridge'], () =>
+    bridges((st) => st.liveLatencyS),
+  );
   mirroredCounter(r, 'edgeferry_bridge_sent_total', 'PUBLISH packets sent upstream, re-sends included', ['bridge'], () => bridges((st) => st.sent));
   mirroredCounter(r, 'edgeferry_bridge_acked_total', 'Outbox entries acknowledged upstream', ['bridge'], () => bridges((st) => st.acked));
   mirroredCounter(r, 'edgeferry_bridge_received_total', 'Messages from upstream published locally', ['bridge'], () => bridges((st) => st.received));

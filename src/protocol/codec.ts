@@ -88,10 +88,28 @@ function writeString(buf: Buffer, offset: number, s: string, byteLen: number): n
   return offset + 2 + byteLen;
 }
 
+/**
+ * MQTT 5 properties a sender adds to a PUBLISH from a number (the bridge's message id from the outbox seq), written
+ * straight into the packet: one object per sender, none per message.
+ */
+export interface PropertyTail {
+  /** Bytes of the properties for `n`. */
+  measure(n: number): number;
+  /** Writes them at `offset`; returns the offset after them. */
+  write(buf: Buffer, offset: number, n: number): number;
+}
+
 /** The sizes of the PUBLISH being encoded: module scratch, as encoding is synchronous (measure, then write). */
 const layout = { topic: '', topicLen: 0, propsLen: 0, expiryS: undefined as number | undefined, remaining: 0, total: 0 };
 
-function measurePublish(msg: PublishContent, version: ProtocolVersion, qos: QoS, extras: PublishExtras | undefined): typeof layout {
+function measurePublish(
+  msg: PublishContent,
+  version: ProtocolVersion,
+  qos: QoS,
+  extras: PublishExtras | undefined,
+  tail?: PropertyTail,
+  tailN = 0,
+): typeof layout {
   const topic = extras?.omitTopic ? '' : msg.topic;
   const topicLen = Buffer.byteLength(topic);
   let propsLen = 0;
@@ -114,6 +132,7 @@ function measurePublish(msg: PublishContent, version: ProtocolVersion, qos: QoS,
     }
     if (extras?.topicAlias !== undefined) propsLen += 3;
     if (extras?.subscriptionIds) for (const id of extras.subscriptionIds) propsLen += 1 + vbiLength(id);
+    if (tail) propsLen += tail.measure(tailN);
   }
   const remaining = 2 + topicLen + (qos > 0 ? 2 : 0) + (version === 5 ? vbiLength(propsLen) + propsLen : 0) + msg.payload.length;
   layout.topic = topic;
@@ -136,6 +155,8 @@ function writePublish(
   dup: boolean,
   extras: PublishExtras | undefined,
   packetId: number,
+  tail?: PropertyTail,
+  tailN = 0,
 ): number {
   const { topic, topicLen, propsLen, expiryS, remaining } = layout;
   buf[offset] = 0x30 | (dup ? 0x08 : 0) | (qos << 1) | (retain ? 1 : 0);
@@ -195,6 +216,7 @@ function writePublish(
         o = writeVbi(buf, o, id);
       }
     }
+    if (tail) o = tail.write(buf, o, tailN);
   }
   msg.payload.copy(buf, o);
   return packetIdOffset;
@@ -217,10 +239,20 @@ export function encodePublish(
   return { bytes: buf, packetIdOffset: writePublish(buf, 0, msg, version, qos, retain, dup, extras, packetId) };
 }
 
-/** Encodes a PUBLISH (no per-delivery extras) at the end of `arena`. */
-export function appendPublish(arena: PacketArena, msg: PublishContent, version: ProtocolVersion, qos: QoS, retain: boolean, dup: boolean, packetId: number): void {
-  const at = arena.reserve(measurePublish(msg, version, qos, undefined).total);
-  writePublish(arena.buf, at, msg, version, qos, retain, dup, undefined, packetId);
+/** Encodes a PUBLISH (no per-delivery extras; MQTT 5: `tail` for `tailN` after its properties) at the end of `arena`. */
+export function appendPublish(
+  arena: PacketArena,
+  msg: PublishContent,
+  version: ProtocolVersion,
+  qos: QoS,
+  retain: boolean,
+  dup: boolean,
+  packetId: number,
+  tail?: PropertyTail,
+  tailN = 0,
+): void {
+  const at = arena.reserve(measurePublish(msg, version, qos, undefined, tail, tailN).total);
+  writePublish(arena.buf, at, msg, version, qos, retain, dup, undefined, packetId, tail, tailN);
 }
 
 /**

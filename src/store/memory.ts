@@ -57,6 +57,10 @@ class MemoryOutbox implements Outbox {
     this.isClosed = isClosed;
   }
 
+  get tailSeq(): number {
+    return this.lastSeq;
+  }
+
   refusal(msg: Message): StoreError | undefined {
     return appendRefusal(this.name, this.limits, this.messages, this.bytes, outboxEntryBytes(msg));
   }

@@ -200,6 +200,8 @@ export interface Outbox {
   markReleased(seq: number): Promise<void>;
   /** Drops entries older than `maxAgeS`, counting them as `expired`. Returns how many were dropped. */
   expire(nowMs?: number): Promise<number>;
+  /** The seq of the newest entry appended (0 for none yet): what a reader after it sees is newer. */
+  readonly tailSeq: number;
   /** Counts entries dropped for a reason decided outside the outbox (e.g. refused upstream). */
   countDropped(reason: DropReason, n: number): void;
   readonly depth: OutboxDepth;

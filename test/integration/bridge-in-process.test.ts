@@ -236,7 +236,7 @@ describe('bridge forwarding to a real Mosquitto', () => {
     const proxy = d.add(await startFaultProxy(central.port));
     proxy.refuse();
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
-    const { broker, bridge } = setup([proxy.url], { replay: { messagesPerS: 500, bytesPerS: 0 } });
+    const { broker, bridge } = setup([proxy.url], { replay: { messagesPerS: 500, bytesPerS: 0, share: 0.5 } });
     await bridge.start();
     const expected = sequence(1000, 'r');
     await Promise.all(expected.map((p) => publishLocal(broker, 'plant/r', p)));

@@ -335,6 +335,17 @@ bridges:
     ]);
   });
 
+  it('replay order and share, message ids and the gateway id: defaults, and refusals naming the key', () => {
+    const config = parse(bridge(''));
+    expect(config.bridges[0].replay).toEqual({ messagesPerS: 1000, bytesPerS: 1_048_576, share: 0.5 });
+    expect(config.bridges[0].messageId).toEqual({ enabled: true, property: 'edgeferry-id' });
+    expect(config.gateway).toEqual({});
+    const problems = problemsOf(`${bridge('    replay: { order: newest, share: 0 }\n    messageId: { property: "" }')}
+gateway: { id: "line 4:gw" }
+`);
+    expect(problems.map((p) => p.path)).toEqual(['gateway.id', 'bridges.0.replay.order', 'bridges.0.replay.share', 'bridges.0.messageId.property']);
+  });
+
   it('reads passwordFile into password, relative to the config directory', () => {
     writeFileSync(join(dir, 'central.password'), 's3cret\n');
     const config = parse(bridge('').replace('remote: {', 'remote: { username: gw, passwordFile: central.password,'));

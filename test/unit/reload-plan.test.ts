@@ -95,10 +95,12 @@ describe('planReload', () => {
       broker: { maxInflight: 10 },
       storage: { path: '/tmp/elsewhere' },
       metrics: { port: 9101 },
+      gateway: { id: 'line4-gw' },
       log: { level: 'debug', format: 'pretty', auditFile: '/tmp/audit.log' },
     });
     const plan = planReload(old, next);
-    expect(plan.needsRestart).toEqual(['listeners', 'broker', 'storage', 'metrics', 'log.format', 'log.auditFile']);
+    expect(plan.needsRestart).toEqual(['listeners', 'broker', 'storage', 'metrics', 'gateway', 'log.format', 'log.auditFile']);
+    expect(plan.inForce.gateway).toEqual(old.gateway); // the id in the running bridges' message ids
     expect(plan.inForce.listeners).toEqual(old.listeners);
     expect(plan.inForce.broker).toEqual(old.broker);
     expect(plan.inForce.storage).toEqual(old.storage);

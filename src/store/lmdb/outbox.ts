@@ -311,6 +311,10 @@ export class LmdbOutbox implements Outbox, BatchMember {
       });
   }
 
+  get tailSeq(): number {
+    return this.lastSeq;
+  }
+
   get depth(): OutboxDepth {
     return {
       messages: this.messages,

@@ -1,0 +1,100 @@
+/**
+ * The Sparkplug uplink catches up live-first by default (docs/architecture.md#live-first): after an outage the
+ * node births, a value read after the reconnect reaches the central host at once while the data stored during the
+ * outage still drains, each stored value once, flagged historical, in its order, with seqs valid for the session.
+ * Fed by a pymodbus server; a host on the gateway's own broker sees what was stored, one on the central Mosquitto
+ * what went up. Run `npm run build` first.
+ */
+import { describe, expect, it } from 'vitest';
+import { useDisposer } from '../helpers/disposer.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
+import { startGateway } from '../helpers/gateway.js';
+import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { startSparkplugHost, type HostMessage, type SparkplugHost } from '../helpers/sparkplug-host.js';
+import { delay } from '../helpers/wait.js';
+
+const d = useDisposer();
+const GROUP = 'plant1';
+const NODE = 'line4-gw';
+const LIVE = 60_000;
+
+/** The `count` values in the DDATA of press-1, with when they arrived and whether they were flagged historical. */
+function counts(host: SparkplugHost, from = 0): { value: number; atMs: number; historical: boolean }[] {
+  return host.messages
+    .slice(from)
+    .filter((m: HostMessage) => m.type === 'DDATA' && m.deviceId === 'press-1')
+    .flatMap((m) =>
+      m.payload.metrics
+        .filter((x) => host.nameOf(NODE, x) === 'count')
+        .map((x) => ({ value: Number(x.value), atMs: m.receivedAtMs, historical: x.isHistorical === true })),
+    );
+}
+
+describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
+  it('after an outage, a new DDATA reaches the central host within 1 s while the stored data drains: each stored value once, historical, in order', async () => {
+    const central = d.add(await startMosquitto());
+    const proxy = d.add(await startFaultProxy(central.port));
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 2, [0, 1]);
+    const upstream = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-central' }));
+    const press = modbusPress(sim, [{ name: 'count', table: 'holding', address: 2, datatype: 'uint32' }]);
+    const gw = d.add(
+      await startGateway({
+        bridges: [
+          {
+            name: 'central',
+            remote: { urls: [proxy.url], clientId: NODE, keepaliveS: 5 },
+            reconnect: { minDelayMs: 100, maxDelayMs: 300 },
+            // No replay.order: the Sparkplug uplink's default is live-first. The backlog gets half of 20 msg/s.
+            replay: { messagesPerS: 20, bytesPerS: 0 },
+            topics: [
+              { filter: 'spBv1.0/#', direction: 'out' },
+              { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
+              { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
+            ],
+          },
+        ],
+        sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } },
+        connectors: [press],
+      }),
+    );
+    const local = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-local' }));
+    await local.rebirth(NODE);
+    await upstream.waitFor((h) => h.births('DBIRTH', 'press-1').length >= 1, 15_000, 'upstream births');
+
+    proxy.refuse();
+    proxy.reset();
+    await upstream.waitFor((h) => h.of('NDEATH').length === 1, 15_000, 'NDEATH via the Will at the outage');
+    const localMark = local.messages.length;
+    // One value per poll (100 ms), kept a little longer so that each is read.
+    for (let v = 1000; v < 1080; v++) {
+      await sim.set(1, 'hr', 2, [0, v]);
+      await delay(110);
+    }
+    await local.waitFor((h) => h.value(NODE, 'press-1', 'count') === 1079, 5000, 'the last stored value read');
+    const stored = counts(local, localMark).map((c) => c.value);
+    expect(stored.length).toBeGreaterThan(40); // seconds of drain at 10 msg/s
+
+    const upstreamMark = upstream.messages.length;
+    proxy.restore();
+    await upstream.waitFor((h) => h.births('NBIRTH').length === 2 && h.of('DDATA', 'press-1').length > 0, 15_000, 'births and the drain after the outage');
+    await sim.set(1, 'hr', 2, [0, LIVE]);
+    await local.waitFor((h) => h.value(NODE, 'press-1', 'count') === LIVE, 5000, 'the live value read');
+    await upstream.waitFor((h) => counts(h, upstreamMark).some((c) => c.value === LIVE), 5000, 'the live value upstream');
+    const readAt = (counts(local).find((c) => c.value === LIVE) as { atMs: number }).atMs;
+    const after = counts(upstream, upstreamMark);
+    const live = after.find((c) => c.value === LIVE) as { atMs: number; historical: boolean };
+    const drainedBefore = after.filter((c) => c.historical).length;
+    expect(live.historical).toBe(false);
+    expect(live.atMs - readAt).toBeLessThan(1000);
+    expect(drainedBefore).toBeLessThan(stored.length); // the backlog was still draining
+
+    await upstream.waitFor((h) => counts(h, upstreamMark).filter((c) => c.historical).length >= stored.length, 30_000, 'the whole backlog upstream');
+    await delay(200); // nothing more may follow
+    const historical = counts(upstream, upstreamMark).filter((c) => c.historical);
+    expect(historical.map((c) => c.value)).toEqual(stored);
+    expect(upstream.violations).toEqual([]);
+    console.info(`[sparkplug-live-first] live DDATA upstream ${live.atMs - readAt} ms after it was read, ${drainedBefore}/${stored.length} stored values drained then`);
+  });
+});
