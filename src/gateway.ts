@@ -71,6 +71,7 @@ export async function startGateway(initial: Config, log: Logger): Promise<Gatewa
       maxQueuedBytes: b.maxQueuedBytes,
       maxQueuedInMemory: b.maxQueuedInMemory,
       maxQueuedBytesInMemory: b.maxQueuedBytesInMemory,
+      queueHighWater: b.queueHighWater,
     },
     store,
     stats,
