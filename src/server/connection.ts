@@ -115,7 +115,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
   ) {
     this.log = ctx.log;
     transport.onData((chunk) => this.onData(chunk));
-    transport.onClose(() => this.close(undefined, 'socket closed'));
+    transport.onClose(() => this.peerClosed());
     ctx.connections.add(this);
     listener.connections++;
     listener.pending.add(this);
@@ -244,6 +244,20 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     } catch (err) {
       this.protocolFailure(err);
     }
+  }
+
+  /**
+   * The socket closed. Packets read before that but held back by a yield or back-pressure were sent before the
+   * client went (a DISCONNECT that cancels its will among them): they are handled now, then the connection closes.
+   * Each pass handles at least one packet, so this ends with the read.
+   */
+  private peerClosed(): void {
+    while (this.state !== 'closed' && (this.yielding || this.heldBy !== undefined)) {
+      this.yielding = false;
+      this.heldBy = undefined;
+      this.frame(NO_BYTES);
+    }
+    this.close(undefined, 'socket closed');
   }
 
   /** Frames what the last turn held back; reading resumes once all of it went through. */

@@ -194,3 +194,25 @@ describe('back-pressure from a slow QoS 1 subscriber', { timeout: 90_000 }, () =
     await sub.c.until(() => sub.c.publishes.length >= count || undefined, 30_000, `${count} PUBLISH at the subscriber`, true);
   });
 });
+
+describe('the read budget per turn (delivery first)', { timeout: 30_000 }, () => {
+  it('handles every packet a client sent before closing its socket, beyond what one turn takes: 2,000 QoS 0 PUBLISHes and a DISCONNECT that cancels the will [MQTT-3.1.2-10]', async () => {
+    const { gw } = await gateway(60_000);
+    const sub = d.add(await RawClient.connect(gw.port, { clientId: 'budget-sub' }, { protocolVersion: 4 }));
+    await sub.subscribe([{ topic: 'budget/#', qos: 0 }]);
+    const pub = d.add(
+      await RawClient.connect(gw.port, { clientId: 'budget-pub', will: { topic: 'budget/will', payload: Buffer.from('gone'), qos: 0, retain: false } }, { protocolVersion: 4 }),
+    );
+    const count = 2000;
+    const packets: Buffer[] = [];
+    for (let i = 0; i < count; i++) packets.push(encode({ cmd: 'publish', topic: 'budget/data', payload: Buffer.from(`m${i}`), qos: 0, dup: false, retain: false }, 4));
+    packets.push(encode({ cmd: 'disconnect' }, 4));
+    // One write, then the socket closes at once: the gateway sees the close while most of it is still unframed.
+    pub.socket.end(Buffer.concat(packets));
+    await sub.until(() => sub.publishes.length >= count || undefined, 15_000, `${count} PUBLISH at the subscriber`, true);
+    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(Array.from({ length: count }, (_, i) => `m${i}`));
+    // The DISCONNECT at the end was read too: no will [MQTT-3.1.2-10].
+    await sub.ping();
+    expect(sub.publishes.filter((p) => p.topic === 'budget/will')).toEqual([]);
+  });
+});
