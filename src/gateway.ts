@@ -83,6 +83,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       maxQueuedBytes: b.maxQueuedBytes,
       maxQueuedInMemory: b.maxQueuedInMemory,
       maxQueuedBytesInMemory: b.maxQueuedBytesInMemory,
+      queueHighWater: b.queueHighWater,
     },
     store,
     stats,

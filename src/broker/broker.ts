@@ -84,6 +84,11 @@ export class Broker {
    * bounds what one of its reads may cost before it lets other clients have the event loop.
    */
   routeWork = 0;
+  /**
+   * An online session the last `route` found at its queue's high-water mark, if any: the publisher of that message
+   * is to stop reading until the session releases it (`Session.hold`; docs/architecture.md#back-pressure).
+   */
+  pressure: Session | undefined;
   private readonly log: Logger;
   /** Persistent sessions' queues go on in the store past this, when the store is durable; none: never. */
   private readonly memoryWindow: QueueWindow | undefined;
@@ -106,6 +111,9 @@ export class Broker {
       },
       sent: (qos) => {
         this.stats.messagesSent[qos]++;
+      },
+      congested: (session) => {
+        this.pressure = session;
       },
       storeFailed: (err, clientId) => this.log.error({ err, clientId }, 'session store write failed'),
       redeliverShared: (group, d, from) => {
@@ -153,6 +161,7 @@ export class Broker {
    * a full outbox or store, which the publisher hears as 0x97 Quota exceeded).
    */
   route(msg: Message): Promise<unknown> | undefined {
+    this.pressure = undefined;
     const { subscriptions, groups } = this.tree.match(msg.topic);
     this.routeWork += subscriptions.length + groups.length;
     if (subscriptions.length === 0 && groups.length === 0) return msg.retain ? this.retained.set(msg) : undefined;

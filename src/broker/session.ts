@@ -46,6 +46,14 @@ export interface Delivery {
   stored: Promise<number> | undefined;
 }
 
+/**
+ * A publisher that stopped reading because a session it fed is above its high-water mark; `released` resumes it
+ * (docs/architecture.md#back-pressure).
+ */
+export interface PressureHolder {
+  released(): void;
+}
+
 export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client' | 'not_authorized' | 'session_taken_over';
 
 /** Who a session belongs to: the user name it was made with (a certificate's identity included), null for anonymous. */
@@ -65,6 +73,8 @@ export interface SessionEvents {
   /** A write after a delivery failed for a reason other than the store's own (StoreError, logged by the store). */
   storeFailed(err: unknown, clientId: string): void;
   sent(qos: QoS): void;
+  /** An online session's queue is at its high-water mark: the publisher of the message being routed is to pause. */
+  congested(session: Session): void;
   redeliverShared(group: SharedGroup, delivery: Delivery, from: Subscriber): void;
 }
 
@@ -84,6 +94,19 @@ export interface SessionLimits {
    * DEFAULT_QUEUED_BYTES_IN_MEMORY; 0 = no bound): with large payloads this bound comes first.
    */
   readonly maxQueuedBytesInMemory?: number;
+  /**
+   * Queued messages (in memory and in the store) at which an online session holds the publishers that feed it,
+   * until it is down to half of that; 0 = never (docs/architecture.md#back-pressure). At most half of
+   * `maxQueuedMessages`, so publishers pause before the queue is full.
+   */
+  readonly queueHighWater?: number;
+}
+
+/** The high-water mark of a session's queue (`SessionLimits.queueHighWater`); 0 = publishers are never held. */
+function highWaterOf(limits: SessionLimits): number {
+  const configured = limits.queueHighWater ?? 0;
+  const max = limits.maxQueuedMessages;
+  return max > 0 && configured > 0 ? Math.min(configured, Math.ceil(max / 2)) : configured;
 }
 
 export const DEFAULT_QUEUED_IN_MEMORY = 100_000;
@@ -154,6 +177,18 @@ export class Session implements Subscriber {
   private queuedBytes = 0;
   private spill: Spill | undefined;
   private nextPacketId = 1;
+  /** Back-pressure (docs/architecture.md#back-pressure): the high-water mark, and half of it, where publishers resume. */
+  private readonly highWater: number;
+  private readonly lowWater: number;
+  /** When the queue, online, last reached the high-water mark without draining to the low-water mark since. */
+  private highSinceMs: number | undefined;
+  /** Publishers paused for this session; created on first use. */
+  private holders: PressureHolder[] | undefined;
+  /**
+   * Held publishers for slowClientTimeoutMs without draining: it holds none any more, and what passes the
+   * high-water mark is dropped (`slow_client`) until it is down to the low-water mark.
+   */
+  private overflowing = false;
 
   /** `memoryWindow`: the part of the queue kept in memory before it goes on in the store; none = never spills. */
   constructor(
@@ -166,6 +201,8 @@ export class Session implements Subscriber {
   ) {
     this.owner = owner;
     this.reader = { clientId: id, username: owner ?? undefined };
+    this.highWater = highWaterOf(limits);
+    this.lowWater = Math.floor(this.highWater / 2);
   }
 
   /** A client resumed a session stored without an owner: it is the owner from now on. */
@@ -233,6 +270,12 @@ export class Session implements Subscriber {
       if (link.sendQoS0(msg, retain, subscriptionIds, encodings)) this.events.sent(0);
       else this.events.dropped('too_large', msg);
       return;
+    }
+    if (link && this.highWater > 0 && this.queuedCount >= this.highWater) {
+      // Dropped before it is stored: the publisher is acknowledged, this subscriber has given up its claim to hold it.
+      if (this.overflowing) return this.events.dropped('slow_client', msg);
+      this.highSinceMs ??= performance.now();
+      this.events.congested(this);
     }
     // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
     // acknowledged, so it survives a crash; the stored copy is removed when the flow completes.
@@ -302,9 +345,44 @@ export class Session implements Subscriber {
     this.pump();
   }
 
+  /**
+   * Pauses `holder` (a publisher) until the queue is down to the low-water mark, the client goes offline, or
+   * `releaseIfStuck` gives up on it.
+   */
+  hold(holder: PressureHolder): void {
+    (this.holders ??= []).push(holder);
+  }
+
+  /**
+   * Asked by held publishers' timers: a session that has been at its high-water mark for `timeoutMs` without
+   * draining to the low-water mark stops holding them, and overflows instead. True when that happened now.
+   */
+  releaseIfStuck(nowMs: number, timeoutMs: number): boolean {
+    if (this.overflowing || this.highSinceMs === undefined || nowMs - this.highSinceMs <= timeoutMs) return false;
+    this.overflowing = true;
+    this.releaseHolders();
+    return true;
+  }
+
+  /** Down to the low-water mark, or offline (an offline session never holds publishers): publishers go on. */
+  private relieve(): void {
+    this.highSinceMs = undefined;
+    this.overflowing = false;
+    this.releaseHolders();
+  }
+
+  private releaseHolders(): void {
+    const holders = this.holders;
+    if (holders === undefined) return;
+    this.holders = undefined;
+    // Next turn: not inside the acknowledgement (or timer) being handled now.
+    setImmediate(releaseAll, holders);
+  }
+
   /** Detaches the connection. Unacknowledged shared-subscription messages go to another member of the group. */
   detach(): void {
     this.link = undefined;
+    this.relieve();
     this.disconnectedAtMs = performance.now();
     for (const [packetId, f] of this.inflight) {
       if (f.group && f.state === 'publish') {
@@ -363,6 +441,7 @@ export class Session implements Subscriber {
     this.queueHead = 0;
     this.queuedBytes = 0;
     this.spill = undefined;
+    this.relieve();
   }
 
   /** A queued message whose store write failed: its publisher was refused, so it is never delivered. */
@@ -515,6 +594,7 @@ export class Session implements Subscriber {
         if (this.spill === spill && this.link && this.refill()) this.pump();
       });
     }
+    if (this.highSinceMs !== undefined && this.queuedCount <= this.lowWater) this.relieve();
     // Compact the array once the consumed head dominates it, keeping shift() O(1) amortized.
     if (this.queueHead > 1024 && this.queueHead * 2 > this.queue.length) {
       this.queue = this.queue.slice(this.queueHead);
@@ -563,6 +643,10 @@ export class Session implements Subscriber {
     this.nextPacketId = (this.nextPacketId % 65535) + 1;
     return id;
   }
+}
+
+function releaseAll(holders: PressureHolder[]): void {
+  for (const holder of holders) holder.released();
 }
 
 /** A delivery of a message read from the store (stored as delivered: its QoS and retain flag). */

@@ -131,6 +131,8 @@ const brokerSchema = z.strictObject({
   maxQueuedBytes: count.default(0),
   maxQueuedInMemory: count.default(100_000),
   maxQueuedBytesInMemory: count.default(67_108_864),
+  /** Back-pressure: an online session with this many queued messages holds its publishers (at most maxQueuedMessages / 2). */
+  queueHighWater: count.default(500),
   maxTopicLevels: positive.default(128),
   topicAliasMaximum: int(0, 65_535).default(100),
   maxSessionExpiryS: int(0, 4_294_967_295).default(4_294_967_295),

@@ -50,7 +50,8 @@ export class PacketFramer {
       if (this.needed === 0) {
         // The held bytes are packets the handler was not ready for, or a split fixed header (rare): join and
         // frame from the start.
-        data = Buffer.concat([...this.held, chunk]);
+        // A rest held back by a yield alone (the common case) is framed as it is, not copied.
+        data = this.held.length === 1 && chunk.length === 0 ? this.held[0] : Buffer.concat([...this.held, chunk]);
         this.held = [];
         this.heldBytes = 0;
       } else {

@@ -12,11 +12,11 @@ import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import type { Delivery, Session } from '../broker/session.js';
+import type { Delivery, PressureHolder, Session } from '../broker/session.js';
 import type { ClientConnection, ConnectionState, PendingAck, ServerContext, Will } from './context.js';
 import type { PendingConnections } from './pending.js';
 import type { Transport } from './transport.js';
-import type { WriteFlusher } from './write-flusher.js';
+import type { TurnWork, WriteFlusher } from './write-flusher.js';
 import { handlePacket, refuseConnect } from './handlers/index.js';
 
 /** What connections share beyond what their handlers see: the write flusher and the server's registries (listeners.ts). */
@@ -48,9 +48,16 @@ const PACKET_PUBCOMP = 7;
  * is thousands of them).
  */
 const ROUTE_WORK_PER_TURN = 100_000;
+/**
+ * Packets one connection may have handled in a turn before it yields: delivery first. A publisher's 64 KB read
+ * is about a thousand small PUBLISHes; handled at once, ten such reads keep the loop for milliseconds while the
+ * subscribers' acknowledgements, which open their inflight windows, wait. The rest is framed after this turn's
+ * writes went out and the next poll phase read those acknowledgements (docs/architecture.md#back-pressure).
+ */
+const PACKETS_PER_TURN = 64;
 const NO_BYTES = Buffer.alloc(0);
 
-export class Connection implements ClientConnection, FrameHandler {
+export class Connection implements ClientConnection, FrameHandler, PressureHolder, TurnWork {
   state: ConnectionState = 'awaiting-connect';
   version: ProtocolVersion = 4;
   clientId = '';
@@ -73,6 +80,10 @@ export class Connection implements ClientConnection, FrameHandler {
   private inboundHeld = false;
   /** `broker.routeWork` when this turn's reading began (see ROUTE_WORK_PER_TURN). */
   private turnWorkStart = 0;
+  /** Packets handled since this turn's reading began (see PACKETS_PER_TURN). */
+  private turnPackets = 0;
+  /** The session whose queue is at its high-water mark and holds this publisher: not read from until it releases it. */
+  private heldBy: Session | undefined;
   /** Reading paused until the next turn, the rest of the read held by the framer. */
   private yielding = false;
   /** Created on first use: most clients never use topic aliases, and idle connections should stay small. */
@@ -104,7 +115,7 @@ export class Connection implements ClientConnection, FrameHandler {
   ) {
     this.log = ctx.log;
     transport.onData((chunk) => this.onData(chunk));
-    transport.onClose(() => this.close(undefined, 'socket closed'));
+    transport.onClose(() => this.peerClosed());
     ctx.connections.add(this);
     listener.connections++;
     listener.pending.add(this);
@@ -223,23 +234,63 @@ export class Connection implements ClientConnection, FrameHandler {
 
   private frame(chunk: Buffer): void {
     this.turnWorkStart = this.ctx.broker.routeWork;
+    this.turnPackets = 0;
     try {
       this.framer.push(chunk, this);
       // Every whole packet stopped the incomplete-packet clock (`packet`): it runs from the read that left the
       // current one incomplete, so a stream whose reads all end inside a packet is timed per packet. Bytes held
-      // back by a yield are packets waiting for the next turn, not a trickle.
-      if (this.framer.pendingBytes > 0 && !this.yielding) this.partialSinceMs ??= this.lastReceivedMs;
+      // back by a yield or by back-pressure are packets waiting, not a trickle.
+      if (this.framer.pendingBytes > 0 && !this.yielding && this.heldBy === undefined) this.partialSinceMs ??= this.lastReceivedMs;
     } catch (err) {
       this.protocolFailure(err);
     }
   }
 
+  /**
+   * The socket closed. Packets read before that but held back by a yield or back-pressure were sent before the
+   * client went (a DISCONNECT that cancels its will among them): they are handled now, then the connection closes.
+   * Each pass handles at least one packet, so this ends with the read.
+   */
+  private peerClosed(): void {
+    while (this.state !== 'closed' && (this.yielding || this.heldBy !== undefined)) {
+      this.yielding = false;
+      this.heldBy = undefined;
+      this.frame(NO_BYTES);
+    }
+    this.close(undefined, 'socket closed');
+  }
+
   /** Frames what the last turn held back; reading resumes once all of it went through. */
-  private continueReading(): void {
+  continueReading(): void {
     this.yielding = false;
-    if (this.state === 'closed') return;
+    if (this.state === 'closed' || this.heldBy !== undefined) return;
     this.frame(NO_BYTES);
-    if (!this.yielding && !this.inboundHeld && this.state !== 'authenticating') this.transport.resume();
+    this.resumeReading();
+  }
+
+  /** Reads from the socket again unless something still holds it: a yield, flow control, back-pressure, authentication. */
+  private resumeReading(): void {
+    if (!this.yielding && !this.inboundHeld && this.heldBy === undefined && this.state === 'connected') this.transport.resume();
+  }
+
+  /**
+   * A session this client's PUBLISH went to is at its queue's high-water mark: stop reading (the rest of this read
+   * is held too) until it releases us [docs/architecture.md#back-pressure]. Its own session never holds a client,
+   * which could then not read the acknowledgements that drain it.
+   */
+  holdFor(session: Session): void {
+    if (this.heldBy !== undefined || session === this.session || this.state !== 'connected') return;
+    this.heldBy = session;
+    this.transport.pause();
+    session.hold(this);
+  }
+
+  /** PressureHolder: the session drained to its low-water mark, went offline, or gave up holding publishers. */
+  released(): void {
+    this.heldBy = undefined;
+    // Its PINGREQs waited unread meanwhile: the keep-alive clock starts again now.
+    this.lastReceivedMs = performance.now();
+    this.continueReading();
   }
 
   // ---- FrameHandler (called by the framer) ----
@@ -248,14 +299,17 @@ export class Connection implements ClientConnection, FrameHandler {
     return this.state !== 'closed';
   }
 
-  /** False once this turn's reading caused ROUTE_WORK_PER_TURN: the rest waits for the next turn. */
+  /**
+   * False while back-pressure holds this client, and once this turn's reading handled PACKETS_PER_TURN packets or
+   * caused ROUTE_WORK_PER_TURN: the rest waits until this turn's writes went out.
+   */
   canTakeMore(): boolean {
-    if (this.state === 'closed') return false;
-    if (this.ctx.broker.routeWork - this.turnWorkStart < ROUTE_WORK_PER_TURN) return true;
+    if (this.state === 'closed' || this.heldBy !== undefined) return false;
+    if (++this.turnPackets <= PACKETS_PER_TURN && this.ctx.broker.routeWork - this.turnWorkStart < ROUTE_WORK_PER_TURN) return true;
     if (!this.yielding) {
       this.yielding = true;
       this.transport.pause();
-      setImmediate(() => this.continueReading());
+      this.ctx.flusher.scheduleRead(this);
     }
     return false;
   }
@@ -355,7 +409,7 @@ export class Connection implements ClientConnection, FrameHandler {
   resumeInbound(): void {
     if (!this.inboundHeld || this.pendingAcks.length >= this.ctx.limits.receiveMaximum) return;
     this.inboundHeld = false;
-    this.transport.resume();
+    this.resumeReading();
   }
 
   /** The CONNECT was accepted or refused: dispatch what arrived meanwhile, resume reading. */
@@ -428,6 +482,17 @@ export class Connection implements ClientConnection, FrameHandler {
     if (this.state === 'awaiting-connect' || this.state === 'authenticating') {
       if (nowMs - this.openedAtMs > limits.connectTimeoutMs) this.close(undefined, 'no CONNECT within the connect timeout');
       return;
+    }
+    const heldBy = this.heldBy;
+    if (heldBy !== undefined) {
+      if (heldBy.releaseIfStuck(nowMs, limits.slowClientTimeoutMs)) {
+        this.log.warn(
+          { clientId: heldBy.id, queued: heldBy.queuedCount },
+          'a subscriber has held its publishers for slowClientTimeoutMs without draining: it holds them no more, and what passes its queue high-water mark is dropped',
+        );
+      }
+      // Not read from while held: its silence is ours.
+      return this.checkDraining(nowMs);
     }
     if (this.keepaliveMs > 0 && nowMs - this.lastReceivedMs > this.keepaliveMs * 1.5) {
       // [MQTT-3.1.2-24]: nothing received for 1.5 × keep alive.

@@ -90,6 +90,8 @@ export interface ClientConnection extends ClientLink, ClientInfo {
   /** Flow control for clients without Receive Maximum (see `Connection.holdInboundWhenFull`). */
   holdInboundWhenFull(): void;
   resumeInbound(): void;
+  /** Back-pressure: not read from until `session`, at its queue's high-water mark, releases this publisher. */
+  holdFor(session: Session): void;
   /** Closes once; a `reasonCode` sends DISCONNECT first (MQTT 5, connected clients only). */
   close(reasonCode: number | undefined, why: string): void;
 }

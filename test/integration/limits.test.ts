@@ -163,7 +163,9 @@ describe('broker.maxPacketBytes, maxTopicLevels, maxQueuedMessages, maxQueuedByt
 
   beforeAll(async () => {
     gw = await startGateway({
-      broker: { maxPacketBytes: MAX_PACKET_BYTES, maxTopicLevels: MAX_TOPIC_LEVELS, maxQueuedMessages: MAX_QUEUED_MESSAGES, sysIntervalS: 1 },
+      // queueHighWater 0: the queue limit on its own (with back-pressure the publisher would be held before it;
+      // flow-control-backpressure.test.ts).
+      broker: { maxPacketBytes: MAX_PACKET_BYTES, maxTopicLevels: MAX_TOPIC_LEVELS, maxQueuedMessages: MAX_QUEUED_MESSAGES, queueHighWater: 0, sysIntervalS: 1 },
     });
     dropped = [];
     sys = await connectClient(gw.url, { clientId: 'limits-sys' });

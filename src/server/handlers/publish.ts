@@ -84,6 +84,8 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
   });
   broker.stats.messagesReceived[qos]++;
   let durable = broker.route(msg);
+  // A subscriber's queue is at its high-water mark: this publisher is not read from until it drains.
+  if (broker.pressure !== undefined) conn.holdFor(broker.pressure);
   if (qos === 0) {
     durable?.catch((err: unknown) => conn.log.warn({ err, topic }, 'QoS 0 message could not be stored'));
     return;
