@@ -1,6 +1,6 @@
 /**
  * Commands from host applications: NCMD (`Node Control/Rebirth`, debounced) and DCMD (writes to device tags),
- * each checked against the metric it names and recorded in the audit log with who sent it. A command that cannot
+ * and writes from local clients through plain `/set` topics (plain-topics.ts), each checked against the metric it names and recorded in the audit log with who sent it. A command that cannot
  * apply (unknown device or metric, read-only metric, a value that does not fit the datatype) is refused, counted
  * and audited; nothing is narrowed or guessed.
  */
@@ -12,6 +12,7 @@ import type { Logger } from '../util/logger.js';
 import { commandValueProblem } from './command-value.js';
 import type { Device } from './device.js';
 import type { MetricIn } from './payload.js';
+import type { PlainCommand } from './plain-value.js';
 import { decodePayload } from './payload.js';
 import { parseTopic } from './topics.js';
 
@@ -26,6 +27,9 @@ export interface SenderIdentity {
 
 /** A command's sender as its audit lines name it. */
 type Sender = SenderIdentity & { readonly who: string };
+
+/** The path a write came by, as its audit lines name it: a Sparkplug DCMD, or a plain topic's `/set`. */
+type Via = 'DCMD' | 'plain';
 
 export interface CommandsOptions {
   readonly rebirthDebounceMs: number;
@@ -91,31 +95,48 @@ export class Commands {
     }
     for (const metric of metrics) {
       const name = metric.name ?? (metric.alias !== undefined ? device.nameOf(metric.alias) : undefined);
-      const def = name !== undefined ? device.definitions.get(name) : undefined;
-      if (name === undefined || !def) {
-        this.refuse(who, msg.topic, name ?? `alias ${metric.alias}`, 'unknown metric');
-        continue;
-      }
-      if (!def.writable) {
-        this.refuse(who, msg.topic, name, 'read-only metric');
-        continue;
-      }
-      const problem = commandValueProblem(def.datatype, metric);
-      if (problem) {
-        this.refuse(who, msg.topic, name, problem, metric.value);
-        continue;
-      }
-      this.write(who, msg.topic, device, name, metric.value as TagValue);
+      this.command('DCMD', who, msg.topic, device, name ?? `alias ${metric.alias}`, metric);
     }
   }
 
-  private write(who: Sender, topic: string, device: Device, name: string, value: TagValue): void {
+  /**
+   * A write from a plain `<tag topic>/set` message (decoded by the caller): the same checks, write, read-back and
+   * audit lines as a DCMD metric. The broker has already checked the sender's ACL write permission on the topic.
+   */
+  onPlainWrite(msg: Message, deviceId: string, name: string, command: PlainCommand): void {
+    const who = this.sender(msg);
+    const device = this.options.devices.get(deviceId);
+    if (!device) this.refuse(who, msg.topic, name, 'unknown device');
+    else if ('why' in command) this.refuse(who, msg.topic, name, command.why);
+    else this.command('plain', who, msg.topic, device, name, { value: command.value });
+  }
+
+  /** One metric of a command: checked against the tag it names, then written. */
+  private command(via: Via, who: Sender, topic: string, device: Device, name: string, metric: Pick<MetricIn, 'datatype' | 'value'>): void {
+    const def = device.definitions.get(name);
+    if (!def) {
+      this.refuse(who, topic, name, 'unknown metric');
+      return;
+    }
+    if (!def.writable) {
+      this.refuse(who, topic, name, 'read-only metric');
+      return;
+    }
+    const problem = commandValueProblem(def.datatype, metric);
+    if (problem) {
+      this.refuse(who, topic, name, problem, metric.value);
+      return;
+    }
+    this.write(via, who, topic, device, name, metric.value as TagValue);
+  }
+
+  private write(via: Via, who: Sender, topic: string, device: Device, name: string, value: TagValue): void {
     device.write(name, value).then(
       (readBack) => {
         this.counters.writesOk++;
         const line = { ...who, device: device.id, metric: name, value: String(value), readBack: readBack && String(readBack.value) };
-        if (readBack && !readBack.matches) this.options.audit.warn(line, 'DCMD write accepted, but the device reads back another value');
-        else this.options.audit.info(line, 'DCMD write done');
+        if (readBack && !readBack.matches) this.options.audit.warn(line, `${via} write accepted, but the device reads back another value`);
+        else this.options.audit.info(line, `${via} write done`);
       },
       (err: unknown) => {
         if (err instanceof ValueRefusedError) {
@@ -123,7 +144,7 @@ export class Commands {
           return;
         }
         this.counters.writesFailed++;
-        this.options.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
+        this.options.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, `${via} write failed`);
       },
     );
   }
