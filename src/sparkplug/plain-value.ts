@@ -60,10 +60,8 @@ export function decodePlainCommand(datatype: TagDatatype, payload: Buffer): Plai
       const one = long ? integer(item, true) : { value: item };
       if ('why' in one) return one;
       const v = one.value;
-      if (typeof v !== 'number' && typeof v !== 'bigint' && typeof v !== 'boolean' && typeof v !== 'string') {
-        return { why: `wrong type: ${datatype} expected` };
-      }
-      items.push(v);
+      if (long ? typeof v === 'bigint' : typeof v === 'number' || typeof v === 'boolean' || typeof v === 'string') items.push(v as number | bigint | boolean | string);
+      else return { why: `wrong type: ${datatype} expected` };
     }
     return { value: items };
   }
