@@ -317,6 +317,8 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
   let outageStart = 0;
   let outageEnd = 0;
   let writeReport: string[] = [];
+  /** The writes whose DDATA read-back matched, when they were made (a restarted OPC UA server holds its defaults). */
+  let writesConfirmed = 0;
   let failure: unknown;
   const births = (type: string, device?: string) => host.seen.filter((s) => s.type === type && (device === undefined || s.device === device)).length;
   const bothBorn = async (nbirths: number, what: string) =>
@@ -373,12 +375,14 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
     await waitFor(() => confirmed().length === WRITES.length, 20_000, {
       message: () => `read-back of ${WRITES.filter((w) => !confirmed().includes(w)).map((w) => w[1]).join(', ')}`,
     }).catch(() => undefined);
+    writesConfirmed = confirmed().length;
     writeReport = WRITES.map(([device, name, type, , back]) => {
       const got = host.value(device, name);
       return `    ${type.padEnd(8)} ${device}/${name.padEnd(9)} sent ${String(back).padEnd(22)} DDATA read-back ${String(got).padEnd(22)} ${got === back ? 'ok' : 'MISMATCH'}`;
     });
     // Out of range for Int8: refused by the node, audited, nothing written.
     await host.dcmd('oven-1', [{ name: 'Small', type: 'Int8', value: 300 }]);
+    await waitFor(() => gw?.output().includes('"command refused"'), 10_000, { message: 'the refusal in the audit log' });
 
     phase('outage of the central broker (Mosquitto stopped 6 s; the OPC UA counter keeps changing)');
     outageStart = Date.now();
@@ -519,7 +523,7 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
   }
   const historical = host.seen.filter((s) => s.type === 'DDATA' && s.metrics.some((m) => m.historical));
   if (historical.length === 0) problems.push('no historical data after the outage');
-  if (confirmed().length !== WRITES.length) problems.push(`DCMD read-back missing or different: ${WRITES.filter((w) => !confirmed().includes(w)).map((w) => w[1]).join(', ')}`);
+  if (writesConfirmed !== WRITES.length) problems.push(`DCMD read-back missing or different for ${WRITES.length - writesConfirmed} writes (see the table)`);
   if (refused.length !== 1) problems.push(`expected one refused DCMD (Int8 300), the audit log has ${refused.length}`);
 
   const report = [
