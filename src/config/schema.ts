@@ -430,6 +430,20 @@ export const configSchema = z
         });
       }
     }
+    if (config.sparkplug?.plain !== undefined) {
+      // Each tag name becomes part of a topic to publish.
+      config.connectors.forEach((connector, i) =>
+        connector.tags.forEach((tag, j) => {
+          if (/[+#\0]/.test(tag.name)) {
+            ctx.addIssue({ code: 'custom', path: ['connectors', i, 'tags', j, 'name'], message: 'sparkplug.plain makes it part of a topic: no +, # (or NUL)' });
+          }
+        }),
+      );
+    }
+    if (config.sparkplug?.plain?.writes && config.auth.aclFile === undefined) {
+      // Without an ACL every local client could write to the PLC.
+      ctx.addIssue({ code: 'custom', path: ['sparkplug', 'plain', 'writes'], message: 'writes are authorized by the ACL: set auth.aclFile' });
+    }
     if (config.connectors.length > 0 && config.sparkplug === undefined) {
       ctx.addIssue({ code: 'custom', path: ['connectors'], message: 'connectors publish through the Sparkplug edge node: add a sparkplug section' });
     }

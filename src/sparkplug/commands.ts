@@ -1,6 +1,6 @@
 /**
  * Commands from host applications: NCMD (`Node Control/Rebirth`, debounced) and DCMD (writes to device tags),
- * each checked against the metric it names and recorded in the audit log with who sent it. A command that cannot
+ * and writes from local clients through plain `/set` topics (plain-topics.ts), each checked against the metric it names and recorded in the audit log with who sent it. A command that cannot
  * apply (unknown device or metric, read-only metric, a value that does not fit the datatype) is refused, counted
  * and audited; nothing is narrowed or guessed.
  */
@@ -12,6 +12,7 @@ import type { Logger } from '../util/logger.js';
 import { commandValueProblem } from './command-value.js';
 import type { Device } from './device.js';
 import type { MetricIn } from './payload.js';
+import type { PlainCommand } from './plain-value.js';
 import { decodePayload } from './payload.js';
 import { parseTopic } from './topics.js';
 
@@ -40,7 +41,10 @@ export interface LastCommand {
   readonly topic: string;
 }
 
-type CommandMetric = Pick<MetricIn, 'name' | 'alias' | 'datatype' | 'value'>;
+type CommandMetric = Pick<MetricIn, 'datatype' | 'value'>;
+
+/** The path a write came by, as its audit lines name it: a Sparkplug DCMD, a plain topic's `/set`, or the web console. */
+type Via = 'DCMD' | 'plain' | 'console';
 
 export interface CommandsOptions {
   readonly rebirthDebounceMs: number;
@@ -111,7 +115,10 @@ export class Commands {
       this.refuse(who, msg.topic, undefined, `undecodable payload: ${asError(err).message}`);
       return;
     }
-    for (const metric of metrics) void this.apply(who, msg.topic, device, metric);
+    for (const metric of metrics) {
+      const name = metric.name ?? (metric.alias !== undefined ? device.nameOf(metric.alias) : undefined);
+      void this.apply('DCMD', who, msg.topic, device, name ?? `alias ${metric.alias}`, metric);
+    }
   }
 
   /**
@@ -122,7 +129,7 @@ export class Commands {
     this.last = { kind: 'console', atMs: Date.now(), sender: who, topic };
     const device = this.options.devices.get(deviceId);
     if (!device) return Promise.resolve(this.refuse(who, topic, undefined, 'unknown device'));
-    return this.apply(who, topic, device, { name, value });
+    return this.apply('console', who, topic, device, name, { value });
   }
 
   /** A rebirth asked for in-process (the web console), debounced like NCMD Rebirth; false when ignored. */
@@ -131,31 +138,43 @@ export class Commands {
     return this.rebirth(who);
   }
 
-  private async apply(who: Sender, topic: string, device: Device, metric: CommandMetric): Promise<WriteOutcome> {
-    const name = metric.name ?? (metric.alias !== undefined ? device.nameOf(metric.alias) : undefined);
-    const def = name !== undefined ? device.definitions.get(name) : undefined;
-    if (name === undefined || !def) return this.refuse(who, topic, name ?? `alias ${metric.alias}`, 'unknown metric');
+  /**
+   * A write from a plain `<tag topic>/set` message (decoded by the caller): the same checks, write, read-back and
+   * audit lines as a DCMD metric. The broker has already checked the sender's ACL write permission on the topic.
+   */
+  onPlainWrite(msg: Message, deviceId: string, name: string, command: PlainCommand): void {
+    const who = this.sender(msg);
+    const device = this.options.devices.get(deviceId);
+    if (!device) this.refuse(who, msg.topic, name, 'unknown device');
+    else if ('why' in command) this.refuse(who, msg.topic, name, command.why);
+    else void this.apply('plain', who, msg.topic, device, name, { value: command.value });
+  }
+
+  /** One metric of a command: checked against the tag it names, then written. */
+  private async apply(via: Via, who: Sender, topic: string, device: Device, name: string, metric: CommandMetric): Promise<WriteOutcome> {
+    const def = device.definitions.get(name);
+    if (!def) return this.refuse(who, topic, name, 'unknown metric');
     if (!def.writable) return this.refuse(who, topic, name, 'read-only metric');
     const problem = commandValueProblem(def.datatype, metric);
     if (problem) return this.refuse(who, topic, name, problem, metric.value);
-    return this.write(who, topic, device, name, metric.value as TagValue);
+    return this.write(via, who, topic, device, name, metric.value as TagValue);
   }
 
-  private async write(who: Sender, topic: string, device: Device, name: string, value: TagValue): Promise<WriteOutcome> {
+  private async write(via: Via, who: Sender, topic: string, device: Device, name: string, value: TagValue): Promise<WriteOutcome> {
     let readBack: Awaited<ReturnType<Device['write']>>;
     try {
       readBack = await device.write(name, value);
     } catch (err) {
       if (err instanceof ValueRefusedError) return this.refuse(who, topic, name, err.why, value);
       this.counters.writesFailed++;
-      this.options.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, 'DCMD write failed');
+      this.options.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, `${via} write failed`);
       return { ok: false, why: asError(err).message };
     }
     this.counters.writesOk++;
     const line = { ...who, device: device.id, metric: name, value: String(value), readBack: readBack && String(readBack.value) };
     const matches = readBack === undefined || readBack.matches;
-    if (!matches) this.options.audit.warn(line, 'DCMD write accepted, but the device reads back another value');
-    else this.options.audit.info(line, 'DCMD write done');
+    if (!matches) this.options.audit.warn(line, `${via} write accepted, but the device reads back another value`);
+    else this.options.audit.info(line, `${via} write done`);
     return { ok: true, readBack: line.readBack, matches };
   }
 

@@ -8,7 +8,8 @@
  * - `UpstreamSession`: the node's session through the uplink bridge (Will, births, rewrite of the outbox);
  * - `PrimaryHost`: with `primaryHostId`, whether the host is online. It gates the upstream session when there
  *   is an uplink, else the local one;
- * - `Commands`: NCMD and DCMD, audited.
+ * - `Commands`: NCMD and DCMD, audited;
+ * - `PlainTopics`: with `plain`, the devices' values as retained JSON for local consumers, and their `/set` writes.
  */
 import type { Connector, TagDatatype, TagValue } from '../../connectors/contract.js';
 import type { Broker } from '../broker/broker.js';
@@ -23,6 +24,7 @@ import type { DeviceHost } from './device.js';
 import { NodeState } from './node-state.js';
 import type { MetricOut, PayloadOut } from './payload.js';
 import { encodePayload, nodeDeathPayload } from './payload.js';
+import { PlainTopics } from './plain-topics.js';
 import { PrimaryHost } from './primary-host.js';
 import type { SparkplugConfig } from './schema.js';
 import { deviceTopic, nodeTopic, stateTopic } from './topics.js';
@@ -88,6 +90,7 @@ export class EdgeNode implements DeviceHost {
   private readonly gateLocal: boolean;
   private readonly upstream: UpstreamSession;
   private readonly commands: Commands;
+  private readonly plain: PlainTopics | undefined;
 
   private unsubscribers: (() => void)[] = [];
   private running = false;
@@ -128,7 +131,15 @@ export class EdgeNode implements DeviceHost {
     ];
     for (const m of this.nodeMetrics) if (m.alias !== undefined) this.nodeAliases.set(m.alias, m);
 
-    for (const connector of options.connectors) this.devices.set(connector.id, this.createDevice(connector, aliases));
+    this.plain =
+      this.config.plain &&
+      new PlainTopics({
+        config: this.config.plain,
+        broker: this.broker,
+        write: (msg, deviceId, tag, command) => this.commands.onPlainWrite(msg, deviceId, tag, command),
+        log: this.log.child({ plain: true }),
+      });
+    for (const connector of options.connectors) this.addToMap(this.createDevice(connector, aliases));
 
     this.upstream = new UpstreamSession(
       {
@@ -233,6 +244,7 @@ export class EdgeNode implements DeviceHost {
     this.stopping = true;
     for (const unsubscribe of this.unsubscribers) unsubscribe();
     this.unsubscribers = [];
+    this.plain?.close();
     await Promise.all([...this.devices.values()].map((d) => d.stop()));
     const sent = this.upstream.stop(this.config.deathTimeoutMs);
     if (this.localBorn) await this.endLocalSession();
@@ -259,7 +271,7 @@ export class EdgeNode implements DeviceHost {
     }
     const aliases = this.state.assignAliases(connector.tags.map((t) => `${connector.id}/${t.name}`));
     const device = this.createDevice(connector, aliases);
-    this.devices.set(connector.id, device);
+    this.addToMap(device);
     // A stopped node starts it with the others; a stopping one never does.
     if (this.running) device.start();
   }
@@ -276,7 +288,13 @@ export class EdgeNode implements DeviceHost {
     // Out of the map first: the node's device count (NDATA after the DDEATH) and DCMD routing no longer see it.
     this.devices.delete(id);
     await device.retire();
+    this.plain?.removeDevice(id);
     return true;
+  }
+
+  private addToMap(device: Device): void {
+    this.devices.set(device.id, device);
+    this.plain?.addDevice(device);
   }
 
   private createDevice(connector: Connector, aliases: ReadonlyMap<string, number>): Device {
@@ -300,6 +318,7 @@ export class EdgeNode implements DeviceHost {
 
   publishDeviceBirth(device: Device, timestamp: number, metrics: MetricOut[]): void {
     this.counters.births++;
+    this.plain?.metrics(metrics);
     this.publishLocal(deviceTopic(this.config.groupId, 'DBIRTH', this.config.edgeNodeId, device.id), {
       timestamp,
       seq: this.nextLocalSeq(),
@@ -309,6 +328,7 @@ export class EdgeNode implements DeviceHost {
 
   publishDeviceData(device: Device, metrics: MetricOut[]): void {
     this.counters.dataMessages++;
+    this.plain?.metrics(metrics);
     this.publishLocal(deviceTopic(this.config.groupId, 'DDATA', this.config.edgeNodeId, device.id), {
       timestamp: Date.now(),
       seq: this.nextLocalSeq(),
@@ -317,6 +337,7 @@ export class EdgeNode implements DeviceHost {
   }
 
   publishDeviceDeath(device: Device, timestamp: number): void {
+    this.plain?.deviceDead(device.id, timestamp);
     this.publishLocal(deviceTopic(this.config.groupId, 'DDEATH', this.config.edgeNodeId, device.id), {
       timestamp,
       seq: this.nextLocalSeq(),
@@ -397,7 +418,12 @@ export class EdgeNode implements DeviceHost {
 
   private async endLocalSession(): Promise<void> {
     this.localBorn = false;
-    for (const device of this.devices.values()) device.unborn();
+    const timestamp = this.uniqueTimestamp();
+    for (const device of this.devices.values()) {
+      // The NDEATH covers the devices: their plain values go stale as with a DDEATH.
+      if (device.birthTimestamp !== undefined) this.plain?.deviceDead(device.id, timestamp);
+      device.unborn();
+    }
     try {
       await this.publishLocal(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), nodeDeathPayload(this.localBdSeq), 1);
     } catch (err) {

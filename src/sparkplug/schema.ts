@@ -32,9 +32,36 @@ export const sparkplugSchema = z.strictObject({
     .prefault({}),
   /** On a graceful stop, how long to wait for the NDEATH to leave through a connected uplink. */
   deathTimeoutMs: z.number().int().nonnegative().default(2000),
+  /** Every tag's value also as retained JSON on a plain topic, for local consumers that do not speak Sparkplug. */
+  plain: z
+    .strictObject({
+      /** `{device}` and `{tag}` are replaced by the device id and the tag name (a `/` in it makes levels). */
+      topic: z.string().superRefine((topic, ctx) => {
+        const problem = plainTemplateProblem(topic);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem });
+      }),
+      qos: z.union([z.literal(0), z.literal(1), z.literal(2)]).default(1),
+      /** `<topic>/set` writes the tag like a DCMD; the ACL decides who may publish there. */
+      writes: z.boolean().default(false),
+    })
+    .optional(),
 });
 
 export type SparkplugConfig = z.output<typeof sparkplugSchema>;
+export type PlainTopicsConfig = NonNullable<SparkplugConfig['plain']>;
+
+/** What is wrong with a plain topic template, or undefined: each tag needs a topic of its own, and a valid one. */
+function plainTemplateProblem(topic: string): string | undefined {
+  const placeholders = topic.match(/\{[^}]*\}/g) ?? [];
+  const unknown = placeholders.find((p) => p !== '{device}' && p !== '{tag}');
+  if (unknown !== undefined) return `unknown placeholder ${unknown}: use {device} and {tag}`;
+  if (placeholders.filter((p) => p === '{device}').length !== 1 || placeholders.filter((p) => p === '{tag}').length !== 1) {
+    return 'must contain {device} and {tag} once each, so that every tag has a topic of its own';
+  }
+  if (/[+#\0]/.test(topic)) return 'must not contain the wildcards + and # (or NUL): it names topics to publish';
+  if (topic.startsWith('$')) return 'must not start with $ (topics of the broker itself)';
+  return undefined;
+}
 
 /** A bridge topic rule, as far as `missingUplinkFilters` needs it (structurally a `BridgeTopicConfig`). */
 interface TopicRule {

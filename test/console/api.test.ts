@@ -253,9 +253,9 @@ describe('console actions', { timeout: 90_000 }, () => {
     expect(await sim.get(1, 'hr', 1, 1)).toEqual([250]);
 
     // The same audit lines as a DCMD's, naming the console user.
-    const writes = logLines(gw).filter((l) => l.msg === 'DCMD write done' || l.msg === 'command refused');
+    const writes = logLines(gw).filter((l) => l.msg === 'console write done' || l.msg === 'command refused');
     expect(writes.map((l) => [l.msg, l.who, l.user, l.metric])).toEqual([
-      ['DCMD write done', 'web-console', 'maint', 'setpoint'],
+      ['console write done', 'web-console', 'maint', 'setpoint'],
       ['command refused', 'web-console', 'maint', 'setpoint'],
       ['command refused', 'web-console', 'maint', 'count'],
     ]);

@@ -55,7 +55,7 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     await waitForText(page, 'main', (t) => t.includes('console spBv1.0/plant/DCMD/line4/press-1 from maint'), 5000, 'the last command names the console user');
     await screenshot(page, 'sparkplug');
     await page.click('a[href="#log"]');
-    await waitForText(page, '[data-testid=log-table]', (t) => t.includes('DCMD write done') && t.includes('device lost'), 5000, 'the write and the loss in the log');
+    await waitForText(page, '[data-testid=log-table]', (t) => t.includes('console write done') && t.includes('device lost'), 5000, 'the write and the loss in the log');
     await screenshot(page, 'log');
     await page.click('a[href="#devices"]');
 
