@@ -91,22 +91,40 @@ export class Commands {
     }
     for (const metric of metrics) {
       const name = metric.name ?? (metric.alias !== undefined ? device.nameOf(metric.alias) : undefined);
-      const def = name !== undefined ? device.definitions.get(name) : undefined;
-      if (name === undefined || !def) {
-        this.refuse(who, msg.topic, name ?? `alias ${metric.alias}`, 'unknown metric');
+      if (device.template === undefined) {
+        this.command(who, msg.topic, device, name, metric);
         continue;
       }
-      if (!def.writable) {
-        this.refuse(who, msg.topic, name, 'read-only metric');
-        continue;
+      // A Template instance's device knows one metric, the instance: each member in it is a write
+      // [tck-id-payloads-template-instance-members]; its tags by themselves are no metrics of the device.
+      if (name !== device.template || metric.template === undefined) {
+        this.refuse(who, msg.topic, name ?? `alias ${metric.alias}`, name === device.template ? 'no Template value' : 'unknown metric');
+      } else if (metric.template.isDefinition || (metric.template.ref !== undefined && metric.template.ref !== device.template)) {
+        this.refuse(who, msg.topic, name, `not an instance of ${device.template}`);
+      } else {
+        for (const member of metric.template.members) this.command(who, msg.topic, device, member.name, member, name);
       }
-      const problem = commandValueProblem(def.datatype, metric);
-      if (problem) {
-        this.refuse(who, msg.topic, name, problem, metric.value);
-        continue;
-      }
-      this.write(who, msg.topic, device, name, metric.value as TagValue);
     }
+  }
+
+  /** One tag write, checked: `name` is the tag's metric name, or its member name inside `instance`. */
+  private command(who: Sender, topic: string, device: Device, name: string | undefined, metric: MetricIn, instance?: string): void {
+    const def = name !== undefined ? device.definitions.get(name) : undefined;
+    const label = name === undefined ? `alias ${metric.alias}` : instance === undefined ? name : `${instance}/${name}`;
+    if (name === undefined || !def) {
+      this.refuse(who, topic, label, 'unknown metric');
+      return;
+    }
+    if (!def.writable) {
+      this.refuse(who, topic, label, 'read-only metric');
+      return;
+    }
+    const problem = commandValueProblem(def.datatype, metric);
+    if (problem) {
+      this.refuse(who, topic, label, problem, metric.value);
+      return;
+    }
+    this.write(who, topic, device, name, metric.value as TagValue);
   }
 
   private write(who: Sender, topic: string, device: Device, name: string, value: TagValue): void {

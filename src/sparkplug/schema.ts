@@ -32,6 +32,11 @@ export const sparkplugSchema = z.strictObject({
     .prefault({}),
   /** On a graceful stop, how long to wait for the NDEATH to leave through a connected uplink. */
   deathTimeoutMs: z.number().int().nonnegative().default(2000),
+  /**
+   * Device profiles as Sparkplug Templates: a definition per profile in the NBIRTH, each device built from one a
+   * Template instance. Off by default: not every host application handles Templates.
+   */
+  templates: z.boolean().default(false),
 });
 
 export type SparkplugConfig = z.output<typeof sparkplugSchema>;
