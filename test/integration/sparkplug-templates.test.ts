@@ -5,6 +5,7 @@
  * Through the real gateway process, polled from the pymodbus server, decoded by a host built with the Tahu JS
  * library (`sparkplug-payload`); our own host helper checks the session rules. Run `npm run build` first.
  */
+import { readFileSync, writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { get as getSparkplug } from 'sparkplug-payload';
 import sparkplugProto from 'sparkplug-payload/lib/sparkplugPayloadProto.js';
@@ -156,6 +157,45 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
     expect(await sim.get(2, 'hr', 1, 1)).toEqual([33]);
     await waitFor(() => gw.output().includes('read-only metric'), 5000, { message: 'the refusal of the read-only member in the audit log' });
     expect(gw.output()).toMatch(/"metric":"press\/temperature".*"why":"read-only metric"|"why":"read-only metric".*"metric":"press\/temperature"/);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('answers a reload that brings a new profile with a rebirth defining it before the DBIRTH of its device; a device with its own tags is no instance', async () => {
+    const sim = d.add(await startModbusSim({ units: [1, 2, 3] }));
+    await sim.set(2, 'hr', 0, [450]);
+    const sparkplug = { groupId: GROUP, edgeNodeId: NODE, rebirthDebounceMs: 0, templates: true };
+    const gw = d.add(
+      await startGateway({
+        sparkplug,
+        profiles: { press: { ...press, port: sim.port } },
+        connectors: [{ id: 'press-1', profile: 'press', unitId: 1 }],
+      }),
+    );
+    const host = d.add(await startSparkplugHost(gw.url, GROUP));
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length > 0, 20_000, 'DBIRTH of press-1');
+    const nbirths = host.births('NBIRTH').length;
+
+    const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as { profiles: object; connectors: object[] };
+    config.profiles = { ...config.profiles, oven: { ...press, port: sim.port, tags: [{ name: 'heat', table: 'holding', address: 0, datatype: 'uint16' }] } };
+    config.connectors.push(
+      { id: 'oven-1', profile: 'oven', unitId: 2 },
+      { id: 'press-3', profile: 'press', unitId: 3, tags: [{ name: 'temperature', table: 'holding', address: 0, datatype: 'int16' }] },
+    );
+    writeFileSync(gw.configFile, JSON.stringify(config));
+    gw.proc.kill('SIGHUP');
+    await host.waitFor((h) => h.births('DBIRTH', 'oven-1').length > 0 && h.births('DBIRTH', 'press-3').length > 0, 20_000, 'DBIRTHs of oven-1 and press-3');
+
+    // The new NBIRTH defines both profiles in use, and comes before oven-1's DBIRTH [tck-id-topics-nbirth-templates].
+    const nbirth = host.births('NBIRTH').at(-1)!;
+    expect(host.births('NBIRTH').length).toBe(nbirths + 1);
+    expect(nbirth.payload.metrics.filter((m) => m.datatype === 'Template').map((m) => m.name)).toEqual(['press', 'oven']);
+    const oven = host.births('DBIRTH', 'oven-1')[0];
+    expect(host.messages.indexOf(nbirth)).toBeLessThan(host.messages.indexOf(oven));
+    expect(oven.payload.metrics.map((m) => [m.name, m.datatype, m.template?.ref])).toEqual([['oven', 'Template', 'oven']]);
+    expect(oven.payload.metrics[0].template?.members.map((m) => [m.name, m.value])).toEqual([['heat', 450]]);
+    // press-3 lists its own tags: plain metrics, as without templates.
+    expect(host.births('DBIRTH', 'press-3')[0].payload.metrics.map((m) => [m.name, m.datatype])).toEqual([['temperature', 'Int16']]);
     expect(host.violations).toEqual([]);
   });
 
