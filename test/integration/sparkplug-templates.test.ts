@@ -12,6 +12,7 @@ import sparkplugProto from 'sparkplug-payload/lib/sparkplugPayloadProto.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { startModbusSim, type ModbusSim } from '../helpers/modbus-sim.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
 import { startSparkplugHost } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -196,6 +197,42 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
     expect(oven.payload.metrics[0].template?.members.map((m) => [m.name, m.value])).toEqual([['heat', 450]]);
     // press-3 lists its own tags: plain metrics, as without templates.
     expect(host.births('DBIRTH', 'press-3')[0].payload.metrics.map((m) => [m.name, m.datatype])).toEqual([['temperature', 'Int16']]);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('upstream through the uplink bridge: the NBIRTH defines the profile, the DBIRTH and DDATA carry the instance', async () => {
+    const central = d.add(await startMosquitto());
+    const sim = d.add(await startModbusSim({ units: [1] }));
+    await sim.set(1, 'hr', 0, [215, 10]);
+    const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
+    d.add(
+      await startGateway({
+        bridges: [
+          {
+            name: 'central',
+            remote: { urls: [central.url], clientId: NODE },
+            reconnect: { minDelayMs: 100, maxDelayMs: 200 },
+            topics: [
+              { filter: 'spBv1.0/#', direction: 'out' },
+              { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
+              { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
+            ],
+          },
+        ],
+        sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', templates: true },
+        profiles: { press: { ...press, port: sim.port } },
+        connectors: [{ id: 'press-1', profile: 'press', unitId: 1 }],
+      }),
+    );
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length > 0, 20_000, 'upstream DBIRTH of press-1');
+    const definition = host.births('NBIRTH').at(-1)!.payload.metrics.find((m) => m.datatype === 'Template');
+    expect([definition?.name, definition?.template?.isDefinition, definition?.template?.members.map((m) => m.name)]).toEqual(['press', true, ['temperature', 'setpoint']]);
+    const instance = host.births('DBIRTH', 'press-1').at(-1)!.payload.metrics;
+    expect(instance.map((m) => [m.name, m.template?.ref, m.template?.members.map((x) => x.value)])).toEqual([['press', 'press', [21.5, 10]]]);
+
+    await sim.set(1, 'hr', 1, [12]);
+    const ddata = await host.waitFor((h) => h.of('DDATA', 'press-1').find((m) => !m.payload.metrics[0]?.isHistorical), 10_000, 'upstream DDATA');
+    expect(ddata.payload.metrics.map((m) => [m.alias, m.template?.ref, m.template?.members.map((x) => [x.name, x.value])])).toEqual([[instance[0].alias, 'press', [['setpoint', 12]]]]);
     expect(host.violations).toEqual([]);
   });
 
