@@ -354,7 +354,7 @@ export class Device {
     }
     if (changes.length > 0 && this.host.born) {
       this.counters.changes += changes.length;
-      this.host.publishDeviceData(this, this.template === undefined ? changes : this.asInstance(changes, changes[0].timestamp as number, false));
+      this.host.publishDeviceData(this, this.asInstance(changes, changes[0].timestamp as number, false));
     }
   }
 

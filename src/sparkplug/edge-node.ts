@@ -121,7 +121,7 @@ export class EdgeNode implements DeviceHost {
 
     // Aliases are unique across the whole node and stable across restarts (persisted).
     const keys = [`/${DEVICES_ONLINE}`];
-    for (const c of options.connectors) keys.push(...aliasKeys(c, this.templateOf(c, options.profiles)));
+    for (const c of options.connectors) keys.push(...aliasKeys(c, this.templateOf(options.profiles?.get(c.id))));
     const aliases = this.state.assignAliases(keys);
 
     this.nodeMetrics = [
@@ -132,7 +132,7 @@ export class EdgeNode implements DeviceHost {
     ];
     for (const m of this.nodeMetrics) if (m.alias !== undefined) this.nodeAliases.set(m.alias, m);
 
-    for (const c of options.connectors) this.devices.set(c.id, this.createDevice(c, aliases, this.templateOf(c, options.profiles)));
+    for (const c of options.connectors) this.devices.set(c.id, this.createDevice(c, aliases, this.templateOf(options.profiles?.get(c.id))));
 
     this.upstream = new UpstreamSession(
       {
@@ -246,7 +246,7 @@ export class EdgeNode implements DeviceHost {
     if (this.devices.has(connector.id)) {
       throw new EdgeferryError('EF_INTERNAL', `device ${connector.id} already exists: remove it before adding its replacement`);
     }
-    const template = this.config.templates ? profile : undefined;
+    const template = this.templateOf(profile);
     const aliases = this.state.assignAliases(aliasKeys(connector, template));
     const device = this.createDevice(connector, aliases, template);
     this.devices.set(connector.id, device);
@@ -271,9 +271,9 @@ export class EdgeNode implements DeviceHost {
     return true;
   }
 
-  /** The Template a device instantiates: its profile's, with `sparkplug.templates`. */
-  private templateOf(connector: Connector, profiles: ReadonlyMap<string, string> | undefined): string | undefined {
-    return this.config.templates ? profiles?.get(connector.id) : undefined;
+  /** The Template a device built from `profile` instantiates: the profile's, with `sparkplug.templates`. */
+  private templateOf(profile: string | undefined): string | undefined {
+    return this.config.templates ? profile : undefined;
   }
 
   private createDevice(connector: Connector, aliases: ReadonlyMap<string, number>, template: string | undefined): Device {
