@@ -332,6 +332,7 @@ function createEdgeNode(
     config: sp,
     broker,
     connectors,
+    profiles: new Map(config.connectors.flatMap((c) => (c.profile === undefined ? [] : [[c.id, c.profile] as const]))),
     stateDir: config.storage.path,
     log: log.child({ mod: 'sparkplug' }),
     audit,
@@ -373,14 +374,14 @@ async function applyConnectorChanges(
     if (!connector) continue;
     // The old connector has released its sockets when this resolves, so the new one may take the same device.
     await edgeNode.removeDevice(after.id);
-    edgeNode.addDevice(connector);
+    edgeNode.addDevice(connector, after.profile);
     now = now.map((c) => (c.id === after.id ? after : c));
     log.info({ connector: after.id, type: after.type }, 'connector reconfigured');
   }
   for (const after of changes.add) {
     const connector = create(after);
     if (!connector) continue;
-    edgeNode.addDevice(connector);
+    edgeNode.addDevice(connector, after.profile);
     now.push(after);
     log.info({ connector: after.id, type: after.type }, 'connector added');
   }

@@ -135,6 +135,8 @@ const tagSchema = z
 const common = {
   id: z.string().regex(/^[^+/#\u0000]+$/, 'must be a non-empty Sparkplug device id without +, /, # (or NUL)'),
   type: z.literal('modbus'),
+  /** Set by the profile expansion (src/config/profiles.ts): the device profile whose tags this device has. */
+  profile: z.string().optional(),
   /** Modbus unit (slave) id. */
   unitId: z.number().int().min(0).max(255).default(1),
   /** Whether tag addresses count from 0 (protocol addresses) or 1 (register numbers as in many manuals). */
@@ -180,7 +182,7 @@ const rtuSchema = z.strictObject({ ...common, ...rtu });
  */
 export const modbusProfileSchema = z
   .strictObject({ ...common, ...tcp, ...rtu, transport: z.enum(['tcp', 'rtu']) })
-  .omit({ id: true })
+  .omit({ id: true, profile: true })
   .partial()
   .required({ type: true, tags: true });
 

@@ -134,6 +134,8 @@ const connectorShape = {
   /** The Sparkplug device id. */
   id: z.string().min(1).regex(/^[^/+#]+$/, 'must not contain /, + or #'),
   type: z.literal('opcua'),
+  /** Set by the profile expansion (src/config/profiles.ts): the device profile whose tags this device has. */
+  profile: z.string().optional(),
   endpoint: z.string().regex(/^opc\.tcp:\/\/[^/:]+(:\d+)?(\/.*)?$/, 'must be an opc.tcp://host[:port][/path] URL'),
   securityMode: z.enum(securityModes).default('None'),
   /** Default: None with securityMode None, Basic256Sha256 otherwise. */
@@ -161,7 +163,7 @@ const connectorShape = {
  * A device profile of OPC UA connectors (`profiles:` in the config): any connector key but `id`, tags required;
  * each device that names it gets these keys unless it sets them itself (src/config/profiles.ts).
  */
-export const opcuaProfileSchema = z.strictObject(connectorShape).omit({ id: true }).partial().required({ type: true, tags: true });
+export const opcuaProfileSchema = z.strictObject(connectorShape).omit({ id: true, profile: true }).partial().required({ type: true, tags: true });
 
 export const opcuaConnectorSchema = z
   .strictObject(connectorShape)

@@ -50,7 +50,9 @@ export function expandProfiles(input: unknown): Expansion {
     }
     const keys = new Set(Object.keys(profile).filter((key) => !(key in own)));
     origins.set(i, { profile: name as string, keys, device: String(own.id) });
-    return { ...profile, ...own };
+    // The profile's name stays with a device that has the profile's tags: it is an instance of the profile's
+    // Sparkplug Template (docs/architecture.md#sparkplug-templates); one with a tag list of its own is not.
+    return keys.has('tags') ? { ...profile, ...own, profile: name } : { ...profile, ...own };
   });
 
   return {

@@ -41,7 +41,7 @@ export interface LastCommand {
   readonly topic: string;
 }
 
-type CommandMetric = Pick<MetricIn, 'datatype' | 'value'>;
+type CommandMetric = Pick<MetricIn, 'alias' | 'datatype' | 'value'>;
 
 /** The path a write came by, as its audit lines name it: a Sparkplug DCMD, a plain topic's `/set`, or the web console. */
 type Via = 'DCMD' | 'plain' | 'console';
@@ -117,7 +117,19 @@ export class Commands {
     }
     for (const metric of metrics) {
       const name = metric.name ?? (metric.alias !== undefined ? device.nameOf(metric.alias) : undefined);
-      void this.apply('DCMD', who, msg.topic, device, name ?? `alias ${metric.alias}`, metric);
+      if (device.template === undefined) {
+        void this.apply('DCMD', who, msg.topic, device, name, metric);
+        continue;
+      }
+      // A Template instance's device knows one metric, the instance: each member in it is a write
+      // [tck-id-payloads-template-instance-members]; its tags by themselves are no metrics of the device.
+      if (name !== device.template || metric.template === undefined) {
+        this.refuse(who, msg.topic, name ?? `alias ${metric.alias}`, name === device.template ? 'no Template value' : 'unknown metric');
+      } else if (metric.template.isDefinition || (metric.template.ref !== undefined && metric.template.ref !== device.template)) {
+        this.refuse(who, msg.topic, name, `not an instance of ${device.template}`);
+      } else {
+        for (const member of metric.template.members) void this.apply('DCMD', who, msg.topic, device, member.name, member, name);
+      }
     }
   }
 
@@ -150,13 +162,25 @@ export class Commands {
     else void this.apply('plain', who, msg.topic, device, name, { value: command.value });
   }
 
-  /** One metric of a command: checked against the tag it names, then written. */
-  private async apply(via: Via, who: Sender, topic: string, device: Device, name: string, metric: CommandMetric): Promise<WriteOutcome> {
-    const def = device.definitions.get(name);
-    if (!def) return this.refuse(who, topic, name, 'unknown metric');
-    if (!def.writable) return this.refuse(who, topic, name, 'read-only metric');
+  /**
+   * One tag write, checked, then written: `name` is the tag's metric name (undefined: an alias the device does not
+   * know), or its member name inside the Template `instance`.
+   */
+  private async apply(
+    via: Via,
+    who: Sender,
+    topic: string,
+    device: Device,
+    name: string | undefined,
+    metric: CommandMetric,
+    instance?: string,
+  ): Promise<WriteOutcome> {
+    const def = name !== undefined ? device.definitions.get(name) : undefined;
+    const label = name === undefined ? `alias ${metric.alias}` : instance === undefined ? name : `${instance}/${name}`;
+    if (name === undefined || !def) return this.refuse(who, topic, label, 'unknown metric');
+    if (!def.writable) return this.refuse(who, topic, label, 'read-only metric');
     const problem = commandValueProblem(def.datatype, metric);
-    if (problem) return this.refuse(who, topic, name, problem, metric.value);
+    if (problem) return this.refuse(who, topic, label, problem, metric.value);
     return this.write(via, who, topic, device, name, metric.value as TagValue);
   }
 

@@ -4,12 +4,12 @@
  * as good), publishes DDEATH when the device is lost, and restarts it after a decorrelated-jitter backoff.
  * Connectors never retry: backoff lives here, so all connectors behave the same (docs/architecture.md#connectors-never-retry).
  */
-import type { Connector, ReadBack, TagDatatype, TagDefinition, TagSample, TagValue } from '../../connectors/contract.js';
+import type { Connector, ReadBack, TagDefinition, TagSample, TagValue } from '../../connectors/contract.js';
 import { Backoff } from '../util/backoff.js';
 import { asError } from '../util/errors.js';
 import type { ConnectorError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import type { BirthProperties, MetricOut } from './payload.js';
+import type { BirthProperties, MetricDatatype, MetricOut } from './payload.js';
 import { Quality } from './payload.js';
 
 /** What a device needs from its edge node. */
@@ -30,6 +30,11 @@ export interface DeviceOptions {
   /** Metric name → alias, unique across the node. */
   readonly aliases: ReadonlyMap<string, number>;
   readonly host: DeviceHost;
+  /**
+   * With `sparkplug.templates`, the device profile this device instantiates: its tags travel as the members of
+   * one Template instance metric named after the profile (docs/architecture.md#sparkplug-templates).
+   */
+  readonly template?: string;
   readonly backoff: { readonly minDelayMs: number; readonly maxDelayMs: number };
   readonly log: Logger;
 }
@@ -62,6 +67,8 @@ export class Device {
   /** The connector's tags by name, read again at each start: their properties may come from the device. */
   private defs: ReadonlyMap<string, TagDefinition>;
   readonly aliases: ReadonlyMap<string, number>;
+  /** The profile whose Template this device instantiates, if any. */
+  readonly template: string | undefined;
   private readonly names: ReadonlyMap<number, string>;
   private readonly host: DeviceHost;
   private readonly log: Logger;
@@ -91,6 +98,7 @@ export class Device {
     this.id = options.connector.id;
     this.defs = byName(options.connector.tags);
     this.aliases = options.aliases;
+    this.template = options.template;
     this.names = new Map([...options.aliases].map(([name, alias]) => [alias, name]));
     this.host = options.host;
     this.log = options.log;
@@ -177,7 +185,7 @@ export class Device {
     const metrics: MetricOut[] = [];
     for (const [name, def] of this.definitions) {
       const reading = this.current.get(name);
-      const alias = this.aliases.get(name);
+      const alias = this.memberOrAlias(name);
       if (reading === undefined) {
         // Never read (e.g. a connector that reports items one by one): known, but no value yet.
         metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale, properties: birthProperties(def) });
@@ -197,7 +205,7 @@ export class Device {
     }
     this.bornTs = timestamp;
     this.counters.births++;
-    this.host.publishDeviceBirth(this, timestamp, metrics);
+    this.host.publishDeviceBirth(this, timestamp, this.asInstance(metrics, timestamp, true));
   }
 
   /** The node's session ended (NDEATH): the device is no longer born, without a DDEATH of its own. */
@@ -215,12 +223,23 @@ export class Device {
       const pub = this.published.get(name);
       const reading = this.current.get(name);
       const timestamp = reading?.timestamp ?? Date.now();
-      const alias = this.aliases.get(name);
+      const alias = this.memberOrAlias(name);
       const properties = birthProperties(def);
       if (!pub) metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale, properties });
       else metrics.push({ name, alias, datatype: def.datatype, timestamp, value: pub.value, quality: pub.good ? undefined : Quality.Bad, properties });
     }
-    return metrics;
+    return this.asInstance(metrics, Date.now(), true);
+  }
+
+  /**
+   * The NBIRTH's Template definition of this device's profile: every member with its datatype and properties,
+   * no values [tck-id-payloads-template-definition-members]; undefined for a device that is no template instance.
+   */
+  templateDefinition(): MetricOut | undefined {
+    if (this.template === undefined) return undefined;
+    const members: MetricOut[] = [];
+    for (const [name, def] of this.definitions) members.push({ name, datatype: def.datatype, properties: birthProperties(def) });
+    return { name: this.template, datatype: 'Template', template: { isDefinition: true, members } };
   }
 
   /**
@@ -234,18 +253,37 @@ export class Device {
     const change = def && this.change({ name, value: readBack.value, timestamp: readBack.timestamp, good: true }, def, undefined);
     if (change && this.host.born) {
       this.counters.changes++;
-      this.host.publishDeviceData(this, [change]);
+      this.host.publishDeviceData(this, this.asInstance([change], readBack.timestamp, false));
     }
     return readBack;
   }
 
-  /** The declared datatype of a metric, by name or alias. */
-  datatypeOf(metric: { name?: string; alias?: number }): TagDatatype | undefined {
+  /** The declared datatype of a metric (or of a member of this device's Template instance), by name or alias. */
+  datatypeOf(metric: { name?: string; alias?: number }): MetricDatatype | undefined {
     const name = metric.name ?? (metric.alias === undefined ? undefined : this.names.get(metric.alias));
+    if (name !== undefined && name === this.template) return 'Template';
     return name === undefined ? undefined : this.definitions.get(name)?.datatype;
   }
 
   // -----------------------------------------------------------------------------------------------------------
+
+  /** A tag's alias in a birth, or none when it is a Template member (only the instance metric has one). */
+  private memberOrAlias(name: string): number | undefined {
+    return this.template === undefined ? this.aliases.get(name) : undefined;
+  }
+
+  /**
+   * The metrics as they go out: unchanged, or as the members of this device's Template instance. A birth's
+   * instance has every member [tck-id-payloads-template-instance-members-birth]; a DDATA's only the changed
+   * ones [tck-id-payloads-template-instance-members-data]. DATA names the instance by its alias alone.
+   */
+  private asInstance(metrics: MetricOut[], timestamp: number, birth: boolean): MetricOut[] {
+    if (this.template === undefined) return metrics;
+    const template = { isDefinition: false, ref: this.template, members: metrics } as const;
+    const alias = this.aliases.get(this.template);
+    if (birth) return [{ name: this.template, alias, datatype: 'Template', timestamp, template }];
+    return [{ alias, valueType: 'Template', timestamp, template }];
+  }
 
   /** Ends the current attempt: callbacks of the running connector and a pending retry no longer act. */
   private halt(): void {
@@ -330,7 +368,7 @@ export class Device {
     }
     if (changes.length > 0 && this.host.born) {
       this.counters.changes += changes.length;
-      this.host.publishDeviceData(this, changes);
+      this.host.publishDeviceData(this, this.asInstance(changes, changes[0].timestamp as number, false));
     }
   }
 
@@ -339,16 +377,22 @@ export class Device {
     this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
     if (this.bornTs === undefined) return undefined;
     const pub = this.published.get(s.name);
-    const alias = this.aliases.get(s.name);
+    // A Template member is named and typed: members have no alias of their own.
+    const member = this.template !== undefined;
+    const name = member ? s.name : undefined;
+    const alias = member ? undefined : this.aliases.get(s.name);
+    const datatype = member ? def.datatype : undefined;
     if (!s.good) {
       if (pub && !pub.good && pub.value === null) return undefined;
       this.published.set(s.name, { value: null, good: false });
-      return { alias, valueType: def.datatype, timestamp: s.timestamp, value: null, quality: Quality.Bad };
+      return { name, alias, datatype, valueType: def.datatype, timestamp: s.timestamp, value: null, quality: Quality.Bad };
     }
     if (pub && pub.good && !hasChanged(pub.value, s.value, deadband)) return undefined;
     this.published.set(s.name, { value: s.value, good: true });
     return {
+      name,
       alias,
+      datatype,
       valueType: def.datatype,
       timestamp: s.timestamp,
       value: s.value,

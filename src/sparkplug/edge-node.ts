@@ -40,6 +40,8 @@ export interface EdgeNodeOptions {
   readonly config: SparkplugConfig;
   readonly broker: Pick<Broker, 'publish' | 'subscribe' | 'clock'>;
   readonly connectors: readonly Connector[];
+  /** The device profile each of `connectors` instantiates, by device id (with `sparkplug.templates`). */
+  readonly profiles?: ReadonlyMap<string, string>;
   /** Directory for the persisted bdSeq and aliases (the gateway's storage path). */
   readonly stateDir: string;
   readonly log: Logger;
@@ -103,6 +105,8 @@ export class EdgeNode implements DeviceHost {
   private nodeBirthTs: number | undefined;
   private lastUniqueTs = 0;
   private devicesOnlinePublished = -1;
+  /** The Templates the last local NBIRTH defined. */
+  private definedTemplates = new Set<string>();
 
   private counters = { births: 0, dataMessages: 0 };
 
@@ -120,7 +124,7 @@ export class EdgeNode implements DeviceHost {
 
     // Aliases are unique across the whole node and stable across restarts (persisted).
     const keys = [`/${DEVICES_ONLINE}`];
-    for (const c of options.connectors) for (const t of c.tags) keys.push(`${c.id}/${t.name}`);
+    for (const c of options.connectors) keys.push(...aliasKeys(c, this.templateOf(options.profiles?.get(c.id))));
     const aliases = this.state.assignAliases(keys);
 
     this.nodeMetrics = [
@@ -139,7 +143,7 @@ export class EdgeNode implements DeviceHost {
         write: (msg, deviceId, tag, command) => this.commands.onPlainWrite(msg, deviceId, tag, command),
         log: this.log.child({ plain: true }),
       });
-    for (const connector of options.connectors) this.addToMap(this.createDevice(connector, aliases));
+    for (const c of options.connectors) this.addToMap(this.createDevice(c, aliases, this.templateOf(options.profiles?.get(c.id))));
 
     this.upstream = new UpstreamSession(
       {
@@ -265,13 +269,16 @@ export class EdgeNode implements DeviceHost {
    * (NodeState), so a new device's aliases cannot collide with ones a host learnt earlier in this session, and a
    * reconfigured device's DBIRTH declares its complete new metric list [tck-id-operational-behavior-data-publish-dbirth].
    */
-  addDevice(connector: Connector): void {
+  addDevice(connector: Connector, profile?: string): void {
     if (this.devices.has(connector.id)) {
       throw new EdgeferryError('EF_INTERNAL', `device ${connector.id} already exists: remove it before adding its replacement`);
     }
-    const aliases = this.state.assignAliases(connector.tags.map((t) => `${connector.id}/${t.name}`));
-    const device = this.createDevice(connector, aliases);
+    const template = this.templateOf(profile);
+    const aliases = this.state.assignAliases(aliasKeys(connector, template));
+    const device = this.createDevice(connector, aliases, template);
     this.addToMap(device);
+    // Its Template must be defined in the NBIRTH before its DBIRTH names it [tck-id-topics-nbirth-templates].
+    if (device.template !== undefined && this.localBorn && !this.definedTemplates.has(device.template)) this.rebirth();
     // A stopped node starts it with the others; a stopping one never does.
     if (this.running) device.start();
   }
@@ -297,10 +304,16 @@ export class EdgeNode implements DeviceHost {
     this.plain?.addDevice(device);
   }
 
-  private createDevice(connector: Connector, aliases: ReadonlyMap<string, number>): Device {
+  /** The Template a device built from `profile` instantiates: the profile's, with `sparkplug.templates`. */
+  private templateOf(profile: string | undefined): string | undefined {
+    return this.config.templates ? profile : undefined;
+  }
+
+  private createDevice(connector: Connector, aliases: ReadonlyMap<string, number>, template: string | undefined): Device {
     return new Device({
       connector,
-      aliases: new Map(connector.tags.map((t) => [t.name, aliases.get(`${connector.id}/${t.name}`) as number])),
+      aliases: new Map(metricNames(connector, template).map((name) => [name, aliases.get(`${connector.id}/${name}`) as number])),
+      template,
       host: this,
       backoff: this.config.deviceReconnect,
       log: this.log.child({ device: connector.id }),
@@ -318,7 +331,7 @@ export class EdgeNode implements DeviceHost {
 
   publishDeviceBirth(device: Device, timestamp: number, metrics: MetricOut[]): void {
     this.counters.births++;
-    this.plain?.metrics(metrics);
+    this.plain?.metrics(device.id, metrics);
     this.publishLocal(deviceTopic(this.config.groupId, 'DBIRTH', this.config.edgeNodeId, device.id), {
       timestamp,
       seq: this.nextLocalSeq(),
@@ -328,7 +341,7 @@ export class EdgeNode implements DeviceHost {
 
   publishDeviceData(device: Device, metrics: MetricOut[]): void {
     this.counters.dataMessages++;
-    this.plain?.metrics(metrics);
+    this.plain?.metrics(device.id, metrics);
     this.publishLocal(deviceTopic(this.config.groupId, 'DDATA', this.config.edgeNodeId, device.id), {
       timestamp: Date.now(),
       seq: this.nextLocalSeq(),
@@ -382,19 +395,31 @@ export class EdgeNode implements DeviceHost {
       seq: this.nextLocalSeq(),
       metrics: this.nodeBirthMetrics(timestamp, BigInt(this.localBdSeq)),
     });
+    this.definedTemplates = new Set([...this.devices.values()].flatMap((d) => (d.template === undefined ? [] : [d.template])));
     this.devicesOnlinePublished = this.devicesOnline();
     for (const device of this.devices.values()) device.birth();
     return timestamp;
   }
 
+  /**
+   * The node's metrics, then one Template definition per profile its devices instantiate: every definition an
+   * instance in a DBIRTH refers to is in the NBIRTH [tck-id-payloads-template-definition-nbirth].
+   */
   private nodeBirthMetrics(timestamp: number, bdSeq: bigint): MetricOut[] {
-    return this.nodeMetrics.map((m) => ({
+    const metrics: MetricOut[] = this.nodeMetrics.map((m) => ({
       name: m.name,
       alias: m.alias,
       datatype: m.datatype,
       timestamp,
       value: m.name === BDSEQ ? bdSeq : m.value(),
     }));
+    const defined = new Set<string>();
+    for (const device of this.devices.values()) {
+      if (device.template === undefined || defined.has(device.template)) continue;
+      defined.add(device.template);
+      metrics.push({ ...(device.templateDefinition() as MetricOut), timestamp });
+    }
+    return metrics;
   }
 
   /**
@@ -465,4 +490,15 @@ export class EdgeNode implements DeviceHost {
       this.upstream.hostOffline();
     }
   }
+}
+
+/** A device's metric names: its tags, and its Template instance if it is one. */
+function metricNames(connector: Connector, template: string | undefined): string[] {
+  const names = connector.tags.map((t) => t.name);
+  if (template !== undefined) names.push(template);
+  return names;
+}
+
+function aliasKeys(connector: Connector, template: string | undefined): string[] {
+  return metricNames(connector, template).map((name) => `${connector.id}/${name}`);
 }

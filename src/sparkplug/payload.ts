@@ -8,7 +8,9 @@
  * - it puts UInt32 into `long_value`; Sparkplug 3.0 carries Int8..Int32 and UInt8..UInt32 in the 32-bit
  *   `int_value` (signed types as two's complement) and only Int64, UInt64 and DateTime in `long_value`;
  * - it knows no array types (22..34, packed little-endian into `bytes_value`) and cannot decode several
- *   DataSet column types; DataSets and Templates are not produced by edgeferry and are decoded as null.
+ *   DataSet column types; DataSets are not produced by edgeferry and are decoded as null.
+ * Templates (§6.4.17) travel in `template` beside the value: definitions in the NBIRTH, instances (a device built
+ * from a profile, with `sparkplug.templates`) in births, data and commands; their parameters are not used.
  * 64-bit integers are bigint on our side and never pass through a lossy JS number.
  *
  * The byte-level helpers at the end (`withSeq`, `readTimestamp`, ...) rewrite our own payloads for the uplink
@@ -68,7 +70,18 @@ export interface MetricOut {
   readonly quality?: QualityCode;
   /** Births only: what the metric means (docs/architecture.md#tag-properties). */
   readonly properties?: BirthProperties;
+  /** A Template definition or instance (datatype or valueType `Template`): carried instead of `value`. */
+  readonly template?: TemplateOut;
 }
+
+/**
+ * A Template (Sparkplug 3.0 §6.4.17). A definition names no template_ref [tck-id-payloads-template-ref-definition]
+ * and its members carry no value; an instance names its definition [tck-id-payloads-template-instance-ref] and
+ * sets is_definition false [tck-id-payloads-template-instance-is-definition].
+ */
+export type TemplateOut =
+  | { readonly isDefinition: true; readonly members: readonly MetricOut[] }
+  | { readonly isDefinition: false; readonly ref: string; readonly members: readonly MetricOut[] };
 
 /**
  * Metric properties of a birth, by the names host applications read (Ignition's tag properties: `engUnit`,
@@ -111,6 +124,15 @@ export interface MetricIn {
   readonly isTransient: boolean;
   readonly quality?: number;
   readonly properties: Readonly<Record<string, unknown>>;
+  /** The Template a metric of datatype Template carries (its `value` is null). */
+  readonly template?: TemplateIn;
+}
+
+export interface TemplateIn {
+  readonly ref?: string;
+  readonly isDefinition: boolean;
+  /** Decoded with the same lookup as top-level metrics: by member name. */
+  readonly members: readonly MetricIn[];
 }
 
 export interface PayloadIn {
@@ -148,13 +170,14 @@ export function nodeDeathPayload(bdSeq: number): PayloadOut {
 }
 
 export function encodePayload(payload: PayloadOut): Buffer {
-  const metrics = payload.metrics.map(encodeMetric);
+  const metrics = payload.metrics.map((m) => encodeMetric(m, false));
   const message: Record<string, unknown> = { timestamp: asLong(payload.timestamp), metrics };
   if (payload.seq !== undefined) message.seq = payload.seq;
   return Buffer.from(ProtoPayload.encode(message).finish());
 }
 
-function encodeMetric(m: MetricOut): Record<string, unknown> {
+/** `inDefinition`: a member of a Template definition, which has no value, not even a null one. */
+function encodeMetric(m: MetricOut, inDefinition: boolean): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   if (m.name !== undefined) out.name = m.name;
   if (m.alias !== undefined) out.alias = asLong(m.alias);
@@ -163,8 +186,13 @@ function encodeMetric(m: MetricOut): Record<string, unknown> {
   if (m.isHistorical) out.isHistorical = true;
   if (m.quality !== undefined || m.properties !== undefined) out.properties = encodeProperties(m);
   const type = m.datatype ?? m.valueType;
-  if (m.value === undefined || m.value === null) {
-    out.isNull = true;
+  if (m.template !== undefined) {
+    const { isDefinition, members } = m.template;
+    const template: Record<string, unknown> = { isDefinition, metrics: members.map((member) => encodeMetric(member, isDefinition)) };
+    if (!m.template.isDefinition) template.templateRef = m.template.ref;
+    out.templateValue = template;
+  } else if (m.value === undefined || m.value === null) {
+    if (!inDefinition) out.isNull = true;
   } else {
     if (type === undefined) throw new TypeError(`metric ${m.name ?? m.alias}: no datatype to encode its value`);
     setValue(out, type, m.value);
@@ -314,6 +342,7 @@ function decodeMetric(m: ProtoMetric, lookup: DatatypeLookup | undefined): Metri
   const isNull = m.isNull === true;
   const properties = has('properties') ? decodeProperties(m.properties as Record<string, unknown>) : {};
   const quality = typeof properties.Quality === 'number' ? properties.Quality : undefined;
+  const template = has('templateValue') ? decodeTemplate(m.templateValue as ProtoMetric, lookup) : undefined;
   return {
     name,
     alias,
@@ -325,7 +354,13 @@ function decodeMetric(m: ProtoMetric, lookup: DatatypeLookup | undefined): Metri
     isTransient: m.isTransient === true,
     quality,
     properties,
+    template,
   };
+}
+
+function decodeTemplate(t: ProtoMetric, lookup: DatatypeLookup | undefined): TemplateIn {
+  const members = ((t.metrics as ProtoMetric[] | undefined) ?? []).map((m) => decodeMetric(m, lookup));
+  return { ref: Object.prototype.hasOwnProperty.call(t, 'templateRef') ? (t.templateRef as string) : undefined, isDefinition: t.isDefinition === true, members };
 }
 
 /**

@@ -56,7 +56,8 @@ export class PlainTopics {
   private readonly log: Logger;
   /** By alias (unique across the node): DDATA metrics carry the alias alone. */
   private readonly byAlias = new Map<number, PlainTag>();
-  private readonly byDevice = new Map<string, { readonly tags: readonly PlainTag[]; readonly unsubscribe: (() => void)[] }>();
+  /** By device, its tags by name: a Template instance's members carry names. */
+  private readonly byDevice = new Map<string, { readonly tags: ReadonlyMap<string, PlainTag>; readonly unsubscribe: (() => void)[] }>();
   /** `/set` topic → tag. */
   private readonly setTargets = new Map<string, PlainTag>();
 
@@ -69,11 +70,11 @@ export class PlainTopics {
 
   /** Takes a device's tags and, with `writes`, subscribes to the `/set` topics of its writable ones. */
   addDevice(device: Device): void {
-    const tags: PlainTag[] = [];
+    const tags = new Map<string, PlainTag>();
     const unsubscribe: (() => void)[] = [];
     for (const [name, def] of device.definitions) {
       const tag: PlainTag = { device, deviceId: device.id, name, datatype: def.datatype, topic: this.topicOf(device.id, name), value: null, quality: undefined };
-      tags.push(tag);
+      tags.set(name, tag);
       const alias = device.aliases.get(name);
       if (alias !== undefined) this.byAlias.set(alias, tag);
       if (!this.config.writes || !def.writable) continue;
@@ -92,7 +93,7 @@ export class PlainTopics {
     if (!entry) return;
     this.byDevice.delete(id);
     for (const unsubscribe of entry.unsubscribe.splice(0)) unsubscribe();
-    for (const tag of entry.tags) this.setTargets.delete(tag.topic + SET);
+    for (const tag of entry.tags.values()) this.setTargets.delete(tag.topic + SET);
     for (const [alias, tag] of this.byAlias) if (tag.deviceId === id) this.byAlias.delete(alias);
   }
 
@@ -102,27 +103,36 @@ export class PlainTopics {
     this.setTargets.clear();
   }
 
-  /** A DBIRTH's or DDATA's metrics: each tag whose value or quality changed. */
-  metrics(metrics: readonly MetricOut[]): void {
+  /** A DBIRTH's or DDATA's metrics of `deviceId`: each tag whose value or quality changed. */
+  metrics(deviceId: string, metrics: readonly MetricOut[]): void {
     for (const m of metrics) {
-      const tag = m.alias === undefined ? undefined : this.byAlias.get(m.alias);
-      if (tag === undefined) continue;
-      const value = m.value ?? null;
-      const quality = m.quality === Quality.Bad ? 'bad' : m.quality === Quality.Stale ? 'stale' : 'good';
-      // A DBIRTH repeats values (a rebirth); only what changed goes out, as with the Sparkplug data.
-      if (tag.quality === quality && (value === null ? tag.value === null : !hasChanged(tag.value, value, undefined))) continue;
-      this.publish(tag, value, m.timestamp ?? Date.now(), quality);
+      if (m.template === undefined) {
+        if (m.alias !== undefined) this.sample(this.byAlias.get(m.alias), m);
+        continue;
+      }
+      // A Template instance (`sparkplug.templates`): its members are the device's tags, by name.
+      const tags = this.byDevice.get(deviceId)?.tags;
+      for (const member of m.template.members) if (member.name !== undefined) this.sample(tags?.get(member.name), member);
     }
   }
 
   /** A DDEATH (or the end of the node's session): the device's last values stay, marked stale. */
   deviceDead(deviceId: string, timestamp: number): void {
-    for (const tag of this.byDevice.get(deviceId)?.tags ?? []) {
+    for (const tag of this.byDevice.get(deviceId)?.tags.values() ?? []) {
       if (tag.quality !== undefined && tag.quality !== 'stale') this.publish(tag, tag.value, timestamp, 'stale');
     }
   }
 
   // -----------------------------------------------------------------------------------------------------------
+
+  private sample(tag: PlainTag | undefined, m: MetricOut): void {
+    if (tag === undefined) return;
+    const value = m.value ?? null;
+    const quality = m.quality === Quality.Bad ? 'bad' : m.quality === Quality.Stale ? 'stale' : 'good';
+    // A DBIRTH repeats values (a rebirth); only what changed goes out, as with the Sparkplug data.
+    if (tag.quality === quality && (value === null ? tag.value === null : !hasChanged(tag.value, value, undefined))) return;
+    this.publish(tag, value, m.timestamp ?? Date.now(), quality);
+  }
 
   private topicOf(deviceId: string, tag: string): string {
     // A function, not a replacement string: `$&` in a tag name is text, not a pattern.

@@ -45,6 +45,11 @@ export const sparkplugSchema = z.strictObject({
       writes: z.boolean().default(false),
     })
     .optional(),
+  /**
+   * Device profiles as Sparkplug Templates: a definition per profile in the NBIRTH, each device built from one a
+   * Template instance. Off by default: not every host application handles Templates.
+   */
+  templates: z.boolean().default(false),
 });
 
 export type SparkplugConfig = z.output<typeof sparkplugSchema>;

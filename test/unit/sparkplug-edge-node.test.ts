@@ -44,7 +44,7 @@ afterEach(async () => {
 });
 
 function setup(
-  options: { config?: Partial<SparkplugConfig>; connectors?: FakeConnector[]; dir?: string } = {},
+  options: { config?: Partial<SparkplugConfig>; connectors?: FakeConnector[]; profiles?: ReadonlyMap<string, string>; dir?: string } = {},
 ): { node: EdgeNode; broker: RecordingBroker; press: FakeConnector; logs: LogLine[]; dir: string; decoder: Decoder; decoded: () => ReturnType<Decoder['decode']>[] } {
   const dir = options.dir ?? tempDir('edgeferry-sp-');
   if (!options.dir) dirs.push(dir);
@@ -66,7 +66,7 @@ function setup(
     deathTimeoutMs: 200,
     ...options.config,
   });
-  const node = new EdgeNode({ config, broker, connectors: options.connectors ?? [press], stateDir: dir, log: captureLogger(logs) });
+  const node = new EdgeNode({ config, broker, connectors: options.connectors ?? [press], profiles: options.profiles, stateDir: dir, log: captureLogger(logs) });
   nodes.push(node);
   const decoder = new Decoder();
   let seen = 0;
@@ -228,6 +228,39 @@ describe('Sparkplug edge node: DCMD', () => {
     expect(refused).toHaveLength(6);
     press.emit({ count: 2 });
     expect(kinds(decoded()).at(-1)).toMatch(/^DDATA:press-1/);
+  });
+
+  it('on a Template instance\'s device, writes the instance\'s members (by its alias) and refuses its tags as plain metrics, another template, a read-only or out-of-range member [tck-id-payloads-template-instance-members]', async () => {
+    const gauge = new FakeConnector('press-1', [
+      { name: 'setpoint', datatype: 'Int16', writable: true },
+      { name: 'count', datatype: 'UInt32' },
+    ]);
+    const { node, broker, logs, decoded } = setup({ connectors: [gauge], profiles: new Map([['press-1', 'press']]), config: { templates: true } });
+    await node.start();
+    gauge.emit({ setpoint: 5, count: 1 });
+    const alias = decoded()[1].payload.metrics[0].alias;
+    const instance = (ref: string, members: { name: string; datatype: 'Int16' | 'UInt32'; value: number }[]) => ({
+      name: 'press',
+      datatype: 'Template' as const,
+      template: { isDefinition: false as const, ref, members },
+    });
+    const dcmd = (metrics: Parameters<typeof command>[0]) =>
+      broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command(metrics), { origin: 'scada-1' });
+    dcmd([{ name: 'setpoint', datatype: 'Int16', value: 7 }]);
+    dcmd([instance('oven', [{ name: 'setpoint', datatype: 'Int16', value: 7 }])]);
+    dcmd([instance('press', [{ name: 'count', datatype: 'UInt32', value: 2 }, { name: 'setpoint', datatype: 'Int16', value: 70_000 }])]);
+    dcmd([{ alias, valueType: 'Template', template: { isDefinition: false, ref: 'press', members: [{ name: 'setpoint', datatype: 'Int16', value: -9 }] } }]);
+    await waitFor(() => node.stats.writesOk === 1, 1000);
+    expect(gauge.writes).toEqual([{ tag: 'setpoint', value: -9 }]);
+    expect(logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.metric, l.fields.why])).toEqual([
+      ['setpoint', 'unknown metric'],
+      ['press', 'not an instance of press'],
+      ['press/count', 'read-only metric'],
+      ['press/setpoint', '70000 is outside Int16 (-32768..32767)'],
+    ]);
+    // The read-back goes out as the instance with that member.
+    const ddata = decoded().at(-1)!;
+    expect(ddata.payload.metrics.map((m) => [m.alias, m.template?.members.map((x) => [x.name, x.value])])).toEqual([[alias, [['setpoint', -9]]]]);
   });
 
   it('refuses a value outside the metric\'s datatype, and one the connector finds does not fit the device, with a command refused line and no write', async () => {

@@ -96,6 +96,25 @@ describe('Sparkplug payload encoding', () => {
     expect(bare.metrics[0].properties?.keys).toEqual(['readOnly']);
   });
 
+  it('writes a Template definition without template_ref and members without values, an instance with its ref and member values; both decode back [tck-id-payloads-template-ref-definition] [tck-id-payloads-template-instance-ref]', () => {
+    const buf = encodePayload({
+      timestamp: 1,
+      seq: 0,
+      metrics: [
+        { name: 'press', datatype: 'Template', template: { isDefinition: true, members: [{ name: 't', datatype: 'Int16', properties: { readOnly: true } }] } },
+        { name: 'p1', alias: 4, datatype: 'Template', template: { isDefinition: false, ref: 'press', members: [{ name: 't', datatype: 'Int16', value: -3 }] } },
+      ],
+    });
+    const [definition, instance] = rawDecode(buf).metrics;
+    expect(Object.keys(definition.templateValue!)).not.toContain('templateRef');
+    expect(definition.templateValue?.isDefinition).toBe(true);
+    expect(Object.keys(definition.templateValue!.metrics![0]).sort()).toEqual(['datatype', 'name', 'properties']);
+    expect([instance.templateValue?.isDefinition, instance.templateValue?.templateRef]).toEqual([false, 'press']);
+    const decoded = decodePayload(buf).metrics;
+    expect(decoded[0].template).toMatchObject({ ref: undefined, isDefinition: true, members: [{ name: 't', datatype: 'Int16', value: null, isNull: false }] });
+    expect(decoded[1]).toMatchObject({ alias: 4, datatype: 'Template', value: null, template: { ref: 'press', isDefinition: false, members: [{ name: 't', value: -3 }] } });
+  });
+
   it('rewrites seq in place, keeps everything else, and flags history', () => {
     const original = encodePayload({ timestamp: 1_700_000_000_000, seq: 200, metrics: [{ alias: 1, valueType: 'Int16', timestamp: 5, value: -3 }] });
     const renumbered = withSeq(original, 7);
