@@ -214,7 +214,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
     if (prefix.length + 8 > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
-    return this.store.schedule((b) => {
+    return this.store.admit(value.length, (b) => {
       this.store.reserve(b, value.length);
       const seq = this.lastSeq + 1;
       const key = seqKey(prefix, seq);
@@ -224,6 +224,10 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       this.lastSeq = seq;
       return seq;
     });
+  }
+
+  refusal(): StoreError | undefined {
+    return this.store.quotaRefusal();
   }
 
   putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
@@ -250,7 +254,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       this.store.reserve(b, value.length);
       this.store.put(b, this.store.willDb, key, value);
       this.remember(b, clientId, this.store.willDb, key);
-    }, Buffer.from(clientId, 'utf8'));
+    }, Buffer.from(clientId, 'utf8'), value.length);
   }
 
   deleteWill(clientId: string): Promise<void> {
@@ -331,8 +335,11 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     keys.push({ db, key });
   }
 
-  /** Builds the key up front (invalid ids and over-long keys reject at once), then schedules `run`. */
-  private keyed(clientId: string, run: (b: Batch, key: Buffer) => void, key: Buffer | (() => Buffer)): Promise<void> {
+  /**
+   * Builds the key up front (invalid ids and over-long keys reject at once), then schedules `run`; with
+   * `newBytes`, a new value of that size that `storage.maxBytes` must admit first.
+   */
+  private keyed(clientId: string, run: (b: Batch, key: Buffer) => void, key: Buffer | (() => Buffer), newBytes?: number): Promise<void> {
     let k: Buffer;
     try {
       k = typeof key === 'function' ? key() : key;
@@ -340,7 +347,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }));
     }
     if (k.length > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
-    return this.store.schedule((b) => run(b, k));
+    return newBytes === undefined ? this.store.schedule((b) => run(b, k)) : this.store.admit(newBytes, (b) => run(b, k));
   }
 }
 

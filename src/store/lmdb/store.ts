@@ -130,9 +130,19 @@ export class LmdbStore implements Store, StoreWriter {
   private closed: Promise<void> | undefined;
   private commitFailing = false;
   private full: FullEpisode | undefined;
+  /** Value bytes of writes admitted and not yet applied to a batch (see `admit`). */
+  private pendingBytes = 0;
+  /** Whether the store is at `storage.maxBytes`, as decided for the running synchronous section (see `quotaRefusal`). */
+  private atLimit: boolean | undefined;
+  private usedAtLimit = 0;
+  private readonly forgetAtLimit = (): void => {
+    this.atLimit = undefined;
+  };
+  /** Committed batches, so page counts are re-read only after a commit changed them. */
+  private commits = 0;
   /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
   corruptRecords = 0;
-  private pageBytes = { used: 0, readAtMs: -Infinity, reservedSince: 0 };
+  private pageBytes = { used: 0, readAtMs: -Infinity, readAtCommit: -1, reservedSince: 0 };
   private clockTimer: NodeJS.Timeout | undefined;
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
@@ -254,8 +264,45 @@ export class LmdbStore implements Store, StoreWriter {
   }
 
   /**
-   * Accounts `bytes` more against `storage.maxBytes` in this batch. `makeRoom` may free space (drop-oldest)
-   * and returns the bytes it freed, 0 when it cannot. Throws EF_STORE_FULL when the store stays full.
+   * The one decision on a new message against `storage.maxBytes`, made before any of its writes is scheduled
+   * (docs/reliability.md#full-disk): EF_STORE_FULL when the store is at the limit, counting the bytes of the batch in
+   * flight and of writes admitted but not in a batch yet; undefined when there is room, or when `canMakeRoom` (a
+   * `drop-oldest` outbox with entries of its own to drop). The answer holds until the running synchronous section
+   * ends, so every target of one routed message (`Subscriber.refusal`, then the writes) hears the same, whatever
+   * the others scheduled meanwhile; the store may pass the limit by what one section admits.
+   */
+  quotaRefusal(canMakeRoom = false): StoreError | undefined {
+    if (!isLimited(this.maxBytes)) return undefined;
+    if (this.atLimit === undefined) {
+      this.usedAtLimit = this.usedBytesEstimate() + (this.inFlight?.reservedBytes ?? 0) + this.pendingBytes;
+      this.atLimit = this.usedAtLimit >= this.maxBytes;
+      queueMicrotask(this.forgetAtLimit);
+      if (!this.atLimit && this.full?.cause === 'maxBytes') this.endFull();
+    }
+    if (!this.atLimit || canMakeRoom) return undefined;
+    this.beginFull('maxBytes', { maxBytes: this.maxBytes, usedBytes: this.usedAtLimit }).refused++;
+    return new StoreError('EF_STORE_FULL', `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes): new messages are refused`);
+  }
+
+  /**
+   * Schedules the write of a new value of `bytes` once `quotaRefusal` admits it (rejects with its error otherwise);
+   * its bytes count as pending until `run` applies them to a batch.
+   */
+  admit<T>(bytes: number, run: (b: Batch) => T, canMakeRoom = false): Promise<T> {
+    if (this.closing) return Promise.reject(closedError());
+    const refused = this.quotaRefusal(canMakeRoom);
+    if (refused !== undefined) return Promise.reject(refused);
+    this.pendingBytes += bytes;
+    return this.schedule((b) => {
+      this.pendingBytes -= bytes;
+      return run(b);
+    });
+  }
+
+  /**
+   * Accounts `bytes` more in this batch. Admitted already (`admit`), it is refused here only while the disk is
+   * full; past `storage.maxBytes`, `makeRoom` (a `drop-oldest` outbox) frees what it can and returns the bytes it
+   * freed, 0 when nothing is left.
    */
   reserve(b: Batch, bytes: number, makeRoom?: () => number): void {
     const full = this.full;
@@ -277,18 +324,7 @@ export class LmdbStore implements Store, StoreWriter {
     b.reservedBytes += bytes;
     if (!isLimited(this.maxBytes)) return;
     b.usedBytes ??= this.usedBytesEstimate();
-    while (b.usedBytes + bytes > this.maxBytes) {
-      const freed = makeRoom === undefined ? 0 : makeRoom();
-      if (freed === 0) {
-        b.storeFull = true;
-        b.reservations--;
-        this.beginFull('maxBytes', { maxBytes: this.maxBytes, usedBytes: b.usedBytes }).refused++;
-        throw new StoreError(
-          'EF_STORE_FULL',
-          `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes); ${bytes} more bytes refused`,
-        );
-      }
-    }
+    if (makeRoom !== undefined) while (b.usedBytes + bytes > this.maxBytes && makeRoom() > 0);
     b.usedBytes += bytes;
   }
 
@@ -339,10 +375,9 @@ export class LmdbStore implements Store, StoreWriter {
   private usedBytesEstimate(): number {
     const estimate = this.pageBytes.used + this.pageBytes.reservedSince * RESERVE_MARGIN;
     const nowMs = performance.now();
-    if (nowMs - this.pageBytes.readAtMs < PAGE_STATS_MAX_AGE_MS && estimate < this.maxBytes * PAGE_STATS_EXACT_ABOVE) {
-      return estimate;
-    }
-    this.pageBytes = { used: this.usedPageBytes(), readAtMs: nowMs, reservedSince: 0 };
+    const fresh = nowMs - this.pageBytes.readAtMs < PAGE_STATS_MAX_AGE_MS && estimate < this.maxBytes * PAGE_STATS_EXACT_ABOVE;
+    if (fresh || this.pageBytes.readAtCommit === this.commits) return estimate;
+    this.pageBytes = { used: this.usedPageBytes(), readAtMs: nowMs, readAtCommit: this.commits, reservedSince: 0 };
     return this.pageBytes.used;
   }
 
@@ -453,7 +488,9 @@ export class LmdbStore implements Store, StoreWriter {
 
   private afterCommit(b: Batch): void {
     this.pageBytes.reservedSince += b.reservedBytes;
-    if (b.reservations > 0 && !b.storeFull) this.endFull();
+    this.commits++;
+    // A `maxBytes` episode ends when `quotaRefusal` finds room again.
+    if (this.full?.cause === 'disk' && b.reservations > 0 && !b.storeFull) this.endFull();
     else if (b.deletes && this.full?.cause === 'disk') {
       // Freed pages: the next batch may try, even with the filesystem still full.
       this.full.retryAtMs = 0;

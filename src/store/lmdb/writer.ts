@@ -6,6 +6,7 @@
 import type { Database } from 'lmdb';
 import type { SteadyClock } from '../../util/clock.js';
 import type { Logger } from '../../util/logger.js';
+import type { StoreError } from '../../util/errors.js';
 
 /** How long deletes after acknowledgements are collected before they are committed (see DelayedFlush). */
 const ACK_DELAY_MS = 5;
@@ -96,8 +97,15 @@ export interface StoreWriter extends StoreDatabases {
   put(b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown): void;
   del(b: Batch, db: Database<any, any>, key: Buffer | string): void;
   /**
-   * Accounts `bytes` more against `storage.maxBytes` in this batch. `makeRoom` may free space (drop-oldest)
-   * and returns the bytes it freed, 0 when it cannot. Throws EF_STORE_FULL when the store stays full.
+   * The decision on a new message against `storage.maxBytes`, the same for the rest of the synchronous section:
+   * EF_STORE_FULL when the store is at the limit (but for a writer that `canMakeRoom`), else undefined.
+   */
+  quotaRefusal(canMakeRoom?: boolean): StoreError | undefined;
+  /** Schedules the write of a new value of `bytes` once `quotaRefusal` admits it; rejects with its error otherwise. */
+  admit<T>(bytes: number, run: (b: Batch) => T, canMakeRoom?: boolean): Promise<T>;
+  /**
+   * Accounts `bytes` more in this batch; refused (EF_STORE_FULL) only while the disk is full. Past
+   * `storage.maxBytes`, `makeRoom` (drop-oldest) frees what it can and returns the bytes it freed, 0 when it cannot.
    */
   reserve(b: Batch, bytes: number, makeRoom?: () => number): void;
   /** Tells the byte estimate of this batch that `bytes` were removed. */
