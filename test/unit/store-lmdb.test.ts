@@ -130,7 +130,7 @@ describe('LMDB store', () => {
     for (const [seq, value] of values) impl.outboxDb.putSync(seqKey(prefix, seq), value);
     const bytes = values.reduce((sum, [, v]) => sum + v.length, 0);
     const meta: OutboxMeta = { lastSeq: 5, messages: 3, bytes, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } };
-    impl.meta.putSync(outboxMetaKey('central'), meta);
+    impl.meta.putSync(outboxMetaKey('central'), Buffer.from(JSON.stringify(meta))); // plain JSON, as written then
     await closeStore(store);
 
     store = await openStore(dir);

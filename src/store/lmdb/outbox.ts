@@ -95,7 +95,7 @@ export class LmdbOutbox implements Outbox, BatchMember {
     this.end = prefixEnd(this.prefix);
     this.metaKey = outboxMetaKey(name);
     this.removalFlush = new DelayedFlush(store, (b) => this.applyRemovals(b));
-    const meta = store.meta.get(this.metaKey) as OutboxMeta | undefined;
+    const meta = store.readMeta<OutboxMeta>(this.metaKey);
     let firstStored: number | undefined;
     let lastStored = 0;
     for (const key of this.db.getKeys({ start: this.prefix, end: this.end, limit: 1, snapshot: false })) {
@@ -478,7 +478,7 @@ export class LmdbOutbox implements Outbox, BatchMember {
     }
     if (this.dirty) {
       const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped, floor };
-      this.store.put(b, this.store.meta, this.metaKey, meta);
+      this.store.putMeta(b, this.metaKey, meta);
     }
     this.dirty = false;
     this.batchValues = [];

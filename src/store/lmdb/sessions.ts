@@ -65,7 +65,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       b.join(this);
       this.flushingAcks = true;
     });
-    this.lastSeq = (store.meta.get('sessionSeq') as number | undefined) ?? 0;
+    this.lastSeq = store.readMeta<number>('sessionSeq') ?? 0;
   }
 
   loadAll(window?: QueueWindow): Iterable<SessionRecord> {
@@ -302,7 +302,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       for (const k of this.ackKeys) this.store.del(b, this.store.queueDb, k);
       this.ackKeys = [];
     }
-    if (this.seqBefore !== undefined) this.store.put(b, this.store.meta, 'sessionSeq', this.lastSeq);
+    if (this.seqBefore !== undefined) this.store.putMeta(b, 'sessionSeq', this.lastSeq);
   }
 
   committed(): void {

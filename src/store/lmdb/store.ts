@@ -34,7 +34,7 @@
 import type { Database, RootDatabase } from 'lmdb';
 import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
-import { ownerPrefix, prefixEnd } from '../codec.js';
+import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
 import type { Outbox, OutboxLimits, Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
@@ -101,7 +101,7 @@ export class LmdbStore implements Store, StoreWriter {
   readonly retained: LmdbRetainedStore;
   readonly sessions: LmdbSessionStore;
   readonly env: RootDatabase;
-  readonly meta: Database<unknown, string>;
+  readonly meta: Database<Buffer, string>;
   readonly outboxDb: Database<Buffer, Buffer>;
   readonly retainedDb: Database<Buffer, Buffer>;
   readonly sessionDb: Database<Buffer, Buffer>;
@@ -155,7 +155,7 @@ export class LmdbStore implements Store, StoreWriter {
     this.maxBytes = opts.maxBytes;
     // Not in lmdb-js's typings; 1978 is LMDB's compiled-in default.
     this.maxKeyBytes = (env as unknown as { maxKeySize?: number }).maxKeySize ?? 1978;
-    this.meta = env.openDB<unknown, string>('meta', { encoding: 'json' });
+    this.meta = env.openDB<Buffer, string>('meta', { encoding: 'binary' });
     this.outboxDb = env.openDB<Buffer, Buffer>('outbox', { encoding: 'binary', keyEncoding: 'binary' });
     this.retainedDb = env.openDB<Buffer, Buffer>('retained', { encoding: 'binary', keyEncoding: 'binary' });
     this.sessionDb = env.openDB<Buffer, Buffer>('sessions', { encoding: 'binary', keyEncoding: 'binary' });
@@ -207,7 +207,7 @@ export class LmdbStore implements Store, StoreWriter {
     if (this.outboxes.has(name)) throw outboxInUseError(name);
     const prefix = ownerPrefix(name);
     const end = prefixEnd(prefix);
-    const entries = (this.meta.get(outboxMetaKey(name)) as OutboxMeta | undefined)?.messages ?? 0;
+    const entries = this.readMeta<OutboxMeta>(outboxMetaKey(name))?.messages ?? 0;
     // In parts, one transaction each: an outbox may hold millions of entries. Each part reads the keys the
     // previous part's commit left.
     for (;;) {
@@ -256,6 +256,15 @@ export class LmdbStore implements Store, StoreWriter {
    */
   put(_b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown): void {
     void db.put(key, value);
+  }
+
+  readMeta<T>(key: string): T | undefined {
+    const value = this.meta.get(key);
+    return value === undefined ? undefined : decodeJsonValue<T>(value);
+  }
+
+  putMeta(b: Batch, key: string, value: unknown): void {
+    this.put(b, this.meta, key, encodeJsonValue(value));
   }
 
   del(b: Batch, db: Database<any, any>, key: Buffer | string): void {
@@ -565,7 +574,7 @@ export class LmdbStore implements Store, StoreWriter {
   private recordClock(): Promise<void> {
     return this.schedule((b) => {
       const record = this.clock.record();
-      if (record !== undefined) this.put(b, this.meta, 'clock', record);
+      if (record !== undefined) this.putMeta(b, 'clock', record);
     });
   }
 

@@ -67,7 +67,11 @@ export interface DamagedRecord {
 
 /** The named databases of the environment (store.ts opens them). */
 export interface StoreDatabases {
-  readonly meta: Database<unknown, string>;
+  /**
+   * The store's own records: `schema` (plain JSON, so that every release can read which format it is) and the
+   * counters (`sessionSeq`, `outbox:<name>`, `clock`), checksummed JSON like session records (codec.ts).
+   */
+  readonly meta: Database<Buffer, string>;
   readonly outboxDb: Database<Buffer, Buffer>;
   readonly retainedDb: Database<Buffer, Buffer>;
   /** Session records and subscriptions: checksummed JSON (codec.ts encodeJsonValue). */
@@ -95,6 +99,10 @@ export interface StoreWriter extends StoreDatabases {
   /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
   schedule<T>(run: (b: Batch) => T): Promise<T>;
   put(b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown): void;
+  /** A counter record of `meta`, checked (CorruptValueError when damaged; open.ts refuses such a store). */
+  readMeta<T>(key: string): T | undefined;
+  /** Writes a counter record of `meta` with its checksum. */
+  putMeta(b: Batch, key: string, value: unknown): void;
   del(b: Batch, db: Database<any, any>, key: Buffer | string): void;
   /**
    * The decision on a new message against `storage.maxBytes`, the same for the rest of the synchronous section:
