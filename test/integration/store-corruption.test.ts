@@ -16,13 +16,13 @@ import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { RawClient } from '../helpers/raw-client.js';
 import { seededRandom } from '../helpers/random.js';
+import { namedDatabaseRoot, PAGE } from '../helpers/lmdb-file.js';
 
 const d = useDisposer();
 const ROOT = join(import.meta.dirname, '..', '..');
 const CLI = join(ROOT, 'dist', 'src', 'cli.js');
 const SEEDS = [1, 2, 3, 4, 5, 6];
 const MESSAGES = 1500;
-const PAGE = 4096;
 
 
 /** Overwrites 4 KiB at a random offset past LMDB's two meta pages with random bytes; returns the offset. */
@@ -221,16 +221,3 @@ describe('a damaged data file', () => {
     expect((await runCli(['store', 'list', '-c', gw.configFile])).stdout).toMatch(/outbox central: 31 messages/);
   }, 60_000);
 });
-
-/** The root page of a named database: its record in the main database's root page (a leaf in a small store). */
-function namedDatabaseRoot(file: Buffer, name: string): number {
-  const meta = [0, PAGE].map((at) => ({ at, txn: file.readBigUInt64LE(at + 152) })).sort((a, b) => Number(b.txn - a.txn))[0].at;
-  const main = Number(file.readBigUInt64LE(meta + 24 + 24 + 48 + 40)) * PAGE;
-  for (let i = 0; i < file.readUInt16LE(main + 20) >> 1; i++) {
-    const node = main + 24 + file.readUInt16LE(main + 24 + 2 * i);
-    const key = file.toString('utf8', node + 8, node + 8 + file.readUInt16LE(node + 6)).replace(/\0$/, '');
-    if (key === name) return Number(file.readBigUInt64LE(node + 8 + file.readUInt16LE(node + 6) + 40));
-  }
-  throw new Error(`no database ${name} in the main database's root page`);
-}
-
