@@ -48,10 +48,17 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   private ackKeys: Buffer[] = [];
   /** The deletes of acked messages go at the end of the batch that flushes them, after any flight state in it. */
   private readonly ackFlush: DelayedFlush;
+  /**
+   * No key in the queue database is greater than this (deletes leave it as it is: still a bound), so a message
+   * queued under a greater key is appended (see `StoreWriter.put`): the queue of the session whose client id sorts
+   * last, usually the only one, then fills its pages instead of leaving them half full.
+   */
+  private queueEnd: Buffer | undefined;
 
   // Per batch (see BatchMember).
-  /** `lastSeq` before the batch's first enqueue, restored if it fails. */
+  /** `lastSeq` and `queueEnd` before the batch's first enqueue, restored if it fails. */
   private seqBefore: number | undefined;
+  private queueEndBefore: Buffer | undefined;
   /** The collected acks are deleted in this batch. */
   private flushingAcks = false;
   /** Client ids whose session was dropped in this batch (the committed keys are still readable). */
@@ -66,6 +73,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       this.flushingAcks = true;
     });
     this.lastSeq = store.readMeta<number>('sessionSeq') ?? 0;
+    for (const key of store.queueDb.getKeys({ reverse: true, limit: 1, snapshot: false })) this.queueEnd = key;
   }
 
   loadAll(window?: QueueWindow): Iterable<SessionRecord> {
@@ -218,9 +226,14 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       this.store.reserve(b, value.length);
       const seq = this.lastSeq + 1;
       const key = seqKey(prefix, seq);
-      this.store.put(b, this.store.queueDb, key, value);
+      if (this.seqBefore === undefined) {
+        this.seqBefore = this.lastSeq;
+        this.queueEndBefore = this.queueEnd;
+      }
+      const append = this.queueEnd === undefined || Buffer.compare(key, this.queueEnd) > 0;
+      if (append) this.queueEnd = key;
+      this.store.put(b, this.store.queueDb, key, value, append);
       this.remember(b, clientId, this.store.queueDb, key);
-      this.seqBefore ??= this.lastSeq;
       this.lastSeq = seq;
       return seq;
     });
@@ -310,7 +323,10 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   }
 
   rollback(): void {
-    if (this.seqBefore !== undefined) this.lastSeq = this.seqBefore;
+    if (this.seqBefore !== undefined) {
+      this.lastSeq = this.seqBefore;
+      this.queueEnd = this.queueEndBefore;
+    }
     this.forgetBatch();
   }
 

@@ -45,6 +45,10 @@ import { SteadyClock } from '../../util/clock.js';
 import { commitCause, diskHasRoom, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
 import type { VerifyMode } from './verify.js';
 
+/** lmdb-js's put option for MDB_APPEND (see `put`). */
+const APPEND = { append: true };
+/** A failed commit is reported to the writers by its batch (see `issue`). */
+const ignoreFailedCommit = (): void => {};
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
 const PAGE_STATS_MAX_AGE_MS = 1000;
 const PAGE_STATS_EXACT_ABOVE = 0.9;
@@ -254,9 +258,16 @@ export class LmdbStore implements Store, StoreWriter {
    * Issues a write in the batch being built. Called only inside `env.batch()` (see `issue`), where lmdb-js
    * returns an already-resolved placeholder; the batch's own promise reports the commit.
    */
-  put(_b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown): void {
-    void db.put(key, value);
+  put(_b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown, append = false): void {
+    if (!append) void db.put(key, value);
+    // A conditional write, so lmdb-js makes it a promise of its own, which rejects when the commit fails (reported
+    // by the batch) and resolves false when the key was not the greatest (which callers rule out).
+    else (db.put(key, value, APPEND as unknown as number) as Promise<boolean>).then(this.appended, ignoreFailedCommit);
   }
+
+  private readonly appended = (written: boolean): void => {
+    if (!written) this.log.error('a write appended out of key order was not stored (MDB_APPEND): a bug in the queue bound');
+  };
 
   readMeta<T>(key: string): T | undefined {
     const value = this.meta.get(key);

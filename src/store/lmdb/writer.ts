@@ -98,7 +98,12 @@ export interface StoreWriter extends StoreDatabases {
   readonly isClosing: boolean;
   /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
   schedule<T>(run: (b: Batch) => T): Promise<T>;
-  put(b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown): void;
+  /**
+   * Writes `value` under `key` in the batch. `append`: the caller knows `key` is greater than every key in `db`
+   * (LMDB's MDB_APPEND: a full page is then split by starting a new one, not in halves; a key that is not the
+   * greatest would fail the write).
+   */
+  put(b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown, append?: boolean): void;
   /** A counter record of `meta`, checked (CorruptValueError when damaged; open.ts refuses such a store). */
   readMeta<T>(key: string): T | undefined;
   /** Writes a counter record of `meta` with its checksum. */
