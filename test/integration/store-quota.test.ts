@@ -5,8 +5,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway } from '../helpers/gateway.js';
+import { runCli, startGateway } from '../helpers/gateway.js';
 import { openClient } from '../helpers/mqtt-client.js';
+import { freePort } from '../helpers/ports.js';
 import { drainSession, fillStore, persistent } from '../helpers/store-fill.js';
 
 const d = useDisposer();
@@ -45,4 +46,29 @@ describe('storage.maxBytes between the targets of one message', () => {
     const log = gw.output();
     expect(log.match(/store full \(storage.maxBytes\)/g)?.length, log.slice(-3000)).toBe(ROUNDS);
   }, 120_000);
+
+  it('stores a message refused for a persistent session in no bridge outbox either, though drop-oldest could make room', async () => {
+    const deadPort = await freePort();
+    const gw = d.add(
+      await startGateway({
+        storage: { maxBytes: MAX_BYTES },
+        broker: { maxQueuedMessages: 0 },
+        bridges: [{ name: 'central', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'fill/#', direction: 'out', qos: 1 }] }],
+      }),
+    );
+    const sub = await openClient(gw.url, persistent('historian'));
+    await sub.subscribe('fill/#', { qos: 1 });
+    await sub.disconnect();
+
+    const fill = await fillStore(d, gw, 'fill/q', 0, 64);
+    expect(fill.codes).toEqual([QUOTA_EXCEEDED]);
+    expect(await drainSession(d, gw, 'historian', 'fill/q', fill.accepted.length)).toEqual(fill.accepted);
+    await gw.stop();
+    // The outbox journaled what was accepted (past the limit it may drop its own oldest, counted), nothing refused.
+    const listed = await runCli(['store', 'list', '-c', gw.configFile]);
+    const outbox = /outbox central: (\d+) messages, \d+ bytes, oldest [^,]+, dropped (none|queue_full (\d+))/.exec(listed.stdout);
+    expect(outbox, listed.stdout).not.toBeNull();
+    expect(Number(outbox![1]) + Number(outbox![3] ?? 0)).toBe(fill.accepted.length);
+  }, 120_000);
 });
+
