@@ -349,12 +349,11 @@ export class Bridge {
   }
 
   /**
-   * Why the outbox would refuse `msg` now (routing asks before anyone stores it), warned once per episode. Only a
-   * `reject-new` outbox is asked: a `drop-oldest` one makes room (but for an entry larger than its `maxBytes`,
-   * refused when appended, as it costs a copy of the message to tell).
+   * Why the outbox would refuse `msg` now (routing asks before anyone stores it), warned once per episode: a full
+   * `reject-new` outbox, an entry larger than its `maxBytes`, a store at `storage.maxBytes` that a `drop-oldest`
+   * outbox cannot make room in.
    */
   private refusal(rule: TopicRule, msg: Message): Error | undefined {
-    if (this.config.queue.overflow !== 'reject-new') return undefined;
     const upstream = this.upstreamMessage(rule, msg);
     const refused = upstream === undefined ? undefined : this.outbox.refusal(upstream);
     if (refused !== undefined) this.onAppendFailed(refused);

@@ -15,7 +15,7 @@ import { memoryWindow, NEVER_EXPIRES, Session } from './session.js';
 import type { DropReason, ReadGate, SessionEvents, SessionLimits, SessionOwner } from './session.js';
 import type { ClientInfo } from './auth.js';
 import { TopicTree } from './topic-tree.js';
-import type { Subscriber } from './topic-tree.js';
+import type { SharedGroup, Subscriber, Subscription } from './topic-tree.js';
 import { WillScheduler } from './wills.js';
 import type { SteadyClock } from '../util/clock.js';
 
@@ -164,6 +164,10 @@ export class Broker {
     this.pressure = undefined;
     const { subscriptions, groups } = this.tree.match(msg.topic);
     this.routeWork += subscriptions.length + groups.length;
+    if (msg.retain) {
+      const refused = this.retained.refusal(msg);
+      if (refused !== undefined) return Promise.reject(refused);
+    }
     if (subscriptions.length === 0 && groups.length === 0) return msg.retain ? this.retained.set(msg) : undefined;
     // Overlapping subscriptions of one subscriber merge into one delivery. The marks on the subscriber only find
     // its slot; the merged values live in local arrays, so a delivery that publishes again cannot disturb them.
@@ -197,11 +201,21 @@ export class Broker {
         if (sub.subscriptionId !== undefined) (idsOf[slot] ??= []).push(sub.subscriptionId);
       }
     }
-    // A subscriber that would refuse the message (a full `reject-new` outbox) refuses it for all, before anyone
-    // stores it: a publisher that retries after 0x97 then creates no duplicate (docs/reliability.md#full-disk).
+    // A subscriber that would refuse the message (a full `reject-new` outbox, a store at `storage.maxBytes`) refuses
+    // it for all, before anyone stores it: a publisher that retries after 0x97 then creates no duplicate. The
+    // store's answer holds until this synchronous pass ends, so the writes below hear the same
+    // (docs/reliability.md#full-disk).
     for (let i = 0; i < targets.length; i++) {
       const refused = qosOf[i] > 0 ? targets[i].refusal?.(msg) : undefined;
       if (refused !== undefined) return Promise.reject(refused);
+    }
+    // Each shared group's member is picked first, so that it is asked too (an array only when there are groups).
+    const members = groups.length === 0 ? undefined : groups.map((group) => this.pickMember(group, msg));
+    if (members !== undefined && msg.qos > 0) {
+      for (const member of members) {
+        const refused = member !== undefined && member.qos > 0 ? member.subscriber.refusal?.(msg) : undefined;
+        if (refused !== undefined) return Promise.reject(refused);
+      }
     }
     let waits: Promise<unknown>[] | undefined;
     if (msg.retain) (waits ??= []).push(this.retained.set(msg));
@@ -211,17 +225,23 @@ export class Broker {
       const wait = targets[i].deliver(msg, qosOf[i], rapOf[i] && msg.retain, idsOf[i], encodings);
       if (wait) (waits ??= []).push(wait);
     }
-    for (const group of groups) {
-      const member = group.pick();
-      if (!member) continue;
-      if (member.noLocal && msg.origin === member.subscriber.id) continue;
-      if (!mayRead(member.subscriber, msg.topic)) continue;
+    for (let i = 0; i < groups.length; i++) {
+      const member = members![i];
+      if (member === undefined) continue;
       const qos = (member.qos < msg.qos ? member.qos : msg.qos) as QoS;
       const ids = member.subscriptionId === undefined ? undefined : [member.subscriptionId];
-      const wait = member.subscriber.deliver(msg, qos, member.retainAsPublished && msg.retain, ids, encodings, group);
+      const wait = member.subscriber.deliver(msg, qos, member.retainAsPublished && msg.retain, ids, encodings, groups[i]);
       if (wait) (waits ??= []).push(wait);
     }
     return settle(waits);
+  }
+
+  /** The member of `group` that gets `msg` (round robin), or undefined when it goes to none of them. */
+  private pickMember(group: SharedGroup, msg: Message): Subscription | undefined {
+    const member = group.pick();
+    if (!member) return undefined;
+    if (member.noLocal && msg.origin === member.subscriber.id) return undefined;
+    return mayRead(member.subscriber, msg.topic) ? member : undefined;
   }
 
   /** In-process subscription; returns its unsubscribe function. */

@@ -29,6 +29,11 @@ export class RetainedIndex {
     return stored;
   }
 
+  /** Why storing `msg` would be refused now (a store at `storage.maxBytes`), or undefined. */
+  refusal(msg: Message): Error | undefined {
+    return this.store.refusal(msg);
+  }
+
   private apply(topic: string, msg: Message | undefined): void {
     if (msg === undefined) this.byTopic.delete(topic);
     else this.byTopic.set(topic, msg);

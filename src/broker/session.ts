@@ -250,6 +250,11 @@ export class Session implements Subscriber {
     return this.link !== undefined;
   }
 
+  /** A persistent session refuses a QoS 1/2 message its store would refuse (`storage.maxBytes`): see `Subscriber.refusal`. */
+  refusal(): Error | undefined {
+    return this.store?.refusal();
+  }
+
   private get window(): number {
     return Math.min(this.limits.maxInflight, this.link?.receiveMaximum ?? this.limits.maxInflight);
   }

@@ -377,10 +377,13 @@ export function decodeQueuedValue(value: Buffer, clock: SteadyClock): { msg: Mes
   };
 }
 
-/** Format byte of a JSON value (session record, subscription); one stored before checksums starts with `{`. */
+/**
+ * Format byte of a JSON value (session record, subscription, store counter in `meta`). One stored before checksums
+ * is plain JSON text, whose first byte (`{`, a digit, `"`, ...) never has the SEALED bit.
+ */
 const JSON_FORMAT = 4;
 
-/** Encodes a session record or subscription: format byte, JSON, checksum. */
+/** Encodes a session record, subscription or store counter: format byte, JSON, checksum. */
 export function encodeJsonValue(value: unknown): Buffer {
   const json = JSON.stringify(value);
   const buf = Buffer.allocUnsafe(1 + Buffer.byteLength(json) + CHECKSUM_BYTES);
@@ -392,13 +395,22 @@ export function encodeJsonValue(value: unknown): Buffer {
 /** Decodes a value of `encodeJsonValue`, or plain JSON from before checksums, checked (CorruptValueError when damaged). */
 export function decodeJsonValue<T>(value: Buffer): T {
   const content = unseal(value);
-  const legacy = value[0] === 0x7b; // '{'
+  const legacy = (value[0] & SEALED) === 0;
   if (!legacy && formatOf(value) !== JSON_FORMAT) throw new CorruptValueError(`unknown value format ${value[0]}`);
   try {
     return JSON.parse(value.toString('utf8', legacy ? 0 : 1, content)) as T;
   } catch (err) {
     throw new CorruptValueError(`undecodable JSON value (${(err as Error).message})`);
   }
+}
+
+/**
+ * The `schema` record of `meta` (the store format), the one value left without a checksum: plain JSON, as every
+ * release reads it, so an older one can still tell that a store is newer than it and refuse it in so many words.
+ * `decodeJsonValue` reads it.
+ */
+export function encodeSchemaValue(version: number): Buffer {
+  return Buffer.from(JSON.stringify({ version, createdAtMs: Date.now() }), 'utf8');
 }
 
 /** Encodes a retained or session-queue value: format byte, message, checksum. */

@@ -292,6 +292,11 @@ class MemorySessionStore implements SessionStore {
     return Promise.resolve(seq);
   }
 
+  /** Nothing bounds the memory store: never refused. */
+  refusal(): undefined {
+    return undefined;
+  }
+
   putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
     if (this.isClosed()) return Promise.reject(closedError());
     this.session(clientId).awaitingRelease.add(packetId);
@@ -357,6 +362,11 @@ class MemoryRetainedStore implements RetainedStore {
     if (msg.payload.length === 0) this.byTopic.delete(msg.topic);
     else this.byTopic.set(msg.topic, msg);
     return RESOLVED;
+  }
+
+  /** Nothing bounds the memory store: never refused. */
+  refusal(): undefined {
+    return undefined;
   }
 
   get count(): number {

@@ -13,6 +13,8 @@ export interface RetainedStore {
   loadAll(): Iterable<Message>;
   /** Stores `msg` under its topic; an empty payload deletes the topic's retained message. */
   set(msg: Message): Promise<void>;
+  /** The error `set(msg)` would be refused with now (a store at `storage.maxBytes`), or undefined (see `Outbox.refusal`). */
+  refusal(msg: Message): StoreError | undefined;
   readonly count: number;
 }
 
@@ -113,6 +115,8 @@ export interface SessionStore {
   deleteSubscription(clientId: string, filter: string): Promise<void>;
   /** Queues a QoS > 0 message for the session; resolves with its sequence number once durable. */
   enqueue(clientId: string, msg: Message): Promise<number>;
+  /** The error `enqueue` would be refused with now (a store at `storage.maxBytes`), or undefined (see `Outbox.refusal`). */
+  refusal(): StoreError | undefined;
   /**
    * A queued QoS 2 message was sent, or its PUBREC came: records the packet id and state, so that after a
    * restart the flow resumes with the same id instead of starting again as a new message [MQTT-4.3.3-9].
@@ -182,8 +186,10 @@ export interface Outbox {
   append(msg: Message): Promise<void>;
   /**
    * The error `append(msg)` would be refused with now (a full `reject-new` outbox, counting appends not applied
-   * yet; an entry larger than `maxBytes`), or undefined. Routing asks before any target stores a message, so that
-   * a refused message is stored nowhere (docs/reliability.md#full-disk).
+   * yet; an entry larger than `maxBytes`; a store at `storage.maxBytes`, which a `drop-oldest` outbox with entries
+   * answers by dropping its oldest), or undefined. Routing asks before any target stores a message, so that a
+   * refused message is stored nowhere (docs/reliability.md#full-disk). The store's part of the answer holds for
+   * the rest of the synchronous section: `append` right after gets the same.
    */
   refusal(msg: Message): StoreError | undefined;
   /** Up to `limit` entries, oldest first, with seq > `afterSeq` when given. Reads only; never blocks writers. */

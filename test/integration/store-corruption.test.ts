@@ -16,13 +16,13 @@ import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { RawClient } from '../helpers/raw-client.js';
 import { seededRandom } from '../helpers/random.js';
+import { namedDatabaseRoot, PAGE } from '../helpers/lmdb-file.js';
 
 const d = useDisposer();
 const ROOT = join(import.meta.dirname, '..', '..');
 const CLI = join(ROOT, 'dist', 'src', 'cli.js');
 const SEEDS = [1, 2, 3, 4, 5, 6];
 const MESSAGES = 1500;
-const PAGE = 4096;
 
 
 /** Overwrites 4 KiB at a random offset past LMDB's two meta pages with random bytes; returns the offset. */
@@ -182,17 +182,42 @@ describe('a damaged data file', () => {
     await historian.waitForMessages(total, { timeoutMs: 20_000 });
     expect(historian.payloads().map((p) => Number(p.slice(1, p.indexOf(';'))))).toEqual([...Array(total).keys()]);
   }, 120_000);
+
+  it("refuses a store whose counter record is damaged, whatever verifyOnStart says, and salvage counts it again from the records", async () => {
+    const deadPort = await freePort();
+    const patch = {
+      bridges: [{ name: 'central', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }] }],
+      storage: { verifyOnStart: 'off' },
+    };
+    const gw = d.add(await startGateway(patch));
+    const pub = d.add(await openClient(gw.url, { clientId: 'filler', protocolVersion: 5 }));
+    for (let i = 0; i < 30; i++) await pub.publish('plant/line', `m${i};`, { qos: 1 });
+    await pub.stop();
+    await gw.stop();
+
+    // One bit of the outbox's counter record flipped, in every copy of it in the file.
+    const file = join(gw.dataDir, 'data.mdb');
+    const bytes = readFileSync(file);
+    let copies = 0;
+    for (let at = bytes.indexOf('{"lastSeq":30,'); at >= 0; at = bytes.indexOf('{"lastSeq":30,', at + 1), copies++) bytes[at + 12] ^= 0x01;
+    expect(copies).toBeGreaterThan(0);
+    writeFileSync(file, bytes);
+    const start = spawnSync(process.execPath, [CLI, '--config', gw.configFile], { encoding: 'utf8', timeout: 8000 });
+    const said = (start.stdout + start.stderr).replaceAll('\\"', '"');
+    expect(start.status, said).toBe(3);
+    expect(said).toContain(`the data directory ${gw.dataDir} is damaged`);
+    expect(said).toContain('store metadata "outbox:central": 1 damaged record');
+
+    const salvaged = await runCli(['store', 'salvage', '-c', gw.configFile]);
+    expect(salvaged.code, salvaged.stderr).toBe(0);
+    const listed = await runCli(['store', 'list', '-c', gw.configFile]);
+    expect(listed.stdout).toMatch(/outbox central: 30 messages/);
+    // The outbox goes on after its last entry: a new message is the 31st.
+    await gw.restart();
+    const again = d.add(await openClient(gw.url, { clientId: 'filler', protocolVersion: 5 }));
+    await again.publish('plant/line', 'm30;', { qos: 1 });
+    await again.stop();
+    await gw.stop();
+    expect((await runCli(['store', 'list', '-c', gw.configFile])).stdout).toMatch(/outbox central: 31 messages/);
+  }, 60_000);
 });
-
-/** The root page of a named database: its record in the main database's root page (a leaf in a small store). */
-function namedDatabaseRoot(file: Buffer, name: string): number {
-  const meta = [0, PAGE].map((at) => ({ at, txn: file.readBigUInt64LE(at + 152) })).sort((a, b) => Number(b.txn - a.txn))[0].at;
-  const main = Number(file.readBigUInt64LE(meta + 24 + 24 + 48 + 40)) * PAGE;
-  for (let i = 0; i < file.readUInt16LE(main + 20) >> 1; i++) {
-    const node = main + 24 + file.readUInt16LE(main + 24 + 2 * i);
-    const key = file.toString('utf8', node + 8, node + 8 + file.readUInt16LE(node + 6)).replace(/\0$/, '');
-    if (key === name) return Number(file.readBigUInt64LE(node + 8 + file.readUInt16LE(node + 6) + 40));
-  }
-  throw new Error(`no database ${name} in the main database's root page`);
-}
-

@@ -14,21 +14,12 @@ import { useDisposer } from '../helpers/disposer.js';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { RawClient } from '../helpers/raw-client.js';
+import { drainSession, fillStore, payload, persistent } from '../helpers/store-fill.js';
 
 
 const d = useDisposer();
 const QUOTA_EXCEEDED = 0x97;
 const TMPFS_SIZE = '8m';
-/** Publishes in flight at once, like a busy publisher. */
-const WINDOW = 32;
-const PAYLOAD_BYTES = 1024;
-
-const persistent = (clientId: string) => ({
-  clientId,
-  clean: false,
-  protocolVersion: 5 as const,
-  properties: { sessionExpiryInterval: 3600 },
-});
 
 /** Why a tmpfs cannot be mounted here (not root), or undefined. */
 function mountProblem(dir: string): string | undefined {
@@ -51,54 +42,8 @@ function smallDisk(): string | { skip: string } {
   return dir;
 }
 
-const payload = (id: number): Buffer => {
-  const buf = Buffer.alloc(PAYLOAD_BYTES, 0x61);
-  buf.write(`m${id};`);
-  return buf;
-};
-const idOf = (p: Buffer | string): number => Number(String(p).slice(1, String(p).indexOf(';')));
-
-/**
- * Publishes QoS 1 messages `fill/<id>` with WINDOW in flight until `refusals` were refused; returns the ids
- * accepted and refused and every refusal's reason code.
- */
-async function fillDisk(gw: Gateway, firstId: number, refusals: number) {
-  const pub = d.add(await RawClient.connect(gw.port, { clientId: `filler-${firstId}` }, { protocolVersion: 5 }));
-  const accepted: number[] = [];
-  const refused: number[] = [];
-  const codes = new Set<number>();
-  let id = firstId;
-  while (refused.length < refusals && id < firstId + 100_000) {
-    const sent = new Map<number, number>();
-    for (let i = 1; i <= WINDOW; i++, id++) {
-      pub.publish('fill/q', payload(id), { qos: 1, messageId: i });
-      sent.set(i, id);
-    }
-    for (let n = 0; n < WINDOW; n++) {
-      const ack = (await pub.expect('puback', 10_000)) as IPubackPacket;
-      const code = ack.reasonCode ?? 0;
-      const msgId = sent.get(ack.messageId!)!;
-      if (code === 0) accepted.push(msgId);
-      else {
-        refused.push(msgId);
-        codes.add(code);
-      }
-    }
-  }
-  pub.stop();
-  return { accepted, refused, codes: [...codes], next: id };
-}
-
-/** Connects the persistent subscriber and reads its whole queue (acknowledging, which frees the disk). */
-async function drain(gw: Gateway, expected: number): Promise<number[]> {
-  const sub = d.add(await openClient(gw.url, persistent('historian')));
-  await sub.waitForMessages(expected, { topic: 'fill/q', timeoutMs: 30_000 });
-  // Whatever else is queued has arrived once a round trip after the last one came back.
-  await sub.publish('fill/probe', 'x', { qos: 1 });
-  const ids = sub.received('fill/q').map((m) => idOf(m.payload));
-  await sub.disconnect();
-  return ids;
-}
+const fillDisk = (gw: Gateway, firstId: number, refusals: number) => fillStore(d, gw, 'fill/q', firstId, refusals);
+const drain = (gw: Gateway, expected: number) => drainSession(d, gw, 'historian', 'fill/q', expected);
 
 describe('a full disk', () => {
   it('refuses with 0x97, never delivers what it refused (live or after SIGKILL), and logs once per episode', async (ctx) => {

@@ -12,7 +12,8 @@ import { CorruptValueError, decodePlainValue, decodeQueuedValue, encodePlainValu
 import { SteadyClock } from '../../src/util/clock.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
-import type { Logger } from '../../src/util/logger.js';
+import { silentLogger, type Logger } from '../../src/util/logger.js';
+import type { StoreError } from '../../src/util/errors.js';
 import { recordingLogger, type LoggedError } from '../helpers/logger.js';
 
 const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' };
@@ -154,4 +155,43 @@ describe('stored value checksums', () => {
     expect(read.lastSeq).toBe(seqs[5]);
     expect(store.corruptRecords).toBe(1);
   });
+
+  it("checksums the store's counters, reads those written before checksums, and refuses to open on a damaged one", async () => {
+    const dir = tempDir();
+    const errors: LoggedError[] = [];
+    let store = await openStore(dir, recordingLogger(errors));
+    await store.outbox('central', UNLIMITED).append(msg(1));
+    await store.sessions.enqueue('historian', msg(2));
+    for (const key of ['sessionSeq', 'outbox:central', 'clock']) {
+      const value = store.meta.get(key)!;
+      expect(value[0] & 0x80, key).toBe(0x80); // sealed: format byte with its flag, CRC-32 at the end
+    }
+    expect(store.meta.get('schema')!.toString()).toMatch(/^\{"version":1,/); // plain JSON, readable by every release
+    // Counters as written before checksums: plain JSON.
+    store.meta.putSync('sessionSeq', Buffer.from('41'));
+    store.meta.putSync('outbox:central', Buffer.from('{"lastSeq":9,"messages":1,"bytes":146,"dropped":{"queue_full":2,"expired":0,"rejected_upstream":0},"floor":1}'));
+    await closeStore(store);
+    store = await openStore(dir, recordingLogger(errors));
+    expect(await store.sessions.enqueue('historian', msg(3))).toBe(42);
+    const box = store.outbox('central', UNLIMITED);
+    expect(box.depth.dropped.queue_full).toBe(2);
+    await box.append(msg(4));
+    expect(box.peek(10).map((e) => e.seq)).toEqual([1, 10]);
+
+    // One bit of a counter flipped: the store is damaged, named, whatever verifyOnStart says.
+    const value = Buffer.from(store.meta.get('outbox:central')!);
+    value[5] ^= 0x01;
+    store.meta.putSync('outbox:central', value);
+    await closeStore(store);
+    const err = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger, verify: 'off' }).then(
+      () => undefined,
+      (e: unknown) => e as StoreError,
+    );
+    expect(err?.code).toBe('EF_STORE_OPEN');
+    expect(err?.message).toContain(`the data directory ${dir} is damaged`);
+    expect(err?.message).toContain('store metadata "outbox:central": 1 damaged record');
+    expect(err?.message).toContain('edgeferry store salvage');
+    expect(errors).toEqual([]);
+  });
 });
+

@@ -130,7 +130,7 @@ describe('LMDB store', () => {
     for (const [seq, value] of values) impl.outboxDb.putSync(seqKey(prefix, seq), value);
     const bytes = values.reduce((sum, [, v]) => sum + v.length, 0);
     const meta: OutboxMeta = { lastSeq: 5, messages: 3, bytes, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } };
-    impl.meta.putSync(outboxMetaKey('central'), meta);
+    impl.meta.putSync(outboxMetaKey('central'), Buffer.from(JSON.stringify(meta))); // plain JSON, as written then
     await closeStore(store);
 
     store = await openStore(dir);
@@ -334,6 +334,40 @@ describe('LMDB store', () => {
     await reject.remove(reject.peek(1_000_000).map((e) => e.seq));
     await drop.remove(drop.peek(1_000_000).map((e) => e.seq));
     await reject.append(small(1, 1000));
+  }, 60_000);
+
+  it('fills the pages of the queue whose client id sorts last (appended), and queues of any order read back whole', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir, { sync: 'relaxed' });
+    const impl = store as unknown as LmdbStore;
+    const queueBytes = (): number => {
+      const st = impl.queueDb.getStats() as { treeBranchPageCount: number; treeLeafPageCount: number; overflowPages: number; pageSize: number };
+      return (st.treeBranchPageCount + st.treeLeafPageCount + st.overflowPages) * st.pageSize;
+    };
+    // One offline session, 1 KiB messages: three fit a 4 KiB page; split in halves it held two.
+    for (let i = 0; i < 3000; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => store.sessions.enqueue('historian', small(i + j, 1024))));
+    const perMessage = queueBytes() / 3000;
+    console.log(`session queue: ${Math.round(perMessage)} bytes of pages per queued 1 KiB message`);
+    expect(perMessage).toBeLessThan(1450);
+    // Sessions that sort before it are not last: written the usual way, interleaved in batches, also after a reopen.
+    const sent = new Map<string, number[]>([['historian', []], ['a-first', []], ['zz-last', []]]);
+    const round = async (): Promise<void> => {
+      for (let i = 0; i < 20; i++) {
+        await Promise.all(
+          [...sent].map(async ([clientId, seqs]) => seqs.push(await store.sessions.enqueue(clientId, small(i, 300)))),
+        );
+      }
+    };
+    await round();
+    await closeStore(store);
+    store = await openStore(dir, { sync: 'relaxed' });
+    await round();
+    for (const [clientId, seqs] of sent) {
+      const read = store.sessions.readQueue(clientId, 0, { messages: Infinity, bytes: Infinity });
+      const expected = clientId === 'historian' ? 3000 + seqs.length : seqs.length;
+      expect(read.records.length, clientId).toBe(expected);
+      expect(read.records.slice(-seqs.length).map((r) => r.seq)).toEqual(seqs);
+    }
   }, 60_000);
 
   it('keeps the data file from growing under queue-like use: freed pages are reused (docs/reliability.md#fault-scenarios soak, lmdb-js#321)', async () => {

@@ -10,7 +10,8 @@ import { asError, StoreError } from '../../util/errors.js';
 import type { Store } from '../types.js';
 import { currentBootId } from '../../util/clock.js';
 import { LmdbStore, type LmdbStoreOptions, type StoreLock } from './store.js';
-import { verifyInChild } from './verify.js';
+import { describeDamage, verifyInChild } from './verify.js';
+import { CorruptValueError, decodeJsonValue, encodeSchemaValue } from '../codec.js';
 
 export type { LmdbStoreOptions };
 
@@ -37,6 +38,24 @@ function damagedError(dir: string, damage: readonly string[]): StoreError {
       `the damaged one aside (what is lost is listed), or start once with --reset-store, which moves the directory ` +
       `aside and starts with an empty store.`,
   );
+}
+
+/**
+ * The records of `meta` whose checksum does not hold, as damage lines. Checked at every open, whatever
+ * `storage.verifyOnStart` says: they are few, and a wrong counter (a seq used again) would do harm quietly.
+ */
+function damagedMeta(env: RootDatabase): string[] {
+  const meta = env.openDB<Buffer, string>('meta', { encoding: 'binary' });
+  const damaged = [];
+  for (const { key, value } of meta.getRange({ snapshot: false })) {
+    try {
+      decodeJsonValue(value);
+    } catch (err) {
+      if (!(err instanceof CorruptValueError)) throw err;
+      damaged.push({ what: 'store metadata', owner: String(key), records: 1 });
+    }
+  }
+  return describeDamage({ records: 0, damaged, errors: [] });
 }
 
 const MDB_MAGIC = 0xbeefc0de;
@@ -232,6 +251,10 @@ export async function openLmdbStore(
     if (!fresh && !rootNames.includes('meta')) {
       throw openError(dir, `it holds an LMDB environment that is not an edgeferry store (databases: ${rootNames.join(', ')})`);
     }
+    if (!fresh) {
+      const damage = damagedMeta(env);
+      if (damage.length > 0) throw damagedError(dir, damage);
+    }
     let store: LmdbStore;
     try {
       store = new LmdbStore(env, { ...opts, path: dir }, lock, log);
@@ -239,11 +262,11 @@ export async function openLmdbStore(
       throw err instanceof StoreError ? err : openError(dir, `its databases are unreadable (${asError(err).message})`, err);
     }
     if (fresh) {
-      await store.meta.put('schema', { version: schemaVersion, createdAtMs: Date.now() });
+      await store.meta.put('schema', encodeSchemaValue(schemaVersion));
       await store.meta.flushed;
       log.info({ schemaVersion }, 'created a new store');
     } else {
-      const schema = store.meta.get('schema') as { version?: unknown } | undefined;
+      const schema = store.readMeta<{ version?: unknown }>('schema');
       if (schema === undefined || schema.version !== schemaVersion) {
         const found = schema?.version;
         throw openError(
@@ -257,7 +280,7 @@ export async function openLmdbStore(
       }
     }
     // The steady clock goes on from the timeline the store recorded, so stored times keep their ages (util/clock.ts).
-    store.clock.adopt(store.meta.get('clock'));
+    store.clock.adopt(store.readMeta('clock'));
     await store.keepClockRecord();
     log.info({ sync: opts.sync, maxBytes: opts.maxBytes }, 'store open');
     return store;

@@ -95,7 +95,7 @@ export class LmdbOutbox implements Outbox, BatchMember {
     this.end = prefixEnd(this.prefix);
     this.metaKey = outboxMetaKey(name);
     this.removalFlush = new DelayedFlush(store, (b) => this.applyRemovals(b));
-    const meta = store.meta.get(this.metaKey) as OutboxMeta | undefined;
+    const meta = store.readMeta<OutboxMeta>(this.metaKey);
     let firstStored: number | undefined;
     let lastStored = 0;
     for (const key of this.db.getKeys({ start: this.prefix, end: this.end, limit: 1, snapshot: false })) {
@@ -133,7 +133,13 @@ export class LmdbOutbox implements Outbox, BatchMember {
   }
 
   refusal(msg: Message): StoreError | undefined {
-    return appendRefusal(this.name, this.limits, this.messages + this.pending.messages, this.bytes + this.pending.bytes, outboxEntryBytes(msg));
+    const messages = this.messages + this.pending.messages;
+    return appendRefusal(this.name, this.limits, messages, this.bytes + this.pending.bytes, outboxEntryBytes(msg)) ?? this.store.quotaRefusal(this.canMakeRoom(messages));
+  }
+
+  /** Past `storage.maxBytes` a `drop-oldest` outbox holding entries drops its oldest instead of refusing. */
+  private canMakeRoom(messages: number): boolean {
+    return this.limits.overflow === 'drop-oldest' && messages > 0;
   }
 
   append(msg: Message): Promise<void> {
@@ -144,13 +150,21 @@ export class LmdbOutbox implements Outbox, BatchMember {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
     if (this.store.isClosing) return Promise.reject(closedError());
+    const canMakeRoom = this.canMakeRoom(this.messages + this.pending.messages);
+    const refused = this.store.quotaRefusal(canMakeRoom);
+    if (refused !== undefined) return Promise.reject(refused);
     this.pending.messages++;
     this.pending.bytes += value.length;
-    return this.store.schedule((b) => {
-      this.pending.messages--;
-      this.pending.bytes -= value.length;
-      this.applyAppend(b, value);
-    });
+    // Admitted (the store's answer holds for this synchronous section).
+    return this.store.admit(
+      value.length,
+      (b) => {
+        this.pending.messages--;
+        this.pending.bytes -= value.length;
+        this.applyAppend(b, value);
+      },
+      canMakeRoom,
+    );
   }
 
   private applyAppend(b: Batch, value: Buffer): void {
@@ -468,7 +482,7 @@ export class LmdbOutbox implements Outbox, BatchMember {
     }
     if (this.dirty) {
       const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped, floor };
-      this.store.put(b, this.store.meta, this.metaKey, meta);
+      this.store.putMeta(b, this.metaKey, meta);
     }
     this.dirty = false;
     this.batchValues = [];

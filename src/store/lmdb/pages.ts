@@ -232,27 +232,30 @@ class SnapshotWalk {
    * checked out, and those of the leaf pages that no tree reaches and the freelist does not list. In an intact file
    * there are none of the latter, so with the damage in this database alone they are its leaves cut off by a damaged
    * branch page, still whole (own page number, a leaf, not newer than the snapshot, nodes in order). Values on
-   * overflow pages are read too.
+   * overflow pages are read too. Read page by page as they are iterated.
    */
-  records(name: string): { key: Buffer; value: Buffer }[] {
-    const records: { key: Buffer; value: Buffer }[] = [];
+  *records(name: string): Generator<{ key: Buffer; value: Buffer }> {
     const quiet = (): boolean => false;
-    const cutOff: number[] = [];
-    for (let pgno = 2; pgno <= this.meta.lastPage; pgno++) if (this.owner[pgno] === 0) cutOff.push(pgno);
-    for (const pgno of [...(this.leaves.get(name) ?? []), ...cutOff]) {
+    for (const pgno of this.leavesOf(name)) {
       const page = this.file.page(pgno);
       if (!this.header(page, pgno, P_LEAF, quiet)) continue;
       for (const node of this.nodes(page, pgno, P_LEAF, false, quiet) ?? []) {
         if (node.flags === 0) {
-          records.push({ key: Buffer.from(node.key), value: Buffer.from(page.subarray(node.dataAt, node.dataAt + node.size)) });
+          yield { key: Buffer.from(node.key), value: Buffer.from(page.subarray(node.dataAt, node.dataAt + node.size)) };
         } else if (node.flags === F_BIGDATA) {
           const first = u64(page, node.dataAt);
-          if (this.overflowIntact(first, node.size)) records.push({ key: Buffer.from(node.key), value: this.file.overflowData(first, node.size) });
+          if (this.overflowIntact(first, node.size)) yield { key: Buffer.from(node.key), value: this.file.overflowData(first, node.size) };
         }
       }
     }
-    return records;
   }
+
+  /** The leaf pages of database `name` that checked out, then the pages no tree reaches and the freelist does not list. */
+  private *leavesOf(name: string): Generator<number> {
+    yield* this.leaves.get(name) ?? [];
+    for (let pgno = 2; pgno <= this.meta.lastPage; pgno++) if (this.owner[pgno] === 0) yield pgno;
+  }
+
 
   /**
    * Walks one B-tree; true when it has a problem. `sub` receives the named databases of the main database;
@@ -487,10 +490,15 @@ function compareKeys(a: Buffer, b: Buffer, integer: boolean): number {
  * line each, empty when the file is intact. Never throws for damage; throws only when the file cannot be read.
  */
 export function checkPages(file: string): string[] {
-  return withSnapshot(file, (walk) => {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const walk = snapshotWalk(fd);
+    if (Array.isArray(walk)) return walk;
     walk.run();
     return walk.problems;
-  });
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /**
@@ -498,36 +506,47 @@ export function checkPages(file: string): string[] {
  * leaf pages that check out, also those cut off by a damaged branch page, which no walk through LMDB reaches. Only
  * when the damage is in that database alone and the main database and the freelist are intact (then every page is
  * accounted for, and a leaf that is neither reached nor free is one that was cut off, not an old copy); undefined
- * otherwise.
+ * otherwise. The records are read from the file as they are iterated, a page at a time, so a salvage holds no more
+ * of a large database than it copies at once; the file stays open until the iteration ends.
  */
-export function pageRecords(file: string): { db: string; records: { key: Buffer; value: Buffer }[] } | undefined {
-  const found = withSnapshot(file, (walk) => {
+export function pageRecords(file: string): { db: string; records: Generator<{ key: Buffer; value: Buffer }> } | undefined {
+  const fd = fs.openSync(file, 'r');
+  let handedOver = false;
+  try {
+    const walk = snapshotWalk(fd);
+    if (Array.isArray(walk)) return undefined;
     walk.run();
     if (!walk.freelistIntact || walk.damagedTrees.length !== 1) return undefined;
     if (walk.problems.some((p) => p.startsWith('the main database'))) return undefined;
-    return { db: walk.damagedTrees[0], records: walk.records(walk.damagedTrees[0]) };
-  });
-  return Array.isArray(found) ? undefined : found;
+    const db = walk.damagedTrees[0];
+    handedOver = true;
+    return { db, records: closingAfter(walk.records(db), fd) };
+  } finally {
+    if (!handedOver) fs.closeSync(fd);
+  }
 }
 
-/** Runs `fn` on a walk of the snapshot LMDB will open; a file without one gets its problem, as the only line. */
-function withSnapshot<T>(file: string, fn: (walk: SnapshotWalk) => T): T | string[] {
-  const fd = fs.openSync(file, 'r');
+function* closingAfter<T>(items: Generator<T>, fd: number): Generator<T> {
   try {
-    const head = Buffer.alloc(META_BYTES);
-    const metaAt = (offset: number): MetaPage | undefined => {
-      const n = fs.readSync(fd, head, 0, META_BYTES, offset);
-      return n === META_BYTES ? readMetaPage(head) : undefined;
-    };
-    const first = metaAt(0);
-    if (first === undefined) return ['page 0 is not an LMDB meta page'];
-    const pageSize = first.pageSize;
-    const overlapping = (first.flags & OVERLAPPING_SYNC) !== 0;
-    const meta = pickMeta([first, overlapping ? metaAt(pageSize >> 1) : undefined, metaAt(pageSize)], lmdbBootId());
-    if (meta === undefined) return ['no meta page can be read'];
-    if ((meta.lastPage + 1) * pageSize > fs.fstatSync(fd).size) return [`the file ends before its last page ${meta.lastPage}`];
-    return fn(new SnapshotWalk(new PageFile(fd, pageSize), meta));
+    yield* items;
   } finally {
     fs.closeSync(fd);
   }
+}
+
+/** The walk of the snapshot LMDB will open from the file `fd`, not run yet; a file without one gets its problem, as the only line. */
+function snapshotWalk(fd: number): SnapshotWalk | string[] {
+  const head = Buffer.alloc(META_BYTES);
+  const metaAt = (offset: number): MetaPage | undefined => {
+    const n = fs.readSync(fd, head, 0, META_BYTES, offset);
+    return n === META_BYTES ? readMetaPage(head) : undefined;
+  };
+  const first = metaAt(0);
+  if (first === undefined) return ['page 0 is not an LMDB meta page'];
+  const pageSize = first.pageSize;
+  const overlapping = (first.flags & OVERLAPPING_SYNC) !== 0;
+  const meta = pickMeta([first, overlapping ? metaAt(pageSize >> 1) : undefined, metaAt(pageSize)], lmdbBootId());
+  if (meta === undefined) return ['no meta page can be read'];
+  if ((meta.lastPage + 1) * pageSize > fs.fstatSync(fd).size) return [`the file ends before its last page ${meta.lastPage}`];
+  return new SnapshotWalk(new PageFile(fd, pageSize), meta);
 }

@@ -52,7 +52,7 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
         return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
       }
     }
-    return this.store.schedule((b) => {
+    const write = (b: Batch): void => {
       const existed = this.existsInBatch.get(msg.topic) ?? this.store.retainedDb.doesExist(key);
       if (value === undefined) {
         if (!existed) return;
@@ -67,7 +67,13 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
         if (!existed) this.n++;
         this.existsInBatch.set(msg.topic, true);
       }
-    });
+    };
+    return value === undefined ? this.store.schedule(write) : this.store.admit(value.length, write);
+  }
+
+  /** A deletion is never refused; a new retained message is while the store is at `storage.maxBytes`. */
+  refusal(msg: Message): StoreError | undefined {
+    return msg.payload.length === 0 ? undefined : this.store.quotaRefusal();
   }
 
   /** Joins the batch, keeping the count its rollback restores. */

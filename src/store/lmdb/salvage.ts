@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { open } from 'lmdb';
-import { keySeq } from '../codec.js';
+import { decodeJsonValue, encodeJsonValue, encodeSchemaValue, keySeq } from '../codec.js';
 import { chunkCount, chunkStart } from './outbox-chunk.js';
 import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 import { DATABASES, describeDamage, verifyInChild, type DamagedOwner } from './verify.js';
@@ -102,14 +102,20 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
  */
 async function rebuildCounters(dir: string, schemaVersion: number): Promise<Map<string, number>> {
   const env = open({ path: dir, noSubdir: false, maxDbs: 12 });
-  const meta = env.openDB<unknown, string>('meta', { encoding: 'json' });
+  const meta = env.openDB<Buffer, string>('meta', { encoding: 'binary' });
+  // The copy holds only records whose checksum held.
+  const read = <T>(key: string): T | undefined => {
+    const value = meta.get(key);
+    return value === undefined ? undefined : decodeJsonValue<T>(value);
+  };
+  const write = (key: string, value: unknown): void => void meta.put(key, encodeJsonValue(value));
   const queue = env.openDB<Buffer, Buffer>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
   const outbox = env.openDB<Buffer, Buffer>('outbox', { encoding: 'binary', keyEncoding: 'binary' });
   env.transactionSync(() => {
-    if (meta.get('schema') === undefined) void meta.put('schema', { version: schemaVersion, createdAtMs: Date.now() });
-    let lastSeq = (meta.get('sessionSeq') as number | undefined) ?? 0;
+    if (meta.get('schema') === undefined) void meta.put('schema', encodeSchemaValue(schemaVersion));
+    let lastSeq = read<number>('sessionSeq') ?? 0;
     for (const key of queue.getKeys({ snapshot: false })) lastSeq = Math.max(lastSeq, keySeq(key));
-    void meta.put('sessionSeq', lastSeq);
+    write('sessionSeq', lastSeq);
     const outboxLast = new Map<string, number>();
     for (const key of outbox.getKeys({ snapshot: false })) {
       const prefixBytes = key.indexOf(0) + 1;
@@ -118,14 +124,14 @@ async function rebuildCounters(dir: string, schemaVersion: number): Promise<Map<
     }
     for (const key of meta.getKeys({ start: OUTBOX_META_PREFIX, end: OUTBOX_META_END, snapshot: false })) {
       const name = String(key).slice(OUTBOX_META_PREFIX.length);
-      const old = meta.get(String(key)) as OutboxMeta;
+      const old = read<OutboxMeta>(String(key))!;
       // Without messages and bytes the outbox counts them from its entries when it opens.
       const { messages: _m, bytes: _b, ...kept } = old;
-      void meta.put(String(key), { ...kept, lastSeq: Math.max(old.lastSeq, outboxLast.get(name) ?? 0) });
+      write(String(key), { ...kept, lastSeq: Math.max(old.lastSeq, outboxLast.get(name) ?? 0) });
       outboxLast.delete(name);
     }
     for (const [name, lastSeq] of outboxLast) {
-      void meta.put(OUTBOX_META_PREFIX + name, { lastSeq, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } });
+      write(OUTBOX_META_PREFIX + name, { lastSeq, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } });
     }
   });
   const records = new Map<string, number>();

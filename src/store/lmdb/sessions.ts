@@ -48,10 +48,17 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   private ackKeys: Buffer[] = [];
   /** The deletes of acked messages go at the end of the batch that flushes them, after any flight state in it. */
   private readonly ackFlush: DelayedFlush;
+  /**
+   * No key in the queue database is greater than this (deletes leave it as it is: still a bound), so a message
+   * queued under a greater key is appended (see `StoreWriter.put`): the queue of the session whose client id sorts
+   * last, usually the only one, then fills its pages instead of leaving them half full.
+   */
+  private queueEnd: Buffer | undefined;
 
   // Per batch (see BatchMember).
-  /** `lastSeq` before the batch's first enqueue, restored if it fails. */
+  /** `lastSeq` and `queueEnd` before the batch's first enqueue, restored if it fails. */
   private seqBefore: number | undefined;
+  private queueEndBefore: Buffer | undefined;
   /** The collected acks are deleted in this batch. */
   private flushingAcks = false;
   /** Client ids whose session was dropped in this batch (the committed keys are still readable). */
@@ -65,7 +72,8 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       b.join(this);
       this.flushingAcks = true;
     });
-    this.lastSeq = (store.meta.get('sessionSeq') as number | undefined) ?? 0;
+    this.lastSeq = store.readMeta<number>('sessionSeq') ?? 0;
+    for (const key of store.queueDb.getKeys({ reverse: true, limit: 1, snapshot: false })) this.queueEnd = key;
   }
 
   loadAll(window?: QueueWindow): Iterable<SessionRecord> {
@@ -214,16 +222,25 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
     if (prefix.length + 8 > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
-    return this.store.schedule((b) => {
+    return this.store.admit(value.length, (b) => {
       this.store.reserve(b, value.length);
       const seq = this.lastSeq + 1;
       const key = seqKey(prefix, seq);
-      this.store.put(b, this.store.queueDb, key, value);
+      if (this.seqBefore === undefined) {
+        this.seqBefore = this.lastSeq;
+        this.queueEndBefore = this.queueEnd;
+      }
+      const append = this.queueEnd === undefined || Buffer.compare(key, this.queueEnd) > 0;
+      if (append) this.queueEnd = key;
+      this.store.put(b, this.store.queueDb, key, value, append);
       this.remember(b, clientId, this.store.queueDb, key);
-      this.seqBefore ??= this.lastSeq;
       this.lastSeq = seq;
       return seq;
     });
+  }
+
+  refusal(): StoreError | undefined {
+    return this.store.quotaRefusal();
   }
 
   putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
@@ -250,7 +267,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       this.store.reserve(b, value.length);
       this.store.put(b, this.store.willDb, key, value);
       this.remember(b, clientId, this.store.willDb, key);
-    }, Buffer.from(clientId, 'utf8'));
+    }, Buffer.from(clientId, 'utf8'), value.length);
   }
 
   deleteWill(clientId: string): Promise<void> {
@@ -298,7 +315,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       for (const k of this.ackKeys) this.store.del(b, this.store.queueDb, k);
       this.ackKeys = [];
     }
-    if (this.seqBefore !== undefined) this.store.put(b, this.store.meta, 'sessionSeq', this.lastSeq);
+    if (this.seqBefore !== undefined) this.store.putMeta(b, 'sessionSeq', this.lastSeq);
   }
 
   committed(): void {
@@ -306,7 +323,10 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   }
 
   rollback(): void {
-    if (this.seqBefore !== undefined) this.lastSeq = this.seqBefore;
+    if (this.seqBefore !== undefined) {
+      this.lastSeq = this.seqBefore;
+      this.queueEnd = this.queueEndBefore;
+    }
     this.forgetBatch();
   }
 
@@ -331,8 +351,11 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     keys.push({ db, key });
   }
 
-  /** Builds the key up front (invalid ids and over-long keys reject at once), then schedules `run`. */
-  private keyed(clientId: string, run: (b: Batch, key: Buffer) => void, key: Buffer | (() => Buffer)): Promise<void> {
+  /**
+   * Builds the key up front (invalid ids and over-long keys reject at once), then schedules `run`; with
+   * `newBytes`, a new value of that size that `storage.maxBytes` must admit first.
+   */
+  private keyed(clientId: string, run: (b: Batch, key: Buffer) => void, key: Buffer | (() => Buffer), newBytes?: number): Promise<void> {
     let k: Buffer;
     try {
       k = typeof key === 'function' ? key() : key;
@@ -340,7 +363,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }));
     }
     if (k.length > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
-    return this.store.schedule((b) => run(b, k));
+    return newBytes === undefined ? this.store.schedule((b) => run(b, k)) : this.store.admit(newBytes, (b) => run(b, k));
   }
 }
 

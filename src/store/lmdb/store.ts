@@ -34,7 +34,7 @@
 import type { Database, RootDatabase } from 'lmdb';
 import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
-import { ownerPrefix, prefixEnd } from '../codec.js';
+import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
 import type { Outbox, OutboxLimits, Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
@@ -45,6 +45,10 @@ import { SteadyClock } from '../../util/clock.js';
 import { commitCause, diskHasRoom, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
 import type { VerifyMode } from './verify.js';
 
+/** lmdb-js's put option for MDB_APPEND (see `put`). */
+const APPEND = { append: true };
+/** A failed commit is reported to the writers by its batch (see `issue`). */
+const ignoreFailedCommit = (): void => {};
 /** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
 const PAGE_STATS_MAX_AGE_MS = 1000;
 const PAGE_STATS_EXACT_ABOVE = 0.9;
@@ -101,7 +105,7 @@ export class LmdbStore implements Store, StoreWriter {
   readonly retained: LmdbRetainedStore;
   readonly sessions: LmdbSessionStore;
   readonly env: RootDatabase;
-  readonly meta: Database<unknown, string>;
+  readonly meta: Database<Buffer, string>;
   readonly outboxDb: Database<Buffer, Buffer>;
   readonly retainedDb: Database<Buffer, Buffer>;
   readonly sessionDb: Database<Buffer, Buffer>;
@@ -130,9 +134,19 @@ export class LmdbStore implements Store, StoreWriter {
   private closed: Promise<void> | undefined;
   private commitFailing = false;
   private full: FullEpisode | undefined;
+  /** Value bytes of writes admitted and not yet applied to a batch (see `admit`). */
+  private pendingBytes = 0;
+  /** Whether the store is at `storage.maxBytes`, as decided for the running synchronous section (see `quotaRefusal`). */
+  private atLimit: boolean | undefined;
+  private usedAtLimit = 0;
+  private readonly forgetAtLimit = (): void => {
+    this.atLimit = undefined;
+  };
+  /** Committed batches, so page counts are re-read only after a commit changed them. */
+  private commits = 0;
   /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
   corruptRecords = 0;
-  private pageBytes = { used: 0, readAtMs: -Infinity, reservedSince: 0 };
+  private pageBytes = { used: 0, readAtMs: -Infinity, readAtCommit: -1, reservedSince: 0 };
   private clockTimer: NodeJS.Timeout | undefined;
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
@@ -145,7 +159,7 @@ export class LmdbStore implements Store, StoreWriter {
     this.maxBytes = opts.maxBytes;
     // Not in lmdb-js's typings; 1978 is LMDB's compiled-in default.
     this.maxKeyBytes = (env as unknown as { maxKeySize?: number }).maxKeySize ?? 1978;
-    this.meta = env.openDB<unknown, string>('meta', { encoding: 'json' });
+    this.meta = env.openDB<Buffer, string>('meta', { encoding: 'binary' });
     this.outboxDb = env.openDB<Buffer, Buffer>('outbox', { encoding: 'binary', keyEncoding: 'binary' });
     this.retainedDb = env.openDB<Buffer, Buffer>('retained', { encoding: 'binary', keyEncoding: 'binary' });
     this.sessionDb = env.openDB<Buffer, Buffer>('sessions', { encoding: 'binary', keyEncoding: 'binary' });
@@ -197,7 +211,7 @@ export class LmdbStore implements Store, StoreWriter {
     if (this.outboxes.has(name)) throw outboxInUseError(name);
     const prefix = ownerPrefix(name);
     const end = prefixEnd(prefix);
-    const entries = (this.meta.get(outboxMetaKey(name)) as OutboxMeta | undefined)?.messages ?? 0;
+    const entries = this.readMeta<OutboxMeta>(outboxMetaKey(name))?.messages ?? 0;
     // In parts, one transaction each: an outbox may hold millions of entries. Each part reads the keys the
     // previous part's commit left.
     for (;;) {
@@ -244,8 +258,24 @@ export class LmdbStore implements Store, StoreWriter {
    * Issues a write in the batch being built. Called only inside `env.batch()` (see `issue`), where lmdb-js
    * returns an already-resolved placeholder; the batch's own promise reports the commit.
    */
-  put(_b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown): void {
-    void db.put(key, value);
+  put(_b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown, append = false): void {
+    if (!append) void db.put(key, value);
+    // A conditional write, so lmdb-js makes it a promise of its own, which rejects when the commit fails (reported
+    // by the batch) and resolves false when the key was not the greatest (which callers rule out).
+    else (db.put(key, value, APPEND as unknown as number) as Promise<boolean>).then(this.appended, ignoreFailedCommit);
+  }
+
+  private readonly appended = (written: boolean): void => {
+    if (!written) this.log.error('a write appended out of key order was not stored (MDB_APPEND): a bug in the queue bound');
+  };
+
+  readMeta<T>(key: string): T | undefined {
+    const value = this.meta.get(key);
+    return value === undefined ? undefined : decodeJsonValue<T>(value);
+  }
+
+  putMeta(b: Batch, key: string, value: unknown): void {
+    this.put(b, this.meta, key, encodeJsonValue(value));
   }
 
   del(b: Batch, db: Database<any, any>, key: Buffer | string): void {
@@ -254,8 +284,45 @@ export class LmdbStore implements Store, StoreWriter {
   }
 
   /**
-   * Accounts `bytes` more against `storage.maxBytes` in this batch. `makeRoom` may free space (drop-oldest)
-   * and returns the bytes it freed, 0 when it cannot. Throws EF_STORE_FULL when the store stays full.
+   * The one decision on a new message against `storage.maxBytes`, made before any of its writes is scheduled
+   * (docs/reliability.md#full-disk): EF_STORE_FULL when the store is at the limit, counting the bytes of the batch in
+   * flight and of writes admitted but not in a batch yet; undefined when there is room, or when `canMakeRoom` (a
+   * `drop-oldest` outbox with entries of its own to drop). The answer holds until the running synchronous section
+   * ends, so every target of one routed message (`Subscriber.refusal`, then the writes) hears the same, whatever
+   * the others scheduled meanwhile; the store may pass the limit by what one section admits.
+   */
+  quotaRefusal(canMakeRoom = false): StoreError | undefined {
+    if (!isLimited(this.maxBytes)) return undefined;
+    if (this.atLimit === undefined) {
+      this.usedAtLimit = this.usedBytesEstimate() + (this.inFlight?.reservedBytes ?? 0) + this.pendingBytes;
+      this.atLimit = this.usedAtLimit >= this.maxBytes;
+      queueMicrotask(this.forgetAtLimit);
+      if (!this.atLimit && this.full?.cause === 'maxBytes') this.endFull();
+    }
+    if (!this.atLimit || canMakeRoom) return undefined;
+    this.beginFull('maxBytes', { maxBytes: this.maxBytes, usedBytes: this.usedAtLimit }).refused++;
+    return new StoreError('EF_STORE_FULL', `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes): new messages are refused`);
+  }
+
+  /**
+   * Schedules the write of a new value of `bytes` once `quotaRefusal` admits it (rejects with its error otherwise);
+   * its bytes count as pending until `run` applies them to a batch.
+   */
+  admit<T>(bytes: number, run: (b: Batch) => T, canMakeRoom = false): Promise<T> {
+    if (this.closing) return Promise.reject(closedError());
+    const refused = this.quotaRefusal(canMakeRoom);
+    if (refused !== undefined) return Promise.reject(refused);
+    this.pendingBytes += bytes;
+    return this.schedule((b) => {
+      this.pendingBytes -= bytes;
+      return run(b);
+    });
+  }
+
+  /**
+   * Accounts `bytes` more in this batch. Admitted already (`admit`), it is refused here only while the disk is
+   * full; past `storage.maxBytes`, `makeRoom` (a `drop-oldest` outbox) frees what it can and returns the bytes it
+   * freed, 0 when nothing is left.
    */
   reserve(b: Batch, bytes: number, makeRoom?: () => number): void {
     const full = this.full;
@@ -277,18 +344,7 @@ export class LmdbStore implements Store, StoreWriter {
     b.reservedBytes += bytes;
     if (!isLimited(this.maxBytes)) return;
     b.usedBytes ??= this.usedBytesEstimate();
-    while (b.usedBytes + bytes > this.maxBytes) {
-      const freed = makeRoom === undefined ? 0 : makeRoom();
-      if (freed === 0) {
-        b.storeFull = true;
-        b.reservations--;
-        this.beginFull('maxBytes', { maxBytes: this.maxBytes, usedBytes: b.usedBytes }).refused++;
-        throw new StoreError(
-          'EF_STORE_FULL',
-          `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes); ${bytes} more bytes refused`,
-        );
-      }
-    }
+    if (makeRoom !== undefined) while (b.usedBytes + bytes > this.maxBytes && makeRoom() > 0);
     b.usedBytes += bytes;
   }
 
@@ -339,10 +395,9 @@ export class LmdbStore implements Store, StoreWriter {
   private usedBytesEstimate(): number {
     const estimate = this.pageBytes.used + this.pageBytes.reservedSince * RESERVE_MARGIN;
     const nowMs = performance.now();
-    if (nowMs - this.pageBytes.readAtMs < PAGE_STATS_MAX_AGE_MS && estimate < this.maxBytes * PAGE_STATS_EXACT_ABOVE) {
-      return estimate;
-    }
-    this.pageBytes = { used: this.usedPageBytes(), readAtMs: nowMs, reservedSince: 0 };
+    const fresh = nowMs - this.pageBytes.readAtMs < PAGE_STATS_MAX_AGE_MS && estimate < this.maxBytes * PAGE_STATS_EXACT_ABOVE;
+    if (fresh || this.pageBytes.readAtCommit === this.commits) return estimate;
+    this.pageBytes = { used: this.usedPageBytes(), readAtMs: nowMs, readAtCommit: this.commits, reservedSince: 0 };
     return this.pageBytes.used;
   }
 
@@ -453,7 +508,9 @@ export class LmdbStore implements Store, StoreWriter {
 
   private afterCommit(b: Batch): void {
     this.pageBytes.reservedSince += b.reservedBytes;
-    if (b.reservations > 0 && !b.storeFull) this.endFull();
+    this.commits++;
+    // A `maxBytes` episode ends when `quotaRefusal` finds room again.
+    if (this.full?.cause === 'disk' && b.reservations > 0 && !b.storeFull) this.endFull();
     else if (b.deletes && this.full?.cause === 'disk') {
       // Freed pages: the next batch may try, even with the filesystem still full.
       this.full.retryAtMs = 0;
@@ -528,7 +585,7 @@ export class LmdbStore implements Store, StoreWriter {
   private recordClock(): Promise<void> {
     return this.schedule((b) => {
       const record = this.clock.record();
-      if (record !== undefined) this.put(b, this.meta, 'clock', record);
+      if (record !== undefined) this.putMeta(b, 'clock', record);
     });
   }
 

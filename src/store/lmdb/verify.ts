@@ -46,7 +46,7 @@ export interface VerifyReport {
 const WALK_CLOCK = new SteadyClock();
 
 export const DATABASES: Record<string, { what: string; decode?: (key: Buffer, value: Buffer) => number; seqs: boolean }> = {
-  meta: { what: 'store metadata', decode: (_k, v) => (decodeMeta(v), 0), seqs: false },
+  meta: { what: 'store metadata', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
   outbox: { what: 'outbox', seqs: true }, // checked entry by entry: damagedChunkEntries
   retained: { what: 'retained message', decode: (_k, v) => (decodePlainValue(v, WALK_CLOCK), 0), seqs: false },
   sessions: { what: 'session record', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
@@ -58,14 +58,6 @@ export const DATABASES: Record<string, { what: string; decode?: (key: Buffer, va
   'outbox-removed': { what: 'removal marks of outbox', seqs: true },
 };
 
-/** The store's own metadata is plain JSON (counters, schema, clock). */
-function decodeMeta(value: Buffer): unknown {
-  try {
-    return JSON.parse(value.toString('utf8'));
-  } catch (err) {
-    throw new CorruptValueError(`undecodable metadata (${(err as Error).message})`);
-  }
-}
 
 /**
  * Which outbox entries are gone already (below their outbox's floor, or marked removed: acknowledged), so that
@@ -78,7 +70,7 @@ export function outboxRemovedEntries(env: RootDatabase): (prefix: Buffer, seq: n
     const meta = env.openDB<Buffer, string>('meta', { encoding: 'binary', create: false } as never);
     for (const { key, value } of meta.getRange({ start: OUTBOX_META_PREFIX, end: OUTBOX_META_END, snapshot: false })) {
       try {
-        const floor = (JSON.parse(value.toString('utf8')) as OutboxMeta).floor;
+        const floor = decodeJsonValue<OutboxMeta>(value).floor;
         if (floor !== undefined) floors.set(String(key).slice(OUTBOX_META_PREFIX.length), floor);
       } catch {
         // a damaged counter record: no floor known for that outbox

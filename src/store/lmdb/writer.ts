@@ -6,6 +6,7 @@
 import type { Database } from 'lmdb';
 import type { SteadyClock } from '../../util/clock.js';
 import type { Logger } from '../../util/logger.js';
+import type { StoreError } from '../../util/errors.js';
 
 /** How long deletes after acknowledgements are collected before they are committed (see DelayedFlush). */
 const ACK_DELAY_MS = 5;
@@ -66,7 +67,11 @@ export interface DamagedRecord {
 
 /** The named databases of the environment (store.ts opens them). */
 export interface StoreDatabases {
-  readonly meta: Database<unknown, string>;
+  /**
+   * The store's own records: `schema` (plain JSON, so that every release can read which format it is) and the
+   * counters (`sessionSeq`, `outbox:<name>`, `clock`), checksummed JSON like session records (codec.ts).
+   */
+  readonly meta: Database<Buffer, string>;
   readonly outboxDb: Database<Buffer, Buffer>;
   readonly retainedDb: Database<Buffer, Buffer>;
   /** Session records and subscriptions: checksummed JSON (codec.ts encodeJsonValue). */
@@ -93,11 +98,27 @@ export interface StoreWriter extends StoreDatabases {
   readonly isClosing: boolean;
   /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
   schedule<T>(run: (b: Batch) => T): Promise<T>;
-  put(b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown): void;
+  /**
+   * Writes `value` under `key` in the batch. `append`: the caller knows `key` is greater than every key in `db`
+   * (LMDB's MDB_APPEND: a full page is then split by starting a new one, not in halves; a key that is not the
+   * greatest would fail the write).
+   */
+  put(b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown, append?: boolean): void;
+  /** A counter record of `meta`, checked (CorruptValueError when damaged; open.ts refuses such a store). */
+  readMeta<T>(key: string): T | undefined;
+  /** Writes a counter record of `meta` with its checksum. */
+  putMeta(b: Batch, key: string, value: unknown): void;
   del(b: Batch, db: Database<any, any>, key: Buffer | string): void;
   /**
-   * Accounts `bytes` more against `storage.maxBytes` in this batch. `makeRoom` may free space (drop-oldest)
-   * and returns the bytes it freed, 0 when it cannot. Throws EF_STORE_FULL when the store stays full.
+   * The decision on a new message against `storage.maxBytes`, the same for the rest of the synchronous section:
+   * EF_STORE_FULL when the store is at the limit (but for a writer that `canMakeRoom`), else undefined.
+   */
+  quotaRefusal(canMakeRoom?: boolean): StoreError | undefined;
+  /** Schedules the write of a new value of `bytes` once `quotaRefusal` admits it; rejects with its error otherwise. */
+  admit<T>(bytes: number, run: (b: Batch) => T, canMakeRoom?: boolean): Promise<T>;
+  /**
+   * Accounts `bytes` more in this batch; refused (EF_STORE_FULL) only while the disk is full. Past
+   * `storage.maxBytes`, `makeRoom` (drop-oldest) frees what it can and returns the bytes it freed, 0 when it cannot.
    */
   reserve(b: Batch, bytes: number, makeRoom?: () => number): void;
   /** Tells the byte estimate of this batch that `bytes` were removed. */
