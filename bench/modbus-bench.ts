@@ -170,8 +170,8 @@ async function run(): Promise<void> {
   const serverRequests = server.requests - start.server.requests;
   const tagsPerS = (samples() - start.samples) / wallS;
   const requestsPerS = serverRequests / wallS;
-  const p99 = Math.max(...connectors.map((c) => (c as ModbusConnector).cycleQuantileMs(0.99)));
-  const p50 = Math.max(...connectors.map((c) => (c as ModbusConnector).cycleQuantileMs(0.5)));
+  const p99 = Math.max(...connectors.map((c) => (c as ModbusConnector).readLatencyMs(0.99)));
+  const p50 = Math.max(...connectors.map((c) => (c as ModbusConnector).readLatencyMs(0.5)));
   const overruns = connectors.reduce((n, c) => n + (c as ModbusConnector).stats.poll.overruns, 0);
   const result = {
     devices,

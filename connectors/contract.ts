@@ -180,6 +180,11 @@ export interface Connector {
   write(tag: string, value: TagValue): Promise<ReadBack | undefined>;
   /** Idempotent; releases sockets and timers. */
   stop(): Promise<void>;
+  /**
+   * The `p`-quantile (0..1) in ms of how long its recent reads of the device took, for operators (the console); a
+   * polling connector times its poll cycles. Absent where values are pushed (OPC UA subscriptions).
+   */
+  readLatencyMs?(p: number): number;
 }
 
 /** What the gateway hands a factory with each connector config. */

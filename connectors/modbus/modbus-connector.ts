@@ -90,8 +90,7 @@ export class ModbusConnector implements Connector {
     return { poll: this.loop.stats, blocks: this.blocks.length, badTags: this.bad.size, requests: this.requests };
   }
 
-  /** p-quantile of recent poll-cycle durations (ms), for the benchmark. */
-  cycleQuantileMs(p: number): number {
+  readLatencyMs(p: number): number {
     return this.loop.durationQuantileMs(p);
   }
 

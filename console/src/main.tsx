@@ -252,6 +252,11 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
             {!d.online && d.lastError && <p class="bad">{d.lastError}</p>}
             <p class="small">
               {d.samples.toLocaleString()} samples, {d.deaths} losses, {d.restarts} restarts
+              {d.readP50Ms !== undefined && (
+                <span data-testid={`poll-${d.id}`}>
+                  , poll {d.readP50Ms.toFixed(1)} ms (p99 {(d.readP99Ms ?? d.readP50Ms).toFixed(1)} ms)
+                </span>
+              )}
             </p>
             <div class="scroll">
               <table>

@@ -79,6 +79,9 @@ export interface DeviceView {
   samples: number;
   deaths: number;
   restarts: number;
+  /** Poll cycle duration p50/p99 (ms); absent for connectors that are pushed values (OPC UA). */
+  readP50Ms?: number;
+  readP99Ms?: number;
   tags: TagView[];
 }
 

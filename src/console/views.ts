@@ -188,6 +188,8 @@ export function devices(s: ConsoleSources) {
       samples: st.samples,
       deaths: st.deaths,
       restarts: st.restarts,
+      readP50Ms: d.connector.readLatencyMs?.(0.5),
+      readP99Ms: d.connector.readLatencyMs?.(0.99),
       tags: [...d.definitions.values()].map((def) => {
         const r = d.reading(def.name);
         return {

@@ -235,10 +235,13 @@ describe('console actions', { timeout: 90_000 }, () => {
     ]);
     const { gw, base } = d.add(await startConsoleGateway({ sparkplug: SPARKPLUG, connectors: [press] }));
     const operator = await loggedIn(base, 'maint');
-    type DeviceCard = { id: string; online: boolean; tags: { name: string; value: unknown; good: boolean }[] };
-    await waitFor(async () => (await operator.get<DeviceCard[]>('devices')).body.find((dev) => dev.online && dev.tags[1].value === 100), 15_000, {
+    type DeviceCard = { id: string; online: boolean; readP50Ms?: number; readP99Ms?: number; tags: { name: string; value: unknown; good: boolean }[] };
+    const card = await waitFor(async () => (await operator.get<DeviceCard[]>('devices')).body.find((dev) => dev.online && dev.tags[1].value === 100), 15_000, {
       message: 'press-1 up with setpoint 100',
     });
+    // The poll latency of a polling connector: its recent cycles, p50 no more than p99.
+    expect(card.readP50Ms).toBeGreaterThan(0);
+    expect(card.readP99Ms).toBeGreaterThanOrEqual(card.readP50Ms ?? Infinity);
 
     const write = await operator.act('write-tag', { device: 'press-1', tag: 'setpoint', value: '250' });
     expect(write.body).toEqual({ done: true, readBack: '250', matches: true });
