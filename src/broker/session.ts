@@ -432,8 +432,19 @@ export class Session implements Subscriber {
       return true;
     }
     f.state = 'pubrel';
-    this.recordFlight(f, packetId);
-    this.link?.sendPubrel(packetId);
+    const recorded = this.recordFlight(f, packetId);
+    if (!recorded) {
+      this.link?.sendPubrel(packetId);
+      return true;
+    }
+    // PUBREL only once the released state is stored: the client forgets the packet id at PUBREL, so a crash before
+    // that commit must resume the flow with PUBREL, never with the PUBLISH it already delivered [MQTT-4.3.3-9].
+    // A reconnect meanwhile resumes the flow from the state in memory (PUBREL) itself.
+    const link = this.link;
+    const send = (): void => {
+      if (link !== undefined && this.link === link && this.inflight.get(packetId) === f) link.sendPubrel(packetId);
+    };
+    recorded.then(send, send);
     return true;
   }
 
@@ -626,12 +637,12 @@ export class Session implements Subscriber {
    * resumes the flow instead of sending it again as a new message, which the client would deliver twice.
    * (QoS 1 needs none: a resend under a new id is the duplicate QoS 1 allows.)
    */
-  private recordFlight(d: Delivery, packetId: number): void {
+  private recordFlight(d: Delivery, packetId: number): Promise<void> | undefined {
     const store = this.store;
-    if (!d.stored || !store) return;
+    if (!d.stored || !store) return undefined;
     const flight = { packetId, released: d.state === 'pubrel' };
     const msg = asDelivered(d.msg, d.qos, d.retain);
-    d.stored.then((seq) => store.markInFlight(this.id, seq, msg, flight)).catch(this.writeFailed);
+    return d.stored.then((seq) => store.markInFlight(this.id, seq, msg, flight)).catch(this.writeFailed);
   }
 
   /** The delivery is done with (acknowledged, dropped, or handed to another session): remove its stored copy. */

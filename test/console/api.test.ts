@@ -240,7 +240,7 @@ describe('console actions', { timeout: 90_000 }, () => {
       message: 'press-1 up with setpoint 100',
     });
     // The poll latency of a polling connector: its recent cycles, p50 no more than p99.
-    expect(card.readP50Ms).toBeGreaterThan(0);
+    expect(card.readP50Ms).toBeGreaterThanOrEqual(0);
     expect(card.readP99Ms).toBeGreaterThanOrEqual(card.readP50Ms ?? Infinity);
 
     const write = await operator.act('write-tag', { device: 'press-1', tag: 'setpoint', value: '250' });
