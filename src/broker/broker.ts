@@ -330,13 +330,13 @@ export class Broker {
 
   /** Subscribes a client session (SUBSCRIBE) after `persistSubscriptions`; sends matching retained messages. */
   subscribeSession(session: Session, record: SubscriptionRecord): void {
-    session.subscriptions.set(record.filter, record);
+    session.subscribe(record);
     this.addSubscription(session, record);
   }
 
   /** Unsubscribes a client session (UNSUBSCRIBE); false if it had no such subscription. */
   unsubscribeSession(session: Session, filter: string): boolean {
-    if (!session.subscriptions.delete(filter)) return false;
+    if (!session.unsubscribe(filter)) return false;
     this.removeSubscription(session, filter);
     session.store?.deleteSubscription(session.id, filter).catch((err: unknown) => this.sessionEvents.storeFailed(err, session.id));
     return true;
@@ -366,7 +366,7 @@ export class Broker {
       session.store = sessions;
       this.sessions.set(record.clientId, session);
       for (const sub of record.subscriptions) {
-        session.subscriptions.set(sub.filter, sub);
+        session.subscribe(sub);
         this.index(session, sub);
       }
       session.restore(record.queue, record.queueTail);
