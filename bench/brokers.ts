@@ -8,8 +8,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { PacketReader, PacketType, disconnectPacket, encodeConnect } from './mqtt-wire.js';
 
-export const brokerNames = ['edgeferry', 'mosquitto', 'mosquitto-unlimited', 'aedes'] as const;
+export const brokerNames = ['edgeferry', 'mosquitto', 'mosquitto-unlimited', 'aedes', 'bare-net'] as const;
 export type BrokerName = (typeof brokerNames)[number];
+
+/** `bare-net` is no broker, only the per-connection floor of a Node server: it runs the idle-rss scenario alone. */
+export function runsScenario(broker: BrokerName, scenario: string): boolean {
+  return broker !== 'bare-net' || scenario === 'idle-rss';
+}
 
 export function isBrokerName(value: string): value is BrokerName {
   return (brokerNames as readonly string[]).includes(value);
@@ -104,6 +109,8 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
     }
     case 'aedes':
       return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/aedes-server.js'), String(port)] };
+    case 'bare-net':
+      return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/bare-net-server.js'), String(port)] };
     case 'mosquitto':
     case 'mosquitto-unlimited': {
       const config = path.join(dir, 'mosquitto.conf');

@@ -103,6 +103,7 @@ export function summarize(
     const summary: ScenarioSummary = { title: titles[scenario], brokers: {}, ratios: {} };
     for (const broker of brokers) {
       const runs = records.filter((r) => r.scenario === scenario && r.broker === broker);
+      if (runs.length === 0) continue; // not run in this scenario (bare-net outside idle-rss)
       const good = runs.filter((r) => r.ok && r.metrics !== undefined);
       const values = (key: string): number[] => good.map((r) => (r.metrics as unknown as Record<string, number>)[key]);
       summary.brokers[broker] = {
@@ -118,7 +119,7 @@ export function summarize(
     }
     const mine = summary.brokers[subject]?.medians ?? null;
     for (const other of brokers) {
-      if (other === subject) continue;
+      if (other === subject || summary.brokers[other] === undefined) continue;
       const theirs = summary.brokers[other]?.medians ?? null;
       summary.ratios[`${subject}/${other}`] = Object.fromEntries(
         cols

@@ -12,6 +12,7 @@ import { parseArgs } from 'node:util';
 import {
   brokerNames,
   isBrokerName,
+  runsScenario,
   exitOnSignals,
   killAllBrokers,
   machineInfo,
@@ -180,6 +181,7 @@ async function main(): Promise<void> {
     for (const scenario of scenarios) {
       if (scenario === 'idle-rss' && rep > options.rssReps) continue;
       for (const broker of order) {
+        if (!runsScenario(broker, scenario)) continue;
         const started = Date.now();
         const record: RunRecord = { rep, scenario, broker, ok: false, elapsedS: 0, loadavg1: os.loadavg()[0] };
         const reason = unavailable.get(broker);

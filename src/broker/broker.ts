@@ -79,6 +79,9 @@ export class Broker {
   private readonly expiryTimers = new Map<string, NodeJS.Timeout>();
   private readonly sessionEvents: SessionEvents;
   private routeGeneration = 0;
+  /** Merge tables of `route`, one per nesting level (a delivery may publish again), reused by every message. */
+  private readonly merges: RouteMerge[] = [];
+  private routeDepth = 0;
   /**
    * Subscriptions and shared groups matched by `route` so far: the measure of routing work, by which a connection
    * bounds what one of its reads may cost before it lets other clients have the event loop.
@@ -170,12 +173,27 @@ export class Broker {
     }
     if (subscriptions.length === 0 && groups.length === 0) return msg.retain ? this.retained.set(msg) : undefined;
     // Overlapping subscriptions of one subscriber merge into one delivery. The marks on the subscriber only find
-    // its slot; the merged values live in local arrays, so a delivery that publishes again cannot disturb them.
+    // its slot; the merged values live in this nesting level's tables, so a delivery that publishes again cannot
+    // disturb them.
     const generation = ++this.routeGeneration;
-    const targets: Subscriber[] = [];
-    const qosOf: QoS[] = [];
-    const rapOf: boolean[] = [];
-    const idsOf: (number[] | undefined)[] = [];
+    const merge = (this.merges[this.routeDepth] ??= new RouteMerge());
+    this.routeDepth++;
+    try {
+      return this.deliverMerged(msg, subscriptions, groups, generation, merge);
+    } finally {
+      this.routeDepth--;
+      merge.release();
+    }
+  }
+
+  private deliverMerged(
+    msg: Message,
+    subscriptions: readonly Subscription[],
+    groups: readonly SharedGroup[],
+    generation: number,
+    merge: RouteMerge,
+  ): Promise<unknown> | undefined {
+    const { targets, qosOf, rapOf, idsOf } = merge;
     for (let i = 0; i < subscriptions.length; i++) {
       const sub = subscriptions[i];
       const s = sub.subscriber;
@@ -188,11 +206,7 @@ export class Broker {
           s.routeSlot = NO_SLOT;
           continue;
         }
-        s.routeSlot = targets.length;
-        targets.push(s);
-        qosOf.push(qos);
-        rapOf.push(sub.retainAsPublished);
-        idsOf.push(sub.subscriptionId === undefined ? undefined : [sub.subscriptionId]);
+        s.routeSlot = merge.add(s, qos, sub.retainAsPublished, sub.subscriptionId === undefined ? undefined : [sub.subscriptionId]);
       } else {
         const slot = s.routeSlot;
         if (slot === NO_SLOT) continue;
@@ -201,12 +215,13 @@ export class Broker {
         if (sub.subscriptionId !== undefined) (idsOf[slot] ??= []).push(sub.subscriptionId);
       }
     }
+    const count = merge.count;
     // A subscriber that would refuse the message (a full `reject-new` outbox, a store at `storage.maxBytes`) refuses
     // it for all, before anyone stores it: a publisher that retries after 0x97 then creates no duplicate. The
     // store's answer holds until this synchronous pass ends, so the writes below hear the same
     // (docs/reliability.md#full-disk).
-    for (let i = 0; i < targets.length; i++) {
-      const refused = qosOf[i] > 0 ? targets[i].refusal?.(msg) : undefined;
+    for (let i = 0; i < count; i++) {
+      const refused = qosOf[i] > 0 ? targets[i]!.refusal?.(msg) : undefined;
       if (refused !== undefined) return Promise.reject(refused);
     }
     // Each shared group's member is picked first, so that it is asked too (an array only when there are groups).
@@ -220,9 +235,9 @@ export class Broker {
     let waits: Promise<unknown>[] | undefined;
     if (msg.retain) (waits ??= []).push(this.retained.set(msg));
     const encodings = new PublishEncodings(msg);
-    for (let i = 0; i < targets.length; i++) {
+    for (let i = 0; i < count; i++) {
       // Without Retain As Published the retain flag is cleared on normal delivery [MQTT-3.3.1-12].
-      const wait = targets[i].deliver(msg, qosOf[i], rapOf[i] && msg.retain, idsOf[i], encodings);
+      const wait = targets[i]!.deliver(msg, qosOf[i], rapOf[i] && msg.retain, idsOf[i], encodings);
       if (wait) (waits ??= []).push(wait);
     }
     for (let i = 0; i < groups.length; i++) {
@@ -350,13 +365,13 @@ export class Broker {
 
   /** Subscribes a client session (SUBSCRIBE) after `persistSubscriptions`; sends matching retained messages. */
   subscribeSession(session: Session, record: SubscriptionRecord): void {
-    session.subscriptions.set(record.filter, record);
+    session.subscribe(record);
     this.addSubscription(session, record);
   }
 
   /** Unsubscribes a client session (UNSUBSCRIBE); false if it had no such subscription. */
   unsubscribeSession(session: Session, filter: string): boolean {
-    if (!session.subscriptions.delete(filter)) return false;
+    if (!session.unsubscribe(filter)) return false;
     this.removeSubscription(session, filter);
     session.store?.deleteSubscription(session.id, filter).catch((err: unknown) => this.sessionEvents.storeFailed(err, session.id));
     return true;
@@ -386,7 +401,7 @@ export class Broker {
       session.store = sessions;
       this.sessions.set(record.clientId, session);
       for (const sub of record.subscriptions) {
-        session.subscriptions.set(sub.filter, sub);
+        session.subscribe(sub);
         this.index(session, sub);
       }
       session.restore(record.queue, record.queueTail);
@@ -493,6 +508,37 @@ function mayRead(subscriber: Subscriber, topic: string): boolean {
 
 /** `routeSlot` of a subscriber that matched but may not read the message (route). */
 const NO_SLOT = -1;
+
+/**
+ * One route call's merge of overlapping subscriptions per subscriber (a slot each), kept between calls so that
+ * routing allocates no arrays per message; `count` slots are in use. The tables keep the room of the largest
+ * fan-out seen, not its subscribers.
+ */
+class RouteMerge {
+  count = 0;
+  readonly targets: (Subscriber | undefined)[] = [];
+  readonly qosOf: QoS[] = [];
+  readonly rapOf: boolean[] = [];
+  readonly idsOf: (number[] | undefined)[] = [];
+
+  /** Returns the new slot. */
+  add(s: Subscriber, qos: QoS, retainAsPublished: boolean, ids: number[] | undefined): number {
+    const slot = this.count++;
+    this.targets[slot] = s;
+    this.qosOf[slot] = qos;
+    this.rapOf[slot] = retainAsPublished;
+    this.idsOf[slot] = ids;
+    return slot;
+  }
+
+  release(): void {
+    for (let i = 0; i < this.count; i++) {
+      this.targets[i] = undefined;
+      this.idsOf[i] = undefined;
+    }
+    this.count = 0;
+  }
+}
 
 /** Waits for every subscriber that asked to be waited for (one promise, not a new one, for the common single wait). */
 function settle(waits: Promise<unknown>[] | undefined): Promise<unknown> | undefined {

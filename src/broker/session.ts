@@ -147,7 +147,8 @@ interface Spill {
 export const NEVER_EXPIRES = 0xffffffff;
 
 export class Session implements Subscriber {
-  readonly subscriptions = new Map<string, SubscriptionRecord>();
+  /** NO_SUBSCRIPTIONS until the first one: an idle client keeps no map of its own. */
+  private subs: Map<string, SubscriptionRecord> = NO_SUBSCRIPTIONS;
   /**
    * Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH is not routed twice [MQTT-4.3.3-9].
    * Created on first use, like `inflight`: an idle or QoS 0 client keeps neither.
@@ -165,8 +166,8 @@ export class Session implements Subscriber {
    * resume it adopts it, and until then what it queues is checked against the reader when it is sent.
    */
   owner: SessionOwner | undefined;
-  /** The identity the ACL read check is asked about (kept, so a check allocates nothing). */
-  private reader: ClientInfo;
+  /** The identity the ACL read check is asked about: made at the first check and kept, so a check allocates nothing. */
+  private reader: ClientInfo | undefined;
   routeMark = 0;
   routeSlot = 0;
 
@@ -200,7 +201,6 @@ export class Session implements Subscriber {
     private readonly memoryWindow?: QueueWindow,
   ) {
     this.owner = owner;
-    this.reader = { clientId: id, username: owner ?? undefined };
     this.highWater = highWaterOf(limits);
     this.lowWater = Math.floor(this.highWater / 2);
   }
@@ -208,13 +208,27 @@ export class Session implements Subscriber {
   /** A client resumed a session stored without an owner: it is the owner from now on. */
   adopt(owner: SessionOwner): void {
     this.owner = owner;
-    this.reader = { clientId: this.id, username: owner ?? undefined };
+    this.reader = undefined;
+  }
+
+  get subscriptions(): ReadonlyMap<string, SubscriptionRecord> {
+    return this.subs;
+  }
+
+  subscribe(record: SubscriptionRecord): void {
+    if (this.subs === NO_SUBSCRIPTIONS) this.subs = new Map();
+    this.subs.set(record.filter, record);
+  }
+
+  /** False if it had no such subscription. */
+  unsubscribe(filter: string): boolean {
+    return this.subs.delete(filter);
   }
 
   /** The ACL read check of the rules in force now, for this session's owner; every delivery passes it. */
   mayRead(topic: string): boolean {
     const check = this.readGate.check;
-    return check === undefined || this.owner === undefined || check(this.reader, topic);
+    return check === undefined || this.owner === undefined || check((this.reader ??= { clientId: this.id, username: this.owner ?? undefined }), topic);
   }
 
   /** Whether part of the queue is in the store only (see `spillOne`). */
@@ -450,7 +464,7 @@ export class Session implements Subscriber {
 
   /** Forgets everything but the identity (clean start of a new connection on an existing session). */
   clear(): void {
-    this.subscriptions.clear();
+    this.subs = NO_SUBSCRIPTIONS;
     this.inboundQoS2 = undefined;
     this.inflight = NO_FLOWS;
     this.queue = [];
@@ -475,9 +489,14 @@ export class Session implements Subscriber {
    * A write after a delivery (its removal, its flight state) failed. Store errors are left to the store, which
    * logs them once per episode (a full disk fails thousands of these); a refused delivery has nothing to remove.
    */
-  private readonly writeFailed = (err: unknown): void => {
-    if (!(err instanceof StoreError)) this.events.storeFailed(err, this.id);
-  };
+  private get writeFailed(): (err: unknown) => void {
+    // Made at the first store write and kept: sessions without a store (clean sessions) carry no closure.
+    return (this.onWriteFailed ??= (err: unknown): void => {
+      if (!(err instanceof StoreError)) this.events.storeFailed(err, this.id);
+    });
+  }
+
+  private onWriteFailed: ((err: unknown) => void) | undefined;
 
   private enqueue(d: Delivery): void {
     if (this.queueFull(d.msg)) {
@@ -677,3 +696,5 @@ function asDelivered(msg: Message, qos: QoS, retain: boolean): Message {
 
 /** The shared empty map of a session without flows in progress; replaced by its own map at the first one. */
 const NO_FLOWS: Map<number, Delivery> = new Map();
+/** Shared by every session without subscriptions; only read, never written (`subscribe` replaces it first). */
+const NO_SUBSCRIPTIONS: Map<string, SubscriptionRecord> = new Map();

@@ -316,16 +316,24 @@ export function withPacketId(encoded: EncodedPublish, packetId: number): Buffer 
  * (3.1.x or 5) × QoS × retain variant, built on first use.
  */
 export class PublishEncodings {
-  private readonly slots: (EncodedPublish | undefined)[] = [];
+  /** The first encoding asked for, in fields: most messages need only one, and an array would cost one per message. */
+  private firstKey = -1;
+  private first: EncodedPublish | undefined;
+  /** The others (subscribers of another protocol version, QoS or retain flag), by key. */
+  private others: (EncodedPublish | undefined)[] | undefined;
 
   constructor(readonly msg: Message) {}
 
   get(version: ProtocolVersion, qos: QoS, retain: boolean): EncodedPublish {
     const key = (version === 5 ? 6 : 0) + qos * 2 + (retain ? 1 : 0);
-    let enc = this.slots[key];
+    if (key === this.firstKey) return this.first!;
+    let enc = this.others?.[key];
     if (enc === undefined) {
       enc = encodePublish(this.msg, version, qos, retain, false);
-      this.slots[key] = enc;
+      if (this.firstKey === -1) {
+        this.firstKey = key;
+        this.first = enc;
+      } else (this.others ??= [])[key] = enc;
     }
     return enc;
   }

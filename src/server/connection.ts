@@ -15,7 +15,7 @@ import type { Logger } from '../util/logger.js';
 import type { Delivery, PressureHolder, Session } from '../broker/session.js';
 import type { ClientConnection, ConnectionState, PendingAck, ServerContext, Will } from './context.js';
 import type { PendingConnections } from './pending.js';
-import type { Transport } from './transport.js';
+import type { Transport, TransportReader } from './transport.js';
 import type { TurnWork, WriteFlusher } from './write-flusher.js';
 import { handlePacket, refuseConnect } from './handlers/index.js';
 
@@ -57,7 +57,7 @@ const ROUTE_WORK_PER_TURN = 100_000;
 const PACKETS_PER_TURN = 64;
 const NO_BYTES = Buffer.alloc(0);
 
-export class Connection implements ClientConnection, FrameHandler, PressureHolder, TurnWork {
+export class Connection implements ClientConnection, FrameHandler, PressureHolder, TurnWork, TransportReader {
   state: ConnectionState = 'awaiting-connect';
   version: ProtocolVersion = 4;
   clientId = '';
@@ -96,7 +96,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
    * in that order [MQTT-4.6.0-2] (handlers/publish.ts). Its head is always one still waiting.
    */
   readonly pendingAcks: PendingAck[] = [];
-  private pending: Buffer[] = [];
+  private readonly pending: Buffer[] = [];
   private pendingBytes = 0;
   /** QoS 0 messages shed for this client since its write buffer last drained (see `checkTimers`). */
   private shedSinceDrain = 0;
@@ -114,8 +114,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     readonly listener: ListenerPolicy,
   ) {
     this.log = ctx.log;
-    transport.onData((chunk) => this.onData(chunk));
-    transport.onClose(() => this.peerClosed());
+    transport.attach(this);
     ctx.connections.add(this);
     listener.connections++;
     listener.pending.add(this);
@@ -218,14 +217,16 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     if (this.pending.length === 0) return;
     const data = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
     this.ctx.broker.stats.bytesSent += data.length;
-    this.pending = [];
+    // Emptied, not replaced: no new array per write.
+    this.pending.length = 0;
     this.pendingBytes = 0;
     this.transport.write(data);
   }
 
   // ---- reading ----
 
-  private onData(chunk: Buffer): void {
+  /** TransportReader: a chunk read from the socket. */
+  received(chunk: Buffer): void {
     if (this.state === 'closed') return;
     this.lastReceivedMs = performance.now();
     this.ctx.broker.stats.bytesReceived += chunk.length;
@@ -251,7 +252,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
    * client went (a DISCONNECT that cancels its will among them): they are handled now, then the connection closes.
    * Each pass handles at least one packet, so this ends with the read.
    */
-  private peerClosed(): void {
+  peerClosed(): void {
     while (this.state !== 'closed' && (this.yielding || this.heldBy !== undefined)) {
       this.yielding = false;
       this.heldBy = undefined;

@@ -15,8 +15,26 @@ export interface Transport {
   destroy(): void;
   pause(): void;
   resume(): void;
-  onData(cb: (chunk: Buffer) => void): void;
-  onClose(cb: () => void): void;
+  /** Hands every chunk read and the close to `reader`; called once. */
+  attach(reader: TransportReader): void;
+}
+
+/** What a transport reports to (the connection). */
+export interface TransportReader {
+  received(chunk: Buffer): void;
+  peerClosed(): void;
+}
+
+/** The reader of a socket, kept on the socket so that its listeners can be shared functions, not closures per connection. */
+const kReader = Symbol('edgeferry.reader');
+type ReadSocket = Socket & { [kReader]: TransportReader };
+
+function onSocketData(this: ReadSocket, chunk: Buffer): void {
+  this[kReader].received(chunk);
+}
+
+function onSocketClose(this: ReadSocket): void {
+  this[kReader].peerClosed();
 }
 
 /**
@@ -59,12 +77,11 @@ export class SocketTransport implements Transport {
     this.socket.resume();
   }
 
-  onData(cb: (chunk: Buffer) => void): void {
-    this.socket.on('data', cb);
-  }
-
-  onClose(cb: () => void): void {
-    this.socket.on('close', cb);
+  attach(reader: TransportReader): void {
+    const socket = this.socket as ReadSocket;
+    socket[kReader] = reader;
+    socket.on('data', onSocketData);
+    socket.on('close', onSocketClose);
   }
 }
 
@@ -83,12 +100,11 @@ export function webSocketTransport(ws: WebSocket, remoteAddress: string, socket?
     destroy: () => ws.terminate(),
     pause: () => ws.pause(),
     resume: () => ws.resume(),
-    onData: (cb) =>
-      void ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
-        cb(Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data));
-      }),
-    onClose: (cb) => {
-      ws.on('close', cb);
+    attach: (reader) => {
+      ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
+        reader.received(Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data));
+      });
+      ws.on('close', () => reader.peerClosed());
       ws.on('error', () => {});
     },
   };

@@ -12,7 +12,7 @@ import { Broker } from '../../src/broker/broker.js';
 import { Connection, type ConnectionContext } from '../../src/server/connection.js';
 import type { ServerLimits } from '../../src/server/context.js';
 import { WriteFlusher } from '../../src/server/write-flusher.js';
-import type { Transport } from '../../src/server/transport.js';
+import type { Transport, TransportReader } from '../../src/server/transport.js';
 import { PendingConnections } from '../../src/server/pending.js';
 import { createMemoryStore } from '../../src/store/memory.js';
 import { recordingLogger, type LoggedError } from '../helpers/logger.js';
@@ -25,8 +25,7 @@ class FakeTransport implements Transport {
   bufferedBytes = 0;
   written: Buffer[] = [];
   ended = false;
-  private dataCb: ((chunk: Buffer) => void) | undefined;
-  private closeCb: (() => void) | undefined;
+  private reader: TransportReader | undefined;
 
   write(data: Buffer): void {
     this.written.push(data);
@@ -35,21 +34,18 @@ class FakeTransport implements Transport {
     if (this.ended) return;
     this.ended = true;
     // A real socket reports the close asynchronously.
-    setImmediate(() => this.closeCb?.());
+    setImmediate(() => this.reader?.peerClosed());
   }
   destroy(): void {
     this.end();
   }
   pause(): void {}
   resume(): void {}
-  onData(cb: (chunk: Buffer) => void): void {
-    this.dataCb = cb;
-  }
-  onClose(cb: () => void): void {
-    this.closeCb = cb;
+  attach(reader: TransportReader): void {
+    this.reader = reader;
   }
   feed(chunk: Buffer): void {
-    this.dataCb?.(chunk);
+    this.reader?.received(chunk);
   }
 }
 
