@@ -179,6 +179,8 @@ export class Bridge {
       will: this.hooks.will ? () => this.hooks.will?.() : undefined,
       connectSending: this.hooks.connectSending ? () => this.hooks.connectSending?.() : undefined,
       subscriptions: this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
+      // The Sparkplug uplink (the only bridge with hooks) needs the primary host's retained STATE on each connection.
+      subscribeEveryConnection: options.hooks !== undefined,
       maxPacketBytes: options.maxPacketBytes,
       events: {
         connecting: (attempt) => this.setStatus({ type: 'connecting', attempt }),
