@@ -179,6 +179,9 @@ export class Bridge {
       will: this.hooks.will ? () => this.hooks.will?.() : undefined,
       connectSending: this.hooks.connectSending ? () => this.hooks.connectSending?.() : undefined,
       subscriptions: this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
+      // The Sparkplug uplink (the only bridge with hooks) subscribes on every connection, as an edge node on a clean
+      // session would: a primary host's retained STATE must arrive on each one (docs/architecture.md#sparkplug-session).
+      subscribeEveryConnection: options.hooks !== undefined,
       maxPacketBytes: options.maxPacketBytes,
       events: {
         connecting: (attempt) => this.setStatus({ type: 'connecting', attempt }),

@@ -101,6 +101,11 @@ export interface UplinkOptions {
   /** Remote filters to subscribe to (direction in/both), with their QoS. */
   readonly subscriptions: readonly { filter: string; qos: QoS }[];
   /**
+   * Subscribe on every connection, a resumed session too, with the retained messages: a Sparkplug edge node must
+   * see the primary host's retained STATE on each connection before it births [tck-id-message-flow-edge-node-birth-publish-phid-wait].
+   */
+  readonly subscribeEveryConnection?: boolean;
+  /**
    * MQTT 5: the Maximum Packet Size announced in CONNECT (the local broker's `maxPacketBytes`, as what comes in
    * is published there). A broker that sends more breaks the protocol [MQTT-3.1.2-24]: the connection is dropped
    * at the packet's header, before its body is buffered, and it is never published locally.
@@ -484,13 +489,16 @@ export class Uplink {
   private subscribe(conn: Connection, sessionPresent: boolean): void {
     const subs = this.options.subscriptions;
     if (subs.length === 0) return;
+    const everyConnection = this.options.subscribeEveryConnection === true;
     // A resumed session still has them; subscribing again would make MQTT 3.1.1 brokers resend retained ones.
-    if (sessionPresent && this.subscribedOnce) return;
+    if (sessionPresent && this.subscribedOnce && !everyConnection) return;
     const messageId = conn.ids.allocate() as number; // the first id of a fresh connection
     conn.subscribeId = messageId;
     const v5 = this.version === 5;
-    // MQTT 5: no-local (our own publishes do not come back) and retained messages only for a new subscription.
-    const subscriptions = subs.map((s) => (v5 ? { topic: s.filter, qos: s.qos, nl: true, rh: 1 } : { topic: s.filter, qos: s.qos }));
+    // MQTT 5: no-local (our own publishes do not come back) and retained messages only for a new subscription,
+    // or on every subscribe when wanted on every connection [MQTT-3.3.1-9] [MQTT-3.3.1-10].
+    const rh = everyConnection ? 0 : 1;
+    const subscriptions = subs.map((s) => (v5 ? { topic: s.filter, qos: s.qos, nl: true, rh } : { topic: s.filter, qos: s.qos }));
     this.write(conn, encodePacket({ cmd: 'subscribe', messageId, subscriptions }, this.version));
   }
 

@@ -6,6 +6,10 @@
  * older than the online already seen, is a stale retained message; an offline at least as new as the online
  * is the host's death (its Will reuses the birth timestamp), an older one ended an earlier life. Only changes
  * are reported, to `online()` and `offline()`.
+ *
+ * Over an uplink, what the node knows of the host holds for one connection: `unknown()` on every new one, until a
+ * STATE on it (the retained one after SUBSCRIBE, or a live one) says online [tck-id-message-flow-edge-node-birth-publish-phid-wait].
+ * The timestamps seen stay, so a stale retained online still cannot start a session.
  */
 import type { Message } from '../protocol/message.js';
 import type { Logger } from '../util/logger.js';
@@ -28,6 +32,11 @@ export class PrimaryHost {
 
   get online(): boolean {
     return this.isOnline;
+  }
+
+  /** A new uplink connection: the host is not online until a STATE on it says so. Reports nothing. */
+  unknown(): void {
+    this.isOnline = false;
   }
 
   /** A STATE message of this host. */

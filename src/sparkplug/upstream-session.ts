@@ -7,7 +7,8 @@
  * flags data stored before the current births `is_historical`, and drops births/deaths the prologue superseded.
  * A host application never sees stored data as live, nor data of an old session under a new session's seq.
  *
- * With a primary host, the births wait for it: the bridge is paused (data stays journaled) until it is online.
+ * With a primary host, the births on every connection wait for a STATE on that connection saying it is online: the
+ * bridge is paused (data stays journaled) until then.
  */
 import type { Message, QoS } from '../protocol/message.js';
 import { createMessage } from '../protocol/message.js';
@@ -222,7 +223,10 @@ export class UpstreamSession {
     const up: Session = { bdSeq, seq: 0, born: false, birthAtMs: this.node.clock.nowMs(), nodeBirthTs: undefined, devices: new Map() };
     this.up = up;
     if (this.stopping) return [];
-    if (this.primaryHost && !this.primaryHost.online) {
+    // The host's state known from an earlier connection may be stale: a central broker that restarted delivers
+    // the host's offline STATE (its Will, or the retained one) only now [tck-id-operational-behavior-edge-node-birth-sequence-wait].
+    this.primaryHost?.unknown();
+    if (this.primaryHost) {
       this.pause('waiting for the primary host');
       this.log.info({ primaryHostId: this.primaryHost.hostId }, 'uplink connected; births wait for the primary host');
       return [];

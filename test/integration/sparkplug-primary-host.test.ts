@@ -1,14 +1,16 @@
 /**
  * Primary host application STATE (Sparkplug 3.0 §5 "Primary Host Application STATE"): births wait for the
  * host's `spBv1.0/STATE/<id>` online; an offline STATE at least as new ends the session; older ones are ignored.
+ * Over an uplink the host's state is known per connection: each new one waits for a STATE on it.
  */
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
 import { startGateway } from '../helpers/gateway.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { startSparkplugHost } from '../helpers/sparkplug-host.js';
-import { delay } from '../helpers/wait.js';
+import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 const GROUP = 'plant1';
@@ -106,5 +108,87 @@ describe('Sparkplug primary host STATE', () => {
     await host.publishState('scada-1', true, bornAt + 1);
     await host.waitFor((h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH').length === 2, 10_000, 'births when the host is back');
     expect(host.violations).toEqual([]);
+  });
+
+  // The central broker restarts while the host's retained STATE there says offline (the host died meanwhile, its
+  // death also queued in the gateway's persistent session). The node must not birth on what it knew before the
+  // outage: a STATE on the new connection has to say online first [tck-id-message-flow-edge-node-birth-publish-phid-wait]
+  // [tck-id-operational-behavior-edge-node-birth-sequence-wait]; a session born then lives until a real offline
+  // [tck-id-message-flow-edge-node-birth-publish-phid-offline].
+  it('over the uplink: after a central restart, births wait for an online STATE on the new connection', async () => {
+    const central = d.add(await startMosquitto({ persistence: true }));
+    const proxy = d.add(await startFaultProxy(central.port));
+    const sim = d.add(await startModbusSim());
+    const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
+    const firstLife = Date.now();
+    await host.publishState('scada-1', true, firstLife);
+    const gw = d.add(
+      await startGateway(
+        {
+          bridges: [
+            {
+              name: 'central',
+              remote: { urls: [proxy.url], clientId: NODE },
+              reconnect: { minDelayMs: 100, maxDelayMs: 300 },
+              topics: [
+                { filter: 'spBv1.0/#', direction: 'out' },
+                { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
+                { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
+                { filter: 'spBv1.0/STATE/+', direction: 'in' },
+              ],
+            },
+          ],
+          sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
+          connectors: [device(sim.port)],
+        },
+        { logLevel: 'info' },
+      ),
+    );
+    const waits = () => gw.output().split('births wait for the primary host').length - 1;
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births while the host is online');
+    const firstBdSeq = bdSeq(host.births('NBIRTH')[0]);
+    // Settle: the bridge acknowledges the STATE once it is durable locally; one cut before would have the central
+    // broker deliver it again on the next connection (QoS 1), a replay of an old life this test is not about.
+    await delay(1000);
+
+    // The link drops; the host dies while the gateway cannot hear it; the central broker restarts.
+    proxy.refuse();
+    proxy.reset();
+    await host.waitFor((h) => h.of('NDEATH').length === 1, 10_000, 'the Will NDEATH of the lost connection');
+    await host.publishState('scada-1', false, firstLife);
+    await host.stop();
+    await central.stop();
+    await central.restart();
+    const after = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
+    const waitsBefore = waits();
+    proxy.restore();
+    await waitFor(() => waits() > waitsBefore, 10_000, { message: () => `reconnect\n${gw.output()}` });
+    // The retained offline STATE (and the queued one) arrive on this connection: no session may start.
+    await delay(1000);
+    expect(after.of('NBIRTH')).toEqual([]);
+    expect(after.of('NDEATH')).toEqual([]);
+
+    const secondLife = Date.now();
+    await after.publishState('scada-1', true, secondLife);
+    await after.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births once the host is online again');
+    const secondBdSeq = bdSeq(after.births('NBIRTH')[0]);
+    expect(secondBdSeq).toBeGreaterThan(firstBdSeq);
+    await delay(500);
+    expect(after.of('NDEATH')).toEqual([]);
+
+    // A link drop while the host stays online: the resumed session gets the retained online STATE again and births.
+    proxy.reset();
+    await after.waitFor((h) => h.births('NBIRTH').length === 2, 10_000, 'births after a link drop, host still online');
+    const deaths = after.of('NDEATH');
+    expect(deaths.map(bdSeq)).toEqual([secondBdSeq]);
+    const thirdBdSeq = bdSeq(after.births('NBIRTH')[1]);
+    expect(thirdBdSeq).toBeGreaterThan(secondBdSeq);
+
+    // Only the host's real death ends the session.
+    await after.publishState('scada-1', false, secondLife);
+    await after.waitFor((h) => h.of('NDEATH').length === 2, 10_000, 'NDEATH after the host goes offline');
+    expect(bdSeq(after.of('NDEATH')[1])).toBe(thirdBdSeq);
+    expect(after.births('NBIRTH')).toHaveLength(2);
+    expect(after.violations).toEqual([]);
   });
 });

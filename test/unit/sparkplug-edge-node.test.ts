@@ -455,11 +455,15 @@ describe('Sparkplug edge node: the uplink seam', () => {
     // Back before the uplink reconnected: no births on the connection that is closing.
     state(true, 2000);
     expect(sentNow).toHaveLength(2);
-    // The next connection: a new bdSeq in its Will and its births.
+    // The next connection: a new bdSeq in its Will and its births, once a STATE on this connection (the retained
+    // one, delivered again after its SUBSCRIBE) says online [tck-id-message-flow-edge-node-birth-publish-phid-wait].
     const bdSeqOf = (m: Message) => decodePayload(m.payload).metrics.find((x) => x.name === 'bdSeq')?.value;
     const will = node.hooks.will();
     node.hooks.connectSending();
-    const births = node.hooks.prologue();
+    expect(node.hooks.prologue()).toEqual([]);
+    expect(sentNow).toHaveLength(2);
+    state(true, 2000);
+    const births = sentNow[2];
     expect(births.map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw']);
     expect(bdSeqOf(births[0])).toBe(bdSeqOf(will));
     expect(bdSeqOf(births[0])).toBe((bdSeqOf(sentNow[1][0]) as bigint) + 1n);
