@@ -22,6 +22,9 @@ export interface ConsoleUsers {
   readonly verifyPassword: (user: string, password: Buffer) => Promise<boolean>;
 }
 
+/** POST /api/bridges/:name/dead-letters/requeue or /delete. */
+const DEAD_LETTERS_ROUTE = /^bridges\/([^/]+)\/dead-letters\/(requeue|delete)$/;
+
 /** Request bodies are small JSON objects. */
 const MAX_BODY_BYTES = 16 * 1024;
 
@@ -162,7 +165,16 @@ export class WebConsole {
       if (req.method !== 'GET') throw new HttpError(405, 'GET only');
       return reply(res, 200, read());
     }
-    if (route.startsWith('actions/')) return this.act(req, res, login, route.slice('actions/'.length));
+    if (route.startsWith('actions/')) {
+      const name = route.slice('actions/'.length);
+      return this.act(req, res, login, name, this.actions[name]);
+    }
+    const deadLetters = DEAD_LETTERS_ROUTE.exec(route);
+    if (deadLetters !== null) {
+      const [, bridge, verb] = deadLetters;
+      const name = decodedPath(bridge) ?? bridge;
+      return this.act(req, res, login, `${verb}-dead-letters`, async () => this.deadLetters(name, verb as 'requeue' | 'delete'), { bridge: name });
+    }
     throw new HttpError(404, `no such endpoint: /api/${route}`);
   }
 
@@ -191,12 +203,19 @@ export class WebConsole {
     reply(res, 200, { user, role, csrf: login.csrf });
   }
 
-  private async act(req: http.IncomingMessage, res: http.ServerResponse, login: Login, name: string): Promise<void> {
+  /** Runs `action` for an operator with the login's CSRF token, audited with `target` (what it acts on). */
+  private async act(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    login: Login,
+    name: string,
+    action: Action | undefined,
+    target: Record<string, unknown> = {},
+  ): Promise<void> {
     requirePost(req);
-    const action = this.actions[name];
     if (action === undefined) throw new HttpError(404, `no such action: ${name}`);
     const remote = req.socket.remoteAddress;
-    const facts = { user: login.user, remote, action: name };
+    const facts = { user: login.user, remote, action: name, ...target };
     if (login.role !== 'operator') {
       this.audit.warn({ ...facts, why: 'not an operator' }, 'console action refused');
       throw new HttpError(403, `${login.user} may view, not act: operators are listed in console.operators`);
@@ -216,6 +235,14 @@ export class WebConsole {
       this.log.error({ err, action: name }, 'console action failed');
       throw new HttpError(500, asError(err).message);
     }
+  }
+
+  /** Requeues (sends again) or deletes the dead letters of bridge `name`, with their counts. */
+  private async deadLetters(name: string, verb: 'requeue' | 'delete'): Promise<Record<string, unknown>> {
+    const found = this.sources.bridges().find(({ bridge }) => bridge.name === name);
+    if (found === undefined) throw new HttpError(404, `no bridge is named "${name}"`);
+    if (verb === 'requeue') return found.bridge.requeueDeadLetters();
+    return { deleted: await found.bridge.deleteDeadLetters() };
   }
 
   private async writeTag(body: Record<string, unknown>, who: Sender): Promise<Record<string, unknown>> {
