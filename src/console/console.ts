@@ -39,6 +39,15 @@ class HttpError extends Error {
   }
 }
 
+/**
+ * A refusal the action's own path already audited (the write path's `command refused`, `console write failed`):
+ * no `console action failed` line on top.
+ */
+class AuditedRefusal extends HttpError {}
+
+/** Actions whose outcome has an audit line of its own (the write path's, naming the user): no `console action` line. */
+const SELF_AUDITED: ReadonlySet<string> = new Set(['write-tag']);
+
 type Action = (body: Record<string, unknown>, who: Sender) => Promise<Record<string, unknown>>;
 
 export class WebConsole {
@@ -227,10 +236,10 @@ export class WebConsole {
     const body = await readJson(req);
     try {
       const result = await action(body, { who: 'web-console', user: login.user, remote });
-      this.audit.info({ ...facts, body, result }, 'console action');
+      if (!SELF_AUDITED.has(name)) this.audit.info({ ...facts, body, result }, 'console action');
       reply(res, 200, result);
     } catch (err) {
-      this.audit.warn({ ...facts, body, why: asError(err).message }, 'console action failed');
+      if (!(err instanceof AuditedRefusal)) this.audit.warn({ ...facts, body, why: asError(err).message }, 'console action failed');
       if (err instanceof HttpError) throw err;
       this.log.error({ err, action: name }, 'console action failed');
       throw new HttpError(500, asError(err).message);
@@ -256,7 +265,7 @@ export class WebConsole {
     const parsed = parseTagValue(def.datatype, body.value);
     if ('problem' in parsed) throw new HttpError(422, parsed.problem);
     const outcome = await node.writeTag(who, deviceId, tag, parsed.value);
-    if (!outcome.ok) throw new HttpError(422, outcome.why);
+    if (!outcome.ok) throw new AuditedRefusal(422, outcome.why);
     return { done: true, readBack: outcome.readBack, matches: outcome.matches };
   }
 

@@ -320,6 +320,13 @@ describe('console actions', { timeout: 90_000 }, () => {
       ['command refused', 'web-console', 'maint', 'setpoint'],
       ['command refused', 'web-console', 'maint', 'count'],
     ]);
+    // One line per write: the write path's above carries the outcome. `console action failed` only for what the
+    // console refused before the write path (a value of another type, an unknown device), which has no line of its own.
+    const consoleLines = logLines(gw).filter((l) => l.action === 'write-tag');
+    expect(consoleLines.map((l) => [l.msg, (l.body as { value: unknown }).value])).toEqual([
+      ['console action failed', 'abc'],
+      ['console action failed', 1],
+    ]);
 
     const host = d.add(await openClient(`mqtt://127.0.0.1:${gw.port}`, { clientId: 'host-app' }));
     await host.subscribe('spBv1.0/plant/NBIRTH/line4');
