@@ -67,7 +67,7 @@ describe('LMDB store', () => {
     await box.remove([before[0].seq]);
     const depth = box.depth;
     expect(depth.messages).toBe(4);
-    expect(depth.dropped).toEqual({ queue_full: 3, expired: 0, rejected_upstream: 4 });
+    expect(depth.dropped).toEqual({ queue_full: 3, expired: 0, rejected_upstream: 4, dead_letter_deleted: 0 });
     // An outbox emptied completely must not reuse its seqs either.
     const other = store.outbox('emptied', UNLIMITED);
     await other.append(small(1));
