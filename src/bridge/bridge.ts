@@ -23,7 +23,7 @@ import type { BridgeConfig } from '../config/schema.js';
 import type { Message } from '../protocol/message.js';
 import { createMessage, isExpired } from '../protocol/message.js';
 import { reasonName } from '../protocol/reason-codes.js';
-import { deleteDeadLetters, requeueDeadLetters } from '../store/dead-letters.js';
+import { deleteDeadLetters, requeueDeadLetters } from './dead-letters.js';
 import type { DropReason, Outbox, OutboxEntry } from '../store/types.js';
 import { asError, StoreError, UplinkError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
@@ -323,7 +323,7 @@ export class Bridge {
 
   /**
    * Sends the dead letters again once the cause of the refusal is fixed: moved to the end of the outbox in order,
-   * crash-safe (store/dead-letters.ts), then sent like any entry. `left`: those still dead letters (the outbox
+   * crash-safe (dead-letters.ts), then sent like any entry. `left`: those still dead letters (the outbox
    * was full, or the central broker refused them again meanwhile).
    */
   requeueDeadLetters(): Promise<{ moved: number; left: number }> {

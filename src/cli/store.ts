@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { asError, describeError, StoreError } from '../util/errors.js';
-import { requeueDeadLetters } from '../store/dead-letters.js';
+import { requeueDeadLetters } from '../bridge/dead-letters.js';
 import { deadLetterOutbox, type OutboxLimits, type Store } from '../store/types.js';
 import type { SalvageResult } from '../store/lmdb/salvage.js';
 import { silentLogger } from '../util/logger.js';

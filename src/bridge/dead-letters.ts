@@ -2,7 +2,7 @@
  * Sending a bridge's dead letters (what the central broker refused, `deadLetterOutbox`) again once the cause is
  * fixed: `edgeferry store requeue NAME` with the gateway stopped, and the web console's requeue while it runs.
  */
-import type { Outbox } from './types.js';
+import type { Outbox } from '../store/types.js';
 
 /** Dead letters moved per batch: one transaction of bounded size, however many there are. */
 const REQUEUE_CHUNK = 1000;
