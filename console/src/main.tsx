@@ -36,16 +36,25 @@ function usePolled<T>(route: string, everyMs: number): [T | undefined, () => voi
   return [data, () => setTick((n) => n + 1)];
 }
 
-/** An action button: confirms if asked, posts with the CSRF token, shows what came back. */
-function ActionButton(props: { session: Session; action: string; body?: object; label: string; confirm?: string; testid?: string }) {
+/** An action button: confirms if asked, posts with the CSRF token, shows what came back (`done`, or `said` of the answer). */
+function ActionButton(props: {
+  session: Session;
+  /** `actions/<name>`, or another action's route under /api/. */
+  route: string;
+  body?: object;
+  label: string;
+  confirm?: string;
+  testid?: string;
+  said?: (answer: Record<string, unknown>) => string;
+}) {
   const [state, setState] = useState<{ busy: boolean; message?: string; error?: boolean }>({ busy: false });
   if (props.session.role !== 'operator') return null;
   const run = async () => {
     if (props.confirm !== undefined && !window.confirm(props.confirm)) return;
     setState({ busy: true });
     try {
-      await post(`actions/${props.action}`, props.body ?? {}, props.session.csrf);
-      setState({ busy: false, message: 'done' });
+      const answer = await post<Record<string, unknown>>(props.route, props.body ?? {}, props.session.csrf);
+      setState({ busy: false, message: props.said?.(answer) ?? 'done' });
     } catch (err) {
       const e = err as ApiError;
       const problems = e.problems?.map((p) => `${p.path}: ${p.message}`).join('; ');
@@ -131,7 +140,7 @@ function OverviewView({ o, session }: { o: Overview; session: Session }) {
             </span>
           )}
         </p>
-        <ActionButton session={session} action="reload" label="Reload configuration" confirm="Reload the configuration file now?" testid="reload" />
+        <ActionButton session={session} route="actions/reload" label="Reload configuration" confirm="Reload the configuration file now?" testid="reload" />
       </div>
     </section>
   );
@@ -163,14 +172,34 @@ function BridgesView({ bridges, session }: { bridges: BridgeView[]; session: Ses
               <Stat label="Replay rate /s" value={rate(b.replayRatePerS)} />
               <Stat label="Drained in" value={b.drainS === undefined ? '–' : duration(b.drainS)} />
               <Stat label="In flight" value={b.inflight} />
-              <Stat label="Dead letters" value={b.deadLetters} tone={b.deadLetters > 0 ? 'warn' : undefined} />
+              <Stat label="Dead letters" value={b.deadLetters} tone={b.deadLetters > 0 ? 'warn' : undefined} testid="dead-letters" />
               <Stat label="Reconnects" value={b.reconnects} />
             </div>
             {drops.length > 0 && <p class="warn">Dropped: {drops.map(([why, n]) => `${why} ${n}`).join(', ')}</p>}
             {history?.backlog[b.name] && (
               <Chart t={history.t} series={[{ label: 'backlog', values: history.backlog[b.name], color: '#f59e0b' }]} height={120} />
             )}
-            <ActionButton session={session} action="reconnect-bridge" body={{ bridge: b.name }} label="Reconnect now" testid={`reconnect-${b.name}`} />
+            <ActionButton session={session} route="actions/reconnect-bridge" body={{ bridge: b.name }} label="Reconnect now" testid={`reconnect-${b.name}`} />
+            {b.deadLetters > 0 && (
+              <>
+                <ActionButton
+                  session={session}
+                  route={`bridges/${encodeURIComponent(b.name)}/dead-letters/requeue`}
+                  label="Send dead letters again"
+                  confirm={`Send the ${b.deadLetters} dead letters of ${b.name} to the central broker again?`}
+                  testid={`requeue-${b.name}`}
+                  said={(a) => `moved ${String(a.moved)}, ${String(a.left)} left`}
+                />
+                <ActionButton
+                  session={session}
+                  route={`bridges/${encodeURIComponent(b.name)}/dead-letters/delete`}
+                  label="Delete dead letters"
+                  confirm={`Delete the ${b.deadLetters} dead letters of ${b.name}? They are not sent.`}
+                  testid={`delete-dead-${b.name}`}
+                  said={(a) => `deleted ${String(a.deleted)}`}
+                />
+              </>
+            )}
           </div>
         );
       })}
@@ -203,7 +232,7 @@ function SparkplugPanel({ sp, session, now }: { sp: SparkplugView | null; sessio
           ? 'none since start'
           : `${c.kind} ${c.topic} from ${c.user ?? c.who}${c.remote ? ` (${c.remote})` : ''}, ${ago(c.at, now)}`}
       </p>
-      <ActionButton session={session} action="rebirth" label="Request rebirth" confirm="Publish NBIRTH and every DBIRTH again?" testid="rebirth" />
+      <ActionButton session={session} route="actions/rebirth" label="Request rebirth" confirm="Publish NBIRTH and every DBIRTH again?" testid="rebirth" />
     </section>
   );
 }
@@ -331,7 +360,7 @@ function ClientsPanel({ session, now }: { session: Session; now: number }) {
                   <td>{c.inflight}</td>
                   <td>{ago(c.connectedSinceMs, now)}</td>
                   <td>
-                    <ActionButton session={session} action="disconnect-client" body={{ clientId: c.clientId }} label="Disconnect" confirm={`Disconnect ${c.clientId}?`} />
+                    <ActionButton session={session} route="actions/disconnect-client" body={{ clientId: c.clientId }} label="Disconnect" confirm={`Disconnect ${c.clientId}?`} />
                   </td>
                 </tr>
               ))}
@@ -362,7 +391,7 @@ function ClientsPanel({ session, now }: { session: Session; now: number }) {
                   <td>{s.subscriptions}</td>
                   <td>{s.expiryIntervalS === 0xffffffff ? 'never' : duration(s.expiryIntervalS)}</td>
                   <td>
-                    <ActionButton session={session} action="delete-session" body={{ clientId: s.clientId }} label="Delete" confirm={`Delete the session of ${s.clientId} and its queued messages?`} />
+                    <ActionButton session={session} route="actions/delete-session" body={{ clientId: s.clientId }} label="Delete" confirm={`Delete the session of ${s.clientId} and its queued messages?`} />
                   </td>
                 </tr>
               ))}

@@ -23,6 +23,7 @@ import type { BridgeConfig } from '../config/schema.js';
 import type { Message } from '../protocol/message.js';
 import { createMessage, isExpired } from '../protocol/message.js';
 import { reasonName } from '../protocol/reason-codes.js';
+import { deleteDeadLetters, requeueDeadLetters } from './dead-letters.js';
 import type { DropReason, Outbox, OutboxEntry } from '../store/types.js';
 import { asError, StoreError, UplinkError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
@@ -154,6 +155,8 @@ export class Bridge {
   /** Warnings logged once per episode; cleared when the condition ends. */
   private readonly episodes = new Set<string>();
   private queueFullSeen = 0;
+  /** The dead-letter requeue or delete under way: one at a time, so that both never take the same letters. */
+  private deadLetterWork: Promise<unknown> = Promise.resolve();
 
   constructor(options: BridgeOptions) {
     this.config = options.config;
@@ -319,6 +322,37 @@ export class Bridge {
   resume(): void {
     this.pausedReason = undefined;
     this.schedulePump();
+  }
+
+  /**
+   * Sends the dead letters again once the cause of the refusal is fixed: moved to the end of the outbox in order,
+   * crash-safe (dead-letters.ts), then sent like any entry. `left`: those still dead letters (the outbox
+   * was full, or the central broker refused them again meanwhile).
+   */
+  requeueDeadLetters(): Promise<{ moved: number; left: number }> {
+    return this.deadLetterTurn(async (dead) => {
+      const moved = await requeueDeadLetters(dead, this.outbox);
+      this.schedulePump();
+      return { moved, left: dead.depth.messages };
+    }, { moved: 0, left: 0 });
+  }
+
+  /** Deletes the dead letters, counted as dropped (`dead_letter_deleted`); resolves with how many. */
+  deleteDeadLetters(): Promise<number> {
+    return this.deadLetterTurn(async (dead) => {
+      const deleted = await deleteDeadLetters(dead);
+      if (deleted > 0) this.outbox.countDropped('dead_letter_deleted', deleted);
+      return deleted;
+    }, 0);
+  }
+
+  /** Runs `work` after the one under way; a bridge without dead letters (none kept) has nothing to do. */
+  private deadLetterTurn<T>(work: (dead: Outbox) => Promise<T>, nothing: T): Promise<T> {
+    const dead = this.deadLetter;
+    if (dead === undefined) return Promise.resolve(nothing);
+    const turn = this.deadLetterWork.then(() => work(dead));
+    this.deadLetterWork = turn.catch(() => undefined);
+    return turn;
   }
 
   // ---------------------------------------------------------------------------------------------------------

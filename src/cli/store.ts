@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { asError, describeError, StoreError } from '../util/errors.js';
+import { requeueDeadLetters } from '../bridge/dead-letters.js';
 import { deadLetterOutbox, type OutboxLimits, type Store } from '../store/types.js';
 import type { SalvageResult } from '../store/lmdb/salvage.js';
 import { silentLogger } from '../util/logger.js';
@@ -30,8 +31,6 @@ export const storeUsage = `  edgeferry store list [-c FILE]
 
 /** Limits only matter for appends, which only `requeue` makes: it moves what the operator asks for, unbounded. */
 const READ_ONLY: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'reject-new' };
-/** Dead letters moved per step of `requeue` (one store batch each). */
-const REQUEUE_CHUNK = 1000;
 
 interface StoreCommandContext {
   /** Opens the store of the configuration's `storage.path`; undefined when there is no data directory yet. */
@@ -179,21 +178,8 @@ function list(store: Store, ctx: StoreCommandContext): void {
   ctx.stdout(`persistent sessions: ${sessions} (${queued} queued messages)\nretained messages: ${store.retained.count}\n`);
 }
 
-/**
- * Moves the dead letters of bridge `name` to the end of its outbox, oldest first, in chunks: each chunk is
- * appended, then removed from the dead letters. A crash between the two leaves a chunk in both: sent again and
- * still listed, never lost.
- */
+/** Moves the dead letters of bridge `name` to the end of its outbox (requeueDeadLetters). */
 async function requeue(store: Store, name: string): Promise<number> {
   if (!store.outboxNames().includes(deadLetterOutbox(name))) return 0;
-  const dead = store.outbox(deadLetterOutbox(name), READ_ONLY);
-  const outbox = store.outbox(name, READ_ONLY);
-  let moved = 0;
-  for (;;) {
-    const chunk = dead.peek(REQUEUE_CHUNK);
-    if (chunk.length === 0) return moved;
-    await Promise.all(chunk.map((entry) => outbox.append(entry.msg)));
-    await dead.remove(chunk.map((entry) => entry.seq));
-    moved += chunk.length;
-  }
+  return requeueDeadLetters(store.outbox(deadLetterOutbox(name), READ_ONLY), store.outbox(name, READ_ONLY));
 }

@@ -22,6 +22,9 @@ export interface ConsoleUsers {
   readonly verifyPassword: (user: string, password: Buffer) => Promise<boolean>;
 }
 
+/** POST /api/bridges/:name/dead-letters/requeue or /delete. */
+const DEAD_LETTERS_ROUTE = /^bridges\/([^/]+)\/dead-letters\/(requeue|delete)$/;
+
 /** Request bodies are small JSON objects. */
 const MAX_BODY_BYTES = 16 * 1024;
 
@@ -35,6 +38,15 @@ class HttpError extends Error {
     super(message);
   }
 }
+
+/**
+ * A refusal the action's own path already audited (the write path's `command refused`, `console write failed`):
+ * no `console action failed` line on top.
+ */
+class AuditedRefusal extends HttpError {}
+
+/** Actions whose outcome has an audit line of its own (the write path's, naming the user): no `console action` line. */
+const SELF_AUDITED: ReadonlySet<string> = new Set(['write-tag']);
 
 type Action = (body: Record<string, unknown>, who: Sender) => Promise<Record<string, unknown>>;
 
@@ -162,7 +174,16 @@ export class WebConsole {
       if (req.method !== 'GET') throw new HttpError(405, 'GET only');
       return reply(res, 200, read());
     }
-    if (route.startsWith('actions/')) return this.act(req, res, login, route.slice('actions/'.length));
+    if (route.startsWith('actions/')) {
+      const name = route.slice('actions/'.length);
+      return this.act(req, res, login, name, this.actions[name]);
+    }
+    const deadLetters = DEAD_LETTERS_ROUTE.exec(route);
+    if (deadLetters !== null) {
+      const [, bridge, verb] = deadLetters;
+      const name = decodedPath(bridge) ?? bridge;
+      return this.act(req, res, login, `${verb}-dead-letters`, async () => this.deadLetters(name, verb as 'requeue' | 'delete'), { bridge: name });
+    }
     throw new HttpError(404, `no such endpoint: /api/${route}`);
   }
 
@@ -191,12 +212,19 @@ export class WebConsole {
     reply(res, 200, { user, role, csrf: login.csrf });
   }
 
-  private async act(req: http.IncomingMessage, res: http.ServerResponse, login: Login, name: string): Promise<void> {
+  /** Runs `action` for an operator with the login's CSRF token, audited with `target` (what it acts on). */
+  private async act(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    login: Login,
+    name: string,
+    action: Action | undefined,
+    target: Record<string, unknown> = {},
+  ): Promise<void> {
     requirePost(req);
-    const action = this.actions[name];
     if (action === undefined) throw new HttpError(404, `no such action: ${name}`);
     const remote = req.socket.remoteAddress;
-    const facts = { user: login.user, remote, action: name };
+    const facts = { user: login.user, remote, action: name, ...target };
     if (login.role !== 'operator') {
       this.audit.warn({ ...facts, why: 'not an operator' }, 'console action refused');
       throw new HttpError(403, `${login.user} may view, not act: operators are listed in console.operators`);
@@ -208,14 +236,22 @@ export class WebConsole {
     const body = await readJson(req);
     try {
       const result = await action(body, { who: 'web-console', user: login.user, remote });
-      this.audit.info({ ...facts, body, result }, 'console action');
+      if (!SELF_AUDITED.has(name)) this.audit.info({ ...facts, body, result }, 'console action');
       reply(res, 200, result);
     } catch (err) {
-      this.audit.warn({ ...facts, body, why: asError(err).message }, 'console action failed');
+      if (!(err instanceof AuditedRefusal)) this.audit.warn({ ...facts, body, why: asError(err).message }, 'console action failed');
       if (err instanceof HttpError) throw err;
       this.log.error({ err, action: name }, 'console action failed');
       throw new HttpError(500, asError(err).message);
     }
+  }
+
+  /** Requeues (sends again) or deletes the dead letters of bridge `name`, with their counts. */
+  private async deadLetters(name: string, verb: 'requeue' | 'delete'): Promise<Record<string, unknown>> {
+    const found = this.sources.bridges().find(({ bridge }) => bridge.name === name);
+    if (found === undefined) throw new HttpError(404, `no bridge is named "${name}"`);
+    if (verb === 'requeue') return found.bridge.requeueDeadLetters();
+    return { deleted: await found.bridge.deleteDeadLetters() };
   }
 
   private async writeTag(body: Record<string, unknown>, who: Sender): Promise<Record<string, unknown>> {
@@ -229,7 +265,7 @@ export class WebConsole {
     const parsed = parseTagValue(def.datatype, body.value);
     if ('problem' in parsed) throw new HttpError(422, parsed.problem);
     const outcome = await node.writeTag(who, deviceId, tag, parsed.value);
-    if (!outcome.ok) throw new HttpError(422, outcome.why);
+    if (!outcome.ok) throw new AuditedRefusal(422, outcome.why);
     return { done: true, readBack: outcome.readBack, matches: outcome.matches };
   }
 

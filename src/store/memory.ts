@@ -26,7 +26,7 @@ import {
   type SubscriptionRecord,
 } from './types.js';
 import { SteadyClock } from '../util/clock.js';
-import type { StoreError } from '../util/errors.js';
+import { StoreError } from '../util/errors.js';
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
@@ -67,22 +67,38 @@ class MemoryOutbox implements Outbox {
 
   append(msg: Message): Promise<void> {
     if (this.isClosed()) return Promise.reject(closedError());
+    const refused = this.add(msg, true);
+    return refused === undefined ? RESOLVED : Promise.reject(refused);
+  }
+
+  moveTo(target: Outbox, limit: number): Promise<number> {
+    if (!(target instanceof MemoryOutbox)) return Promise.reject(new StoreError('EF_STORE_WRITE', `outbox "${target.name}" is not in this store`));
+    if (this.isClosed()) return Promise.reject(closedError());
+    let moved = 0;
+    for (const entry of this.peek(limit)) {
+      if (target.add(entry.msg, false) !== undefined) break;
+      this.remove([entry.seq]);
+      moved++;
+    }
+    return Promise.resolve(moved);
+  }
+
+  /** Appends `msg`, or returns why not; `mayDrop: false` refuses rather than drop-oldest. */
+  private add(msg: Message, mayDrop: boolean): StoreError | undefined {
     const bytes = outboxEntryBytes(msg);
     const { maxBytes, maxMessages, overflow } = this.limits;
-    if (isLimited(maxBytes) && bytes > maxBytes) {
-      return Promise.reject(entryTooLargeError(this.name, this.limits, bytes));
-    }
+    if (isLimited(maxBytes) && bytes > maxBytes) return entryTooLargeError(this.name, this.limits, bytes);
     const overLimit = (): boolean =>
       (isLimited(maxMessages) && this.messages + 1 > maxMessages) ||
       (isLimited(maxBytes) && this.bytes + bytes > maxBytes);
     if (overLimit()) {
-      if (overflow === 'reject-new') return Promise.reject(queueFullError(this.name, this.limits, bytes));
+      if (overflow === 'reject-new' || !mayDrop) return queueFullError(this.name, this.limits, bytes);
       while (overLimit() && this.dropHead()) this.dropped.queue_full++;
     }
     this.entries.push({ seq: ++this.lastSeq, msg, appendedAtMs: this.clock.nowMs(), bytes });
     this.messages++;
     this.bytes += bytes;
-    return RESOLVED;
+    return undefined;
   }
 
   peek(limit: number, afterSeq?: number): readonly OutboxEntry[] {

@@ -8,7 +8,7 @@ export function isLimited(limit: number): boolean {
 }
 
 export function emptyDropped(): Record<DropReason, number> {
-  return { queue_full: 0, expired: 0, rejected_upstream: 0 };
+  return { queue_full: 0, expired: 0, rejected_upstream: 0, dead_letter_deleted: 0 };
 }
 
 export function queueFullError(name: string, limits: OutboxLimits, bytes: number): StoreError {

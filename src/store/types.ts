@@ -159,7 +159,8 @@ export interface OutboxEntry {
   readonly released?: boolean;
 }
 
-export type DropReason = 'queue_full' | 'expired' | 'rejected_upstream';
+/** `dead_letter_deleted`: an operator deleted the bridge's dead letters (counted on the bridge's outbox). */
+export type DropReason = 'queue_full' | 'expired' | 'rejected_upstream' | 'dead_letter_deleted';
 
 /**
  * The outbox that keeps what the central broker refused for bridge `bridge` (its dead letters), until an operator
@@ -204,6 +205,12 @@ export interface Outbox {
    * a restart, the entry is completed with PUBREL and never published again. Unknown seqs are ignored.
    */
   markReleased(seq: number): Promise<void>;
+  /**
+   * Moves up to `limit` entries, oldest first, to the tail of `target` (an outbox of the same store) in one
+   * batch, so that after a crash at any point each is in exactly one of the two. Stops at the first entry
+   * `target` has no room for: nothing is dropped to make room for a moved entry. Resolves with how many moved.
+   */
+  moveTo(target: Outbox, limit: number): Promise<number>;
   /** Drops entries older than `maxAgeS`, counting them as `expired`. Returns how many were dropped. */
   expire(nowMs?: number): Promise<number>;
   /** The seq of the newest entry appended (0 for none yet): what a reader after it sees is newer. */

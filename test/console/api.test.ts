@@ -4,9 +4,11 @@
  * the config file), and the audit lines. The browser tests (browser.test.ts) drive the same API through the page.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import https from 'node:https';
 import { makeCerts } from '../fixtures/certs.js';
 import { describe, expect, it } from 'vitest';
+import { collect, connectClient } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, logLines, runCli } from '../helpers/gateway.js';
 import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
@@ -226,6 +228,65 @@ describe('console actions', { timeout: 90_000 }, () => {
     expect((await operator.act('reconnect-bridge', { bridge: 'nope' })).status).toBe(404);
   });
 
+  it('requeues a bridge\'s dead letters once Mosquitto\'s ACL allows them (they arrive in order) and deletes them, counted as dropped', async () => {
+    // Mosquitto's ACL refuses plant/held/# (PUBACK 0x87 Not authorized): the bridge keeps those as dead letters.
+    const aclFile = join(d.tempDir(), 'acl');
+    writeFileSync(aclFile, 'topic readwrite plant/ok/#\n');
+    const central = d.add(await startMosquitto({ extraConf: `acl_file ${aclFile}` }));
+    const { gw, base } = d.add(await startConsoleGateway(bridgePatch(central.url)));
+    type Card = { name: string; state: string; deadLetters: number; dropped: Record<string, number> };
+    const operator = await loggedIn(base, 'maint');
+    const card = async (): Promise<Card> => (await operator.get<Card[]>('bridges')).body[0];
+    const makeDeadLetters = async (payloads: string[]): Promise<void> => {
+      const local = await connectClient(gw.url);
+      for (const payload of payloads) await local.publishAsync('plant/held/count', payload, { qos: 1 });
+      await local.endAsync();
+      await waitFor(async () => (await card()).deadLetters === payloads.length, 15_000, { message: `${payloads.length} dead letters on the card` });
+    };
+    const payloads = ['1', '2', '3', '4', '5'];
+    await makeDeadLetters(payloads);
+
+    // The cause is fixed upstream.
+    writeFileSync(aclFile, 'topic readwrite plant/#\n');
+    await central.restart();
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const viewer = await loggedIn(base, 'shift');
+    expect((await viewer.post('bridges/central/dead-letters/requeue', {})).status).toBe(403);
+    expect((await viewer.post('bridges/central/dead-letters/delete', {})).status).toBe(403);
+    expect((await operator.post('bridges/nope/dead-letters/requeue', {})).status).toBe(404);
+    expect((await operator.post('bridges/central/dead-letters/requeue', {}, { csrf: false })).status).toBe(403);
+    expect((await card()).deadLetters).toBe(5);
+
+    const requeued = await operator.post('bridges/central/dead-letters/requeue', {});
+    expect(requeued.body).toEqual({ moved: 5, left: 0 });
+    await waitFor(() => up.payloads().length === payloads.length, 15_000, { message: () => `upstream got [${up.payloads().join(', ')}]` });
+    expect(up.payloads()).toEqual(payloads);
+    expect(await card()).toMatchObject({ deadLetters: 0, dropped: { dead_letter_deleted: 0 } });
+
+    // Refused again (the ACL back as it was), then deleted: gone, counted in the drops of /metrics.
+    writeFileSync(aclFile, 'topic readwrite plant/ok/#\n');
+    await central.restart();
+    await makeDeadLetters(['6', '7']);
+    expect((await operator.post('bridges/central/dead-letters/delete', {})).body).toEqual({ deleted: 2 });
+    expect(await card()).toMatchObject({ deadLetters: 0, dropped: { dead_letter_deleted: 2 } });
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    expect(metrics).toMatch(/^edgeferry_bridge_dropped_total\{bridge="central",reason="dead_letter_deleted"\} 2$/m);
+    expect((await operator.post('bridges/central/dead-letters/delete', {})).body).toEqual({ deleted: 0 });
+
+    const audited = logLines(gw).filter((l) => l.msg === 'console action' && l.bridge === 'central');
+    expect(audited.map((l) => [l.user, l.action, l.result])).toEqual([
+      ['maint', 'requeue-dead-letters', { moved: 5, left: 0 }],
+      ['maint', 'delete-dead-letters', { deleted: 2 }],
+      ['maint', 'delete-dead-letters', { deleted: 0 }],
+    ]);
+    const refused = logLines(gw).filter((l) => l.msg === 'console action refused' && l.bridge === 'central');
+    expect(refused.map((l) => [l.user, l.action, l.why])).toEqual([
+      ['shift', 'requeue-dead-letters', 'not an operator'],
+      ['shift', 'delete-dead-letters', 'not an operator'],
+      ['maint', 'requeue-dead-letters', 'missing or wrong CSRF token'],
+    ]);
+  });
+
   it('writes a tag through the DCMD checks and read-back (the register changes in the simulator), refuses what does not fit, and requests a rebirth', async () => {
     const sim = d.add(await startModbusSim({ units: [1] }));
     await sim.set(1, 'hr', 0, [5, 100]);
@@ -261,6 +322,13 @@ describe('console actions', { timeout: 90_000 }, () => {
       ['console write done', 'web-console', 'maint', 'setpoint'],
       ['command refused', 'web-console', 'maint', 'setpoint'],
       ['command refused', 'web-console', 'maint', 'count'],
+    ]);
+    // One line per write: the write path's above carries the outcome. `console action failed` only for what the
+    // console refused before the write path (a value of another type, an unknown device), which has no line of its own.
+    const consoleLines = logLines(gw).filter((l) => l.action === 'write-tag');
+    expect(consoleLines.map((l) => [l.msg, (l.body as { value: unknown }).value])).toEqual([
+      ['console action failed', 'abc'],
+      ['console action failed', 1],
     ]);
 
     const host = d.add(await openClient(`mqtt://127.0.0.1:${gw.port}`, { clientId: 'host-app' }));

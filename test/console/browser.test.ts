@@ -2,9 +2,12 @@
  * The web console in a real browser (Debian's chromium, headless, driven by playwright-core) against the gateway
  * process: log in through the form; a Modbus device (pymodbus) goes down and comes back; a bridge's backlog grows
  * while its Mosquitto is stopped and drains once it is back; a tag written from the page changes the register in
- * the simulator; a viewer sees no action and cannot act. Screenshots of the main views: test/artifacts/console/.
+ * the simulator; dead letters are sent again from the bridge card; a viewer sees no action and cannot act. Screenshots of the main views: test/artifacts/console/.
  */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { collect } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch } from '../helpers/gateway.js';
 import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
@@ -104,6 +107,34 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     const width = await phone.evaluate<number>('document.documentElement.scrollWidth');
     expect(width).toBeLessThanOrEqual(390);
     await screenshot(phone, 'phone-bridges-light');
+  });
+
+  it('sends a bridge\'s dead letters again from its card once Mosquitto\'s ACL allows them; the buttons go with them', async () => {
+    const aclFile = join(d.tempDir(), 'acl');
+    writeFileSync(aclFile, 'topic readwrite plant/ok/#\n');
+    const central = d.add(await startMosquitto({ extraConf: `acl_file ${aclFile}` }));
+    const { gw, base } = d.add(await startConsoleGateway(bridgePatch(central.url)));
+    const browser = d.add(await openBrowser());
+    const page = await logIn(browser, base, 'maint', PASSWORDS.maint);
+    await page.click('a[href="#bridges"]');
+    const card = '[data-testid=bridge-central]';
+    await waitForText(page, `${card} [data-testid=bridge-state]`, (t) => t === 'online', 10_000, 'bridge online');
+    expect(await page.locator('[data-testid=requeue-central]').count()).toBe(0);
+
+    const plc = d.add(await openClient(gw.url, { clientId: 'plc-sim' }));
+    for (const payload of ['1', '2', '3']) await plc.publish('plant/held/count', payload, { qos: 1 });
+    await waitForText(page, `${card} [data-testid=dead-letters]`, (t) => t === '3', 15_000, 'three dead letters on the card');
+    await screenshot(page, 'bridges-dead-letters');
+
+    writeFileSync(aclFile, 'topic readwrite plant/#\n');
+    await central.restart();
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    page.once('dialog', (dialog) => void dialog.accept());
+    await page.click('[data-testid=requeue-central]');
+    await waitForText(page, `${card} [data-testid=dead-letters]`, (t) => t === '0', 15_000, 'no dead letters left');
+    await waitFor(() => up.payloads().length === 3, 15_000, { message: () => `upstream got [${up.payloads().join(', ')}]` });
+    expect(up.payloads()).toEqual(['1', '2', '3']);
+    expect(await page.locator('[data-testid=requeue-central], [data-testid=delete-dead-central]').count()).toBe(0);
   });
 
   it('a viewer sees no action and cannot act, even by calling the API from the page', async () => {

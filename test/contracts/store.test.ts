@@ -253,8 +253,9 @@ describe.each(impls)('store contract: $name', (impl) => {
       const box = store.outbox('central', UNLIMITED);
       box.countDropped('rejected_upstream', 2);
       box.countDropped('rejected_upstream', 1);
+      box.countDropped('dead_letter_deleted', 4);
       await store.flushed();
-      expect(box.depth.dropped).toEqual({ queue_full: 0, expired: 0, rejected_upstream: 3 });
+      expect(box.depth.dropped).toEqual({ queue_full: 0, expired: 0, rejected_upstream: 3, dead_letter_deleted: 4 });
     });
 
     it('continues seqs after the outbox was emptied', async () => {
@@ -287,6 +288,29 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect(box.peek(4).map((e) => [e.seq > a.seq, e.released === true])).toEqual(Array(4).fill([true, false]));
       await box.markReleased(a.seq); // gone: ignored
       expect(box.peek(4).some((e) => e.released === true)).toBe(false);
+    });
+
+    it('moves entries oldest first to the tail of another outbox, stopping where it is full, dropping nothing', async () => {
+      const store = await open();
+      const payloads = (box: { peek(n: number): readonly { msg: Message }[] }) => box.peek(10).map((e) => e.msg.payload.toString());
+      const dead = store.outbox('central.dead-letter', UNLIMITED);
+      const box = store.outbox('central', { ...UNLIMITED, maxMessages: 4, overflow: 'drop-oldest' });
+      await box.append(fixed(0));
+      for (let i = 1; i <= 5; i++) await dead.append(fixed(i));
+      const tail = box.tailSeq;
+      expect(await dead.moveTo(box, 2)).toBe(2);
+      expect(payloads(box)).toEqual(['00000000', '00000001', '00000002']);
+      expect(box.peek(10)[1].seq).toBeGreaterThan(tail); // new entries of the target
+      expect(payloads(dead)).toEqual(['00000003', '00000004', '00000005']);
+      // Room for one more: the move stops there instead of drop-oldest making room.
+      expect(await dead.moveTo(box, 10)).toBe(1);
+      expect(payloads(box)).toEqual(['00000000', '00000001', '00000002', '00000003']);
+      expect(payloads(dead)).toEqual(['00000004', '00000005']);
+      expect([box.depth.messages, dead.depth.messages, box.depth.dropped.queue_full]).toEqual([4, 2, 0]);
+      expect(await dead.moveTo(box, 10)).toBe(0);
+      await box.remove(box.peek(10).map((e) => e.seq));
+      expect(await dead.moveTo(box, 10)).toBe(2);
+      expect([payloads(box), dead.depth.messages, dead.depth.bytes]).toEqual([['00000004', '00000005'], 0, 0]);
     });
 
     it('hides removed entries from peek as soon as remove is called', async () => {

@@ -19,6 +19,7 @@ import { silentLogger } from '../../src/util/logger.js';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const writerFixture = path.join(root, 'test/fixtures/outbox-writer.mjs');
 const diskFullFixture = path.join(root, 'test/fixtures/store-disk-full.mjs');
+const moverFixture = path.join(root, 'test/fixtures/dead-letter-mover.mjs');
 const LIMITS = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' as const };
 
 let buildDir: string;
@@ -169,6 +170,50 @@ describe('LMDB store under crashes', () => {
       await store.close();
     }
     expect(acked.size).toBeGreaterThan(rounds * 10);
+  }, 240_000);
+
+  it('keeps each moved entry (Outbox.moveTo, the dead-letter requeue) in exactly one of the two outboxes across repeated SIGKILLs', async () => {
+    const dir = tempDir();
+    const count = 5000;
+    let moves = 0;
+    for (let round = 0; round < 6; round++) {
+      const child = spawn(process.execPath, [moverFixture, compiledStore, dir, String(count)], { stdio: ['ignore', 'pipe', 'pipe'] });
+      children.push(child);
+      let stdout = '';
+      let stderr = '';
+      child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+      child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+      await waitFor(() => stdout.includes('ready\n') || child.exitCode !== null, 30_000, 'the mover to open the store');
+      expect(child.exitCode, stderr).toBeNull();
+      const before = (stdout.match(/^moved /gm) ?? []).length;
+      await new Promise((r) => setTimeout(r, 150 + Math.floor(Math.random() * 450)));
+      child.kill('SIGKILL');
+      await exited(child);
+      expect(stdout, stderr).not.toContain('fatal');
+      const after = (stdout.match(/^moved [1-9]/gm) ?? []).length;
+      expect(after, 'it moved entries before the kill').toBeGreaterThan(before);
+      moves += after;
+
+      const store = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger });
+      const ids: number[] = [];
+      for (const name of ['central.dead-letter', 'central']) {
+        const box = store.outbox(name, LIMITS);
+        const entries = box.peek(Number.MAX_SAFE_INTEGER);
+        let bytes = 0;
+        for (const e of entries) {
+          const id = Number(e.msg.topic.slice(2));
+          expect(e.msg.payload.toString(), `payload of ${id}`).toBe(`${id}:${'x'.repeat(id % 200)}`);
+          ids.push(id);
+          bytes += e.bytes;
+        }
+        // The counters were written in the transactions that moved the entries.
+        expect([box.depth.messages, box.depth.bytes], name).toEqual([entries.length, bytes]);
+      }
+      expect(ids.length, 'entries in both outboxes or in neither').toBe(count);
+      expect(new Set(ids).size).toBe(count);
+      await store.close();
+    }
+    expect(moves).toBeGreaterThan(12);
   }, 240_000);
 
   it('turns a full disk into rejected writes (EF_STORE_FULL), no crash, and recovers when space is freed', async (ctx) => {

@@ -67,7 +67,7 @@ describe('LMDB store', () => {
     await box.remove([before[0].seq]);
     const depth = box.depth;
     expect(depth.messages).toBe(4);
-    expect(depth.dropped).toEqual({ queue_full: 3, expired: 0, rejected_upstream: 4 });
+    expect(depth.dropped).toEqual({ queue_full: 3, expired: 0, rejected_upstream: 4, dead_letter_deleted: 0 });
     // An outbox emptied completely must not reuse its seqs either.
     const other = store.outbox('emptied', UNLIMITED);
     await other.append(small(1));
@@ -129,7 +129,9 @@ describe('LMDB store', () => {
     const values = [2, 4, 5].map((seq) => [seq, encodeStampedValue(small(seq), 1000 + seq, impl.clock)] as const);
     for (const [seq, value] of values) impl.outboxDb.putSync(seqKey(prefix, seq), value);
     const bytes = values.reduce((sum, [, v]) => sum + v.length, 0);
-    const meta: OutboxMeta = { lastSeq: 5, messages: 3, bytes, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } };
+    // Without `dead_letter_deleted`, as stores of earlier versions hold it.
+    const dropped = { queue_full: 0, expired: 0, rejected_upstream: 0 } as OutboxMeta['dropped'];
+    const meta: OutboxMeta = { lastSeq: 5, messages: 3, bytes, dropped };
     impl.meta.putSync(outboxMetaKey('central'), Buffer.from(JSON.stringify(meta))); // plain JSON, as written then
     await closeStore(store);
 
@@ -137,6 +139,7 @@ describe('LMDB store', () => {
     let box = store.outbox('central', UNLIMITED);
     expect(box.peek(10).map((e) => [e.seq, e.appendedAtMs, e.msg.payload[0]])).toEqual(values.map(([seq]) => [seq, 1000 + seq, seq]));
     expect(box.depth.oldestAppendedAtMs).toBe(1002);
+    expect(box.depth.dropped.dead_letter_deleted).toBe(0);
     await box.remove([3, 4]); // 3 is a gap: ignored
     await box.markReleased(3);
     expect(box.depth.messages).toBe(2);

@@ -167,18 +167,20 @@ export class LmdbOutbox implements Outbox, BatchMember {
     );
   }
 
-  private applyAppend(b: Batch, value: Buffer): void {
+  /** Throws (changing nothing but joining the batch) when refused; `mayDrop: false` refuses rather than drop-oldest. */
+  private applyAppend(b: Batch, value: Buffer, mayDrop = true): void {
     this.touch(b);
     const bytes = value.length;
-    const { maxBytes, maxMessages, overflow } = this.limits;
+    const { maxBytes, maxMessages } = this.limits;
+    const dropOldest = mayDrop && this.limits.overflow === 'drop-oldest';
     if (isLimited(maxBytes) && bytes > maxBytes) throw entryTooLargeError(this.name, this.limits, bytes);
     const overLimit = (): boolean =>
       (isLimited(maxMessages) && this.messages + 1 > maxMessages) || (isLimited(maxBytes) && this.bytes + bytes > maxBytes);
     if (overLimit()) {
-      if (overflow === 'reject-new') throw queueFullError(this.name, this.limits, bytes);
+      if (!dropOldest) throw queueFullError(this.name, this.limits, bytes);
       while (overLimit() && this.makeRoom(b) > 0);
     }
-    this.store.reserve(b, bytes, overflow === 'drop-oldest' ? () => this.makeRoom(b) : undefined);
+    this.store.reserve(b, bytes, dropOldest ? () => this.makeRoom(b) : undefined);
     const seq = this.lastSeq + 1;
     if (this.batchValues.length === 0) this.batchFirstSeq = seq;
     this.batchValues.push(value); // written as a chunk when the batch is finished
@@ -245,6 +247,38 @@ export class LmdbOutbox implements Outbox, BatchMember {
     }
     this.touch(b);
     for (const seq of list) this.removeOne(b, seq);
+  }
+
+  /**
+   * One operation, so one transaction: the appends to `target` (its chunk and counters) commit together with the
+   * removals here (floor or removed marks, counters), or neither does; a failed commit rolls both back in JS.
+   */
+  moveTo(target: Outbox, limit: number): Promise<number> {
+    if (!(target instanceof LmdbOutbox) || target.store !== this.store) {
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `outbox "${target.name}" is not in the store of outbox "${this.name}"`));
+    }
+    if (this.store.isClosing) return Promise.reject(closedError());
+    return this.store.schedule((b) => {
+      this.touch(b);
+      let moved = 0;
+      for (const entry of this.peek(limit)) {
+        if (!target.appendMoved(b, entry.msg)) break;
+        this.removeOne(b, entry.seq);
+        moved++;
+      }
+      return moved;
+    });
+  }
+
+  /** Appends `msg`, taken from another outbox in this batch, if it fits without dropping anything; false if not. */
+  private appendMoved(b: Batch, msg: Message): boolean {
+    try {
+      this.applyAppend(b, encodeStampedValue(msg, this.store.clock.nowMs(), this.store.clock), false);
+      return true;
+    } catch (err) {
+      if (err instanceof StoreError) return false; // full, or the disk is: the entry stays where it is
+      throw err;
+    }
   }
 
   markReleased(seq: number): Promise<void> {
