@@ -26,7 +26,7 @@ import { get as getSparkplug } from 'sparkplug-payload';
 import { expect, it } from 'vitest';
 import { useDisposer } from '../test/helpers/disposer.js';
 import { startGateway, type Gateway } from '../test/helpers/gateway.js';
-import { modbusPress, startModbusSim } from '../test/helpers/modbus-sim.js';
+import { WRITABLE_REGISTER_TAGS, modbusPress, startModbusSim } from '../test/helpers/modbus-sim.js';
 import { startMosquitto } from '../test/helpers/mosquitto.js';
 import { delay, waitFor } from '../test/helpers/wait.js';
 import { startOpcuaFixture } from '../test/fixtures/opcua-fixture.js';
@@ -247,15 +247,7 @@ class Host {
 
 const PRESS_TAGS = [
   { name: 'count', table: 'holding', address: 40, datatype: 'uint32' },
-  { name: 'i16', table: 'holding', address: 0, datatype: 'int16', writable: true },
-  { name: 'u16', table: 'holding', address: 1, datatype: 'uint16', writable: true },
-  { name: 'i32', table: 'holding', address: 2, datatype: 'int32', writable: true },
-  { name: 'u32', table: 'holding', address: 4, datatype: 'uint32', writable: true },
-  { name: 'i64', table: 'holding', address: 6, datatype: 'int64', writable: true },
-  { name: 'u64', table: 'holding', address: 10, datatype: 'uint64', writable: true },
-  { name: 'f32', table: 'holding', address: 14, datatype: 'float32', writable: true },
-  { name: 'f64', table: 'holding', address: 16, datatype: 'float64', writable: true },
-  { name: 'label', table: 'holding', address: 20, datatype: 'string', length: 4, writable: true },
+  ...WRITABLE_REGISTER_TAGS,
   // Read only here: pymodbus 3.0.0rc1 (Debian 12) ends its server a second or two after the gateway writes a coil
   // (FC5) and reads it back, so the device loss phase would lose its simulator. Boolean writes go to oven-1.
   { name: 'valve', table: 'coil', address: 0, datatype: 'bool' },

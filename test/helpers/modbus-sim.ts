@@ -175,3 +175,16 @@ export function modbusPress(sim: ModbusSim, tags: readonly object[]) {
     tags,
   };
 }
+
+/** A writable register tag of every Modbus datatype at fixed addresses (holding 0-21): DCMD writes of each type. */
+export const WRITABLE_REGISTER_TAGS = [
+  { name: 'i16', table: 'holding', address: 0, datatype: 'int16', writable: true },
+  { name: 'u16', table: 'holding', address: 1, datatype: 'uint16', writable: true },
+  { name: 'i32', table: 'holding', address: 2, datatype: 'int32', writable: true },
+  { name: 'u32', table: 'holding', address: 4, datatype: 'uint32', writable: true },
+  { name: 'i64', table: 'holding', address: 6, datatype: 'int64', writable: true },
+  { name: 'u64', table: 'holding', address: 10, datatype: 'uint64', writable: true },
+  { name: 'f32', table: 'holding', address: 14, datatype: 'float32', writable: true },
+  { name: 'f64', table: 'holding', address: 16, datatype: 'float64', writable: true },
+  { name: 'label', table: 'holding', address: 20, datatype: 'string', length: 4, writable: true },
+] as const;

@@ -9,7 +9,7 @@ import { get as getSparkplug } from 'sparkplug-payload';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startGateway } from '../helpers/gateway.js';
-import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
+import { WRITABLE_REGISTER_TAGS, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 import { startOpcuaFixture, type OpcuaFixture } from '../fixtures/opcua-fixture.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
@@ -267,15 +267,7 @@ describe('Sparkplug edge node over the bridge uplink', () => {
 describe('DCMD writes through the gateway never write a wrong value', () => {
   const typed = (sim: ModbusSim) =>
     connectors(sim, [
-      { name: 'i16', table: 'holding', address: 0, datatype: 'int16', writable: true },
-      { name: 'u16', table: 'holding', address: 1, datatype: 'uint16', writable: true },
-      { name: 'i32', table: 'holding', address: 2, datatype: 'int32', writable: true },
-      { name: 'u32', table: 'holding', address: 4, datatype: 'uint32', writable: true },
-      { name: 'i64', table: 'holding', address: 6, datatype: 'int64', writable: true },
-      { name: 'u64', table: 'holding', address: 10, datatype: 'uint64', writable: true },
-      { name: 'f32', table: 'holding', address: 14, datatype: 'float32', writable: true },
-      { name: 'f64', table: 'holding', address: 16, datatype: 'float64', writable: true },
-      { name: 'label', table: 'holding', address: 20, datatype: 'string', length: 4, writable: true },
+      ...WRITABLE_REGISTER_TAGS,
       { name: 'speed', table: 'holding', address: 30, datatype: 'int16', scale: 0.1, writable: true },
       { name: 'limit', table: 'holding', address: 31, datatype: 'uint16', writable: true },
       { name: 'valve', table: 'coil', address: 0, datatype: 'bool', writable: true },
