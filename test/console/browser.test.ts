@@ -101,8 +101,9 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     // A phone, in the light theme: one column, still readable.
     const phone = await logIn(browser, base, 'maint', PASSWORDS.maint, { width: 390, height: 844 });
     await phone.click('header button[title=Theme]');
-    // The page sets the theme in an effect after its render: wait for it rather than read it at once.
-    await phone.waitForFunction("document.documentElement.dataset.theme === 'light'", undefined, { timeout: 5000 });
+    // The page sets the theme in an effect after its render: wait for it rather than read it at once. A selector
+    // wait, not waitForFunction: Playwright evaluates that predicate with eval(), which the console's CSP forbids.
+    await phone.locator('html[data-theme="light"]').waitFor({ state: 'attached', timeout: 5000 });
     expect(await phone.evaluate<string>('document.documentElement.dataset.theme')).toBe('light');
     await phone.click('a[href="#bridges"]');
     await waitForText(phone, `${card} [data-testid=bridge-state]`, (t) => t === 'online', 5000, 'bridge card on the phone');
