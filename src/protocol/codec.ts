@@ -311,6 +311,11 @@ export function withPacketId(encoded: EncodedPublish, packetId: number): Buffer 
   return copy;
 }
 
+/** A shared encoding and whether a QoS 1/2 delivery took its bytes (patched with its packet id) already. */
+interface SharedPublish extends EncodedPublish {
+  handedOut: boolean;
+}
+
 /**
  * The encodings of one routed message, shared by all of its subscribers: at most one per
  * (3.1.x or 5) × QoS × retain variant, built on first use.
@@ -318,18 +323,33 @@ export function withPacketId(encoded: EncodedPublish, packetId: number): Buffer 
 export class PublishEncodings {
   /** The first encoding asked for, in fields: most messages need only one, and an array would cost one per message. */
   private firstKey = -1;
-  private first: EncodedPublish | undefined;
+  private first: SharedPublish | undefined;
   /** The others (subscribers of another protocol version, QoS or retain flag), by key. */
-  private others: (EncodedPublish | undefined)[] | undefined;
+  private others: (SharedPublish | undefined)[] | undefined;
 
   constructor(readonly msg: Message) {}
 
-  get(version: ProtocolVersion, qos: QoS, retain: boolean): EncodedPublish {
+  /**
+   * The PUBLISH for one delivery. QoS 0: the shared bytes themselves. QoS 1/2: the first delivery of a variant
+   * takes the shared bytes with its packet id written in (one subscriber, the common case, costs no copy); the
+   * next ones get copies of them with their own ids, so the bytes handed out are never written again.
+   */
+  bytesFor(version: ProtocolVersion, qos: QoS, retain: boolean, packetId: number): Buffer {
+    const enc = this.shared(version, qos, retain);
+    if (qos === 0) return enc.bytes;
+    if (enc.handedOut) return withPacketId(enc, packetId);
+    enc.handedOut = true;
+    enc.bytes.writeUInt16BE(packetId, enc.packetIdOffset);
+    return enc.bytes;
+  }
+
+  private shared(version: ProtocolVersion, qos: QoS, retain: boolean): SharedPublish {
     const key = (version === 5 ? 6 : 0) + qos * 2 + (retain ? 1 : 0);
     if (key === this.firstKey) return this.first!;
     let enc = this.others?.[key];
     if (enc === undefined) {
-      enc = encodePublish(this.msg, version, qos, retain, false);
+      const bytes = Buffer.allocUnsafe(measurePublish(this.msg, version, qos, undefined).total);
+      enc = { bytes, packetIdOffset: writePublish(bytes, 0, this.msg, version, qos, retain, false, undefined, 0), handedOut: false };
       if (this.firstKey === -1) {
         this.firstKey = key;
         this.first = enc;

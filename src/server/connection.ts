@@ -3,7 +3,7 @@
  * connection (malformed bytes, protocol violations, handler exceptions) ends here, closes only this connection
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
-import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
+import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish } from '../protocol/codec.js';
 import { PacketFramer, packetBytes } from '../protocol/framer.js';
 import { countUserProperties } from '../protocol/property-scan.js';
 import type { FrameHandler } from '../protocol/framer.js';
@@ -176,9 +176,8 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
       }
     }
     let bytes: Buffer;
-    if (encodings && !dup && subscriptionIds === undefined && alias === undefined) {
-      const shared = encodings.get(this.version, qos, retain);
-      bytes = qos === 0 ? shared.bytes : withPacketId(shared, packetId);
+    if (subscriptionIds === undefined && alias === undefined) {
+      bytes = encodings && !dup ? encodings.bytesFor(this.version, qos, retain, packetId) : encodePublish(msg, this.version, qos, retain, dup, undefined, packetId).bytes;
     } else {
       const extras = { subscriptionIds, topicAlias: alias, omitTopic: alias !== undefined && !aliasIsNew };
       bytes = encodePublish(msg, this.version, qos, retain, dup, extras, packetId).bytes;

@@ -201,18 +201,31 @@ describe('withPacketId and PublishEncodings', () => {
     for (const version of [4, 5] as const) {
       for (const qos of [0, 1, 2] as QoS[]) {
         for (const retain of [false, true]) {
-          const e = encodings.get(version, qos, retain);
-          expect(encodings.get(version, qos, retain)).toBe(e);
-          seen.add(e);
-          const p = parsePublish(qos === 0 ? e.bytes : withPacketId(e, 77), version);
+          const first = encodings.bytesFor(version, qos, retain, 77);
+          const again = encodings.bytesFor(version, qos, retain, 78);
+          seen.add(first);
+          // QoS 0 hands out the shared bytes to all; QoS 1/2 a copy from the second delivery on.
+          expect(again === first).toBe(qos === 0);
+          const p = parsePublish(first, version);
           expect(p).toMatchObject({ qos, retain, dup: false, topic: every.topic });
           expect(p.properties === undefined).toBe(version === 4);
+          if (qos > 0) expect([p.messageId, parsePublish(again, version).messageId]).toEqual([77, 78]);
         }
       }
     }
     expect(seen.size).toBe(12);
     // 3.1 and 3.1.1 share the same wire format and so the same slot.
-    expect(encodings.get(3, 1, false)).toBe(encodings.get(4, 1, false));
+    expect(encodings.bytesFor(3, 0, false, 0)).toBe(encodings.bytesFor(4, 0, false, 0));
+  });
+
+  it('gives the first QoS 1 delivery the shared encoding itself and never writes into bytes handed out', () => {
+    const encodings = new PublishEncodings(every);
+    const reference = encodePublish(every, 4, 1, false, false, undefined, 1).bytes;
+    const a = encodings.bytesFor(4, 1, false, 1);
+    const b = encodings.bytesFor(4, 1, false, 2);
+    const c = encodings.bytesFor(4, 1, false, 3);
+    expect(a).toEqual(reference);
+    expect([a, b, c].map((bytes) => parsePublish(bytes, 4).messageId)).toEqual([1, 2, 3]);
   });
 });
 
