@@ -362,7 +362,10 @@ export class PublishEncodings {
 /**
  * Decodes a PUBLISH body on the hot path without mqtt-packet's intermediate buffers. Returns undefined for an
  * MQTT 5 PUBLISH that carries properties: those go through mqtt-packet, which parses every property type.
- * The payload is copied out of the read buffer so that a queued or retained message does not pin a whole chunk.
+ * The payload is copied out of the read buffer so that a queued or retained message does not pin a whole chunk
+ * (a subarray would cost the same heap object; the copy of a small payload is a memcpy from Node's pool).
+ * `into`: a packet to fill instead of a new one, for a caller done with it before its next decode (no object per
+ * message).
  */
 export function decodePublish(
   data: Buffer,
@@ -370,6 +373,7 @@ export function decodePublish(
   start: number,
   end: number,
   version: ProtocolVersion,
+  into?: IPublishPacket,
 ): IPublishPacket | undefined {
   const qos = (first >> 1) & 3;
   if (qos === 3) throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH with QoS 3 [MQTT-3.3.1-4]');
@@ -391,16 +395,22 @@ export function decodePublish(
     if (data[p] !== 0) return undefined;
     p += 1;
   }
-  return {
-    cmd: 'publish',
-    qos: qos as QoS,
-    dup: (first & 0x08) !== 0,
-    retain: (first & 0x01) !== 0,
-    topic,
-    messageId,
-    payload: copyBytes(data, p, end),
-  };
+  const packet = into ?? newPublishPacket();
+  packet.qos = qos as QoS;
+  packet.dup = (first & 0x08) !== 0;
+  packet.retain = (first & 0x01) !== 0;
+  packet.topic = topic;
+  packet.messageId = messageId;
+  packet.payload = copyBytes(data, p, end);
+  return packet;
 }
+
+/** An empty PUBLISH packet for `decodePublish` to fill, with every field it writes (one shape for all). */
+export function newPublishPacket(): IPublishPacket {
+  return { cmd: 'publish', qos: 0, dup: false, retain: false, topic: '', messageId: undefined, payload: EMPTY_PAYLOAD };
+}
+
+const EMPTY_PAYLOAD = Buffer.alloc(0);
 
 /** A fresh copy of `data[start..end)` (allocUnsafe + copy: the cheapest copy Node has). */
 function copyBytes(data: Buffer, start: number, end: number): Buffer {
@@ -434,12 +444,23 @@ export function encodeAck(cmd: AckCommand, packetId: number, reasonCode: number,
   return buf;
 }
 
+/** A 2-byte-body acknowledgement as `decodeShortAck` fills it. */
+export interface ShortAck {
+  cmd: AckCommand;
+  messageId: number;
+  reasonCode: number;
+}
+
 /**
- * Decodes a 2-byte-body PUBACK/PUBREC/PUBREL/PUBCOMP. Returns undefined when the fixed-header flags are not the
- * required ones, leaving the refusal to mqtt-packet's checks [MQTT-2.2.2-2].
+ * Decodes a 2-byte-body PUBACK/PUBREC/PUBREL/PUBCOMP into `into` (the caller's, reused: no object per
+ * acknowledgement). Returns undefined when the fixed-header flags are not the required ones, leaving the refusal
+ * to mqtt-packet's checks [MQTT-2.2.2-2].
  */
-export function decodeShortAck(first: number, packetId: number): Packet | undefined {
+export function decodeShortAck(first: number, packetId: number, into: ShortAck): Packet | undefined {
   const cmd = ACK_BY_TYPE[first >> 4];
   if (cmd === undefined || first !== ACK_FIRST_BYTE[cmd]) return undefined;
-  return { cmd, messageId: packetId, reasonCode: 0 } as Packet;
+  into.cmd = cmd;
+  into.messageId = packetId;
+  into.reasonCode = 0;
+  return into as Packet;
 }

@@ -3,11 +3,11 @@
  * connection (malformed bytes, protocol violations, handler exceptions) ends here, closes only this connection
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
-import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish } from '../protocol/codec.js';
+import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, newPublishPacket } from '../protocol/codec.js';
 import { PacketFramer, packetBytes } from '../protocol/framer.js';
 import { countUserProperties } from '../protocol/property-scan.js';
 import type { FrameHandler } from '../protocol/framer.js';
-import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
+import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings, ShortAck } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
@@ -56,6 +56,13 @@ const ROUTE_WORK_PER_TURN = 100_000;
  */
 const PACKETS_PER_TURN = 64;
 const NO_BYTES = Buffer.alloc(0);
+/**
+ * The hot-path packets (PUBLISH, the 2-byte acknowledgements) are decoded into these, shared by all connections
+ * (no object per message): a connected client's packet is handled synchronously, and its handler takes the values
+ * it needs before anything it calls could frame another client's packets (a released publisher reads on).
+ */
+const decodedPublish = newPublishPacket();
+const decodedAck: ShortAck = { cmd: 'puback', messageId: 0, reasonCode: 0 };
 
 export class Connection implements ClientConnection, FrameHandler, PressureHolder, TurnWork, TransportReader {
   state: ConnectionState = 'awaiting-connect';
@@ -331,10 +338,10 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
       // Hot paths decoded here; everything else (and MQTT 5 packets with properties) goes through mqtt-packet.
       const type = first >> 4;
       if (type === PACKET_PUBLISH) {
-        const publish = decodePublish(data, first, bodyStart, end, this.version);
+        const publish = decodePublish(data, first, bodyStart, end, this.version, decodedPublish);
         if (publish) return this.dispatch(publish);
       } else if (end - bodyStart === 2 && type >= PACKET_PUBACK && type <= PACKET_PUBCOMP) {
-        const ack = decodeShortAck(first, data.readUInt16BE(bodyStart));
+        const ack = decodeShortAck(first, data.readUInt16BE(bodyStart), decodedAck);
         if (ack) return this.dispatch(ack);
       }
     }

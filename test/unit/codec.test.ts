@@ -1,7 +1,20 @@
 import { describe, expect, it } from 'vitest';
 import mqttPacket from 'mqtt-packet';
 import type { IPublishPacket, Packet } from 'mqtt-packet';
-import { PacketArena, PublishEncodings, appendPublish, createParser, decodePublish, encodeAck, encodePacket, encodePublish, withPacketId } from '../../src/protocol/codec.js';
+import {
+  PacketArena,
+  PublishEncodings,
+  appendPublish,
+  createParser,
+  decodePublish,
+  decodeShortAck,
+  encodeAck,
+  encodePacket,
+  encodePublish,
+  newPublishPacket,
+  withPacketId,
+} from '../../src/protocol/codec.js';
+import type { ShortAck } from '../../src/protocol/codec.js';
 import type { ProtocolVersion } from '../../src/protocol/codec.js';
 import { createMessage } from '../../src/protocol/message.js';
 import type { Message, QoS } from '../../src/protocol/message.js';
@@ -311,6 +324,17 @@ describe('decodePublish (the hot-path PUBLISH decoder)', () => {
     expect((decodePublish(f.data, f.first, f.start, f.end, 4)!.payload as Buffer).length).toBe(0);
   });
 
+  it('fills the packet it is given, one object for every PUBLISH, each decode replacing every field', () => {
+    const into = newPublishPacket();
+    const a = frame(encodePublish(createMessage({ topic: 'a', payload: Buffer.from('1'), origin: 'x' }), 4, 1, true, true, undefined, 9).bytes);
+    expect(decodePublish(a.data, a.first, a.start, a.end, 4, into)).toBe(into);
+    expect(into).toMatchObject({ cmd: 'publish', topic: 'a', qos: 1, retain: true, dup: true, messageId: 9 });
+    const b = frame(encodePublish(createMessage({ topic: 'b/c', payload: Buffer.from('22'), origin: 'x' }), 4, 0, false, false).bytes);
+    expect(decodePublish(b.data, b.first, b.start, b.end, 4, into)).toBe(into);
+    expect(into).toMatchObject({ topic: 'b/c', qos: 0, retain: false, dup: false, messageId: undefined });
+    expect((into.payload as Buffer).toString()).toBe('22');
+  });
+
   it('leaves an MQTT 5 PUBLISH with properties to mqtt-packet (returns undefined)', () => {
     const f = frame(encodePublish(every, 5, 1, false, false, undefined, 1).bytes);
     expect(decodePublish(f.data, f.first, f.start, f.end, 5)).toBeUndefined();
@@ -336,5 +360,18 @@ describe('decodePublish (the hot-path PUBLISH decoder)', () => {
       expect(thrown, `cut ${cut}`).toBeInstanceOf(ProtocolError);
       expect((thrown as ProtocolError).reasonCode).toBe(0x81);
     }
+  });
+});
+
+describe('decodeShortAck', () => {
+  it('fills the acknowledgement it is given and refuses wrong fixed-header flags [MQTT-2.2.2-2]', () => {
+    const into: ShortAck = { cmd: 'puback', messageId: 0, reasonCode: 0 };
+    expect(decodeShortAck(0x50, 7, into)).toBe(into);
+    expect(into).toEqual({ cmd: 'pubrec', messageId: 7, reasonCode: 0 });
+    expect(decodeShortAck(0x62, 8, into)).toBe(into);
+    expect(into).toEqual({ cmd: 'pubrel', messageId: 8, reasonCode: 0 });
+    // PUBREL must have flags 0010, PUBACK 0000.
+    expect(decodeShortAck(0x60, 9, into)).toBeUndefined();
+    expect(decodeShortAck(0x41, 9, into)).toBeUndefined();
   });
 });
