@@ -123,6 +123,32 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     expect(p2.messageId).toBeGreaterThan(0);
   });
 
+  it('gives each QoS 1 subscriber of one message the packet id of its own session [MQTT-2.3.1-2]', async () => {
+    const topic = `q1/shared/${v}`;
+    const subs: RawClient[] = [];
+    for (const name of ['a', 'b', 'c']) {
+      const { raw } = await RawClient.connect(gw.port, v, { clientId: `raw-q1-shared-${name}-${v}` });
+      d.add(raw);
+      raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic, qos: 1 }, { topic: `${topic}/warm/${name}`, qos: 1 }] });
+      await raw.next('suback');
+      subs.push(raw);
+    }
+    const [a, b] = subs;
+    const pub = d.add(await openClient(gw.url, { protocolVersion: v, clientId: `q1-shared-pub-${v}` }));
+    // a gets two messages of its own first, b one, c none (none acknowledged): their sessions' next ids differ.
+    await pub.publish(`${topic}/warm/a`, 'a1', { qos: 1 });
+    await pub.publish(`${topic}/warm/a`, 'a2', { qos: 1 });
+    await pub.publish(`${topic}/warm/b`, 'b1', { qos: 1 });
+    await a.next('publish');
+    await a.next('publish');
+    await b.next('publish');
+    // One message to all three: one encoding, each subscriber's PUBLISH with its own id, none overwritten by another's.
+    await pub.publish(topic, 'the one', { qos: 1 });
+    const got = await Promise.all(subs.map(async (raw) => (await raw.next('publish')) as IPublishPacket));
+    for (const p of got) expect(p).toMatchObject({ topic, qos: 1, dup: false, retain: false, payload: Buffer.from('the one') });
+    expect(got.map((p) => p.messageId)).toEqual([3, 2, 1]);
+  });
+
   it('runs the QoS 2 sender flow to a subscriber: PUBLISH, PUBREC → PUBREL, PUBCOMP [MQTT-4.3.3-1]', async () => {
     const topic = `q2/out/${v}`;
     const { raw } = await RawClient.connect(gw.port, v, { clientId: `raw-q2-out-${v}` });
