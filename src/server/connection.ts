@@ -237,6 +237,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     this.lastReceivedMs = performance.now();
     this.ctx.broker.stats.bytesReceived += chunk.length;
     this.frame(chunk);
+    this.ctx.flusher.readDone();
   }
 
   private frame(chunk: Buffer): void {

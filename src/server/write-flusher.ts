@@ -1,8 +1,8 @@
 /**
  * One event-loop turn's deferred work, delivery first: connections queue encoded packets during a turn and every
- * connection with pending bytes is written once, in one syscall, when the turn's I/O is done; only then do the
- * connections that yielded their read budget (`Connection.canTakeMore`) go on reading
- * (docs/architecture.md#back-pressure).
+ * connection with pending bytes is written once, in one syscall, when the turn's I/O is done (at once after the
+ * read when the gateway is quiet, see `readDone`); only then do the connections that yielded their read budget
+ * (`Connection.canTakeMore`) go on reading (docs/architecture.md#back-pressure, #hot-path).
  */
 export interface TurnWork {
   flush(): void;
@@ -15,6 +15,9 @@ export class WriteFlusher {
   private readers: TurnWork[] = [];
   private spare: TurnWork[] = [];
   private scheduled = false;
+  /** Reads handled in this turn so far, and in the turn before (see `readDone`). */
+  private reads = 0;
+  private readsBefore = 0;
 
   schedule(target: TurnWork): void {
     this.dirty.add(target);
@@ -27,6 +30,16 @@ export class WriteFlusher {
     this.arm();
   }
 
+  /**
+   * A connection handled one read. When the turn before had at most one read (the gateway is quiet), this first
+   * read's writes go out now rather than after the rest of the poll phase: there is nothing to batch them with,
+   * and the wait would be latency. Under load (more reads per turn) the turn's writes are batched as before.
+   */
+  readDone(): void {
+    if (++this.reads === 1 && this.readsBefore <= 1) this.flushDirty();
+    this.arm(); // the turn's end counts the reads
+  }
+
   private arm(): void {
     if (!this.scheduled) {
       this.scheduled = true;
@@ -34,10 +47,16 @@ export class WriteFlusher {
     }
   }
 
-  private readonly run = (): void => {
-    this.scheduled = false;
+  private flushDirty(): void {
     for (const target of this.dirty) target.flush();
     this.dirty.clear();
+  }
+
+  private readonly run = (): void => {
+    this.scheduled = false;
+    this.readsBefore = this.reads;
+    this.reads = 0;
+    this.flushDirty();
     // Readers that yield again are scheduled for the next turn, after its poll phase (subscribers' acks).
     const readers = this.readers;
     if (readers.length === 0) return;
