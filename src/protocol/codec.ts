@@ -10,6 +10,13 @@ import { remainingExpiryS } from './message.js';
 import { Reason } from './reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
 
+/**
+ * mqtt-packet's default pre-builds 65,536 two-byte Buffers (every packet id, ~6.5 MB of heap) at its first encode.
+ * Our hot-path packets (PUBLISH, acks) are encoded here, so the control packets it still encodes build their few
+ * numbers on the fly.
+ */
+mqttPacket.writeToStream.cacheNumbers = false;
+
 export type { Packet, Parser };
 export type {
   IConnectPacket as ConnectPacket,
