@@ -4,6 +4,7 @@
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
 import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
+import { decodeConnectV4 } from '../protocol/connect-codec.js';
 import { PacketFramer, packetBytes } from '../protocol/framer.js';
 import { countUserProperties } from '../protocol/property-scan.js';
 import type { FrameHandler } from '../protocol/framer.js';
@@ -338,6 +339,10 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
         const ack = decodeShortAck(first, data.readUInt16BE(bodyStart));
         if (ack) return this.dispatch(ack);
       }
+    } else if (this.state === 'awaiting-connect') {
+      // Every connection's first packet: an MQTT 3.1.1 CONNECT is decoded without mqtt-packet's garbage.
+      const connect = decodeConnectV4(data, first, bodyStart, end);
+      if (connect) return this.dispatch(connect);
     }
     if ((this.version === 5 || this.state === 'awaiting-connect') && this.refusedForUserProperties(data, first, bodyStart, end)) return;
     this.parseGeneric(data.subarray(packetStart, end));
