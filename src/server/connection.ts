@@ -5,9 +5,9 @@
  */
 import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, withPacketId } from '../protocol/codec.js';
 import { decodeConnectV4 } from '../protocol/connect-codec.js';
-import { PacketFramer, packetBytes } from '../protocol/framer.js';
+import { packetBytes, pushChunk } from '../protocol/framer.js';
 import { countUserProperties } from '../protocol/property-scan.js';
-import type { FrameHandler } from '../protocol/framer.js';
+import type { FrameHandler, PacketFramer } from '../protocol/framer.js';
 import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
@@ -106,7 +106,8 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
   /** Since when an incomplete packet has been held: a body trickled in byte by byte must still end [docs/reliability.md rule 6]. */
   private partialSinceMs: number | undefined;
   readonly log: Logger;
-  private readonly framer = new PacketFramer();
+  /** Created by the first read that ends inside a packet (`pushChunk`): an idle connection has none. */
+  private framer: PacketFramer | undefined;
 
   constructor(
     readonly transport: Transport,
@@ -238,11 +239,11 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     this.turnWorkStart = this.ctx.broker.routeWork;
     this.turnPackets = 0;
     try {
-      this.framer.push(chunk, this);
+      this.framer = pushChunk(this.framer, chunk, this);
       // Every whole packet stopped the incomplete-packet clock (`packet`): it runs from the read that left the
       // current one incomplete, so a stream whose reads all end inside a packet is timed per packet. Bytes held
       // back by a yield or by back-pressure are packets waiting, not a trickle.
-      if (this.framer.pendingBytes > 0 && !this.yielding && this.heldBy === undefined) this.partialSinceMs ??= this.lastReceivedMs;
+      if (this.framer !== undefined && this.framer.pendingBytes > 0 && !this.yielding && this.heldBy === undefined) this.partialSinceMs ??= this.lastReceivedMs;
     } catch (err) {
       this.protocolFailure(err);
     }
