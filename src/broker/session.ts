@@ -146,6 +146,27 @@ interface Spill {
 
 export const NEVER_EXPIRES = 0xffffffff;
 
+/**
+ * What every session of a broker shares, made once by the broker: an idle client's session holds one reference
+ * to it (docs/architecture.md#what-a-connection-costs).
+ */
+export class SessionSettings {
+  /** Back-pressure (docs/architecture.md#back-pressure): the high-water mark, and half of it, where publishers resume. */
+  readonly highWater: number;
+  readonly lowWater: number;
+
+  /** `memoryWindow`: the part of a persistent session's queue kept in memory before it goes on in the store; none = never spills. */
+  constructor(
+    readonly limits: SessionLimits,
+    readonly events: SessionEvents,
+    readonly readGate: ReadGate,
+    readonly memoryWindow: QueueWindow | undefined,
+  ) {
+    this.highWater = highWaterOf(limits);
+    this.lowWater = Math.floor(this.highWater / 2);
+  }
+}
+
 export class Session implements Subscriber {
   /** NO_SUBSCRIPTIONS until the first one: an idle client keeps no map of its own. */
   private subs: Map<string, SubscriptionRecord> = NO_SUBSCRIPTIONS;
@@ -178,9 +199,6 @@ export class Session implements Subscriber {
   private queuedBytes = 0;
   private spill: Spill | undefined;
   private nextPacketId = 1;
-  /** Back-pressure (docs/architecture.md#back-pressure): the high-water mark, and half of it, where publishers resume. */
-  private readonly highWater: number;
-  private readonly lowWater: number;
   /** When the queue, online, last reached the high-water mark without draining to the low-water mark since. */
   private highSinceMs: number | undefined;
   /** Publishers paused for this session; created on first use. */
@@ -191,18 +209,37 @@ export class Session implements Subscriber {
    */
   private overflowing = false;
 
-  /** `memoryWindow`: the part of the queue kept in memory before it goes on in the store; none = never spills. */
   constructor(
     readonly id: string,
     owner: SessionOwner | undefined,
-    private readonly limits: SessionLimits,
-    private readonly events: SessionEvents,
-    private readonly readGate: ReadGate,
-    private readonly memoryWindow?: QueueWindow,
+    private readonly settings: SessionSettings,
   ) {
     this.owner = owner;
-    this.highWater = highWaterOf(limits);
-    this.lowWater = Math.floor(this.highWater / 2);
+  }
+
+  // What every session shares, read through `settings` (one reference per session, not six).
+  private get limits(): SessionLimits {
+    return this.settings.limits;
+  }
+
+  private get events(): SessionEvents {
+    return this.settings.events;
+  }
+
+  private get readGate(): ReadGate {
+    return this.settings.readGate;
+  }
+
+  private get memoryWindow(): QueueWindow | undefined {
+    return this.settings.memoryWindow;
+  }
+
+  private get highWater(): number {
+    return this.settings.highWater;
+  }
+
+  private get lowWater(): number {
+    return this.settings.lowWater;
   }
 
   /** A client resumed a session stored without an owner: it is the owner from now on. */
