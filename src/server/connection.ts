@@ -94,9 +94,10 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
   private deferred: Packet[] | undefined;
   /**
    * QoS 1/2 acknowledgements waiting for their message to be stored, in the order of the PUBLISHes: they go out
-   * in that order [MQTT-4.6.0-2] (handlers/publish.ts). Its head is always one still waiting.
+   * in that order [MQTT-4.6.0-2] (handlers/publish.ts). Its head is always one still waiting. Created at the
+   * first QoS 1/2 PUBLISH (`pendingAcks`): a client that never sends one keeps no array.
    */
-  readonly pendingAcks: PendingAck[] = [];
+  private acks: PendingAck[] | undefined;
   private readonly pending: Buffer[] = [];
   private pendingBytes = 0;
   /** QoS 0 messages shed for this client since its write buffer last drained (see `checkTimers`). */
@@ -105,7 +106,6 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
   private backedUpSinceMs: number | undefined;
   /** Since when an incomplete packet has been held: a body trickled in byte by byte must still end [docs/reliability.md rule 6]. */
   private partialSinceMs: number | undefined;
-  readonly log: Logger;
   /** Created by the first read that ends inside a packet (`pushChunk`): an idle connection has none. */
   private framer: PacketFramer | undefined;
 
@@ -115,11 +115,18 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     /** The listener the client came in on: its anonymous rule, mTLS identity rule and connection count. */
     readonly listener: ListenerPolicy,
   ) {
-    this.log = ctx.log;
     transport.attach(this);
     ctx.connections.add(this);
     listener.connections++;
     listener.pending.add(this);
+  }
+
+  get pendingAcks(): PendingAck[] {
+    return (this.acks ??= []);
+  }
+
+  get log(): Logger {
+    return this.ctx.log;
   }
 
   get allowAnonymous(): boolean {
