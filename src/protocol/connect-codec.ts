@@ -6,7 +6,7 @@
  * decoded here: anything else (MQTT 3.1 and 5, a reserved bit set, lengths that do not add up, bytes after the
  * last field) returns undefined and goes through mqtt-packet, which says what is wrong.
  */
-import type { ConnectPacket } from './codec.js';
+import type { IConnectPacket as ConnectPacket } from 'mqtt-packet';
 
 const CONNECT_FIRST_BYTE = 0x10;
 const CLEAN_SESSION = 0x02;
