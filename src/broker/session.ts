@@ -193,7 +193,8 @@ export class Session implements Subscriber {
   routeSlot = 0;
 
   private inflight: Map<number, Delivery> = NO_FLOWS;
-  private queue: Delivery[] = [];
+  /** NO_DELIVERIES until the first message is queued: an idle client keeps no array of its own. */
+  private queue: Delivery[] = NO_DELIVERIES;
   private queueHead = 0;
   /** Payload bytes of the whole queue, spilled part included. */
   private queuedBytes = 0;
@@ -375,7 +376,7 @@ export class Session implements Subscriber {
         if (this.inflight === NO_FLOWS) this.inflight = new Map();
         this.inflight.set(flight.packetId, d);
       } else {
-        this.queue.push(d);
+        this.ownQueue().push(d);
         this.queuedBytes += msg.payload.length;
       }
     }
@@ -504,7 +505,7 @@ export class Session implements Subscriber {
     this.subs = NO_SUBSCRIPTIONS;
     this.inboundQoS2 = undefined;
     this.inflight = NO_FLOWS;
-    this.queue = [];
+    this.queue = NO_DELIVERIES;
     this.queueHead = 0;
     this.queuedBytes = 0;
     this.spill = undefined;
@@ -535,12 +536,18 @@ export class Session implements Subscriber {
 
   private onWriteFailed: ((err: unknown) => void) | undefined;
 
+  /** The queue to append to: the session's own, made at its first message. */
+  private ownQueue(): Delivery[] {
+    if (this.queue === NO_DELIVERIES) this.queue = [];
+    return this.queue;
+  }
+
   private enqueue(d: Delivery): void {
     if (this.queueFull(d.msg)) {
       this.forget(d);
       return this.events.dropped('queue_full', d.msg);
     }
-    this.queue.push(d);
+    this.ownQueue().push(d);
     this.queuedBytes += d.msg.payload.length;
   }
 
@@ -593,7 +600,7 @@ export class Session implements Subscriber {
     const read = spill.afterSeq === undefined ? undefined : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
     const records = read?.records ?? [];
     for (const { seq, msg } of records) {
-      this.queue.push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
+      this.ownQueue().push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
       spill.bytes -= msg.payload.length;
     }
     if (read?.lastSeq !== undefined) spill.afterSeq = read.lastSeq;
@@ -733,5 +740,7 @@ function asDelivered(msg: Message, qos: QoS, retain: boolean): Message {
 
 /** The shared empty map of a session without flows in progress; replaced by its own map at the first one. */
 const NO_FLOWS: Map<number, Delivery> = new Map();
+/** The shared empty queue of a session that has queued nothing yet; only read (`ownQueue` replaces it first). */
+const NO_DELIVERIES: Delivery[] = [];
 /** Shared by every session without subscriptions; only read, never written (`subscribe` replaces it first). */
 const NO_SUBSCRIPTIONS: Map<string, SubscriptionRecord> = new Map();
