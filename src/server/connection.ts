@@ -23,8 +23,10 @@ import { handlePacket, refuseConnect } from './handlers/index.js';
 /** What connections share beyond what their handlers see: the write flusher and the server's registries (listeners.ts). */
 export interface ConnectionContext extends ServerContext {
   readonly flusher: WriteFlusher;
-  /** Every open connection, connected or not yet. */
-  readonly connections: Set<Connection>;
+  /**
+   * Connected clients by client id. With the listeners' `pending` these are every open connection: no set of all
+   * of them is kept besides (docs/architecture.md#what-a-connection-costs).
+   */
   readonly clients: Map<string, Connection>;
 }
 
@@ -116,7 +118,6 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     readonly listener: ListenerPolicy,
   ) {
     transport.attach(this);
-    ctx.connections.add(this);
     listener.connections++;
     listener.pending.add(this);
   }
@@ -472,7 +473,6 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     this.transport.end();
     // A peer that does not read its last bytes must not keep the socket open forever.
     setTimeout(() => this.transport.destroy(), 2000).unref();
-    this.ctx.connections.delete(this);
     this.listener.connections--;
     this.listener.pending.delete(this);
     if (wasConnected) this.ctx.broker.stats.clientsConnected--;
