@@ -97,7 +97,9 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
         config,
         [
           'listeners:',
-          `  - { type: tcp, host: 127.0.0.1, port: ${port} }`,
+          // All load comes from 127.0.0.1: its pre-CONNECT budget must not refuse the idle-rss scenario's 400
+          // concurrent connects on a busy machine (Mosquitto and Aedes have no such budget).
+          `  - { type: tcp, host: 127.0.0.1, port: ${port}, maxPendingPerAddress: 1000 }`,
           // Unlimited queue like mosquitto-unlimited, so QoS 1 fan-in cannot lose messages to a queue limit.
           'broker: { maxQueuedMessages: 0, maxConnections: 20000 }',
           `storage: { path: ${JSON.stringify(path.join(dir, 'data'))} }`,

@@ -26,8 +26,11 @@ export interface ClientInfo {
 }
 
 export interface AuthHooks {
-  /** Resolves undefined to accept, or the CONNACK reason code to refuse with. */
-  authenticate(c: ConnectInfo): Promise<number | undefined>;
+  /**
+   * Undefined to accept, or the CONNACK reason code to refuse with; a promise of it when the answer takes I/O or
+   * hashing (a password check). Answered at once otherwise, so that an anonymous client's CONNECT costs no promise.
+   */
+  authenticate(c: ConnectInfo): number | undefined | Promise<number | undefined>;
   /** Undefined to allow a publish (or a will), or the reason code to refuse it with. */
   authorizePublish(c: ClientInfo, topic: string): number | undefined;
   /** The QoS to grant (SUBACK semantics), or a reason code >= 0x80 to refuse this one filter. */
@@ -68,7 +71,7 @@ export class FileAuth implements AuthHooks {
     private readonly events: AuthEvents = quietEvents,
   ) {}
 
-  async authenticate(c: ConnectInfo): Promise<number | undefined> {
+  authenticate(c: ConnectInfo): number | undefined | Promise<number | undefined> {
     if (this.isThrottled(c.remoteAddress)) return this.fail(c, Reason.Banned, 'too many failed logins from this address');
     if (c.username === undefined) {
       return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'anonymous clients are not allowed here');
@@ -76,11 +79,16 @@ export class FileAuth implements AuthHooks {
     if (!c.certificateVerified) {
       if (!this.passwords) return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'no password file configured');
       // A user name without a password is refused when a password file is set (Mosquitto `01-connect-uname-no-password-denied`).
-      if (!c.password || !(await this.passwords.verify(c.username, c.password))) {
-        return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
-      }
+      if (!c.password) return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
+      return this.passwords
+        .verify(c.username, c.password)
+        .then((ok) => (ok ? this.accepted(c) : this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password')));
     }
-    // The failure count is not reset by a success: one valid account must not buy more guesses at others.
+    return this.accepted(c);
+  }
+
+  /** The failure count is not reset by a success: one valid account must not buy more guesses at others. */
+  private accepted(c: ConnectInfo): undefined {
     this.events.loginAccepted(c);
     return undefined;
   }

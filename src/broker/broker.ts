@@ -11,7 +11,7 @@ import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { QueueWindow, Store, SubscriptionRecord } from '../store/types.js';
 import { RetainedIndex } from './retained.js';
-import { memoryWindow, NEVER_EXPIRES, Session } from './session.js';
+import { memoryWindow, NEVER_EXPIRES, Session, SessionSettings } from './session.js';
 import type { DropReason, ReadGate, SessionEvents, SessionLimits, SessionOwner } from './session.js';
 import type { ClientInfo } from './auth.js';
 import { TopicTree } from './topic-tree.js';
@@ -96,6 +96,8 @@ export class Broker {
   /** Persistent sessions' queues go on in the store past this, when the store is durable; none: never. */
   private readonly memoryWindow: QueueWindow | undefined;
   private readonly readGate: ReadGate = { check: undefined };
+  /** Limits, hooks and the read gate, one object for every session. */
+  private readonly sessionSettings: SessionSettings;
 
   constructor(private readonly options: BrokerOptions) {
     this.stats = options.stats ?? new BrokerStats();
@@ -129,6 +131,7 @@ export class Broker {
         member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
       },
     };
+    this.sessionSettings = new SessionSettings(options.limits, this.sessionEvents, this.readGate, this.memoryWindow);
   }
 
   /**
@@ -345,7 +348,7 @@ export class Broker {
       present = true;
     } else {
       if (existing) this.endSession(existing);
-      session = new Session(clientId, owner, this.options.limits, this.sessionEvents, this.readGate, this.memoryWindow);
+      session = new Session(clientId, owner, this.sessionSettings);
       this.sessions.set(clientId, session);
     }
     session.expiryIntervalS = expiryIntervalS;
@@ -396,7 +399,7 @@ export class Broker {
         sessions.drop(record.clientId).catch((err: unknown) => this.sessionEvents.storeFailed(err, record.clientId));
         continue;
       }
-      const session = new Session(record.clientId, record.owner, this.options.limits, this.sessionEvents, this.readGate, this.memoryWindow);
+      const session = new Session(record.clientId, record.owner, this.sessionSettings);
       session.expiryIntervalS = record.expiryIntervalS;
       session.store = sessions;
       this.sessions.set(record.clientId, session);

@@ -146,6 +146,27 @@ interface Spill {
 
 export const NEVER_EXPIRES = 0xffffffff;
 
+/**
+ * What every session of a broker shares, made once by the broker: an idle client's session holds one reference
+ * to it (docs/architecture.md#what-a-connection-costs).
+ */
+export class SessionSettings {
+  /** Back-pressure (docs/architecture.md#back-pressure): the high-water mark, and half of it, where publishers resume. */
+  readonly highWater: number;
+  readonly lowWater: number;
+
+  /** `memoryWindow`: the part of a persistent session's queue kept in memory before it goes on in the store; none = never spills. */
+  constructor(
+    readonly limits: SessionLimits,
+    readonly events: SessionEvents,
+    readonly readGate: ReadGate,
+    readonly memoryWindow: QueueWindow | undefined,
+  ) {
+    this.highWater = highWaterOf(limits);
+    this.lowWater = Math.floor(this.highWater / 2);
+  }
+}
+
 export class Session implements Subscriber {
   /** NO_SUBSCRIPTIONS until the first one: an idle client keeps no map of its own. */
   private subs: Map<string, SubscriptionRecord> = NO_SUBSCRIPTIONS;
@@ -172,15 +193,13 @@ export class Session implements Subscriber {
   routeSlot = 0;
 
   private inflight: Map<number, Delivery> = NO_FLOWS;
-  private queue: Delivery[] = [];
+  /** NO_DELIVERIES until the first message is queued: an idle client keeps no array of its own. */
+  private queue: Delivery[] = NO_DELIVERIES;
   private queueHead = 0;
   /** Payload bytes of the whole queue, spilled part included. */
   private queuedBytes = 0;
   private spill: Spill | undefined;
   private nextPacketId = 1;
-  /** Back-pressure (docs/architecture.md#back-pressure): the high-water mark, and half of it, where publishers resume. */
-  private readonly highWater: number;
-  private readonly lowWater: number;
   /** When the queue, online, last reached the high-water mark without draining to the low-water mark since. */
   private highSinceMs: number | undefined;
   /** Publishers paused for this session; created on first use. */
@@ -191,18 +210,37 @@ export class Session implements Subscriber {
    */
   private overflowing = false;
 
-  /** `memoryWindow`: the part of the queue kept in memory before it goes on in the store; none = never spills. */
   constructor(
     readonly id: string,
     owner: SessionOwner | undefined,
-    private readonly limits: SessionLimits,
-    private readonly events: SessionEvents,
-    private readonly readGate: ReadGate,
-    private readonly memoryWindow?: QueueWindow,
+    private readonly settings: SessionSettings,
   ) {
     this.owner = owner;
-    this.highWater = highWaterOf(limits);
-    this.lowWater = Math.floor(this.highWater / 2);
+  }
+
+  // What every session shares, read through `settings` (one reference per session, not six).
+  private get limits(): SessionLimits {
+    return this.settings.limits;
+  }
+
+  private get events(): SessionEvents {
+    return this.settings.events;
+  }
+
+  private get readGate(): ReadGate {
+    return this.settings.readGate;
+  }
+
+  private get memoryWindow(): QueueWindow | undefined {
+    return this.settings.memoryWindow;
+  }
+
+  private get highWater(): number {
+    return this.settings.highWater;
+  }
+
+  private get lowWater(): number {
+    return this.settings.lowWater;
   }
 
   /** A client resumed a session stored without an owner: it is the owner from now on. */
@@ -338,7 +376,7 @@ export class Session implements Subscriber {
         if (this.inflight === NO_FLOWS) this.inflight = new Map();
         this.inflight.set(flight.packetId, d);
       } else {
-        this.queue.push(d);
+        this.ownQueue().push(d);
         this.queuedBytes += msg.payload.length;
       }
     }
@@ -467,7 +505,7 @@ export class Session implements Subscriber {
     this.subs = NO_SUBSCRIPTIONS;
     this.inboundQoS2 = undefined;
     this.inflight = NO_FLOWS;
-    this.queue = [];
+    this.queue = NO_DELIVERIES;
     this.queueHead = 0;
     this.queuedBytes = 0;
     this.spill = undefined;
@@ -498,12 +536,18 @@ export class Session implements Subscriber {
 
   private onWriteFailed: ((err: unknown) => void) | undefined;
 
+  /** The queue to append to: the session's own, made at its first message. */
+  private ownQueue(): Delivery[] {
+    if (this.queue === NO_DELIVERIES) this.queue = [];
+    return this.queue;
+  }
+
   private enqueue(d: Delivery): void {
     if (this.queueFull(d.msg)) {
       this.forget(d);
       return this.events.dropped('queue_full', d.msg);
     }
-    this.queue.push(d);
+    this.ownQueue().push(d);
     this.queuedBytes += d.msg.payload.length;
   }
 
@@ -556,7 +600,7 @@ export class Session implements Subscriber {
     const read = spill.afterSeq === undefined ? undefined : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
     const records = read?.records ?? [];
     for (const { seq, msg } of records) {
-      this.queue.push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
+      this.ownQueue().push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
       spill.bytes -= msg.payload.length;
     }
     if (read?.lastSeq !== undefined) spill.afterSeq = read.lastSeq;
@@ -696,5 +740,7 @@ function asDelivered(msg: Message, qos: QoS, retain: boolean): Message {
 
 /** The shared empty map of a session without flows in progress; replaced by its own map at the first one. */
 const NO_FLOWS: Map<number, Delivery> = new Map();
+/** The shared empty queue of a session that has queued nothing yet; only read (`ownQueue` replaces it first). */
+const NO_DELIVERIES: Delivery[] = [];
 /** Shared by every session without subscriptions; only read, never written (`subscribe` replaces it first). */
 const NO_SUBSCRIPTIONS: Map<string, SubscriptionRecord> = new Map();

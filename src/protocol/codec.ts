@@ -9,6 +9,14 @@ import type { Message, QoS } from './message.js';
 import { remainingExpiryS } from './message.js';
 import { Reason } from './reason-codes.js';
 import { ProtocolError } from '../util/errors.js';
+import { encodeConnackV3 } from './connect-codec.js';
+
+/**
+ * mqtt-packet's default pre-builds 65,536 two-byte Buffers (every packet id, ~6.5 MB of heap) at its first encode.
+ * Our hot-path packets (PUBLISH, acks) are encoded here, so the control packets it still encodes build their few
+ * numbers on the fly.
+ */
+mqttPacket.writeToStream.cacheNumbers = false;
 
 export type { Packet, Parser };
 export type {
@@ -34,6 +42,7 @@ export function createParser(version: ProtocolVersion = 4): Parser {
 
 /** Encodes a control packet (CONNACK, SUBACK, ...). Not for the PUBLISH hot path. */
 export function encodePacket(packet: Packet, version: ProtocolVersion): Buffer {
+  if (packet.cmd === 'connack' && version !== 5) return encodeConnackV3(packet.sessionPresent, packet.returnCode ?? 0);
   const props = (packet as { properties?: Record<string, unknown> }).properties;
   if (props) {
     // mqtt-packet rejects properties present with an undefined value; absent is what we mean.

@@ -29,6 +29,32 @@ export function packetBytes(remainingLength: number): number {
   return 1 + (remainingLength < 128 ? 1 : remainingLength < 16_384 ? 2 : remainingLength < 2_097_152 ? 3 : 4) + remainingLength;
 }
 
+/**
+ * A framer that holds nothing, lent to each read of a connection that has none; it is kept by the first connection
+ * whose read leaves bytes held. Taken out while in use, so that a read framed from within a handler gets its own.
+ */
+let spare: PacketFramer | undefined;
+
+/**
+ * Frames `chunk` after what `framer` holds and returns the framer that now holds the rest: `framer`, or for a
+ * connection that had none, the spare one once a read leaves bytes held, kept from then on. A connection whose
+ * reads end on packet boundaries, as an idle one's CONNECT does, never has a framer of its own
+ * (docs/architecture.md#what-a-connection-costs).
+ */
+export function pushChunk(framer: PacketFramer | undefined, chunk: Buffer, handler: FrameHandler): PacketFramer | undefined {
+  if (framer !== undefined) {
+    framer.push(chunk, handler);
+    return framer;
+  }
+  const lent = spare ?? new PacketFramer();
+  spare = undefined;
+  lent.push(chunk, handler);
+  if (lent.pendingBytes > 0) return lent;
+  // A closed handler may have left a packet length behind: only an untouched framer is lent again.
+  if (handler.isOpen()) spare = lent;
+  return undefined;
+}
+
 /** Longest fixed header: 1 type byte and a 4-byte remaining length. */
 const MAX_HEADER_BYTES = 5;
 

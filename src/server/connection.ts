@@ -4,9 +4,10 @@
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
 import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, newPublishPacket } from '../protocol/codec.js';
-import { PacketFramer, packetBytes } from '../protocol/framer.js';
+import { decodeConnectV4 } from '../protocol/connect-codec.js';
+import { packetBytes, pushChunk } from '../protocol/framer.js';
 import { countUserProperties } from '../protocol/property-scan.js';
-import type { FrameHandler } from '../protocol/framer.js';
+import type { FrameHandler, PacketFramer } from '../protocol/framer.js';
 import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings, ShortAck } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
@@ -22,8 +23,10 @@ import { handlePacket, refuseConnect } from './handlers/index.js';
 /** What connections share beyond what their handlers see: the write flusher and the server's registries (listeners.ts). */
 export interface ConnectionContext extends ServerContext {
   readonly flusher: WriteFlusher;
-  /** Every open connection, connected or not yet. */
-  readonly connections: Set<Connection>;
+  /**
+   * Connected clients by client id. With the listeners' `pending` these are every open connection: no set of all
+   * of them is kept besides (docs/architecture.md#what-a-connection-costs).
+   */
   readonly clients: Map<string, Connection>;
 }
 
@@ -100,9 +103,10 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
   private deferred: Packet[] | undefined;
   /**
    * QoS 1/2 acknowledgements waiting for their message to be stored, in the order of the PUBLISHes: they go out
-   * in that order [MQTT-4.6.0-2] (handlers/publish.ts). Its head is always one still waiting.
+   * in that order [MQTT-4.6.0-2] (handlers/publish.ts). Its head is always one still waiting. Created at the
+   * first QoS 1/2 PUBLISH (`pendingAcks`): a client that never sends one keeps no array.
    */
-  readonly pendingAcks: PendingAck[] = [];
+  private acks: PendingAck[] | undefined;
   private readonly pending: Buffer[] = [];
   private pendingBytes = 0;
   /** QoS 0 messages shed for this client since its write buffer last drained (see `checkTimers`). */
@@ -111,8 +115,8 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
   private backedUpSinceMs: number | undefined;
   /** Since when an incomplete packet has been held: a body trickled in byte by byte must still end [docs/reliability.md rule 6]. */
   private partialSinceMs: number | undefined;
-  readonly log: Logger;
-  private readonly framer = new PacketFramer();
+  /** Created by the first read that ends inside a packet (`pushChunk`): an idle connection has none. */
+  private framer: PacketFramer | undefined;
 
   constructor(
     readonly transport: Transport,
@@ -120,11 +124,17 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     /** The listener the client came in on: its anonymous rule, mTLS identity rule and connection count. */
     readonly listener: ListenerPolicy,
   ) {
-    this.log = ctx.log;
     transport.attach(this);
-    ctx.connections.add(this);
     listener.connections++;
     listener.pending.add(this);
+  }
+
+  get pendingAcks(): PendingAck[] {
+    return (this.acks ??= []);
+  }
+
+  get log(): Logger {
+    return this.ctx.log;
   }
 
   get allowAnonymous(): boolean {
@@ -244,11 +254,11 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     this.turnWorkStart = this.ctx.broker.routeWork;
     this.turnPackets = 0;
     try {
-      this.framer.push(chunk, this);
+      this.framer = pushChunk(this.framer, chunk, this);
       // Every whole packet stopped the incomplete-packet clock (`packet`): it runs from the read that left the
       // current one incomplete, so a stream whose reads all end inside a packet is timed per packet. Bytes held
       // back by a yield or by back-pressure are packets waiting, not a trickle.
-      if (this.framer.pendingBytes > 0 && !this.yielding && this.heldBy === undefined) this.partialSinceMs ??= this.lastReceivedMs;
+      if (this.framer !== undefined && this.framer.pendingBytes > 0 && !this.yielding && this.heldBy === undefined) this.partialSinceMs ??= this.lastReceivedMs;
     } catch (err) {
       this.protocolFailure(err);
     }
@@ -345,6 +355,10 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
         const ack = decodeShortAck(first, data.readUInt16BE(bodyStart), decodedAck);
         if (ack) return this.dispatch(ack);
       }
+    } else if (this.state === 'awaiting-connect') {
+      // Every connection's first packet: an MQTT 3.1.1 CONNECT is decoded without mqtt-packet's garbage.
+      const connect = decodeConnectV4(data, first, bodyStart, end);
+      if (connect) return this.dispatch(connect);
     }
     if ((this.version === 5 || this.state === 'awaiting-connect') && this.refusedForUserProperties(data, first, bodyStart, end)) return;
     this.parseGeneric(data.subarray(packetStart, end));
@@ -466,7 +480,6 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     this.transport.end();
     // A peer that does not read its last bytes must not keep the socket open forever.
     setTimeout(() => this.transport.destroy(), 2000).unref();
-    this.ctx.connections.delete(this);
     this.listener.connections--;
     this.listener.pending.delete(this);
     if (wasConnected) this.ctx.broker.stats.clientsConnected--;

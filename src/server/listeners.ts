@@ -88,7 +88,7 @@ export class MqttServer {
     /** Rejected client certificates are written here too. */
     private readonly audit: Logger,
   ) {
-    this.ctx = { broker, auth, limits, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
+    this.ctx = { broker, auth, limits, log, flusher: new WriteFlusher(), clients: new Map() };
     this.setAuth(auth);
   }
 
@@ -121,8 +121,17 @@ export class MqttServer {
     return this.running.length > 0 && this.running.every((r) => r.server.listening);
   }
 
+  /** Open connections, connected or not yet. */
   get connectionCount(): number {
-    return this.ctx.connections.size;
+    let count = 0;
+    for (const policy of this.listenerLabels.keys()) count += policy.connections;
+    return count;
+  }
+
+  /** Every open connection: the connected clients and each listener's connections without CONNECT yet. */
+  private *openConnections(): Generator<Connection> {
+    yield* this.ctx.clients.values();
+    for (const policy of this.listenerLabels.keys()) yield* policy.pending;
   }
 
   /** The connected clients (CONNECT done), for the web console. */
@@ -159,7 +168,7 @@ export class MqttServer {
     }
     this.timer = setInterval(() => {
       const now = performance.now();
-      for (const conn of this.ctx.connections) conn.checkTimers(now);
+      for (const conn of this.openConnections()) conn.checkTimers(now);
     }, TIMER_INTERVAL_MS);
     this.timer.unref();
     return this.running.map((r) => {
@@ -178,7 +187,7 @@ export class MqttServer {
           r.server.close(() => resolve());
         }),
     );
-    for (const conn of [...this.ctx.connections]) conn.close(Reason.ServerShuttingDown, 'server shutting down');
+    for (const conn of [...this.openConnections()]) conn.close(Reason.ServerShuttingDown, 'server shutting down');
     await Promise.all(closed);
   }
 
@@ -206,7 +215,7 @@ export class MqttServer {
         return;
       }
       const max = Math.min(this.ctx.limits.maxConnections, spec.maxConnections ?? Infinity);
-      const isFull = this.ctx.connections.size >= max || policy.connections >= (spec.maxConnections ?? Infinity);
+      const isFull = this.connectionCount >= max || policy.connections >= (spec.maxConnections ?? Infinity);
       if (isFull || pending.size >= pending.max) {
         // A socket that has not logged in never locks out one that may: the oldest of them makes room.
         const oldest = pending.oldest();

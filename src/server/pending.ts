@@ -26,6 +26,10 @@ export class PendingConnections<T extends PendingConnection = PendingConnection>
     return this.perAddress.get(address) ?? 0;
   }
 
+  [Symbol.iterator](): IterableIterator<T> {
+    return this.oldestFirst.values();
+  }
+
   oldest(): T | undefined {
     return this.oldestFirst.values().next().value;
   }

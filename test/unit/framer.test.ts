@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import mqttPacket from 'mqtt-packet';
-import { PacketFramer } from '../../src/protocol/framer.js';
+import { PacketFramer, pushChunk } from '../../src/protocol/framer.js';
 import type { FrameHandler } from '../../src/protocol/framer.js';
 
 function collect(): FrameHandler & { packets: Buffer[]; headers: [number, number][] } {
@@ -76,5 +76,48 @@ describe('PacketFramer', () => {
 
   it('refuses a remaining length longer than four bytes as malformed', () => {
     expect(() => new PacketFramer().push(Buffer.from([0x30, 0xff, 0xff, 0xff, 0xff, 0x01]), collect())).toThrow(/longer than 4 bytes/);
+  });
+
+  it('gives a connection a framer of its own only once a read ends inside a packet (pushChunk)', () => {
+    const whole = collect();
+    new PacketFramer().push(stream, whole);
+    // Reads that end on packet boundaries: no framer is kept.
+    const aligned = collect();
+    let framer: PacketFramer | undefined;
+    for (const packet of whole.packets) framer = pushChunk(framer, packet, aligned);
+    expect(framer).toBeUndefined();
+    expect(aligned.packets).toEqual(whole.packets);
+    // A read that ends inside a packet: a framer holds the rest, and is kept.
+    const split = collect();
+    framer = undefined;
+    for (let i = 0; i < stream.length; i += 100) framer = pushChunk(framer, stream.subarray(i, i + 100), split);
+    expect(framer).toBeDefined();
+    expect(framer!.pendingBytes).toBe(0);
+    expect(split.packets).toEqual(whole.packets);
+  });
+
+  it('keeps two streams apart when one is framed from within the other\'s handler (pushChunk)', () => {
+    const whole = collect();
+    new PacketFramer().push(stream, whole);
+    const inner = collect();
+    let innerFramer: PacketFramer | undefined;
+    let innerAt = 0;
+    const outerPackets: Buffer[] = [];
+    const outer: FrameHandler = {
+      header: () => {},
+      packet: (data, _first, start, _body, end) => {
+        outerPackets.push(Buffer.from(data.subarray(start, end)));
+        // Another connection's read, handled while this one's is being framed: it ends inside a packet.
+        if (innerAt < stream.length) innerFramer = pushChunk(innerFramer, stream.subarray(innerAt, (innerAt += 37)), inner);
+      },
+      isOpen: () => true,
+      canTakeMore: () => true,
+    };
+    let outerFramer: PacketFramer | undefined;
+    for (let i = 0; i < stream.length; i += 251) outerFramer = pushChunk(outerFramer, stream.subarray(i, i + 251), outer);
+    while (innerAt < stream.length) innerFramer = pushChunk(innerFramer, stream.subarray(innerAt, (innerAt += 37)), inner);
+    expect(outerPackets).toEqual(whole.packets);
+    expect(inner.packets).toEqual(whole.packets);
+    expect(outerFramer).not.toBe(innerFramer);
   });
 });

@@ -9,7 +9,7 @@ import type { Packet } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { FileAuth } from '../../src/broker/auth.js';
 import { Broker } from '../../src/broker/broker.js';
-import { Connection, type ConnectionContext } from '../../src/server/connection.js';
+import { Connection, type ConnectionContext, type ListenerPolicy } from '../../src/server/connection.js';
 import type { ServerLimits } from '../../src/server/context.js';
 import { WriteFlusher } from '../../src/server/write-flusher.js';
 import type { Transport, TransportReader } from '../../src/server/transport.js';
@@ -68,8 +68,11 @@ const LIMITS: ServerLimits = {
 function context(errors: LoggedError[]): ConnectionContext {
   const log = recordingLogger(errors);
   const broker = new Broker({ limits: { maxInflight: 4, maxQueuedMessages: 16, maxQueuedBytes: 0 }, store: createMemoryStore(), log });
-  return { broker, auth: new FileAuth(undefined, undefined), limits: LIMITS, log, flusher: new WriteFlusher(), connections: new Set(), clients: new Map() };
+  return { broker, auth: new FileAuth(undefined, undefined), limits: LIMITS, log, flusher: new WriteFlusher(), clients: new Map() };
 }
+
+/** The listener every fuzzed connection comes in on: its counts show that all of them closed. */
+const fuzzListener: ListenerPolicy = { allowAnonymous: true, identityIsUsername: false, connections: 0, pending: new PendingConnections(1000, 100) };
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
@@ -185,7 +188,7 @@ async function runCase(ctx: ConnectionContext, seed: number): Promise<void> {
     parts.push(random() < 0.5 ? mutate(base, random) : base);
   }
   const transport = new FakeTransport();
-  new Connection(transport, ctx, { allowAnonymous: true, identityIsUsername: false, connections: 0, pending: new PendingConnections(1000, 100) });
+  new Connection(transport, ctx, fuzzListener);
   let first = true;
   for (const chunk of chunks(Buffer.concat(parts), random)) {
     transport.feed(chunk);
@@ -224,7 +227,9 @@ describe('Connection under fuzzed input', () => {
     expect(failures).toEqual([]);
     expect(ctx.broker.stats.disconnects.implementation_specific_error ?? 0).toBe(0);
     // Every fuzzed connection is gone, and a well-behaved client still gets its messages.
-    expect(ctx.connections.size).toBe(0);
+    expect(fuzzListener.connections).toBe(0);
+    expect(fuzzListener.pending.size).toBe(0);
+    expect(ctx.clients.size).toBe(0);
     const got: string[] = [];
     const unsubscribe = ctx.broker.subscribe('after/#', { qos: 0, origin: 'checker' }, (msg) => void got.push(msg.payload.toString()));
     const transport = new FakeTransport();

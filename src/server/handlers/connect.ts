@@ -24,7 +24,7 @@ export function refuse(conn: ClientConnection, reason: number, why: string): voi
 }
 
 export function handleConnect(conn: ClientConnection, packet: ConnectPacket): void {
-  const { limits, log } = conn.ctx;
+  const { limits } = conn.ctx;
   conn.version = packet.protocolVersion as ProtocolVersion;
   const v5 = conn.version === 5;
   const props = packet.properties;
@@ -99,40 +99,56 @@ export function handleConnect(conn: ClientConnection, packet: ConnectPacket): vo
     username = conn.certificateIdentity;
     password = undefined;
   }
-  conn.beginAuthentication();
-  conn.ctx.auth
-    .authenticate({
+  const accepted: Accepted = { clientId, username, assigned, keepaliveS, serverKeepAlive };
+  let answer: number | undefined | Promise<number | undefined>;
+  try {
+    answer = conn.ctx.auth.authenticate({
       clientId,
       username,
       password,
       certificateVerified: conn.identityIsUsername,
       remoteAddress: conn.remoteAddress,
       allowAnonymous: conn.allowAnonymous,
-    })
-    .then(
-      (refusal) => {
-        if (conn.state === 'closed') return;
-        conn.state = 'awaiting-connect';
-        if (refusal !== undefined) return refuse(conn, refusal, 'authentication failed');
-        conn.username = username;
-        if (will && conn.ctx.auth.authorizePublish({ clientId, username }, will.topic) !== undefined) {
-          return refuse(conn, Reason.NotAuthorized, 'not authorized to publish the will topic');
-        }
-        accept(conn, packet, { clientId, assigned, keepaliveS, serverKeepAlive });
-        conn.authenticated();
-      },
-      (err: unknown) => {
-        log.error({ err, clientId }, 'authentication hook failed');
-        refuse(conn, Reason.UnspecifiedError, 'authentication error');
-      },
-    );
+    });
+  } catch (err) {
+    return authenticationFailed(conn, err);
+  }
+  // An answer at once (anonymous clients, no password file) completes the CONNECT now, without a promise.
+  if (!(answer instanceof Promise)) return authenticated(conn, packet, answer, accepted);
+  conn.beginAuthentication();
+  answer.then(
+    (refusal) => authenticated(conn, packet, refusal, accepted),
+    (err: unknown) => authenticationFailed(conn, err),
+  );
 }
 
-function accept(
-  conn: ClientConnection,
-  packet: ConnectPacket,
-  p: { clientId: string; assigned: boolean; keepaliveS: number; serverKeepAlive: number | undefined },
-): void {
+/** What the CONNECT handler settled before authentication, for `accept`. */
+interface Accepted {
+  readonly clientId: string;
+  readonly username: string | undefined;
+  readonly assigned: boolean;
+  readonly keepaliveS: number;
+  readonly serverKeepAlive: number | undefined;
+}
+
+function authenticated(conn: ClientConnection, packet: ConnectPacket, refusal: number | undefined, p: Accepted): void {
+  if (conn.state === 'closed') return;
+  conn.state = 'awaiting-connect';
+  if (refusal !== undefined) return refuse(conn, refusal, 'authentication failed');
+  conn.username = p.username;
+  if (packet.will && conn.ctx.auth.authorizePublish({ clientId: p.clientId, username: p.username }, packet.will.topic) !== undefined) {
+    return refuse(conn, Reason.NotAuthorized, 'not authorized to publish the will topic');
+  }
+  accept(conn, packet, p);
+  conn.authenticated();
+}
+
+function authenticationFailed(conn: ClientConnection, err: unknown): void {
+  conn.ctx.log.error({ err, clientId: conn.clientId }, 'authentication hook failed');
+  refuse(conn, Reason.UnspecifiedError, 'authentication error');
+}
+
+function accept(conn: ClientConnection, packet: ConnectPacket, p: Accepted): void {
   const { broker, limits, clients, log } = conn.ctx;
   const v5 = conn.version === 5;
   const props = packet.properties;
