@@ -183,7 +183,8 @@ function accept(conn: ClientConnection, packet: ConnectPacket, p: Accepted): voi
     conn.will = {
       msg: createMessage({
         topic: w.topic,
-        payload: Buffer.isBuffer(w.payload) ? w.payload : Buffer.from(w.payload),
+        // A copy: the decoded payload may be a view of the read chunk, which the will would pin for the connection's life.
+        payload: Buffer.from(w.payload),
         qos: w.qos as QoS,
         retain: w.retain,
         properties: v5 ? toPublishProperties(w.properties) : undefined,
