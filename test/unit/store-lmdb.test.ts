@@ -8,7 +8,8 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb/open.js';
-import { encodeStampedValue, ownerPrefix, seqKey } from '../../src/store/codec.js';
+import { encodeStampedValue, ownerPrefix, prefixEnd, seqKey } from '../../src/store/codec.js';
+import { JOURNAL_PREFIX } from '../../src/store/lmdb/journal.js';
 import { outboxMetaKey, type OutboxMeta } from '../../src/store/lmdb/outbox.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
@@ -113,15 +114,16 @@ describe('LMDB store', () => {
     // The first chunk is gone, the second still holds live entries; one mark is left (the last entry).
     const impl = store as unknown as LmdbStore;
     const prefix = ownerPrefix('central');
-    expect([...impl.outboxDb.getKeys({ start: prefix, snapshot: false })].length).toBe(2);
+    const journalChunks = (): number => [...impl.outboxDb.getKeys({ start: JOURNAL_PREFIX, end: prefixEnd(JOURNAL_PREFIX), snapshot: false })].length;
+    expect(journalChunks()).toBe(2);
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(1);
     await box.remove(seqs.slice(200, 299));
     expect([box.depth.messages, box.peek(10)]).toEqual([0, []]);
-    expect([...impl.outboxDb.getKeys({ start: prefix, snapshot: false })].length).toBe(0);
+    expect(journalChunks()).toBe(0);
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(0);
   });
 
-  it('reads an outbox written before chunks (one entry per key, gaps where entries were removed)', async () => {
+  it('moves an outbox written before chunks (one entry per key, gaps where entries were removed) to the journal', async () => {
     const dir = tempDir();
     let store = await openStore(dir);
     const impl = store as unknown as LmdbStore;
@@ -135,13 +137,15 @@ describe('LMDB store', () => {
     impl.meta.putSync(outboxMetaKey('central'), Buffer.from(JSON.stringify(meta))); // plain JSON, as written then
     await closeStore(store);
 
+    // Journal seqs follow the old outbox's last seq (5), so that old marks and new ones never share a key.
     store = await openStore(dir);
     let box = store.outbox('central', UNLIMITED);
-    expect(box.peek(10).map((e) => [e.seq, e.appendedAtMs, e.msg.payload[0]])).toEqual(values.map(([seq]) => [seq, 1000 + seq, seq]));
+    expect(box.peek(10).map((e) => [e.seq, e.appendedAtMs, e.msg.payload[0]])).toEqual(values.map(([seq], i) => [6 + i, 1000 + seq, seq]));
     expect(box.depth.oldestAppendedAtMs).toBe(1002);
     expect(box.depth.dropped.dead_letter_deleted).toBe(0);
-    await box.remove([3, 4]); // 3 is a gap: ignored
-    await box.markReleased(3);
+    expect([...(store as unknown as LmdbStore).outboxDb.getKeys({ start: prefix, end: prefixEnd(prefix), snapshot: false })]).toEqual([]);
+    await box.remove([5, 7]); // 5 is not one of its seqs: ignored
+    await box.markReleased(5);
     expect(box.depth.messages).toBe(2);
     await box.append(small(6));
     await closeStore(store);
@@ -149,11 +153,11 @@ describe('LMDB store', () => {
     store = await openStore(dir);
     box = store.outbox('central', UNLIMITED);
     expect(box.peek(10).map((e) => [e.seq, e.released === true])).toEqual([
-      [2, false],
-      [5, false],
       [6, false],
+      [8, false],
+      [9, false],
     ]);
-    await box.remove([2]);
+    await box.remove([6]);
     expect(box.depth.oldestAppendedAtMs).toBe(1005);
     expect(box.depth.bytes).toBe(values[2][1].length + box.peek(10)[1].bytes);
   });

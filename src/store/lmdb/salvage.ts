@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { open } from 'lmdb';
 import { decodeJsonValue, encodeJsonValue, encodeSchemaValue, keySeq } from '../codec.js';
 import { chunkCount, chunkStart } from './outbox-chunk.js';
+import { JOURNAL_META_KEY, type JournalMeta } from './journal.js';
 import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 import { DATABASES, describeDamage, verifyInChild, type DamagedOwner } from './verify.js';
 import { StoreError } from '../../util/errors.js';
@@ -130,6 +131,10 @@ async function rebuildCounters(dir: string, schemaVersion: number): Promise<Map<
       write(String(key), { ...kept, lastSeq: Math.max(old.lastSeq, outboxLast.get(name) ?? 0) });
       outboxLast.delete(name);
     }
+    // The journal's chunks (under the empty name): its last seq, so that no seq is used twice.
+    const journalLast = outboxLast.get('');
+    outboxLast.delete('');
+    if (journalLast !== undefined) write(JOURNAL_META_KEY, { lastSeq: Math.max(read<JournalMeta>(JOURNAL_META_KEY)?.lastSeq ?? 0, journalLast) });
     for (const [name, lastSeq] of outboxLast) {
       write(OUTBOX_META_PREFIX + name, { lastSeq, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } });
     }
