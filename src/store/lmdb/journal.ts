@@ -7,6 +7,7 @@
  */
 import type { Message } from '../../protocol/message.js';
 import { StoreError } from '../../util/errors.js';
+import type { JournalDepth } from '../types.js';
 import { encodeStampedValue, ownerPrefix, prefixEnd, seqKey } from '../codec.js';
 import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk } from './outbox-chunk.js';
 import type { Batch, BatchMember, StoreWriter } from './writer.js';
@@ -68,6 +69,21 @@ export class LmdbJournal implements BatchMember {
     }
     this.lastSeq = Math.max(store.readMeta<JournalMeta>(JOURNAL_META_KEY)?.lastSeq ?? 0, lastStored);
     if (this.floor === Infinity) this.floor = this.lastSeq + 1;
+  }
+
+  /** Its stored chunks counted (reads them all). */
+  depth(): JournalDepth {
+    let entries = 0;
+    let bytes = 0;
+    let chunks = 0;
+    let firstSeq: number | undefined;
+    for (const { key, value } of this.store.outboxDb.getRange({ start: JOURNAL_PREFIX, end: this.end, snapshot: false })) {
+      firstSeq ??= chunkStart(key, JOURNAL_PREFIX.length);
+      entries += chunkCount(key, JOURNAL_PREFIX.length);
+      bytes += value.length;
+      chunks++;
+    }
+    return { entries, bytes, chunks, firstSeq, lastSeq: this.lastSeq };
   }
 
   /** The seq of the newest entry (0 for none yet). */

@@ -397,6 +397,7 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
       bytes: this.bytes,
       oldestAppendedAtMs: this.oldestAppendedAtMs,
       dropped: { ...this.dropped },
+      cursor: { slot: this.slot, floor: this.floor, removedMarks: this.removed.size, releasedMarks: this.released.size },
     };
   }
 

@@ -36,7 +36,7 @@ import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
 import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
-import type { Outbox, OutboxLimits, Store } from '../types.js';
+import type { JournalDepth, Outbox, OutboxLimits, Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, storedOutboxCursor, type OutboxMeta } from './outbox.js';
 import { LmdbJournal } from './journal.js';
@@ -197,6 +197,10 @@ export class LmdbStore implements Store, StoreWriter {
       if (meta?.slot !== undefined) journal.attach(meta.slot, storedOutboxCursor(meta));
     }
     return (this.journalOpened = journal);
+  }
+
+  journalDepth(): JournalDepth {
+    return this.journal.depth();
   }
 
   outbox(name: string, limits: OutboxLimits): Outbox {
