@@ -19,8 +19,8 @@ export const JOURNAL_PREFIX = ownerPrefix('');
 export const MAX_CURSORS = 32;
 /** Chunks kept decoded: what each bridge reads ahead and has in flight, and the heads. */
 const CACHED_CHUNKS = 24;
-/** An encoded message is reused for another bridge's append of the same message within this time (one routing pass). */
-const SHARE_WINDOW_MS = 5;
+/** An encoded value is shared with another bridge's append of the same message object within this time (a stale stamp would misstate its age). */
+const SHARE_WINDOW_MS = 1000;
 
 export interface JournalMeta {
   lastSeq: number;
