@@ -10,6 +10,7 @@ import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb/open.js';
 import { encodeStampedValue, ownerPrefix, prefixEnd, seqKey } from '../../src/store/codec.js';
 import { JOURNAL_PREFIX } from '../../src/store/lmdb/journal.js';
+import { writeFormat1Outbox } from '../helpers/format1-outbox.js';
 import { outboxMetaKey, type OutboxMeta } from '../../src/store/lmdb/outbox.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
@@ -160,6 +161,41 @@ describe('LMDB store', () => {
     await box.remove([6]);
     expect(box.depth.oldestAppendedAtMs).toBe(1005);
     expect(box.depth.bytes).toBe(values[2][1].length + box.peek(10)[1].bytes);
+  });
+
+  it('moves the outboxes of store format 1 to the journal at the first open: each live entry to its outbox once, in order, marks kept', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir);
+    const impl = store as unknown as LmdbStore;
+    const central = Array.from({ length: 300 }, (_, i) => small(i + 1));
+    const historian = Array.from({ length: 50 }, (_, i) => small(1000 + i));
+    writeFormat1Outbox(impl, { name: 'central', messages: central, chunkEntries: 100, floor: 1, removed: [5, 150], released: [7] });
+    writeFormat1Outbox(impl, { name: 'historian', messages: historian, chunkEntries: 50, floor: 11, removed: [], released: [] });
+    await closeStore(store);
+
+    store = await openStore(dir);
+    const box = store.outbox('central', UNLIMITED);
+    const entries = box.peek(1000);
+    expect(entries.map((e) => e.msg.payload[0])).toEqual(central.filter((_, i) => i + 1 !== 5 && i + 1 !== 150).map((m) => m.payload[0]));
+    expect(entries.map((e) => e.appendedAtMs)).toEqual([...entries.map((e) => e.appendedAtMs)].sort((x, y) => x - y));
+    expect(entries.filter((e) => e.released).map((e) => e.msg.payload[0])).toEqual([7]);
+    expect(box.depth).toMatchObject({ messages: 298, dropped: { queue_full: 3 } });
+    const other = store.outbox('historian', UNLIMITED);
+    expect(other.peek(1000).map((e) => e.msg.payload.readUInt8(0))).toEqual(historian.slice(10).map((m) => m.payload[0]));
+    expect(other.depth.bytes).toBe(other.peek(1000).reduce((sum, e) => sum + e.bytes, 0));
+    // Nothing is left in the old layout; the schema record says format 2.
+    const impl2 = store as unknown as LmdbStore;
+    for (const name of ['central', 'historian']) {
+      const prefix = ownerPrefix(name);
+      expect([...impl2.outboxDb.getKeys({ start: prefix, end: prefixEnd(prefix), snapshot: false })]).toEqual([]);
+      const marks = [...impl2.outboxRemovedDb.getKeys({ start: prefix, end: prefixEnd(prefix), snapshot: false })];
+      expect(marks).toEqual([]);
+    }
+    expect(JSON.parse(impl2.meta.get('schema')!.toString())).toMatchObject({ version: SCHEMA_VERSION });
+    // Sent and acknowledged from the journal like any entry.
+    await box.remove(entries.map((e) => e.seq));
+    await other.remove(other.peek(1000).map((e) => e.seq));
+    expect(store.journalDepth!()).toMatchObject({ entries: 0, chunks: 0 });
   });
 
   it('keeps the released mark of an outbox entry (QoS 2 PUBREC) across a reopen, and deletes it with the outbox', async () => {
