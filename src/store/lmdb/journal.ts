@@ -45,7 +45,8 @@ export class LmdbJournal implements BatchMember {
   private lastSeq: number;
   /** No stored chunk ends at or below it: the lowest claim floor as of the last commit. */
   private floor: number;
-  private readonly cursors = new Map<number, JournalCursor>();
+  /** By slot; undefined for a free slot. */
+  private readonly cursors: (JournalCursor | undefined)[] = [];
   private readonly chunks = new Map<number, Chunk>();
   // Per batch: the entries appended (readable from the database only after the commit), undo data.
   private batchValues: Buffer[] = [];
@@ -93,17 +94,17 @@ export class LmdbJournal implements BatchMember {
 
   /** Registers the cursor of `slot` (stored or opened; an opened one replaces its stored stand-in). */
   attach(slot: number, cursor: JournalCursor): void {
-    this.cursors.set(slot, cursor);
+    this.cursors[slot] = cursor;
   }
 
   /** The cursor of `slot` is deleted: its claims end, and the slot may be given to a new outbox. */
   detach(slot: number): void {
-    this.cursors.delete(slot);
+    this.cursors[slot] = undefined;
   }
 
   /** The lowest slot no cursor has. */
   freeSlot(name: string): number {
-    for (let slot = 0; slot < MAX_CURSORS; slot++) if (!this.cursors.has(slot)) return slot;
+    for (let slot = 0; slot < MAX_CURSORS; slot++) if (this.cursors[slot] === undefined) return slot;
     throw new StoreError(
       'EF_STORE_OPEN',
       `outbox "${name}": the store holds ${MAX_CURSORS} outboxes already (bridges and dead-letter outboxes); ` +
@@ -168,10 +169,11 @@ export class LmdbJournal implements BatchMember {
     return this.batchMasks[seq - this.batchFirstSeq];
   }
 
-  /** Whether another cursor than `self` still holds entry `seq` of mask `mask`. */
+  /** Whether another cursor than `self` still holds entry `seq` of mask `mask` (on the acknowledgement path: no allocation). */
   heldByOthers(seq: number, mask: number, self: JournalCursor): boolean {
-    for (const [slot, cursor] of this.cursors) {
-      if (cursor !== self && (mask & (1 << slot)) !== 0 && cursor.holds(seq)) return true;
+    for (let rest = mask; rest !== 0; rest &= rest - 1) {
+      const cursor = this.cursors[31 - Math.clz32(rest & -rest)];
+      if (cursor !== undefined && cursor !== self && cursor.holds(seq)) return true;
     }
     return false;
   }
@@ -230,7 +232,7 @@ export class LmdbJournal implements BatchMember {
    */
   finishBatch(b: Batch): void {
     let floor = this.lastSeq + 1;
-    for (const cursor of this.cursors.values()) floor = Math.min(floor, cursor.claimFloor());
+    for (const cursor of this.cursors) if (cursor !== undefined) floor = Math.min(floor, cursor.claimFloor());
     const values = this.batchValues;
     for (let i = Math.max(0, floor - this.batchFirstSeq); i < values.length; ) {
       const to = chunkEnd(values, i);
