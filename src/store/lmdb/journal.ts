@@ -24,6 +24,11 @@ const SHARE_WINDOW_MS = 1000;
 
 export interface JournalMeta {
   lastSeq: number;
+  /**
+   * The slot of each outbox recorded, by name: a second record of what `outbox:<name>` holds, so that `store
+   * salvage` finds an outbox whose own record was damaged (salvage.ts).
+   */
+  cursors?: Record<string, number>;
 }
 
 /** What the journal needs of a cursor: where its claim on entries starts, and whether it holds one entry. */
@@ -53,6 +58,9 @@ export class LmdbJournal implements BatchMember {
   private batchMasks: number[] = [];
   private batchFirstSeq = 0;
   private lastSeqBefore = 0;
+  /** The slots by outbox name as recorded in `meta` (see JournalMeta.cursors); `namesChanged` until written. */
+  private readonly names: Map<string, number>;
+  private namesChanged = false;
   private nextFloor: number | undefined;
   private deletedChunks: number[] = [];
   /** The last message encoded, so another bridge's append of it in the same routing pass shares its value. */
@@ -68,7 +76,9 @@ export class LmdbJournal implements BatchMember {
     for (const key of store.outboxDb.getKeys({ start: this.end, end: JOURNAL_PREFIX, reverse: true, limit: 1, snapshot: false })) {
       lastStored = chunkStart(key, JOURNAL_PREFIX.length) + chunkCount(key, JOURNAL_PREFIX.length) - 1;
     }
-    this.lastSeq = Math.max(store.readMeta<JournalMeta>(JOURNAL_META_KEY)?.lastSeq ?? 0, lastStored);
+    const meta = store.readMeta<JournalMeta>(JOURNAL_META_KEY);
+    this.lastSeq = Math.max(meta?.lastSeq ?? 0, lastStored);
+    this.names = new Map(Object.entries(meta?.cursors ?? {}));
     if (this.floor === Infinity) this.floor = this.lastSeq + 1;
   }
 
@@ -100,6 +110,20 @@ export class LmdbJournal implements BatchMember {
   /** The cursor of `slot` is deleted: its claims end, and the slot may be given to a new outbox. */
   detach(slot: number): void {
     this.cursors[slot] = undefined;
+  }
+
+  /** Records outbox `name` with its slot in the journal's record, in batch `b` (when not recorded yet). */
+  record(b: Batch, name: string, slot: number): void {
+    if (this.names.get(name) === slot) return;
+    this.names.set(name, slot);
+    this.namesChanged = true;
+    this.join(b);
+  }
+
+  /** Outbox `name` is deleted (its cursor detached): its name leaves the journal's record in batch `b`. */
+  forget(b: Batch, name: string): void {
+    this.namesChanged = this.names.delete(name) || this.namesChanged;
+    this.join(b);
   }
 
   /** The lowest slot no cursor has. */
@@ -248,12 +272,15 @@ export class LmdbJournal implements BatchMember {
       }
       this.nextFloor = floor;
     }
-    if (this.lastSeq !== this.lastSeqBefore) this.store.putMeta(b, JOURNAL_META_KEY, { lastSeq: this.lastSeq } satisfies JournalMeta);
+    if (this.lastSeq !== this.lastSeqBefore || this.namesChanged) {
+      this.store.putMeta(b, JOURNAL_META_KEY, { lastSeq: this.lastSeq, cursors: Object.fromEntries(this.names) } satisfies JournalMeta);
+    }
     this.batchValues = [];
     this.batchMasks = [];
   }
 
   committed(): void {
+    this.namesChanged = false;
     if (this.nextFloor !== undefined) this.floor = this.nextFloor;
     for (const start of this.deletedChunks) this.chunks.delete(start);
     this.forgetBatch();

@@ -123,7 +123,8 @@ export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDataba
           meta = { ...meta, legacyFloor: next };
         }
         write(outboxMetaKey(name), meta);
-        write(JOURNAL_META_KEY, { lastSeq } satisfies JournalMeta);
+        const cursors = { ...read<JournalMeta>(JOURNAL_META_KEY)?.cursors, [name]: slot };
+        write(JOURNAL_META_KEY, { lastSeq, cursors } satisfies JournalMeta);
       });
     }
     if (lost > 0) log.error({ outbox: name, lost }, 'damaged outbox chunks skipped while moving the outbox to the journal');

@@ -492,6 +492,7 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
     if (this.dirty) {
       const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped, floor, slot: this.slot };
       this.store.putMeta(b, this.metaKey, meta);
+      this.journal.record(b, this.name, this.slot);
     }
     this.dirty = false;
     this.scanFrom = 0;

@@ -237,7 +237,7 @@ export class LmdbStore implements Store, StoreWriter {
     if (meta === undefined) return 0; // unknown (the empty name is the journal's own prefix)
     const prefix = ownerPrefix(name);
     const end = prefixEnd(prefix);
-    const entries = meta.messages;
+    const entries = (meta.messages as number | undefined) ?? 0; // absent after `store salvage`
     // In parts, one transaction each: an outbox may hold millions of entries. Each part reads the keys the
     // previous part's commit left.
     for (;;) {
@@ -253,7 +253,7 @@ export class LmdbStore implements Store, StoreWriter {
         this.del(b, this.meta, outboxMetaKey(name));
         // Its claims end: the journal deletes the chunks no other outbox holds in this transaction.
         if (meta.slot !== undefined) this.journal.detach(meta.slot);
-        this.journal.join(b);
+        this.journal.forget(b, name);
         return count;
       });
       if (n < DELETE_CHUNK) return entries;
