@@ -107,6 +107,11 @@ export class LmdbJournal implements BatchMember {
     this.cursors[slot] = cursor;
   }
 
+  /** No seq at or below an outbox's recorded last seq is used again (its marks and message ids name them). */
+  follow(lastSeq: number): void {
+    this.lastSeq = Math.max(this.lastSeq, lastSeq);
+  }
+
   /** The cursor of `slot` is deleted: its claims end, and the slot may be given to a new outbox. */
   detach(slot: number): void {
     this.cursors[slot] = undefined;

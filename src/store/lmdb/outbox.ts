@@ -479,7 +479,8 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
     if (this.headChanged) {
       const head = this.firstLive();
       this.oldestAppendedAtMs = head?.appendedAtMs;
-      this.nextFloor = head?.seq ?? this.lastSeq + 1;
+      // Empty: past the journal's tail, so that its next head is not searched for among other outboxes' entries.
+      this.nextFloor = head?.seq ?? this.journal.tailSeq + 1;
     }
     const floor = this.nextFloor ?? this.floor;
     if (floor > this.floor) {

@@ -194,7 +194,9 @@ export class LmdbStore implements Store, StoreWriter {
     const journal = new LmdbJournal(this);
     for (const name of this.outboxNames()) {
       const meta = this.readMeta<OutboxMeta>(outboxMetaKey(name));
-      if (meta?.slot !== undefined) journal.attach(meta.slot, storedOutboxCursor(meta));
+      if (meta?.slot === undefined) continue;
+      journal.attach(meta.slot, storedOutboxCursor(meta));
+      journal.follow(meta.lastSeq);
     }
     return (this.journalOpened = journal);
   }
