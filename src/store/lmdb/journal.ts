@@ -53,6 +53,8 @@ export class LmdbJournal implements BatchMember {
   /** By slot; undefined for a free slot. */
   private readonly cursors: (JournalCursor | undefined)[] = [];
   private readonly chunks = new Map<number, Chunk>();
+  /** The chunk `chunkHolding` found last (see there). */
+  private lastHeld: Chunk | undefined;
   // Per batch: the entries appended (readable from the database only after the commit), undo data.
   private batchValues: Buffer[] = [];
   private batchMasks: number[] = [];
@@ -209,9 +211,11 @@ export class LmdbJournal implements BatchMember {
 
   /** The stored chunk holding `seq`, if any. */
   chunkHolding(seq: number): Chunk | undefined {
-    for (const chunk of this.chunks.values()) if (chunk.has(seq)) return chunk;
+    // Acknowledgements come mostly in order: the chunk of the last one usually holds the next.
+    if (this.lastHeld?.has(seq) === true) return this.lastHeld;
+    for (const chunk of this.chunks.values()) if (chunk.has(seq)) return (this.lastHeld = chunk);
     const key = this.storedKeyHolding(seq);
-    return key === undefined ? undefined : this.chunk(key);
+    return key === undefined ? undefined : (this.lastHeld = this.chunk(key));
   }
 
   private storedKeyHolding(seq: number): Buffer | undefined {
@@ -288,6 +292,7 @@ export class LmdbJournal implements BatchMember {
     this.namesChanged = false;
     if (this.nextFloor !== undefined) this.floor = this.nextFloor;
     for (const start of this.deletedChunks) this.chunks.delete(start);
+    if (this.lastHeld !== undefined && this.deletedChunks.includes(this.lastHeld.start)) this.lastHeld = undefined;
     this.forgetBatch();
   }
 
