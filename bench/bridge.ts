@@ -12,6 +12,10 @@
  * - `capacity`: the outage scenario with `--capacity-window` (64) in flight per publisher instead of `--window`
  *   (16). A store that syncs every commit is latency-bound at 16: each publisher waits for its commits. With
  *   more in flight, each commit carries more messages, and the buffering rate shows what the outbox can take.
+ * - `fanout`: three bridges take `bench/#`: two to the upstream (online), one to the refused proxy (offline). The
+ *   buffering rate, and the bytes the gateway wrote to disk per message (`/proc/<pid>/io` write_bytes over the
+ *   ingest): one journal stores each message once (docs/architecture.md#one-journal). `edgeferry-baseline` runs
+ *   another build (`--baseline-dist`, e.g. main's dist/ before the journal) in the same interleaved runs.
  * The `node-client` row is a reference, not a gateway: a bare Node.js client (bench/replay-client.ts) sends the M
  * messages through the same proxy with as many in flight as the upstream allows a bridge, and nothing else: the
  * replay rate a Node.js process reaches here with no work per message.
@@ -61,13 +65,13 @@ import {
 } from './harness.js';
 import { formatNumber, renderGroups, summarizeGroups, type GroupColumn, type GroupSpec, type GroupSummary } from './report.js';
 
-const gatewayKinds = ['edgeferry', 'edgeferry-relaxed', 'mosquitto-bridge', 'mosquitto-bridge-unlimited', 'node-client'] as const;
+const gatewayKinds = ['edgeferry', 'edgeferry-relaxed', 'edgeferry-baseline', 'mosquitto-bridge', 'mosquitto-bridge-unlimited', 'node-client'] as const;
 type GatewayKind = (typeof gatewayKinds)[number];
 const isEdgeferry = (kind: GatewayKind): boolean => kind.startsWith('edgeferry');
 const isMosquitto = (kind: GatewayKind): boolean => kind.startsWith('mosquitto');
 /** Mosquitto's `max_inflight_messages` default: what the upstream lets a bridge have in flight unless configured. */
 const mosquittoDefaultInflight = 20;
-const scenarioKinds = ['outage', 'sigkill', 'capacity'] as const;
+const scenarioKinds = ['outage', 'sigkill', 'capacity', 'fanout'] as const;
 type ScenarioKind = (typeof scenarioKinds)[number];
 
 /** Per publisher in the capacity scenario: 10 publishers then keep 640 in flight, enough to fill the commits. */
@@ -76,8 +80,10 @@ const defaults = { reps: 3, out: 'bench/results/bridge.json', repsPer: 'gateway,
 const usage = `Usage: npm run bench:bridge -- [options]
   --gateways LIST       comma-separated from ${gatewayKinds.join(',')}; default all
                         (edgeferry-relaxed = storage.sync: relaxed; mosquitto-bridge-unlimited = max_queued_messages 0;
-                        node-client = reference: a bare Node.js client replaying through the proxy, no gateway)
+                        node-client = reference: a bare Node.js client replaying through the proxy, no gateway;
+                        edgeferry-baseline = the build in --baseline-dist; default: all but it)
   --scenarios LIST      comma-separated from ${scenarioKinds.join(',')}; default all
+  --baseline-dist DIR   the dist/ directory of another edgeferry build, run as edgeferry-baseline (e.g. main's)
   --payload-bytes LIST  payload sizes, comma-separated, default 64,1024 (each at least ${minPayloadBytes})
 ${loadUsage(defaults, [
   '  --upstream-inflight N max_inflight_messages of the upstream Mosquitto, default unset (Mosquitto\'s 20, which',
@@ -105,6 +111,8 @@ interface Options extends LoadOptions {
   upstreamInflight: number | undefined;
   /** `--window` of the capacity scenario. */
   capacityWindow: number;
+  /** The dist/ of the build run as `edgeferry-baseline`. */
+  baselineDist: string | undefined;
 }
 
 /** Every gateway and upstream process still alive, so SIGINT and fatal errors can kill them all. */
@@ -142,7 +150,9 @@ function gatewayCommand(
   port: number,
   proxyPort: number,
   dir: string,
-  cpuProfDir: string | undefined,
+  opts: Options,
+  /** The fanout scenario: two more bridges, straight to the upstream on this port. */
+  fanoutUpstreamPort?: number,
 ): { file: string; args: string[] } {
   if (isMosquitto(kind)) {
     const config = path.join(dir, 'mosquitto.conf');
@@ -166,25 +176,35 @@ function gatewayCommand(
     return { file: '/usr/sbin/mosquitto', args: ['-c', config] };
   }
   const config = path.join(dir, 'edgeferry.yaml');
+  const bridge = (name: string, urlPort: number): Record<string, unknown> => ({
+    name,
+    remote: { urls: [`mqtt://127.0.0.1:${urlPort}`], clientId: `edgeferry-${name}` },
+    topics: [{ filter: bridgedFilter, direction: 'out', qos: 1 }],
+    // Rate limit off (0 = unlimited); inflight stays at its default (100).
+    replay: { messagesPerS: 0, bytesPerS: 0 },
+    reconnect: { minDelayMs: 100, maxDelayMs: 500 },
+  });
+  const online = fanoutUpstreamPort === undefined ? [] : [bridge('historian', fanoutUpstreamPort), bridge('cloud', fanoutUpstreamPort)];
   const gateway = {
     listeners: [{ type: 'tcp', host: '127.0.0.1', port }],
     storage: { path: path.join(dir, 'data'), sync: kind === 'edgeferry-relaxed' ? 'relaxed' : 'full' },
     log: { level: 'warn', format: 'json' },
-    bridges: [
-      {
-        name: 'bench',
-        remote: { urls: [`mqtt://127.0.0.1:${proxyPort}`], clientId: 'edgeferry-bench' },
-        topics: [{ filter: bridgedFilter, direction: 'out', qos: 1 }],
-        // Rate limit off (0 = unlimited); inflight stays at its default (100).
-        replay: { messagesPerS: 0, bytesPerS: 0 },
-        reconnect: { minDelayMs: 100, maxDelayMs: 500 },
-      },
-    ],
+    bridges: [bridge('bench', proxyPort), ...online],
   };
   // JSON is valid YAML.
   fs.writeFileSync(config, JSON.stringify(gateway, null, 2) + '\n');
-  const profile = cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`];
-  return { file: process.execPath, args: [...profile, path.join(rootDir, 'dist/src/cli.js'), '--config', config] };
+  const profile = opts.cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProfDir}`];
+  const dist = kind === 'edgeferry-baseline' ? path.resolve(opts.baselineDist ?? '') : path.join(rootDir, 'dist');
+  return { file: process.execPath, args: [...profile, path.join(dist, 'src/cli.js'), '--config', config] };
+}
+
+/** Bytes the process `pid` caused to be written to storage so far (`/proc/<pid>/io` write_bytes), NaN if unreadable. */
+function writeBytes(pid: number): number {
+  try {
+    return Number(/^write_bytes: (\d+)$/m.exec(fs.readFileSync(`/proc/${pid}/io`, 'utf8'))?.[1] ?? Number.NaN);
+  } catch {
+    return Number.NaN;
+  }
 }
 
 /** Polled every 50 ms, because the restart time after SIGKILL is one of the figures. */
@@ -282,7 +302,8 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     proxies.add(proxy);
     proxy.refuse();
     const gatewayPort = await freePort();
-    const command = gatewayCommand(ctx.kind, gatewayPort, proxy.port, dir, ctx.opts.cpuProfDir);
+    const fanout = ctx.scenario === 'fanout';
+    const command = gatewayCommand(ctx.kind, gatewayPort, proxy.port, dir, ctx.opts, fanout ? up.port : undefined);
     gateway = await launch(ctx.kind, command, dir, gatewayPort);
     const link = proxy;
     if (!(await waitUntil(() => link.accepted > 0, firstAttemptDeadlineMs))) {
@@ -293,8 +314,10 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const window = ctx.scenario === 'capacity' ? ctx.opts.capacityWindow : ctx.opts.window;
     const opts = { ...ctx.opts, payloadBytes: ctx.payloadBytes, window };
     const cpuBefore = readCpuS(gateway.pid);
+    const writtenBefore = writeBytes(gateway.pid);
     const genBefore = process.cpuUsage();
     const pub = await ingest(gatewayPort, ctx.runTag, opts);
+    const written = writeBytes(gateway.pid) - writtenBefore;
     publishers = pub.connections;
     const bufferS = secondsBetween(pub.startNs, pub.lastAckNs);
     const bufferCpuPct = cpuPct(readCpuS(gateway.pid) - cpuBefore, pub.startNs, pub.lastAckNs);
@@ -302,6 +325,10 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const benchCpuPct = (100 * (gen.user + gen.system)) / 1e6 / bufferS;
     if (!pub.complete) notes.push(`ingest incomplete: ${pub.acked} of ${ctx.opts.messages} acknowledged${pub.problem ? ` (${pub.problem})` : ''}`);
     if (gateway.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(gateway.exitStatus())}) while buffering`);
+    if (fanout) {
+      // The online bridges deliver meanwhile (twice each message): only the ingest is measured.
+      return { bufferPerS: pub.acked / bufferS, acked: pub.acked, writeBytesPerMsg: written / pub.acked, bufferCpuPct, benchCpuPct, bufferS };
+    }
     if (counter.received > 0) notes.push(`${counter.received} message(s) reached the upstream while the link was down`);
     counter.expect(pub.ackedSeqs);
 
@@ -467,6 +494,13 @@ const commonColumns: GroupColumn[] = [
 ];
 
 const columns: Record<ScenarioKind, GroupColumn[]> = {
+  fanout: [
+    { key: 'bufferPerS', label: 'ingest msg/s', ratio: true },
+    { key: 'writeBytesPerMsg', label: 'disk bytes written/msg', ratio: true },
+    { key: 'acked', label: 'acked' },
+    { key: 'bufferCpuPct', label: 'gw CPU % ingest' },
+    { key: 'benchCpuPct', label: 'bench CPU % ingest' },
+  ],
   outage: commonColumns,
   capacity: commonColumns,
   sigkill: [...commonColumns, { key: 'restartS', label: 'restart s' }],
@@ -481,6 +515,7 @@ function groups(opts: Options): GroupSpec[] {
     outage: (bytes) => `Outage: ${how(opts.window)}, then restored -> upstream Mosquitto, ${m} x ${bytes} B`,
     sigkill: (bytes) => `SIGKILL during the outage: ${how(opts.window)}, SIGKILL + restart, then restored, ${m} x ${bytes} B`,
     capacity: (bytes) => `Capacity: ${how(opts.capacityWindow)}, then restored -> upstream Mosquitto, ${m} x ${bytes} B`,
+    fanout: (bytes) => `Fan-out: ${opts.publishers} publishers (window ${opts.window}) -> gateway, 3 bridges (1 offline), ${m} x ${bytes} B`,
   };
   return opts.scenarios.flatMap((scenario) =>
     opts.payloadSizes.map((bytes) => ({ key: groupKey(scenario, bytes), title: titles[scenario](bytes), columns: columns[scenario] })),
@@ -489,6 +524,7 @@ function groups(opts: Options): GroupSpec[] {
 
 /** edgeferry variants against the unlimited Mosquitto bridge (the one that does not lose to its queue limit). */
 function ratioPairs(opts: Options): [string, string][] {
+  if (opts.gateways.includes('edgeferry-baseline')) return opts.gateways.filter((g) => g !== 'edgeferry-baseline' && isEdgeferry(g)).map((g) => [g, 'edgeferry-baseline']);
   const baseline = (['mosquitto-bridge-unlimited', 'mosquitto-bridge'] as const).find((b) => opts.gateways.includes(b));
   if (baseline === undefined) return [];
   return opts.gateways.filter(isEdgeferry).map((g) => [g, baseline]);
@@ -540,6 +576,9 @@ function describeRun(r: RunRecord): string {
   const tail = `(${r.elapsedS.toFixed(1)} s, load ${r.loadavg1.toFixed(1)})${r.notes.length > 0 ? ` NOTE: ${r.notes.join('; ')}` : ''}`;
   if (!r.ok || r.metrics === undefined) return `${head} FAILED: ${(r.error ?? '').split('\n')[0].slice(0, 300)}`;
   const m = r.metrics;
+  if (r.scenario === 'fanout') {
+    return `${head} ingest ${formatNumber(m.bufferPerS)} msg/s (gw CPU ${Number.isFinite(m.bufferCpuPct) ? `${m.bufferCpuPct.toFixed(0)}%` : 'n/a'}), disk written ${formatNumber(m.writeBytesPerMsg)} B/msg; acked ${formatNumber(m.acked)} ${tail}`;
+  }
   const restart = r.scenario === 'sigkill' ? `SIGKILL + restart ${formatNumber(m.restartS)} s, ` : '';
   return (
     `${head} buffering ${formatNumber(m.bufferPerS)} msg/s (gw CPU ${Number.isFinite(m.bufferCpuPct) ? `${m.bufferCpuPct.toFixed(0)}%` : 'n/a'}), ${restart}` +
@@ -552,18 +591,28 @@ function describeRun(r: RunRecord): string {
 
 function parseOptions(): Options | null {
   const { values } = parseArgs({
-    options: { ...loadOptionSpecs, gateways: { type: 'string' }, 'upstream-inflight': { type: 'string' }, 'capacity-window': { type: 'string' } },
+    options: {
+      ...loadOptionSpecs,
+      gateways: { type: 'string' },
+      'upstream-inflight': { type: 'string' },
+      'capacity-window': { type: 'string' },
+      'baseline-dist': { type: 'string' },
+    },
     strict: true,
   });
   if (values.help) return null;
   const opts: Options = {
-    gateways: choiceList(values.gateways ?? gatewayKinds.join(','), gatewayKinds, 'gateway'),
+    gateways: choiceList(values.gateways ?? gatewayKinds.filter((g) => g !== 'edgeferry-baseline').join(','), gatewayKinds, 'gateway'),
     scenarios: choiceList(values.scenarios ?? scenarioKinds.join(','), scenarioKinds, 'scenario'),
     payloadSizes: (values['payload-bytes'] ?? '64,1024').split(',').map((v) => positiveInt(v.trim(), 0, 'payload-bytes')),
     ...loadOptions(values, defaults),
     upstreamInflight: positiveInt(values['upstream-inflight'], 0, 'upstream-inflight') || undefined,
     capacityWindow: positiveInt(values['capacity-window'], defaultCapacityWindow, 'capacity-window'),
+    baselineDist: values['baseline-dist'],
   };
+  if (opts.gateways.includes('edgeferry-baseline') && !fs.existsSync(path.join(opts.baselineDist ?? '', 'src/cli.js'))) {
+    throw new Error('edgeferry-baseline needs --baseline-dist DIR with src/cli.js (the dist/ of the build to compare with)');
+  }
   if (opts.capacityWindow > 65_535) throw new Error('--capacity-window must be at most 65535 (packet ids)');
   if (opts.gateways.length === 0) throw new Error('--gateways is empty');
   if (opts.payloadSizes.some((b) => b < minPayloadBytes)) {

@@ -164,9 +164,16 @@ function list(store: Store, ctx: StoreCommandContext): void {
       : deadOf !== undefined
         ? `  (refused by the central broker; send again with "edgeferry store requeue ${deadOf}")`
         : '  (no bridge of this name in the configuration)';
+    const c = d.cursor;
+    const cursor = c === undefined ? '' : `; cursor slot ${c.slot}, floor ${c.floor}, marks ${c.removedMarks} removed / ${c.releasedMarks} released`;
     ctx.stdout(
-      `outbox ${name}: ${d.messages} messages, ${d.bytes} bytes, oldest ${oldest}, dropped ${dropped || 'none'}${note}\n`,
+      `outbox ${name}: ${d.messages} messages, ${d.bytes} bytes, oldest ${oldest}, dropped ${dropped || 'none'}${cursor}${note}\n`,
     );
+  }
+  const j = store.journalDepth?.();
+  if (j !== undefined) {
+    const range = j.firstSeq === undefined ? 'empty' : `seq ${j.firstSeq}..${j.lastSeq}`;
+    ctx.stdout(`journal (shared by the outboxes): ${j.entries} entries in ${j.chunks} chunks, ${j.bytes} bytes, ${range}\n`);
   }
   let sessions = 0;
   let queued = 0;

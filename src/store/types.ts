@@ -174,6 +174,28 @@ export interface OutboxDepth {
   /** When the oldest entry was appended (steady clock, util/clock.ts), undefined when empty. */
   readonly oldestAppendedAtMs: number | undefined;
   readonly dropped: Readonly<Record<DropReason, number>>;
+  /** Its position in the store's journal (LMDB; docs/architecture.md#one-journal); undefined in the memory store. */
+  readonly cursor?: CursorPosition;
+}
+
+/** An outbox's cursor over the journal: every entry of its own below `floor` is gone; marks above it. */
+export interface CursorPosition {
+  readonly slot: number;
+  readonly floor: number;
+  /** Entries removed out of order above the floor (acknowledged during a live-first drain, dropped, damaged). */
+  readonly removedMarks: number;
+  /** QoS 2 entries the central broker has (PUBREC), to be completed with PUBREL. */
+  readonly releasedMarks: number;
+}
+
+/** What the journal of every outbox holds: its stored entries, acknowledged ones of partly kept chunks included. */
+export interface JournalDepth {
+  readonly entries: number;
+  readonly bytes: number;
+  readonly chunks: number;
+  /** The seq of the oldest stored entry and of the newest entry ever appended. */
+  readonly firstSeq: number | undefined;
+  readonly lastSeq: number;
 }
 
 /** A durable FIFO, one per bridge. */
@@ -239,6 +261,8 @@ export interface Store {
    * outbox opened in this process: its bridge would go on with it.
    */
   deleteOutbox(name: string): Promise<number>;
+  /** What the one journal of the outboxes holds (LMDB), counted from its chunks: for `store list`, not for metrics. */
+  journalDepth?(): JournalDepth;
   /** Resolves when every write so far is durable. */
   flushed(): Promise<void>;
   close(): Promise<void>;

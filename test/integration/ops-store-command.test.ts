@@ -37,7 +37,8 @@ describe('edgeferry store', { timeout: 90_000 }, () => {
 
     const listed = await runCli(['store', 'list', '-c', gw.configFile]);
     expect(listed, listed.stderr).toMatchObject({ code: 0 });
-    expect(listed.stdout).toMatch(/outbox retired: 3 messages, \d+ bytes, oldest \d+ s, dropped none\n/);
+    expect(listed.stdout).toMatch(/outbox retired: 3 messages, \d+ bytes, oldest \d+ s, dropped none; cursor slot 0, floor 1, marks 0 removed \/ 0 released\n/);
+    expect(listed.stdout).toMatch(/journal \(shared by the outboxes\): 3 entries in \d+ chunks, \d+ bytes, seq 1\.\.3\n/);
     expect(listed.stdout).toContain('persistent sessions: 1 (3 queued messages)');
     // Still configured: deleting it would only last until the next start.
     const refused = await runCli(['store', 'delete-outbox', 'retired', '-c', gw.configFile]);
@@ -59,6 +60,8 @@ describe('edgeferry store', { timeout: 90_000 }, () => {
     expect(deleted.stdout).toBe('deleted outbox "retired" with 3 messages\n');
     const after = await runCli(['store', 'list', '-c', gw.configFile]);
     expect(after.stdout).toContain('outboxes: none');
+    // Its cursor was the journal's only claim on the entries: they went with it.
+    expect(after.stdout).toContain('journal (shared by the outboxes): 0 entries in 0 chunks, 0 bytes, empty');
   });
 
   it('never creates a store: a data directory that does not exist is reported, not made', async () => {

@@ -199,7 +199,9 @@ describe('a damaged data file', () => {
     const file = join(gw.dataDir, 'data.mdb');
     const bytes = readFileSync(file);
     let copies = 0;
-    for (let at = bytes.indexOf('{"lastSeq":30,'); at >= 0; at = bytes.indexOf('{"lastSeq":30,', at + 1), copies++) bytes[at + 12] ^= 0x01;
+    // (Only the outbox's record: the journal's own record, `{"lastSeq":30,"cursors":...}`, keeps its slot.)
+    const record = '{"lastSeq":30,"messages":';
+    for (let at = bytes.indexOf(record); at >= 0; at = bytes.indexOf(record, at + 1), copies++) bytes[at + 12] ^= 0x01;
     expect(copies).toBeGreaterThan(0);
     writeFileSync(file, bytes);
     const start = spawnSync(process.execPath, [CLI, '--config', gw.configFile], { encoding: 'utf8', timeout: 8000 });

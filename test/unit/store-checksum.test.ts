@@ -166,10 +166,10 @@ describe('stored value checksums', () => {
       const value = store.meta.get(key)!;
       expect(value[0] & 0x80, key).toBe(0x80); // sealed: format byte with its flag, CRC-32 at the end
     }
-    expect(store.meta.get('schema')!.toString()).toMatch(/^\{"version":1,/); // plain JSON, readable by every release
+    expect(store.meta.get('schema')!.toString()).toMatch(/^\{"version":2,/); // plain JSON, readable by every release
     // Counters as written before checksums: plain JSON.
     store.meta.putSync('sessionSeq', Buffer.from('41'));
-    store.meta.putSync('outbox:central', Buffer.from('{"lastSeq":9,"messages":1,"bytes":146,"dropped":{"queue_full":2,"expired":0,"rejected_upstream":0},"floor":1}'));
+    store.meta.putSync('outbox:central', Buffer.from('{"lastSeq":9,"messages":1,"bytes":146,"dropped":{"queue_full":2,"expired":0,"rejected_upstream":0},"floor":1,"slot":0}'));
     await closeStore(store);
     store = await openStore(dir, recordingLogger(errors));
     expect(await store.sessions.enqueue('historian', msg(3))).toBe(42);

@@ -12,6 +12,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
+import type { LmdbStore } from '../../src/store/lmdb/store.js';
+import { createMessage } from '../../src/protocol/message.js';
+import { writeFormat1Outbox } from '../helpers/format1-outbox.js';
 import type { Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
@@ -81,6 +84,53 @@ function exited(child: ChildProcess): Promise<void> {
 }
 
 describe('LMDB store under crashes', () => {
+  it('moves outboxes of store format 1 to the journal through repeated SIGKILLs: every live entry once, in order', async () => {
+    const dir = tempDir();
+    const names = ['central', 'historian', 'cloud'];
+    const n = 20_000;
+    const setup = (await openLmdbStore({ path: dir, sync: 'relaxed', maxBytes: 0, log: silentLogger })) as LmdbStore;
+    const payloads = (name: string): string[] => Array.from({ length: n }, (_, i) => `${name}:${i}`);
+    for (const name of names) {
+      const messages = payloads(name).map((p) => createMessage({ topic: 'plant/t', payload: Buffer.from(p), qos: 1, origin: 'c' }));
+      writeFormat1Outbox(setup, { name, messages, chunkEntries: 128, floor: 1, removed: [], released: [] });
+    }
+    await setup.close();
+
+    // Kill the opener (which migrates) at random points until one open completes.
+    const opener = `const { openLmdbStore } = await import(process.argv[1]);
+      const log = { child: () => log, trace() {}, debug() {}, info() {}, warn() {}, error() {}, fatal() {} };
+      const s = await openLmdbStore({ path: process.argv[2], sync: 'full', maxBytes: 0, log });
+      process.stdout.write('opened\\n');
+      await s.close();`;
+    let kills = 0;
+    for (let round = 0; round < 10; round++) {
+      const child = spawn(process.execPath, ['--input-type=module', '-e', opener, compiledStore, dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+      children.push(child);
+      let stdout = '';
+      let stderr = '';
+      child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+      child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+      await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 300) + round * 50));
+      if (child.exitCode === null) {
+        child.kill('SIGKILL');
+        kills++;
+      }
+      await exited(child);
+      if (stdout.includes('opened')) break;
+      expect(stderr).toBe('');
+    }
+    expect(kills).toBeGreaterThan(0);
+
+    const store = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger });
+    stores.push(store);
+    for (const name of names) {
+      const box = store.outbox(name, LIMITS);
+      expect(box.peek(n + 1).map((e) => e.msg.payload.toString())).toEqual(payloads(name));
+      expect(box.depth.messages).toBe(n);
+    }
+    expect(store.journalDepth!().entries).toBe(3 * n);
+  }, 120_000);
+
   it('keeps every append whose promise resolved, in order and intact, across repeated SIGKILLs', async () => {
     const dir = tempDir();
     const acked = new Set<number>();

@@ -8,7 +8,9 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb/open.js';
-import { encodeStampedValue, ownerPrefix, seqKey } from '../../src/store/codec.js';
+import { encodeStampedValue, ownerPrefix, prefixEnd, seqKey } from '../../src/store/codec.js';
+import { JOURNAL_PREFIX } from '../../src/store/lmdb/journal.js';
+import { writeFormat1Outbox } from '../helpers/format1-outbox.js';
 import { outboxMetaKey, type OutboxMeta } from '../../src/store/lmdb/outbox.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
@@ -113,15 +115,16 @@ describe('LMDB store', () => {
     // The first chunk is gone, the second still holds live entries; one mark is left (the last entry).
     const impl = store as unknown as LmdbStore;
     const prefix = ownerPrefix('central');
-    expect([...impl.outboxDb.getKeys({ start: prefix, snapshot: false })].length).toBe(2);
+    const journalChunks = (): number => [...impl.outboxDb.getKeys({ start: JOURNAL_PREFIX, end: prefixEnd(JOURNAL_PREFIX), snapshot: false })].length;
+    expect(journalChunks()).toBe(2);
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(1);
     await box.remove(seqs.slice(200, 299));
     expect([box.depth.messages, box.peek(10)]).toEqual([0, []]);
-    expect([...impl.outboxDb.getKeys({ start: prefix, snapshot: false })].length).toBe(0);
+    expect(journalChunks()).toBe(0);
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(0);
   });
 
-  it('reads an outbox written before chunks (one entry per key, gaps where entries were removed)', async () => {
+  it('moves an outbox written before chunks (one entry per key, gaps where entries were removed) to the journal', async () => {
     const dir = tempDir();
     let store = await openStore(dir);
     const impl = store as unknown as LmdbStore;
@@ -135,13 +138,15 @@ describe('LMDB store', () => {
     impl.meta.putSync(outboxMetaKey('central'), Buffer.from(JSON.stringify(meta))); // plain JSON, as written then
     await closeStore(store);
 
+    // Journal seqs follow the old outbox's last seq (5), so that old marks and new ones never share a key.
     store = await openStore(dir);
     let box = store.outbox('central', UNLIMITED);
-    expect(box.peek(10).map((e) => [e.seq, e.appendedAtMs, e.msg.payload[0]])).toEqual(values.map(([seq]) => [seq, 1000 + seq, seq]));
+    expect(box.peek(10).map((e) => [e.seq, e.appendedAtMs, e.msg.payload[0]])).toEqual(values.map(([seq], i) => [6 + i, 1000 + seq, seq]));
     expect(box.depth.oldestAppendedAtMs).toBe(1002);
     expect(box.depth.dropped.dead_letter_deleted).toBe(0);
-    await box.remove([3, 4]); // 3 is a gap: ignored
-    await box.markReleased(3);
+    expect([...(store as unknown as LmdbStore).outboxDb.getKeys({ start: prefix, end: prefixEnd(prefix), snapshot: false })]).toEqual([]);
+    await box.remove([5, 7]); // 5 is not one of its seqs: ignored
+    await box.markReleased(5);
     expect(box.depth.messages).toBe(2);
     await box.append(small(6));
     await closeStore(store);
@@ -149,13 +154,48 @@ describe('LMDB store', () => {
     store = await openStore(dir);
     box = store.outbox('central', UNLIMITED);
     expect(box.peek(10).map((e) => [e.seq, e.released === true])).toEqual([
-      [2, false],
-      [5, false],
       [6, false],
+      [8, false],
+      [9, false],
     ]);
-    await box.remove([2]);
+    await box.remove([6]);
     expect(box.depth.oldestAppendedAtMs).toBe(1005);
     expect(box.depth.bytes).toBe(values[2][1].length + box.peek(10)[1].bytes);
+  });
+
+  it('moves the outboxes of store format 1 to the journal at the first open: each live entry to its outbox once, in order, marks kept', async () => {
+    const dir = tempDir();
+    let store = await openStore(dir);
+    const impl = store as unknown as LmdbStore;
+    const central = Array.from({ length: 300 }, (_, i) => small(i + 1));
+    const historian = Array.from({ length: 50 }, (_, i) => small(1000 + i));
+    writeFormat1Outbox(impl, { name: 'central', messages: central, chunkEntries: 100, floor: 1, removed: [5, 150], released: [7] });
+    writeFormat1Outbox(impl, { name: 'historian', messages: historian, chunkEntries: 50, floor: 11, removed: [], released: [] });
+    await closeStore(store);
+
+    store = await openStore(dir);
+    const box = store.outbox('central', UNLIMITED);
+    const entries = box.peek(1000);
+    expect(entries.map((e) => e.msg.payload[0])).toEqual(central.filter((_, i) => i + 1 !== 5 && i + 1 !== 150).map((m) => m.payload[0]));
+    expect(entries.map((e) => e.appendedAtMs)).toEqual([...entries.map((e) => e.appendedAtMs)].sort((x, y) => x - y));
+    expect(entries.filter((e) => e.released).map((e) => e.msg.payload[0])).toEqual([7]);
+    expect(box.depth).toMatchObject({ messages: 298, dropped: { queue_full: 3 } });
+    const other = store.outbox('historian', UNLIMITED);
+    expect(other.peek(1000).map((e) => e.msg.payload.readUInt8(0))).toEqual(historian.slice(10).map((m) => m.payload[0]));
+    expect(other.depth.bytes).toBe(other.peek(1000).reduce((sum, e) => sum + e.bytes, 0));
+    // Nothing is left in the old layout; the schema record says format 2.
+    const impl2 = store as unknown as LmdbStore;
+    for (const name of ['central', 'historian']) {
+      const prefix = ownerPrefix(name);
+      expect([...impl2.outboxDb.getKeys({ start: prefix, end: prefixEnd(prefix), snapshot: false })]).toEqual([]);
+      const marks = [...impl2.outboxRemovedDb.getKeys({ start: prefix, end: prefixEnd(prefix), snapshot: false })];
+      expect(marks).toEqual([]);
+    }
+    expect(JSON.parse(impl2.meta.get('schema')!.toString())).toMatchObject({ version: SCHEMA_VERSION });
+    // Sent and acknowledged from the journal like any entry.
+    await box.remove(entries.map((e) => e.seq));
+    await other.remove(other.peek(1000).map((e) => e.seq));
+    expect(store.journalDepth!()).toMatchObject({ entries: 0, chunks: 0 });
   });
 
   it('keeps the released mark of an outbox entry (QoS 2 PUBREC) across a reopen, and deletes it with the outbox', async () => {

@@ -16,7 +16,9 @@ import { CorruptValueError, decodeJsonValue, encodeSchemaValue } from '../codec.
 export type { LmdbStoreOptions };
 
 /** Layout version of the databases below; stored in `meta` at creation, refused when different. */
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
+/** The format with an outbox of its own per bridge, which the first open moves to the one journal (migrate.ts). */
+const OUTBOX_PER_BRIDGE_VERSION = 1;
 
 // --- Opening ----------------------------------------------------------------------------------------------
 
@@ -267,7 +269,8 @@ export async function openLmdbStore(
       log.info({ schemaVersion }, 'created a new store');
     } else {
       const schema = store.readMeta<{ version?: unknown }>('schema');
-      if (schema === undefined || schema.version !== schemaVersion) {
+      const migrates = schema?.version === OUTBOX_PER_BRIDGE_VERSION && schemaVersion === SCHEMA_VERSION;
+      if (schema === undefined || (schema.version !== schemaVersion && !migrates)) {
         const found = schema?.version;
         throw openError(
           dir,
@@ -278,6 +281,12 @@ export async function openLmdbStore(
                 ' (a store written by another edgeferry release needs that release or a migration)',
         );
       }
+    }
+    // Also when the format is current: `store salvage` copies outboxes of format 1 as they are.
+    store.migrateOutboxes();
+    if (!fresh && store.readMeta<{ version?: unknown }>('schema')?.version !== schemaVersion) {
+      await store.meta.put('schema', encodeSchemaValue(schemaVersion));
+      log.info({ schemaVersion }, 'store format updated');
     }
     // The steady clock goes on from the timeline the store recorded, so stored times keep their ages (util/clock.ts).
     store.clock.adopt(store.readMeta('clock'));

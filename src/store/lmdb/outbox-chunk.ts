@@ -21,6 +21,13 @@ import type { SteadyClock } from '../../util/clock.js';
 
 /** Format byte of a chunk value; a stored entry from before chunks starts with VALUE_FORMAT (1). */
 const CHUNK_FORMAT = 3;
+/**
+ * A journal chunk (journal.ts): after the end offsets, count x u32 cursor masks, bit `slot` set in an entry's
+ * mask when the cursor (outbox) of that slot wants it.
+ */
+const MASKED_CHUNK_FORMAT = 4;
+/** The mask of an entry of a chunk without masks (an outbox's own, from before the journal): every cursor's. */
+export const ALL_CURSORS = 0xffff_ffff;
 const CHUNK_HEADER_BYTES = 5;
 /** Caps per chunk, so a peek or a head lookup never copies much more than it uses. */
 const MAX_CHUNK_ENTRIES = 128;
@@ -50,20 +57,21 @@ export function chunkCount(key: Buffer, prefixBytes: number): number {
   return key.length === prefixBytes + SEQ_BYTES + COUNT_BYTES ? key.readUInt32BE(prefixBytes + SEQ_BYTES) : 1;
 }
 
-/** The value of a chunk of `values[from]` .. `values[to - 1]`. */
-export function encodeChunk(values: readonly Buffer[], from: number, to: number): Buffer {
+/** The value of a chunk of `values[from]` .. `values[to - 1]`, with their cursor masks when given (a journal chunk). */
+export function encodeChunk(values: readonly Buffer[], from: number, to: number, masks?: readonly number[]): Buffer {
   const count = to - from;
-  const dataStart = CHUNK_HEADER_BYTES + 4 * count;
+  const dataStart = CHUNK_HEADER_BYTES + (masks === undefined ? 4 : 8) * count;
   let dataBytes = 0;
   for (let i = from; i < to; i++) dataBytes += values[i].length;
   const buf = Buffer.allocUnsafe(dataStart + dataBytes);
-  buf[0] = CHUNK_FORMAT;
+  buf[0] = masks === undefined ? CHUNK_FORMAT : MASKED_CHUNK_FORMAT;
   buf.writeUInt32BE(count, 1);
   let end = 0;
   for (let i = from; i < to; i++) {
     values[i].copy(buf, dataStart + end);
     end += values[i].length;
     buf.writeUInt32BE(end, CHUNK_HEADER_BYTES + 4 * (i - from));
+    if (masks !== undefined) buf.writeUInt32BE(masks[i] >>> 0, CHUNK_HEADER_BYTES + 4 * (count + i - from));
   }
   return buf;
 }
@@ -84,6 +92,8 @@ export class Chunk {
   readonly start: number;
   readonly count: number;
   private readonly dataStart: number;
+  /** Where the cursor masks start (a journal chunk), -1 when the chunk has none. */
+  private readonly masksStart: number;
 
   constructor(
     readonly key: Buffer,
@@ -95,9 +105,13 @@ export class Chunk {
     this.start = chunkStart(key, prefixBytes);
     this.count = chunkCount(key, prefixBytes);
     const chunked = key.length !== prefixBytes + SEQ_BYTES;
+    const masked = chunked && buf.length > 0 && buf[0] === MASKED_CHUNK_FORMAT;
+    const headerBytes = CHUNK_HEADER_BYTES + (masked ? 8 : 4) * this.count;
     this.damaged =
-      chunked && (buf.length < CHUNK_HEADER_BYTES + 4 * this.count || buf[0] !== CHUNK_FORMAT || buf.readUInt32BE(1) !== this.count);
-    this.dataStart = chunked ? CHUNK_HEADER_BYTES + 4 * this.count : -1;
+      chunked &&
+      (buf.length < headerBytes || (buf[0] !== CHUNK_FORMAT && buf[0] !== MASKED_CHUNK_FORMAT) || buf.readUInt32BE(1) !== this.count);
+    this.dataStart = chunked ? headerBytes : -1;
+    this.masksStart = masked && !this.damaged ? CHUNK_HEADER_BYTES + 4 * this.count : -1;
   }
 
   /** The header does not match the key: no entry can be found in it. */
@@ -119,6 +133,17 @@ export class Chunk {
     const end = this.dataStart < 0 ? this.buf.length : this.dataStart + this.offset(seq - this.start + 1);
     const { msg, stampMs } = decodeStampedValue(this.buf, this.clock, at, end);
     return { seq, msg, appendedAtMs: stampMs, bytes: end - at, released };
+  }
+
+  /** The cursors that want entry `seq` (which `has`): its mask in a journal chunk, else every cursor. */
+  mask(seq: number): number {
+    return this.masksStart < 0 ? ALL_CURSORS : this.buf.readUInt32BE(this.masksStart + 4 * (seq - this.start));
+  }
+
+  /** The stored value of entry `seq` (which `has`), unchecked: a view into the chunk (what migration copies). */
+  value(seq: number): Buffer {
+    if (this.dataStart < 0) return this.buf;
+    return this.buf.subarray(this.dataStart + this.offset(seq - this.start), this.dataStart + this.offset(seq - this.start + 1));
   }
 
   /** When entry `seq` (which `has`) was appended (unchecked: 0 when the chunk is damaged, so it goes first). */

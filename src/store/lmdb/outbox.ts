@@ -1,22 +1,21 @@
 /**
- * A bridge outbox in the LMDB store: the journal of messages bound upstream (see store.ts for batches). Entries
- * are stored in chunks, one per batch, and removed by moving a floor (outbox-chunk.ts).
+ * A bridge outbox in the LMDB store: a cursor over the store's one journal of messages bound upstream
+ * (journal.ts; docs/architecture.md#one-journal). Its entries are the journal's entries whose mask has its bit;
+ * it removes them by moving its floor and, for those acknowledged out of order, by marks (outbox-removed).
  */
-import type { Database } from 'lmdb';
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
 import { CorruptValueError, encodeStampedValue, keySeq, outboxEntryBytes, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
 import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
-import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk } from './outbox-chunk.js';
+import type { Chunk } from './outbox-chunk.js';
+import { storedCursor, type JournalCursor, type LmdbJournal } from './journal.js';
 import { DelayedFlush, type Batch, type BatchMember, type StoreWriter } from './writer.js';
 
 /** Outbox counters live in `meta` under `outbox:<name>`; the range of those keys lists the outboxes. */
 export const OUTBOX_META_PREFIX = 'outbox:';
 export const OUTBOX_META_END = 'outbox;';
 export const outboxMetaKey = (name: string): string => OUTBOX_META_PREFIX + name;
-/** Chunks kept decoded: what the bridge reads ahead and has in flight, and the head. */
-const CACHED_CHUNKS = 8;
 
 export interface OutboxMeta {
   lastSeq: number;
@@ -26,6 +25,14 @@ export interface OutboxMeta {
   dropped: Record<DropReason, number>;
   /** No live entry has a lower seq. Absent in stores from before chunks, whose first entry is live. */
   floor?: number;
+  /** The outbox's bit in the journal's masks; absent in an outbox from before the journal (migrate.ts). */
+  slot?: number;
+}
+
+/** The journal's stand-in for an outbox not opened in this process, from its stored counters. */
+export function storedOutboxCursor(meta: OutboxMeta): JournalCursor {
+  // Without counts (after `store salvage`) it may hold any entry from its floor on.
+  return storedCursor(meta.floor ?? 0, (meta.messages as number | undefined) ?? 1);
 }
 
 interface HeadEntry {
@@ -34,11 +41,14 @@ interface HeadEntry {
   appendedAtMs: number;
 }
 
-export class LmdbOutbox implements Outbox, BatchMember {
+export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
   readonly name: string;
   limits: OutboxLimits;
   private readonly store: StoreWriter;
-  private readonly db: Database<Buffer, Buffer>;
+  private readonly journal: LmdbJournal;
+  readonly slot: number;
+  private readonly bit: number;
+  /** Owner prefix of its marks (outbox-removed, outbox-released). */
   private readonly prefix: Buffer;
   private readonly end: Buffer;
   private readonly metaKey: string;
@@ -55,8 +65,6 @@ export class LmdbOutbox implements Outbox, BatchMember {
   private readonly removed = new Set<number>();
   /** Seqs with a committed `released` mark (QoS 2 received upstream); at most a window's worth. */
   private readonly released = new Set<number>();
-  /** Decoded chunks by first seq, oldest read first; chunks never change, so they stay valid until deleted. */
-  private readonly chunks = new Map<number, Chunk>();
 
   // Per batch (see BatchMember): undo data, changes not yet visible to readers, head scanning.
   private snapshot: (OutboxMeta & { oldest: number | undefined }) | undefined;
@@ -67,26 +75,23 @@ export class LmdbOutbox implements Outbox, BatchMember {
   /** Seqs passed to `remove()`, in order, until `removalFlush` applies them. */
   private removals: number[] = [];
   private readonly removalFlush: DelayedFlush;
-  /** Values appended in this batch, from seq `batchFirstSeq` on (not readable from the database before the commit). */
-  private batchValues: Buffer[] = [];
-  private batchFirstSeq = 0;
   /** Where this batch's search for the head resumes: every entry below it is removed. */
   private scanFrom = 0;
   /** The floor once this batch commits. */
   private nextFloor: number | undefined;
-  /** Chunks this batch deletes (the floor passed them), by first seq: leave the cache at the commit. */
-  private deletedChunks: number[] = [];
   private headChanged = false;
+  /** Bytes of the entries removed here that no other outbox held: freed in the store (see `makeStoreRoom`). */
+  private storeFreed = 0;
   /** Counters changed in this batch, so they must be written. */
   private dirty = false;
   /** `released` marks written and deleted by the batch in flight, applied to `released` when it commits. */
   private marking: { added: number[]; deleted: number[] } = { added: [], deleted: [] };
 
-  constructor(store: StoreWriter, name: string, limits: OutboxLimits) {
+  constructor(store: StoreWriter, journal: LmdbJournal, name: string, limits: OutboxLimits) {
     this.store = store;
+    this.journal = journal;
     this.name = name;
     this.limits = limits;
-    this.db = store.outboxDb;
     try {
       this.prefix = ownerPrefix(name);
     } catch (err) {
@@ -96,22 +101,19 @@ export class LmdbOutbox implements Outbox, BatchMember {
     this.metaKey = outboxMetaKey(name);
     this.removalFlush = new DelayedFlush(store, (b) => this.applyRemovals(b));
     const meta = store.readMeta<OutboxMeta>(this.metaKey);
-    let firstStored: number | undefined;
-    let lastStored = 0;
-    for (const key of this.db.getKeys({ start: this.prefix, end: this.end, limit: 1, snapshot: false })) {
-      firstStored = chunkStart(key, this.prefix.length);
-    }
-    for (const key of this.db.getKeys({ start: this.end, end: this.prefix, reverse: true, limit: 1, snapshot: false })) {
-      lastStored = chunkStart(key, this.prefix.length) + chunkCount(key, this.prefix.length) - 1;
-    }
+    // A new outbox claims no entry older than itself: its floor is the journal's tail, and its slot a free one
+    // (a slot freed by `deleteOutbox` may be set in older entries, which are below that floor).
+    this.slot = meta?.slot ?? journal.freeSlot(name);
+    this.bit = 1 << this.slot;
+    journal.attach(this.slot, this);
     for (const key of store.outboxRemovedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
       this.removed.add(keySeq(key));
     }
     for (const key of store.outboxReleasedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
       this.released.add(keySeq(key));
     }
-    this.lastSeq = Math.max(meta?.lastSeq ?? 0, lastStored);
-    this.floor = meta?.floor ?? firstStored ?? this.lastSeq + 1;
+    this.lastSeq = meta?.lastSeq ?? 0;
+    this.floor = meta?.slot === undefined ? journal.tailSeq + 1 : (meta.floor ?? 0);
     this.dropped = { ...emptyDropped(), ...meta?.dropped };
     if (meta?.messages !== undefined && (meta.bytes as number | undefined) !== undefined) {
       this.messages = meta.messages;
@@ -120,9 +122,9 @@ export class LmdbOutbox implements Outbox, BatchMember {
       // No counts yet (a new outbox, normally empty; or one `store salvage` copied): count what is there.
       this.messages = 0;
       this.bytes = 0;
-      for (const chunk of this.chunksFrom(this.floor)) {
+      for (const chunk of this.journal.chunksFrom(this.floor)) {
         for (let seq = Math.max(chunk.start, this.floor); seq < chunk.end; seq++) {
-          if (this.removed.has(seq)) continue;
+          if (this.removed.has(seq) || (chunk.mask(seq) & this.bit) === 0) continue;
           this.messages++;
           this.bytes += chunk.bytes(seq);
         }
@@ -130,6 +132,17 @@ export class LmdbOutbox implements Outbox, BatchMember {
     }
     this.oldestAppendedAtMs = this.firstLive()?.appendedAtMs;
     this.scanFrom = 0;
+    // A new outbox is recorded (its slot with it) by the first batch it joins: until then it holds nothing, so
+    // after a restart without it, a new slot and floor lose nothing.
+    if (meta?.slot === undefined) this.dirty = true;
+  }
+
+  claimFloor(): number {
+    return this.messages > 0 ? (this.nextFloor ?? this.floor) : Infinity;
+  }
+
+  holds(seq: number): boolean {
+    return this.isLive(seq);
   }
 
   refusal(msg: Message): StoreError | undefined {
@@ -144,8 +157,9 @@ export class LmdbOutbox implements Outbox, BatchMember {
 
   append(msg: Message): Promise<void> {
     let value: Buffer;
+    const before = this.journal.lastEncoded;
     try {
-      value = encodeStampedValue(msg, this.store.clock.nowMs(), this.store.clock);
+      value = this.journal.encode(msg);
     } catch (err) {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
@@ -155,9 +169,10 @@ export class LmdbOutbox implements Outbox, BatchMember {
     if (refused !== undefined) return Promise.reject(refused);
     this.pending.messages++;
     this.pending.bytes += value.length;
-    // Admitted (the store's answer holds for this synchronous section).
+    // Admitted (the store's answer holds for this synchronous section). Another bridge's copy of the message
+    // just appended shares its entry: no new bytes for the store.
     return this.store.admit(
-      value.length,
+      value === before ? 0 : value.length,
       (b) => {
         this.pending.messages--;
         this.pending.bytes -= value.length;
@@ -180,11 +195,9 @@ export class LmdbOutbox implements Outbox, BatchMember {
       if (!dropOldest) throw queueFullError(this.name, this.limits, bytes);
       while (overLimit() && this.makeRoom(b) > 0);
     }
-    this.store.reserve(b, bytes, dropOldest ? () => this.makeRoom(b) : undefined);
-    const seq = this.lastSeq + 1;
-    if (this.batchValues.length === 0) this.batchFirstSeq = seq;
-    this.batchValues.push(value); // written as a chunk when the batch is finished
-    this.lastSeq = seq;
+    // Another bridge's copy of the same message adds this outbox to that entry: no new bytes for the store.
+    if (!this.journal.merges(value, this.bit)) this.store.reserve(b, bytes, dropOldest ? () => this.makeStoreRoom(b) : undefined);
+    this.lastSeq = this.journal.append(b, value, this.bit);
     this.messages++;
     this.bytes += bytes;
     this.dirty = true;
@@ -198,8 +211,9 @@ export class LmdbOutbox implements Outbox, BatchMember {
     const hidden = this.removed.size > 0 || this.removedInFlight.size > 0 || this.removalsQueued.size > 0;
     let damaged: number[] | undefined;
     try {
-      for (const chunk of this.chunksFrom(from)) {
+      for (const chunk of this.journal.chunksFrom(from)) {
         for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
+          if ((chunk.mask(seq) & this.bit) === 0) continue;
           if (hidden && (this.removed.has(seq) || this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
           try {
             out.push(chunk.entry(seq, this.released.size > 0 && this.released.has(seq)));
@@ -300,15 +314,25 @@ export class LmdbOutbox implements Outbox, BatchMember {
 
   /** Stored bytes of entry `seq`, committed or appended in this batch; undefined when there is none. */
   private entryBytes(seq: number): number | undefined {
-    if (this.batchValues.length > 0 && seq >= this.batchFirstSeq) return this.batchValues[seq - this.batchFirstSeq]?.length;
-    const chunk = this.chunkHolding(seq);
-    return chunk === undefined ? undefined : chunk.bytes(seq);
+    return this.entryMask(seq) === undefined ? undefined : this.ownBytes(seq);
+  }
+
+  /** The journal mask of entry `seq` when it is one of this outbox's, else undefined. */
+  private entryMask(seq: number): number | undefined {
+    const mask = seq >= this.journal.batchFrom ? this.journal.batchMask(seq) : this.journal.chunkHolding(seq)?.mask(seq);
+    return mask !== undefined && (mask & this.bit) !== 0 ? mask : undefined;
+  }
+
+  /** Stored bytes of entry `seq`, one of this outbox's (see `entryMask`). */
+  private ownBytes(seq: number): number {
+    return seq >= this.journal.batchFrom ? this.journal.batchValue(seq).length : (this.journal.chunkHolding(seq) as Chunk).bytes(seq);
   }
 
   private removeOne(b: Batch, seq: number): number {
     if (!this.isLive(seq)) return 0;
-    const bytes = this.entryBytes(seq);
-    if (bytes === undefined) return 0; // unknown or already removed: ignored by contract
+    const mask = this.entryMask(seq);
+    if (mask === undefined) return 0; // unknown or already removed: ignored by contract
+    const bytes = this.ownBytes(seq);
     if (this.released.has(seq) || this.marking.added.includes(seq)) {
       this.store.del(b, this.store.outboxReleasedDb, seqKey(this.prefix, seq));
       this.marking.deleted.push(seq);
@@ -316,7 +340,11 @@ export class LmdbOutbox implements Outbox, BatchMember {
     this.removedInFlight.add(seq);
     this.messages--;
     this.bytes -= bytes;
-    this.store.release(b, bytes);
+    // The journal keeps the entry while another outbox holds it.
+    if (mask === this.bit || !this.journal.heldByOthers(seq, mask, this)) {
+      this.store.release(b, bytes);
+      this.storeFreed += bytes;
+    }
     this.headChanged = true;
     this.dirty = true;
     return bytes;
@@ -369,6 +397,7 @@ export class LmdbOutbox implements Outbox, BatchMember {
       bytes: this.bytes,
       oldestAppendedAtMs: this.oldestAppendedAtMs,
       dropped: { ...this.dropped },
+      cursor: { slot: this.slot, floor: this.floor, removedMarks: this.removed.size, releasedMarks: this.released.size },
     };
   }
 
@@ -397,6 +426,16 @@ export class LmdbOutbox implements Outbox, BatchMember {
     return this.dropHead(b, 'queue_full');
   }
 
+  /**
+   * Frees room in the store past `storage.maxBytes` (drop-oldest): drops the oldest entries until one that no
+   * other outbox holds is gone. Returns the bytes that freed in the store, 0 when this outbox has no more.
+   */
+  private makeStoreRoom(b: Batch): number {
+    const before = this.storeFreed;
+    while (this.storeFreed === before && this.makeRoom(b) > 0);
+    return this.storeFreed - before;
+  }
+
   /** Drops the oldest live entry; returns its bytes, 0 when the outbox is empty. */
   private dropHead(b: Batch, reason: DropReason): number {
     const head = this.firstLive();
@@ -409,11 +448,12 @@ export class LmdbOutbox implements Outbox, BatchMember {
   /** The oldest entry not removed, committed or appended in this batch. */
   private firstLive(): HeadEntry | undefined {
     const from = Math.max(this.scanFrom, this.floor);
-    const batchFrom = this.batchValues.length > 0 ? this.batchFirstSeq : this.lastSeq + 1;
+    const batchFrom = this.journal.batchFrom;
     if (from < batchFrom) {
-      for (const chunk of this.chunksFrom(from)) {
+      for (const chunk of this.journal.chunksFrom(from)) {
+        if (chunk.start >= batchFrom) break;
         for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
-          if (this.removed.has(seq) || this.removedInFlight.has(seq)) continue;
+          if (this.removed.has(seq) || this.removedInFlight.has(seq) || (chunk.mask(seq) & this.bit) === 0) continue;
           this.scanFrom = seq;
           return { seq, bytes: chunk.bytes(seq), appendedAtMs: chunk.appendedAtMs(seq) };
         }
@@ -421,105 +461,41 @@ export class LmdbOutbox implements Outbox, BatchMember {
       }
     }
     for (let seq = Math.max(from, batchFrom); seq <= this.lastSeq; seq++) {
-      if (this.removedInFlight.has(seq)) continue;
+      if (this.removedInFlight.has(seq) || (this.journal.batchMask(seq) & this.bit) === 0) continue;
       this.scanFrom = seq;
-      const value = this.batchValues[seq - this.batchFirstSeq];
+      const value = this.journal.batchValue(seq);
       return { seq, bytes: value.length, appendedAtMs: stampedValueMs(value) };
     }
     this.scanFrom = this.lastSeq + 1;
     return undefined;
   }
 
-  /** The committed chunk holding `seq`, if any (a stored entry from before chunks may leave gaps). */
-  private chunkHolding(seq: number): Chunk | undefined {
-    const cached = this.cachedHolding(seq);
-    if (cached !== undefined) return cached;
-    const key = this.storedKeyHolding(seq);
-    return key === undefined ? undefined : this.chunk(key);
-  }
-
-  /** The key of the committed chunk holding `seq`: from the cache when it is there (the head, what was peeked). */
-  private keyHolding(seq: number): Buffer | undefined {
-    return this.cachedHolding(seq)?.key ?? this.storedKeyHolding(seq);
-  }
-
-  private cachedHolding(seq: number): Chunk | undefined {
-    for (const chunk of this.chunks.values()) if (chunk.has(seq)) return chunk;
-    return undefined;
-  }
-
-  private storedKeyHolding(seq: number): Buffer | undefined {
-    const bound = chunkKey(this.prefix, seq, 0xffff_ffff);
-    for (const key of this.db.getKeys({ start: bound, end: this.prefix, reverse: true, limit: 1, snapshot: false })) {
-      if (chunkStart(key, this.prefix.length) + chunkCount(key, this.prefix.length) > seq) return key;
-    }
-    return undefined;
-  }
-
   /**
-   * Keys of the committed chunks holding seqs from `seq` on, in order. Consecutive chunks in the cache follow one
-   * another without a database read (a range read costs more than a small chunk's decoding).
-   */
-  private *keysFrom(seq: number): Generator<Buffer> {
-    let next = seq;
-    for (let key = this.keyHolding(seq); key !== undefined; key = this.chunks.get(next)?.key) {
-      yield key;
-      next = chunkStart(key, this.prefix.length) + chunkCount(key, this.prefix.length);
-    }
-    yield* this.db.getKeys({ start: seqKey(this.prefix, next), end: this.end, snapshot: false });
-  }
-
-  private *chunksFrom(seq: number): Generator<Chunk> {
-    for (const key of this.keysFrom(seq)) yield this.chunk(key);
-  }
-
-  /** The chunk under `key`, decoded once and cached. */
-  private chunk(key: Buffer): Chunk {
-    const cached = this.chunks.get(chunkStart(key, this.prefix.length));
-    if (cached !== undefined) return cached;
-    const value = this.db.get(key);
-    if (value === undefined) throw new StoreError('EF_STORE_OPEN', `outbox "${this.name}": a chunk vanished while read`);
-    const chunk = new Chunk(key, this.prefix.length, value, this.store.clock);
-    this.chunks.set(chunk.start, chunk);
-    if (this.chunks.size > CACHED_CHUNKS) this.chunks.delete(this.chunks.keys().next().value as number);
-    return chunk;
-  }
-
-  /**
-   * End of building a batch: the appends go in as chunks; the floor moves up to the new head, deleting the chunks
-   * it passed; removals above the floor are marked; the counters are persisted in the same transaction.
+   * End of building a batch: the floor moves up to the new head (the journal, finished after its outboxes,
+   * deletes the chunks every floor passed); removals above the floor are marked; the counters are persisted in
+   * the same transaction.
    */
   finishBatch(b: Batch): void {
     if (this.headChanged) {
       const head = this.firstLive();
       this.oldestAppendedAtMs = head?.appendedAtMs;
-      this.nextFloor = head?.seq ?? this.lastSeq + 1;
+      // Empty: past the journal's tail, so that its next head is not searched for among other outboxes' entries.
+      this.nextFloor = head?.seq ?? this.journal.tailSeq + 1;
     }
     const floor = this.nextFloor ?? this.floor;
-    const values = this.batchValues;
-    for (let i = Math.max(0, floor - this.batchFirstSeq); i < values.length; ) {
-      const to = chunkEnd(values, i);
-      this.store.put(b, this.db, chunkKey(this.prefix, this.batchFirstSeq + i, to - i), encodeChunk(values, i, to));
-      i = to;
-    }
     if (floor > this.floor) {
-      for (const key of this.keysFrom(this.floor)) {
-        const start = chunkStart(key, this.prefix.length);
-        if (start + chunkCount(key, this.prefix.length) > floor) break;
-        this.store.del(b, this.db, key);
-        this.deletedChunks.push(start);
-      }
+      this.journal.join(b); // chunks below every floor go in this transaction
       for (const seq of this.removed) if (seq < floor) this.store.del(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq));
     }
     for (const seq of this.removedInFlight) {
       if (seq >= floor) this.store.put(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq), MARK);
     }
     if (this.dirty) {
-      const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped, floor };
+      const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped, floor, slot: this.slot };
       this.store.putMeta(b, this.metaKey, meta);
+      this.journal.record(b, this.name, this.slot);
     }
     this.dirty = false;
-    this.batchValues = [];
     this.scanFrom = 0;
     this.headChanged = false;
   }
@@ -533,7 +509,6 @@ export class LmdbOutbox implements Outbox, BatchMember {
       for (const seq of this.removed) if (seq < floor) this.removed.delete(seq);
       this.floor = floor;
     }
-    for (const start of this.deletedChunks) this.chunks.delete(start);
     this.forgetBatch();
   }
 
@@ -541,13 +516,10 @@ export class LmdbOutbox implements Outbox, BatchMember {
     this.snapshot = undefined;
     this.nextFloor = undefined;
     this.removedInFlight = new Set();
-    this.deletedChunks = [];
     if (this.marking.added.length > 0 || this.marking.deleted.length > 0) this.marking = { added: [], deleted: [] };
   }
 
   rollback(): void {
-    // A batch that failed while it was built may not have reached finishBatch.
-    this.batchValues = [];
     this.scanFrom = 0;
     this.headChanged = false;
     this.dirty = false;

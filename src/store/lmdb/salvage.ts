@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { open } from 'lmdb';
 import { decodeJsonValue, encodeJsonValue, encodeSchemaValue, keySeq } from '../codec.js';
 import { chunkCount, chunkStart } from './outbox-chunk.js';
+import { JOURNAL_META_KEY, type JournalMeta } from './journal.js';
 import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 import { DATABASES, describeDamage, verifyInChild, type DamagedOwner } from './verify.js';
 import { StoreError } from '../../util/errors.js';
@@ -130,6 +131,22 @@ async function rebuildCounters(dir: string, schemaVersion: number): Promise<Map<
       write(String(key), { ...kept, lastSeq: Math.max(old.lastSeq, outboxLast.get(name) ?? 0) });
       outboxLast.delete(name);
     }
+    // The journal's chunks (under the empty name): its last seq, so that no seq is used twice. An outbox whose own
+    // record was left behind is found in the journal's record of slots and counts its entries again from floor 0
+    // (acknowledged ones of a chunk still kept go once more). Either record rebuilds the other.
+    const journal = read<JournalMeta>(JOURNAL_META_KEY);
+    const journalLast = Math.max(journal?.lastSeq ?? 0, outboxLast.get('') ?? 0);
+    outboxLast.delete('');
+    const cursors: Record<string, number> = { ...journal?.cursors };
+    for (const key of meta.getKeys({ start: OUTBOX_META_PREFIX, end: OUTBOX_META_END, snapshot: false })) {
+      const slot = read<OutboxMeta>(String(key))!.slot;
+      if (slot !== undefined) cursors[String(key).slice(OUTBOX_META_PREFIX.length)] = slot;
+    }
+    for (const [name, slot] of Object.entries(cursors)) {
+      if (meta.get(OUTBOX_META_PREFIX + name) !== undefined) continue;
+      write(OUTBOX_META_PREFIX + name, { lastSeq: journalLast, floor: 0, slot, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } });
+    }
+    if (journalLast > 0 || Object.keys(cursors).length > 0) write(JOURNAL_META_KEY, { lastSeq: journalLast, cursors });
     for (const [name, lastSeq] of outboxLast) {
       write(OUTBOX_META_PREFIX + name, { lastSeq, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } });
     }

@@ -36,9 +36,11 @@ import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
 import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
-import type { Outbox, OutboxLimits, Store } from '../types.js';
+import type { JournalDepth, Outbox, OutboxLimits, Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
-import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, type OutboxMeta } from './outbox.js';
+import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, storedOutboxCursor, type OutboxMeta } from './outbox.js';
+import { LmdbJournal } from './journal.js';
+import { migrateOutboxesToJournal } from './migrate.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
 import { SteadyClock } from '../../util/clock.js';
@@ -123,6 +125,7 @@ export class LmdbStore implements Store, StoreWriter {
   private readonly relaxed: boolean;
   private readonly maxBytes: number;
   private readonly outboxes = new Map<string, LmdbOutbox>();
+  private journalOpened: LmdbJournal | undefined;
   private readonly lock: StoreLock;
 
   private queue: Op[] = [];
@@ -179,12 +182,35 @@ export class LmdbStore implements Store, StoreWriter {
     return this.closing;
   }
 
+  /** Moves outboxes of store format 1 into the journal (migrate.ts), before any outbox is opened. */
+  migrateOutboxes(): void {
+    if (this.journalOpened !== undefined) throw new Error('migrateOutboxes: the journal is open already');
+    migrateOutboxesToJournal(this.env, this, this.clock, this.log);
+  }
+
+  /** The journal of every outbox, opened with the first outbox, with the cursors of those not opened yet. */
+  private get journal(): LmdbJournal {
+    if (this.journalOpened !== undefined) return this.journalOpened;
+    const journal = new LmdbJournal(this);
+    for (const name of this.outboxNames()) {
+      const meta = this.readMeta<OutboxMeta>(outboxMetaKey(name));
+      if (meta?.slot === undefined) continue;
+      journal.attach(meta.slot, storedOutboxCursor(meta));
+      journal.follow(meta.lastSeq);
+    }
+    return (this.journalOpened = journal);
+  }
+
+  journalDepth(): JournalDepth {
+    return this.journal.depth();
+  }
+
   outbox(name: string, limits: OutboxLimits): Outbox {
     if (this.closing) throw closedError();
     let box = this.outboxes.get(name);
     if (box === undefined) {
       try {
-        box = new LmdbOutbox(this, name, limits);
+        box = new LmdbOutbox(this, this.journal, name, limits);
       } catch (err) {
         if (err instanceof StoreError) throw err;
         throw new StoreError('EF_STORE_OPEN', `outbox "${name}" in ${this.path} is unreadable: ${asError(err).message}`, {
@@ -209,9 +235,11 @@ export class LmdbStore implements Store, StoreWriter {
   async deleteOutbox(name: string): Promise<number> {
     if (this.closing) throw closedError();
     if (this.outboxes.has(name)) throw outboxInUseError(name);
+    const meta = this.readMeta<OutboxMeta>(outboxMetaKey(name));
+    if (meta === undefined) return 0; // unknown (the empty name is the journal's own prefix)
     const prefix = ownerPrefix(name);
     const end = prefixEnd(prefix);
-    const entries = this.readMeta<OutboxMeta>(outboxMetaKey(name))?.messages ?? 0;
+    const entries = (meta.messages as number | undefined) ?? 0; // absent after `store salvage`
     // In parts, one transaction each: an outbox may hold millions of entries. Each part reads the keys the
     // previous part's commit left.
     for (;;) {
@@ -225,6 +253,9 @@ export class LmdbStore implements Store, StoreWriter {
           if (count >= DELETE_CHUNK) return count;
         }
         this.del(b, this.meta, outboxMetaKey(name));
+        // Its claims end: the journal deletes the chunks no other outbox holds in this transaction.
+        if (meta.slot !== undefined) this.journal.detach(meta.slot);
+        this.journal.forget(b, name);
         return count;
       });
       if (n < DELETE_CHUNK) return entries;
@@ -499,6 +530,7 @@ export class LmdbStore implements Store, StoreWriter {
     }
     try {
       for (const member of b.members) member.finishBatch(b);
+      for (const member of b.lastMembers) member.finishBatch(b);
     } catch (err) {
       // Queueing a counter write fails only if the environment is broken; the commit then fails as well and
       // rejects the batch. Logged here because it is the first sign.
@@ -517,6 +549,7 @@ export class LmdbStore implements Store, StoreWriter {
       this.full.pagesFreed = true;
     }
     for (const member of b.members) member.committed();
+    for (const member of b.lastMembers) member.committed();
     if (this.commitFailing) {
       this.commitFailing = false;
       this.log.info('store writes succeed again');
@@ -544,6 +577,7 @@ export class LmdbStore implements Store, StoreWriter {
       });
     }
     for (const member of b.members) member.rollback();
+    for (const member of b.lastMembers) member.rollback();
     this.inFlight = undefined;
     if (this.queue.length > 0) this.scheduleIssue();
     return failure;

@@ -202,7 +202,9 @@ export function describeDamage(report: VerifyReport): string[] {
   const lines = report.errors.map((e) => `database ${e}`);
   for (const d of report.damaged) {
     const range = d.seqFrom === undefined ? '' : ` (seq ${d.seqFrom}${d.seqTo === d.seqFrom ? '' : `-${String(d.seqTo)}`})`;
-    lines.push(`${d.what} "${d.owner}": ${d.records} damaged record${d.records === 1 ? '' : 's'}${range}`);
+    // The journal's entries are under the empty owner (journal.ts): every outbox holding them lost them.
+    const where = d.what === 'outbox' && d.owner === '' ? 'outbox journal' : `${d.what} "${d.owner}"`;
+    lines.push(`${where}: ${d.records} damaged record${d.records === 1 ? '' : 's'}${range}`);
   }
   return lines;
 }

@@ -39,6 +39,8 @@ export class Batch {
   readonly done: Op[] = [];
   /** The entities this batch changed, in the order they joined. */
   readonly members = new Set<BatchMember>();
+  /** Entities finished after all `members`: the outbox journal, whose deletes follow its cursors' floors. */
+  readonly lastMembers = new Set<BatchMember>();
   /** Estimate of the store's used bytes (pages in use + bytes added in this batch), computed on demand. */
   usedBytes: number | undefined;
   /** Bytes reserved in this batch (releases not subtracted), for the estimate between page-count reads. */
@@ -55,6 +57,13 @@ export class Batch {
   join(member: BatchMember): boolean {
     if (this.members.has(member)) return false;
     this.members.add(member);
+    return true;
+  }
+
+  /** Adds `member` to the entities finished last (see `lastMembers`); true the first time. */
+  joinLast(member: BatchMember): boolean {
+    if (this.lastMembers.has(member)) return false;
+    this.lastMembers.add(member);
     return true;
   }
 }
