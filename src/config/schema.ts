@@ -341,11 +341,22 @@ const gatewaySchema = z.strictObject({
   id: z.string().regex(/^[^\s:]{1,128}$/, '1 to 128 characters, no spaces or ":" (it is the part before ":" in message ids)').optional(),
 });
 
+/** Outboxes one store holds: each is a bit in the journal's entry masks (docs/architecture.md#one-journal). */
+const MAX_OUTBOXES = 32;
+
 const bridgesSchema = z.array(bridgeSchema).superRefine((bridges, ctx) => {
   bridges.forEach((bridge, i) => {
     const first = bridges.findIndex((other) => other.name === bridge.name);
     if (first < i) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `"${bridge.name}" is already the name of bridges.${first}` });
   });
+  const outboxes = bridges.reduce((n, bridge) => n + (bridge.queue.deadLetter.maxMessages > 0 ? 2 : 1), 0);
+  if (outboxes > MAX_OUTBOXES) {
+    ctx.addIssue({
+      code: 'custom',
+      path: [],
+      message: `${bridges.length} bridges need ${outboxes} outboxes (one each, and one more for its dead letters unless queue.deadLetter.maxMessages is 0); the store holds at most ${MAX_OUTBOXES}`,
+    });
+  }
 });
 
 /** Every connector type, discriminated by `type`; each connector's own schema lives in connectors/<type>/schema.ts. */

@@ -116,6 +116,17 @@ brdiges: []
     ]);
   });
 
+  it('refuses more bridges than the store has outboxes for, counting dead-letter outboxes', () => {
+    const bridges = (n: number, deadLetters: number) =>
+      'bridges:\n' +
+      Array.from({ length: n }, (_, i) => `  - { name: b${i}, remote: { urls: ["mqtt://c.example"] }, topics: [{ filter: "a/#" }], queue: { deadLetter: { maxMessages: ${deadLetters} } } }\n`).join('');
+    expect(parse(bridges(16, 10)).bridges).toHaveLength(16);
+    expect(parse(bridges(32, 0)).bridges).toHaveLength(32);
+    expect(problemsOf(bridges(17, 10))).toEqual([
+      expect.objectContaining({ path: 'bridges', message: expect.stringContaining('17 bridges need 34 outboxes') }),
+    ]);
+  });
+
   it('a missing required key is reported at its parent', () => {
     const problems = problemsOf(`bridges:
   - name: central
