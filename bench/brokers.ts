@@ -35,6 +35,7 @@ export interface BrokerEnv {
   rootDir: string; // repository root (holds dist/)
   tmpDir: string; // per-run scratch directory for config files and data
   cpuProfDir?: string; // when set, Node brokers run with --cpu-prof and write <dir>/<broker>/*.cpuprofile on exit
+  mosquittoLines?: readonly string[]; // more lines for a Mosquitto broker's configuration
 }
 
 const readyTimeoutMs = 20_000;
@@ -126,6 +127,7 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
       ];
       // 0 = no limit on QoS 1/2 messages queued per client (the default is 1000).
       if (name === 'mosquitto-unlimited') lines.push('max_queued_messages 0');
+      lines.push(...(env.mosquittoLines ?? []));
       fs.writeFileSync(config, lines.join('\n') + '\n');
       return { file: '/usr/sbin/mosquitto', args: ['-c', config] };
     }

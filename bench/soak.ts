@@ -1,8 +1,9 @@
 /**
  * `npm run soak -- --duration 24h`: the soak of docs/reliability.md#fault-scenarios, with the bridge's faults on a cycle.
  *
- * One edgeferry gateway bridges `soak/#` to an upstream Mosquitto through the fault proxy. A QoS 1 publisher
- * sends to the gateway at a steady rate, a sequence number in each payload; a subscriber on the upstream checks
+ * One edgeferry gateway bridges `soak/#` to an upstream Mosquitto (`max_inflight_messages 200`) through the fault
+ * proxy. A QoS 1 publisher sends to the gateway at a steady rate, a sequence number in each payload; a subscriber on
+ * the upstream checks
  * every arrival. Each cycle the link is cut (RST, then refused) for --outage-s and restored; every
  * --kill-every cycles the gateway is also SIGKILLed during the outage and restarted on the same data directory.
  * Each cycle's sample (data file size, gateway RSS, backlog) is taken at its end, just before the next cut.
@@ -453,7 +454,10 @@ async function main(): Promise<void> {
   const opts = parseOrExit(usage, parseOptions);
   const { tmpDir, cleanup } = scratchDir('edgeferry-soak-', killAll, 'soak stopped');
   try {
-    const upstream: RunningBroker = await startBroker('mosquitto-unlimited', { tmpDir, rootDir });
+    // The upstream's Receive Maximum (Mosquitto's max_inflight_messages, 20 by default) bounds a replay to 20
+    // messages per round trip; through this rig's proxy on a loaded machine that is barely above the live rate,
+    // and the soak tests what the gateway keeps, not the upstream's flow control.
+    const upstream: RunningBroker = await startBroker('mosquitto-unlimited', { tmpDir, rootDir, mosquittoLines: ['max_inflight_messages 200'] });
     const proxy = await startFaultProxy(upstream.port);
     proxies.add(proxy);
     const gw = await SoakGateway.create(tmpDir, proxy.port, opts.rate);
