@@ -1,22 +1,28 @@
 /**
  * `npm run soak -- --duration 24h`: the soak of docs/reliability.md#fault-scenarios, with the bridge's faults on a cycle.
  *
- * One edgeferry gateway bridges `soak/#` to an upstream Mosquitto (`max_inflight_messages 200`) through the fault
- * proxy. A QoS 1 publisher sends to the gateway at a steady rate, a sequence number in each payload; a subscriber on
- * the upstream checks
- * every arrival. Each cycle the link is cut (RST, then refused) for --outage-s and restored; every
- * --kill-every cycles the gateway is also SIGKILLed during the outage and restarted on the same data directory.
- * Each cycle's sample (data file size, gateway RSS, backlog) is taken at its end, just before the next cut.
- * Replay is paced at 5x the publish rate, so the token bucket runs too.
+ * One edgeferry gateway bridges `soak/#` to an upstream Mosquitto (`max_inflight_messages 200`) through
+ * --bridges bridges (b1, b2, ...), all outboxes cursors over the store's one journal
+ * (docs/architecture.md#one-journal). Each bridge has its own fault proxy, so that one link can be cut while the
+ * others forward, and its own remote prefix (`b1/soak/data`), so that the upstream subscriber keeps a ledger per
+ * bridge. A QoS 1 publisher sends to the gateway at a steady rate, a sequence number in each payload.
+ * Each cycle every link is cut (RST, then refused) for --outage-s and restored; every --kill-every cycles the
+ * gateway is also SIGKILLed during the outage and restarted on the same data directory. With two bridges or more,
+ * b2 lags: every other cycle (not the last) its link stays cut for the whole cycle and comes back with the others
+ * at the end of the next outage, so its cursor falls a cycle and an outage behind while the others drain.
+ * Each cycle's sample (data file size, gateway RSS, each bridge's backlog) is taken at its end, just before the
+ * next cut. Replay is paced at 5x the publish rate, so the token bucket runs too.
  *
  * It fails (exit 1, naming the check) when, at the end:
- * - a message the gateway acknowledged never reached the upstream (after the backlog drained);
- * - a message arrived out of order: each first arrival must be the next sequence number (re-sends are
- *   duplicates, which at-least-once allows and which are counted);
+ * - a message the gateway acknowledged never reached the upstream through one of the bridges (after the backlogs
+ *   drained);
+ * - a message arrived out of order through a bridge: each first arrival must be the next sequence number (re-sends
+ *   are duplicates, which at-least-once allows and which are counted per bridge);
  * - the data file grew after the warm-up cycles by more than a quarter (and 1 MB): freed pages must be reused
- *   under queue-like use (the lmdb-js#321 guard);
- * - an outage's backlog did not drain within its cycle, or the publisher had to hold messages back (more than
- *   5 s of them unacknowledged): the gateway fell behind;
+ *   under queue-like use (the lmdb-js#321 guard), and journal entries freed once the lagging cursor has passed
+ *   them (with b2 lagging, each of its outages leaves a cycle and more of entries that only it still holds);
+ * - a bridge's backlog did not drain within the cycle its link came back in, or the publisher had to hold
+ *   messages back (more than 5 s of them unacknowledged): the gateway fell behind;
  * - the gateway logged at level error or above, or did not come back after a SIGKILL;
  * - the gateway's RSS at the end is more than twice its RSS after the warm-up.
  */
@@ -34,6 +40,7 @@ import { openConnection, sleep, waitUntil, type Connection } from './qos1-load.j
 const usage = [
   'usage: npm run soak -- [options]',
   '  --duration D        how long to run: 24h, 90m, 600s or seconds, default 10m',
+  '  --bridges N         bridges to the upstream, each with its own link and ledger; b2 lags (at most 15), default 1',
   '  --rate N            QoS 1 messages/s published to the gateway, default 2000',
   '  --payload-bytes N   payload size, default 256 (at least 4: the sequence number)',
   '  --cycle-s N         one fault cycle: the outage, then forwarding, default 60',
@@ -47,6 +54,7 @@ const usage = [
 
 interface Options {
   durationS: number;
+  bridges: number;
   rate: number;
   payloadBytes: number;
   cycleS: number;
@@ -66,6 +74,7 @@ function parseOptions(): Options | null {
   const { values } = parseArgs({
     options: {
       duration: { type: 'string' },
+      bridges: { type: 'string' },
       rate: { type: 'string' },
       'payload-bytes': { type: 'string' },
       'cycle-s': { type: 'string' },
@@ -80,6 +89,7 @@ function parseOptions(): Options | null {
   if (values.help) return null;
   const opts: Options = {
     durationS: parseDuration(values.duration ?? '10m'),
+    bridges: positiveInt(values.bridges, 1, 'bridges'),
     rate: positiveInt(values.rate, 2000, 'rate'),
     payloadBytes: positiveInt(values['payload-bytes'], 256, 'payload-bytes'),
     cycleS: positiveInt(values['cycle-s'], 60, 'cycle-s'),
@@ -90,6 +100,8 @@ function parseOptions(): Options | null {
   };
   if (opts.payloadBytes < 4) throw new Error('--payload-bytes must be at least 4 (the sequence number)');
   if (opts.outageS >= opts.cycleS) throw new Error('--outage-s must be shorter than --cycle-s');
+  // The store holds 32 outboxes, two per bridge (its own and its dead letters).
+  if (opts.bridges > 15) throw new Error('--bridges must be at most 15 (the store holds 32 outboxes, two per bridge)');
   return opts;
 }
 
@@ -111,12 +123,23 @@ class SeqBits {
   }
 }
 
-/** What the upstream subscriber saw. */
-class Ledger {
+/** What the publisher sent and the gateway acknowledged. */
+class Published {
   readonly acked = new SeqBits();
-  readonly seen = new SeqBits();
-  published = 0;
+  count = 0;
   ackedCount = 0;
+
+  /** Acknowledged by the gateway and not (yet) seen upstream through one bridge. */
+  missingFrom(arrivals: Arrivals): number[] {
+    const out: number[] = [];
+    for (let seq = 0; seq < this.count; seq++) if (this.acked.has(seq) && !arrivals.seen.has(seq)) out.push(seq);
+    return out;
+  }
+}
+
+/** What the upstream subscriber saw through one bridge. */
+class Arrivals {
+  readonly seen = new SeqBits();
   unique = 0;
   duplicates = 0;
   /** First arrivals that were not the next sequence number, and the first few of them. */
@@ -138,13 +161,25 @@ class Ledger {
     }
     this.next = Math.max(this.next, seq + 1);
   }
+}
 
-  /** Acknowledged by the gateway and not (yet) seen upstream. */
-  missing(): number[] {
-    const out: number[] = [];
-    for (let seq = 0; seq < this.published; seq++) if (this.acked.has(seq) && !this.seen.has(seq)) out.push(seq);
-    return out;
-  }
+/** One bridge seen from outside: its name (also its remote prefix), its link's fault proxy, what came through it. */
+interface Uplink {
+  readonly name: string;
+  readonly proxy: FaultProxy;
+  readonly arrivals: Arrivals;
+}
+
+interface UplinkSample {
+  name: string;
+  unique: number;
+  duplicates: number;
+  outOfOrder: number;
+  backlog: number | undefined;
+  /** From restoring its link until its backlog was below one second of traffic; undefined while it lags. */
+  drainS: number | undefined;
+  /** Its link stayed cut through this cycle. */
+  lagging: boolean;
 }
 
 interface Sample {
@@ -152,14 +187,9 @@ interface Sample {
   atS: number;
   published: number;
   acked: number;
-  unique: number;
-  duplicates: number;
-  outOfOrder: number;
-  backlog: number | undefined;
+  bridges: UplinkSample[];
   dataFileMb: number;
   rssMb: number;
-  /** From restoring the link until the backlog was below one second of traffic. */
-  drainS: number | undefined;
   killed: boolean;
 }
 
@@ -190,7 +220,7 @@ class SoakGateway {
     private readonly config: string,
   ) {}
 
-  static async create(dir: string, proxyPort: number, rate: number): Promise<SoakGateway> {
+  static async create(dir: string, uplinks: readonly Uplink[], rate: number): Promise<SoakGateway> {
     const port = await freePort();
     const metricsPort = await freePort();
     const config = path.join(dir, 'edgeferry.yaml');
@@ -199,17 +229,15 @@ class SoakGateway {
       storage: { path: path.join(dir, 'data') },
       log: { level: 'info', format: 'json' },
       metrics: { host: '127.0.0.1', port: metricsPort },
-      bridges: [
-        {
-          name: 'central',
-          remote: { urls: [`mqtt://127.0.0.1:${proxyPort}`], clientId: 'edgeferry-soak' },
-          topics: [{ filter: `${topicPrefix}#`, direction: 'out', qos: 1 }],
-          reconnect: { minDelayMs: 100, maxDelayMs: 1000 },
-          // Paced (the token bucket runs too), but fast enough for the backlog of an outage to drain within the
-          // cycle while live traffic goes on: the default (1,000 msg/s) is below this soak's default rate.
-          replay: { messagesPerS: rate * 5, bytesPerS: 0 },
-        },
-      ],
+      bridges: uplinks.map(({ name, proxy }) => ({
+        name,
+        remote: { urls: [`mqtt://127.0.0.1:${proxy.port}`], clientId: `edgeferry-soak-${name}` },
+        topics: [{ filter: `${topicPrefix}#`, direction: 'out', qos: 1, remotePrefix: `${name}/` }],
+        reconnect: { minDelayMs: 100, maxDelayMs: 1000 },
+        // Paced (the token bucket runs too), but fast enough for the backlog of an outage to drain within the
+        // cycle while live traffic goes on: the default (1,000 msg/s) is below this soak's default rate.
+        replay: { messagesPerS: rate * 5, bytesPerS: 0 },
+      })),
     };
     fs.writeFileSync(config, JSON.stringify(settings, null, 2) + '\n'); // JSON is valid YAML
     const gw = new SoakGateway(dir, port, metricsPort, config);
@@ -244,15 +272,16 @@ class SoakGateway {
     await this.process?.stop();
   }
 
-  /** Its outbox depth (`edgeferry_bridge_backlog_messages`); undefined while it restarts. */
-  async backlog(): Promise<number | undefined> {
+  /** Each bridge's outbox depth (`edgeferry_bridge_backlog_messages`) by name; empty while it restarts. */
+  async backlogs(): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
     try {
       const text = await (await fetch(`http://127.0.0.1:${this.metricsPort}/metrics`)).text();
-      const m = /^edgeferry_bridge_backlog_messages\{bridge="central"\} (\S+)$/m.exec(text);
-      return m ? Number(m[1]) : undefined;
+      for (const m of text.matchAll(/^edgeferry_bridge_backlog_messages\{bridge="([^"]+)"\} (\S+)$/gm)) out.set(m[1], Number(m[2]));
     } catch {
-      return undefined;
+      // restarting: no figures
     }
+    return out;
   }
 }
 
@@ -287,7 +316,7 @@ class Publisher {
 
   constructor(
     private readonly port: number,
-    private readonly ledger: Ledger,
+    private readonly published: Published,
     private readonly opts: Options,
   ) {
     this.template = encodePublish(publishTopic, Buffer.alloc(opts.payloadBytes, 0x61), 1, 1);
@@ -307,7 +336,7 @@ class Publisher {
           this.heldBack++;
           continue;
         }
-        const seq = this.ledger.published++;
+        const seq = this.published.count++;
         this.unacked.set(packetIdOf(seq), seq);
         out.push(this.packet(seq, false));
       }
@@ -339,8 +368,8 @@ class Publisher {
     const seq = this.unacked.get(id);
     if (seq === undefined) return;
     this.unacked.delete(id);
-    this.ledger.acked.add(seq);
-    this.ledger.ackedCount++;
+    this.published.acked.add(seq);
+    this.published.ackedCount++;
   };
 
   private async connect(): Promise<void> {
@@ -366,24 +395,30 @@ class Publisher {
 /** The processes of a soak and what it has seen so far. */
 interface Rig {
   readonly opts: Options;
-  readonly proxy: FaultProxy;
+  readonly cycles: number;
+  readonly uplinks: readonly Uplink[];
   readonly gw: SoakGateway;
-  readonly ledger: Ledger;
+  readonly published: Published;
   readonly problems: string[];
   readonly startMs: number;
 }
 
+/** b2 (with two bridges or more) lags: its link stays cut through every even cycle but the last, whose backlog must drain before the end. */
+const lagsIn = (rig: Rig, index: number, cycle: number): boolean => index === 1 && cycle % 2 === 0 && cycle < rig.cycles;
+
 /**
  * One cycle: the outage (open connections reset, new ones refused; with a SIGKILL and a restart in its middle),
- * the drain after it, then forwarding until the cycle ends; the sample is taken at its end. Undefined when the
- * gateway did not come back.
+ * the drain after it, then forwarding until the cycle ends; the sample is taken at its end. A lagging bridge's link
+ * stays cut until the next cycle's outage ends. Undefined when the gateway did not come back.
  */
 async function runCycle(rig: Rig, cycle: number): Promise<Sample | undefined> {
-  const { opts, proxy, gw, ledger } = rig;
+  const { opts, uplinks, gw, published } = rig;
   const cycleEndMs = performance.now() + opts.cycleS * 1000;
   const killed = opts.killEvery > 0 && cycle % opts.killEvery === 0;
-  proxy.refuse();
-  proxy.reset();
+  for (const { proxy } of uplinks) {
+    proxy.refuse();
+    proxy.reset();
+  }
   if (killed) {
     await sleep((opts.outageS * 1000) / 2);
     await gw.kill();
@@ -397,43 +432,79 @@ async function runCycle(rig: Rig, cycle: number): Promise<Sample | undefined> {
   } else {
     await sleep(opts.outageS * 1000);
   }
-  proxy.restore();
-  const restoredMs = performance.now();
-  // Drained: no more than a second of live traffic waiting.
-  const drained = await waitUntil(async () => ((await gw.backlog()) ?? Infinity) <= opts.rate, cycleEndMs - restoredMs, 100);
-  if (!drained) rig.problems.push(`cycle ${cycle}: the backlog did not drain before the next outage`);
-  const drainS = drained ? (performance.now() - restoredMs) / 1000 : undefined;
+  const lagging = uplinks.map((_, i) => lagsIn(rig, i, cycle));
+  uplinks.forEach(({ proxy }, i) => {
+    if (!lagging[i]) proxy.restore();
+  });
+  const drainS = await drainTimes(rig, lagging, cycleEndMs - performance.now());
+  uplinks.forEach(({ name }, i) => {
+    if (!lagging[i] && drainS[i] === undefined) rig.problems.push(`cycle ${cycle}: ${name}'s backlog did not drain before the next outage`);
+  });
   await sleep(cycleEndMs - performance.now());
+  const backlogs = await gw.backlogs();
   return {
     cycle,
     atS: (performance.now() - rig.startMs) / 1000,
-    published: ledger.published,
-    acked: ledger.ackedCount,
-    unique: ledger.unique,
-    duplicates: ledger.duplicates,
-    outOfOrder: ledger.outOfOrder,
-    backlog: await gw.backlog(),
+    published: published.count,
+    acked: published.ackedCount,
+    bridges: uplinks.map(({ name, arrivals }, i) => ({
+      name,
+      unique: arrivals.unique,
+      duplicates: arrivals.duplicates,
+      outOfOrder: arrivals.outOfOrder,
+      backlog: backlogs.get(name),
+      drainS: drainS[i],
+      lagging: lagging[i],
+    })),
     dataFileMb: gw.dataFileBytes / 1048576,
     rssMb: readRssKb(gw.pid) / 1024,
-    drainS,
     killed,
   };
 }
 
+/**
+ * Seconds from now until each bridge's backlog was no more than a second of live traffic; undefined for a bridge
+ * that lags or did not drain within `timeoutMs`.
+ */
+async function drainTimes(rig: Rig, lagging: readonly boolean[], timeoutMs: number): Promise<(number | undefined)[]> {
+  const startMs = performance.now();
+  const drainS: (number | undefined)[] = rig.uplinks.map(() => undefined);
+  const allDrained = async (): Promise<boolean> => {
+    const backlogs = await rig.gw.backlogs();
+    let waiting = false;
+    rig.uplinks.forEach(({ name }, i) => {
+      if (lagging[i] || drainS[i] !== undefined) return;
+      if ((backlogs.get(name) ?? Infinity) <= rig.opts.rate) drainS[i] = (performance.now() - startMs) / 1000;
+      else waiting = true;
+    });
+    return !waiting;
+  };
+  await waitUntil(allDrained, timeoutMs, 100);
+  return drainS;
+}
+
+function uplinkText(b: UplinkSample): string {
+  const outOfOrder = b.outOfOrder > 0 ? `, ${b.outOfOrder} out of order` : '';
+  const drain = b.lagging ? 'link cut all cycle' : `drained in ${b.drainS?.toFixed(1) ?? 'n/a'} s`;
+  return `${b.name} arrived ${b.unique} (+${b.duplicates} dup${outOfOrder}), backlog ${b.backlog ?? 'n/a'}, ${drain}`;
+}
+
 function sampleLine(s: Sample): string {
   return (
-    `[cycle ${s.cycle}${s.killed ? ', SIGKILL' : ''}] ${s.atS.toFixed(0)} s: published ${s.published}, acked ${s.acked}, ` +
-    `arrived ${s.unique} (+${s.duplicates} dup, ${s.outOfOrder} out of order), backlog ${s.backlog ?? 'n/a'}, ` +
-    `drained in ${s.drainS?.toFixed(1) ?? 'n/a'} s, data file ${s.dataFileMb.toFixed(1)} MB, RSS ${s.rssMb.toFixed(0)} MB`
+    `[cycle ${s.cycle}${s.killed ? ', SIGKILL' : ''}] ${s.atS.toFixed(0)} s: published ${s.published}, acked ${s.acked}; ` +
+    `${s.bridges.map(uplinkText).join('; ')}; data file ${s.dataFileMb.toFixed(1)} MB, RSS ${s.rssMb.toFixed(0)} MB`
   );
 }
 
-/** The end-of-run checks (see the top of this file); adds what failed to `rig.problems`. */
-function check(rig: Rig, samples: readonly Sample[], heldBack: number): { missing: number } {
-  const { opts, ledger, gw, problems } = rig;
-  const missing = ledger.missing();
-  if (missing.length > 0) problems.push(`${missing.length} acknowledged message(s) never arrived upstream, first ${missing.slice(0, 5).join(', ')}`);
-  if (ledger.outOfOrder > 0) problems.push(`${ledger.outOfOrder} message(s) arrived out of order: ${ledger.outOfOrderExamples.join('; ')}`);
+/** The end-of-run checks (see the top of this file); adds what failed to `rig.problems`. Returns the missing count per bridge. */
+function check(rig: Rig, samples: readonly Sample[], heldBack: number): number[] {
+  const { opts, uplinks, published, gw, problems } = rig;
+  const missingCounts = uplinks.map(({ name, arrivals }) => {
+    const missing = published.missingFrom(arrivals);
+    if (missing.length > 0) problems.push(`${name}: ${missing.length} acknowledged message(s) never arrived upstream, first ${missing.slice(0, 5).join(', ')}`);
+    if (arrivals.outOfOrder > 0) problems.push(`${name}: ${arrivals.outOfOrder} message(s) arrived out of order: ${arrivals.outOfOrderExamples.join('; ')}`);
+    return missing.length;
+  });
   if (gw.errors.length > 0) problems.push(`the gateway logged ${gw.errors.length} error(s), first: ${gw.errors[0]}`);
   if (heldBack > 0) problems.push(`the gateway fell behind: ${heldBack} message(s) held back by the publisher`);
   const warm = samples[Math.min(opts.warmupCycles, samples.length) - 1];
@@ -447,7 +518,7 @@ function check(rig: Rig, samples: readonly Sample[], heldBack: number): { missin
     }
     if (last.rssMb > warm.rssMb * 2) problems.push(`the gateway's RSS grew after the warm-up from ${warm.rssMb.toFixed(0)} to ${last.rssMb.toFixed(0)} MB`);
   }
-  return { missing: missing.length };
+  return missingCounts;
 }
 
 async function main(): Promise<void> {
@@ -458,20 +529,28 @@ async function main(): Promise<void> {
     // messages per round trip; through this rig's proxy on a loaded machine that is barely above the live rate,
     // and the soak tests what the gateway keeps, not the upstream's flow control.
     const upstream: RunningBroker = await startBroker('mosquitto-unlimited', { tmpDir, rootDir, mosquittoLines: ['max_inflight_messages 200'] });
-    const proxy = await startFaultProxy(upstream.port);
-    proxies.add(proxy);
-    const gw = await SoakGateway.create(tmpDir, proxy.port, opts.rate);
-    const ledger = new Ledger();
+    // One proxy per bridge: b2's link is cut while the others forward.
+    const uplinks: Uplink[] = [];
+    for (let i = 1; i <= opts.bridges; i++) {
+      const proxy = await startFaultProxy(upstream.port);
+      proxies.add(proxy);
+      uplinks.push({ name: `b${i}`, proxy, arrivals: new Arrivals() });
+    }
+    const gw = await SoakGateway.create(tmpDir, uplinks, opts.rate);
+    const published = new Published();
+    const arrivalsOf = new Map(uplinks.map(({ name, arrivals }) => [name, arrivals]));
     const sub = await subscriber(upstream.port);
-    sub.on('message', (_topic, payload) => ledger.arrive(payload.readUInt32BE(0)));
-    await sub.subscribeAsync(`${topicPrefix}#`, { qos: 1 });
-    const publisher = new Publisher(gw.port, ledger, opts);
+    // The remote topic is `<bridge>/soak/data`; only those are subscribed.
+    sub.on('message', (topic, payload) => arrivalsOf.get(topic.slice(0, topic.indexOf('/')))?.arrive(payload.readUInt32BE(0)));
+    await sub.subscribeAsync(uplinks.map(({ name }) => `${name}/${topicPrefix}#`), { qos: 1 });
+    const publisher = new Publisher(gw.port, published, opts);
     await publisher.start();
-    const rig: Rig = { opts, proxy, gw, ledger, problems: [], startMs: performance.now() };
     const cycles = Math.max(1, Math.floor(opts.durationS / opts.cycleS));
+    const rig: Rig = { opts, cycles, uplinks, gw, published, problems: [], startMs: performance.now() };
     process.stdout.write(
       `edgeferry soak: ${cycles} cycle(s) of ${opts.cycleS} s (outage ${opts.outageS} s, SIGKILL in every ${opts.killEvery || 'no'} ` +
-        `outage), ${opts.rate} msg/s of ${opts.payloadBytes} B\n`,
+        `outage), ${opts.rate} msg/s of ${opts.payloadBytes} B, ${opts.bridges} bridge(s)` +
+        `${opts.bridges > 1 ? ' (b2 lags: its link cut through every other cycle)' : ''}\n`,
     );
     const samples: Sample[] = [];
     for (let cycle = 1; cycle <= cycles; cycle++) {
@@ -483,26 +562,34 @@ async function main(): Promise<void> {
     // Everything acknowledged must arrive: the publisher's last PUBACKs, then the bridge's backlog.
     await waitUntil(() => publisher.waiting === 0, 30_000, 100);
     publisher.stop();
-    await waitUntil(() => ledger.unique >= ledger.published, 60_000, 100);
-    const { missing } = check(rig, samples, publisher.heldBack);
+    await waitUntil(() => uplinks.every(({ arrivals }) => arrivals.unique >= published.count), 60_000, 100);
+    const missing = check(rig, samples, publisher.heldBack);
     const totals = {
-      published: ledger.published,
-      acked: ledger.ackedCount,
-      arrived: ledger.unique,
-      duplicates: ledger.duplicates,
-      outOfOrder: ledger.outOfOrder,
-      missing,
+      published: published.count,
+      acked: published.ackedCount,
       heldBack: publisher.heldBack,
       publisherReconnects: publisher.reconnects,
       gatewayErrors: gw.errors.length,
     };
-    if (opts.out !== undefined) fs.writeFileSync(opts.out, JSON.stringify({ options: opts, ...totals, samples, problems: rig.problems }, null, 2) + '\n');
+    const bridges = uplinks.map(({ name, arrivals }, i) => ({
+      name,
+      arrived: arrivals.unique,
+      duplicates: arrivals.duplicates,
+      outOfOrder: arrivals.outOfOrder,
+      missing: missing[i],
+    }));
+    if (opts.out !== undefined) {
+      fs.writeFileSync(opts.out, JSON.stringify({ options: opts, ...totals, bridges, samples, problems: rig.problems }, null, 2) + '\n');
+    }
     process.stdout.write(`${Object.entries(totals).map(([k, v]) => `${k} ${v}`).join(', ')}\n`);
+    for (const b of bridges) process.stdout.write(`${b.name}: arrived ${b.arrived}, duplicates ${b.duplicates}, out of order ${b.outOfOrder}, missing ${b.missing}\n`);
     await sub.endAsync();
     await gw.stop();
     await upstream.stop();
-    await proxy.stop();
-    proxies.delete(proxy);
+    for (const { proxy } of uplinks) {
+      await proxy.stop();
+      proxies.delete(proxy);
+    }
     if (rig.problems.length > 0) {
       process.stdout.write(`SOAK FAILED\n${rig.problems.map((p) => `- ${p}`).join('\n')}\n`);
       process.exitCode = 1;
