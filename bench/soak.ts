@@ -40,7 +40,8 @@ import { openConnection, sleep, waitUntil, type Connection } from './qos1-load.j
 const usage = [
   'usage: npm run soak -- [options]',
   '  --duration D        how long to run: 24h, 90m, 600s or seconds, default 10m',
-  '  --bridges N         bridges to the upstream, each with its own link and ledger; b2 lags (at most 15), default 1',
+  '  --bridges N         bridges to the upstream (at most 15), each with its own link and ledger; with two or more,',
+  '                      b2 lags: its link cut through every other cycle, default 1',
   '  --rate N            QoS 1 messages/s published to the gateway, default 2000',
   '  --payload-bytes N   payload size, default 256 (at least 4: the sequence number)',
   '  --cycle-s N         one fault cycle: the outage, then forwarding, default 60',
