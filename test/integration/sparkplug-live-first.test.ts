@@ -131,4 +131,31 @@ describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
     expect(upstream.violations).toEqual([]);
     console.info(`[sparkplug-live-first] device died with ${drainedAtDeath}/${stored.length} stored values drained; its DDEATH went up after all of them`);
   });
+
+  it('a device that dies and comes back while its stored data drains: its held DDEATH goes right before its new DBIRTH, and every stored value still goes up', async () => {
+    const { sim, upstream, local, stored, upstreamMark } = await outageWithBacklog();
+    await sim.mute(1);
+    await local.waitFor((h) => h.of('DDEATH', 'press-1').length > 0, 10_000, 'the live DDEATH');
+    await sim.unmute(1);
+    const upstreamSince = (h: SparkplugHost) => h.messages.slice(upstreamMark);
+    // The prologue's DBIRTH is the first after the reconnect; the device's new life brings a second one.
+    await upstream.waitFor((h) => upstreamSince(h).filter((m) => m.type === 'DBIRTH' && m.deviceId === 'press-1').length === 2, 15_000, 'the new DBIRTH upstream');
+    const drainedAtRebirth = counts(upstream, upstreamMark).length;
+    expect(drainedAtRebirth).toBeLessThan(stored.length); // it came back during the drain
+    const after = upstreamSince(upstream);
+    const deathAt = after.findIndex((m) => m.type === 'DDEATH' && m.deviceId === 'press-1');
+    const rebirthAt = after.findIndex((m, i) => i > deathAt && m.type === 'DBIRTH' && m.deviceId === 'press-1');
+    expect(deathAt).toBeGreaterThan(0);
+    expect(rebirthAt).toBe(deathAt + 1);
+
+    await upstream.waitFor((h) => counts(h, upstreamMark).filter((c) => c.historical).length >= stored.length, 30_000, 'the whole backlog upstream');
+    await delay(200); // nothing more may follow
+    expect(
+      counts(upstream, upstreamMark)
+        .filter((c) => c.historical)
+        .map((c) => c.value),
+    ).toEqual(stored);
+    expect(upstream.violations).toEqual([]);
+    console.info(`[sparkplug-live-first] device reborn with ${drainedAtRebirth}/${stored.length} stored values drained; DDEATH right before its DBIRTH`);
+  });
 });
