@@ -148,7 +148,7 @@ export class UpstreamSession {
     const up = this.up;
     if (!up?.born || !this.control?.online || this.pausedByUs) return Promise.resolve(true);
     if (this.control.publishNow?.([this.death(up.bdSeq)])) {
-      this.unborn(up);
+      this.endSession(up);
       return Promise.resolve(true);
     }
     return this.waitForDeath(timeoutMs);
@@ -188,7 +188,7 @@ export class UpstreamSession {
     this.pause('primary host offline');
     const up = this.up;
     if (!up?.born || !this.control?.online) return;
-    this.unborn(up);
+    this.endSession(up);
     if (!this.control.publishNow?.([this.death(up.bdSeq)])) this.log.warn('NDEATH not sent upstream; the disconnect ends the session');
     // No session until the next prologue: births must not go out on the connection that is closing.
     this.up = undefined;
@@ -260,11 +260,11 @@ export class UpstreamSession {
    * applications were last told, so the journaled data that follows applies on top of them.
    */
   private births(up: Session, atMs: number): Message[] {
+    this.supersedeDevices(up);
     up.born = true;
     up.seq = 0;
     up.birthAtMs = atMs;
     up.nodeBirthTs = this.node.nodeBirthTs();
-    this.forgetDevices(up);
     const timestamp = Date.now();
     const { groupId, edgeNodeId } = this.node;
     const out: Message[] = [
@@ -286,18 +286,21 @@ export class UpstreamSession {
   }
 
   /**
-   * The session's NDEATH went up: it implies the death of every device [tck-id-operational-behavior-edge-node-termination-host-action-ndeath-devices-offline],
-   * so held DDEATHs have nothing left to say.
+   * The session's NDEATH went up. It implies the death of every device, so held DDEATHs have nothing left to say
+   * [tck-id-operational-behavior-edge-node-termination-host-action-ndeath-devices-offline].
    */
-  private unborn(up: Session): void {
+  private endSession(up: Session): void {
     up.born = false;
     up.heldDeaths.clear();
   }
 
-  /** A new NBIRTH supersedes every device birth, and the deaths held for them. */
-  private forgetDevices(up: Session): void {
+  /**
+   * A new NBIRTH supersedes every device birth. Held DDEATHs go first (in the old seq run), so that a host does not
+   * keep a device alive that the new births leave out.
+   */
+  private supersedeDevices(up: Session): void {
+    for (const deviceId of up.heldDeaths.keys()) this.releaseDeath(up, deviceId);
     up.devices.clear();
-    up.heldDeaths.clear();
   }
 
   /** The bridge sent the last backlog entry of this connection (at once when it had none, and in order). */
@@ -368,17 +371,17 @@ export class UpstreamSession {
         // A rebirth after the current upstream births goes up (seq 0, the upstream bdSeq); older ones are superseded.
         const ts = readTimestamp(msg.payload);
         if (ts === undefined || historical || ts <= (up.nodeBirthTs ?? -Infinity)) return null;
+        this.supersedeDevices(up);
         up.born = true;
         up.seq = 1;
         up.nodeBirthTs = ts;
         up.birthAtMs = entry.appendedAtMs;
-        this.forgetDevices(up);
         return renumbered(withBdSeq(msg.payload, up.bdSeq, 0));
       }
       case 'NDEATH': {
         // Our graceful stop: announce the death of the upstream session, not of the local one.
         if (backlog || !up.born || !this.stopping) return null;
-        this.unborn(up);
+        this.endSession(up);
         this.deathSent?.();
         return { ...renumbered(withBdSeq(msg.payload, up.bdSeq)), qos: 1 };
       }
