@@ -54,6 +54,11 @@ export interface UplinkHooks {
    * `backlog` is true for entries journaled before the current upstream session began.
    */
   rewrite?(entry: OutboxEntry, backlog: boolean): Message | null;
+  /**
+   * Every backlog entry of this connection was sent (live-first; in order at once): called by each send pass that
+   * finds it so, before and after sending. Sparkplug holds a live DDEATH until then (docs/architecture.md#live-first).
+   */
+  backlogDrained?(): void;
 }
 
 export interface BridgeStats {
@@ -543,6 +548,7 @@ export class Bridge {
     const receiveMaximum = this.session?.receiveMaximum ?? 65_535;
     const dropped = this.droppedTotal();
     const window = this.window;
+    if (window.backlog.done) this.hooks.backlogDrained?.();
     while (!window.full && this.uplink.online) {
       if (window.resendPending && !window.releaseAbandoned(dropped, receiveMaximum)) break;
       let reader = window.live;
@@ -580,7 +586,10 @@ export class Bridge {
       reader.advance(entry);
       this.send(entry, backlog);
     }
-    if (this.liveFirst && window.backlog.done) this.replayRemaining = 0;
+    if (window.backlog.done) {
+      if (this.liveFirst) this.replayRemaining = 0;
+      this.hooks.backlogDrained?.();
+    }
     window.requestConfirmation();
   }
 

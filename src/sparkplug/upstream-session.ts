@@ -5,6 +5,7 @@
  * leaves), `prologue()` the NBIRTH +
  * DBIRTHs sent first on every connection, and `rewrite()` renumbers what leaves the outbox into the upstream seq,
  * flags data stored before the current births `is_historical`, and drops births/deaths the prologue superseded.
+ * During a live-first drain a live DDEATH waits for `backlogDrained()`, so the device's stored data goes up first.
  * A host application never sees stored data as live, nor data of an old session under a new session's seq.
  *
  * With a primary host, the births on every connection wait for a STATE on that connection saying it is online: the
@@ -38,6 +39,7 @@ export interface SparkplugUplinkHooks {
   connectSending(): void;
   prologue(): Message[];
   rewrite(entry: UplinkEntry, backlog: boolean): Message | null;
+  backlogDrained(): void;
 }
 
 /** What the edge node may ask of the bridge that carries its session. */
@@ -92,7 +94,14 @@ interface Session {
   nodeBirthTs: number | undefined;
   /** Devices born upstream in this session → the local DBIRTH timestamp (life) they stand for. */
   readonly devices: Map<string, number>;
+  /** The backlog of this connection is still going up (until the bridge calls `backlogDrained`). */
+  draining: boolean;
+  /** Live DDEATHs held until the backlog is drained, by device id (still in `devices` meanwhile). */
+  readonly heldDeaths: Map<string, Message>;
 }
+
+/** What `rewriteOwn` returns for an entry it keeps in memory to send later: not a drop. */
+const HELD = Symbol('held');
 
 export class UpstreamSession {
   readonly hooks: SparkplugUplinkHooks;
@@ -117,6 +126,7 @@ export class UpstreamSession {
       connectSending: () => this.connectSending(),
       prologue: () => this.prologue(),
       rewrite: (entry, backlog) => this.rewrite(entry, backlog),
+      backlogDrained: () => this.backlogDrained(),
     };
   }
 
@@ -138,7 +148,7 @@ export class UpstreamSession {
     const up = this.up;
     if (!up?.born || !this.control?.online || this.pausedByUs) return Promise.resolve(true);
     if (this.control.publishNow?.([this.death(up.bdSeq)])) {
-      up.born = false;
+      this.endSession(up);
       return Promise.resolve(true);
     }
     return this.waitForDeath(timeoutMs);
@@ -178,7 +188,7 @@ export class UpstreamSession {
     this.pause('primary host offline');
     const up = this.up;
     if (!up?.born || !this.control?.online) return;
-    up.born = false;
+    this.endSession(up);
     if (!this.control.publishNow?.([this.death(up.bdSeq)])) this.log.warn('NDEATH not sent upstream; the disconnect ends the session');
     // No session until the next prologue: births must not go out on the connection that is closing.
     this.up = undefined;
@@ -220,7 +230,16 @@ export class UpstreamSession {
   private prologue(): Message[] {
     const bdSeq = this.pendingBdSeq ?? this.state.nextUplinkBdSeq();
     this.pendingBdSeq = undefined;
-    const up: Session = { bdSeq, seq: 0, born: false, birthAtMs: this.node.clock.nowMs(), nodeBirthTs: undefined, devices: new Map() };
+    const up: Session = {
+      bdSeq,
+      seq: 0,
+      born: false,
+      birthAtMs: this.node.clock.nowMs(),
+      nodeBirthTs: undefined,
+      devices: new Map(),
+      draining: true,
+      heldDeaths: new Map(),
+    };
     this.up = up;
     if (this.stopping) return [];
     // The host's state known from an earlier connection may be stale: a central broker that restarted delivers
@@ -241,11 +260,11 @@ export class UpstreamSession {
    * applications were last told, so the journaled data that follows applies on top of them.
    */
   private births(up: Session, atMs: number): Message[] {
+    this.supersedeDevices(up);
     up.born = true;
     up.seq = 0;
     up.birthAtMs = atMs;
     up.nodeBirthTs = this.node.nodeBirthTs();
-    up.devices.clear();
     const timestamp = Date.now();
     const { groupId, edgeNodeId } = this.node;
     const out: Message[] = [
@@ -264,6 +283,44 @@ export class UpstreamSession {
     }
     this.counters.births += out.length;
     return out;
+  }
+
+  /**
+   * The session's NDEATH went up. It implies the death of every device, so held DDEATHs have nothing left to say
+   * [tck-id-operational-behavior-edge-node-termination-host-action-ndeath-devices-offline].
+   */
+  private endSession(up: Session): void {
+    up.born = false;
+    up.heldDeaths.clear();
+  }
+
+  /**
+   * A new NBIRTH supersedes every device birth. Held DDEATHs go first (in the old seq run), so that a host does not
+   * keep a device alive that the new births leave out.
+   */
+  private supersedeDevices(up: Session): void {
+    for (const deviceId of up.heldDeaths.keys()) this.releaseDeath(up, deviceId);
+    up.devices.clear();
+  }
+
+  /** The bridge sent the last backlog entry of this connection (at once when it had none, and in order). */
+  private backlogDrained(): void {
+    const up = this.up;
+    if (!up?.draining) return;
+    up.draining = false;
+    for (const deviceId of up.heldDeaths.keys()) this.releaseDeath(up, deviceId);
+  }
+
+  /**
+   * Sends a held DDEATH now, with the next seq [tck-id-payloads-sequence-num-incrementing]. Offline, it is dropped:
+   * the connection's end ends the session, and the next prologue births only the devices alive then.
+   */
+  private releaseDeath(up: Session, deviceId: string): void {
+    const msg = up.heldDeaths.get(deviceId) as Message;
+    up.heldDeaths.delete(deviceId);
+    up.devices.delete(deviceId);
+    const death: Message = { ...msg, payload: withSeq(msg.payload, this.nextSeq(up)) };
+    if (!this.control?.publishNow?.([death])) this.log.debug({ device: deviceId }, 'uplink offline; held DDEATH dropped with the session');
   }
 
   private nextSeq(up: Session): number {
@@ -289,6 +346,7 @@ export class UpstreamSession {
     const up = this.up;
     try {
       const out = up ? this.rewriteOwn(up, entry, backlog, topic.type, topic.deviceId) : null;
+      if (out === HELD) return null;
       if (out === null) this.counters.rewriteDropped++;
       return out;
     } catch (err) {
@@ -304,7 +362,7 @@ export class UpstreamSession {
     backlog: boolean,
     type: NodeMessageType | DeviceMessageType,
     deviceId: string | undefined,
-  ): Message | null {
+  ): Message | null | typeof HELD {
     const msg = entry.msg;
     const historical = backlog || entry.appendedAtMs < up.birthAtMs;
     const renumbered = (payload: Buffer): Message => ({ ...msg, payload });
@@ -313,17 +371,17 @@ export class UpstreamSession {
         // A rebirth after the current upstream births goes up (seq 0, the upstream bdSeq); older ones are superseded.
         const ts = readTimestamp(msg.payload);
         if (ts === undefined || historical || ts <= (up.nodeBirthTs ?? -Infinity)) return null;
+        this.supersedeDevices(up);
         up.born = true;
         up.seq = 1;
         up.nodeBirthTs = ts;
         up.birthAtMs = entry.appendedAtMs;
-        up.devices.clear();
         return renumbered(withBdSeq(msg.payload, up.bdSeq, 0));
       }
       case 'NDEATH': {
         // Our graceful stop: announce the death of the upstream session, not of the local one.
         if (backlog || !up.born || !this.stopping) return null;
-        up.born = false;
+        this.endSession(up);
         this.deathSent?.();
         return { ...renumbered(withBdSeq(msg.payload, up.bdSeq)), qos: 1 };
       }
@@ -332,6 +390,8 @@ export class UpstreamSession {
         const ts = readTimestamp(msg.payload);
         if (!up.born || deviceId === undefined || !this.node.devices.has(deviceId) || ts === undefined || historical) return null;
         if (ts <= (up.devices.get(deviceId) ?? -Infinity)) return null;
+        // Born again while its death is held: the death goes first.
+        if (up.heldDeaths.has(deviceId)) this.releaseDeath(up, deviceId);
         up.devices.set(deviceId, ts);
         return renumbered(withSeq(msg.payload, this.nextSeq(up)));
       }
@@ -340,6 +400,16 @@ export class UpstreamSession {
         const ts = readTimestamp(msg.payload);
         // A death of an earlier life (before the device's current upstream birth) is superseded.
         if (!up.born || life === undefined || ts === undefined || ts < life) return null;
+        if (up.draining && !backlog && this.control?.publishNow) {
+          // Live-first: the device's stored data may still be draining, and after its death a host would take
+          // none of it. The death waits for the drain (docs/architecture.md#live-first); its outbox entry goes
+          // now. A crash before it is sent ends the MQTT session: the Will NDEATH implies this device's death
+          // [tck-id-operational-behavior-edge-node-termination-host-action-ndeath-devices-offline], and the next
+          // births carry only the devices alive then.
+          // A copy: the journaled payload is a view into an outbox chunk, which it would pin meanwhile.
+          up.heldDeaths.set(deviceId as string, { ...msg, payload: Buffer.from(msg.payload) });
+          return HELD;
+        }
         up.devices.delete(deviceId as string);
         return renumbered(withSeq(msg.payload, this.nextSeq(up)));
       }

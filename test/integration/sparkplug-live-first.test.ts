@@ -3,7 +3,8 @@
  * node births, a value read after the reconnect reaches the central host at once while the data stored during the
  * outage still drains, each stored value once, flagged historical, in its order, with seqs valid for the session.
  * Fed by a pymodbus server; a host on the gateway's own broker sees what was stored, one on the central Mosquitto
- * what went up. Run `npm run build` first.
+ * what went up. A device that dies while its stored data drains gets its DDEATH after that data. Run `npm run build`
+ * first.
  */
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
@@ -31,56 +32,65 @@ function counts(host: SparkplugHost, from = 0): { value: number; atMs: number; h
     );
 }
 
+/**
+ * A node with press-1 on a central Mosquitto behind a fault proxy, then an outage during which 80 values of the
+ * press's `count` are stored. The backlog drains at 10 msg/s (half of 20: live-first), so for seconds.
+ */
+async function outageWithBacklog() {
+  const central = d.add(await startMosquitto());
+  const proxy = d.add(await startFaultProxy(central.port));
+  const sim = d.add(await startModbusSim());
+  await sim.set(1, 'hr', 2, [0, 1]);
+  const upstream = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-central' }));
+  const press = modbusPress(sim, [{ name: 'count', table: 'holding', address: 2, datatype: 'uint32' }]);
+  const gw = d.add(
+    await startGateway({
+      bridges: [
+        {
+          name: 'central',
+          remote: { urls: [proxy.url], clientId: NODE, keepaliveS: 5 },
+          reconnect: { minDelayMs: 100, maxDelayMs: 300 },
+          // No replay.order: the Sparkplug uplink's default is live-first. The backlog gets half of 20 msg/s.
+          replay: { messagesPerS: 20, bytesPerS: 0 },
+          topics: [
+            { filter: 'spBv1.0/#', direction: 'out' },
+            { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
+            { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
+          ],
+        },
+      ],
+      sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } },
+      connectors: [press],
+    }),
+  );
+  const local = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-local' }));
+  await local.rebirth(NODE);
+  await upstream.waitFor((h) => h.births('DBIRTH', 'press-1').length >= 1, 15_000, 'upstream births');
+
+  proxy.refuse();
+  proxy.reset();
+  await upstream.waitFor((h) => h.of('NDEATH').length === 1, 15_000, 'NDEATH via the Will at the outage');
+  const localMark = local.messages.length;
+  // One value per poll (100 ms), kept a little longer so that each is read.
+  for (let v = 1000; v < 1080; v++) {
+    await sim.set(1, 'hr', 2, [0, v]);
+    await delay(110);
+  }
+  await local.waitFor((h) => h.value(NODE, 'press-1', 'count') === 1079, 5000, 'the last stored value read');
+  const stored = counts(local, localMark).map((c) => c.value);
+  expect(stored.length).toBeGreaterThan(40); // seconds of drain at 10 msg/s
+
+  const upstreamMark = upstream.messages.length;
+  // The local host's rebirth request may or may not have made a second NBIRTH before the outage: count from here.
+  const birthsBefore = upstream.births('NBIRTH').length;
+  proxy.restore();
+  await upstream.waitFor((h) => h.births('NBIRTH').length > birthsBefore && counts(h, upstreamMark).length > 0, 15_000, 'births and the drain after the outage');
+  return { sim, upstream, local, stored, upstreamMark };
+}
+
 describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
   it('after an outage, a new DDATA reaches the central host within 1 s while the stored data drains: each stored value once, historical, in order', async () => {
-    const central = d.add(await startMosquitto());
-    const proxy = d.add(await startFaultProxy(central.port));
-    const sim = d.add(await startModbusSim());
-    await sim.set(1, 'hr', 2, [0, 1]);
-    const upstream = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-central' }));
-    const press = modbusPress(sim, [{ name: 'count', table: 'holding', address: 2, datatype: 'uint32' }]);
-    const gw = d.add(
-      await startGateway({
-        bridges: [
-          {
-            name: 'central',
-            remote: { urls: [proxy.url], clientId: NODE, keepaliveS: 5 },
-            reconnect: { minDelayMs: 100, maxDelayMs: 300 },
-            // No replay.order: the Sparkplug uplink's default is live-first. The backlog gets half of 20 msg/s.
-            replay: { messagesPerS: 20, bytesPerS: 0 },
-            topics: [
-              { filter: 'spBv1.0/#', direction: 'out' },
-              { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
-              { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
-            ],
-          },
-        ],
-        sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } },
-        connectors: [press],
-      }),
-    );
-    const local = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-local' }));
-    await local.rebirth(NODE);
-    await upstream.waitFor((h) => h.births('DBIRTH', 'press-1').length >= 1, 15_000, 'upstream births');
-
-    proxy.refuse();
-    proxy.reset();
-    await upstream.waitFor((h) => h.of('NDEATH').length === 1, 15_000, 'NDEATH via the Will at the outage');
-    const localMark = local.messages.length;
-    // One value per poll (100 ms), kept a little longer so that each is read.
-    for (let v = 1000; v < 1080; v++) {
-      await sim.set(1, 'hr', 2, [0, v]);
-      await delay(110);
-    }
-    await local.waitFor((h) => h.value(NODE, 'press-1', 'count') === 1079, 5000, 'the last stored value read');
-    const stored = counts(local, localMark).map((c) => c.value);
-    expect(stored.length).toBeGreaterThan(40); // seconds of drain at 10 msg/s
-
-    const upstreamMark = upstream.messages.length;
-    // The local host's rebirth request may or may not have made a second NBIRTH before the outage: count from here.
-    const birthsBefore = upstream.births('NBIRTH').length;
-    proxy.restore();
-    await upstream.waitFor((h) => h.births('NBIRTH').length > birthsBefore && counts(h, upstreamMark).length > 0, 15_000, 'births and the drain after the outage');
+    const { sim, upstream, local, stored, upstreamMark } = await outageWithBacklog();
     await sim.set(1, 'hr', 2, [0, LIVE]);
     await local.waitFor((h) => h.value(NODE, 'press-1', 'count') === LIVE, 5000, 'the live value read');
     await upstream.waitFor((h) => counts(h, upstreamMark).some((c) => c.value === LIVE), 5000, 'the live value upstream');
@@ -98,5 +108,54 @@ describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
     expect(historical.map((c) => c.value)).toEqual(stored);
     expect(upstream.violations).toEqual([]);
     console.info(`[sparkplug-live-first] live DDATA upstream ${live.atMs - readAt} ms after it was read, ${drainedBefore}/${stored.length} stored values drained then`);
+  });
+
+  it('a device that dies while its stored data drains: every stored value goes up first (historical, in order, once), then its DDEATH', async () => {
+    const { sim, upstream, local, stored, upstreamMark } = await outageWithBacklog();
+    await sim.kill();
+    await local.waitFor((h) => h.of('DDEATH', 'press-1').length > 0, 10_000, 'the live DDEATH');
+    const drainedAtDeath = counts(upstream, upstreamMark).length;
+    expect(drainedAtDeath).toBeLessThan(stored.length); // it died during the drain
+
+    await upstream.waitFor((h) => h.messages.slice(upstreamMark).some((m) => m.type === 'DDEATH' && m.deviceId === 'press-1'), 30_000, 'the DDEATH upstream');
+    await delay(500); // nothing of the device may follow its death
+    const after = upstream.messages.slice(upstreamMark);
+    const deathAt = after.findIndex((m) => m.type === 'DDEATH' && m.deviceId === 'press-1');
+    const data = counts(upstream, upstreamMark);
+    // Every stored value before the death, each once, in order, flagged historical; none after it.
+    expect(data.map((c) => c.value)).toEqual(stored);
+    expect(data.every((c) => c.historical)).toBe(true);
+    expect(counts(upstream, upstreamMark + deathAt)).toEqual([]);
+    expect(after.filter((m) => m.type === 'DDEATH')).toHaveLength(1);
+    // Seqs +1 per message across the held DDEATH, no data of a device not born [tck-id-payloads-sequence-num-incrementing].
+    expect(upstream.violations).toEqual([]);
+    console.info(`[sparkplug-live-first] device died with ${drainedAtDeath}/${stored.length} stored values drained; its DDEATH went up after all of them`);
+  });
+
+  it('a device that dies and comes back while its stored data drains: its held DDEATH goes right before its new DBIRTH, and every stored value still goes up', async () => {
+    const { sim, upstream, local, stored, upstreamMark } = await outageWithBacklog();
+    await sim.mute(1);
+    await local.waitFor((h) => h.of('DDEATH', 'press-1').length > 0, 10_000, 'the live DDEATH');
+    await sim.unmute(1);
+    const upstreamSince = (h: SparkplugHost) => h.messages.slice(upstreamMark);
+    // The prologue's DBIRTH is the first after the reconnect; the device's new life brings a second one.
+    await upstream.waitFor((h) => upstreamSince(h).filter((m) => m.type === 'DBIRTH' && m.deviceId === 'press-1').length === 2, 15_000, 'the new DBIRTH upstream');
+    const drainedAtRebirth = counts(upstream, upstreamMark).length;
+    expect(drainedAtRebirth).toBeLessThan(stored.length); // it came back during the drain
+    const after = upstreamSince(upstream);
+    const deathAt = after.findIndex((m) => m.type === 'DDEATH' && m.deviceId === 'press-1');
+    const rebirthAt = after.findIndex((m, i) => i > deathAt && m.type === 'DBIRTH' && m.deviceId === 'press-1');
+    expect(deathAt).toBeGreaterThan(0);
+    expect(rebirthAt).toBe(deathAt + 1);
+
+    await upstream.waitFor((h) => counts(h, upstreamMark).filter((c) => c.historical).length >= stored.length, 30_000, 'the whole backlog upstream');
+    await delay(200); // nothing more may follow
+    expect(
+      counts(upstream, upstreamMark)
+        .filter((c) => c.historical)
+        .map((c) => c.value),
+    ).toEqual(stored);
+    expect(upstream.violations).toEqual([]);
+    console.info(`[sparkplug-live-first] device reborn with ${drainedAtRebirth}/${stored.length} stored values drained; DDEATH right before its DBIRTH`);
   });
 });
