@@ -96,9 +96,10 @@ describe('LMDB store under crashes', () => {
     }
     await setup.close();
 
-    // Kill the opener (which migrates) at random points until one open completes.
+    // Kill the opener (which migrates) until one open completes: a few ms after it says it moved an outbox, so
+    // each kill lands while the next one moves (a timer alone missed the whole migration on a fast machine).
     const opener = `const { openLmdbStore } = await import(process.argv[1]);
-      const log = { child: () => log, trace() {}, debug() {}, info() {}, warn() {}, error() {}, fatal() {} };
+      const log = { child: () => log, trace() {}, debug() {}, info(o, m) { if (String(m).startsWith('outbox moved')) process.stdout.write('moved\\n'); }, warn() {}, error() {}, fatal() {} };
       const s = await openLmdbStore({ path: process.argv[2], sync: 'full', maxBytes: 0, log });
       process.stdout.write('opened\\n');
       await s.close();`;
@@ -108,10 +109,16 @@ describe('LMDB store under crashes', () => {
       children.push(child);
       let stdout = '';
       let stderr = '';
-      child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+      const moved = new Promise<void>((resolve) => {
+        child.stdout!.on('data', (d: Buffer) => {
+          stdout += d.toString();
+          if (stdout.includes('moved')) resolve();
+        });
+      });
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-      await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 300) + round * 50));
-      if (child.exitCode === null) {
+      await Promise.race([moved, exited(child)]);
+      await new Promise((r) => setTimeout(r, Math.floor(Math.random() * 20)));
+      if (child.exitCode === null && !stdout.includes('opened')) {
         child.kill('SIGKILL');
         kills++;
       }
