@@ -31,6 +31,19 @@ const device = (port: number) => ({
 const bdSeq = (m: { payload: { metrics: readonly { name?: string; value: unknown }[] } }) =>
   Number(m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
 
+/** The uplink bridge of these tests: Sparkplug out, the node's commands and the hosts' STATE in. */
+const bridgeTo = (url: string) => ({
+  name: 'central',
+  remote: { urls: [url], clientId: NODE },
+  reconnect: { minDelayMs: 100, maxDelayMs: 300 },
+  topics: [
+    { filter: 'spBv1.0/#', direction: 'out' },
+    { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
+    { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
+    { filter: 'spBv1.0/STATE/+', direction: 'in' },
+  ],
+});
+
 describe('Sparkplug primary host STATE', () => {
   it('on the local broker: no births before the host is online; its death ends the session; a stale online is ignored', async () => {
     const sim = d.add(await startModbusSim());
@@ -66,17 +79,7 @@ describe('Sparkplug primary host STATE', () => {
     const gw = d.add(
       await startGateway({
         bridges: [
-          {
-            name: 'central',
-            remote: { urls: [central.url], clientId: NODE },
-            reconnect: { minDelayMs: 100, maxDelayMs: 300 },
-            topics: [
-              { filter: 'spBv1.0/#', direction: 'out' },
-              { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
-              { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
-              { filter: 'spBv1.0/STATE/+', direction: 'in' },
-            ],
-          },
+          bridgeTo(central.url),
         ],
         sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
         connectors: [device(sim.port)],
@@ -126,17 +129,7 @@ describe('Sparkplug primary host STATE', () => {
       await startGateway(
         {
           bridges: [
-            {
-              name: 'central',
-              remote: { urls: [proxy.url], clientId: NODE },
-              reconnect: { minDelayMs: 100, maxDelayMs: 300 },
-              topics: [
-                { filter: 'spBv1.0/#', direction: 'out' },
-                { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
-                { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
-                { filter: 'spBv1.0/STATE/+', direction: 'in' },
-              ],
-            },
+            bridgeTo(proxy.url),
           ],
           sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
           connectors: [device(sim.port)],
