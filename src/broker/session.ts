@@ -218,31 +218,6 @@ export class Session implements Subscriber {
     this.owner = owner;
   }
 
-  // What every session shares, read through `settings` (one reference per session, not six).
-  private get limits(): SessionLimits {
-    return this.settings.limits;
-  }
-
-  private get events(): SessionEvents {
-    return this.settings.events;
-  }
-
-  private get readGate(): ReadGate {
-    return this.settings.readGate;
-  }
-
-  private get memoryWindow(): QueueWindow | undefined {
-    return this.settings.memoryWindow;
-  }
-
-  private get highWater(): number {
-    return this.settings.highWater;
-  }
-
-  private get lowWater(): number {
-    return this.settings.lowWater;
-  }
-
   /** A client resumed a session stored without an owner: it is the owner from now on. */
   adopt(owner: SessionOwner): void {
     this.owner = owner;
@@ -265,7 +240,7 @@ export class Session implements Subscriber {
 
   /** The ACL read check of the rules in force now, for this session's owner; every delivery passes it. */
   mayRead(topic: string): boolean {
-    const check = this.readGate.check;
+    const check = this.settings.readGate.check;
     return check === undefined || this.owner === undefined || check((this.reader ??= { clientId: this.id, username: this.owner ?? undefined }), topic);
   }
 
@@ -308,7 +283,7 @@ export class Session implements Subscriber {
   }
 
   private get window(): number {
-    return Math.min(this.limits.maxInflight, this.link?.receiveMaximum ?? this.limits.maxInflight);
+    return Math.min(this.settings.limits.maxInflight, this.link?.receiveMaximum ?? this.settings.limits.maxInflight);
   }
 
   deliver(
@@ -323,21 +298,21 @@ export class Session implements Subscriber {
     if (qos === 0) {
       // QoS 0 is not queued for offline clients (Mosquitto's default) and is the first thing shed by a slow one.
       if (!link) return;
-      if (!link.canTakeQoS0()) return this.events.dropped('slow_client', msg);
-      if (link.sendQoS0(msg, retain, subscriptionIds, encodings)) this.events.sent(0);
-      else this.events.dropped('too_large', msg);
+      if (!link.canTakeQoS0()) return this.settings.events.dropped('slow_client', msg);
+      if (link.sendQoS0(msg, retain, subscriptionIds, encodings)) this.settings.events.sent(0);
+      else this.settings.events.dropped('too_large', msg);
       return;
     }
-    if (link && this.highWater > 0 && this.queuedCount >= this.highWater) {
+    if (link && this.settings.highWater > 0 && this.queuedCount >= this.settings.highWater) {
       // Dropped before it is stored: the publisher is acknowledged, this subscriber has given up its claim to hold it.
-      if (this.overflowing) return this.events.dropped('slow_client', msg);
+      if (this.overflowing) return this.settings.events.dropped('slow_client', msg);
       this.highSinceMs ??= performance.now();
-      this.events.congested(this);
+      this.settings.events.congested(this);
     }
     // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
     // acknowledged, so it survives a crash; the stored copy is removed when the flow completes.
     const stored = this.store?.enqueue(this.id, asDelivered(msg, qos, retain));
-    if (stored && (this.spill || (this.memoryWindow && !fitsWindow(this.memoryWindow, this.queuedCount, this.queuedBytes, msg.payload.length)))) {
+    if (stored && (this.spill || (this.settings.memoryWindow && !fitsWindow(this.settings.memoryWindow, this.queuedCount, this.queuedBytes, msg.payload.length)))) {
       this.spillOne(msg, stored);
       return stored;
     }
@@ -397,7 +372,7 @@ export class Session implements Subscriber {
       }
       this.inflight.delete(packetId);
       this.forget(f);
-      this.events.dropped(dropped, f.msg);
+      this.settings.events.dropped(dropped, f.msg);
     }
     this.pump();
   }
@@ -445,7 +420,7 @@ export class Session implements Subscriber {
       if (f.group && f.state === 'publish') {
         this.inflight.delete(packetId);
         this.forget(f);
-        this.events.redeliverShared(f.group, f, this);
+        this.settings.events.redeliverShared(f.group, f, this);
       }
     }
     if (this.queuedCount > 0) {
@@ -455,7 +430,7 @@ export class Session implements Subscriber {
         if (d.group) {
           this.queuedBytes -= d.msg.payload.length;
           this.forget(d);
-          this.events.redeliverShared(d.group, d, this);
+          this.settings.events.redeliverShared(d.group, d, this);
         } else kept.push(d);
       }
       this.queue = kept;
@@ -530,7 +505,7 @@ export class Session implements Subscriber {
   private get writeFailed(): (err: unknown) => void {
     // Made at the first store write and kept: sessions without a store (clean sessions) carry no closure.
     return (this.onWriteFailed ??= (err: unknown): void => {
-      if (!(err instanceof StoreError)) this.events.storeFailed(err, this.id);
+      if (!(err instanceof StoreError)) this.settings.events.storeFailed(err, this.id);
     });
   }
 
@@ -545,15 +520,15 @@ export class Session implements Subscriber {
   private enqueue(d: Delivery): void {
     if (this.queueFull(d.msg)) {
       this.forget(d);
-      return this.events.dropped('queue_full', d.msg);
+      return this.settings.events.dropped('queue_full', d.msg);
     }
     this.ownQueue().push(d);
     this.queuedBytes += d.msg.payload.length;
   }
 
   private queueFull(msg: Message): boolean {
-    const max = this.limits.maxQueuedMessages;
-    const maxBytes = this.limits.maxQueuedBytes;
+    const max = this.settings.limits.maxQueuedMessages;
+    const maxBytes = this.settings.limits.maxQueuedBytes;
     return (max > 0 && this.queuedCount >= max) || (maxBytes > 0 && this.queuedBytes + msg.payload.length > maxBytes);
   }
 
@@ -565,7 +540,7 @@ export class Session implements Subscriber {
     const store = this.store as SessionStore;
     if (this.queueFull(msg)) {
       stored.then((seq) => store.ack(this.id, seq)).catch(this.writeFailed);
-      return this.events.dropped('queue_full', msg);
+      return this.settings.events.dropped('queue_full', msg);
     }
     const spill = (this.spill ??= { count: 0, bytes: 0, afterSeq: undefined, lastWrite: stored, waiting: false, scheduled: false });
     spill.count++;
@@ -594,7 +569,7 @@ export class Session implements Subscriber {
   private refill(): boolean {
     const spill = this.spill;
     const store = this.store;
-    const window = this.memoryWindow;
+    const window = this.settings.memoryWindow;
     if (!spill || !store || !window || !this.belowHalfWindow(window) || spill.waiting) return false;
     const want = Math.min(spill.count, REFILL_CHUNK);
     const read = spill.afterSeq === undefined ? undefined : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
@@ -652,13 +627,13 @@ export class Session implements Subscriber {
       this.queuedBytes -= d.msg.payload.length;
       if (isExpired(d.msg)) {
         this.forget(d);
-        this.events.dropped('expired', d.msg);
+        this.settings.events.dropped('expired', d.msg);
         continue;
       }
       // Queued under the rules of its arrival (or restored from the store): the rules of now decide.
       if (!this.mayRead(d.msg.topic)) {
         this.forget(d);
-        this.events.dropped('not_authorized', d.msg);
+        this.settings.events.dropped('not_authorized', d.msg);
         continue;
       }
       this.sendNew(link, d, undefined);
@@ -666,14 +641,14 @@ export class Session implements Subscriber {
     // Read the next chunk back before the queue runs dry, but after this turn's writes went out: the read then
     // overlaps the client's round trip instead of delaying the messages it releases.
     const spill = this.spill;
-    if (spill && !spill.scheduled && this.memoryWindow && this.belowHalfWindow(this.memoryWindow)) {
+    if (spill && !spill.scheduled && this.settings.memoryWindow && this.belowHalfWindow(this.settings.memoryWindow)) {
       spill.scheduled = true;
       setImmediate(() => {
         spill.scheduled = false;
         if (this.spill === spill && this.link && this.refill()) this.pump();
       });
     }
-    if (this.highSinceMs !== undefined && this.queuedCount <= this.lowWater) this.relieve();
+    if (this.highSinceMs !== undefined && this.queuedCount <= this.settings.lowWater) this.relieve();
     // Compact the array once the consumed head dominates it, keeping shift() O(1) amortized.
     if (this.queueHead > 1024 && this.queueHead * 2 > this.queue.length) {
       this.queue = this.queue.slice(this.queueHead);
@@ -686,12 +661,12 @@ export class Session implements Subscriber {
     if (!link.sendPublish(d, packetId, false, encodings)) {
       // Too large for this client: not sent, and not kept [MQTT-3.1.2-25].
       this.forget(d);
-      this.events.dropped('too_large', d.msg);
+      this.settings.events.dropped('too_large', d.msg);
       return;
     }
     if (this.inflight === NO_FLOWS) this.inflight = new Map();
     this.inflight.set(packetId, d);
-    this.events.sent(d.qos);
+    this.settings.events.sent(d.qos);
     if (d.qos === 2) this.recordFlight(d, packetId);
   }
 

@@ -124,6 +124,25 @@ describe('LMDB store', () => {
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(0);
   });
 
+  it('shares a journal entry only between the bridges\' copies of one message, never between two messages of equal content', async () => {
+    const store = await openStore(tempDir());
+    const a = store.outbox('a', UNLIMITED);
+    const b = store.outbox('b', UNLIMITED);
+    // Two publishes with equal content, then one routed to `a` twice (two out rules): four entries, not one.
+    const first = createMessage({ topic: 't', payload: Buffer.from('same'), qos: 1, origin: 'c' });
+    const second = createMessage({ topic: 't', payload: Buffer.from('same'), qos: 1, origin: 'c' });
+    const third = createMessage({ topic: 'u', payload: Buffer.from('x'), qos: 1, origin: 'c' });
+    await Promise.all([a.append(first), b.append(first), a.append(second), b.append(second), a.append(third), a.append(third)]);
+    expect(store.journalDepth?.().entries).toBe(4);
+    expect(a.peek(10).map((e) => [e.msg.topic, e.msg.payload.toString()])).toEqual([['t', 'same'], ['t', 'same'], ['u', 'x'], ['u', 'x']]);
+    expect(b.peek(10).map((e) => [e.msg.topic, e.msg.payload.toString()])).toEqual([['t', 'same'], ['t', 'same']]);
+    // The chunk goes when the last cursor holding any of its entries has passed them.
+    await a.remove(a.peek(10).map((e) => e.seq));
+    expect([a.depth.messages, store.journalDepth?.().entries]).toEqual([0, 4]);
+    await b.remove(b.peek(10).map((e) => e.seq));
+    expect([b.depth.messages, store.journalDepth?.().entries]).toEqual([0, 0]);
+  });
+
   it('moves an outbox written before chunks (one entry per key, gaps where entries were removed) to the journal', async () => {
     const dir = tempDir();
     let store = await openStore(dir);
