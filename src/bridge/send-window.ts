@@ -10,6 +10,7 @@ import type { Message, QoS } from '../protocol/message.js';
 import type { Outbox, OutboxEntry } from '../store/types.js';
 import { outboxPacketId } from './packet-ids.js';
 import type { PublishFlow, PublishResult, Uplink } from './uplink.js';
+import { IdTable } from '../util/id-table.js';
 
 /** What an in-flight entry reports to its bridge. */
 export interface FlightOwner {
@@ -120,7 +121,7 @@ export class OutboxReader {
 
 export class SendWindow {
   /** Sent and not yet acknowledged/confirmed, by seq, in send order. */
-  private readonly inflight = new Map<number, Inflight>();
+  private readonly inflight = new IdTable<Inflight>();
   private qosInflight = 0;
   /** Unconfirmed QoS 0 sends in send order; `q0Head` is the first live one. */
   private q0: Inflight[] = [];
@@ -179,7 +180,9 @@ export class SendWindow {
 
   /** The connection dropped: unacknowledged QoS 1/2 may have reached the broker, so they go again with DUP. */
   disconnected(): void {
-    for (const rec of this.inflight.values()) if (rec.qos > 0) this.resending.set(rec.seq, rec.qos);
+    this.inflight.forEach((rec) => {
+      if (rec.qos > 0) this.resending.set(rec.seq, rec.qos);
+    });
   }
 
   /**
@@ -218,7 +221,7 @@ export class SendWindow {
       msg.qos === 0
         ? this.uplink.publish(msg, undefined, false, undefined, stamp, entry.seq)
         : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec, stamp, entry.seq);
-    this.inflight.set(entry.seq, rec);
+    this.inflight.add(entry.seq, rec);
     if (msg.qos > 0) this.qosInflight++;
     else this.q0.push(rec);
   }
@@ -229,7 +232,7 @@ export class SendWindow {
     // Received on an earlier connection, so an entry of the backlog.
     const rec = new Inflight(this.owner, seq, 2, undefined, true, 0, abandoned);
     rec.sendIndex = this.uplink.release(outboxPacketId(seq), rec);
-    this.inflight.set(seq, rec);
+    this.inflight.add(seq, rec);
     this.qosInflight++;
     this.backlogInflight++;
   }

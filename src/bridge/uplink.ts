@@ -30,6 +30,7 @@ import type { Logger } from '../util/logger.js';
 import { dial } from './dial.js';
 import { InboundQoS2 } from './inbound-qos2.js';
 import { PacketIds } from './packet-ids.js';
+import { IdTable } from '../util/id-table.js';
 
 /** What a successful CONNACK told us. */
 export interface UplinkSession {
@@ -127,7 +128,7 @@ interface Connection {
   /** Outstanding PINGREQs: send index at the time of writing, and when. */
   readonly pings: { mark: number; atMs: number }[];
   /** QoS 1/2 flows under way on this connection, by packet id. */
-  readonly flows: Map<number, Flow>;
+  readonly flows: IdTable<Flow>;
   /** Packets written this tick, sent together at the next (see `write`). */
   readonly pending: PacketArena;
   /** Last time the broker acknowledged anything (PUBACK, PUBREC, PUBCOMP, SUBACK, PINGRESP, CONNACK). */
@@ -298,7 +299,7 @@ export class Uplink {
     const id = conn.ids.allocateAs(wanted);
     if (id === null) throw new UplinkError('EF_INTERNAL', 'no free packet id'); // the window is far below 65535
     // Registered even without a sender: the final ack frees the packet id.
-    conn.flows.set(id, { qos, sender, released, sendIndex, atMs: performance.now() });
+    conn.flows.add(id, { qos, sender, released, sendIndex, atMs: performance.now() });
     return id;
   }
 
@@ -364,7 +365,7 @@ export class Uplink {
       online: false,
       sendIndex: 0,
       pings: [],
-      flows: new Map(),
+      flows: new IdTable(),
       pending: new PacketArena(),
       lastAckMs: performance.now(),
       subscribeId: undefined,
@@ -695,7 +696,9 @@ export class Uplink {
     const nowMs = performance.now();
     if (nowMs - conn.lastAckMs <= limitMs) return;
     let oldestMs = conn.pings.length > 0 ? conn.pings[0].atMs : Infinity;
-    for (const f of conn.flows.values()) if (f.atMs < oldestMs) oldestMs = f.atMs;
+    conn.flows.forEach((f) => {
+      if (f.atMs < oldestMs) oldestMs = f.atMs;
+    });
     if (oldestMs === Infinity) {
       // Nothing outstanding: probe, so a silent link is found even without traffic.
       this.writePing(conn);

@@ -9,6 +9,7 @@ import type { PublishEncodings, ProtocolVersion } from '../protocol/codec.js';
 import { parseSharedFilter, topicMatches } from '../protocol/topics.js';
 import { fitsWindow, type QueuedRecord, type QueueWindow, type SessionStore, type SubscriptionRecord } from '../store/types.js';
 import { StoreError } from '../util/errors.js';
+import { IdTable } from '../util/id-table.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
 import type { ClientInfo } from './auth.js';
 
@@ -174,7 +175,7 @@ export class Session implements Subscriber {
    * Incoming QoS 2 packet ids between PUBREC and PUBREL: a resent PUBLISH is not routed twice [MQTT-4.3.3-9].
    * Created on first use, like `inflight`: an idle or QoS 0 client keeps neither.
    */
-  private inboundQoS2: Set<number> | undefined;
+  private inboundQoS2: IdTable<true> | undefined;
   link: ClientLink | undefined;
   /** Set while the session is persistent (expiry > 0): QoS 1/2 messages for it are stored before acknowledgement. */
   store: SessionStore | undefined;
@@ -192,7 +193,7 @@ export class Session implements Subscriber {
   routeMark = 0;
   routeSlot = 0;
 
-  private inflight: Map<number, Delivery> = NO_FLOWS;
+  private inflight: IdTable<Delivery> = NO_FLOWS;
   /** NO_DELIVERIES until the first message is queued: an idle client keeps no array of its own. */
   private queue: Delivery[] = NO_DELIVERIES;
   private queueHead = 0;
@@ -264,7 +265,8 @@ export class Session implements Subscriber {
   }
 
   awaitRelease(packetId: number): void {
-    (this.inboundQoS2 ??= new Set()).add(packetId);
+    const ids = (this.inboundQoS2 ??= new IdTable());
+    if (!ids.has(packetId)) ids.add(packetId, true);
   }
 
   /** PUBREL: returns whether the id was awaiting release. */
@@ -348,8 +350,8 @@ export class Session implements Subscriber {
     for (const { seq, msg, flight } of queue) {
       const d = storedDelivery(seq, msg, undefined, flight?.released ? 'pubrel' : 'publish');
       if (flight !== undefined) {
-        if (this.inflight === NO_FLOWS) this.inflight = new Map();
-        this.inflight.set(flight.packetId, d);
+        if (this.inflight === NO_FLOWS) this.inflight = new IdTable();
+        this.inflight.add(flight.packetId, d);
       } else {
         this.ownQueue().push(d);
         this.queuedBytes += msg.payload.length;
@@ -360,20 +362,20 @@ export class Session implements Subscriber {
   /** Attaches a connection; on resume, unacknowledged messages are sent again first, with DUP [MQTT-4.4.0-1]. */
   attach(link: ClientLink): void {
     this.link = link;
-    for (const [packetId, f] of this.inflight) {
+    this.inflight.forEach((f, packetId) => {
       if (f.state === 'pubrel') {
         link.sendPubrel(packetId);
-        continue;
+        return;
       }
       const dropped = isExpired(f.msg) ? 'expired' : this.mayRead(f.msg.topic) ? undefined : 'not_authorized';
       if (dropped === undefined) {
         link.sendPublish(f, packetId, true, undefined);
-        continue;
+        return;
       }
       this.inflight.delete(packetId);
       this.forget(f);
       this.settings.events.dropped(dropped, f.msg);
-    }
+    });
     this.pump();
   }
 
@@ -416,13 +418,13 @@ export class Session implements Subscriber {
     this.link = undefined;
     this.relieve();
     this.disconnectedAtMs = performance.now();
-    for (const [packetId, f] of this.inflight) {
+    this.inflight.forEach((f, packetId) => {
       if (f.group && f.state === 'publish') {
         this.inflight.delete(packetId);
         this.forget(f);
         this.settings.events.redeliverShared(f.group, f, this);
       }
-    }
+    });
     if (this.queuedCount > 0) {
       const kept: Delivery[] = [];
       for (let i = this.queueHead; i < this.queue.length; i++) {
@@ -664,8 +666,8 @@ export class Session implements Subscriber {
       this.settings.events.dropped('too_large', d.msg);
       return;
     }
-    if (this.inflight === NO_FLOWS) this.inflight = new Map();
-    this.inflight.set(packetId, d);
+    if (this.inflight === NO_FLOWS) this.inflight = new IdTable();
+    this.inflight.add(packetId, d);
     this.settings.events.sent(d.qos);
     if (d.qos === 2) this.recordFlight(d, packetId);
   }
@@ -713,8 +715,8 @@ function asDelivered(msg: Message, qos: QoS, retain: boolean): Message {
   return msg.qos === qos && msg.retain === retain ? msg : { ...msg, qos, retain };
 }
 
-/** The shared empty map of a session without flows in progress; replaced by its own map at the first one. */
-const NO_FLOWS: Map<number, Delivery> = new Map();
+/** The shared empty table of a session without flows in progress; replaced by its own at the first one. */
+const NO_FLOWS: IdTable<Delivery> = new IdTable();
 /** The shared empty queue of a session that has queued nothing yet; only read (`ownQueue` replaces it first). */
 const NO_DELIVERIES: Delivery[] = [];
 /** Shared by every session without subscriptions; only read, never written (`subscribe` replaces it first). */

@@ -10,7 +10,13 @@ export interface TurnWork {
 }
 
 export class WriteFlusher {
-  private readonly dirty = new Set<TurnWork>();
+  /**
+   * Connections written to since the last flush. An array emptied in place, not a Set cleared each turn: a cleared
+   * Set's old table points to its new one, a chain that keeps garbage alive through scavenges (src/util/id-table.ts).
+   * A connection schedules itself at its first pending write, so it is listed once (a stray second entry finds
+   * nothing to write).
+   */
+  private readonly dirty: TurnWork[] = [];
   /** Connections to read on after the writes, and the spare array swapped in while they run (no allocation per turn). */
   private readers: TurnWork[] = [];
   private spare: TurnWork[] = [];
@@ -20,7 +26,7 @@ export class WriteFlusher {
   private readsBefore = 0;
 
   schedule(target: TurnWork): void {
-    this.dirty.add(target);
+    this.dirty.push(target);
     this.arm();
   }
 
@@ -48,8 +54,10 @@ export class WriteFlusher {
   }
 
   private flushDirty(): void {
-    for (const target of this.dirty) target.flush();
-    this.dirty.clear();
+    const dirty = this.dirty;
+    // By index: a flush may make another connection write (a close publishing a will), which is flushed here too.
+    for (let i = 0; i < dirty.length; i++) dirty[i].flush();
+    dirty.length = 0;
   }
 
   private readonly run = (): void => {
