@@ -109,6 +109,8 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
   private acks: PendingAck[] | undefined;
   private readonly pending: Buffer[] = [];
   private pendingBytes = 0;
+  /** WriteFlusher's mark: listed for its next flush. */
+  flushListed = false;
   /** QoS 0 messages shed for this client since its write buffer last drained (see `checkTimers`). */
   private shedSinceDrain = 0;
   /** Since when the timer has seen the write buffer backed up without draining. */

@@ -7,14 +7,14 @@
 export interface TurnWork {
   flush(): void;
   continueReading(): void;
+  /** True while listed for the next flush: the flusher's own mark, so a connection is listed once. */
+  flushListed: boolean;
 }
 
 export class WriteFlusher {
   /**
    * Connections written to since the last flush. An array emptied in place, not a Set cleared each turn: a cleared
    * Set's old table points to its new one, a chain that keeps garbage alive through scavenges (src/util/id-table.ts).
-   * A connection schedules itself at its first pending write, so it is listed once (a stray second entry finds
-   * nothing to write).
    */
   private readonly dirty: TurnWork[] = [];
   /** Connections to read on after the writes, and the spare array swapped in while they run (no allocation per turn). */
@@ -26,6 +26,8 @@ export class WriteFlusher {
   private readsBefore = 0;
 
   schedule(target: TurnWork): void {
+    if (target.flushListed) return;
+    target.flushListed = true;
     this.dirty.push(target);
     this.arm();
   }
@@ -56,7 +58,11 @@ export class WriteFlusher {
   private flushDirty(): void {
     const dirty = this.dirty;
     // By index: a flush may make another connection write (a close publishing a will), which is flushed here too.
-    for (let i = 0; i < dirty.length; i++) dirty[i].flush();
+    for (let i = 0; i < dirty.length; i++) {
+      const target = dirty[i];
+      target.flushListed = false;
+      target.flush();
+    }
     dirty.length = 0;
   }
 

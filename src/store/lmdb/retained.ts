@@ -12,7 +12,7 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
   /** The count before the batch changed it, restored if it fails. */
   private countBefore: number | undefined;
   /** Whether a retained topic exists after the writes so far in this batch. */
-  private readonly existsInBatch = new Map<string, boolean>();
+  private existsInBatch = new Map<string, boolean>();
 
   constructor(store: StoreWriter) {
     this.store = store;
@@ -95,7 +95,8 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
 
   private forgetBatch(): void {
     this.countBefore = undefined;
-    this.existsInBatch.clear();
+    // A new table, not a cleared one (see LmdbSessionStore.forgetBatch).
+    if (this.existsInBatch.size > 0) this.existsInBatch = new Map();
   }
 
   get count(): number {

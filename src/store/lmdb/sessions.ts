@@ -62,9 +62,9 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   /** The collected acks are deleted in this batch. */
   private flushingAcks = false;
   /** Client ids whose session was dropped in this batch (the committed keys are still readable). */
-  private readonly droppedInBatch = new Set<string>();
+  private droppedInBatch = new Set<string>();
   /** Keys written for a client in this batch, so a `drop` later in the same batch removes them too. */
-  private readonly writtenInBatch = new Map<string, { db: Database<any, any>; key: Buffer }[]>();
+  private writtenInBatch = new Map<string, { db: Database<any, any>; key: Buffer }[]>();
 
   constructor(store: StoreWriter) {
     this.store = store;
@@ -333,8 +333,10 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   private forgetBatch(): void {
     this.seqBefore = undefined;
     this.flushingAcks = false;
-    this.droppedInBatch.clear();
-    this.writtenInBatch.clear();
+    // New tables, not cleared ones: a cleared table points to its successor, a chain that would keep every batch's
+    // keys alive through scavenges (docs/architecture.md#hot-path, "Garbage and the latency tail").
+    if (this.droppedInBatch.size > 0) this.droppedInBatch = new Set();
+    if (this.writtenInBatch.size > 0) this.writtenInBatch = new Map();
   }
 
   /** The key prefix of a client id, kept while the session lives: every queued message and ack needs it. */
