@@ -25,7 +25,7 @@ describe('IdTable', () => {
     const t = new IdTable<number>();
     for (let id = 1; id <= 6; id++) t.add(id, id * 10);
     const seen: number[] = [];
-    t.forEach((item, id) => {
+    t.forEach((_, id) => {
       seen.push(id);
       if (id % 2 === 0) t.delete(id);
       if (id === 3) t.delete(5);
