@@ -35,6 +35,7 @@ import type { UplinkControl } from './sparkplug/edge-node.js';
 import type { Device } from './sparkplug/device.js';
 import { topicMatches } from './protocol/topics.js';
 import { SteadyClock, watchClockSteps } from './util/clock.js';
+import { fullGc } from './util/full-gc.js';
 import { WebConsole, type ConsoleUsers } from './console/console.js';
 import type { ConfigControl } from './console/sources.js';
 import type { LogRing } from './ops/log.js';
@@ -126,6 +127,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   warnOrphanOutboxes(store, config.bridges, log);
 
   const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }), audit);
+  fullGc(); // startup's garbage, before the first client (src/util/full-gc.ts)
   let listeners: BoundListener[];
   try {
     listeners = await server.start(config.listeners);
