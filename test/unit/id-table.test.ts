@@ -51,3 +51,40 @@ describe('IdTable', () => {
     expect(slots).toBeLessThanOrEqual(2 * 20 + 17);
   });
 });
+
+describe('IdTable against a Map', () => {
+  it('answers like a Map, in insertion order, through 60,000 random adds and deletes with ids reused and windows of every size', () => {
+    let seed = 42;
+    const random = (n: number): number => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return seed % n;
+    };
+    const t = new IdTable<number>();
+    const m = new Map<number, number>();
+    for (let step = 0; step < 60_000; step++) {
+      // Phases of different windows and id ranges: packet ids, and seqs past 2^32.
+      const phase = Math.floor(step / 6_000);
+      const window = [1, 4, 20, 300, 2, 65, 1000, 16, 7, 100][phase];
+      const base = phase % 2 === 0 ? 0 : 2 ** 40;
+      const id = base + 1 + random(phase % 3 === 0 ? 65_535 : 3 * window);
+      const op = random(3);
+      if (op < 2 && m.size < window) {
+        if (!m.has(id)) {
+          m.set(id, step);
+          t.add(id, step);
+        }
+      } else if (m.size > 0) {
+        // Delete the oldest mostly (acks in order), else a random one (out of order), else one never added.
+        const keys = [...m.keys()];
+        const victim = random(4) === 0 ? keys[random(keys.length)] : random(8) === 0 ? id : keys[0];
+        expect(t.delete(victim)).toBe(m.delete(victim));
+      }
+      expect(t.size).toBe(m.size);
+      expect(t.has(id)).toBe(m.has(id));
+      expect(t.get(id)).toBe(m.get(id));
+      if (step % 997 === 0) expect(entries(t)).toEqual([...m.entries()]);
+    }
+    t.clear();
+    expect([t.size, t.has(1), entries(t)]).toEqual([0, false, []]);
+  });
+});
