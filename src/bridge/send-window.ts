@@ -221,7 +221,7 @@ export class SendWindow {
       msg.qos === 0
         ? this.uplink.publish(msg, undefined, false, undefined, stamp, entry.seq)
         : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec, stamp, entry.seq);
-    this.inflight.add(entry.seq, rec);
+    this.inflight.set(entry.seq, rec);
     if (msg.qos > 0) this.qosInflight++;
     else this.q0.push(rec);
   }
@@ -232,7 +232,7 @@ export class SendWindow {
     // Received on an earlier connection, so an entry of the backlog.
     const rec = new Inflight(this.owner, seq, 2, undefined, true, 0, abandoned);
     rec.sendIndex = this.uplink.release(outboxPacketId(seq), rec);
-    this.inflight.add(seq, rec);
+    this.inflight.set(seq, rec);
     this.qosInflight++;
     this.backlogInflight++;
   }

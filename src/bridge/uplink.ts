@@ -299,7 +299,7 @@ export class Uplink {
     const id = conn.ids.allocateAs(wanted);
     if (id === null) throw new UplinkError('EF_INTERNAL', 'no free packet id'); // the window is far below 65535
     // Registered even without a sender: the final ack frees the packet id.
-    conn.flows.add(id, { qos, sender, released, sendIndex, atMs: performance.now() });
+    conn.flows.set(id, { qos, sender, released, sendIndex, atMs: performance.now() });
     return id;
   }
 

@@ -265,8 +265,7 @@ export class Session implements Subscriber {
   }
 
   awaitRelease(packetId: number): void {
-    const ids = (this.inboundQoS2 ??= new IdTable());
-    if (!ids.has(packetId)) ids.add(packetId, true);
+    (this.inboundQoS2 ??= new IdTable()).set(packetId, true);
   }
 
   /** PUBREL: returns whether the id was awaiting release. */
@@ -351,7 +350,7 @@ export class Session implements Subscriber {
       const d = storedDelivery(seq, msg, undefined, flight?.released ? 'pubrel' : 'publish');
       if (flight !== undefined) {
         if (this.inflight === NO_FLOWS) this.inflight = new IdTable();
-        this.inflight.add(flight.packetId, d);
+        this.inflight.set(flight.packetId, d);
       } else {
         this.ownQueue().push(d);
         this.queuedBytes += msg.payload.length;
@@ -667,7 +666,7 @@ export class Session implements Subscriber {
       return;
     }
     if (this.inflight === NO_FLOWS) this.inflight = new IdTable();
-    this.inflight.add(packetId, d);
+    this.inflight.set(packetId, d);
     this.settings.events.sent(d.qos);
     if (d.qos === 2) this.recordFlight(d, packetId);
   }

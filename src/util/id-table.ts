@@ -29,8 +29,13 @@ export class IdTable<T> {
     return this.live;
   }
 
-  /** Adds `id` as the newest entry; `id` must not be in the table. */
-  add(id: number, item: T): void {
+  /** Like `Map.set`: replaces the item of an `id` already in the table (in its place), else adds it as the newest. */
+  set(id: number, item: T): void {
+    const slot = this.slotOf(id);
+    if (slot >= 0) {
+      this.items[this.slotPos![slot]] = item;
+      return;
+    }
     // Removed slots are dropped here, never in `delete`, so iterating while deleting stays safe.
     if (this.items.length - this.live > Math.max(16, this.live)) this.compact();
     // At most half full, so probe runs stay short.

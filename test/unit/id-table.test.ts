@@ -9,21 +9,23 @@ function entries<T>(t: IdTable<T>): [number, T][] {
 }
 
 describe('IdTable', () => {
-  it('finds, counts and removes entries by id, and keeps the order they were added in', () => {
+  it('finds, counts, replaces and removes entries by id, and keeps the order they were added in', () => {
     const t = new IdTable<string>();
-    for (const id of [7, 3, 65535, 1]) t.add(id, `m${id}`);
+    for (const id of [7, 3, 65535, 1]) t.set(id, `m${id}`);
     expect(t.size).toBe(4);
     expect([t.get(3), t.get(4), t.has(65535), t.has(2)]).toEqual(['m3', undefined, true, false]);
     expect(t.delete(3)).toBe(true);
     expect(t.delete(3)).toBe(false);
     expect(t.size).toBe(3);
-    t.add(3, 'again');
-    expect(entries(t)).toEqual([[7, 'm7'], [65535, 'm65535'], [1, 'm1'], [3, 'again']]);
+    t.set(3, 'again');
+    t.set(65535, 'replaced'); // in its place, as Map.set does
+    expect(t.size).toBe(4);
+    expect(entries(t)).toEqual([[7, 'm7'], [65535, 'replaced'], [1, 'm1'], [3, 'again']]);
   });
 
   it('lets forEach delete the entry it is on and others, as a resend after a reconnect does', () => {
     const t = new IdTable<number>();
-    for (let id = 1; id <= 6; id++) t.add(id, id * 10);
+    for (let id = 1; id <= 6; id++) t.set(id, id * 10);
     const seen: number[] = [];
     t.forEach((_, id) => {
       seen.push(id);
@@ -38,9 +40,9 @@ describe('IdTable', () => {
 
   it('stays small while one old entry is never acknowledged and thousands of others come and go', () => {
     const t = new IdTable<number>();
-    t.add(1, 1);
+    t.set(1, 1);
     for (let id = 2; id < 10_000; id++) {
-      t.add(id, id);
+      t.set(id, id);
       if (id > 20) t.delete(id - 19);
     }
     expect(t.size).toBe(20);
@@ -53,7 +55,7 @@ describe('IdTable', () => {
 });
 
 describe('IdTable against a Map', () => {
-  it('answers like a Map, in insertion order, through 60,000 random adds and deletes with ids reused and windows of every size', () => {
+  it('answers like a Map, in insertion order, through 60,000 random sets and deletes with ids reused and replaced and windows of every size', () => {
     let seed = 42;
     const random = (n: number): number => {
       seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
@@ -68,11 +70,10 @@ describe('IdTable against a Map', () => {
       const base = phase % 2 === 0 ? 0 : 2 ** 40;
       const id = base + 1 + random(phase % 3 === 0 ? 65_535 : 3 * window);
       const op = random(3);
-      if (op < 2 && m.size < window) {
-        if (!m.has(id)) {
-          m.set(id, step);
-          t.add(id, step);
-        }
+      if (op < 2 && (m.size < window || m.has(id))) {
+        // A new id, or one in the table again: replaced in its place, as Map.set does.
+        m.set(id, step);
+        t.set(id, step);
       } else if (m.size > 0) {
         // Delete the oldest mostly (acks in order), else a random one (out of order), else one never added.
         const keys = [...m.keys()];
