@@ -209,3 +209,21 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
   await client.subscribeAsync(`spBv1.0/${groupId}/#`, { qos: 1 });
   return host;
 }
+
+/**
+ * The gateway's Sparkplug uplink bridge (`central`) to `url` for edge node `node` of `group`: Sparkplug out; the
+ * node's NCMD and DCMD in, the hosts' STATE too unless `state: false`, and `extraIn`.
+ */
+export function sparkplugUplink(
+  url: string,
+  options: { group: string; node: string; keepaliveS?: number; maxDelayMs?: number; state?: boolean; extraIn?: readonly string[] },
+) {
+  const { group, node, keepaliveS, maxDelayMs = 300, state = true, extraIn = [] } = options;
+  const inFilters = [`spBv1.0/${group}/NCMD/${node}`, `spBv1.0/${group}/DCMD/${node}/#`, ...(state ? ['spBv1.0/STATE/+'] : []), ...extraIn];
+  return {
+    name: 'central',
+    remote: { urls: [url], clientId: node, ...(keepaliveS === undefined ? {} : { keepaliveS }) },
+    reconnect: { minDelayMs: 100, maxDelayMs },
+    topics: [{ filter: 'spBv1.0/#', direction: 'out' }, ...inFilters.map((filter) => ({ filter, direction: 'in' }))],
+  };
+}

@@ -14,7 +14,7 @@ import { removeDir, tempDir } from '../helpers/temp.js';
 import { startOpcuaFixture, type OpcuaFixture } from '../fixtures/opcua-fixture.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
-import { startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { startSparkplugHost, sparkplugUplink } from '../helpers/sparkplug-host.js';
 import type { HostMessage, SparkplugHost } from '../helpers/sparkplug-host.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
@@ -49,17 +49,7 @@ const float32 = (v: number): number[] => {
   return [b.readUInt16BE(0), b.readUInt16BE(2)];
 };
 
-const bridgeTo = (url: string) => ({
-  name: 'central',
-  remote: { urls: [url], clientId: NODE, keepaliveS: 5 },
-  reconnect: { minDelayMs: 100, maxDelayMs: 300 },
-  topics: [
-    { filter: 'spBv1.0/#', direction: 'out' },
-    { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
-    { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
-    { filter: 'spBv1.0/STATE/+', direction: 'in' },
-  ],
-});
+const bridgeTo = (url: string) => sparkplugUplink(url, { group: GROUP, node: NODE, keepaliveS: 5 });
 
 const bdSeqOf = (m: HostMessage | undefined): number | undefined => {
   const v = m?.payload.metrics.find((x) => x.name === 'bdSeq')?.value;

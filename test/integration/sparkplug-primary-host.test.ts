@@ -9,7 +9,7 @@ import { startGateway } from '../helpers/gateway.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
-import { startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { startSparkplugHost, sparkplugUplink } from '../helpers/sparkplug-host.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -32,17 +32,7 @@ const bdSeq = (m: { payload: { metrics: readonly { name?: string; value: unknown
   Number(m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
 
 /** The uplink bridge of these tests: Sparkplug out, the node's commands and the hosts' STATE in. */
-const bridgeTo = (url: string) => ({
-  name: 'central',
-  remote: { urls: [url], clientId: NODE },
-  reconnect: { minDelayMs: 100, maxDelayMs: 300 },
-  topics: [
-    { filter: 'spBv1.0/#', direction: 'out' },
-    { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
-    { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
-    { filter: 'spBv1.0/STATE/+', direction: 'in' },
-  ],
-});
+const bridgeTo = (url: string) => sparkplugUplink(url, { group: GROUP, node: NODE });
 
 describe('Sparkplug primary host STATE', () => {
   it('on the local broker: no births before the host is online; its death ends the session; a stale online is ignored', async () => {

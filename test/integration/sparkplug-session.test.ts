@@ -17,7 +17,7 @@ import { startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto, startTlsMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
-import { startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { startSparkplugHost, sparkplugUplink } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -41,17 +41,8 @@ const bdSeq = (m: { payload: { metrics: readonly { name?: string; value: unknown
   Number(m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
 
 /** The Sparkplug uplink bridge to `url`, with the in filters the edge node needs. */
-const uplinkBridge = (url: string, extraIn: readonly string[] = []) => ({
-  name: 'central',
-  remote: { urls: [url], clientId: NODE },
-  reconnect: { minDelayMs: 100, maxDelayMs: 200 },
-  topics: [
-    { filter: 'spBv1.0/#', direction: 'out' },
-    { filter: `spBv1.0/${GROUP}/NCMD/${NODE}`, direction: 'in' },
-    { filter: `spBv1.0/${GROUP}/DCMD/${NODE}/#`, direction: 'in' },
-    ...extraIn.map((filter) => ({ filter, direction: 'in' })),
-  ],
-});
+const uplinkBridge = (url: string, extraIn: readonly string[] = []) =>
+  sparkplugUplink(url, { group: GROUP, node: NODE, maxDelayMs: 200, state: false, extraIn });
 
 /** A TCP server that reads CONNECT packets and never answers them: the gateway waits for a CONNACK. */
 async function startSilentBroker(port: number): Promise<{ connects: IConnectPacket[]; close(): Promise<void> }> {
