@@ -250,6 +250,11 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     this.ctx.broker.stats.bytesReceived += chunk.length;
     this.frame(chunk);
     this.ctx.flusher.readDone();
+    // What this read wrote back to its own client (PUBACKs; the PUBLISHes a subscriber's acknowledgements let
+    // into its inflight window) goes out now, not at the end of the turn: that client's next round trip starts
+    // at once. What the read routed to other clients still waits for the turn's one write each
+    // (docs/architecture.md#hot-path).
+    this.flush();
   }
 
   private frame(chunk: Buffer): void {

@@ -124,14 +124,19 @@ export class MqttServer {
   /** Open connections, connected or not yet. */
   get connectionCount(): number {
     let count = 0;
-    for (const policy of this.listenerLabels.keys()) count += policy.connections;
+    this.listenerLabels.forEach((_, policy) => (count += policy.connections));
     return count;
   }
 
-  /** Every open connection: the connected clients and each listener's connections without CONNECT yet. */
-  private *openConnections(): Generator<Connection> {
-    yield* this.ctx.clients.values();
-    for (const policy of this.listenerLabels.keys()) yield* policy.pending;
+  /**
+   * Every open connection: the connected clients and each listener's connections without CONNECT yet. Callbacks,
+   * not a generator: the timer walks every connection twice a second, and a generator makes an iterator result
+   * per connection and walk, garbage that grows with the idle connections (docs/architecture.md, "What a
+   * connection costs"). `fn` may close the connection it is given.
+   */
+  private forEachOpenConnection(fn: (conn: Connection) => void): void {
+    this.ctx.clients.forEach(fn);
+    this.listenerLabels.forEach((_, policy) => policy.pending.forEach(fn));
   }
 
   /** The connected clients (CONNECT done), for the web console. */
@@ -168,7 +173,7 @@ export class MqttServer {
     }
     this.timer = setInterval(() => {
       const now = performance.now();
-      for (const conn of this.openConnections()) conn.checkTimers(now);
+      this.forEachOpenConnection((conn) => conn.checkTimers(now));
     }, TIMER_INTERVAL_MS);
     this.timer.unref();
     return this.running.map((r) => {
@@ -187,7 +192,9 @@ export class MqttServer {
           r.server.close(() => resolve());
         }),
     );
-    for (const conn of [...this.openConnections()]) conn.close(Reason.ServerShuttingDown, 'server shutting down');
+    const open: Connection[] = [];
+    this.forEachOpenConnection((conn) => open.push(conn));
+    for (const conn of open) conn.close(Reason.ServerShuttingDown, 'server shutting down');
     await Promise.all(closed);
   }
 

@@ -26,8 +26,9 @@ export class PendingConnections<T extends PendingConnection = PendingConnection>
     return this.perAddress.get(address) ?? 0;
   }
 
-  [Symbol.iterator](): IterableIterator<T> {
-    return this.oldestFirst.values();
+  /** Oldest first; `fn` may delete the connection it is given. */
+  forEach(fn: (conn: T) => void): void {
+    this.oldestFirst.forEach((conn) => fn(conn));
   }
 
   oldest(): T | undefined {
