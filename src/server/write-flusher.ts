@@ -1,7 +1,8 @@
 /**
  * One event-loop turn's deferred work, delivery first: connections queue encoded packets during a turn and every
  * connection with pending bytes is written once, in one syscall, when the turn's I/O is done (at once after the
- * read when the gateway is quiet, see `readDone`); only then do the connections that yielded their read budget
+ * read when the gateway is quiet, see `readDone`; a read's replies to its own client are written by the connection
+ * at the end of that read); only then do the connections that yielded their read budget
  * (`Connection.canTakeMore`) go on reading (docs/architecture.md#back-pressure, #hot-path).
  */
 export interface TurnWork {
