@@ -5,6 +5,7 @@
  */
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
+import { IdTable } from '../../util/id-table.js';
 import { CorruptValueError, encodeStampedValue, keySeq, outboxEntryBytes, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
 import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
@@ -61,17 +62,21 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
   private oldestAppendedAtMs: number | undefined;
   /** No committed live entry has a lower seq. */
   private floor: number;
-  /** Committed removals at or above the floor (acknowledged out of order), each with a mark in outbox-removed. */
-  private readonly removed = new Set<number>();
+  /**
+   * Committed removals at or above the floor (acknowledged out of order), each with a mark in outbox-removed.
+   * This and the other per-message tables here are `IdTable`s, not `Set`s or `Map`s: entries come and go with every
+   * message, and a replaced Map table chains to the next through every scavenge (util/id-table.ts).
+   */
+  private readonly removed = new IdTable<true>();
   /** Seqs with a committed `released` mark (QoS 2 received upstream); at most a window's worth. */
-  private readonly released = new Set<number>();
+  private readonly released = new IdTable<true>();
 
   // Per batch (see BatchMember): undo data, changes not yet visible to readers, head scanning.
   private snapshot: (OutboxMeta & { oldest: number | undefined }) | undefined;
   /** Seqs removed or dropped by the batch in flight; hidden from `peek` until it commits. */
   private removedInFlight = new Set<number>();
-  /** Seqs passed to `remove()` whose op has not run yet; hidden from `peek` too. */
-  private readonly removalsQueued = new Map<number, number>();
+  /** Seqs passed to `remove()` whose op has not run yet (with how many times); hidden from `peek` too. */
+  private readonly removalsQueued = new IdTable<number>();
   /** Seqs passed to `remove()`, in order, until `removalFlush` applies them. */
   private removals: number[] = [];
   private readonly removalFlush: DelayedFlush;
@@ -107,10 +112,10 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
     this.bit = 1 << this.slot;
     journal.attach(this.slot, this);
     for (const key of store.outboxRemovedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
-      this.removed.add(keySeq(key));
+      this.removed.set(keySeq(key), true);
     }
     for (const key of store.outboxReleasedDb.getKeys({ start: this.prefix, end: this.end, snapshot: false })) {
-      this.released.add(keySeq(key));
+      this.released.set(keySeq(key), true);
     }
     this.lastSeq = meta?.lastSeq ?? 0;
     this.floor = meta?.slot === undefined ? journal.tailSeq + 1 : (meta.floor ?? 0);
@@ -485,7 +490,9 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
     const floor = this.nextFloor ?? this.floor;
     if (floor > this.floor) {
       this.journal.join(b); // chunks below every floor go in this transaction
-      for (const seq of this.removed) if (seq < floor) this.store.del(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq));
+      this.removed.forEach((_, seq) => {
+        if (seq < floor) this.store.del(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq));
+      });
     }
     for (const seq of this.removedInFlight) {
       if (seq >= floor) this.store.put(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq), MARK);
@@ -501,12 +508,14 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
   }
 
   committed(): void {
-    for (const seq of this.marking.added) this.released.add(seq);
+    for (const seq of this.marking.added) this.released.set(seq, true);
     for (const seq of this.marking.deleted) this.released.delete(seq);
     const floor = this.nextFloor ?? this.floor;
-    for (const seq of this.removedInFlight) if (seq >= floor) this.removed.add(seq);
+    for (const seq of this.removedInFlight) if (seq >= floor) this.removed.set(seq, true);
     if (floor > this.floor) {
-      for (const seq of this.removed) if (seq < floor) this.removed.delete(seq);
+      this.removed.forEach((_, seq) => {
+        if (seq < floor) this.removed.delete(seq);
+      });
       this.floor = floor;
     }
     this.forgetBatch();
@@ -515,7 +524,8 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
   private forgetBatch(): void {
     this.snapshot = undefined;
     this.nextFloor = undefined;
-    this.removedInFlight = new Set();
+    // Replaced, not cleared: its tables' chain ends with the batch (util/id-table.ts).
+    if (this.removedInFlight.size > 0) this.removedInFlight = new Set();
     if (this.marking.added.length > 0 || this.marking.deleted.length > 0) this.marking = { added: [], deleted: [] };
   }
 
