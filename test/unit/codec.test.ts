@@ -168,6 +168,18 @@ describe('encodePublish', () => {
     expect(p.topic).toBe('€'.repeat(50));
     expect({ ...p.properties?.userProperties }).toEqual({ 'ключ': '値'.repeat(40) });
   });
+
+  it('writes every topic name as its UTF-8 bytes: short and long ASCII, Latin-1 range, multi-byte, lone surrogate', () => {
+    // writeString takes a different path for short ASCII, longer ASCII and anything else.
+    const topics = ['a', 'x'.repeat(16), 'y'.repeat(17), `plant/line-1/${'z'.repeat(300)}`, 'café/ü', '温度/1', 'bad\uD800'];
+    for (const topic of topics) {
+      const bytes = encodePublish(createMessage({ topic, payload: Buffer.from('p'), origin: 'x' }), 4, 0, false, false).bytes;
+      const expected = Buffer.from(topic, 'utf8');
+      const at = bytes.length - 1 - expected.length; // the topic, then a 1-byte payload
+      expect(bytes.readUInt16BE(at - 2)).toBe(expected.length);
+      expect(bytes.subarray(at, at + expected.length)).toEqual(expected);
+    }
+  });
 });
 
 describe('PacketArena and appendPublish', () => {
