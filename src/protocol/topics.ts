@@ -22,7 +22,8 @@ export function isValidMqttString(s: string): boolean {
 export function isValidTopicName(topic: string, maxLevels: number): boolean {
   if (topic.length === 0 || topic.length > 65535) return false;
   if (topic.includes('+') || topic.includes('#') || hasForbiddenChars(topic)) return false;
-  return countLevels(topic) <= maxLevels;
+  // A name has at most one level more than it has chars: most are shorter than the limit and need no count.
+  return topic.length < maxLevels || countLevels(topic) <= maxLevels;
 }
 
 /** A topic filter: `#` only as the whole last level, `+` only as a whole level [MQTT-4.7.1-2/3]. */

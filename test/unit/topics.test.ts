@@ -31,6 +31,10 @@ describe('topic names', () => {
     expect(isValidTopicName('a/b/c', 2)).toBe(false);
     expect(isValidTopicName('//', 3)).toBe(true);
     expect(isValidTopicName('//', 2)).toBe(false);
+    // At the boundary where a name has as many chars as the limit (it may have one level more).
+    expect(isValidTopicName('/'.repeat(127), 128)).toBe(true);
+    expect(isValidTopicName('/'.repeat(128), 128)).toBe(false);
+    expect(isValidTopicName('a'.repeat(128), 128)).toBe(true);
   });
 });
 
