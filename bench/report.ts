@@ -71,6 +71,7 @@ const columns: Record<ScenarioMetrics['kind'], { key: string; label: string; rat
   ],
   rss: [
     { key: 'kbPerConnection', label: 'kB/conn', ratio: true },
+    { key: 'kbPerConnectionMarginal', label: 'kB/conn 2nd half', ratio: true },
     { key: 'connected', label: 'connected' },
     { key: 'failed', label: 'failed', worst: 'max' },
     { key: 'rssBeforeKb', label: 'RSS before kB' },
@@ -205,7 +206,7 @@ export function describeRun(record: RunRecord): string {
     case 'overload':
       return `${head} ${formatNumber(m.deliveredPerS)} msg/s delivered of ${formatNumber(m.acceptedPerS)} accepted, drop ${m.dropPct.toFixed(1)}%, drain ${m.drainS.toFixed(1)} s, p50 ${formatNumber(m.p50Ms)} ms, p99 ${formatNumber(m.p99Ms)} ms, RSS peak ${formatNumber(m.rssPeakKb)} kB ${tail}${errs}`;
     case 'rss':
-      return `${head} ${formatNumber(m.kbPerConnection)} kB/conn (${m.connected} connected, ${m.failed} failed, RSS ${m.rssBeforeKb} -> ${m.rssAfterKb} kB) ${tail}${m.firstError ? ` first error: ${m.firstError}` : ''}${errs}`;
+      return `${head} ${formatNumber(m.kbPerConnection)} kB/conn, ${formatNumber(m.kbPerConnectionMarginal)} in the 2nd half (${m.connected} connected, ${m.failed} failed, RSS ${m.rssBeforeKb} -> ${m.rssHalfKb} -> ${m.rssAfterKb} kB) ${tail}${m.firstError ? ` first error: ${m.firstError}` : ''}${errs}`;
   }
 }
 

@@ -52,10 +52,18 @@ export interface LatencyMetrics {
 
 export interface RssMetrics {
   kind: 'rss';
+  /** RSS growth over all connections, divided by them. */
   kbPerConnection: number;
+  /**
+   * RSS growth over the second half of the connections, divided by them: without what a process grows by once
+   * (its young generation growing to its full size, a Node process's 16-32 MB), which the first half pays.
+   */
+  kbPerConnectionMarginal: number;
   connected: number;
   failed: number;
   rssBeforeKb: number;
+  /** After the first half. */
+  rssHalfKb: number;
   rssAfterKb: number;
   firstError: string | null;
   workerErrors: ErrorReport;
@@ -331,27 +339,38 @@ async function idleRss(ctx: ScenarioContext): Promise<RssMetrics> {
     }
     return previous;
   };
-  const rssBeforeKb = await settledRss();
-  try {
-    const perWorker = Math.ceil(options.idleConnections / workers.length);
-    const results = await Promise.all(
+  /** Opens `count` more idle connections, spread over the workers (each keeps its connections open). */
+  const connect = async (count: number, phase: string): Promise<IdleResult[]> => {
+    const perWorker = Math.ceil(count / workers.length);
+    return Promise.all(
       workers.map((worker, i) =>
         worker.call<IdleResult, 'connectIdle'>('connectIdle', {
           port: broker.port,
-          prefix: `${runTag}-i${i}`,
-          count: Math.min(perWorker, Math.max(0, options.idleConnections - i * perWorker)),
+          prefix: `${runTag}-${phase}${i}`,
+          count: Math.min(perWorker, Math.max(0, count - i * perWorker)),
           concurrency: 100,
         }),
       ),
     );
+  };
+  const rssBeforeKb = await settledRss();
+  try {
+    const firstHalf = Math.floor(options.idleConnections / 2);
+    const first = await connect(firstHalf, 'a');
+    const rssHalfKb = await settledRss();
+    const second = await connect(options.idleConnections - firstHalf, 'b');
     const rssAfterKb = await settledRss();
+    const results = [...first, ...second];
     const connected = results.reduce((sum, r) => sum + r.connected, 0);
+    const connectedSecond = second.reduce((sum, r) => sum + r.connected, 0);
     return {
       kind: 'rss',
       kbPerConnection: connected > 0 ? (rssAfterKb - rssBeforeKb) / connected : Number.NaN,
+      kbPerConnectionMarginal: connectedSecond > 0 ? (rssAfterKb - rssHalfKb) / connectedSecond : Number.NaN,
       connected,
       failed: results.reduce((sum, r) => sum + r.failed, 0),
       rssBeforeKb,
+      rssHalfKb,
       rssAfterKb,
       firstError: results.find((r) => r.firstError !== null)?.firstError ?? null,
       workerErrors: await closeAll(workers),
