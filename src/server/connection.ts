@@ -11,6 +11,7 @@ import type { FrameHandler, PacketFramer } from '../protocol/framer.js';
 import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings, ShortAck } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
+import { BufferBatch } from '../util/buffer-batch.js';
 import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { Delivery, PressureHolder, Session } from '../broker/session.js';
@@ -107,8 +108,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
    * first QoS 1/2 PUBLISH (`pendingAcks`): a client that never sends one keeps no array.
    */
   private acks: PendingAck[] | undefined;
-  private readonly pending: Buffer[] = [];
-  private pendingBytes = 0;
+  private readonly pending = new BufferBatch();
   /** WriteFlusher's mark: listed for its next flush. */
   flushListed = false;
   /** QoS 0 messages shed for this client since its write buffer last drained (see `checkTimers`). */
@@ -160,7 +160,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
 
   /** Asked before each QoS 0 delivery; a refusal sheds that message, so it is counted for the slow-reader check. */
   canTakeQoS0(): boolean {
-    if (this.transport.bufferedBytes + this.pendingBytes < this.ctx.limits.maxWriteBufferBytes) return true;
+    if (this.transport.bufferedBytes + this.pending.bytes < this.ctx.limits.maxWriteBufferBytes) return true;
     this.shedSinceDrain++;
     return false;
   }
@@ -226,18 +226,15 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
   }
 
   write(bytes: Buffer): void {
+    const first = this.pending.empty;
     this.pending.push(bytes);
-    this.pendingBytes += bytes.length;
-    if (this.pending.length === 1) this.ctx.flusher.schedule(this);
+    if (first) this.ctx.flusher.schedule(this);
   }
 
   flush(): void {
-    if (this.pending.length === 0) return;
-    const data = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
+    if (this.pending.empty) return;
+    const data = this.pending.take();
     this.ctx.broker.stats.bytesSent += data.length;
-    // Emptied, not replaced: no new array per write.
-    this.pending.length = 0;
-    this.pendingBytes = 0;
     this.transport.write(data);
   }
 
@@ -541,7 +538,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
    */
   private checkDraining(nowMs: number): void {
     const limit = this.ctx.limits.maxWriteBufferBytes;
-    const buffered = this.transport.bufferedBytes + this.pendingBytes;
+    const buffered = this.transport.bufferedBytes + this.pending.bytes;
     if (buffered < limit / 2) {
       this.shedSinceDrain = 0;
       this.backedUpSinceMs = undefined;

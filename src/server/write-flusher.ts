@@ -14,13 +14,17 @@ export interface TurnWork {
 
 export class WriteFlusher {
   /**
-   * Connections written to since the last flush. An array emptied in place, not a Set cleared each turn: a cleared
-   * Set's old table points to its new one, a chain that keeps garbage alive through scavenges (src/util/id-table.ts).
+   * Connections written to since the last flush, the first `dirtyCount` slots. A counted array whose slots are
+   * cleared, not a Set cleared each turn (a cleared Set's old table points to its new one, a chain that keeps
+   * garbage alive through scavenges, util/id-table.ts) nor an array truncated (`length = 0` frees its backing
+   * store, and the next turn allocates one, util/buffer-batch.ts).
    */
-  private readonly dirty: TurnWork[] = [];
-  /** Connections to read on after the writes, and the spare array swapped in while they run (no allocation per turn). */
-  private readers: TurnWork[] = [];
-  private spare: TurnWork[] = [];
+  private readonly dirty: (TurnWork | undefined)[] = [];
+  private dirtyCount = 0;
+  /** Connections to read on after the writes, and the spare list swapped in while they run; counted the same way. */
+  private readers: (TurnWork | undefined)[] = [];
+  private readerCount = 0;
+  private spare: (TurnWork | undefined)[] = [];
   private scheduled = false;
   /** Reads handled in this turn so far, and in the turn before (see `readDone`). */
   private reads = 0;
@@ -29,13 +33,13 @@ export class WriteFlusher {
   schedule(target: TurnWork): void {
     if (target.flushListed) return;
     target.flushListed = true;
-    this.dirty.push(target);
+    this.dirty[this.dirtyCount++] = target;
     this.arm();
   }
 
   /** `target` yielded its read: it reads on after this turn's writes went out. */
   scheduleRead(target: TurnWork): void {
-    this.readers.push(target);
+    this.readers[this.readerCount++] = target;
     this.arm();
   }
 
@@ -59,12 +63,13 @@ export class WriteFlusher {
   private flushDirty(): void {
     const dirty = this.dirty;
     // By index: a flush may make another connection write (a close publishing a will), which is flushed here too.
-    for (let i = 0; i < dirty.length; i++) {
-      const target = dirty[i];
+    for (let i = 0; i < this.dirtyCount; i++) {
+      const target = dirty[i]!;
+      dirty[i] = undefined;
       target.flushListed = false;
       target.flush();
     }
-    dirty.length = 0;
+    this.dirtyCount = 0;
   }
 
   private readonly run = (): void => {
@@ -74,10 +79,15 @@ export class WriteFlusher {
     this.flushDirty();
     // Readers that yield again are scheduled for the next turn, after its poll phase (subscribers' acks).
     const readers = this.readers;
-    if (readers.length === 0) return;
+    const count = this.readerCount;
+    if (count === 0) return;
     this.readers = this.spare;
+    this.readerCount = 0;
     this.spare = readers;
-    for (const target of readers) target.continueReading();
-    readers.length = 0;
+    for (let i = 0; i < count; i++) {
+      const target = readers[i]!;
+      readers[i] = undefined;
+      target.continueReading();
+    }
   };
 }

@@ -8,7 +8,9 @@
  * message their entries point to, alive through each scavenge: all of them get promoted, and scavenges of a few MB
  * of live copies stall the loop 5-13 ms (docs/architecture.md#hot-path, "Garbage and the latency tail").
  *
- * Entries live in `ids`/`items` in the order added; removed ones leave a hole until `compact`. The index from id
+ * Entries live in `ids`/`items` in the order added, up to `end`; removed ones leave a hole until `compact`. The
+ * arrays are never truncated (`length = 0` would free V8's backing store and the next entry allocate one, garbage
+ * per message for a window that empties and refills): positions past `end` are reused. The index from id
  * to position is an open-addressing hash table in typed arrays (linear probing, deletion by backward shift): no
  * JavaScript objects, so nothing for the collector to trace, and O(1) whatever the window (up to 65,535).
  */
@@ -16,8 +18,10 @@ const EMPTY = -1;
 const MIN_CAPACITY = 8;
 
 export class IdTable<T> {
-  private ids: number[] = [];
-  private items: (T | undefined)[] = [];
+  private readonly ids: number[] = [];
+  private readonly items: (T | undefined)[] = [];
+  /** Positions in use (live or holes) are [head, end); every item from `end` on is undefined. */
+  private end = 0;
   /** Index of the oldest live entry (everything before it is removed). */
   private head = 0;
   private live = 0;
@@ -37,13 +41,14 @@ export class IdTable<T> {
       return;
     }
     // Removed slots are dropped here, never in `delete`, so iterating while deleting stays safe.
-    if (this.items.length - this.live > Math.max(16, this.live)) this.compact();
+    if (this.end - this.live > Math.max(16, this.live)) this.compact();
     // At most half full, so probe runs stay short.
     const slotIds = this.slotIds;
     if (slotIds === undefined || 2 * (this.live + 1) > slotIds.length) this.reindex(2 * (this.live + 1));
-    this.insert(id, this.items.length);
-    this.ids.push(id);
-    this.items.push(item);
+    this.insert(id, this.end);
+    this.ids[this.end] = id;
+    this.items[this.end] = item;
+    this.end++;
     this.live++;
   }
 
@@ -63,8 +68,8 @@ export class IdTable<T> {
     this.unslot(slot);
     this.items[i] = undefined;
     this.live--;
-    // Emptied: the arrays in place (no new ones); the index is empty already.
-    if (this.live === 0) this.emptyArrays();
+    // Emptied: every item is undefined already, and the index is empty.
+    if (this.live === 0) this.end = this.head = 0;
     else if (i === this.head) {
       while (this.items[this.head] === undefined) this.head++;
     }
@@ -72,20 +77,14 @@ export class IdTable<T> {
   }
 
   clear(): void {
-    this.emptyArrays();
+    this.items.fill(undefined, this.head, this.end);
+    this.end = this.head = this.live = 0;
     this.slotIds?.fill(EMPTY);
-  }
-
-  private emptyArrays(): void {
-    this.ids.length = 0;
-    this.items.length = 0;
-    this.head = 0;
-    this.live = 0;
   }
 
   /** Calls `fn` for each entry, oldest first; `fn` may delete entries (its own or others), not add them. */
   forEach(fn: (item: T, id: number) => void): void {
-    for (let i = this.head; i < this.items.length; i++) {
+    for (let i = this.head; i < this.end; i++) {
       const item = this.items[i];
       if (item !== undefined) fn(item, this.ids[i]);
     }
@@ -143,18 +142,18 @@ export class IdTable<T> {
       this.slotIds = new Float64Array(size).fill(EMPTY);
       this.slotPos = new Int32Array(size);
     }
-    for (let i = this.head; i < this.items.length; i++) if (this.items[i] !== undefined) this.insert(this.ids[i], i);
+    for (let i = this.head; i < this.end; i++) if (this.items[i] !== undefined) this.insert(this.ids[i], i);
   }
 
   private compact(): void {
     let to = 0;
-    for (let i = this.head; i < this.items.length; i++) {
+    for (let i = this.head; i < this.end; i++) {
       if (this.items[i] === undefined) continue;
       this.ids[to] = this.ids[i];
       this.items[to++] = this.items[i];
     }
-    this.ids.length = to;
-    this.items.length = to;
+    this.items.fill(undefined, to, this.end);
+    this.end = to;
     this.head = 0;
     this.reindex(2 * (this.live + 1)); // positions moved
   }
