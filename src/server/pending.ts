@@ -28,7 +28,7 @@ export class PendingConnections<T extends PendingConnection = PendingConnection>
 
   /** Oldest first; `fn` may delete the connection it is given. */
   forEach(fn: (conn: T) => void): void {
-    this.oldestFirst.forEach((conn) => fn(conn));
+    this.oldestFirst.forEach(fn);
   }
 
   oldest(): T | undefined {

@@ -5,6 +5,9 @@
  * would hand V8's backing store back, and the next push would allocate a new one of 17 slots: 150 bytes of
  * garbage per write (docs/architecture.md#hot-path).
  */
+/** The array of a batch with more packets than this is dropped after it, not reused. */
+const KEPT_SLOTS = 1024;
+
 export class BufferBatch {
   private first: Buffer | undefined;
   private rest: (Buffer | undefined)[] | undefined;
@@ -38,6 +41,8 @@ export class BufferBatch {
         at += part.length;
         rest[i] = undefined;
       }
+      // A flood's batch is not kept for the connection's life: past this size the array goes with it.
+      if (this.restCount > KEPT_SLOTS) this.rest = undefined;
       this.restCount = 0;
     }
     this.first = undefined;
