@@ -137,8 +137,8 @@ describe('SIGHUP reload', { timeout: 60_000 }, () => {
 
   it('logs a listener change as needing a restart and keeps serving on the old listener', async () => {
     const port = await freePort();
-    const second = await freePort();
-    const moved = await freePort();
+    let second = await freePort();
+    while (second === port) second = await freePort();
     const gw = d.add(
       await startGateway(
         { listeners: [{ type: 'tcp', host: '127.0.0.1', port }, { type: 'tcp', host: '127.0.0.1', port: second }], broker: { sysIntervalS: 0 } },
@@ -146,12 +146,17 @@ describe('SIGHUP reload', { timeout: 60_000 }, () => {
       ),
     );
     const client = d.add(await openClient(`mqtt://127.0.0.1:${second}`, { protocolVersion: 5 }));
+    // Chosen while both listeners are bound, so it is neither of them (a port handed out and released earlier may be
+    // handed out again, and an unchanged port is no change).
+    const moved = await freePort();
     editConfig(gw, (c) => {
       c.listeners[1].port = moved;
     });
     const before = logLines(gw).filter((l) => l.msg === 'configuration changes that need a restart to apply').length;
     await sighup(gw, 'config reloaded');
-    const warning = await waitFor(() => logLines(gw).filter((l) => l.msg === 'configuration changes that need a restart to apply')[before], 5000);
+    const warning = await waitFor(() => logLines(gw).filter((l) => l.msg === 'configuration changes that need a restart to apply')[before], 5000, {
+      message: () => `the restart warning after SIGHUP; output:\n${gw.output()}`,
+    });
     expect(warning.level).toBe(40);
     expect(warning.sections).toEqual(['listeners']);
     // Nothing was rebound: the old port still serves, the new one is not listening, the client stayed.
