@@ -5,6 +5,8 @@
  * at the end of that read); only then do the connections that yielded their read budget
  * (`Connection.canTakeMore`) go on reading (docs/architecture.md#back-pressure, #hot-path).
  */
+import { SlotList } from '../util/slot-list.js';
+
 export interface TurnWork {
   flush(): void;
   continueReading(): void;
@@ -14,17 +16,14 @@ export interface TurnWork {
 
 export class WriteFlusher {
   /**
-   * Connections written to since the last flush, the first `dirtyCount` slots. A counted array whose slots are
-   * cleared, not a Set cleared each turn (a cleared Set's old table points to its new one, a chain that keeps
-   * garbage alive through scavenges, util/id-table.ts) nor an array truncated (`length = 0` frees its backing
-   * store, and the next turn allocates one, util/buffer-batch.ts).
+   * Connections written to since the last flush: a list, not a Set cleared each turn (a cleared Set's old table
+   * points to its new one, a chain that keeps garbage alive through scavenges, util/id-table.ts), emptied by
+   * clearing its slots (util/slot-list.ts).
    */
-  private readonly dirty: (TurnWork | undefined)[] = [];
-  private dirtyCount = 0;
-  /** Connections to read on after the writes, and the spare list swapped in while they run; counted the same way. */
-  private readers: (TurnWork | undefined)[] = [];
-  private readerCount = 0;
-  private spare: (TurnWork | undefined)[] = [];
+  private readonly dirty = new SlotList<TurnWork>();
+  /** Connections to read on after the writes, and the spare list swapped in while they run. */
+  private readers = new SlotList<TurnWork>();
+  private spare = new SlotList<TurnWork>();
   private scheduled = false;
   /** Reads handled in this turn so far, and in the turn before (see `readDone`). */
   private reads = 0;
@@ -33,13 +32,13 @@ export class WriteFlusher {
   schedule(target: TurnWork): void {
     if (target.flushListed) return;
     target.flushListed = true;
-    this.dirty[this.dirtyCount++] = target;
+    this.dirty.push(target);
     this.arm();
   }
 
   /** `target` yielded its read: it reads on after this turn's writes went out. */
   scheduleRead(target: TurnWork): void {
-    this.readers[this.readerCount++] = target;
+    this.readers.push(target);
     this.arm();
   }
 
@@ -61,15 +60,8 @@ export class WriteFlusher {
   }
 
   private flushDirty(): void {
-    const dirty = this.dirty;
-    // By index: a flush may make another connection write (a close publishing a will), which is flushed here too.
-    for (let i = 0; i < this.dirtyCount; i++) {
-      const target = dirty[i]!;
-      dirty[i] = undefined;
-      target.flushListed = false;
-      target.flush();
-    }
-    this.dirtyCount = 0;
+    // A flush may make another connection write (a close publishing a will): `drain` flushes it here too.
+    this.dirty.drain(flushTarget);
   }
 
   private readonly run = (): void => {
@@ -79,15 +71,18 @@ export class WriteFlusher {
     this.flushDirty();
     // Readers that yield again are scheduled for the next turn, after its poll phase (subscribers' acks).
     const readers = this.readers;
-    const count = this.readerCount;
-    if (count === 0) return;
+    if (readers.length === 0) return;
     this.readers = this.spare;
-    this.readerCount = 0;
     this.spare = readers;
-    for (let i = 0; i < count; i++) {
-      const target = readers[i]!;
-      readers[i] = undefined;
-      target.continueReading();
-    }
+    readers.drain(continueTarget);
   };
+}
+
+function flushTarget(target: TurnWork): void {
+  target.flushListed = false;
+  target.flush();
+}
+
+function continueTarget(target: TurnWork): void {
+  target.continueReading();
 }

@@ -1,17 +1,17 @@
+import { SlotList } from './slot-list.js';
+
+/** The list of a batch with more packets than this is dropped after it, not reused. */
+const KEPT_SLOTS = 1024;
+
 /**
  * The Buffers queued for one socket write, in order, joined when taken. Reused from write to write without
  * allocating: the first Buffer waits in a field (a connection that writes one packet per turn, or only a CONNACK,
- * needs nothing more), the rest in an array whose slots are cleared when taken, never truncated. `array.length = 0`
- * would hand V8's backing store back, and the next push would allocate a new one of 17 slots: 150 bytes of
- * garbage per write (docs/architecture.md#hot-path).
+ * needs nothing more), the rest in a `SlotList`, which a flood's batch (past `KEPT_SLOTS`) does not keep for the
+ * connection's life (docs/architecture.md#hot-path).
  */
-/** The array of a batch with more packets than this is dropped after it, not reused. */
-const KEPT_SLOTS = 1024;
-
 export class BufferBatch {
   private first: Buffer | undefined;
-  private rest: (Buffer | undefined)[] | undefined;
-  private restCount = 0;
+  private rest: SlotList<Buffer> | undefined;
   /** Bytes queued. */
   bytes = 0;
 
@@ -21,7 +21,7 @@ export class BufferBatch {
 
   push(data: Buffer): void {
     if (this.first === undefined) this.first = data;
-    else (this.rest ??= [])[this.restCount++] = data;
+    else (this.rest ??= new SlotList()).push(data);
     this.bytes += data.length;
   }
 
@@ -31,19 +31,17 @@ export class BufferBatch {
     if (first === undefined) throw new Error('BufferBatch.take on an empty batch');
     let data = first;
     const rest = this.rest;
-    if (rest !== undefined && this.restCount > 0) {
+    if (rest !== undefined && rest.length > 0) {
       data = Buffer.allocUnsafe(this.bytes);
       data.set(first, 0);
       let at = first.length;
-      for (let i = 0; i < this.restCount; i++) {
-        const part = rest[i]!;
+      for (let i = 0; i < rest.length; i++) {
+        const part = rest.at(i);
         data.set(part, at);
         at += part.length;
-        rest[i] = undefined;
       }
-      // A flood's batch is not kept for the connection's life: past this size the array goes with it.
-      if (this.restCount > KEPT_SLOTS) this.rest = undefined;
-      this.restCount = 0;
+      if (rest.length > KEPT_SLOTS) this.rest = undefined;
+      else rest.clear();
     }
     this.first = undefined;
     this.bytes = 0;
