@@ -138,6 +138,8 @@ export interface Interleaving<C, S extends string, L> {
   tagPrefix: string;
   run(cell: C, subject: S, runTag: string, notes: string[]): Promise<Record<string, number>>;
   describe(record: RunRecord<L>): string;
+  /** Whether `subject` runs in `cell` at all; every pair does when absent. */
+  applies?(cell: C, subject: S): boolean;
 }
 
 /**
@@ -151,6 +153,7 @@ export async function runInterleaved<C, S extends string, L>(o: Interleaving<C, 
     const order = o.subjects.map((_, i) => o.subjects[(i + rep - 1) % o.subjects.length]);
     for (const cell of o.cells) {
       for (const subject of order) {
+        if (o.applies !== undefined && !o.applies(cell, subject)) continue;
         const started = Date.now();
         const record = { rep, ...o.label(cell, subject), ok: false, notes: [], elapsedS: 0, loadavg1: os.loadavg()[0] } as RunRecord<L>;
         try {

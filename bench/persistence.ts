@@ -11,6 +11,10 @@
  *
  * All clients live in this process (raw sockets, pre-encoded packets from `mqtt-wire.ts`): the publishers
  * and the subscriber are never active at the same time, and the broker is its own process.
+ *
+ * `store` (throughput only) is the LMDB store alone in this process (bench/store-rate.ts), as many writes in
+ * flight as the publishers keep (publishers x window), the same messages: the ceiling of durable ingest, measured
+ * in the same run, so that edgeferry/store is a same-run ratio.
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -54,17 +58,19 @@ import {
   type RunRecord as HarnessRecord,
 } from './harness.js';
 import { formatNumber, renderGroups, summarizeGroups, type GroupColumn, type GroupSpec } from './report.js';
+import { storeRate } from './store-rate.js';
 
-const brokerKinds = ['edgeferry', 'mosquitto', 'edgeferry-relaxed'] as const;
+const brokerKinds = ['edgeferry', 'mosquitto', 'edgeferry-relaxed', 'store'] as const;
 type BrokerKind = (typeof brokerKinds)[number];
-const defaultBrokers: BrokerKind[] = ['edgeferry', 'mosquitto'];
+const defaultBrokers: BrokerKind[] = ['edgeferry', 'mosquitto', 'store'];
 const scenarioKinds = ['throughput', 'sigkill'] as const;
 type ScenarioKind = (typeof scenarioKinds)[number];
 
 const defaults = { reps: 5, out: 'bench/results/persistence.json' };
 const usage = `Usage: npm run bench:persistence -- [options]
   --brokers LIST        comma-separated from ${brokerKinds.join(',')}; default ${defaultBrokers.join(',')}
-                        (edgeferry-relaxed = edgeferry with storage.sync: relaxed)
+                        (edgeferry-relaxed = edgeferry with storage.sync: relaxed; store = the LMDB store
+                        alone, in this process, at publishers x window writes in flight: throughput only)
   --scenarios LIST      comma-separated from ${scenarioKinds.join(',')}; default both
 ${loadUsage(defaults, ['  --payload-bytes N     payload size, default 64 (at least 8)'])}`;
 
@@ -209,7 +215,20 @@ interface RunContext {
   runTag: string;
 }
 
+/** The `store` row: the session queue of a fresh store, as many writes in flight as the publishers keep. */
+async function runStoreAlone(ctx: RunContext): Promise<Metrics> {
+  const dir = fs.mkdtempSync(path.join(ctx.tmpDir, 'store-'));
+  try {
+    const { publishers, window, messages, payloadBytes } = ctx.opts;
+    const ingestPerS = await storeRate('session queue', { inFlight: publishers * window, messages, sync: 'full', payloadBytes }, dir);
+    return { ingestPerS, acked: messages, delivered: Number.NaN, lost: 0, duplicates: 0 };
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
+  if (ctx.kind === 'store') return runStoreAlone(ctx);
   const dir = fs.mkdtempSync(path.join(ctx.tmpDir, `${ctx.kind}-`));
   const port = await freePort();
   const subscriberId = `${ctx.runTag}-sub`;
@@ -335,6 +354,7 @@ function describeRun(r: RunRecord): string {
   const tail = `(${r.elapsedS.toFixed(1)} s, load ${r.loadavg1.toFixed(1)})${r.notes.length > 0 ? ` NOTE: ${r.notes.join('; ')}` : ''}`;
   if (!r.ok || r.metrics === undefined) return `${head} FAILED: ${(r.error ?? '').split('\n')[0].slice(0, 300)}`;
   const m = r.metrics;
+  if (r.broker === 'store') return `${head} ingest ${formatNumber(m.ingestPerS)} msg/s (the store alone, session queue) ${tail}`;
   const loss = `acked ${formatNumber(m.acked)}, delivered ${formatNumber(m.delivered)}, lost ${formatNumber(m.lost)}, dups ${formatNumber(m.duplicates)}`;
   if (r.scenario === 'sigkill') {
     return `${head} ingest ${formatNumber(m.ingestPerS)} msg/s; after SIGKILL + restart (${formatNumber(m.restartS)} s, session ${m.sessionPresent === 1 ? 'kept' : 'gone'}): ${loss} ${tail}`;
@@ -381,15 +401,20 @@ async function main(): Promise<void> {
     tagPrefix: 'p',
     run: (scenario, broker, runTag, notes) => runOnce({ kind: broker, scenario, opts, tmpDir, runTag }, notes),
     describe: describeRun,
+    applies: (scenario, broker) => broker !== 'store' || scenario === 'throughput',
   });
 
-  const baseline = opts.brokers.includes('mosquitto') ? 'mosquitto' : undefined;
-  const pairs = baseline === undefined ? [] : opts.brokers.filter((b) => b !== baseline).map((b) => [b, baseline] as const);
+  const brokers = opts.brokers.filter((b) => b !== 'store');
+  const pairs: (readonly [string, string])[] = opts.brokers.includes('mosquitto')
+    ? brokers.filter((b) => b !== 'mosquitto').map((b) => [b, 'mosquitto'] as const)
+    : [];
+  // The target of durable ingest: a share of what the store alone commits at the same in-flight count.
+  if (opts.brokers.includes('store') && opts.brokers.includes('edgeferry')) pairs.push(['edgeferry', 'store']);
   const runs = records.map((r) => ({ ...r, group: r.scenario }));
   const summary = summarizeGroups(runs, groups(opts), opts.brokers, pairs);
   process.stdout.write(renderGroups(summary, groups(opts)) + '\n');
   for (const r of records) {
-    if (r.ok && r.broker !== 'mosquitto' && r.metrics !== undefined && r.metrics.lost > 0) {
+    if (r.ok && r.broker !== 'mosquitto' && r.broker !== 'store' && r.metrics !== undefined && r.metrics.lost > 0) {
       process.stdout.write(`\nWARNING: ${r.broker} lost ${r.metrics.lost} acknowledged message(s) in ${r.scenario} rep ${r.rep}\n`);
     }
   }

@@ -273,6 +273,8 @@ export function summarizeGroups(
     const summary: GroupSummary = { title: group.title, brokers: {}, ratios: {} };
     for (const broker of brokers) {
       const mine = runs.filter((r) => r.group === group.key && r.broker === broker);
+      // A broker that does not run in this group (`Interleaving.applies`) has no row in it.
+      if (mine.length === 0) continue;
       const good = mine.filter((r) => r.ok && r.metrics !== undefined);
       const values = (key: string): number[] => good.map((r) => (r.metrics as Record<string, number>)[key]);
       summary.brokers[broker] = {
