@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import mqttPacket, { type Packet } from 'mqtt-packet';
+import { GATEWAY_NODE_FLAGS } from './brokers.js';
 import { rootDir, positiveInt } from './harness.js';
 
 const { values } = parseArgs({
@@ -66,7 +67,7 @@ async function startGateway(dir: string): Promise<{ port: number; stop: () => Pr
   const configFile = path.join(dir, 'gw.yaml');
   fs.writeFileSync(configFile, JSON.stringify(config));
   const prof = values['cpu-prof'] === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${path.resolve(values['cpu-prof'])}`];
-  const child = spawn(process.execPath, [...prof, path.join(rootDir, 'dist/src/cli.js'), '--config', configFile], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const child = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, ...prof, path.join(rootDir, 'dist/src/cli.js'), '--config', configFile], { stdio: ['ignore', 'inherit', 'inherit'] });
   for (let i = 0; ; i++) {
     const up = await new Promise<boolean>((resolve) => {
       const s = net.connect(port, '127.0.0.1', () => (s.destroy(), resolve(true)));

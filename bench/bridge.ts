@@ -26,6 +26,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startFaultProxy, type FaultProxy } from '../test/helpers/fault-proxy.js';
 import {
+  GATEWAY_NODE_FLAGS,
   freePort,
   launchUntilReady,
   readCpuS,
@@ -195,7 +196,7 @@ function gatewayCommand(
   fs.writeFileSync(config, JSON.stringify(gateway, null, 2) + '\n');
   const profile = opts.cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProfDir}`];
   const dist = kind === 'edgeferry-baseline' ? path.resolve(opts.baselineDist ?? '') : path.join(rootDir, 'dist');
-  return { file: process.execPath, args: [...profile, path.join(dist, 'src/cli.js'), '--config', config] };
+  return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(dist, 'src/cli.js'), '--config', config] };
 }
 
 /** Bytes the process `pid` caused to be written to storage so far (`/proc/<pid>/io` write_bytes), NaN if unreadable. */

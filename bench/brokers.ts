@@ -101,6 +101,12 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * The Node.js flags the gateway runs with, as the systemd unit, the release's wrapper and `npm start` run it
+ * (docs/architecture.md#hot-path, "No memory reducer"): every benchmark starts it this way.
+ */
+export const GATEWAY_NODE_FLAGS: readonly string[] = ['--no-memory-reducer'];
+
 function nodeArgs(name: BrokerName, env: BrokerEnv): string[] {
   if (env.cpuProfDir === undefined) return [];
   // Written when the process exits normally: edgeferry and aedes-server exit 0 on SIGTERM.
@@ -127,7 +133,7 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
         ].join('\n'),
       );
       const runtime = name === 'edgeferry' ? process.execPath : node24Binary();
-      return { file: runtime, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/src/cli.js'), '--config', config] };
+      return { file: runtime, args: [...GATEWAY_NODE_FLAGS, ...nodeArgs(name, env), path.join(env.rootDir, 'dist/src/cli.js'), '--config', config] };
     }
     case 'aedes':
       return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/aedes-server.js'), String(port)] };

@@ -21,7 +21,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { decodePayload, encodePayload, type MetricDatatype } from '../src/sparkplug/payload.js';
-import { freePort, machineInfo, readCpuS, readRssKb } from './brokers.js';
+import { GATEWAY_NODE_FLAGS, freePort, machineInfo, readCpuS, readRssKb } from './brokers.js';
 import { PacketReader, PacketType, encodeConnect, encodePublish, encodeSubscribe } from './mqtt-wire.js';
 
 const USAGE = `Usage: node dist/bench/opcua-bench.js [options]   (npm run bench:opcua-e2e -- [options])
@@ -456,7 +456,7 @@ async function run(): Promise<void> {
     writeFileSync(configFile, gatewayConfig({ port, dataDir: join(dir, 'data'), endpoint: server.endpoint, items, publishingMs, samplingMs, queueSize }));
     const gatewayT0 = performance.now();
     const profDir = args['cpu-prof'] === undefined ? undefined : resolve(args['cpu-prof']);
-    const gateway = startChild(cliScript, ['--config', configFile], undefined, profDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`]);
+    const gateway = startChild(cliScript, ['--config', configFile], undefined, [...GATEWAY_NODE_FLAGS, ...(profDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`])]);
     children.push(gateway);
     const isAlive = (): boolean => gateway.proc.exitCode === null && gateway.proc.signalCode === null;
     const deadline = (ms: number): number => performance.now() + ms;

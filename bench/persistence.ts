@@ -21,6 +21,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import {
+  GATEWAY_NODE_FLAGS,
   freePort,
   launchUntilReady,
   readCpuS,
@@ -135,7 +136,7 @@ function brokerCommand(
     ].join('\n'),
   );
   const profile = cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`];
-  return { file: process.execPath, args: [...profile, path.join(rootDir, 'dist/src/cli.js'), '--config', config] };
+  return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(rootDir, 'dist/src/cli.js'), '--config', config] };
 }
 
 /** Starts the broker and waits until a TCP connect + CONNECT/CONNACK succeeds. */

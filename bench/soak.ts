@@ -32,7 +32,7 @@ import type { ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { connect, type MqttClient } from 'mqtt';
 import { startFaultProxy, type FaultProxy } from '../test/helpers/fault-proxy.js';
-import { freePort, killAllBrokers, launchUntilReady, readRssKb, startBroker, type LaunchedProcess, type RunningBroker } from './brokers.js';
+import { GATEWAY_NODE_FLAGS, freePort, killAllBrokers, launchUntilReady, readRssKb, startBroker, type LaunchedProcess, type RunningBroker } from './brokers.js';
 import { parseOrExit, positiveInt, rootDir, runMain, scratchDir } from './harness.js';
 import { encodePublish, PacketType, publishPayloadOffset, type PacketHandler } from './mqtt-wire.js';
 import { openConnection, sleep, waitUntil, type Connection } from './qos1-load.js';
@@ -256,7 +256,7 @@ class SoakGateway {
   }
 
   async start(): Promise<void> {
-    const args = [path.join(rootDir, 'dist/src/cli.js'), '--config', this.config];
+    const args = [...GATEWAY_NODE_FLAGS, path.join(rootDir, 'dist/src/cli.js'), '--config', this.config];
     const onOutput = (chunk: Buffer): void => {
       const lines = (this.partialLine + chunk.toString('utf8')).split('\n');
       this.partialLine = lines.pop() ?? '';

@@ -214,7 +214,7 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     const r = spawnSync('systemd-analyze', ['verify', '--man=no', UNIT], { encoding: 'utf8' });
     expect(r.status, r.stderr).toBe(0);
     expect(`${r.stdout}${r.stderr}`).not.toMatch(/edgeferry/);
-    expect(readFileSync(UNIT, 'utf8')).toMatch(/^ExecStart=\/opt\/edgeferry\/node\/bin\/node /m);
+    expect(readFileSync(UNIT, 'utf8')).toMatch(/^ExecStart=\/opt\/edgeferry\/node\/bin\/node --enable-source-maps --no-memory-reducer /m);
   });
 
   it('starts by hand as the edgeferry user with the installed config (its port edited) and carries publish and subscribe', async () => {
