@@ -40,6 +40,12 @@ interface NodeSession {
   readonly aliases: Map<number, MetricInfo & { deviceId?: string }>;
   online: boolean;
   readonly devicesOnline: Set<string>;
+  /**
+   * Whether this host has seen an NBIRTH of the node. Until then it may have subscribed in the middle of the node's
+   * session (a gateway started before the host, still publishing its births): what it sees of that session is
+   * not checked, as a primary host would ask for a rebirth instead. After a death, the next birth is checked again.
+   */
+  seenBirth: boolean;
 }
 
 export interface SparkplugHost {
@@ -73,7 +79,7 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
   const session = (node: string): NodeSession => {
     let s = sessions.get(node);
     if (!s) {
-      s = { aliases: new Map(), online: false, devicesOnline: new Set() };
+      s = { aliases: new Map(), online: false, devicesOnline: new Set(), seenBirth: false };
       sessions.set(node, s);
     }
     return s;
@@ -123,6 +129,7 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
       }
       return;
     }
+    if (m.type !== 'NBIRTH' && !s.seenBirth) return;
     if (m.qos !== 0) violations.push(`${where(m)}: not QoS 0`);
     if (p.seq === undefined) {
       violations.push(`${where(m)}: no seq`);
@@ -134,6 +141,7 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
       if (!bdSeq || bdSeq.datatype !== 'Int64') violations.push(`${where(m)}: NBIRTH without an Int64 bdSeq`);
       s.bdSeq = bdSeq ? Number(bdSeq.value) : undefined;
       s.online = true;
+      s.seenBirth = true;
       s.devicesOnline.clear();
       s.aliases.clear();
     } else if (s.nextSeq === undefined) {
