@@ -90,6 +90,22 @@ const kindOf: Record<ScenarioName, ScenarioMetrics['kind']> = {
   'idle-rss': 'rss',
 };
 
+/** Per ratio column: `mine` / `theirs` (ratio of medians), null where either is missing or not finite. */
+function ratiosOf(
+  cols: readonly { key: string; ratio?: boolean }[],
+  mine: Record<string, number> | null,
+  theirs: Record<string, number> | null,
+): Record<string, number | null> {
+  return Object.fromEntries(
+    cols
+      .filter((c) => c.ratio)
+      .map((c) => {
+        const ratio = mine === null || theirs === null || !(theirs[c.key] > 0) ? null : mine[c.key] / theirs[c.key];
+        return [c.key, ratio !== null && Number.isFinite(ratio) ? ratio : null];
+      }),
+  );
+}
+
 /** The gateway, on the machine's Node.js and on the release's: each is compared with every other broker. */
 const subjects: readonly BrokerName[] = ['edgeferry', 'edgeferry-node24'];
 
@@ -126,14 +142,7 @@ export function summarize(
         // Each runtime of the gateway against the brokers, and Node 20's against Node 24's once.
         if (other === subject || summary.brokers[other] === undefined || (subject !== 'edgeferry' && subjects.includes(other))) continue;
         const theirs = summary.brokers[other]?.medians ?? null;
-        summary.ratios[`${subject}/${other}`] = Object.fromEntries(
-          cols
-            .filter((c) => c.ratio)
-            .map((c) => {
-              const ratio = mine === null || theirs === null || !(theirs[c.key] > 0) ? null : mine[c.key] / theirs[c.key];
-              return [c.key, ratio !== null && Number.isFinite(ratio) ? ratio : null];
-            }),
-        );
+        summary.ratios[`${subject}/${other}`] = ratiosOf(cols, mine, theirs);
       }
     }
     out[scenario] = summary;
@@ -296,14 +305,7 @@ export function summarizeGroups(
     for (const [subject, baseline] of ratioPairs) {
       const mine = summary.brokers[subject]?.medians ?? null;
       const theirs = summary.brokers[baseline]?.medians ?? null;
-      summary.ratios[`${subject}/${baseline}`] = Object.fromEntries(
-        cols
-          .filter((c) => c.ratio)
-          .map((c) => {
-            const ratio = mine === null || theirs === null || !(theirs[c.key] > 0) ? null : mine[c.key] / theirs[c.key];
-            return [c.key, ratio !== null && Number.isFinite(ratio) ? ratio : null];
-          }),
-      );
+      summary.ratios[`${subject}/${baseline}`] = ratiosOf(cols, mine, theirs);
     }
     out[group.key] = summary;
   }
