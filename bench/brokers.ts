@@ -28,9 +28,12 @@ function node24Binary(): string {
   return binary;
 }
 
-/** `bare-net` is no broker, only the per-connection floor of a Node server: it runs the idle-rss scenario alone. */
+/**
+ * `bare-net` is no broker, only the floor of a Node server (bare-net-server.ts): the idle-rss scenario and the
+ * latency scenarios run on it.
+ */
 export function runsScenario(broker: BrokerName, scenario: string): boolean {
-  return broker !== 'bare-net' || scenario === 'idle-rss';
+  return broker !== 'bare-net' || scenario === 'idle-rss' || scenario.startsWith('latency-');
 }
 
 export function isBrokerName(value: string): value is BrokerName {
@@ -138,7 +141,8 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
     case 'aedes':
       return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/aedes-server.js'), String(port)] };
     case 'bare-net':
-      return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/bare-net-server.js'), String(port)] };
+      // The gateway's flags: the floor is the same runtime, run the same way.
+      return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/bare-net-server.js'), String(port)] };
     case 'mosquitto':
     case 'mosquitto-unlimited': {
       const config = path.join(dir, 'mosquitto.conf');

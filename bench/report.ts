@@ -121,7 +121,7 @@ export function summarize(
     const summary: ScenarioSummary = { title: titles[scenario], brokers: {}, ratios: {} };
     for (const broker of brokers) {
       const runs = records.filter((r) => r.scenario === scenario && r.broker === broker);
-      if (runs.length === 0) continue; // not run in this scenario (bare-net outside idle-rss)
+      if (runs.length === 0) continue; // not run in this scenario (bare-net in the throughput scenarios)
       const good = runs.filter((r) => r.ok && r.metrics !== undefined);
       const values = (key: string): number[] => good.map((r) => (r.metrics as unknown as Record<string, number>)[key]);
       summary.brokers[broker] = {
