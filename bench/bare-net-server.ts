@@ -9,7 +9,7 @@
  *   PUBLISH is written unchanged (same QoS and packet id) to every client that subscribed, one write per read, and
  *   answered with a PUBACK at QoS 1, written after the delivery (a write that wakes another process costs tens of
  *   µs on a VM: the delivery should not wait for it). No topic matching, sessions or retries; subscribers' PUBACKs are ignored; QoS 2
- *   is not relayed. One publisher and one subscriber, as in those scenarios, is all it is meant for.
+ *   is not relayed. MQTT 3.1.1 only, and one publisher and one subscriber, as in those scenarios: all it is meant for.
  */
 import net from 'node:net';
 
