@@ -1,6 +1,6 @@
 /**
- * The floor of a Node server, in its own process: `node dist/bench/bare-net-server.js <port>`. Two scenarios run on
- * it (brokers.ts `runsScenario`):
+ * The floor of a Node server, in its own process: `node dist/bench/bare-net-server.js <port>`, for two kinds of
+ * scenario (brokers.ts `runsScenario`):
  * - `idle-rss`: what any Node broker pays per connection before doing anything of its own. It holds every socket
  *   and answers a CONNECT with a CONNACK (accepted), so the probe sees a connected client; an idle socket gets no
  *   state of its own: shared listener functions, no per-socket object.
@@ -8,8 +8,9 @@
  *   runtime on this machine is measured in the same run as the brokers'. A SUBSCRIBE is granted what it asks; every
  *   PUBLISH is written unchanged (same QoS and packet id) to every client that subscribed, one write per read, and
  *   answered with a PUBACK at QoS 1, written after the delivery (a write that wakes another process costs tens of
- *   µs on a VM: the delivery should not wait for it). No topic matching, sessions or retries; subscribers' PUBACKs are ignored; QoS 2
- *   is not relayed. MQTT 3.1.1 only, and one publisher and one subscriber, as in those scenarios: all it is meant for.
+ *   µs on a VM: the delivery should not wait for it). No topic matching, sessions or retries; subscribers' PUBACKs
+ *   are ignored; QoS 2 is not relayed. MQTT 3.1.1 only, one publisher and one subscriber, as in those scenarios:
+ *   all it is meant for.
  */
 import net from 'node:net';
 
