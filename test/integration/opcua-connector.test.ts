@@ -317,10 +317,11 @@ describe('OPC UA connector against a node-opcua server', () => {
   it('stop() during start() abandons the start and leaves nothing running', async () => {
     const c = connector({ tags: [{ name: 'counter', nodeId: ns('Changing.Counter'), datatype: 'UInt32' }] });
     const sink = new RecordingSink();
-    const starting = c.start(sink);
+    // The expectation is attached at once: the start may reject while stop() is still closing what it opened.
+    const abandoned = expect(c.start(sink)).rejects.toThrow(/stopped while starting/);
     await new Promise((resolve) => setTimeout(resolve, 50));
     await c.stop();
-    await expect(starting).rejects.toThrow(/stopped while starting/);
+    await abandoned;
     expect(c.isConnected).toBe(false);
     const seen = sink.samples.length;
     await new Promise((resolve) => setTimeout(resolve, 500));
