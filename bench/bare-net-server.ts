@@ -45,13 +45,12 @@ function onData(this: RelaySocket, chunk: Buffer): void {
   const acks: number[] = [];
   let at = 0;
   while (at < buf.length) {
-    const end = packetEnd(buf, at);
-    if (end < 0) {
+    if (!readHeader(buf, at)) {
       this[kPartial] = buf.subarray(at);
       break;
     }
-    handle(this, buf, at, end, forward, acks);
-    at = end;
+    handle(this, buf, at, header.body, header.end, forward, acks);
+    at = header.end;
   }
   if (forward.length > 0) {
     const out = forward.length === 1 ? forward[0] : Buffer.concat(forward);
@@ -63,26 +62,29 @@ function onData(this: RelaySocket, chunk: Buffer): void {
   if (acks.length > 0) this.write(Buffer.from(acks));
 }
 
-/** Where the packet that starts at `at` ends; -1 when the buffer holds only part of it. */
-function packetEnd(buf: Buffer, at: number): number {
+/** Where the packet read by `readHeader` starts its body and ends; one object, reused. */
+const header = { body: 0, end: 0 };
+
+/** Reads the fixed header of the packet at `at` into `header`; false when the buffer holds only part of it. */
+function readHeader(buf: Buffer, at: number): boolean {
   let length = 0;
   let multiplier = 1;
   for (let i = at + 1; i < buf.length && i <= at + 4; i++) {
     const byte = buf[i];
     length += (byte & 0x7f) * multiplier;
-    if ((byte & 0x80) === 0) return i + 1 + length <= buf.length ? i + 1 + length : -1;
+    if ((byte & 0x80) === 0) {
+      header.body = i + 1;
+      header.end = i + 1 + length;
+      return header.end <= buf.length;
+    }
     multiplier *= 128;
   }
-  return -1;
+  return false;
 }
 
 /** Answers or collects one packet: PUBLISHes to `forward`, the bytes of their PUBACKs to `acks`. */
-function handle(socket: net.Socket, buf: Buffer, at: number, end: number, forward: Buffer[], acks: number[]): void {
-  const type = buf[at] >> 4;
-  let body = at + 1;
-  while (buf[body] & 0x80) body++;
-  body++;
-  switch (type) {
+function handle(socket: net.Socket, buf: Buffer, at: number, body: number, end: number, forward: Buffer[], acks: number[]): void {
+  switch (buf[at] >> 4) {
     case CONNECT:
       socket.write(connack);
       return;
