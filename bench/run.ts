@@ -33,7 +33,9 @@ const usage = `Usage: npm run bench -- [options]
   --scenarios LIST      comma-separated, default ${scenarioNames.join(',')}
   --reps N              repetitions per broker and scenario (median reported), default 5
   --duration-s N        seconds of publishing per throughput scenario, default 3
-  --latency-s N         seconds of publishing per latency scenario, default 2
+  --latency-s N         seconds measured per latency scenario, default 2
+  --latency-warmup-s N  seconds published first at the same rate and not measured, default 0.5 (the broker's
+                        steady state: 15, see bench/README.md "Latency: the first seconds and the steady state")
   --rate N              latency scenarios' fixed rate in msg/s, default 5000
   --connections N       idle connections for idle-rss, default 10000
   --rss-reps N          repetitions of idle-rss (slow, and steady to 2 digits), default min(reps, 3)
@@ -76,6 +78,7 @@ function parseOptions(): {
       reps: { type: 'string' },
       'duration-s': { type: 'string' },
       'latency-s': { type: 'string' },
+      'latency-warmup-s': { type: 'string' },
       rate: { type: 'string' },
       connections: { type: 'string' },
       'rss-reps': { type: 'string' },
@@ -100,6 +103,7 @@ function parseOptions(): {
     scenario: {
       durationMs: 1000 * positive(values['duration-s'], quick ? 1 : 3, 'duration-s'),
       latencyDurationMs: 1000 * positive(values['latency-s'], quick ? 1.5 : 2, 'latency-s'),
+      latencyWarmupMs: 1000 * positive(values['latency-warmup-s'], 0.5, 'latency-warmup-s'),
       latencyRatePerS: positive(values.rate, 5000, 'rate'),
       idleConnections: Math.round(positive(values.connections, quick ? 2000 : 10_000, 'connections')),
       payloadBytes: 64,
