@@ -405,13 +405,18 @@ export function runScenario(name: ScenarioName, ctx: ScenarioContext): Promise<S
   }
 }
 
+function latencyTitle(o: ScenarioOptions, qos: 0 | 1): string {
+  const subscriber = qos === 0 ? '1 subscriber' : '1 QoS 1 subscriber';
+  return `Latency QoS ${qos}: 1 publisher -> ${subscriber} at ${o.latencyRatePerS} msg/s, ${o.latencyDurationMs / 1000} s measured after ${o.latencyWarmupMs / 1000} s`;
+}
+
 export const scenarioTitles: Record<ScenarioName, (o: ScenarioOptions) => string> = {
   'qos0-fanin': (o) => `QoS 0 fan-in: 10 publishers -> 1 subscriber on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
   'qos1-fanin': (o) =>
     `QoS 1 fan-in: 10 publishers (16 in flight each) -> 1 QoS 1 subscriber on bench/#, ${o.payloadBytes} B, ${o.durationMs / 1000} s`,
   'qos0-fanout': (o) => `QoS 0 fan-out: 1 publisher -> 50 subscribers on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
-  'latency-qos0': (o) => `Latency QoS 0: 1 publisher -> 1 subscriber at ${o.latencyRatePerS} msg/s, ${o.latencyDurationMs / 1000} s measured after ${o.latencyWarmupMs / 1000} s`,
-  'latency-qos1': (o) => `Latency QoS 1: 1 publisher -> 1 QoS 1 subscriber at ${o.latencyRatePerS} msg/s, ${o.latencyDurationMs / 1000} s measured after ${o.latencyWarmupMs / 1000} s`,
+  'latency-qos0': (o) => latencyTitle(o, 0),
+  'latency-qos1': (o) => latencyTitle(o, 1),
   'qos0-overload': (o) =>
     `QoS 0 overload: 10 publishers as fast as the broker reads -> 1 subscriber, ${o.payloadBytes} B, ${o.durationMs / 1000} s (accepted = written)`,
   'qos1-overload': (o) =>
