@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { freePort } from '../test/helpers/ports.js';
 import { PacketReader, PacketType, disconnectPacket, encodeConnect } from './mqtt-wire.js';
 
 export const brokerNames = ['edgeferry', 'mosquitto', 'mosquitto-unlimited', 'aedes', 'bare-net', 'edgeferry-node24'] as const;
@@ -92,17 +93,7 @@ export function summarizeOutput(output: string): string {
   return (errorLine ?? lines[lines.length - 1] ?? 'no output').slice(0, 500);
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address !== null ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 /**
  * The Node.js flags the gateway runs with, as the systemd unit, the release's wrapper and `npm start` run it
