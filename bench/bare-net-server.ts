@@ -1,6 +1,6 @@
 /**
- * The floor of a Node server, in its own process: `node dist/bench/bare-net-server.js <port>`, for two kinds of
- * scenario (brokers.ts `runsScenario`):
+ * The floor of a Node server, in its own process: `node dist/bench/bare-net-server.js <port> [--store DIR]`, for
+ * three kinds of scenario (brokers.ts `runsScenario`, persistence.ts):
  * - `idle-rss`: what any Node broker pays per connection before doing anything of its own. It holds every socket
  *   and answers a CONNECT with a CONNACK (accepted), so the probe sees a connected client; an idle socket gets no
  *   state of its own: shared listener functions, no per-socket object.
@@ -11,14 +11,31 @@
  *   µs on a VM: the delivery should not wait for it). No topic matching, sessions or retries; subscribers' PUBACKs
  *   are ignored; QoS 2 is not relayed. MQTT 3.1.1 only, one publisher and one subscriber, as in those scenarios:
  *   all it is meant for.
+ * - with `--store DIR`, durable ingest (`npm run bench:persistence`, its `store-relay` row): the least a Node
+ *   process can do to acknowledge a QoS 1 PUBLISH only once it is durable. Each one (QoS 0 is dropped) goes into the offline queue of
+ *   one session in edgeferry's LMDB store in DIR (`storage.sync: full`), as the gateway queues for a persistent
+ *   subscriber, and nowhere else; the PUBACKs of one read are written at once when all of its messages are
+ *   durable. So the publishers' round trip (network, the generator, its system calls) is in the figure, and of the
+ *   gateway's own work only the store's: what edgeferry adds to that is what it could still save.
  */
 import net from 'node:net';
+import { parseArgs } from 'node:util';
+import { createMessage } from '../src/protocol/message.js';
+import { openLmdbStore } from '../src/store/lmdb/open.js';
+import type { Store } from '../src/store/types.js';
+import { silentLogger } from '../src/util/logger.js';
 
-const port = Number(process.argv[2]);
+const { positionals, values } = parseArgs({ allowPositionals: true, options: { store: { type: 'string' } } });
+const port = Number(positionals[0]);
 if (!Number.isInteger(port) || port <= 0 || port > 65535) {
-  process.stderr.write(`usage: bare-net-server.js <port> (got ${String(process.argv[2])})\n`);
+  process.stderr.write(`usage: bare-net-server.js <port> [--store DIR] (got ${String(positionals[0])})\n`);
   process.exit(2);
 }
+/** The client whose offline queue every message goes into (one session: the persistence bench's subscriber). */
+const QUEUE = 'bench-subscriber';
+const store: Store | undefined =
+  values.store === undefined ? undefined : await openLmdbStore({ path: values.store, sync: 'full', maxBytes: 0, log: silentLogger });
+await store?.sessions.putSession(QUEUE, { expiryIntervalS: 3600 });
 
 const CONNECT = 1;
 const PUBLISH = 3;
@@ -43,13 +60,14 @@ function onData(this: RelaySocket, chunk: Buffer): void {
   }
   const forward: Buffer[] = [];
   const acks: number[] = [];
+  const durable: Promise<number>[] = [];
   let at = 0;
   while (at < buf.length) {
     if (!readHeader(buf, at)) {
       this[kPartial] = buf.subarray(at);
       break;
     }
-    handle(this, buf, at, header.body, header.end, forward, acks);
+    handle(this, buf, at, header.body, header.end, forward, acks, durable);
     at = header.end;
   }
   if (forward.length > 0) {
@@ -59,7 +77,10 @@ function onData(this: RelaySocket, chunk: Buffer): void {
       else sub.write(out);
     }
   }
-  if (acks.length > 0) this.write(Buffer.from(acks));
+  if (acks.length === 0) return;
+  const puback = Buffer.from(acks);
+  if (durable.length === 0) this.write(puback);
+  else void Promise.all(durable).then(() => this.write(puback), (err: unknown) => fail(err));
 }
 
 /** Where the packet read by `readHeader` starts its body and ends; one object, reused. */
@@ -82,18 +103,34 @@ function readHeader(buf: Buffer, at: number): boolean {
   return false;
 }
 
-/** Answers or collects one packet: PUBLISHes to `forward`, the bytes of their PUBACKs to `acks`. */
-function handle(socket: net.Socket, buf: Buffer, at: number, body: number, end: number, forward: Buffer[], acks: number[]): void {
+/**
+ * Answers or collects one packet: PUBLISHes to `forward` (or, with a store, their writes to `durable`), the bytes of
+ * their PUBACKs to `acks`.
+ */
+function handle(
+  socket: net.Socket,
+  buf: Buffer,
+  at: number,
+  body: number,
+  end: number,
+  forward: Buffer[],
+  acks: number[],
+  durable: Promise<number>[],
+): void {
   switch (buf[at] >> 4) {
     case CONNECT:
       socket.write(connack);
       return;
     case PUBLISH: {
-      forward.push(buf.subarray(at, end));
-      if (((buf[at] >> 1) & 3) === 1) {
-        const id = body + 2 + buf.readUInt16BE(body);
-        acks.push(0x40, 0x02, buf[id], buf[id + 1]);
+      const qos = (buf[at] >> 1) & 3;
+      const topicEnd = body + 2 + buf.readUInt16BE(body);
+      if (store === undefined) forward.push(buf.subarray(at, end));
+      else if (qos === 1) {
+        const topic = buf.toString('utf8', body + 2, topicEnd);
+        const payload = buf.subarray(qos > 0 ? topicEnd + 2 : topicEnd, end);
+        durable.push(store.sessions.enqueue(QUEUE, createMessage({ topic, payload, qos: 1, origin: 'bench' })));
       }
+      if (qos === 1) acks.push(0x40, 0x02, buf[topicEnd], buf[topicEnd + 1]);
       return;
     }
     case SUBSCRIBE: {
@@ -118,6 +155,12 @@ function handle(socket: net.Socket, buf: Buffer, at: number, body: number, end: 
 
 function ignoreError(): void {}
 
+/** A store write that failed ends the run: the bench must not read a rate from acknowledgements never sent. */
+function fail(err: unknown): never {
+  process.stderr.write(`bare-net-server: store write failed: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+}
+
 const server = net.createServer((socket) => {
   socket.setNoDelay(true);
   socket.on('data', onData);
@@ -129,6 +172,9 @@ server.on('error', (err) => {
 });
 server.listen(port, '127.0.0.1');
 
-const stop = (): void => process.exit(0);
+const stop = (): void => {
+  if (store === undefined) process.exit(0);
+  else void store.close().finally(() => process.exit(0));
+};
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);

@@ -61,9 +61,11 @@ import {
 import { formatNumber, renderGroups, summarizeGroups, type GroupColumn, type GroupSpec } from './report.js';
 import { storeRate } from './store-rate.js';
 
-const brokerKinds = ['edgeferry', 'mosquitto', 'edgeferry-relaxed', 'store'] as const;
+const brokerKinds = ['edgeferry', 'mosquitto', 'edgeferry-relaxed', 'store', 'store-relay'] as const;
 type BrokerKind = (typeof brokerKinds)[number];
-const defaultBrokers: BrokerKind[] = ['edgeferry', 'mosquitto', 'store'];
+const defaultBrokers: BrokerKind[] = ['edgeferry', 'mosquitto', 'store', 'store-relay'];
+/** Measured in the throughput scenario's ingest only: they keep no session to drain or to survive a restart. */
+const ingestOnly: readonly BrokerKind[] = ['store', 'store-relay'];
 const scenarioKinds = ['throughput', 'sigkill'] as const;
 type ScenarioKind = (typeof scenarioKinds)[number];
 
@@ -71,7 +73,9 @@ const defaults = { reps: 5, out: 'bench/results/persistence.json' };
 const usage = `Usage: npm run bench:persistence -- [options]
   --brokers LIST        comma-separated from ${brokerKinds.join(',')}; default ${defaultBrokers.join(',')}
                         (edgeferry-relaxed = edgeferry with storage.sync: relaxed; store = the LMDB store
-                        alone, in this process, at publishers x window writes in flight: throughput only)
+                        alone, in this process, at publishers x window writes in flight; store-relay = the
+                        same store behind the bare Node relay (bare-net-server.ts --store), the same
+                        publishers: throughput's ingest only, both)
   --scenarios LIST      comma-separated from ${scenarioKinds.join(',')}; default both
 ${loadUsage(defaults, ['  --payload-bytes N     payload size, default 64 (at least 8)'])}`;
 
@@ -100,6 +104,10 @@ function brokerCommand(
   dir: string,
   cpuProfDir: string | undefined,
 ): { file: string; args: string[] } {
+  const profile = cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`];
+  if (kind === 'store-relay') {
+    return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(rootDir, 'dist/bench/bare-net-server.js'), String(port), '--store', dir] };
+  }
   if (kind === 'mosquitto') {
     const config = path.join(dir, 'mosquitto.conf');
     fs.writeFileSync(
@@ -135,7 +143,6 @@ function brokerCommand(
       '',
     ].join('\n'),
   );
-  const profile = cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`];
   return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(rootDir, 'dist/src/cli.js'), '--config', config] };
 }
 
@@ -240,7 +247,7 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const startedNs = nowNs();
     broker = await launchBroker(ctx.kind, port, dir, ctx.opts.cpuProfDir);
     const startS = secondsBetween(startedNs, nowNs());
-    await createPersistentSubscription(port, subscriberId);
+    if (ctx.kind !== 'store-relay') await createPersistentSubscription(port, subscriberId);
 
     const cpuBefore = readCpuS(broker.pid);
     const genBefore = process.cpuUsage();
@@ -252,6 +259,10 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const genCpuPct = (100 * (gen.user + gen.system)) / 1e6 / ingestS;
     if (!pub.complete) notes.push(`ingest incomplete: ${pub.acked} of ${ctx.opts.messages} acknowledged${pub.problem ? ` (${pub.problem})` : ''}`);
     if (broker.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(broker.exitStatus())}) during the ingest`);
+    if (ctx.kind === 'store-relay') {
+      // It queues for no session a subscriber could take: delivery and loss are not measured for it (n/a).
+      return { ingestPerS: pub.acked / ingestS, acked: pub.acked, delivered: Number.NaN, lost: Number.NaN, duplicates: Number.NaN, ingestBrokerCpuPct, genCpuPct };
+    }
 
     let restartS = Number.NaN;
     let rssAfterIngestKb = Number.NaN;
@@ -357,6 +368,9 @@ function describeRun(r: RunRecord): string {
   if (!r.ok || r.metrics === undefined) return `${head} FAILED: ${(r.error ?? '').split('\n')[0].slice(0, 300)}`;
   const m = r.metrics;
   if (r.broker === 'store') return `${head} ingest ${formatNumber(m.ingestPerS)} msg/s (the store alone, session queue) ${tail}`;
+  if (r.broker === 'store-relay') {
+    return `${head} ingest ${formatNumber(m.ingestPerS)} msg/s (broker CPU ${m.ingestBrokerCpuPct.toFixed(0)}%; the store behind a bare relay) ${tail}`;
+  }
   const loss = `acked ${formatNumber(m.acked)}, delivered ${formatNumber(m.delivered)}, lost ${formatNumber(m.lost)}, dups ${formatNumber(m.duplicates)}`;
   if (r.scenario === 'sigkill') {
     return `${head} ingest ${formatNumber(m.ingestPerS)} msg/s; after SIGKILL + restart (${formatNumber(m.restartS)} s, session ${m.sessionPresent === 1 ? 'kept' : 'gone'}): ${loss} ${tail}`;
@@ -403,15 +417,16 @@ async function main(): Promise<void> {
     tagPrefix: 'p',
     run: (scenario, broker, runTag, notes) => runOnce({ kind: broker, scenario, opts, tmpDir, runTag }, notes),
     describe: describeRun,
-    applies: (scenario, broker) => broker !== 'store' || scenario === 'throughput',
+    applies: (scenario, broker) => !ingestOnly.includes(broker) || scenario === 'throughput',
   });
 
-  const brokers = opts.brokers.filter((b) => b !== 'store');
+  const brokers = opts.brokers.filter((b) => !ingestOnly.includes(b));
   const pairs: (readonly [string, string])[] = opts.brokers.includes('mosquitto')
     ? brokers.filter((b) => b !== 'mosquitto').map((b) => [b, 'mosquitto'] as const)
     : [];
-  // The target of durable ingest: a share of what the store alone commits at the same in-flight count.
-  if (opts.brokers.includes('store') && opts.brokers.includes('edgeferry')) pairs.push(['edgeferry', 'store']);
+  // The target of durable ingest: a share of what the store alone commits at the same in-flight count; and how
+  // much of what is left is the gateway's own, next to the same store behind the least a Node server does.
+  for (const floor of ingestOnly) if (opts.brokers.includes(floor) && opts.brokers.includes('edgeferry')) pairs.push(['edgeferry', floor]);
   const runs = records.map((r) => ({ ...r, group: r.scenario }));
   const summary = summarizeGroups(runs, groups(opts), opts.brokers, pairs);
   process.stdout.write(renderGroups(summary, groups(opts)) + '\n');
