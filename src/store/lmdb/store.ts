@@ -40,6 +40,7 @@ import type { JournalDepth, Outbox, OutboxLimits, Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, storedOutboxCursor, type OutboxMeta } from './outbox.js';
 import { LmdbJournal } from './journal.js';
+import { GroupCommit } from './group-commit.js';
 import { migrateOutboxesToJournal } from './migrate.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
@@ -131,6 +132,9 @@ export class LmdbStore implements Store, StoreWriter {
   private queue: Op[] = [];
   private inFlight: Batch | undefined;
   private issueScheduled = false;
+  /** When the next batch is issued (group-commit.ts), and the timer that issues it when its group is late. */
+  private readonly group = new GroupCommit();
+  private groupTimer: NodeJS.Timeout | undefined;
   /** Settles (never rejects) when every batch issued so far has settled; keeps resolutions in order. */
   private lastSettled: Promise<void> = Promise.resolve();
   private closing = false;
@@ -281,6 +285,7 @@ export class LmdbStore implements Store, StoreWriter {
     if (this.closing) return Promise.reject(closedError());
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ run, resolve: resolve as (v: unknown) => void, reject });
+      this.group.queued();
       this.scheduleIssue();
     });
   }
@@ -470,9 +475,20 @@ export class LmdbStore implements Store, StoreWriter {
   private issue(): void {
     this.issueScheduled = false;
     if (this.inFlight !== undefined || this.queue.length === 0) return;
+    const waitMs = this.closing ? 0 : this.group.waitMs(this.queue.length);
+    if (waitMs > 0) {
+      // Each new operation schedules another look (`schedule`); the timer issues what is queued when time is up.
+      this.groupTimer ??= setTimeout(this.issueLate, waitMs);
+      return;
+    }
+    if (this.groupTimer !== undefined) {
+      clearTimeout(this.groupTimer);
+      this.groupTimer = undefined;
+    }
     const ops = this.queue;
     this.queue = [];
     const b = new Batch();
+    b.issuedAtMs = performance.now();
     this.inFlight = b;
     // One explicit lmdb-js batch = one transaction, and its promise is the only one lmdb-js creates for it.
     // (With lmdb-js's default event-turn batching it also creates a commit promise that nobody holds; when a
@@ -518,6 +534,11 @@ export class LmdbStore implements Store, StoreWriter {
     );
   }
 
+  private readonly issueLate = (): void => {
+    this.groupTimer = undefined;
+    this.issue();
+  };
+
   /** Runs the queued operations and writes the counters they changed, all inside one lmdb-js batch. */
   private build(b: Batch, ops: Op[]): void {
     for (const op of ops) {
@@ -539,6 +560,7 @@ export class LmdbStore implements Store, StoreWriter {
   }
 
   private afterCommit(b: Batch): void {
+    this.group.committed(b.done.length, performance.now() - b.issuedAtMs);
     this.pageBytes.reservedSince += b.reservedBytes;
     this.commits++;
     // A `maxBytes` episode ends when `quotaRefusal` finds room again.
@@ -578,6 +600,7 @@ export class LmdbStore implements Store, StoreWriter {
     }
     for (const member of b.members) member.rollback();
     for (const member of b.lastMembers) member.rollback();
+    this.group.reset();
     this.inFlight = undefined;
     if (this.queue.length > 0) this.scheduleIssue();
     return failure;

@@ -52,6 +52,8 @@ export class Batch {
   probe = false;
   /** The batch deletes something: once committed, a full disk may have room again. */
   deletes = false;
+  /** When it was issued (`performance.now()`): how long its commit took is the group's wait (group-commit.ts). */
+  issuedAtMs = 0;
 
   /** Adds `member` to this batch; true the first time, when it keeps what a rollback needs. */
   join(member: BatchMember): boolean {
