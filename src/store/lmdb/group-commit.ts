@@ -5,26 +5,33 @@
  * is queued, then for its own. The writers a commit releases (the publishers its PUBACKs answer) come back one
  * round trip later, not all at once: issuing at the first of them splits the group into a small batch and a large
  * one, which then take turns, and every write waits for two commits (measured: batches of 16 and 144 alternating,
- * 160 writes in flight). Waiting for the rest pays only when they are back within a fraction of a commit: then the
- * next batch waits until as many operations are queued as the last one held, for at most half as long as the last
- * commit took, counted from its end. The next batch goes at once when the group's last return took longer than
- * that (a slow network: waiting would not join it), when commits are too fast for a timer to wait a fraction of
- * one (a fast disk), and for a lone writer (a batch of one is always back in full).
+ * 160 writes in flight). Waiting for the rest pays when the disk's flush, which every commit pays however little
+ * it holds, is longer than the group's return: then the next batch waits until as many operations are queued as the
+ * last one held, for at most as long as that flush (measured on the last small batch), counted from the last
+ * commit's end, so a writer never waits longer than a split would have cost it. The next batch goes at once when
+ * the group's last return took longer than that (a slow network: waiting would not join it), when the flush is short
+ * (below MIN_COMMIT_MS), and for a lone writer (a batch of one is always back in full).
  */
 
-/** The share of the last commit's duration that the next batch may wait for its group. */
-const HOLD_SHARE = 0.5;
 /**
- * No wait shorter than this: Node's timers count whole milliseconds, so a shorter one would last a millisecond
- * anyway, about a whole commit on a disk that fast, where waiting did not pay (measured: the same rate, or less).
+ * No wait for commits that take less than this: Node's timers count whole milliseconds, so a wait for a group would
+ * last about as long as such a commit, which is all that waiting could save (on this VM's disk, where a small
+ * batch commits in about 1 ms, waiting gave the same rate or less).
  */
-const MIN_HOLD_MS = 1;
+const MIN_COMMIT_MS = 2;
+/** A batch this many times smaller than the one before it tells what a commit costs however little it holds. */
+const SMALL_BATCH_FACTOR = 4;
 
 export class GroupCommit {
   /** Operations in the last committed batch: its writers, when they come back. */
   private target = 0;
   private releasedAtMs = 0;
-  private holdMs = 0;
+  /**
+   * What a commit costs however little it holds (the disk's flush), from the last small batch: what a split costs
+   * the writers left for the next batch, so the longest worth waiting for them. 0 until a small batch was seen.
+   * (A large batch's commit also costs its writes: where that is most of it, splitting costs little.)
+   */
+  private fixedMs = 0;
   /** Operations queued since the last commit ended, and how long the last group took to come back whole. */
   private arrived = 0;
   private returnMs = Number.POSITIVE_INFINITY;
@@ -33,9 +40,9 @@ export class GroupCommit {
 
   /** A batch of `ops` operations committed, `tookMs` after it was issued. */
   committed(ops: number, tookMs: number): void {
+    if (ops * SMALL_BATCH_FACTOR <= this.target) this.fixedMs = tookMs;
     this.target = ops;
     this.releasedAtMs = this.now();
-    this.holdMs = tookMs * HOLD_SHARE;
     this.arrived = 0;
   }
 
@@ -51,7 +58,7 @@ export class GroupCommit {
 
   /** How long the next batch should still wait with `queued` operations queued; 0 to issue it now. */
   waitMs(queued: number): number {
-    if (queued >= this.target || this.holdMs < MIN_HOLD_MS || this.returnMs > this.holdMs) return 0;
-    return Math.max(0, this.releasedAtMs + this.holdMs - this.now());
+    if (queued >= this.target || this.fixedMs < MIN_COMMIT_MS || this.returnMs >= this.fixedMs) return 0;
+    return Math.max(0, this.releasedAtMs + this.fixedMs - this.now());
   }
 }
