@@ -18,17 +18,20 @@ function roundTrip(group: GroupCommit, c: ReturnType<typeof clock>, ops: number,
   for (let i = 0; i < ops; i++) group.queued();
 }
 
-/** A group of 144 split from 16 by a disk whose flush takes `flushMs`, then back whole after `returnMs`. */
+/** What a commit of `ops` costs on a disk whose flush takes `flushMs`, each write 1/16 ms. */
+const commitMs = (flushMs: number, ops: number): number => flushMs + ops / 16;
+
+/** Batches of 144 and 16 (a group split) on a disk whose flush takes `flushMs`, each group back after `returnMs`. */
 function splitGroup(flushMs: number, returnMs: number): { group: GroupCommit; c: ReturnType<typeof clock> } {
   const c = clock();
   const group = new GroupCommit(c.now);
-  roundTrip(group, c, 144, flushMs + 1, returnMs);
-  roundTrip(group, c, 16, flushMs, returnMs); // 16 after 144: a small batch, which costs the flush alone
+  roundTrip(group, c, 144, commitMs(flushMs, 144), returnMs);
+  roundTrip(group, c, 16, commitMs(flushMs, 16), returnMs);
   return { group, c };
 }
 
 describe('group commit', () => {
-  it('issues at once while no small batch has shown what a commit costs (a fresh store)', () => {
+  it('issues at once while no two batches of different sizes have shown what a commit costs (a fresh store)', () => {
     const c = clock();
     const group = new GroupCommit(c.now);
     expect(group.waitMs(1)).toBe(0);
@@ -39,7 +42,7 @@ describe('group commit', () => {
 
   it('waits for the rest of a group that comes back within a flush, at most until a flush after the commit ended', () => {
     const { group, c } = splitGroup(6, 2);
-    group.committed(160, 7);
+    group.committed(160, commitMs(6, 160));
     c.advance(1);
     for (let i = 0; i < 16; i++) group.queued();
     expect(group.waitMs(16)).toBe(5); // 6 ms allowed from the commit's end, 1 gone
@@ -51,33 +54,40 @@ describe('group commit', () => {
 
   it('ends the wait when its time is up, though the group is not complete', () => {
     const { group, c } = splitGroup(6, 2);
-    group.committed(160, 7);
+    group.committed(160, commitMs(6, 160));
     c.advance(6);
     expect(group.waitMs(144)).toBe(0);
   });
 
   it('does not wait for a group whose last return took as long as a flush (it would not join in time)', () => {
     const { group } = splitGroup(6, 6);
-    group.committed(160, 7);
+    group.committed(160, commitMs(6, 160));
     expect(group.waitMs(16)).toBe(0);
   });
 
-  it('does not wait where a small batch commits in under 2 ms, however long large ones take (their writes, not the flush)', () => {
+  it('does not wait where the flush takes under 2 ms, however long large batches take (their writes, not the flush)', () => {
     const { group } = splitGroup(1.9, 0.2);
-    group.committed(640, 5);
+    group.committed(640, commitMs(1.9, 640)); // 41.9 ms
     expect(group.waitMs(16)).toBe(0);
     const slow = splitGroup(2, 0.2).group;
-    slow.committed(160, 3);
+    slow.committed(160, commitMs(2, 160));
     expect(slow.waitMs(16)).toBe(2);
+  });
+
+  it('keeps what it learnt while every batch is the same size (the group waited for is whole each time)', () => {
+    const { group, c } = splitGroup(6, 2);
+    for (let i = 0; i < 5; i++) roundTrip(group, c, 160, commitMs(6, 160), 2);
+    group.committed(160, commitMs(6, 160));
+    expect(group.waitMs(16)).toBe(6);
   });
 
   it('never holds a lone writer, and goes at once after a failed commit', () => {
     const { group, c } = splitGroup(6, 2);
-    roundTrip(group, c, 1, 6, 0.5);
-    group.committed(1, 6);
+    roundTrip(group, c, 1, commitMs(6, 1), 0.5);
+    group.committed(1, commitMs(6, 1));
     expect(group.waitMs(1)).toBe(0);
-    roundTrip(group, c, 160, 7, 2);
-    group.committed(160, 7);
+    roundTrip(group, c, 160, commitMs(6, 160), 2);
+    group.committed(160, commitMs(6, 160));
     expect(group.waitMs(16)).toBeGreaterThan(0);
     group.reset();
     expect(group.waitMs(16)).toBe(0);

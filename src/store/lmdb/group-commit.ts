@@ -7,7 +7,7 @@
  * one, which then take turns, and every write waits for two commits (measured: batches of 16 and 144 alternating,
  * 160 writes in flight). Waiting for the rest pays when the disk's flush, which every commit pays however little
  * it holds, is longer than the group's return: then the next batch waits until as many operations are queued as the
- * last one held, for at most as long as that flush (measured on the last small batch), counted from the last
+ * last one held, for at most as long as that flush (estimated from batches of different sizes), counted from the last
  * commit's end, so a writer never waits longer than a split would have cost it. The next batch goes at once when
  * the group's last return took longer than that (a slow network: waiting would not join it), when the flush is short
  * (below MIN_COMMIT_MS), and for a lone writer (a batch of one is always back in full).
@@ -19,17 +19,19 @@
  * batch commits in about 1 ms, waiting gave the same rate or less).
  */
 const MIN_COMMIT_MS = 2;
-/** A batch this many times smaller than the one before it tells what a commit costs however little it holds. */
-const SMALL_BATCH_FACTOR = 4;
+/** Two batches in a row whose sizes differ by this factor tell a commit's fixed cost from its cost per write. */
+const SIZE_FACTOR = 2;
 
 export class GroupCommit {
   /** Operations in the last committed batch: its writers, when they come back. */
   private target = 0;
   private releasedAtMs = 0;
+  private lastTookMs = 0;
   /**
-   * What a commit costs however little it holds (the disk's flush), from the last small batch: what a split costs
-   * the writers left for the next batch, so the longest worth waiting for them. 0 until a small batch was seen.
-   * (A large batch's commit also costs its writes: where that is most of it, splitting costs little.)
+   * What a commit costs however little it holds (the disk's flush): what a split costs the writers left for the
+   * next batch, so the longest worth waiting for them. From the last two batches of clearly different sizes (a line
+   * through their durations, at zero writes); 0 until there were two. Where a commit's cost is mostly its writes,
+   * a split costs little, and this is small.
    */
   private fixedMs = 0;
   /** Operations queued since the last commit ended, and how long the last group took to come back whole. */
@@ -40,8 +42,16 @@ export class GroupCommit {
 
   /** A batch of `ops` operations committed, `tookMs` after it was issued. */
   committed(ops: number, tookMs: number): void {
-    if (ops * SMALL_BATCH_FACTOR <= this.target) this.fixedMs = tookMs;
+    const small = Math.min(ops, this.target);
+    const large = Math.max(ops, this.target);
+    if (small > 0 && large >= small * SIZE_FACTOR) {
+      const smallMs = ops === small ? tookMs : this.lastTookMs;
+      const perOpMs = ((ops === large ? tookMs : this.lastTookMs) - smallMs) / (large - small);
+      // Measurements are noisy: never below zero, never above the small batch's own duration.
+      this.fixedMs = Math.min(smallMs, Math.max(0, smallMs - perOpMs * small));
+    }
     this.target = ops;
+    this.lastTookMs = tookMs;
     this.releasedAtMs = this.now();
     this.arrived = 0;
   }
