@@ -11,7 +11,8 @@
  *   (lmdb-js's automatic event-turn batching is switched off: it creates a commit promise nobody holds, which
  *   rejects unhandled when a commit fails, e.g. on a full disk, and would kill the process. Verified.)
  * - Only one batch is in flight at a time: the next one is issued once the previous transaction has
- *   *committed* (its fsync may still be running; `overlappingSync` overlaps it with the next transaction).
+ *   *committed* (`overlappingSync` may let its fsync still run), and when group-commit.ts says so: where a
+ *   commit's flush is long, it waits for the writers the last commit released.
  *   So when a batch is built, the committed database is exactly what the JS state describes, decisions
  *   (limits, drops, sequence numbers) are made against it, and a failed commit can be rolled back in JS by
  *   restoring the few counters it touched.
