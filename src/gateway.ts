@@ -176,6 +176,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
         ),
       storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
       storeCorruptRecords: () => store.corruptRecords,
+      storeCommits: () => store.commits,
     });
     metrics = new MetricsServer(
       registry,

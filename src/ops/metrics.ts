@@ -34,6 +34,7 @@ export interface MetricsSources {
   storeBytes(): number | undefined;
   /** Damaged store records found while running (skipped, never delivered). */
   storeCorruptRecords(): number;
+  storeCommits(): number;
 }
 
 export interface Readiness {
@@ -128,6 +129,9 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   });
   mirroredCounter(r, 'edgeferry_store_corrupt_records_total', 'Damaged store records (bad checksum) skipped, never delivered', [], () => [
     [{}, s.storeCorruptRecords()],
+  ]);
+  mirroredCounter(r, 'edgeferry_store_commits_total', 'Store transactions committed (each one flush with storage.sync: full)', [], () => [
+    [{}, s.storeCommits()],
   ]);
   return r;
 }

@@ -393,6 +393,7 @@ class MemoryRetainedStore implements RetainedStore {
 class MemoryStore implements Store {
   readonly durable = false;
   readonly corruptRecords = 0; // nothing is read back from a disk
+  readonly commits = 0; // nothing is written to one
   readonly retained: MemoryRetainedStore;
   readonly sessions: MemorySessionStore;
   private readonly outboxes = new Map<string, MemoryOutbox>();

@@ -249,6 +249,8 @@ export interface Store {
   readonly clock: SteadyClock;
   /** Damaged records (bad checksum) found while running: skipped, never delivered, deleted. */
   readonly corruptRecords: number;
+  /** Transactions committed since the store opened (each one flush with `storage.sync: full`); 0 in memory. */
+  readonly commits: number;
   readonly retained: RetainedStore;
   readonly sessions: SessionStore;
   /** Opens (or creates) the named outbox; the same name returns the same outbox with its content. */

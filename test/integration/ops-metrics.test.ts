@@ -118,6 +118,7 @@ describe('metrics endpoint', { timeout: 60_000 }, () => {
     expect(m.value('edgeferry_broker_bytes_received_total')).toBeGreaterThan(0);
     expect(m.value('edgeferry_broker_bytes_sent_total')).toBeGreaterThan(0);
     expect(m.value('edgeferry_store_size_bytes')).toBeGreaterThan(0);
+    expect(m.value('edgeferry_store_commits_total')).toBeGreaterThan(0); // the sessions' state, at least
     // Process figures the issue asks for: CPU, memory, event-loop lag.
     expect(m.value('edgeferry_process_cpu_seconds_total')).toBeGreaterThan(0);
     expect(m.value('edgeferry_process_resident_memory_bytes')).toBeGreaterThan(0);

@@ -150,8 +150,8 @@ export class LmdbStore implements Store, StoreWriter {
   private readonly forgetAtLimit = (): void => {
     this.atLimit = undefined;
   };
-  /** Committed batches, so page counts are re-read only after a commit changed them. */
-  private commits = 0;
+  /** Committed batches: `edgeferry_store_commits_total`, and page counts are re-read only after a commit changed them. */
+  commits = 0;
   /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
   corruptRecords = 0;
   private pageBytes = { used: 0, readAtMs: -Infinity, readAtCommit: -1, reservedSince: 0 };
