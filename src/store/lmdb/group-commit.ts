@@ -14,8 +14,8 @@
  */
 
 /**
- * No wait for commits that take less than this: Node's timers count whole milliseconds, so a wait for a group would
- * last about as long as such a commit, which is all that waiting could save (on this VM's disk, where a small
+ * No wait where a commit's fixed cost is below this: Node's timers count whole milliseconds, so a wait for a group
+ * would last about as long as that cost, which is all that waiting could save (on this VM's disk, where a small
  * batch commits in about 1 ms, waiting gave the same rate or less).
  */
 const MIN_COMMIT_MS = 2;
