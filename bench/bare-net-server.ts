@@ -127,7 +127,7 @@ function handle(
       if (store === undefined) forward.push(buf.subarray(at, end));
       else if (qos === 1) {
         const topic = buf.toString('utf8', body + 2, topicEnd);
-        const payload = buf.subarray(qos > 0 ? topicEnd + 2 : topicEnd, end);
+        const payload = buf.subarray(topicEnd + 2, end); // after the packet id
         durable.push(store.sessions.enqueue(QUEUE, createMessage({ topic, payload, qos: 1, origin: 'bench' })));
       }
       if (qos === 1) acks.push(0x40, 0x02, buf[topicEnd], buf[topicEnd + 1]);

@@ -23,18 +23,20 @@ static void wait_like_a_slow_disk(void) {
   while (nanosleep(&t, &t) != 0) {}
 }
 
-int fdatasync(int fd) {
-  static int (*real)(int);
-  if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-  int r = real(fd);
+/* Calls the C library's `name` (looked up once into `*real`), then waits. */
+static int flush_then_wait(const char *name, int (**real)(int), int fd) {
+  if (!*real) *real = (int (*)(int))dlsym(RTLD_NEXT, name);
+  int r = (*real)(fd);
   wait_like_a_slow_disk();
   return r;
 }
 
+int fdatasync(int fd) {
+  static int (*real)(int);
+  return flush_then_wait("fdatasync", &real, fd);
+}
+
 int fsync(int fd) {
   static int (*real)(int);
-  if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-  int r = real(fd);
-  wait_like_a_slow_disk();
-  return r;
+  return flush_then_wait("fsync", &real, fd);
 }

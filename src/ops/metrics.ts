@@ -34,6 +34,7 @@ export interface MetricsSources {
   storeBytes(): number | undefined;
   /** Damaged store records found while running (skipped, never delivered). */
   storeCorruptRecords(): number;
+  /** Store transactions committed since it opened. */
   storeCommits(): number;
 }
 
