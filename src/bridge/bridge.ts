@@ -346,7 +346,8 @@ export class Bridge {
   deleteDeadLetters(): Promise<number> {
     return this.deadLetterTurn(async (dead) => {
       const deleted = await deleteDeadLetters(dead);
-      if (deleted > 0) this.outbox.countDropped('dead_letter_deleted', deleted);
+      // The operator's answer and the card after it show the drop.
+      if (deleted > 0) await this.outbox.countDropped('dead_letter_deleted', deleted);
       return deleted;
     }, 0);
   }
@@ -376,7 +377,7 @@ export class Bridge {
     if (msg.qos > 0) return appended; // the publisher's PUBACK waits; a refusal becomes 0x97 for it
     appended.catch((err: unknown) => {
       // Nobody answers a QoS 0 publisher, so a refused QoS 0 message is a drop: count it.
-      if (err instanceof StoreError && err.code === 'EF_STORE_FULL') this.outbox.countDropped('queue_full', 1);
+      if (err instanceof StoreError && err.code === 'EF_STORE_FULL') void this.outbox.countDropped('queue_full', 1);
       this.log.trace({ err, topic: msg.topic }, 'QoS 0 message not journaled');
     });
     return undefined;
@@ -565,7 +566,7 @@ export class Bridge {
       if (entry.msg.qos > 0 && window.qosFull(receiveMaximum)) break;
       if (isExpired(entry.msg)) {
         reader.advance(entry);
-        this.outbox.countDropped('expired', 1);
+        void this.outbox.countDropped('expired', 1);
         this.remove(entry.seq);
         continue;
       }
@@ -649,7 +650,7 @@ export class Bridge {
    */
   private refuse(seq: number, msg: Message | undefined, episode: string, fields: object, text: string): void {
     const kept = this.keepAsDeadLetter(msg);
-    if (!kept) this.outbox.countDropped('rejected_upstream', 1);
+    if (!kept) void this.outbox.countDropped('rejected_upstream', 1);
     this.remove(seq);
     this.warnOnce(episode, fields, kept ? `${text}; kept as a dead letter` : `${text}; dropped`);
   }
@@ -658,7 +659,7 @@ export class Bridge {
   private keepAsDeadLetter(msg: Message | undefined): boolean {
     if (msg === undefined || this.deadLetter === undefined) return false;
     this.deadLetter.append(msg).catch((err: unknown) => {
-      this.outbox.countDropped('rejected_upstream', 1);
+      void this.outbox.countDropped('rejected_upstream', 1);
       this.log.error({ err, topic: msg.topic }, 'a refused message could not be kept as a dead letter; dropped');
     });
     return true;

@@ -148,8 +148,9 @@ class MemoryOutbox implements Outbox {
     return Promise.resolve(n);
   }
 
-  countDropped(reason: DropReason, n: number): void {
+  countDropped(reason: DropReason, n: number): Promise<void> {
     this.dropped[reason] += n;
+    return Promise.resolve();
   }
 
   get depth(): OutboxDepth {

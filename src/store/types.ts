@@ -237,8 +237,11 @@ export interface Outbox {
   expire(nowMs?: number): Promise<number>;
   /** The seq of the newest entry appended (0 for none yet): what a reader after it sees is newer. */
   readonly tailSeq: number;
-  /** Counts entries dropped for a reason decided outside the outbox (e.g. refused upstream). */
-  countDropped(reason: DropReason, n: number): void;
+  /**
+   * Counts entries dropped for a reason decided outside the outbox (e.g. refused upstream). Settles once the count
+   * is in `depth` and stored; never rejects (a count that could not be stored is logged).
+   */
+  countDropped(reason: DropReason, n: number): Promise<void>;
   readonly depth: OutboxDepth;
 }
 

@@ -379,8 +379,9 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
     });
   }
 
-  countDropped(reason: DropReason, n: number): void {
-    this.store
+  countDropped(reason: DropReason, n: number): Promise<void> {
+    // Counted as its batch is built (after the group-commit wait): `depth` shows it at the latest when this settles.
+    return this.store
       .schedule((b) => {
         this.touch(b);
         this.dropped[reason] += n;
