@@ -13,7 +13,7 @@ import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
 import { BrokerStats } from './broker/broker.js';
 import { loadFileAuth } from './broker/auth.js';
-import type { AuthHooks } from './broker/auth.js';
+import type { AuthHooks, ReservedTopics } from './broker/auth.js';
 import { createMessage } from './protocol/message.js';
 import { MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
@@ -33,6 +33,7 @@ import type { Connector } from '../connectors/contract.js';
 import { EdgeNode } from './sparkplug/edge-node.js';
 import type { UplinkControl } from './sparkplug/edge-node.js';
 import type { Device } from './sparkplug/device.js';
+import { ownNamespace } from './sparkplug/topics.js';
 import { topicMatches } from './protocol/topics.js';
 import { SteadyClock, watchClockSteps } from './util/clock.js';
 import { fullGc } from './util/full-gc.js';
@@ -65,7 +66,9 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   const audit = openAuditLog(log, config.log.auditFile, extras.logRing);
   // Auth files first: a bad password or ACL file stops the start before anything binds.
   const stats = new BrokerStats();
-  let auth = createAuth(config, audit, stats);
+  // The edge node's namespace is the gateway's to publish in (the sparkplug section changes only with a restart).
+  const reserved = config.sparkplug && ownNamespace(config.sparkplug.groupId, config.sparkplug.edgeNodeId);
+  let auth = createAuth(config, audit, stats, reserved);
   // One steady timeline for everything that stores times or compares with stored ones; the store sets its base.
   const clock = new SteadyClock();
   // The store names itself in its log lines (mod: store, path).
@@ -263,7 +266,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       const plan = planReload(config, next);
       // Users and ACLs apply at once, for new operations of connected clients too.
       if (plan.reloadAuth) {
-        auth = createAuth(next, audit, stats);
+        auth = createAuth(next, audit, stats, reserved);
         server.setAuth(auth);
         audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
       }
@@ -401,11 +404,15 @@ function uplinkControl(bridge: Bridge): UplinkControl {
     },
     publishNow: (messages) => bridge.publishNow(messages),
     reconnect: (reason) => bridge.reconnect(reason),
+    origin: bridge.origin,
   };
 }
 
-/** Password file and ACL (re-read on every reload, so edited files apply); failed logins go to the audit log. */
-function createAuth(config: Config, audit: Logger, stats: BrokerStats): AuthHooks {
+/**
+ * Password file and ACL (re-read on every reload, so edited files apply), and the `reserved` topics no client
+ * publishes in; failed logins and refusals go to the audit log.
+ */
+function createAuth(config: Config, audit: Logger, stats: BrokerStats, reserved: ReservedTopics | undefined): AuthHooks {
   const key = (path: string) => (path === config.auth.aclFile ? 'auth.aclFile' : 'auth.passwordFile');
   return loadFileAuth(config.auth, (path) => readConfiguredFile(path, key(path)), {
     loginRefused: (c, why) => {
@@ -413,11 +420,11 @@ function createAuth(config: Config, audit: Logger, stats: BrokerStats): AuthHook
       audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused');
     },
     loginAccepted: (c) => audit.info({ clientId: c.clientId, username: c.username, remote: c.remoteAddress }, 'login'),
-    denied: (c, action, topic) => {
+    denied: (c, action, topic, why) => {
       stats.aclDenied[action]++;
-      audit.warn({ clientId: c.clientId, username: c.username, action, topic }, 'denied by ACL');
+      audit.warn({ clientId: c.clientId, username: c.username, action, topic, why }, why === undefined ? 'denied by ACL' : 'publish refused');
     },
-  });
+  }, reserved);
 }
 
 /** The credentials of `metrics.auth`, read from their files now (at start, and again on reload). */

@@ -499,7 +499,10 @@ export class Uplink {
     // MQTT 5: no-local (our own publishes do not come back) and retained messages only for a new subscription,
     // or on every subscribe when wanted on every connection [MQTT-3.3.1-9] [MQTT-3.3.1-10].
     const rh = everyConnection ? 0 : 1;
-    const subscriptions = subs.map((s) => (v5 ? { topic: s.filter, qos: s.qos, nl: true, rh } : { topic: s.filter, qos: s.qos }));
+    // The Sparkplug uplink asks for Retain As Published too: a retained command keeps its flag, so the edge node
+    // can refuse it (docs/architecture.md#dcmd-to-the-plc); a 3.1.1 broker clears it on live delivery [MQTT-3.3.1-9].
+    const rap = everyConnection;
+    const subscriptions = subs.map((s) => (v5 ? { topic: s.filter, qos: s.qos, nl: true, rh, rap } : { topic: s.filter, qos: s.qos }));
     this.write(conn, encodePacket({ cmd: 'subscribe', messageId, subscriptions }, this.version));
   }
 

@@ -48,14 +48,31 @@ const FAILURES_BEFORE_BACKOFF = 5;
  * Authentication with a Mosquitto password file and authorization with a Mosquitto ACL file. Without a password
  * file, clients on listeners that allow anonymous access are accepted and others refused (Mosquitto 2 with
  * `allow_anonymous false` and no password file). Without an ACL file every accepted client may publish and
- * subscribe. Nobody may publish into `$SYS`, the broker's own tree [docs/reliability.md rule 27].
+ * subscribe. Nobody may publish into `$SYS`, the broker's own tree [docs/reliability.md rule 27], nor into the
+ * `ReservedTopics` (commands there only with an ACL grant).
  */
 /** What the audit log and the metrics hear from authentication and authorization. */
 export interface AuthEvents {
   loginRefused(c: ConnectInfo, why: string): void;
   loginAccepted(c: ConnectInfo): void;
-  denied(c: ClientInfo, action: 'publish' | 'subscribe', topic: string): void;
+  /** `why` is set when no ACL rule refused, but a rule of the gateway's own (`ReservedTopics`). */
+  denied(c: ClientInfo, action: 'publish' | 'subscribe', topic: string, why?: string): void;
 }
+
+/**
+ * Topics only the gateway publishes: its own Sparkplug edge node namespace (docs/architecture.md#security-model).
+ * No client publishes there, whatever the ACL says, except commands to the node, which need an explicit grant of
+ * an ACL file (without one, no client may command).
+ */
+export interface ReservedTopics {
+  /** Every reserved topic starts with it: the one check a publish elsewhere costs. */
+  readonly prefix: string;
+  /** 'command': publishable with an ACL grant; 'gateway': by no client; undefined: not reserved. */
+  kind(topic: string): 'command' | 'gateway' | undefined;
+}
+
+const GATEWAY_ONLY = "the gateway's own Sparkplug namespace: only the gateway publishes there";
+const COMMAND_NEEDS_ACL = 'a command to the edge node needs an ACL file that grants it (auth.aclFile)';
 
 /** How a refused login with a user name that is not in the password file appears in the log. */
 export const UNKNOWN_USER = '<unknown>';
@@ -69,6 +86,7 @@ export class FileAuth implements AuthHooks {
     private readonly passwords: PasswordFile | undefined,
     private readonly acl: Acl | undefined,
     private readonly events: AuthEvents = quietEvents,
+    private readonly reserved?: ReservedTopics,
   ) {}
 
   authenticate(c: ConnectInfo): number | undefined | Promise<number | undefined> {
@@ -94,6 +112,11 @@ export class FileAuth implements AuthHooks {
   }
 
   authorizePublish(c: ClientInfo, topic: string): number | undefined {
+    const reserved = this.reserved !== undefined && topic.startsWith(this.reserved.prefix) ? this.reserved.kind(topic) : undefined;
+    if (reserved === 'gateway' || (reserved === 'command' && !this.acl)) {
+      this.events.denied(c, 'publish', topic, reserved === 'gateway' ? GATEWAY_ONLY : COMMAND_NEEDS_ACL);
+      return Reason.NotAuthorized;
+    }
     if (topic.startsWith('$SYS') || (this.acl && !this.acl.allows('write', topic, c.clientId, c.username))) {
       this.events.denied(c, 'publish', topic);
       return Reason.NotAuthorized;
@@ -141,6 +164,7 @@ export function loadFileAuth(
   files: { passwordFile?: string; aclFile?: string },
   read: (path: string) => string,
   events?: AuthEvents,
+  reserved?: ReservedTopics,
 ): FileAuth {
   const problems: ConfigProblem[] = [];
   let passwords: PasswordFile | undefined;
@@ -156,5 +180,5 @@ export function loadFileAuth(
     for (const p of parsed.problems) problems.push({ path: 'auth.aclFile', message: p.message, location: `${files.aclFile}:${p.line}` });
   }
   if (problems.length > 0) throw new ConfigError(files.aclFile ?? files.passwordFile ?? 'auth', problems);
-  return new FileAuth(passwords, acl, events);
+  return new FileAuth(passwords, acl, events, reserved);
 }

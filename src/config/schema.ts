@@ -274,8 +274,10 @@ const remoteSchema = z
     passwordFile: filePath.optional(),
     protocolVersion: z.literal([4, 5]).default(5),
     keepaliveS: int(0, 65_535).default(60),
-    cleanStart: z.boolean().default(false),
-    sessionExpiryS: int(0, 4_294_967_295).default(86_400),
+    // Absent: a persistent session (false, 86,400 s), except for the Sparkplug uplink, whose session is always clean
+    // (resolved with the sparkplug section, below).
+    cleanStart: z.boolean().optional(),
+    sessionExpiryS: int(0, 4_294_967_295).optional(),
     tls: remoteTlsSchema.optional(),
   })
   .superRefine((remote, ctx) => {
@@ -431,6 +433,7 @@ export const configSchema = z
     if (uplink !== undefined && uplinkIndex < 0) {
       ctx.addIssue({ code: 'custom', path: ['sparkplug', 'uplink'], message: `no bridge is named "${uplink}"` });
     }
+    if (uplinkIndex >= 0) uplinkSessionProblems(config.bridges[uplinkIndex].remote, uplinkIndex, ctx);
     if (config.sparkplug !== undefined && uplinkIndex >= 0) {
       const ids = config.connectors.map((c) => c.id);
       for (const { key, filter } of missingUplinkFilters(config.sparkplug, config.bridges[uplinkIndex].topics, ids)) {
@@ -467,7 +470,26 @@ export const configSchema = z
       ...listener,
       allowAnonymous: listener.allowAnonymous ?? (isLoopback(listener.host) && config.auth.passwordFile === undefined),
     })),
+    bridges: config.bridges.map((bridge) => ({ ...bridge, remote: withSession(bridge.remote, bridge.name === config.sparkplug?.uplink) })),
   }));
+
+/**
+ * The Sparkplug uplink's MQTT session is the edge node's, and that one is clean: Clean Start 1 and Session Expiry 0
+ * (3.1.1: clean session 1) [tck-id-principles-persistence-clean-session-50] [tck-id-principles-persistence-clean-session-311],
+ * so a command queued while the link was down is never delivered to a node that is not born
+ * (docs/architecture.md#sparkplug-session).
+ */
+function uplinkSessionProblems(remote: { cleanStart?: boolean; sessionExpiryS?: number }, index: number, ctx: z.RefinementCtx): void {
+  const problem = (key: string, message: string) => ctx.addIssue({ code: 'custom', path: ['bridges', index, 'remote', key], message });
+  const why = 'the Sparkplug uplink (sparkplug.uplink) keeps no session: commands queued while the link was down must never reach the PLC';
+  if (remote.cleanStart === false) problem('cleanStart', `must be true (or absent): ${why}`);
+  if (remote.sessionExpiryS !== undefined && remote.sessionExpiryS !== 0) problem('sessionExpiryS', `must be 0 (or absent): ${why}`);
+}
+
+/** A bridge's session settings: clean for the Sparkplug uplink, else persistent unless the config says otherwise. */
+function withSession<T extends { cleanStart?: boolean; sessionExpiryS?: number }>(remote: T, uplink: boolean): T & { cleanStart: boolean; sessionExpiryS: number } {
+  return uplink ? { ...remote, cleanStart: true, sessionExpiryS: 0 } : { ...remote, cleanStart: remote.cleanStart ?? false, sessionExpiryS: remote.sessionExpiryS ?? 86_400 };
+}
 
 /** The console needs the metrics listener and the password file; off loopback it needs an explicit choice. */
 function consoleProblems(
@@ -500,6 +522,6 @@ export type AuthConfig = z.output<typeof authSchema>;
 export type MetricsConfig = z.output<typeof metricsSchema>;
 export type ConsoleConfig = z.output<typeof consoleSchema>;
 export type MetricsAuthConfig = z.output<typeof metricsAuthSchema>;
-export type BridgeConfig = z.output<typeof bridgeSchema>;
+export type BridgeConfig = Config['bridges'][number];
 export type BridgeTopicConfig = z.output<typeof bridgeTopicSchema>;
 export type ConnectorConfigEntry = z.output<typeof connectorSchema>;

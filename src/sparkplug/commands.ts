@@ -54,6 +54,8 @@ export interface CommandsOptions {
   readonly nodeMetric: (metric: { name?: string; alias?: number }) => { readonly name: string; readonly datatype: TagDatatype } | undefined;
   /** Answers an accepted rebirth request. */
   readonly rebirth: () => void;
+  /** Why an NCMD or DCMD is not taken at all (the node's session, docs/architecture.md#dcmd-to-the-plc), or undefined. */
+  readonly refusal: (msg: Message) => string | undefined;
   readonly log: Logger;
   readonly audit: Logger;
   /**
@@ -81,6 +83,7 @@ export class Commands {
   onNodeCommand(msg: Message): void {
     const who = this.sender(msg);
     this.last = { kind: 'NCMD', atMs: Date.now(), sender: who, topic: msg.topic };
+    if (this.refused(who, msg)) return;
     let metrics: readonly MetricIn[];
     try {
       metrics = decodePayload(msg.payload, (m) => this.options.nodeMetric(m)?.datatype).metrics;
@@ -102,6 +105,7 @@ export class Commands {
   onDeviceCommand(msg: Message): void {
     const who = this.sender(msg);
     this.last = { kind: 'DCMD', atMs: Date.now(), sender: who, topic: msg.topic };
+    if (this.refused(who, msg)) return;
     const topic = parseTopic(msg.topic);
     const device = topic?.deviceId !== undefined ? this.options.devices.get(topic.deviceId) : undefined;
     if (!device) {
@@ -214,6 +218,13 @@ export class Commands {
     this.options.audit.info(who, 'rebirth requested');
     this.options.rebirth();
     return true;
+  }
+
+  /** Refuses (audited) a command the node does not take at all: true if it did. */
+  private refused(who: Sender, msg: Message): boolean {
+    const why = this.options.refusal(msg);
+    if (why !== undefined) this.refuse(who, msg.topic, undefined, why);
+    return why !== undefined;
   }
 
   private sender(msg: Message): Sender {

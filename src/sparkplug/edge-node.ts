@@ -13,7 +13,7 @@
  */
 import type { Connector, TagDatatype, TagValue } from '../../connectors/contract.js';
 import type { Broker } from '../broker/broker.js';
-import type { QoS } from '../protocol/message.js';
+import type { Message, QoS } from '../protocol/message.js';
 import { createMessage } from '../protocol/message.js';
 import { asError, EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
@@ -164,6 +164,7 @@ export class EdgeNode implements DeviceHost {
       devices: this.devices,
       nodeMetric: (m) => (m.name !== undefined ? this.nodeMetrics.find((n) => n.name === m.name) : this.nodeAliases.get(m.alias ?? -1)),
       rebirth: () => this.rebirth(),
+      refusal: (msg) => this.commandRefusal(msg),
       log: this.log,
       audit: options.audit ?? options.log,
       identify: options.identify,
@@ -214,15 +215,29 @@ export class EdgeNode implements DeviceHost {
     this.upstream.attach(control);
   }
 
+  /**
+   * Why an NCMD or DCMD is not executed (docs/architecture.md#dcmd-to-the-plc): a retained command never is (it
+   * may be any age: a restart or a new subscription delivers it again); one from the uplink only while the node is
+   * born on that uplink connection, one from elsewhere while the local session is born. A command sent to a node
+   * that is not born was meant for a session that is over, or for one the host has not seen.
+   */
+  private commandRefusal(msg: Message): string | undefined {
+    if (msg.retain) return 'retained: a command is never executed from a retained message';
+    if (this.upstream.carries(msg.origin)) return this.upstream.bornNow ? undefined : 'the node is not born on the current uplink session';
+    return this.localBorn ? undefined : 'the node is not born';
+  }
+
   /** Subscribes to commands (and STATE), publishes the births unless gated, and starts the devices. */
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
     const { groupId, edgeNodeId, primaryHostId } = this.config;
     const sub = { qos: 0 as QoS, origin: EDGE_NODE_ORIGIN, noLocal: true };
-    this.unsubscribers.push(this.broker.subscribe(nodeTopic(groupId, 'NCMD', edgeNodeId), sub, (msg) => this.commands.onNodeCommand(msg)));
+    // Retain As Published: a command published retained keeps its flag, so that it is recognised and refused.
+    const commandSub = { ...sub, retainAsPublished: true };
+    this.unsubscribers.push(this.broker.subscribe(nodeTopic(groupId, 'NCMD', edgeNodeId), commandSub, (msg) => this.commands.onNodeCommand(msg)));
     this.unsubscribers.push(
-      this.broker.subscribe(`${deviceTopic(groupId, 'DCMD', edgeNodeId, '+')}`, sub, (msg) => this.commands.onDeviceCommand(msg)),
+      this.broker.subscribe(`${deviceTopic(groupId, 'DCMD', edgeNodeId, '+')}`, commandSub, (msg) => this.commands.onDeviceCommand(msg)),
     );
     const host = this.primaryHost;
     if (host) {

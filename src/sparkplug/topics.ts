@@ -3,6 +3,8 @@
  * `spBv1.0/STATE/<host>`.
  */
 
+import type { ReservedTopics } from '../broker/auth.js';
+
 export const NAMESPACE = 'spBv1.0';
 
 export type NodeMessageType = 'NBIRTH' | 'NDEATH' | 'NDATA' | 'NCMD';
@@ -64,4 +66,24 @@ export function parseTopic(topic: string, prefixOk = false): SparkplugTopic | un
     return { groupId, type: type as DeviceMessageType, edgeNodeId, deviceId };
   }
   return undefined;
+}
+
+/**
+ * The edge node's own namespace, `spBv1.0/<group>/<type>/<node>[/...]`, as the broker's publish check sees it
+ * (docs/architecture.md#security-model): the node's NCMD and DCMD are commands (a local client needs an ACL grant);
+ * every other message type there (births, deaths, data, anything else) only the gateway publishes.
+ */
+export function ownNamespace(groupId: string, edgeNodeId: string): ReservedTopics {
+  const prefix = `${NAMESPACE}/${groupId}/`;
+  return {
+    prefix,
+    kind(topic) {
+      const slash = topic.indexOf('/', prefix.length);
+      if (slash < 0 || !topic.startsWith(edgeNodeId, slash + 1)) return undefined;
+      const end = slash + 1 + edgeNodeId.length;
+      if (end !== topic.length && topic.charCodeAt(end) !== 0x2f) return undefined;
+      const type = parseTopic(topic)?.type;
+      return type === 'NCMD' || type === 'DCMD' ? 'command' : 'gateway';
+    },
+  };
 }

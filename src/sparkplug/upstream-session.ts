@@ -56,6 +56,8 @@ export interface UplinkControl {
   publishNow?(messages: readonly Message[]): boolean;
   /** Ends the MQTT session (normal DISCONNECT: no Will) and connects again, with a new Will. */
   reconnect(reason: string): void;
+  /** The origin of the messages the bridge brings in from the central broker (`bridge:<name>`). */
+  readonly origin: string;
 }
 
 /** What the upstream session reads of the node it carries. */
@@ -137,6 +139,20 @@ export class UpstreamSession {
   /** Connects the bridge named by `sparkplug.uplink` (before it starts). */
   attach(control: UplinkControl): void {
     this.control = control;
+  }
+
+  /** Whether a message of `origin` came in through the uplink. */
+  carries(origin: string): boolean {
+    return this.control !== undefined && origin === this.control.origin;
+  }
+
+  /**
+   * Whether the node is born on the uplink's current connection: its NBIRTH went up on it and no NDEATH since.
+   * The bridge hands an inbound message to the broker, and so to the edge node's command handlers, within the
+   * turn it arrived in, so for a command from the uplink this is its connection's session.
+   */
+  get bornNow(): boolean {
+    return this.up?.born === true && this.control?.online === true;
   }
 
   /**

@@ -328,6 +328,86 @@ describe('Sparkplug edge node: DCMD', () => {
   });
 });
 
+describe('Sparkplug edge node: commands only to a born node, never retained', () => {
+  const setpoint = command([{ name: 'setpoint', datatype: 'Float', value: 12.5 }]);
+  const refusals = (logs: LogLine[]) => logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.who, l.fields.topic, l.fields.why]);
+
+  it('refuses a retained NCMD or DCMD, live or delivered at subscribe, with an audit line and no write', async () => {
+    const { node, press, broker, logs } = setup();
+    // Retained before the node starts (a restart): delivered at subscribe, flagged retained.
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'old-host', retain: true });
+    await node.start();
+    press.emit({ temperature: 20 });
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'scada-1', retain: true });
+    broker.inject('spBv1.0/plant1/NCMD/line4-gw', command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]), { origin: 'scada-1', retain: true });
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'scada-1' });
+    await waitFor(() => node.stats.writesOk === 1, 1000);
+    const why = 'retained: a command is never executed from a retained message';
+    expect(refusals(logs)).toEqual([
+      ['old-host', 'spBv1.0/plant1/DCMD/line4-gw/press-1', why],
+      ['scada-1', 'spBv1.0/plant1/DCMD/line4-gw/press-1', why],
+      ['scada-1', 'spBv1.0/plant1/NCMD/line4-gw', why],
+    ]);
+    expect(press.writes).toEqual([{ tag: 'setpoint', value: 12.5 }]);
+    expect(node.stats.rebirths).toBe(0);
+  });
+
+  it('takes a command from the uplink only while the node is born on its current connection [tck-id-principles-persistence-clean-session-50]', async () => {
+    const { node, press, broker, logs } = setup({ config: { uplink: 'central' } });
+    const control = { online: false, pause: () => undefined, resume: () => undefined, reconnect: () => undefined, origin: 'bridge:central' };
+    node.attachUplink(control);
+    await node.start();
+    press.emit({ temperature: 20 });
+    const fromUplink = () => broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'bridge:central' });
+    fromUplink(); // before any connection
+    control.online = true;
+    node.hooks.will();
+    node.hooks.connectSending();
+    node.hooks.prologue(); // the births of this connection
+    fromUplink();
+    await waitFor(() => node.stats.writesOk === 1, 1000);
+    control.online = false; // the link is cut: that session is over
+    fromUplink();
+    // Local clients (an ACL grant let them publish) answer to the local session, born here.
+    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'local-hmi' });
+    await waitFor(() => node.stats.writesOk === 2, 1000);
+    const notBorn = 'the node is not born on the current uplink session';
+    expect(refusals(logs).map(([who, , why]) => [who, why])).toEqual([
+      ['bridge:central', notBorn],
+      ['bridge:central', notBorn],
+    ]);
+    expect(press.writes).toHaveLength(2);
+  });
+
+  it('waiting for the primary host, the node is not born and refuses commands; a new connection refuses them until its births', async () => {
+    const { node, press, broker, logs } = setup({ config: { uplink: 'central', primaryHostId: 'scada' } });
+    const control = { online: true, pause: () => undefined, resume: () => undefined, reconnect: () => undefined, publishNow: () => true, origin: 'bridge:central' };
+    node.attachUplink(control);
+    await node.start();
+    press.emit({ temperature: 20 });
+    node.hooks.will();
+    node.hooks.prologue();
+    const fromUplink = () => broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'bridge:central' });
+    fromUplink();
+    broker.inject('spBv1.0/STATE/scada', Buffer.from(JSON.stringify({ online: true, timestamp: 1 })), { retain: true });
+    fromUplink();
+    await waitFor(() => node.stats.writesOk === 1, 1000);
+    node.hooks.will();
+    node.hooks.prologue(); // reconnected: the host's STATE on this connection has not come yet
+    fromUplink();
+    expect(refusals(logs).map(([, , why]) => why)).toEqual(['the node is not born on the current uplink session', 'the node is not born on the current uplink session']);
+    expect(press.writes).toHaveLength(1);
+  });
+
+  it('without an uplink, a command to a node that is not born (waiting for its primary host) is refused', async () => {
+    const { node, broker, logs } = setup({ config: { primaryHostId: 'scada' } });
+    await node.start();
+    broker.inject('spBv1.0/plant1/NCMD/line4-gw', command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]), { origin: 'scada-1' });
+    expect(refusals(logs)).toEqual([['scada-1', 'spBv1.0/plant1/NCMD/line4-gw', 'the node is not born']]);
+    expect(node.stats.rebirths).toBe(0);
+  });
+});
+
 describe('Sparkplug edge node: bdSeq and aliases survive restarts', () => {
   it('takes a new bdSeq for every upstream CONNECT sent (not per attempt) and for every local session, persisted on disk [tck-id-payloads-nbirth-bdseq-increment]', async () => {
     const dir = tempDir('edgeferry-sp-');
@@ -433,6 +513,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
         return true;
       },
       reconnect: (reason) => events.push(`reconnect:${reason}`),
+      origin: 'bridge:central',
     };
     node.attachUplink(control);
     await node.start();
@@ -479,6 +560,7 @@ describe('Sparkplug edge node: the uplink seam', () => {
         resume: () => undefined,
         publishNow: direct ? (msgs) => (sentNow.push(...msgs), true) : undefined,
         reconnect: () => undefined,
+        origin: 'bridge:central',
       });
       await node.start();
       node.hooks.will();
