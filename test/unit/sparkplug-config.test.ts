@@ -35,6 +35,27 @@ describe('sparkplug and connectors config', () => {
     expect(config.connectors[0]).toMatchObject({ id: 'press-1', port: 502, unitId: 1, tags: [{ address: 101, writable: false }] });
   });
 
+  it('gives the uplink a clean session and refuses a config that keeps one, naming the key [tck-id-principles-persistence-clean-session-50] [tck-id-principles-persistence-clean-session-311]', () => {
+    const two = (remote: string) =>
+      `sparkplug: { groupId: plant1, edgeNodeId: line4-gw, uplink: central }\n` +
+      `bridges:\n  - name: central\n    remote: { urls: ["mqtt://127.0.0.1:1884"]${remote} }\n    topics: [{ filter: "spBv1.0/#", direction: both }]\n` +
+      `  - name: archive\n    remote: { urls: ["mqtt://127.0.0.1:1885"] }\n    topics: [{ filter: "spBv1.0/#" }]\n`;
+    const config = parseConfig(two(''), 'edgeferry.yaml', '/tmp');
+    expect(config.bridges.map((b) => [b.name, b.remote.cleanStart, b.remote.sessionExpiryS])).toEqual([
+      ['central', true, 0],
+      ['archive', false, 86_400],
+    ]);
+    expect(parseConfig(two(', cleanStart: true, sessionExpiryS: 0'), 'edgeferry.yaml', '/tmp').bridges[0].remote).toMatchObject({ cleanStart: true, sessionExpiryS: 0 });
+    const why = 'the Sparkplug uplink (sparkplug.uplink) keeps no session: commands queued while the link was down must never reach the PLC';
+    expect(problems(two(', cleanStart: false, sessionExpiryS: 3600'))).toEqual([
+      `edgeferry.yaml:4:60 bridges.0.remote.cleanStart: must be true (or absent): ${why}`,
+      `edgeferry.yaml:4:83 bridges.0.remote.sessionExpiryS: must be 0 (or absent): ${why}`,
+    ]);
+    // Other bridges keep what they say.
+    const archive = parseConfig(two('').replace('1885"]', '1885"], cleanStart: true'), 'edgeferry.yaml', '/tmp').bridges[1].remote;
+    expect([archive.cleanStart, archive.sessionExpiryS]).toEqual([true, 86_400]);
+  });
+
   it('refuses Sparkplug ids with + / # [tck-id-topic-structure-namespace-valid-group-id]', () => {
     expect(problems('sparkplug: { groupId: "plant/1", edgeNodeId: "gw#1" }')).toEqual([
       'edgeferry.yaml:1:23 sparkplug.groupId: must be a non-empty Sparkplug id without +, /, # (or NUL)',
