@@ -8,6 +8,8 @@
  *   expect(host.violations).toEqual([]);
  *   await host.rebirth('line4-gw'); await host.write('line4-gw', 'press-1', { setpoint: 12.5 });
  */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { connectAsync, type MqttClient } from 'mqtt';
 import type { MetricIn, MetricDatatype, PayloadIn } from '../../src/sparkplug/payload.js';
 import { decodePayload, encodePayload } from '../../src/sparkplug/payload.js';
@@ -234,4 +236,15 @@ export function sparkplugUplink(
     reconnect: { minDelayMs: 100, maxDelayMs },
     topics: [{ filter: 'spBv1.0/#', direction: 'out' }, ...inFilters.map((filter) => ({ filter, direction: 'in' }))],
   };
+}
+
+/**
+ * The gateway's `auth` when host applications on it command the edge node: an ACL file (written into `dir`) that
+ * grants every client everything. Without an ACL file no local client may send NCMD or DCMD
+ * (docs/architecture.md#security-model).
+ */
+export function hostsMayCommand(dir: string): { aclFile: string } {
+  const aclFile = join(dir, 'acl');
+  writeFileSync(aclFile, 'pattern readwrite #\n');
+  return { aclFile };
 }

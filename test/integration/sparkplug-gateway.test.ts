@@ -14,7 +14,7 @@ import { removeDir, tempDir } from '../helpers/temp.js';
 import { startOpcuaFixture, type OpcuaFixture } from '../fixtures/opcua-fixture.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
-import { startSparkplugHost, sparkplugUplink } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, startSparkplugHost, sparkplugUplink } from '../helpers/sparkplug-host.js';
 import type { HostMessage, SparkplugHost } from '../helpers/sparkplug-host.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
@@ -76,7 +76,7 @@ describe('Sparkplug edge node on the local broker', () => {
   it('answers a late host with births, reports Modbus changes by exception and writes DCMD values into the device', async () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [...float32(20), 0, 7, 5]);
-    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: connectors(sim) }));
+    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: connectors(sim) }));
     // Without a password file the user name is taken as given (as in Mosquitto): enough to see it in the audit log.
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-1', username: 'operator-7' }));
     // A host that joins late asks for a rebirth [tck-id-operational-behavior-host-application-...rebirth].
@@ -133,7 +133,7 @@ describe('Sparkplug edge node on the local broker', () => {
 
   it('publishes DDEATH when the unit stops answering and DBIRTH before its data when it is back', async () => {
     const sim = d.add(await startModbusSim());
-    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: connectors(sim) }));
+    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: connectors(sim) }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP));
     await host.rebirth(NODE);
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
@@ -279,7 +279,7 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
 
   it('writes every datatype a sparkplug-payload host sends, and confirms each with the value read back from the PLC', async () => {
     const sim = d.add(await startModbusSim());
-    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
     await host.waitFor(rebornAfter, 10_000, 'births');
@@ -319,7 +319,7 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [5]);
     await sim.set(1, 'hr', 30, [100]);
-    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
     await host.waitFor(rebornAfter, 10_000, 'births');
@@ -349,7 +349,7 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 31, [10]);
     await sim.clamp(1, 'hr', 31, 100);
-    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
     await host.waitFor(rebornAfter, 10_000, 'births');
@@ -390,6 +390,7 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
     const gw = d.add(
       await startGateway(
         {
+          auth: hostsMayCommand(d.tempDir()),
           sparkplug: sparkplug(),
           connectors: [
             {

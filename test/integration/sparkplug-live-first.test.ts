@@ -12,7 +12,7 @@ import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startGateway } from '../helpers/gateway.js';
 import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
-import { startSparkplugHost, type HostMessage, type SparkplugHost } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, startSparkplugHost, type HostMessage, type SparkplugHost } from '../helpers/sparkplug-host.js';
 import { delay } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -61,6 +61,7 @@ async function outageWithBacklog() {
       ],
       sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } },
       connectors: [press],
+      auth: hostsMayCommand(d.tempDir()),
     }),
   );
   const local = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-local' }));

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
 import { runCli, startGateway } from '../helpers/gateway.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
-import { startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, startSparkplugHost } from '../helpers/sparkplug-host.js';
 
 const d = useDisposer();
 
@@ -25,6 +25,7 @@ describe('device profiles', () => {
     await sim.set(2, 'hr', 0, [180, 20]);
     const gw = d.add(
       await startGateway({
+        auth: hostsMayCommand(d.tempDir()),
         sparkplug,
         profiles: {
           press: {

@@ -12,7 +12,7 @@ import { logLines, startGateway, type Gateway } from '../helpers/gateway.js';
 import { startModbusSim, type ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
-import { startSparkplugHost, type HostMessage } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, startSparkplugHost, type HostMessage } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -69,7 +69,7 @@ describe('SIGHUP reload of connectors', { timeout: 90_000 }, () => {
     const sim = d.add(await startModbusSim({ units: [1, 2] }));
     await sim.set(1, 'hr', 0, [1]);
     await sim.set(2, 'hr', 0, [40]);
-    const gw = d.add(await startGateway({ sparkplug: sparkplug(), connectors: [press(sim)], broker: { sysIntervalS: 0 } }, { logLevel: 'info' }));
+    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: [press(sim)], broker: { sysIntervalS: 0 } }, { logLevel: 'info' }));
     const local = d.add(await openClient(gw.url, { clientId: 'local-pub', protocolVersion: 5 }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP));
     await host.rebirth(NODE);

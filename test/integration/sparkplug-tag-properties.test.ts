@@ -13,7 +13,7 @@ import { runCli, startGateway, type Gateway } from '../helpers/gateway.js';
 import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 import { startOpcuaFixture, type OpcuaFixture } from '../fixtures/opcua-fixture.js';
-import { startSparkplugHost, type SparkplugHost } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, startSparkplugHost, type SparkplugHost } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -69,7 +69,7 @@ describe('metric properties in the DBIRTH', () => {
       { name: 'setpoint', table: 'holding', address: 1, datatype: 'uint16', writable: true, engUnit: 'bar' },
       { name: 'running', table: 'coil', address: 0, datatype: 'bool' },
     ];
-    const gw = d.add(await startGateway({ sparkplug, connectors: [modbusPress(sim, tags)] }));
+    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug, connectors: [modbusPress(sim, tags)] }));
     const { birth, data, host } = await tahuBirth(gw, 'press-1');
 
     // Sparkplug 3.0 §6.4.8: every property value carries its type [tck-id-payloads-metric-propertyvalue-type-req].
@@ -128,6 +128,7 @@ describe('metric properties of OPC UA tags', () => {
   it('publishes an AnalogItem\'s EngineeringUnits, EURange and Description, under what the tag\'s config overrides (nodes named with a nodeIdPrefix)', async () => {
     const gw = d.add(
       await startGateway({
+        auth: hostsMayCommand(d.tempDir()),
         sparkplug,
         connectors: [
           {

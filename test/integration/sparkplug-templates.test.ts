@@ -14,7 +14,7 @@ import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { startModbusSim, type ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
-import { startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, startSparkplugHost } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -59,6 +59,7 @@ async function twoPresses(templates: boolean | undefined, plain?: object): Promi
   await sim.set(2, 'hr', 0, [180, 20]);
   const gw = d.add(
     await startGateway({
+      auth: hostsMayCommand(d.tempDir()),
       sparkplug: { groupId: GROUP, edgeNodeId: NODE, rebirthDebounceMs: 0, deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 }, templates, plain },
       profiles: { press: { ...press, port: sim.port } },
       connectors: [
@@ -168,6 +169,7 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
     const sparkplug = { groupId: GROUP, edgeNodeId: NODE, rebirthDebounceMs: 0, templates: true };
     const gw = d.add(
       await startGateway({
+        auth: hostsMayCommand(d.tempDir()),
         sparkplug,
         profiles: { press: { ...press, port: sim.port } },
         connectors: [{ id: 'press-1', profile: 'press', unitId: 1 }],
