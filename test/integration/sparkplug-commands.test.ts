@@ -48,7 +48,8 @@ const float32 = (v: number): number[] => {
 };
 
 /** A DCMD writing `value` to the setpoint, as a host sends it. */
-const setpoint = (value: number): Buffer => encodePayload({ timestamp: Date.now(), metrics: [{ name: 'setpoint', datatype: 'UInt16', value }] });
+const setpoint = (value: number): Buffer =>
+  encodePayload({ timestamp: Date.now(), metrics: [{ name: 'setpoint', datatype: 'UInt16', value }] });
 
 /** The gateway's audit lines with this message. */
 const audit = (gw: Gateway, msg: string) => logLines(gw).filter((l) => l.msg === msg);
@@ -57,7 +58,8 @@ const audit = (gw: Gateway, msg: string) => logLines(gw).filter((l) => l.msg ===
 const written = (gw: Gateway) => audit(gw, 'DCMD write done').map((l) => l.value);
 
 /** Setpoint writes the PLC received (write requests on its register). */
-const plcWrites = async (sim: ModbusSim) => (await sim.requests()).filter((r) => r.op === 'write' && r.table === 'hr' && r.address === SETPOINT);
+const plcWrites = async (sim: ModbusSim) =>
+  (await sim.requests()).filter((r) => r.op === 'write' && r.table === 'hr' && r.address === SETPOINT);
 
 /**
  * Waits until the gateway wrote `value` to the setpoint (audited, read back) and the PLC holds it: the marker that
@@ -90,7 +92,8 @@ async function uplinkSetup(extra: object = {}) {
 }
 
 /** A QoS 1 DCMD from the central host. */
-const hostCommand = (host: SparkplugHost, value: number, retain = false) => host.client.publishAsync(DCMD, setpoint(value), { qos: 1, retain });
+const hostCommand = (host: SparkplugHost, value: number, retain = false) =>
+  host.client.publishAsync(DCMD, setpoint(value), { qos: 1, retain });
 
 describe('commands from the central host', () => {
   it('a DCMD sent while the link was cut is never written: the uplink session is clean [tck-id-principles-persistence-clean-session-50]', async () => {
@@ -126,24 +129,58 @@ describe('commands from the central host', () => {
     expect(written(gw)).toEqual(['78', '79']);
     const refused = audit(gw, 'command refused');
     expect(refused.length).toBeGreaterThanOrEqual(2);
-    expect(new Set(refused.map((l) => l.why))).toEqual(new Set(['retained: a command is never executed from a retained message']));
+    expect(new Set(refused.map((l) => l.why))).toEqual(
+      new Set(['retained: a command is never executed from a retained message']),
+    );
   });
 });
 
 describe('local clients', () => {
-  it('without an ACL file no local client commands the PLC (v5: 0x87, 3.1.1: dropped), and none publishes in the node\'s namespace or leaves a will there; refusals are audited', async () => {
+  it("without an ACL file no local client commands the PLC (v5: 0x87, 3.1.1: dropped), and none publishes in the node's namespace or leaves a will there; refusals are audited", async () => {
     const { sim, host, gw } = await uplinkSetup();
     const v5 = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'intruder' }));
     await expect(v5.publish(DCMD, setpoint(1111), { qos: 1 })).rejects.toThrow(/135|authori/i);
     const payloadFile = join(d.tempDir('edgeferry-cmd-'), 'dcmd');
     writeFileSync(payloadFile, setpoint(2222));
-    await runToolOk('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(gw.port), '-V', 'mqttv311', '-q', '1', '-i', 'tool-311', '-t', DCMD, '-f', payloadFile]);
-    await expect(v5.publish(`spBv1.0/${GROUP}/NCMD/${NODE}`, encodePayload({ timestamp: 1, metrics: [{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }] }), { qos: 1 })).rejects.toThrow(/135|authori/i);
+    await runToolOk('mosquitto_pub', [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(gw.port),
+      '-V',
+      'mqttv311',
+      '-q',
+      '1',
+      '-i',
+      'tool-311',
+      '-t',
+      DCMD,
+      '-f',
+      payloadFile,
+    ]);
+    await expect(
+      v5.publish(
+        `spBv1.0/${GROUP}/NCMD/${NODE}`,
+        encodePayload({ timestamp: 1, metrics: [{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }] }),
+        { qos: 1 },
+      ),
+    ).rejects.toThrow(/135|authori/i);
     // A forged reading as our DDATA, and a forged NDEATH: refused whatever the ACL says.
-    const forged = encodePayload({ timestamp: Date.now(), seq: 200, metrics: [{ name: 'temperature', datatype: 'Float', value: 999.9 }] });
-    await expect(v5.publish(`spBv1.0/${GROUP}/DDATA/${NODE}/press-1`, forged, { qos: 1 })).rejects.toThrow(/135|authori/i);
+    const forged = encodePayload({
+      timestamp: Date.now(),
+      seq: 200,
+      metrics: [{ name: 'temperature', datatype: 'Float', value: 999.9 }],
+    });
+    await expect(v5.publish(`spBv1.0/${GROUP}/DDATA/${NODE}/press-1`, forged, { qos: 1 })).rejects.toThrow(
+      /135|authori/i,
+    );
     await v5.publish(`spBv1.0/${GROUP}/NDEATH/${NODE}`, encodePayload({ timestamp: 1, metrics: [] }), { qos: 0 });
-    const will = { topic: `spBv1.0/${GROUP}/NDEATH/${NODE}`, payload: Buffer.from('x'), qos: 0 as const, retain: false };
+    const will = {
+      topic: `spBv1.0/${GROUP}/NDEATH/${NODE}`,
+      payload: Buffer.from('x'),
+      qos: 0 as const,
+      retain: false,
+    };
     expect(await connectRefused(gw.url, { protocolVersion: 5, clientId: 'will-forger', will })).toBe(0x87);
     // Another node's namespace and the rest of the group stay open to local clients (a local edge node of its own).
     await v5.publish(`spBv1.0/${GROUP}/DDATA/${NODE}-2/press-1`, forged, { qos: 1 });
@@ -176,15 +213,32 @@ describe('local clients', () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [...float32(20), 0, 0, 5]);
     const aclFile = join(d.tempDir('edgeferry-cmd-'), 'acl');
-    writeFileSync(aclFile, ['user hmi', `topic write ${DCMD}`, 'topic write spBv1.0/#', 'user viewer', 'topic readwrite spBv1.0/STATE/#', ''].join('\n'));
+    writeFileSync(
+      aclFile,
+      [
+        'user hmi',
+        `topic write ${DCMD}`,
+        'topic write spBv1.0/#',
+        'user viewer',
+        'topic readwrite spBv1.0/STATE/#',
+        '',
+      ].join('\n'),
+    );
     // No uplink: commands answer to the local session.
-    const gw = d.add(await startGateway({ auth: { aclFile }, sparkplug: sparkplug(), connectors: [modbusPress(sim, TAGS)] }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        { auth: { aclFile }, sparkplug: sparkplug(), connectors: [modbusPress(sim, TAGS)] },
+        { logLevel: 'info' },
+      ),
+    );
     await waitFor(() => logLines(gw).some((l) => l.msg === 'edge node started'), 10_000);
     const hmi = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'hmi-1', username: 'hmi' }));
     const viewer = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'viewer-1', username: 'viewer' }));
     await expect(viewer.publish(DCMD, setpoint(3333), { qos: 1 })).rejects.toThrow(/135|authori/i);
     // The ACL grants hmi all of spBv1.0/#: our namespace stays the gateway's.
-    await expect(hmi.publish(`spBv1.0/${GROUP}/DDATA/${NODE}/press-1`, setpoint(1), { qos: 1 })).rejects.toThrow(/135|authori/i);
+    await expect(hmi.publish(`spBv1.0/${GROUP}/DDATA/${NODE}/press-1`, setpoint(1), { qos: 1 })).rejects.toThrow(
+      /135|authori/i,
+    );
     await hmi.publish(DCMD, setpoint(4444), { qos: 1, retain: true });
     await hmi.publish(DCMD, setpoint(55), { qos: 1 });
     await holds(gw, sim, 55);
@@ -201,6 +255,8 @@ describe('local clients', () => {
       ['hmi-1', undefined, retained],
     ]);
     expect(audit(gw, 'denied by ACL').map((l) => [l.clientId, l.topic])).toEqual([['viewer-1', DCMD]]);
-    expect(audit(gw, 'publish refused').map((l) => [l.clientId, l.topic])).toEqual([['hmi-1', `spBv1.0/${GROUP}/DDATA/${NODE}/press-1`]]);
+    expect(audit(gw, 'publish refused').map((l) => [l.clientId, l.topic])).toEqual([
+      ['hmi-1', `spBv1.0/${GROUP}/DDATA/${NODE}/press-1`],
+    ]);
   });
 });
