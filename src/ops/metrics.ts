@@ -87,7 +87,7 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
     Object.entries(b.disconnects).map(([reason, v]) => [{ reason }, v]),
   );
   mirroredCounter(r, 'edgeferry_broker_auth_failures_total', 'Refused logins', [], () => [[{}, b.authFailures]]);
-  mirroredCounter(r, 'edgeferry_broker_acl_denied_total', 'Operations denied by the ACL', ['action'], () =>
+  mirroredCounter(r, 'edgeferry_broker_acl_denied_total', 'Operations denied by the ACL, or refused in the edge node namespace', ['action'], () =>
     Object.entries(b.aclDenied).map(([action, v]) => [{ action }, v]),
   );
   mirroredGauge(r, 'edgeferry_broker_retained_messages', 'Retained messages', [], () => [[{}, s.retainedCount()]]);
