@@ -37,6 +37,7 @@ import { ownNamespace } from './sparkplug/topics.js';
 import { topicMatches } from './protocol/topics.js';
 import { SteadyClock, watchClockSteps } from './util/clock.js';
 import { fullGc } from './util/full-gc.js';
+import { LoginThrottle } from './util/login-throttle.js';
 import { WebConsole, type ConsoleUsers } from './console/console.js';
 import type { ConfigControl } from './console/sources.js';
 import type { LogRing } from './ops/log.js';
@@ -68,7 +69,9 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   const stats = new BrokerStats();
   // The edge node's namespace is the gateway's to publish in (the sparkplug section changes only with a restart).
   const reserved = config.sparkplug && ownNamespace(config.sparkplug.groupId, config.sparkplug.edgeNodeId);
-  let auth = createAuth(config, audit, stats, reserved);
+  // One throttle for every password check (MQTT, console, /metrics), kept across reloads.
+  const loginThrottle = new LoginThrottle();
+  let auth = createAuth(config, audit, stats, reserved, loginThrottle);
   // One steady timeline for everything that stores times or compares with stored ones; the store sets its base.
   const clock = new SteadyClock();
   // The store names itself in its log lines (mod: store, path).
@@ -187,6 +190,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       log.child({ mod: 'metrics' }),
       audit,
       metricsAccess(config.metrics, config.auth.passwordFile),
+      loginThrottle,
     );
     if (config.console) {
       webConsole = new WebConsole(
@@ -223,6 +227,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
         consoleUsers(config.console, config.auth.passwordFile),
         log.child({ mod: 'console' }),
         audit,
+        loginThrottle,
       );
       const routes = webConsole;
       metrics.mount((req, res, path) => routes.handle(req, res, path));
@@ -266,7 +271,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       const plan = planReload(config, next);
       // Users and ACLs apply at once, for new operations of connected clients too.
       if (plan.reloadAuth) {
-        auth = createAuth(next, audit, stats, reserved);
+        auth = createAuth(next, audit, stats, reserved, loginThrottle);
         server.setAuth(auth);
         audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
       }
@@ -412,7 +417,7 @@ function uplinkControl(bridge: Bridge): UplinkControl {
  * Password file and ACL (re-read on every reload, so edited files apply), and the `reserved` topics no client
  * publishes in; failed logins and refusals go to the audit log.
  */
-function createAuth(config: Config, audit: Logger, stats: BrokerStats, reserved: ReservedTopics | undefined): AuthHooks {
+function createAuth(config: Config, audit: Logger, stats: BrokerStats, reserved: ReservedTopics | undefined, throttle: LoginThrottle): AuthHooks {
   const key = (path: string) => (path === config.auth.aclFile ? 'auth.aclFile' : 'auth.passwordFile');
   return loadFileAuth(config.auth, (path) => readConfiguredFile(path, key(path)), {
     loginRefused: (c, why) => {
@@ -424,7 +429,7 @@ function createAuth(config: Config, audit: Logger, stats: BrokerStats, reserved:
       stats.aclDenied[action]++;
       audit.warn({ clientId: c.clientId, username: c.username, action, topic, why }, why === undefined ? 'denied by ACL' : 'publish refused');
     },
-  }, reserved);
+  }, reserved, throttle);
 }
 
 /** The credentials of `metrics.auth`, read from their files now (at start, and again on reload). */
@@ -432,19 +437,21 @@ function metricsAccess(metrics: MetricsConfig, passwordFile: string | undefined)
   const { auth } = metrics;
   if (auth === undefined) return undefined;
   let verifyUser: MetricsAccess['verifyUser'];
+  let isUser: MetricsAccess['isUser'];
   if (auth.users !== undefined && passwordFile !== undefined) {
     // createAuth has read the same file first and refused it if it has bad lines.
     const { file } = PasswordFile.parse(readConfiguredFile(passwordFile, 'auth.passwordFile'));
     const users = new Set(auth.users);
     // The password is checked first, so an unlisted user costs the same time as a listed one.
     verifyUser = async (user, password) => (await file.verify(user, password)) && users.has(user);
+    isUser = (user) => file.has(user);
   }
   let token: string | undefined;
   if (auth.tokenFile !== undefined) {
     token = readConfiguredFile(auth.tokenFile, 'metrics.auth.tokenFile').replace(/\r?\n$/, '');
     if (token === '') throw new ConfigError(auth.tokenFile, [{ path: 'metrics.auth.tokenFile', message: 'the token file is empty' }]);
   }
-  return { verifyUser, token };
+  return { verifyUser, isUser, token };
 }
 
 /** The metrics listener's certificate and key, read now (at start, and again on reload), or undefined for HTTP. */
@@ -467,7 +474,7 @@ function httpTls(metrics: MetricsConfig): HttpTls | undefined {
 function consoleUsers(console: ConsoleConfig, passwordFile: string | undefined): ConsoleUsers {
   // The schema requires the password file with a console section; createAuth has read and checked it first.
   const { file } = PasswordFile.parse(readConfiguredFile(passwordFile ?? '', 'auth.passwordFile'));
-  return { ...console, verifyPassword: (user, password) => file.verify(user, password) };
+  return { ...console, verifyPassword: (user, password) => file.verify(user, password), isUser: (user) => file.has(user) };
 }
 
 /**

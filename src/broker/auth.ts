@@ -6,6 +6,7 @@ import type { QoS } from '../protocol/message.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { ConfigError } from '../util/errors.js';
 import type { ConfigProblem } from '../util/errors.js';
+import { LoginThrottle, UNKNOWN_USER } from '../util/login-throttle.js';
 import { Acl } from './acl.js';
 import { PasswordFile } from './password-file.js';
 
@@ -18,6 +19,8 @@ export interface ConnectInfo {
   readonly allowAnonymous: boolean;
   /** The user name is a verified client certificate's CN: no password is needed. */
   readonly certificateVerified?: boolean;
+  /** Whether the client still waits for the answer (a slowed password check waits its turn: LoginThrottle). */
+  readonly waiting?: () => boolean;
 }
 
 export interface ClientInfo {
@@ -39,18 +42,6 @@ export interface AuthHooks {
   authorizeRead?(c: ClientInfo, topic: string): boolean;
 }
 
-
-/** How failed logins from one address slow that address down (docs/reliability.md rule 33). */
-const FAILURE_WINDOW_MS = 60_000;
-const FAILURES_BEFORE_BACKOFF = 5;
-
-/**
- * Authentication with a Mosquitto password file and authorization with a Mosquitto ACL file. Without a password
- * file, clients on listeners that allow anonymous access are accepted and others refused (Mosquitto 2 with
- * `allow_anonymous false` and no password file). Without an ACL file every accepted client may publish and
- * subscribe. Nobody may publish into `$SYS`, the broker's own tree [docs/reliability.md rule 27], nor into the
- * `ReservedTopics` (commands there only with an ACL grant).
- */
 /** What the audit log and the metrics hear from authentication and authorization. */
 export interface AuthEvents {
   loginRefused(c: ConnectInfo, why: string): void;
@@ -74,23 +65,26 @@ export interface ReservedTopics {
 const GATEWAY_ONLY = "the gateway's own Sparkplug namespace: only the gateway publishes there";
 const COMMAND_NEEDS_ACL = 'a command to the edge node needs an ACL file that grants it (auth.aclFile)';
 
-/** How a refused login with a user name that is not in the password file appears in the log. */
-export const UNKNOWN_USER = '<unknown>';
-
 const quietEvents: AuthEvents = { loginRefused: () => {}, loginAccepted: () => {}, denied: () => {} };
 
+/**
+ * Authentication with a Mosquitto password file and authorization with a Mosquitto ACL file. Without a password
+ * file, clients on listeners that allow anonymous access are accepted and others refused (Mosquitto 2 with
+ * `allow_anonymous false` and no password file). Without an ACL file every accepted client may publish and
+ * subscribe. Nobody may publish into `$SYS`, the broker's own tree [docs/reliability.md rule 27], nor into the
+ * `ReservedTopics` (commands there only with an ACL grant).
+ */
 export class FileAuth implements AuthHooks {
-  private readonly failures = new Map<string, { count: number; firstMs: number }>();
-
   constructor(
     private readonly passwords: PasswordFile | undefined,
     private readonly acl: Acl | undefined,
     private readonly events: AuthEvents = quietEvents,
     private readonly reserved?: ReservedTopics,
+    /** Shared with the console and /metrics, and kept across reloads (the gateway makes one). */
+    private readonly throttle = new LoginThrottle(),
   ) {}
 
   authenticate(c: ConnectInfo): number | undefined | Promise<number | undefined> {
-    if (this.isThrottled(c.remoteAddress)) return this.fail(c, Reason.Banned, 'too many failed logins from this address');
     if (c.username === undefined) {
       return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'anonymous clients are not allowed here');
     }
@@ -98,14 +92,28 @@ export class FileAuth implements AuthHooks {
       if (!this.passwords) return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'no password file configured');
       // A user name without a password is refused when a password file is set (Mosquitto `01-connect-uname-no-password-denied`).
       if (!c.password) return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
-      return this.passwords
-        .verify(c.username, c.password)
-        .then((ok) => (ok ? this.accepted(c) : this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password')));
+      return this.checkPassword(this.passwords, c.username, c.password, c);
     }
     return this.accepted(c);
   }
 
-  /** The failure count is not reset by a success: one valid account must not buy more guesses at others. */
+  /** The password check, through the login throttle: failures slow this user from this address down, no one else. */
+  private async checkPassword(passwords: PasswordFile, username: string, password: Buffer, c: ConnectInfo): Promise<number | undefined> {
+    const attempt = { address: c.remoteAddress, user: passwords.has(username) ? username : undefined, waiting: c.waiting ?? (() => true) };
+    switch (await this.throttle.check(attempt, () => passwords.verify(username, password))) {
+      case 'accepted':
+        return this.accepted(c);
+      case 'busy':
+        // MQTT 5's code for a rate limit (3.1.1: 3, server unavailable): try later, not banned.
+        return this.fail(c, Reason.ConnectionRateExceeded, 'too many login attempts for this user from this address are waiting');
+      case 'gone':
+        // Nobody reads this answer: the connection closed while it waited.
+        return this.fail(c, Reason.NotAuthorized, 'connection closed before its password was checked');
+      default:
+        return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
+    }
+  }
+
   private accepted(c: ConnectInfo): undefined {
     this.events.loginAccepted(c);
     return undefined;
@@ -138,20 +146,7 @@ export class FileAuth implements AuthHooks {
     return !this.acl || this.acl.allows('read', topic, c.clientId, c.username);
   }
 
-  private isThrottled(address: string): boolean {
-    const f = this.failures.get(address);
-    if (!f) return false;
-    if (performance.now() - f.firstMs > FAILURE_WINDOW_MS) {
-      this.failures.delete(address);
-      return false;
-    }
-    return f.count >= FAILURES_BEFORE_BACKOFF;
-  }
-
   private fail(c: ConnectInfo, reason: number, why: string): number {
-    const f = this.failures.get(c.remoteAddress);
-    if (f) f.count++;
-    else this.failures.set(c.remoteAddress, { count: 1, firstMs: performance.now() });
     // People type passwords into the user field: a name that is no known user is not written to the log.
     const known = c.username === undefined || c.certificateVerified || this.passwords?.has(c.username);
     this.events.loginRefused(known ? c : { ...c, username: UNKNOWN_USER }, why);
@@ -165,6 +160,7 @@ export function loadFileAuth(
   read: (path: string) => string,
   events?: AuthEvents,
   reserved?: ReservedTopics,
+  throttle?: LoginThrottle,
 ): FileAuth {
   const problems: ConfigProblem[] = [];
   let passwords: PasswordFile | undefined;
@@ -180,5 +176,5 @@ export function loadFileAuth(
     for (const p of parsed.problems) problems.push({ path: 'auth.aclFile', message: p.message, location: `${files.aclFile}:${p.line}` });
   }
   if (problems.length > 0) throw new ConfigError(files.aclFile ?? files.passwordFile ?? 'auth', problems);
-  return new FileAuth(passwords, acl, events, reserved);
+  return new FileAuth(passwords, acl, events, reserved, throttle);
 }

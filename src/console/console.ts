@@ -5,10 +5,11 @@
  */
 import type http from 'node:http';
 import { asError } from '../util/errors.js';
+import { MAX_DELAY_MS, UNKNOWN_USER, type LoginThrottle } from '../util/login-throttle.js';
 import type { Logger } from '../util/logger.js';
 import type { Sender } from '../sparkplug/commands.js';
 import { LiveStreams } from './live.js';
-import { csrfMatches, LoginThrottle, Logins, type Login, type Role } from './logins.js';
+import { csrfMatches, Logins, type Login, type Role } from './logins.js';
 import type { ConsoleSources } from './sources.js';
 import { SECURITY_HEADERS, StaticFiles } from './static-files.js';
 import { parseTagValue } from './tag-value.js';
@@ -20,6 +21,8 @@ export interface ConsoleUsers {
   readonly sessionTtlS: number;
   /** Checks a password against auth.passwordFile (re-read on reload). */
   readonly verifyPassword: (user: string, password: Buffer) => Promise<boolean>;
+  /** Whether a name is a user of auth.passwordFile (others share one throttle key and are logged as `<unknown>`). */
+  readonly isUser: (user: string) => boolean;
 }
 
 /** POST /api/bridges/:name/dead-letters/requeue or /delete. */
@@ -54,33 +57,35 @@ export class WebConsole {
   private readonly sampler: Sampler;
   private readonly live: LiveStreams;
   private readonly logins: Logins;
-  private readonly throttle = new LoginThrottle();
   private readonly files = new StaticFiles();
   private users: ConsoleUsers;
-  private readonly reads: Readonly<Record<string, () => unknown>>;
-  private readonly actions: Readonly<Record<string, Action>>;
+  /** Maps, not objects: a route named after an Object.prototype member (`toString`, `__proto__`) finds nothing. */
+  private readonly reads: ReadonlyMap<string, () => unknown>;
+  private readonly actions: ReadonlyMap<string, Action>;
 
   constructor(
     private readonly sources: ConsoleSources,
     users: ConsoleUsers,
     private readonly log: Logger,
     private readonly audit: Logger,
+    /** The gateway's one login throttle, shared with MQTT and /metrics. */
+    private readonly throttle: LoginThrottle,
   ) {
     this.users = users;
     this.logins = new Logins(users.sessionTtlS);
     this.sampler = new Sampler(sources);
     const s = sources;
-    this.reads = {
-      overview: () => overview(s, this.sampler),
-      bridges: () => bridges(s),
-      sparkplug: () => sparkplug(s),
-      devices: () => devices(s),
-      clients: () => clients(s),
-      log: () => s.logLines(),
-      history: () => this.sampler.history(),
-    };
+    this.reads = new Map<string, () => unknown>([
+      ['overview', () => overview(s, this.sampler)],
+      ['bridges', () => bridges(s)],
+      ['sparkplug', () => sparkplug(s)],
+      ['devices', () => devices(s)],
+      ['clients', () => clients(s)],
+      ['log', () => s.logLines()],
+      ['history', () => this.sampler.history()],
+    ]);
     this.live = new LiveStreams(() => ({ at: Date.now(), overview: overview(s, this.sampler), bridges: bridges(s), sparkplug: sparkplug(s), devices: devices(s) }));
-    this.actions = {
+    this.actions = new Map<string, Action>(Object.entries({
       'write-tag': (body, who) => this.writeTag(body, who),
       rebirth: async (_body, who) => {
         const node = this.sources.edgeNode;
@@ -113,7 +118,7 @@ export class WebConsole {
         if (!outcome.ok) throw new HttpError(422, outcome.error, { problems: outcome.problems });
         return { done: true };
       },
-    };
+    } satisfies Record<string, Action>));
   }
 
   start(): void {
@@ -168,15 +173,15 @@ export class WebConsole {
       return reply(res, 200, { done: true });
     }
     if (route === 'session') return reply(res, 200, { user: login.user, role: login.role, csrf: login.csrf });
-    if (route === 'events') return this.live.open(res, () => this.logins.holds(login));
-    const read = this.reads[route];
+    if (route === 'events') return this.live.open(res, login.user, () => this.logins.holds(login));
+    const read = this.reads.get(route);
     if (read !== undefined) {
       if (req.method !== 'GET') throw new HttpError(405, 'GET only');
       return reply(res, 200, read());
     }
     if (route.startsWith('actions/')) {
       const name = route.slice('actions/'.length);
-      return this.act(req, res, login, name, this.actions[name]);
+      return this.act(req, res, login, name, this.actions.get(name));
     }
     const deadLetters = DEAD_LETTERS_ROUTE.exec(route);
     if (deadLetters !== null) {
@@ -193,16 +198,27 @@ export class WebConsole {
     const user = typeof body.user === 'string' ? body.user : '';
     const password = typeof body.password === 'string' ? body.password : '';
     const remote = req.socket.remoteAddress ?? '';
-    if (this.throttle.blocked(remote)) {
-      this.audit.warn({ user, remote, why: 'too many failed logins from this address' }, 'console login refused');
-      throw new HttpError(429, 'too many failed logins from this address: try again in a minute');
+    const known = this.users.isUser(user);
+    // People type passwords into the user field: a name that is no user is not written to the log.
+    const refused = (why: string): void => this.audit.warn({ user: known ? user : UNKNOWN_USER, remote, why }, 'console login refused');
+    const outcome: { role?: Role; why: string } = { why: 'bad user name or password' };
+    const attempt = { address: remote, user: known ? user : undefined, waiting: () => !req.socket.destroyed };
+    const verdict = await this.throttle.check(attempt, async () => {
+      // The password is checked first, so an unlisted user costs the same time as a listed one.
+      const verified = await this.users.verifyPassword(user, Buffer.from(password, 'utf8'));
+      outcome.role = verified ? this.roleOf(user) : undefined;
+      if (verified) outcome.why = 'not a console user';
+      return outcome.role !== undefined;
+    });
+    if (verdict === 'busy') {
+      refused('too many login attempts for this user from this address are waiting');
+      res.setHeader('retry-after', String(MAX_DELAY_MS / 1000));
+      throw new HttpError(429, 'too many login attempts for this user are waiting: try again in a few seconds');
     }
-    // The password is checked first, so an unlisted user costs the same time as a listed one.
-    const verified = await this.users.verifyPassword(user, Buffer.from(password, 'utf8'));
-    const role = verified ? this.roleOf(user) : undefined;
+    if (verdict === 'gone') return refused('the client left before its password was checked');
+    const role = outcome.role;
     if (role === undefined) {
-      this.throttle.failed(remote);
-      this.audit.warn({ user, remote, why: verified ? 'not a console user' : 'bad user name or password' }, 'console login refused');
+      refused(outcome.why);
       throw new HttpError(401, 'bad user name or password, or not a console user');
     }
     const login = this.logins.create(user, role);

@@ -15,8 +15,11 @@ export interface Login {
 }
 
 export const COOKIE = 'edgeferry_console';
-/** Logins kept at most; the oldest goes first (a script that logs in in a loop cannot fill the memory). */
-const MAX_LOGINS = 1000;
+/**
+ * Logins kept per user at most; that user's oldest goes first. A script that logs in in a loop cannot fill the
+ * memory, and evicts only its own user's logins, never another user's.
+ */
+const MAX_LOGINS_PER_USER = 100;
 
 export class Logins {
   private readonly byId = new Map<string, Login>();
@@ -29,7 +32,8 @@ export class Logins {
 
   create(user: string, role: Role): Login {
     this.prune();
-    if (this.byId.size >= MAX_LOGINS) this.byId.delete(this.byId.keys().next().value as string);
+    const own = [...this.byId.values()].filter((login) => login.user === user);
+    if (own.length >= MAX_LOGINS_PER_USER) this.byId.delete(own[0].id);
     const login: Login = { id: token(), user, role, csrf: token(), expiresAtMs: Date.now() + this.ttlS * 1000 };
     this.byId.set(login.id, login);
     return login;
@@ -74,35 +78,6 @@ export class Logins {
   private prune(): void {
     const now = Date.now();
     for (const login of this.byId.values()) if (login.expiresAtMs <= now) this.byId.delete(login.id);
-  }
-}
-
-/**
- * Failed logins per address: after MAX_FAILURES within a minute the address is refused until that minute is over,
- * like the MQTT listeners' ban (docs/architecture.md#security-model), so passwords cannot be tried at speed.
- */
-export class LoginThrottle {
-  static readonly MAX_FAILURES = 5;
-  static readonly WINDOW_MS = 60_000;
-  private readonly failures = new Map<string, { count: number; sinceMs: number }>();
-
-  blocked(address: string): boolean {
-    const entry = this.failures.get(address);
-    if (entry === undefined) return false;
-    if (Date.now() - entry.sinceMs >= LoginThrottle.WINDOW_MS) {
-      this.failures.delete(address);
-      return false;
-    }
-    return entry.count >= LoginThrottle.MAX_FAILURES;
-  }
-
-  failed(address: string): void {
-    const now = Date.now();
-    // Old entries go when the map grows: a scan of addresses cannot fill the memory.
-    if (this.failures.size >= MAX_LOGINS) for (const [a, e] of this.failures) if (now - e.sinceMs >= LoginThrottle.WINDOW_MS) this.failures.delete(a);
-    const entry = this.failures.get(address);
-    if (entry === undefined || now - entry.sinceMs >= LoginThrottle.WINDOW_MS) this.failures.set(address, { count: 1, sinceMs: now });
-    else entry.count++;
   }
 }
 

@@ -13,6 +13,7 @@ import type { BrokerStats } from '../broker/broker.js';
 import type { BridgeStats } from '../bridge/bridge.js';
 import type { Logger } from '../util/logger.js';
 import { EdgeferryError } from '../util/errors.js';
+import { MAX_DELAY_MS, type LoginAttempt, type LoginThrottle } from '../util/login-throttle.js';
 
 /** Per-connector figures the Sparkplug device runtime keeps. */
 export interface ConnectorStats {
@@ -141,43 +142,68 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
 export interface MetricsAccess {
   /** HTTP basic auth: whether `user` may read the metrics and `password` is theirs. */
   readonly verifyUser?: (user: string, password: Buffer) => Promise<boolean>;
+  /** Whether a name is a user of the password file (others share one login throttle key per address). */
+  readonly isUser?: (user: string) => boolean;
   /** The bearer token (`Authorization: Bearer <token>`). */
   readonly token?: string;
 }
 
 const REALM = 'edgeferry metrics';
 
-/** Checks a request's Authorization header against a `MetricsAccess`; the token is compared in constant time. */
+/** Why a request is refused (for the audit line; never the credentials), and 429 when the login throttle says busy. */
+interface Refusal {
+  readonly why: string;
+  readonly busy?: boolean;
+}
+
+/**
+ * Checks a request's Authorization header against a `MetricsAccess`: the token compared in constant time, basic
+ * auth through the gateway's login throttle (shared with MQTT and the console).
+ */
 class Gate {
   private readonly tokenDigest: Buffer | undefined;
   /** The 401's WWW-Authenticate header: one challenge per accepted scheme. */
   readonly challenges: string[] = [];
 
-  constructor(private readonly access: MetricsAccess) {
+  constructor(
+    private readonly access: MetricsAccess,
+    private readonly throttle: LoginThrottle,
+  ) {
     this.tokenDigest = access.token === undefined ? undefined : sha256(access.token);
     if (access.verifyUser) this.challenges.push(`Basic realm="${REALM}", charset="UTF-8"`);
     if (access.token !== undefined) this.challenges.push(`Bearer realm="${REALM}"`);
   }
 
-  /** Undefined when allowed, else why not (for the audit line; never the credentials). */
-  async refusal(header: string | undefined): Promise<string | undefined> {
-    if (header === undefined) return 'no credentials';
+  /** Undefined when allowed, else why not. */
+  async refusal(header: string | undefined, client: Omit<LoginAttempt, 'user'>): Promise<Refusal | undefined> {
+    if (header === undefined) return { why: 'no credentials' };
     const space = header.indexOf(' ');
     const scheme = header.slice(0, space < 0 ? header.length : space).toLowerCase();
     const value = space < 0 ? '' : header.slice(space + 1).trim();
     if (scheme === 'bearer' && this.tokenDigest) {
       // Digests of equal length, so neither the length nor a prefix of the token shows in the timing.
-      return timingSafeEqual(sha256(value), this.tokenDigest) ? undefined : 'wrong bearer token';
+      return timingSafeEqual(sha256(value), this.tokenDigest) ? undefined : { why: 'wrong bearer token' };
     }
-    if (scheme === 'basic' && this.access.verifyUser) {
+    const verifyUser = this.access.verifyUser;
+    if (scheme === 'basic' && verifyUser) {
       const decoded = Buffer.from(value, 'base64');
       const colon = decoded.indexOf(':');
-      if (colon < 0) return 'malformed basic credentials';
+      if (colon < 0) return { why: 'malformed basic credentials' };
       const user = decoded.subarray(0, colon).toString('utf8');
-      return (await this.access.verifyUser(user, decoded.subarray(colon + 1))) ? undefined : 'bad user name or password';
+      const attempt = { ...client, user: this.access.isUser?.(user) ? user : undefined };
+      switch (await this.throttle.check(attempt, () => verifyUser(user, decoded.subarray(colon + 1)))) {
+        case 'accepted':
+          return undefined;
+        case 'busy':
+          return { why: 'too many login attempts for this user from this address are waiting', busy: true };
+        case 'gone':
+          return { why: 'the client left before its password was checked' };
+        default:
+          return { why: 'bad user name or password' };
+      }
     }
     // Not echoed: a header without a scheme may be a bare secret.
-    return 'authorization scheme not accepted here';
+    return { why: 'authorization scheme not accepted here' };
   }
 }
 
@@ -206,13 +232,15 @@ export class MetricsServer {
     /** Refused requests are written here. */
     private readonly audit: Logger,
     access: MetricsAccess | undefined,
+    /** The gateway's one login throttle: basic auth guesses are slowed as MQTT and console logins are. */
+    private readonly throttle: LoginThrottle,
   ) {
     this.setAccess(access);
   }
 
   /** New credentials (reload: the password file or the token file changed); undefined opens the endpoint. */
   setAccess(access: MetricsAccess | undefined): void {
-    this.gate = access === undefined ? undefined : new Gate(access);
+    this.gate = access === undefined ? undefined : new Gate(access, this.throttle);
   }
 
   /** Mounts routes with their own access rules, tried before the metrics ones (set before `start`). */
@@ -255,10 +283,12 @@ export class MetricsServer {
     if (this.extra && (await this.extra(req, res, path))) return;
     const gate = this.gate;
     if (gate && path !== '/healthz') {
-      const refusal = await gate.refusal(req.headers.authorization);
+      const client = { address: req.socket.remoteAddress ?? '', waiting: () => !req.socket.destroyed };
+      const refusal = await gate.refusal(req.headers.authorization, client);
       if (refusal !== undefined) {
-        this.audit.warn({ remote: req.socket.remoteAddress, path, why: refusal }, 'metrics request refused');
-        res.writeHead(401, { 'www-authenticate': gate.challenges, 'content-type': 'text/plain' }).end('unauthorized\n');
+        this.audit.warn({ remote: req.socket.remoteAddress, path, why: refusal.why }, 'metrics request refused');
+        if (refusal.busy) res.writeHead(429, { 'retry-after': String(MAX_DELAY_MS / 1000), 'content-type': 'text/plain' }).end('too many login attempts: try again later\n');
+        else res.writeHead(401, { 'www-authenticate': gate.challenges, 'content-type': 'text/plain' }).end('unauthorized\n');
         return;
       }
     }

@@ -215,11 +215,12 @@ export class MqttServer {
     };
     const accept = (transport: Transport, closeSocket: () => void): void => {
       const remote = transport.remoteAddress;
-      // Refused before any MQTT state exists [docs/reliability.md rule 35]. One address cannot take the whole budget.
-      if (pending.fromAddress(remote) >= pending.maxPerAddress) {
-        budgetFull('too many connections without CONNECT from one address: refusing more from it', remote);
-        closeSocket();
-        return;
+      // One address cannot take the whole budget [docs/reliability.md rule 35], nor lock itself out with idle
+      // sockets: every local program shares 127.0.0.1, so that address's oldest one makes room.
+      const oldestHere = pending.fromAddress(remote) >= pending.maxPerAddress ? pending.oldest(remote) : undefined;
+      if (oldestHere !== undefined) {
+        budgetFull('too many connections without CONNECT from one address: closing its oldest to make room', remote);
+        oldestHere.close(undefined, 'no CONNECT yet, closed to make room for a new connection from the same address');
       }
       const max = Math.min(this.ctx.limits.maxConnections, spec.maxConnections ?? Infinity);
       const isFull = this.connectionCount >= max || policy.connections >= (spec.maxConnections ?? Infinity);

@@ -7,14 +7,14 @@ interface PendingConnection {
 }
 
 export class PendingConnections<T extends PendingConnection = PendingConnection> {
-  /** Insertion order is age order, so the oldest is the first. */
+  /** Insertion order is age order, so the oldest is the first; the same per source address. */
   private readonly oldestFirst = new Set<T>();
-  private readonly perAddress = new Map<string, number>();
+  private readonly perAddress = new Map<string, Set<T>>();
 
   constructor(
     /** At most this many at once on the listener; a new connection closes the oldest one. */
     readonly max: number,
-    /** At most this many from one source address; more from there are refused. */
+    /** At most this many from one source address; a new one from there closes that address's oldest. */
     readonly maxPerAddress: number,
   ) {}
 
@@ -23,7 +23,7 @@ export class PendingConnections<T extends PendingConnection = PendingConnection>
   }
 
   fromAddress(address: string): number {
-    return this.perAddress.get(address) ?? 0;
+    return this.perAddress.get(address)?.size ?? 0;
   }
 
   /** Oldest first; `fn` may delete the connection it is given. */
@@ -31,22 +31,26 @@ export class PendingConnections<T extends PendingConnection = PendingConnection>
     this.oldestFirst.forEach(fn);
   }
 
-  oldest(): T | undefined {
-    return this.oldestFirst.values().next().value;
+  /** The oldest of all, or of those from `address`. */
+  oldest(address?: string): T | undefined {
+    const set = address === undefined ? this.oldestFirst : this.perAddress.get(address);
+    return set?.values().next().value;
   }
 
   add(conn: T): void {
     this.oldestFirst.add(conn);
     const address = conn.transport.remoteAddress;
-    this.perAddress.set(address, this.fromAddress(address) + 1);
+    const set = this.perAddress.get(address);
+    if (set === undefined) this.perAddress.set(address, new Set([conn]));
+    else set.add(conn);
   }
 
   /** The connection completed CONNECT or closed; a second call does nothing. */
   delete(conn: T): void {
     if (!this.oldestFirst.delete(conn)) return;
     const address = conn.transport.remoteAddress;
-    const left = this.fromAddress(address) - 1;
-    if (left > 0) this.perAddress.set(address, left);
-    else this.perAddress.delete(address);
+    const set = this.perAddress.get(address);
+    set?.delete(conn);
+    if (set?.size === 0) this.perAddress.delete(address);
   }
 }

@@ -109,6 +109,7 @@ export function handleConnect(conn: ClientConnection, packet: ConnectPacket): vo
       certificateVerified: conn.identityIsUsername,
       remoteAddress: conn.remoteAddress,
       allowAnonymous: conn.allowAnonymous,
+      waiting: () => conn.state !== 'closed',
     });
   } catch (err) {
     return authenticationFailed(conn, err);
