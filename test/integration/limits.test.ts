@@ -107,13 +107,27 @@ describe('listener maxPendingConnections, maxPendingPerAddress: a budget for con
     // maxConnections below the flood: before the budget, the idle sockets took every slot for connectTimeoutMs.
     const gw = d.add(await startGateway({ broker: { maxConnections: 2000, connectTimeoutMs: 30_000 } }));
     const flood = await idleSockets(gw.port, 3000, '127.0.0.2');
-    // The default per-address budget (100) holds; the rest of that address's sockets are closed at once.
+    // The default per-address budget (100) holds: each socket past it closes that address's oldest.
     await waitFor(() => openCount(flood) === 100, 10_000, { message: () => `${openCount(flood)} idle sockets open, expected 100` });
     const started = performance.now();
     const client = d.add(await RawClient.connect(gw.port, { clientId: 'after-flood' }, { protocolVersion: 5, openTimeoutMs: 2000 }));
     expect(performance.now() - started).toBeLessThan(2000);
     await client.subscribe('flood/ok');
     client.publish('flood/ok', 'through', { qos: 1, messageId: 1 });
+    await client.until(() => client.publishes.length > 0, 5000, 'its own message back');
+  });
+
+  it('lets a real client in from an address whose 200 idle sockets fill maxPendingPerAddress: that address\'s oldest one makes room', async () => {
+    const gw = d.add(await startGateway({ broker: { connectTimeoutMs: 30_000 } }));
+    // Every local program shares 127.0.0.1: idle sockets from one of them must not keep the others out.
+    const idle = await idleSockets(gw.port, 200, '127.0.0.1');
+    await waitFor(() => openCount(idle) === 100, 10_000, { message: () => `${openCount(idle)} idle sockets open, expected 100` });
+    expect(openCount(idle.slice(0, 100))).toBe(0);
+    const client = d.add(await RawClient.connect(gw.port, { clientId: 'local-client' }, { protocolVersion: 5 }));
+    await waitFor(() => idle[100].closed, 3000, { message: 'the oldest idle socket of 127.0.0.1 was not closed' });
+    expect(openCount(idle)).toBe(99);
+    await client.subscribe('local/ok');
+    client.publish('local/ok', 'in', { qos: 1, messageId: 1 });
     await client.until(() => client.publishes.length > 0, 5000, 'its own message back');
   });
 
