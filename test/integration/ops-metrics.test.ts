@@ -12,6 +12,7 @@ import { bridgePatch, runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { openClient } from '../helpers/mqtt-client.js';
+import { HttpBurst, type BurstRequest } from '../helpers/http-burst.js';
 import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -218,6 +219,38 @@ describe('metrics.auth', { timeout: 60_000 }, () => {
     // Refusals are audited, without the credentials.
     await waitFor(() => (gw.output().match(/"msg":"metrics request refused"/g) ?? []).length >= 4, 5000, { message: () => gw.output() });
     expect(gw.output()).not.toMatch(/scrape-secret|wrong|alice-secret/);
+  });
+
+  it('slows basic auth guesses with the login throttle MQTT and the console share: 5 of 100 checked at once, 85 answered 429, no race lets one in', async () => {
+    const dir = d.tempDir('edgeferry-metrics-guess-');
+    const passwordFile = join(dir, 'passwd');
+    execFileSync('mosquitto_passwd', ['-c', '-b', passwordFile, 'prometheus', 'scrape-secret'], { stdio: 'pipe' });
+    execFileSync('mosquitto_passwd', ['-b', passwordFile, 'alice', 'alice-secret'], { stdio: 'pipe' });
+    const tokenFile = join(dir, 'metrics.token');
+    writeFileSync(tokenFile, 'scrape-token\n');
+    const metricsPort = await freePort();
+    const mqttPort = await freePort();
+    d.add(
+      await startGateway({
+        auth: { passwordFile },
+        listeners: [{ type: 'tcp', host: '127.0.0.1', port: mqttPort, allowAnonymous: true }],
+        metrics: { host: '127.0.0.1', port: metricsPort, auth: { users: ['prometheus'], tokenFile } },
+      }),
+    );
+    const guess = (password: string): BurstRequest => ({ method: 'GET', path: '/metrics', headers: { authorization: basic('prometheus', password) } });
+    const burst = d.add(await HttpBurst.send(metricsPort, Array.from({ length: 100 }, (_, i) => guess(i === 19 ? 'scrape-secret' : `guess-${i}`))));
+    await waitFor(() => burst.answered >= 90, 10_000, { message: () => `90 answers, got ${JSON.stringify(burst.statuses)}` });
+    expect([burst.count(401), burst.count(429), burst.count(200)]).toEqual([5, 85, 0]);
+    expect(burst.statuses[19]).toBe(429);
+    // The token, and another user of the password file from the same address, are not held up.
+    expect((await request(metricsPort, '/metrics', 'Bearer scrape-token')).status).toBe(200);
+    const mqttUrl = `mqtt://127.0.0.1:${mqttPort}`;
+    d.add(await openClient(mqttUrl, { username: 'alice', password: 'alice-secret', protocolVersion: 5 }));
+    // One throttle: five guesses of alice's password here slow her next MQTT login from this address (250 ms).
+    for (let i = 0; i < 5; i++) expect((await request(metricsPort, '/metrics', basic('alice', `guess-${i}`))).status).toBe(401);
+    const started = performance.now();
+    d.add(await openClient(mqttUrl, { username: 'alice', password: 'alice-secret', protocolVersion: 5 }));
+    expect(performance.now() - started).toBeGreaterThanOrEqual(200);
   });
 
   it('accepts a bearer token from metrics.auth.tokenFile, re-read on SIGHUP', async () => {
