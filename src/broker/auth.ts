@@ -6,7 +6,7 @@ import type { QoS } from '../protocol/message.js';
 import { Reason } from '../protocol/reason-codes.js';
 import { ConfigError } from '../util/errors.js';
 import type { ConfigProblem } from '../util/errors.js';
-import { LoginThrottle, UNKNOWN_USER } from '../util/login-throttle.js';
+import { LoginThrottle, UNCHECKED_WHY, UNKNOWN_USER } from '../util/login-throttle.js';
 import { Acl } from './acl.js';
 import { PasswordFile } from './password-file.js';
 
@@ -105,10 +105,10 @@ export class FileAuth implements AuthHooks {
         return this.accepted(c);
       case 'busy':
         // MQTT 5's code for a rate limit (3.1.1: 3, server unavailable): try later, not banned.
-        return this.fail(c, Reason.ConnectionRateExceeded, 'too many login attempts for this user from this address are waiting');
+        return this.fail(c, Reason.ConnectionRateExceeded, UNCHECKED_WHY.busy);
       case 'gone':
         // Nobody reads this answer: the connection closed while it waited.
-        return this.fail(c, Reason.NotAuthorized, 'connection closed before its password was checked');
+        return this.fail(c, Reason.NotAuthorized, UNCHECKED_WHY.gone);
       default:
         return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
     }

@@ -5,7 +5,7 @@
  */
 import type http from 'node:http';
 import { asError } from '../util/errors.js';
-import { MAX_DELAY_MS, UNKNOWN_USER, type LoginThrottle } from '../util/login-throttle.js';
+import { MAX_DELAY_MS, UNCHECKED_WHY, UNKNOWN_USER, type LoginThrottle } from '../util/login-throttle.js';
 import type { Logger } from '../util/logger.js';
 import type { Sender } from '../sparkplug/commands.js';
 import { LiveStreams } from './live.js';
@@ -211,11 +211,11 @@ export class WebConsole {
       return outcome.role !== undefined;
     });
     if (verdict === 'busy') {
-      refused('too many login attempts for this user from this address are waiting');
+      refused(UNCHECKED_WHY.busy);
       res.setHeader('retry-after', String(MAX_DELAY_MS / 1000));
       throw new HttpError(429, 'too many login attempts for this user are waiting: try again in a few seconds');
     }
-    if (verdict === 'gone') return refused('the client left before its password was checked');
+    if (verdict === 'gone') return refused(UNCHECKED_WHY.gone);
     const role = outcome.role;
     if (role === undefined) {
       refused(outcome.why);

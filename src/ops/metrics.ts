@@ -13,7 +13,7 @@ import type { BrokerStats } from '../broker/broker.js';
 import type { BridgeStats } from '../bridge/bridge.js';
 import type { Logger } from '../util/logger.js';
 import { EdgeferryError } from '../util/errors.js';
-import { MAX_DELAY_MS, type LoginAttempt, type LoginThrottle } from '../util/login-throttle.js';
+import { MAX_DELAY_MS, UNCHECKED_WHY, type LoginAttempt, type LoginThrottle } from '../util/login-throttle.js';
 
 /** Per-connector figures the Sparkplug device runtime keeps. */
 export interface ConnectorStats {
@@ -195,9 +195,9 @@ class Gate {
         case 'accepted':
           return undefined;
         case 'busy':
-          return { why: 'too many login attempts for this user from this address are waiting', busy: true };
+          return { why: UNCHECKED_WHY.busy, busy: true };
         case 'gone':
-          return { why: 'the client left before its password was checked' };
+          return { why: UNCHECKED_WHY.gone };
         default:
           return { why: 'bad user name or password' };
       }

@@ -45,6 +45,12 @@ export interface LoginAttempt {
  */
 export type LoginVerdict = 'accepted' | 'refused' | 'busy' | 'gone';
 
+/** The audit log's `why` for an attempt answered without a check. */
+export const UNCHECKED_WHY = {
+  busy: 'too many login attempts for this user from this address are waiting',
+  gone: 'the client left before its password was checked',
+} as const;
+
 /** The monotonic clock and a timer; unit tests drive a manual one. */
 export interface ThrottleTime {
   nowMs(): number;
