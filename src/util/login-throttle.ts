@@ -204,7 +204,8 @@ export class LoginThrottle {
 
   /** Makes room for a new key: forgotten idle keys go first, then the oldest idle ones. */
   private shrink(now: number): void {
-    for (const [id, key] of this.keys) if (this.isIdle(key) && now - key.lastFailureMs >= FORGET_MS) this.keys.delete(id);
+    for (const [id, key] of this.keys)
+      if (this.isIdle(key) && now - key.lastFailureMs >= FORGET_MS) this.keys.delete(id);
     for (const [id, key] of this.keys) {
       if (this.keys.size < MAX_KEYS) return;
       if (this.isIdle(key)) this.keys.delete(id);

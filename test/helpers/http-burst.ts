@@ -51,8 +51,15 @@ export class HttpBurst {
     const burst = new HttpBurst(sockets);
     requests.forEach((r, i) => {
       const body = r.body ?? '';
-      const headers = { host: `127.0.0.1:${port}`, connection: 'close', 'content-length': String(Buffer.byteLength(body)), ...r.headers };
-      const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+      const headers = {
+        host: `127.0.0.1:${port}`,
+        connection: 'close',
+        'content-length': String(Buffer.byteLength(body)),
+        ...r.headers,
+      };
+      const head = Object.entries(headers)
+        .map(([name, value]) => `${name}: ${value}\r\n`)
+        .join('');
       sockets[i].write(`${r.method} ${r.path} HTTP/1.1\r\n${head}\r\n${body}`);
     });
     return burst;

@@ -3,7 +3,14 @@
  * per address and user, attempts counted from their start, slowed rather than refused, bounded memory.
  */
 import { describe, expect, it } from 'vitest';
-import { FORGET_MS, FREE_FAILURES, LoginThrottle, MAX_WAITING, type LoginVerdict, type ThrottleTime } from '../../src/util/login-throttle.js';
+import {
+  FORGET_MS,
+  FREE_FAILURES,
+  LoginThrottle,
+  MAX_WAITING,
+  type LoginVerdict,
+  type ThrottleTime,
+} from '../../src/util/login-throttle.js';
 
 /** A clock that moves only when told to, running the timers that fall due on the way. */
 class ManualTime implements ThrottleTime {
@@ -23,7 +30,7 @@ class ManualTime implements ThrottleTime {
     for (;;) {
       await settle();
       this.timers.sort((a, b) => a.atMs - b.atMs);
-      const next = this.timers[0];
+      const next = this.timers.at(0);
       if (next === undefined || next.atMs > target) break;
       this.timers.shift();
       this.now = next.atMs;
@@ -42,7 +49,13 @@ function setup() {
   const time = new ManualTime();
   const throttle = new LoginThrottle(time);
   const checks: { label: string; atMs: number }[] = [];
-  const attempt = (label: string, address: string, user: string | undefined, correct: boolean, waiting = () => true): Promise<LoginVerdict> =>
+  const attempt = (
+    label: string,
+    address: string,
+    user: string | undefined,
+    correct: boolean,
+    waiting = () => true,
+  ): Promise<LoginVerdict> =>
     throttle.check({ address, user, waiting }, async () => {
       checks.push({ label, atMs: time.nowMs() });
       return correct;
@@ -55,7 +68,9 @@ describe('login throttle', () => {
     const { time, checks, attempt } = setup();
     // The right password at position 20, as in the review's burst.
     const verdicts: (LoginVerdict | undefined)[] = new Array(100);
-    const all = Array.from({ length: 100 }, (_, i) => attempt(`maint-${i}`, '127.0.0.1', 'maint', i === 19).then((v) => (verdicts[i] = v)));
+    const all = Array.from({ length: 100 }, (_, i) =>
+      attempt(`maint-${i}`, '127.0.0.1', 'maint', i === 19).then((v) => (verdicts[i] = v)),
+    );
     await time.advance(0);
     expect(checks.map((c) => c.label)).toEqual(['maint-0', 'maint-1', 'maint-2', 'maint-3', 'maint-4']);
     expect(verdicts.slice(0, 5)).toEqual(Array(5).fill('refused'));
@@ -78,12 +93,17 @@ describe('login throttle', () => {
     expect(await attempt('admin', '127.0.0.1', 'admin', true)).toBe('accepted');
     expect(await attempt('unknown', '127.0.0.1', undefined, false)).toBe('refused');
     expect(await attempt('alice elsewhere', '10.0.0.7', 'alice', true)).toBe('accepted');
-    expect(checks.slice(FREE_FAILURES).map((c) => [c.label, c.atMs])).toEqual([['admin', 0], ['unknown', 0], ['alice elsewhere', 0]]);
+    expect(checks.slice(FREE_FAILURES).map((c) => [c.label, c.atMs])).toEqual([
+      ['admin', 0],
+      ['unknown', 0],
+      ['alice elsewhere', 0],
+    ]);
   });
 
   it('gives every name that is no user one key per address', async () => {
     const { time, checks, attempt } = setup();
-    for (let i = 0; i < FREE_FAILURES; i++) expect(await attempt(`name-${i}`, '127.0.0.1', undefined, false)).toBe('refused');
+    for (let i = 0; i < FREE_FAILURES; i++)
+      expect(await attempt(`name-${i}`, '127.0.0.1', undefined, false)).toBe('refused');
     const sixth = attempt('another name', '127.0.0.1', undefined, false);
     await time.advance(249);
     expect(checks).toHaveLength(FREE_FAILURES);
@@ -94,7 +114,8 @@ describe('login throttle', () => {
 
   it('slows the right password after five failures of its user, never refuses it, and a success clears the key', async () => {
     const { time, checks, attempt } = setup();
-    for (let i = 0; i < FREE_FAILURES; i++) expect(await attempt(`typo-${i}`, '127.0.0.1', 'maint', false)).toBe('refused');
+    for (let i = 0; i < FREE_FAILURES; i++)
+      expect(await attempt(`typo-${i}`, '127.0.0.1', 'maint', false)).toBe('refused');
     const right = attempt('right', '127.0.0.1', 'maint', true);
     await time.advance(250);
     expect(await right).toBe('accepted');
