@@ -13,7 +13,7 @@ import type { BrokerStats } from '../broker/broker.js';
 import type { BridgeStats } from '../bridge/bridge.js';
 import type { Logger } from '../util/logger.js';
 import { EdgeferryError } from '../util/errors.js';
-import { MAX_DELAY_MS, UNCHECKED_WHY, type LoginAttempt, type LoginThrottle } from '../util/login-throttle.js';
+import { MAX_DELAY_MS, UNCHECKED_WHY, UNKNOWN_USER, type LoginAttempt, type LoginThrottle } from '../util/login-throttle.js';
 
 /** Per-connector figures the Sparkplug device runtime keeps. */
 export interface ConnectorStats {
@@ -150,9 +150,13 @@ export interface MetricsAccess {
 
 const REALM = 'edgeferry metrics';
 
-/** Why a request is refused (for the audit line; never the credentials), and 429 when the login throttle says busy. */
+/**
+ * Why a request is refused (for the audit line; never the credentials), the basic auth user name (`<unknown>` for
+ * a name that is no user: people type passwords there), and 429 when the login throttle says busy.
+ */
 interface Refusal {
   readonly why: string;
+  readonly user?: string;
   readonly busy?: boolean;
 }
 
@@ -190,16 +194,17 @@ class Gate {
       const colon = decoded.indexOf(':');
       if (colon < 0) return { why: 'malformed basic credentials' };
       const user = decoded.subarray(0, colon).toString('utf8');
-      const attempt = { ...client, user: this.access.isUser?.(user) ? user : undefined };
-      switch (await this.throttle.check(attempt, () => verifyUser(user, decoded.subarray(colon + 1)))) {
+      const known = this.access.isUser?.(user) === true;
+      const logged = known ? user : UNKNOWN_USER;
+      switch (await this.throttle.check({ ...client, user: known ? user : undefined }, () => verifyUser(user, decoded.subarray(colon + 1)))) {
         case 'accepted':
           return undefined;
         case 'busy':
-          return { why: UNCHECKED_WHY.busy, busy: true };
+          return { why: UNCHECKED_WHY.busy, user: logged, busy: true };
         case 'gone':
-          return { why: UNCHECKED_WHY.gone };
+          return { why: UNCHECKED_WHY.gone, user: logged };
         default:
-          return { why: 'bad user name or password' };
+          return { why: 'bad user name or password', user: logged };
       }
     }
     // Not echoed: a header without a scheme may be a bare secret.
@@ -286,7 +291,7 @@ export class MetricsServer {
       const client = { address: req.socket.remoteAddress ?? '', waiting: () => !req.socket.destroyed };
       const refusal = await gate.refusal(req.headers.authorization, client);
       if (refusal !== undefined) {
-        this.audit.warn({ remote: req.socket.remoteAddress, path, why: refusal.why }, 'metrics request refused');
+        this.audit.warn({ remote: req.socket.remoteAddress, path, user: refusal.user, why: refusal.why }, 'metrics request refused');
         if (refusal.busy) res.writeHead(429, { 'retry-after': String(MAX_DELAY_MS / 1000), 'content-type': 'text/plain' }).end('too many login attempts: try again later\n');
         else res.writeHead(401, { 'www-authenticate': gate.challenges, 'content-type': 'text/plain' }).end('unauthorized\n');
         return;
