@@ -54,11 +54,6 @@ export interface UplinkHooks {
    * `backlog` is true for entries journaled before the current upstream session began.
    */
   rewrite?(entry: OutboxEntry, backlog: boolean): Message | null;
-  /**
-   * Every backlog entry of this connection was sent (live-first; in order at once): called by each send pass that
-   * finds it so, before and after sending. Sparkplug holds a live DDEATH until then (docs/architecture.md#live-first).
-   */
-  backlogDrained?(): void;
 }
 
 export interface BridgeStats {
@@ -549,7 +544,8 @@ export class Bridge {
     const receiveMaximum = this.session?.receiveMaximum ?? 65_535;
     const dropped = this.droppedTotal();
     const window = this.window;
-    if (window.backlog.done) this.hooks.backlogDrained?.();
+    // send() may end the connection: `online` is read again on every round, whatever the narrowing above says.
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
     while (!window.full && this.uplink.online) {
       if (window.resendPending && !window.releaseAbandoned(dropped, receiveMaximum)) break;
       let reader = window.live;
@@ -587,10 +583,7 @@ export class Bridge {
       reader.advance(entry);
       this.send(entry, backlog);
     }
-    if (window.backlog.done) {
-      if (this.liveFirst) this.replayRemaining = 0;
-      this.hooks.backlogDrained?.();
-    }
+    if (window.backlog.done && this.liveFirst) this.replayRemaining = 0;
     window.requestConfirmation();
   }
 

@@ -1,8 +1,10 @@
 /**
  * Commands from host applications: NCMD (`Node Control/Rebirth`, debounced) and DCMD (writes to device tags),
- * and writes from local clients through plain `/set` topics (plain-topics.ts), each checked against the metric it names and recorded in the audit log with who sent it. A command that cannot
- * apply (unknown device or metric, read-only metric, a value that does not fit the datatype) is refused, counted
- * and audited; nothing is narrowed or guessed.
+ * and writes from local clients through plain `/set` topics (plain-topics.ts), each checked against the metric it
+ * names and recorded in the audit log with who sent it. A command that cannot apply (unknown device or metric,
+ * read-only metric, a value that does not fit the datatype) is refused, counted and audited with the value it
+ * carried; nothing is narrowed or guessed. Writes to one tag go to the device one after the other, in the order
+ * they came (docs/architecture.md#dcmd-to-the-plc).
  */
 import type { TagDatatype, TagValue } from '../../connectors/contract.js';
 import { ValueRefusedError } from '../../connectors/contract.js';
@@ -17,6 +19,12 @@ import { decodePayload } from './payload.js';
 import { parseTopic } from './topics.js';
 
 export const REBIRTH = 'Node Control/Rebirth';
+
+/**
+ * Writes to one tag waiting behind the one under way, at most: beyond, a write is refused. At a PLC's usual
+ * 10-50 ms per write and read-back that is seconds of commands, each staler than the last when it runs.
+ */
+export const MAX_QUEUED_WRITES_PER_TAG = 100;
 
 /** What the audit log says of a command's sender besides its client id (`who`). */
 export interface SenderIdentity {
@@ -69,6 +77,8 @@ export class Commands {
   private lastRebirthMs = -Infinity;
   private readonly counters = { rebirths: 0, commandsRefused: 0, writesOk: 0, writesFailed: 0 };
   private last: LastCommand | undefined;
+  /** Per tag (`device/name`), the writes taken and not yet done, and the promise of the last of them. */
+  private readonly tagWrites = new Map<string, { pending: number; last: Promise<unknown> }>();
 
   constructor(private readonly options: CommandsOptions) {}
 
@@ -161,7 +171,7 @@ export class Commands {
   onPlainWrite(msg: Message, deviceId: string, name: string, command: PlainCommand): void {
     const who = this.sender(msg);
     const device = this.options.devices.get(deviceId);
-    if (!device) this.refuse(who, msg.topic, name, 'unknown device');
+    if (!device) this.refuse(who, msg.topic, name, 'unknown device', 'why' in command ? undefined : command.value);
     else if ('why' in command) this.refuse(who, msg.topic, name, command.why);
     else void this.apply('plain', who, msg.topic, device, name, { value: command.value });
   }
@@ -181,25 +191,45 @@ export class Commands {
   ): Promise<WriteOutcome> {
     const def = name !== undefined ? device.definitions.get(name) : undefined;
     const label = name === undefined ? `alias ${metric.alias}` : instance === undefined ? name : `${instance}/${name}`;
-    if (name === undefined || !def) return this.refuse(who, topic, label, 'unknown metric');
-    if (!def.writable) return this.refuse(who, topic, label, 'read-only metric');
+    if (name === undefined || !def) return this.refuse(who, topic, label, 'unknown metric', metric.value);
+    if (!def.writable) return this.refuse(who, topic, label, 'read-only metric', metric.value);
     const problem = commandValueProblem(def.datatype, metric);
     if (problem) return this.refuse(who, topic, label, problem, metric.value);
-    return this.write(via, who, topic, device, name, metric.value as TagValue);
+    const value = metric.value as TagValue;
+    const queued = this.afterWritesTo(`${device.id}/${name}`, () => this.write(via, who, topic, device, name, label, value));
+    return queued ?? this.refuse(who, topic, label, `${MAX_QUEUED_WRITES_PER_TAG} writes to this tag are already waiting`, value);
   }
 
-  private async write(via: Via, who: Sender, topic: string, device: Device, name: string, value: TagValue): Promise<WriteOutcome> {
+  /**
+   * Runs `write` once every write to the same tag taken before it is done (read-back included), so that a tag ends
+   * up holding the last value commanded and each read-back is of its own write; undefined when too many wait.
+   */
+  private afterWritesTo(tag: string, write: () => Promise<WriteOutcome>): Promise<WriteOutcome> | undefined {
+    const queue = this.tagWrites.get(tag) ?? { pending: 0, last: Promise.resolve() };
+    if (queue.pending > MAX_QUEUED_WRITES_PER_TAG) return undefined;
+    queue.pending++;
+    this.tagWrites.set(tag, queue);
+    // `write` never rejects: its failures are outcomes.
+    const outcome = queue.last.then(write);
+    queue.last = outcome.finally(() => {
+      if (--queue.pending === 0) this.tagWrites.delete(tag);
+    });
+    return outcome;
+  }
+
+  /** One write and read-back; `label` names the metric in the audit lines (`instance/member` for a Template member). */
+  private async write(via: Via, who: Sender, topic: string, device: Device, name: string, label: string, value: TagValue): Promise<WriteOutcome> {
     let readBack: Awaited<ReturnType<Device['write']>>;
     try {
       readBack = await device.write(name, value);
     } catch (err) {
-      if (err instanceof ValueRefusedError) return this.refuse(who, topic, name, err.why, value);
+      if (err instanceof ValueRefusedError) return this.refuse(who, topic, label, err.why, value);
       this.counters.writesFailed++;
-      this.options.audit.warn({ ...who, device: device.id, metric: name, value: String(value), err: asError(err) }, `${via} write failed`);
+      this.options.audit.warn({ ...who, device: device.id, metric: label, value: String(value), err: asError(err) }, `${via} write failed`);
       return { ok: false, why: asError(err).message };
     }
     this.counters.writesOk++;
-    const line = { ...who, device: device.id, metric: name, value: String(value), readBack: readBack && String(readBack.value) };
+    const line = { ...who, device: device.id, metric: label, value: String(value), readBack: readBack && String(readBack.value) };
     const matches = readBack === undefined || readBack.matches;
     if (!matches) this.options.audit.warn(line, `${via} write accepted, but the device reads back another value`);
     else this.options.audit.info(line, `${via} write done`);

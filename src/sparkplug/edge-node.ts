@@ -263,8 +263,10 @@ export class EdgeNode implements DeviceHost {
     this.stopping = true;
     for (const unsubscribe of this.unsubscribers) unsubscribe();
     this.unsubscribers = [];
-    this.plain?.close();
-    await Promise.all([...this.devices.values()].map((d) => d.stop()));
+    // The devices halt at once (their samples are ignored from here), so the stale plain values are the last.
+    const devicesStopped = Promise.all([...this.devices.values()].map((d) => d.stop()));
+    await this.plain?.close(this.uniqueTimestamp());
+    await devicesStopped;
     const sent = this.upstream.stop(this.config.deathTimeoutMs);
     if (this.localBorn) await this.endLocalSession();
     if (!(await sent)) this.log.warn({ timeoutMs: this.config.deathTimeoutMs }, 'NDEATH did not leave through the uplink in time');

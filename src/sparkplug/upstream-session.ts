@@ -5,8 +5,9 @@
  * leaves), `prologue()` the NBIRTH +
  * DBIRTHs sent first on every connection, and `rewrite()` renumbers what leaves the outbox into the upstream seq,
  * flags data stored before the current births `is_historical`, and drops births/deaths the prologue superseded.
- * During a live-first drain a live DDEATH waits for `backlogDrained()`, so the device's stored data goes up first.
- * A host application never sees stored data as live, nor data of an old session under a new session's seq.
+ * A live DDEATH goes up at once, also while a live-first backlog drains; the device's stored data still to come
+ * follows it, historical (docs/architecture.md#live-first). A host application never sees stored data as live, nor
+ * data of an old session under a new session's seq.
  *
  * With a primary host, the births on every connection wait for a STATE on that connection saying it is online: the
  * bridge is paused (data stays journaled) until then.
@@ -39,7 +40,6 @@ export interface SparkplugUplinkHooks {
   connectSending(): void;
   prologue(): Message[];
   rewrite(entry: UplinkEntry, backlog: boolean): Message | null;
-  backlogDrained(): void;
 }
 
 /** What the edge node may ask of the bridge that carries its session. */
@@ -96,14 +96,12 @@ interface Session {
   nodeBirthTs: number | undefined;
   /** Devices born upstream in this session → the local DBIRTH timestamp (life) they stand for. */
   readonly devices: Map<string, number>;
-  /** The backlog of this connection is still going up (until the bridge calls `backlogDrained`). */
-  draining: boolean;
-  /** Live DDEATHs held until the backlog is drained, by device id (still in `devices` meanwhile). */
-  readonly heldDeaths: Map<string, Message>;
+  /**
+   * Devices born upstream since the current NBIRTH that died since (DDEATH sent): a host knows their aliases from
+   * that DBIRTH, so their stored data may still follow, historical.
+   */
+  readonly died: Set<string>;
 }
-
-/** What `rewriteOwn` returns for an entry it keeps in memory to send later: not a drop. */
-const HELD = Symbol('held');
 
 export class UpstreamSession {
   readonly hooks: SparkplugUplinkHooks;
@@ -128,7 +126,6 @@ export class UpstreamSession {
       connectSending: () => this.connectSending(),
       prologue: () => this.prologue(),
       rewrite: (entry, backlog) => this.rewrite(entry, backlog),
-      backlogDrained: () => this.backlogDrained(),
     };
   }
 
@@ -164,7 +161,7 @@ export class UpstreamSession {
     const up = this.up;
     if (!up?.born || !this.control?.online || this.pausedByUs) return Promise.resolve(true);
     if (this.control.publishNow?.([this.death(up.bdSeq)])) {
-      this.endSession(up);
+      up.born = false;
       return Promise.resolve(true);
     }
     return this.waitForDeath(timeoutMs);
@@ -204,7 +201,7 @@ export class UpstreamSession {
     this.pause('primary host offline');
     const up = this.up;
     if (!up?.born || !this.control?.online) return;
-    this.endSession(up);
+    up.born = false;
     if (!this.control.publishNow?.([this.death(up.bdSeq)])) this.log.warn('NDEATH not sent upstream; the disconnect ends the session');
     // No session until the next prologue: births must not go out on the connection that is closing.
     this.up = undefined;
@@ -253,8 +250,7 @@ export class UpstreamSession {
       birthAtMs: this.node.clock.nowMs(),
       nodeBirthTs: undefined,
       devices: new Map(),
-      draining: true,
-      heldDeaths: new Map(),
+      died: new Set(),
     };
     this.up = up;
     if (this.stopping) return [];
@@ -302,41 +298,12 @@ export class UpstreamSession {
   }
 
   /**
-   * The session's NDEATH went up. It implies the death of every device, so held DDEATHs have nothing left to say
-   * [tck-id-operational-behavior-edge-node-termination-host-action-ndeath-devices-offline].
-   */
-  private endSession(up: Session): void {
-    up.born = false;
-    up.heldDeaths.clear();
-  }
-
-  /**
-   * A new NBIRTH supersedes every device birth. Held DDEATHs go first (in the old seq run), so that a host does not
-   * keep a device alive that the new births leave out.
+   * A new NBIRTH supersedes every device birth: a host takes the aliases of this session's births only, so data of
+   * a device that died before it has nothing left to refer to.
    */
   private supersedeDevices(up: Session): void {
-    for (const deviceId of up.heldDeaths.keys()) this.releaseDeath(up, deviceId);
     up.devices.clear();
-  }
-
-  /** The bridge sent the last backlog entry of this connection (at once when it had none, and in order). */
-  private backlogDrained(): void {
-    const up = this.up;
-    if (!up?.draining) return;
-    up.draining = false;
-    for (const deviceId of up.heldDeaths.keys()) this.releaseDeath(up, deviceId);
-  }
-
-  /**
-   * Sends a held DDEATH now, with the next seq [tck-id-payloads-sequence-num-incrementing]. Offline, it is dropped:
-   * the connection's end ends the session, and the next prologue births only the devices alive then.
-   */
-  private releaseDeath(up: Session, deviceId: string): void {
-    const msg = up.heldDeaths.get(deviceId) as Message;
-    up.heldDeaths.delete(deviceId);
-    up.devices.delete(deviceId);
-    const death: Message = { ...msg, payload: withSeq(msg.payload, this.nextSeq(up)) };
-    if (!this.control?.publishNow?.([death])) this.log.debug({ device: deviceId }, 'uplink offline; held DDEATH dropped with the session');
+    up.died.clear();
   }
 
   private nextSeq(up: Session): number {
@@ -362,7 +329,6 @@ export class UpstreamSession {
     const up = this.up;
     try {
       const out = up ? this.rewriteOwn(up, entry, backlog, topic.type, topic.deviceId) : null;
-      if (out === HELD) return null;
       if (out === null) this.counters.rewriteDropped++;
       return out;
     } catch (err) {
@@ -378,7 +344,7 @@ export class UpstreamSession {
     backlog: boolean,
     type: NodeMessageType | DeviceMessageType,
     deviceId: string | undefined,
-  ): Message | null | typeof HELD {
+  ): Message | null {
     const msg = entry.msg;
     const historical = backlog || entry.appendedAtMs < up.birthAtMs;
     const renumbered = (payload: Buffer): Message => ({ ...msg, payload });
@@ -397,7 +363,7 @@ export class UpstreamSession {
       case 'NDEATH': {
         // Our graceful stop: announce the death of the upstream session, not of the local one.
         if (backlog || !up.born || !this.stopping) return null;
-        this.endSession(up);
+        up.born = false;
         this.deathSent?.();
         return { ...renumbered(withBdSeq(msg.payload, up.bdSeq)), qos: 1 };
       }
@@ -406,9 +372,8 @@ export class UpstreamSession {
         const ts = readTimestamp(msg.payload);
         if (!up.born || deviceId === undefined || !this.node.devices.has(deviceId) || ts === undefined || historical) return null;
         if (ts <= (up.devices.get(deviceId) ?? -Infinity)) return null;
-        // Born again while its death is held: the death goes first.
-        if (up.heldDeaths.has(deviceId)) this.releaseDeath(up, deviceId);
         up.devices.set(deviceId, ts);
+        up.died.delete(deviceId);
         return renumbered(withSeq(msg.payload, this.nextSeq(up)));
       }
       case 'DDEATH': {
@@ -416,17 +381,14 @@ export class UpstreamSession {
         const ts = readTimestamp(msg.payload);
         // A death of an earlier life (before the device's current upstream birth) is superseded.
         if (!up.born || life === undefined || ts === undefined || ts < life) return null;
-        if (up.draining && !backlog && this.control?.publishNow) {
-          // Live-first: the device's stored data may still be draining, and after its death a host would take
-          // none of it. The death waits for the drain (docs/architecture.md#live-first); its outbox entry goes
-          // now. A crash before it is sent ends the MQTT session: the Will NDEATH implies this device's death
-          // [tck-id-operational-behavior-edge-node-termination-host-action-ndeath-devices-offline], and the next
-          // births carry only the devices alive then.
-          // A copy: the journaled payload is a view into an outbox chunk, which it would pin meanwhile.
-          up.heldDeaths.set(deviceId as string, { ...msg, payload: Buffer.from(msg.payload) });
-          return HELD;
-        }
+        // At once, also while the device's stored data still drains (live-first): a host marks the device offline
+        // and its metrics stale when the DDEATH arrives
+        // [tck-id-operational-behavior-edge-node-termination-host-action-ddeath-devices-offline]
+        // [tck-id-operational-behavior-edge-node-termination-host-action-ddeath-devices-tags-stale], and the stored
+        // data that follows is flagged historical, not a current value, so it leaves that state alone
+        // (docs/architecture.md#live-first).
         up.devices.delete(deviceId as string);
+        up.died.add(deviceId as string);
         return renumbered(withSeq(msg.payload, this.nextSeq(up)));
       }
       case 'NDATA':
@@ -434,8 +396,9 @@ export class UpstreamSession {
         if (!up.born) return null;
         // The node's own metrics (Node Info) are in the NBIRTH with their current values: older NDATA is superseded.
         if (type === 'NDATA' && historical) return null;
-        // Data of a device that is not born upstream (it died while the uplink was down) has no birth to refer to.
-        if (type === 'DDATA' && (deviceId === undefined || !up.devices.has(deviceId))) return null;
+        // Data of a device not born upstream in this session (it died while the uplink was down) has no birth to
+        // refer to. One that died in this session keeps the aliases of its DBIRTH: its stored data goes on, historical.
+        if (type === 'DDATA' && (deviceId === undefined || !(up.devices.has(deviceId) || (historical && up.died.has(deviceId))))) return null;
         const seq = this.nextSeq(up);
         if (!historical) return renumbered(withSeq(msg.payload, seq));
         this.counters.historicalSent++;

@@ -1,7 +1,8 @@
 /**
  * A Sparkplug host application for tests: subscribes to a group over MQTT (MQTT.js), decodes every payload
  * with the alias table learnt from the births, checks the session rules a real host relies on (seq +1 mod 256
- * from NBIRTH 0, aliases declared before use, bdSeq of NDEATH = NBIRTH's) and keeps the current values.
+ * from NBIRTH 0, aliases declared before use, bdSeq of NDEATH = NBIRTH's, data of a device only while it is born,
+ * or historical after its DDEATH in the same session) and keeps the current values and which devices are online.
  *
  *   const host = d.add(await startSparkplugHost(central.url, 'plant1'));
  *   await host.waitFor((h) => h.births('DBIRTH').length >= 1, 10_000);
@@ -42,6 +43,8 @@ interface NodeSession {
   readonly aliases: Map<number, MetricInfo & { deviceId?: string }>;
   online: boolean;
   readonly devicesOnline: Set<string>;
+  /** Devices with a DBIRTH since the NBIRTH: their aliases are known, also after their DDEATH. */
+  readonly devicesBorn: Set<string>;
   /**
    * Whether this host has seen an NBIRTH of the node. Until then it may have subscribed in the middle of the node's
    * session (a gateway started before the host, still publishing its births): what it sees of that session is
@@ -62,6 +65,8 @@ export interface SparkplugHost {
   /** Resolves the metric name of a DATA metric (by name or learnt alias). */
   nameOf(edgeNodeId: string, metric: MetricIn): string | undefined;
   isOnline(edgeNodeId: string): boolean;
+  /** Whether the device is online: born, and no DDEATH (or NDEATH) since. */
+  isDeviceOnline(edgeNodeId: string, deviceId: string): boolean;
   waitFor<T>(predicate: (host: SparkplugHost) => T, timeoutMs: number, what?: string): Promise<NonNullable<T>>;
   rebirth(edgeNodeId: string): Promise<void>;
   /** DCMD with metric names (and datatype, as Sparkplug hosts send them). */
@@ -81,7 +86,7 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
   const session = (node: string): NodeSession => {
     let s = sessions.get(node);
     if (!s) {
-      s = { aliases: new Map(), online: false, devicesOnline: new Set(), seenBirth: false };
+      s = { aliases: new Map(), online: false, devicesOnline: new Set(), devicesBorn: new Set(), seenBirth: false };
       sessions.set(node, s);
     }
     return s;
@@ -145,6 +150,7 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
       s.online = true;
       s.seenBirth = true;
       s.devicesOnline.clear();
+      s.devicesBorn.clear();
       s.aliases.clear();
     } else if (s.nextSeq === undefined) {
       violations.push(`${where(m)}: before any NBIRTH`);
@@ -153,7 +159,10 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
     }
     s.nextSeq = (p.seq + 1) & 0xff;
     if (m.type === 'NBIRTH' || m.type === 'DBIRTH') {
-      if (m.type === 'DBIRTH') s.devicesOnline.add(m.deviceId as string);
+      if (m.type === 'DBIRTH') {
+        s.devicesOnline.add(m.deviceId as string);
+        s.devicesBorn.add(m.deviceId as string);
+      }
       for (const metric of p.metrics) {
         if (metric.name === undefined) violations.push(`${where(m)}: birth metric without a name`);
         if (metric.datatype === undefined) violations.push(`${where(m)}: birth metric ${metric.name} without a datatype`);
@@ -173,7 +182,13 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
       return;
     }
     // NDATA / DDATA
-    if (m.type === 'DDATA' && !s.devicesOnline.has(m.deviceId as string)) violations.push(`${where(m)}: data for a device not born`);
+    // After its DDEATH a device's stored data may follow, historical: it changes no live value (and needs the
+    // aliases of its DBIRTH in this session).
+    const device = m.deviceId as string;
+    if (m.type === 'DDATA' && !s.devicesOnline.has(device)) {
+      if (!s.devicesBorn.has(device)) violations.push(`${where(m)}: data for a device not born`);
+      else if (!p.metrics.every((x) => x.isHistorical)) violations.push(`${where(m)}: live data for a dead device`);
+    }
     for (const metric of p.metrics) {
       if (metric.name !== undefined) violations.push(`${where(m)}: DATA metric carries a name (${metric.name})`);
       if (metric.datatype !== undefined) violations.push(`${where(m)}: DATA metric carries a datatype`);
@@ -196,6 +211,7 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
     value: (node, device, metric) => values.get(`${node}/${device ?? ''}/${metric}`),
     nameOf: (node, metric) => metric.name ?? (metric.alias !== undefined ? sessions.get(node)?.aliases.get(metric.alias)?.name : undefined),
     isOnline: (node) => sessions.get(node)?.online ?? false,
+    isDeviceOnline: (node, device) => sessions.get(node)?.devicesOnline.has(device) ?? false,
     waitFor: (predicate, timeoutMs, what) =>
       waitFor(() => predicate(host), timeoutMs, {
         message: () => `${what ?? 'host condition'}; received: ${messages.map((m) => `${m.type}:${m.deviceId ?? ''}:${m.payload.seq}`).join(' ')}`,

@@ -123,11 +123,15 @@ export class FakeConnector implements Connector {
   /** What the device holds after a write of `value` (a PLC may clamp it); the value itself by default. */
   holds: (tag: string, value: TagValue) => TagValue = (_tag, value) => value;
 
+  /** While set, a write is taken (recorded in `writes`) but answered only once this resolves: a slow device. */
+  writeGate: Promise<void> | undefined;
+
   write(tag: string, value: TagValue): Promise<ReadBack | undefined> {
     if (this.writeError) return Promise.reject(this.writeError);
     this.writes.push({ tag, value });
     const held = this.holds(tag, value);
-    return Promise.resolve({ value: held, timestamp: Date.now(), matches: held === value });
+    const readBack = { value: held, timestamp: Date.now(), matches: held === value };
+    return this.writeGate ? this.writeGate.then(() => readBack) : Promise.resolve(readBack);
   }
 
   stop(): Promise<void> {

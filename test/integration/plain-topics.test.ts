@@ -41,7 +41,10 @@ const sparkplug = (plain?: object) => ({
   ...(plain ? { plain } : {}),
 });
 
-/** The anonymous client only reads; `operator` may write the setpoint and the running flag, `viewer` may not. */
+/**
+ * The anonymous client only reads; `operator` may write the setpoint and the running flag (and publish to the `/set`
+ * topics of a read-only tag, an unknown tag and an unknown device, which the gateway refuses), `viewer` may not.
+ */
 const ACL = [
   'topic read plant1/#',
   'user operator',
@@ -49,6 +52,9 @@ const ACL = [
   `topic write ${AT}/setpoint/set`,
   `topic write ${AT}/total/set`,
   `topic write ${AT}/running/set`,
+  `topic write ${AT}/count/set`,
+  `topic write ${AT}/nosuch/set`,
+  'topic write plant1/line4/press-9/setpoint/set',
   'user viewer',
   'topic read plant1/#',
   '',
@@ -117,6 +123,50 @@ describe('plain topics', () => {
     expect(last(late, 'temperature')?.value).toBe(21.5);
   });
 
+  it('marks every value stale on a graceful stop, and at the next start until the tag is read again, also after a crash', async () => {
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 0, [...float32(21.5), 0, 7, 5, 0, 0, 0, 40]);
+    const gw = await plainGateway(sim, { topic: TOPIC });
+    const names = ['temperature', 'count', 'setpoint', 'total', 'running'];
+    const quality = (c: TestClient) => names.map((t) => last(c, t)?.quality);
+    const values = (c: TestClient) => names.map((t) => last(c, t)?.value);
+    const good = [21.5, 7, 5, 40, false];
+    const watcher = d.add(await openClient(gw.url, { protocolVersion: 5 }));
+    await watcher.subscribe(`${AT}/#`, { qos: 1 });
+    await waitFor(() => quality(watcher).every((q) => q === 'good'), 10_000, { message: 'good values' });
+
+    // SIGTERM: the subscriber hears every value go stale before the broker closes, the value kept.
+    await gw.stop();
+    expect(quality(watcher)).toEqual(names.map(() => 'stale'));
+    expect(values(watcher)).toEqual(good);
+
+    // The next start, with the PLC not answering: the retained values say stale.
+    await sim.mute(1);
+    await gw.restart();
+    const afterStop = d.add(await openClient(gw.url, { protocolVersion: 5 }));
+    await afterStop.subscribe(`${AT}/#`, { qos: 1 });
+    await afterStop.waitForMessages(5, { timeoutMs: 10_000 });
+    expect(quality(afterStop)).toEqual(names.map(() => 'stale'));
+    expect(values(afterStop)).toEqual(good);
+
+    // Read again: good. Then a crash, which cannot say anything: the next start marks the values of the last run
+    // stale until each tag is read (the PLC is silent meanwhile), and they are good again once it answers.
+    await sim.unmute(1);
+    await waitFor(() => quality(afterStop).every((q) => q === 'good'), 10_000, { message: 'good again' });
+    await gw.kill('SIGKILL');
+    await sim.mute(1);
+    await gw.restart();
+    const afterCrash = d.add(await openClient(gw.url, { protocolVersion: 5 }));
+    await afterCrash.subscribe(`${AT}/#`, { qos: 1 });
+    await waitFor(() => quality(afterCrash).every((q) => q === 'stale'), 10_000, { message: 'stale after the crash' });
+    expect(values(afterCrash)).toEqual(good);
+    // The unit stays beside the value: only the quality (and the time it was said) changed.
+    expect(last(afterCrash, 'temperature')?.unit).toBe('°C');
+    await sim.unmute(1);
+    await waitFor(() => quality(afterCrash).every((q) => q === 'good'), 10_000, { message: 'good after the crash' });
+    expect(values(afterCrash)).toEqual(good);
+  });
+
   it('writes a value published to <topic>/set by a user the ACL lets write there, and confirms it with the value read back', async () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 4, [5]);
@@ -156,13 +206,21 @@ describe('plain topics', () => {
     await operator.publish(`${AT}/setpoint/set`, 'hot', { qos: 1 });
     await operator.publish(`${AT}/total/set`, '9007199254740993', { qos: 1 });
     await operator.publish(`${AT}/running/set`, '{"state": 1}', { qos: 1 });
-    await waitFor(() => logLines(gw).filter((l) => l.msg === 'command refused').length === 5, 10_000, { message: 'five refusals' });
+    // What the node cannot write is refused and audited too, as a DCMD would be: a read-only tag, a tag and a
+    // device it does not have (their value as sent: without a tag there is no datatype to read it by).
+    await operator.publish(`${AT}/count/set`, '{"value": 3}', { qos: 1 });
+    await operator.publish(`${AT}/nosuch/set`, '{"value": 4}', { qos: 1 });
+    await operator.publish('plant1/line4/press-9/setpoint/set', '5', { qos: 1 });
+    await waitFor(() => logLines(gw).filter((l) => l.msg === 'command refused').length === 8, 10_000, { message: 'eight refusals' });
     expect(logLines(gw).filter((l) => l.msg === 'command refused').map((l) => [l.who, l.user, l.topic, l.metric, l.value, l.why])).toEqual([
       ['hmi-7', 'operator', `${AT}/setpoint/set`, 'setpoint', '70000', '70000 is outside Int16 (-32768..32767)'],
       ['hmi-7', 'operator', `${AT}/setpoint/set`, 'setpoint', '1.5', '1.5 is not an integer (Int16)'],
       ['hmi-7', 'operator', `${AT}/setpoint/set`, 'setpoint', undefined, 'not JSON: send {"value": ...} or a bare JSON value'],
       ['hmi-7', 'operator', `${AT}/total/set`, 'total', undefined, '9007199254740992 is beyond 2^53 and was rounded by JSON: send it as a string of digits'],
       ['hmi-7', 'operator', `${AT}/running/set`, 'running', undefined, 'a JSON object needs a "value"'],
+      ['hmi-7', 'operator', `${AT}/count/set`, 'count', '3', 'read-only metric'],
+      ['hmi-7', 'operator', `${AT}/nosuch/set`, 'nosuch', '{"value": 4}', 'unknown metric'],
+      ['hmi-7', 'operator', 'plant1/line4/press-9/setpoint/set', 'setpoint', '5', 'unknown device'],
     ]);
     expect((await sim.requests()).filter((r) => r.op === 'write')).toEqual([]);
     expect(await sim.get(1, 'hr', 4, 1)).toEqual([5]);

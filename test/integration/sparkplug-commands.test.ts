@@ -16,9 +16,9 @@ import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { connectRefused, openClient, runToolOk } from '../helpers/mqtt-client.js';
-import { sparkplugUplink, startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, sparkplugUplink, startSparkplugHost } from '../helpers/sparkplug-host.js';
 import type { SparkplugHost } from '../helpers/sparkplug-host.js';
-import { waitFor } from '../helpers/wait.js';
+import { delay, waitFor } from '../helpers/wait.js';
 import { encodePayload } from '../../src/sparkplug/payload.js';
 
 const d = useDisposer();
@@ -258,5 +258,42 @@ describe('local clients', () => {
     expect(audit(gw, 'publish refused').map((l) => [l.clientId, l.topic])).toEqual([
       ['hmi-1', `spBv1.0/${GROUP}/DDATA/${NODE}/press-1`],
     ]);
+  });
+
+  it('writes the DCMDs to one tag in the order they came, each read back before the next: 300 of them 15 ms apart', async () => {
+    const sim = d.add(await startModbusSim());
+    await sim.set(1, 'hr', 0, [...float32(20), 0, 0, 5]);
+    const gw = d.add(
+      await startGateway(
+        { auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: [modbusPress(sim, TAGS)] },
+        { logLevel: 'info' },
+      ),
+    );
+    const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-local' }));
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length > 0, 10_000, 'births');
+    await sim.resetRequests();
+    const values = Array.from({ length: 300 }, (_, i) => 1000 + i);
+    for (const value of values) {
+      await host.client.publishAsync(DCMD, setpoint(value), { qos: 0 });
+      await delay(15);
+    }
+    await waitFor(
+      () =>
+        audit(gw, 'DCMD write done').length +
+          audit(gw, 'DCMD write accepted, but the device reads back another value').length ===
+        300,
+      30_000,
+      {
+        message: '300 writes done',
+      },
+    );
+    // In the order sent, each read back as written (no write of the next value between a write and its read-back).
+    const done = audit(gw, 'DCMD write done');
+    expect(done.map((l) => l.value)).toEqual(values.map(String));
+    expect(done.filter((l) => l.readBack !== l.value)).toEqual([]);
+    expect(await plcWrites(sim)).toHaveLength(values.length);
+    expect(await sim.get(1, 'hr', SETPOINT, 1)).toEqual([values.at(-1)]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'setpoint') === values.at(-1), 5000, 'the last value read back');
   });
 });

@@ -108,20 +108,23 @@ describe('Sparkplug edge node on the local broker', () => {
     expect(await sim.get(1, 'hr', 4, 1)).toEqual([0x10000 - 42]);
     expect(await sim.get(1, 'co', 0, 1)).toEqual([1]);
 
-    // Refused without harm: a read-only metric, and a wrong type.
+    // Refused without harm: a read-only metric, one the device does not have, and a wrong type.
     await host.write(NODE, 'press-1', [{ name: 'count', datatype: 'UInt32', value: 1 }]);
+    await host.write(NODE, 'press-1', [{ name: 'nosuch', datatype: 'Int32', value: 2 }]);
     await host.write(NODE, 'press-1', [{ name: 'setpoint', datatype: 'String', value: 'hot' }]);
     await sim.set(1, 'hr', 2, [0, 9]);
     await host.waitFor((h) => h.value(NODE, 'press-1', 'count') === 9, 5000, 'count 9 after refused writes');
-    // The audit line names who sent the command: the user and address, not only the client id anyone may choose.
+    // The audit line names who sent the command (the user and address, not only the client id anyone may choose),
+    // and the value it carried.
     const refusals = gw
       .output()
       .split('\n')
       .filter((l) => l.includes('"command refused"'))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(refusals.map((l) => [l.mod, l.who, l.user, l.remote, l.metric, l.why])).toEqual([
-      ['audit', 'scada-1', 'operator-7', '127.0.0.1', 'count', 'read-only metric'],
-      ['audit', 'scada-1', 'operator-7', '127.0.0.1', 'setpoint', 'wrong type: the metric is Int16, the command says String'],
+    expect(refusals.map((l) => [l.mod, l.who, l.user, l.remote, l.metric, l.value, l.why])).toEqual([
+      ['audit', 'scada-1', 'operator-7', '127.0.0.1', 'count', '1', 'read-only metric'],
+      ['audit', 'scada-1', 'operator-7', '127.0.0.1', 'nosuch', '2', 'unknown metric'],
+      ['audit', 'scada-1', 'operator-7', '127.0.0.1', 'setpoint', 'hot', 'wrong type: the metric is Int16, the command says String'],
     ]);
     expect(await sim.get(1, 'hr', 2, 2)).toEqual([0, 9]);
 

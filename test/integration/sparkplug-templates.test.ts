@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { get as getSparkplug } from 'sparkplug-payload';
 import sparkplugProto from 'sparkplug-payload/lib/sparkplugPayloadProto.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { startGateway, type Gateway } from '../helpers/gateway.js';
+import { logLines, startGateway, type Gateway } from '../helpers/gateway.js';
 import { startModbusSim, type ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
@@ -66,7 +66,7 @@ async function twoPresses(templates: boolean | undefined, plain?: object): Promi
         { id: 'press-1', profile: 'press', unitId: 1 },
         { id: 'press-2', profile: 'press', unitId: 2 },
       ],
-    }),
+    }, { logLevel: 'info' }),
   );
   return { sim, gw };
 }
@@ -160,6 +160,9 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
     expect(await sim.get(2, 'hr', 1, 1)).toEqual([33]);
     await waitFor(() => gw.output().includes('read-only metric'), 5000, { message: 'the refusal of the read-only member in the audit log' });
     expect(gw.output()).toMatch(/"metric":"press\/temperature".*"why":"read-only metric"|"why":"read-only metric".*"metric":"press\/temperature"/);
+    // A member is named `profile/tag` in every audit line, the write done as the refusal.
+    const done = logLines(gw).filter((l) => l.msg === 'DCMD write done');
+    expect(done.map((l) => [l.device, l.metric, l.value, l.readBack])).toEqual([['press-1', 'press/setpoint', '77', '77']]);
     expect(host.violations).toEqual([]);
   });
 

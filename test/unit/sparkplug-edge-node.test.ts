@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { MAX_QUEUED_WRITES_PER_TAG } from '../../src/sparkplug/commands.js';
 import { EdgeNode } from '../../src/sparkplug/edge-node.js';
 import type { UplinkControl } from '../../src/sparkplug/edge-node.js';
 import { sparkplugSchema } from '../../src/sparkplug/schema.js';
@@ -202,6 +203,33 @@ describe('Sparkplug edge node: DCMD', () => {
       { tag: 'setpoint', value: 12.5 },
       { tag: 'big', value: -5n },
     ]);
+  });
+
+  it('writes to one tag one after the other, in the order they came, and refuses beyond 100 waiting; another tag does not wait', async () => {
+    const { node, press, broker, logs } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1 });
+    let open = (): void => undefined;
+    press.writeGate = new Promise((resolve) => (open = resolve));
+    const dcmd = (metric: Parameters<typeof command>[0][number]) =>
+      broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([metric]), { origin: 'scada-1' });
+    // One write under way (the device is slow), 100 behind it, then two more: refused.
+    for (let i = 0; i < MAX_QUEUED_WRITES_PER_TAG + 3; i++) dcmd({ name: 'setpoint', datatype: 'Float', value: i });
+    dcmd({ name: 'big', datatype: 'Int64', value: 7n });
+    await waitFor(() => press.writes.length === 2, 1000);
+    expect(press.writes).toEqual([
+      { tag: 'setpoint', value: 0 },
+      { tag: 'big', value: 7n },
+    ]);
+    const why = `${MAX_QUEUED_WRITES_PER_TAG} writes to this tag are already waiting`;
+    expect(logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.metric, l.fields.value, l.fields.why])).toEqual([
+      ['setpoint', '101', why],
+      ['setpoint', '102', why],
+    ]);
+    open();
+    await waitFor(() => node.stats.writesOk === MAX_QUEUED_WRITES_PER_TAG + 2, 1000);
+    const setpoints = press.writes.filter((w) => w.tag === 'setpoint').map((w) => w.value);
+    expect(setpoints).toEqual(Array.from({ length: MAX_QUEUED_WRITES_PER_TAG + 1 }, (_, i) => i));
   });
 
   it('refuses and logs (who, what, why) writes to unknown or read-only metrics, wrong types and unknown devices, and keeps the session', async () => {
