@@ -55,7 +55,8 @@ export interface PressureHolder {
   released(): void;
 }
 
-export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client' | 'not_authorized' | 'session_taken_over';
+/** `quota_exceeded`: the persistent sessions hold their share of the store (docs/reliability.md#sessions-share). */
+export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client' | 'not_authorized' | 'session_taken_over' | 'quota_exceeded';
 
 /** Who a session belongs to: the user name it was made with (a certificate's identity included), null for anonymous. */
 export type SessionOwner = string | null;
@@ -83,6 +84,11 @@ export interface SessionLimits {
   readonly maxInflight: number;
   readonly maxQueuedMessages: number; // 0 = unlimited
   readonly maxQueuedBytes: number; // 0 = unlimited
+  /**
+   * The longest Session Expiry Interval a session gets (`broker.maxSessionExpiryS`; default NEVER_EXPIRES): the
+   * connect handler caps what clients ask for, the broker what it restores from the store.
+   */
+  readonly maxSessionExpiryS?: number;
   /**
    * Queued messages a persistent session keeps in memory when its store is durable (default
    * DEFAULT_QUEUED_IN_MEMORY; 0 = no bound by count). Past that, its queue goes on in the store only and is read back in
@@ -311,8 +317,13 @@ export class Session implements Subscriber {
       this.settings.events.congested(this);
     }
     // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
-    // acknowledged, so it survives a crash; the stored copy is removed when the flow completes.
-    const stored = this.store?.enqueue(this.id, asDelivered(msg, qos, retain));
+    // acknowledged, so it survives a crash; the stored copy is removed when the flow completes. While the sessions
+    // hold their share of the store it queues nothing: what it can send at once goes without a stored copy, the
+    // rest is dropped for it alone, never refused to the publisher (docs/reliability.md#sessions-share).
+    const store = this.store;
+    const shareFull = store !== undefined && store.sessionsFull();
+    if (shareFull && !(link && this.queuedCount === 0 && this.inflight.size < this.window)) return this.settings.events.dropped('quota_exceeded', msg);
+    const stored = shareFull ? undefined : store?.enqueue(this.id, asDelivered(msg, qos, retain));
     if (stored && (this.spill || (this.settings.memoryWindow && !fitsWindow(this.settings.memoryWindow, this.queuedCount, this.queuedBytes, msg.payload.length)))) {
       this.spillOne(msg, stored);
       return stored;

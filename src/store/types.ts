@@ -113,10 +113,20 @@ export interface SessionStore {
   drop(clientId: string): Promise<void>;
   putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void>;
   deleteSubscription(clientId: string, filter: string): Promise<void>;
-  /** Queues a QoS > 0 message for the session; resolves with its sequence number once durable. */
+  /**
+   * Queues a QoS > 0 message for the session; resolves with its sequence number once durable. Refused with
+   * EF_STORE_FULL at `storage.maxBytes` (`refusal`) and while `sessionsFull`.
+   */
   enqueue(clientId: string, msg: Message): Promise<number>;
   /** The error `enqueue` would be refused with now (a store at `storage.maxBytes`), or undefined (see `Outbox.refusal`). */
   refusal(): StoreError | undefined;
+  /**
+   * Whether the persistent sessions together hold their share of the store (`storage.sessionShare`), counting
+   * what is scheduled and not committed yet: `enqueue` is then refused (EF_STORE_FULL), and a session asks first,
+   * so that it drops the message for itself alone instead of refusing its publisher and the other targets
+   * (docs/reliability.md#sessions-share). Always false without a share of their own.
+   */
+  sessionsFull(): boolean;
   /**
    * A queued QoS 2 message was sent, or its PUBREC came: records the packet id and state, so that after a
    * restart the flow resumes with the same id instead of starting again as a new message [MQTT-4.3.3-9].

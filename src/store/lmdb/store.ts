@@ -64,13 +64,29 @@ const CLOCK_RECORD_EVERY_MS = 60_000;
 const DELETE_CHUNK = 10_000;
 /** While the disk is full, new messages are refused at once, and one batch this often tries whether there is room. */
 const DISK_FULL_RETRY_MS = 1000;
+/** What the log says when an episode begins (warn) and ends (info). */
+const EPISODE_LINES = {
+  disk: {
+    begins: 'store full (the disk is full): new messages are refused until there is room',
+    ends: 'store accepts messages again (the disk has room)',
+  },
+  maxBytes: {
+    begins: 'store full (storage.maxBytes): new messages are refused until space is freed',
+    ends: 'store below storage.maxBytes again',
+  },
+  sessions: {
+    begins: 'persistent sessions hold their share of the store (storage.sessionShare): they queue nothing more until theirs drain; other messages are stored as before',
+    ends: 'persistent sessions below their share of the store again: they queue again',
+  },
+} as const;
 
 /**
  * A time during which the store refuses new messages (EF_STORE_FULL), because of `storage.maxBytes` or a full
- * disk: logged when it begins and, with the number refused, when it ends, never per message.
+ * disk, or new messages of persistent sessions, because they hold their share (`sessions`): logged when it begins
+ * and, with the number refused, when it ends, never per message.
  */
 interface FullEpisode {
-  readonly cause: 'maxBytes' | 'disk';
+  readonly cause: 'maxBytes' | 'disk' | 'sessions';
   readonly sinceMs: number;
   refused: number;
   /** A full disk: when a batch may try again (see DISK_FULL_RETRY_MS). */
@@ -85,6 +101,11 @@ export interface LmdbStoreOptions {
   readonly sync: 'full' | 'relaxed';
   /** Bound on the B-tree pages in use (live data plus tree overhead); 0 = unbounded. */
   readonly maxBytes: number;
+  /**
+   * Bound on the pages of the persistent sessions' databases (`storage.sessionShare` of `maxBytes`), so that they
+   * leave the rest to the outboxes (docs/reliability.md#sessions-share); 0 or absent = none of their own.
+   */
+  readonly maxSessionBytes?: number;
   /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see verify.ts); default off. */
   readonly verify?: VerifyMode;
   /**
@@ -126,6 +147,7 @@ export class LmdbStore implements Store, StoreWriter {
   readonly maxKeyBytes: number;
   private readonly relaxed: boolean;
   private readonly maxBytes: number;
+  private readonly maxSessionBytes: number;
   private readonly outboxes = new Map<string, LmdbOutbox>();
   private journalOpened: LmdbJournal | undefined;
   private readonly lock: StoreLock;
@@ -142,8 +164,11 @@ export class LmdbStore implements Store, StoreWriter {
   private closed: Promise<void> | undefined;
   private commitFailing = false;
   private full: FullEpisode | undefined;
-  /** Value bytes of writes admitted and not yet applied to a batch (see `admit`). */
+  /** The persistent sessions hold their share (`sessionsFull`); apart from `full`, as both may run at once. */
+  private sessionsAtShare: FullEpisode | undefined;
+  /** Value bytes of writes admitted and not yet applied to a batch (see `admit`), and those of session queues among them. */
   private pendingBytes = 0;
+  private pendingSessionBytes = 0;
   /** Whether the store is at `storage.maxBytes`, as decided for the running synchronous section (see `quotaRefusal`). */
   private atLimit: boolean | undefined;
   private usedAtLimit = 0;
@@ -154,7 +179,8 @@ export class LmdbStore implements Store, StoreWriter {
   commits = 0;
   /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
   corruptRecords = 0;
-  private pageBytes = { used: 0, readAtMs: -Infinity, readAtCommit: -1, reservedSince: 0 };
+  /** Page bytes in use, of the whole store and of the sessions' databases, as last read (see `usedBytesEstimate`). */
+  private pageBytes = { used: 0, sessions: 0, readAtMs: -Infinity, readAtCommit: -1, reservedSince: 0, sessionsReservedSince: 0 };
   private clockTimer: NodeJS.Timeout | undefined;
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
@@ -165,6 +191,7 @@ export class LmdbStore implements Store, StoreWriter {
     this.lock = lock;
     this.relaxed = opts.sync === 'relaxed';
     this.maxBytes = opts.maxBytes;
+    this.maxSessionBytes = opts.maxSessionBytes ?? 0;
     // Not in lmdb-js's typings; 1978 is LMDB's compiled-in default.
     this.maxKeyBytes = (env as unknown as { maxKeySize?: number }).maxKeySize ?? 1978;
     this.meta = env.openDB<Buffer, string>('meta', { encoding: 'binary' });
@@ -346,14 +373,53 @@ export class LmdbStore implements Store, StoreWriter {
    * its bytes count as pending until `run` applies them to a batch.
    */
   admit<T>(bytes: number, run: (b: Batch) => T, canMakeRoom = false): Promise<T> {
+    return this.admitFor(bytes, run, canMakeRoom, false);
+  }
+
+  /**
+   * `admit` for a message queued for a persistent session: refused also while the sessions hold their share
+   * (`sessionsFull`), and its bytes count towards that share.
+   */
+  admitQueued<T>(bytes: number, run: (b: Batch) => T): Promise<T> {
+    return this.admitFor(bytes, run, false, true);
+  }
+
+  private admitFor<T>(bytes: number, run: (b: Batch) => T, canMakeRoom: boolean, queued: boolean): Promise<T> {
     if (this.closing) return Promise.reject(closedError());
-    const refused = this.quotaRefusal(canMakeRoom);
+    const refused = this.quotaRefusal(canMakeRoom) ?? (queued && this.sessionsFull() ? this.sessionsFullError() : undefined);
     if (refused !== undefined) return Promise.reject(refused);
+    const sessionBytes = queued ? bytes : 0;
     this.pendingBytes += bytes;
+    this.pendingSessionBytes += sessionBytes;
     return this.schedule((b) => {
       this.pendingBytes -= bytes;
+      this.pendingSessionBytes -= sessionBytes;
+      b.sessionBytes += sessionBytes;
       return run(b);
     });
+  }
+
+  /**
+   * Whether the persistent sessions' databases hold `maxSessionBytes`, counting the batch in flight and what is
+   * scheduled: they then queue nothing more, while the rest of the store takes new messages as before
+   * (docs/reliability.md#sessions-share). One episode is logged per time at the share, not each message.
+   */
+  sessionsFull(): boolean {
+    if (!isLimited(this.maxSessionBytes)) return false;
+    const used = this.sessionBytesEstimate() + (this.inFlight?.sessionBytes ?? 0) + this.pendingSessionBytes;
+    if (used < this.maxSessionBytes) {
+      if (this.sessionsAtShare !== undefined) this.endFull('sessions');
+      return false;
+    }
+    this.beginFull('sessions', { maxSessionBytes: this.maxSessionBytes, sessionBytes: used }).refused++;
+    return true;
+  }
+
+  private sessionsFullError(): StoreError {
+    return new StoreError(
+      'EF_STORE_FULL',
+      `the persistent sessions hold their share of the store in ${this.path} (storage.sessionShare, ${this.maxSessionBytes} bytes): they queue nothing more`,
+    );
   }
 
   /**
@@ -395,27 +461,23 @@ export class LmdbStore implements Store, StoreWriter {
 
   /** Starts a full episode (logged once), or returns the one running for the same cause. */
   private beginFull(cause: FullEpisode['cause'], detail: Record<string, unknown>): FullEpisode {
-    if (this.full?.cause === cause) return this.full;
+    const running = cause === 'sessions' ? this.sessionsAtShare : this.full;
+    if (running?.cause === cause) return running;
     const nowMs = performance.now();
-    this.full = { cause, sinceMs: nowMs, refused: this.full?.refused ?? 0, retryAtMs: nowMs + DISK_FULL_RETRY_MS };
-    this.log.warn(
-      detail,
-      cause === 'disk'
-        ? 'store full (the disk is full): new messages are refused until there is room'
-        : 'store full (storage.maxBytes): new messages are refused until space is freed',
-    );
-    return this.full;
+    const episode = { cause, sinceMs: nowMs, refused: running?.refused ?? 0, retryAtMs: nowMs + DISK_FULL_RETRY_MS };
+    if (cause === 'sessions') this.sessionsAtShare = episode;
+    else this.full = episode;
+    this.log.warn(detail, EPISODE_LINES[cause].begins);
+    return episode;
   }
 
-  /** A batch that reserved room committed: the full episode, if any, is over. */
-  private endFull(): void {
-    const full = this.full;
+  /** Room again: the full episode of `cause`, if any, is over. */
+  private endFull(cause: 'store' | 'sessions' = 'store'): void {
+    const full = cause === 'sessions' ? this.sessionsAtShare : this.full;
     if (full === undefined) return;
-    this.full = undefined;
-    this.log.info(
-      { refused: full.refused, durationS: Math.round((performance.now() - full.sinceMs) / 100) / 10 },
-      full.cause === 'disk' ? 'store accepts messages again (the disk has room)' : 'store below storage.maxBytes again',
-    );
+    if (cause === 'sessions') this.sessionsAtShare = undefined;
+    else this.full = undefined;
+    this.log.info({ refused: full.refused, durationS: Math.round((performance.now() - full.sinceMs) / 100) / 10 }, EPISODE_LINES[full.cause].ends);
   }
 
   /** Tells the byte estimate of this batch that `bytes` were removed. */
@@ -430,41 +492,47 @@ export class LmdbStore implements Store, StoreWriter {
    * reserved is added with a margin for keys and page fill, so the estimate only errs high.
    */
   private usedBytesEstimate(): number {
-    const estimate = this.pageBytes.used + this.pageBytes.reservedSince * RESERVE_MARGIN;
-    const nowMs = performance.now();
-    const fresh = nowMs - this.pageBytes.readAtMs < PAGE_STATS_MAX_AGE_MS && estimate < this.maxBytes * PAGE_STATS_EXACT_ABOVE;
-    if (fresh || this.pageBytes.readAtCommit === this.commits) return estimate;
-    this.pageBytes = { used: this.usedPageBytes(), readAtMs: nowMs, readAtCommit: this.commits, reservedSince: 0 };
-    return this.pageBytes.used;
+    this.readPagesIfStale();
+    return this.pageBytes.used + this.pageBytes.reservedSince * RESERVE_MARGIN;
   }
 
-  /** Bytes of the B-tree pages in use by our databases (free pages are reusable and not counted). */
-  private usedPageBytes(): number {
-    let pages = 0;
-    let pageSize = 4096;
-    for (const db of [
-      this.meta,
-      this.outboxDb,
-      this.retainedDb,
-      this.sessionDb,
-      this.subscriptionDb,
-      this.queueDb,
-      this.releaseDb,
-      this.willDb,
-      this.outboxReleasedDb,
-      this.outboxRemovedDb,
-    ]) {
-      const s = db.getStats() as {
-        pageSize: number;
-        treeBranchPageCount: number;
-        treeLeafPageCount: number;
-        overflowPages: number;
-      };
-      pages += s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages;
-      pageSize = s.pageSize;
-    }
-    return pages * pageSize;
+  /** The same estimate for the persistent sessions' databases (`maxSessionBytes`). */
+  private sessionBytesEstimate(): number {
+    this.readPagesIfStale();
+    return this.pageBytes.sessions + this.pageBytes.sessionsReservedSince * RESERVE_MARGIN;
   }
+
+  private readPagesIfStale(): void {
+    const p = this.pageBytes;
+    if (p.readAtCommit === this.commits) return;
+    const nowMs = performance.now();
+    const near =
+      (isLimited(this.maxBytes) && p.used + p.reservedSince * RESERVE_MARGIN >= this.maxBytes * PAGE_STATS_EXACT_ABOVE) ||
+      (isLimited(this.maxSessionBytes) && p.sessions + p.sessionsReservedSince * RESERVE_MARGIN >= this.maxSessionBytes * PAGE_STATS_EXACT_ABOVE);
+    if (nowMs - p.readAtMs < PAGE_STATS_MAX_AGE_MS && !near) return;
+    this.pageBytes = { ...this.usedPageBytes(), readAtMs: nowMs, readAtCommit: this.commits, reservedSince: 0, sessionsReservedSince: 0 };
+  }
+
+  /**
+   * Bytes of the B-tree pages in use by our databases (free pages are reusable and not counted), and by those of
+   * the persistent sessions among them.
+   */
+  private usedPageBytes(): { used: number; sessions: number } {
+    const pageSize = (this.meta.getStats() as { pageSize: number }).pageSize;
+    const others = this.pagesInUse([this.meta, this.outboxDb, this.retainedDb, this.outboxReleasedDb, this.outboxRemovedDb]);
+    const sessions = this.pagesInUse([this.sessionDb, this.subscriptionDb, this.queueDb, this.releaseDb, this.willDb]);
+    return { used: (others + sessions) * pageSize, sessions: sessions * pageSize };
+  }
+
+  private pagesInUse(dbs: readonly Database<Buffer, any>[]): number {
+    let pages = 0;
+    for (const db of dbs) {
+      const s = db.getStats() as { treeBranchPageCount: number; treeLeafPageCount: number; overflowPages: number };
+      pages += s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages;
+    }
+    return pages;
+  }
+
 
   private scheduleIssue(): void {
     if (this.issueScheduled || this.inFlight !== undefined) return;
@@ -563,6 +631,7 @@ export class LmdbStore implements Store, StoreWriter {
   private afterCommit(b: Batch): void {
     this.group.committed(b.done.length, performance.now() - b.issuedAtMs);
     this.pageBytes.reservedSince += b.reservedBytes;
+    this.pageBytes.sessionsReservedSince += b.sessionBytes;
     this.commits++;
     // A `maxBytes` episode ends when `quotaRefusal` finds room again.
     if (this.full?.cause === 'disk' && b.reservations > 0 && !b.storeFull) this.endFull();
