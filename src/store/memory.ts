@@ -319,6 +319,11 @@ class MemorySessionStore implements SessionStore {
     return Promise.resolve(seq);
   }
 
+  /** Encoded bytes of every queued message. */
+  get bytes(): number {
+    return this.queuedBytes;
+  }
+
   /** Nothing but the sessions' share bounds the memory store: never refused. */
   refusal(): undefined {
     return undefined;
@@ -425,6 +430,10 @@ class MemoryStore implements Store {
     const isClosed = (): boolean => this.closed;
     this.retained = new MemoryRetainedStore(isClosed);
     this.sessions = new MemorySessionStore(isClosed, maxSessionBytes);
+  }
+
+  sessionBytes(): number {
+    return this.sessions.bytes;
   }
 
   outbox(name: string, limits: OutboxLimits): Outbox {

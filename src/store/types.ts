@@ -264,6 +264,8 @@ export interface Store {
   readonly corruptRecords: number;
   /** Transactions committed since the store opened (each one flush with `storage.sync: full`); 0 in memory. */
   readonly commits: number;
+  /** What the persistent sessions hold of the store, in the unit of their share (`SessionStore.sessionsFull`). */
+  sessionBytes(): number;
   readonly retained: RetainedStore;
   readonly sessions: SessionStore;
   /** Opens (or creates) the named outbox; the same name returns the same outbox with its content. */

@@ -64,6 +64,12 @@ describe('offline sessions against the bridges', { timeout: 120_000 }, () => {
     // for the sessions, counted.
     expect(refusals).toEqual([]);
     expect(await metricValue(metricsPort, QUOTA_DROPS)).toBeGreaterThan(FLOOD / 2);
+    // They filled their share, and passed it by no more than a batch.
+    const share = await metricValue(metricsPort, 'edgeferry_store_session_max_bytes');
+    expect(share).toBe(MAX_BYTES / 4);
+    const held = await metricValue(metricsPort, 'edgeferry_store_session_bytes');
+    expect(held).toBeGreaterThan(share! * 0.9);
+    expect(held).toBeLessThan(share! * 1.5);
 
     // Bridge-bound publishes are acknowledged with success and arrive upstream, and at the connected session.
     for (let i = 0; i < 10; i++) await pub.publish('plant/line4', `m${i}`, { qos: 1 });

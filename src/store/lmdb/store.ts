@@ -415,6 +415,11 @@ export class LmdbStore implements Store, StoreWriter {
     return true;
   }
 
+  /** Page bytes of the persistent sessions' databases, read now. */
+  sessionBytes(): number {
+    return this.usedPageBytes().sessions;
+  }
+
   private sessionsFullError(): StoreError {
     return new StoreError(
       'EF_STORE_FULL',
