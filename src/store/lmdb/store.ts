@@ -48,53 +48,17 @@ import { LmdbSessionStore } from './sessions.js';
 import { SteadyClock } from '../../util/clock.js';
 import { commitCause, diskHasRoom, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
 import type { VerifyMode } from './verify.js';
+import { PageUsage, RESERVE_MARGIN } from './page-usage.js';
+import { DISK_FULL_RETRY_MS, FullEpisodes, type FullEpisode } from './full-episodes.js';
 
 /** lmdb-js's put option for MDB_APPEND (see `put`). */
 const APPEND = { append: true };
 /** A failed commit is reported to the writers by its batch (see `issue`). */
 const ignoreFailedCommit = (): void => {};
-/** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
-const PAGE_STATS_MAX_AGE_MS = 1000;
-const PAGE_STATS_EXACT_ABOVE = 0.9;
-/** Pages per value byte, generously: 64-byte values with 8-byte keys fill pages about 2:1. */
-const RESERVE_MARGIN = 3;
 /** How often the steady clock's record is written (see keepClockRecord). */
 const CLOCK_RECORD_EVERY_MS = 60_000;
 /** Entries deleted per transaction when a whole outbox is deleted. */
 const DELETE_CHUNK = 10_000;
-/** While the disk is full, new messages are refused at once, and one batch this often tries whether there is room. */
-const DISK_FULL_RETRY_MS = 1000;
-/** What the log says when an episode begins (warn) and ends (info). */
-const EPISODE_LINES = {
-  disk: {
-    begins: 'store full (the disk is full): new messages are refused until there is room',
-    ends: 'store accepts messages again (the disk has room)',
-  },
-  maxBytes: {
-    begins: 'store full (storage.maxBytes): new messages are refused until space is freed',
-    ends: 'store below storage.maxBytes again',
-  },
-  sessions: {
-    begins: 'persistent sessions hold their share of the store (storage.sessionShare): they queue nothing more until theirs drain; other messages are stored as before',
-    ends: 'persistent sessions below their share of the store again: they queue again',
-  },
-} as const;
-
-/**
- * A time during which the store refuses new messages (EF_STORE_FULL), because of `storage.maxBytes` or a full
- * disk, or new messages of persistent sessions, because they hold their share (`sessions`): logged when it begins
- * and, with the number refused, when it ends, never per message.
- */
-interface FullEpisode {
-  readonly cause: 'maxBytes' | 'disk' | 'sessions';
-  readonly sinceMs: number;
-  refused: number;
-  /** A full disk: when a batch may try again (see DISK_FULL_RETRY_MS). */
-  retryAtMs: number;
-  /** A full disk: a batch deleted records since the last try, so LMDB has pages of its own to reuse. */
-  pagesFreed?: boolean;
-}
-
 export interface LmdbStoreOptions {
   /** Data directory; created if missing. */
   readonly path: string;
@@ -163,9 +127,7 @@ export class LmdbStore implements Store, StoreWriter {
   private closing = false;
   private closed: Promise<void> | undefined;
   private commitFailing = false;
-  private full: FullEpisode | undefined;
-  /** The persistent sessions hold their share (`sessionsFull`); apart from `full`, as both may run at once. */
-  private sessionsAtShare: FullEpisode | undefined;
+  private readonly episodes: FullEpisodes;
   /** Value bytes of writes admitted and not yet applied to a batch (see `admit`), and those of session queues among them. */
   private pendingBytes = 0;
   private pendingSessionBytes = 0;
@@ -179,14 +141,15 @@ export class LmdbStore implements Store, StoreWriter {
   commits = 0;
   /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
   corruptRecords = 0;
-  /** Page bytes in use, of the whole store and of the sessions' databases, as last read (see `usedBytesEstimate`). */
-  private pageBytes = { used: 0, sessions: 0, readAtMs: -Infinity, readAtCommit: -1, reservedSince: 0, sessionsReservedSince: 0 };
+  /** Page bytes in use, of the whole store and of the sessions' databases (page-usage.ts). */
+  private readonly pages: PageUsage;
   private clockTimer: NodeJS.Timeout | undefined;
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
     this.env = env;
     this.clock = opts.clock ?? new SteadyClock();
     this.log = log;
+    this.episodes = new FullEpisodes(log);
     this.path = opts.path;
     this.lock = lock;
     this.relaxed = opts.sync === 'relaxed';
@@ -207,6 +170,11 @@ export class LmdbStore implements Store, StoreWriter {
     this.outboxRemovedDb = env.openDB<Buffer, Buffer>('outbox-removed', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
+    this.pages = new PageUsage(
+      [this.meta, this.outboxDb, this.retainedDb, this.outboxReleasedDb, this.outboxRemovedDb],
+      [this.sessionDb, this.subscriptionDb, this.queueDb, this.releaseDb, this.willDb],
+      { maxBytes: this.maxBytes, maxSessionBytes: this.maxSessionBytes },
+    );
     muteLmdbCommitErrors();
   }
 
@@ -358,13 +326,13 @@ export class LmdbStore implements Store, StoreWriter {
   quotaRefusal(canMakeRoom = false): StoreError | undefined {
     if (!isLimited(this.maxBytes)) return undefined;
     if (this.atLimit === undefined) {
-      this.usedAtLimit = this.usedBytesEstimate() + (this.inFlight?.reservedBytes ?? 0) + this.pendingBytes;
+      this.usedAtLimit = this.pages.usedBytes(this.commits) + (this.inFlight?.reservedBytes ?? 0) + this.pendingBytes;
       this.atLimit = this.usedAtLimit >= this.maxBytes;
       queueMicrotask(this.forgetAtLimit);
-      if (!this.atLimit && this.full?.cause === 'maxBytes') this.endFull();
+      if (!this.atLimit && this.full?.cause === 'maxBytes') this.episodes.end('store');
     }
     if (!this.atLimit || canMakeRoom) return undefined;
-    this.beginFull('maxBytes', { maxBytes: this.maxBytes, usedBytes: this.usedAtLimit }).refused++;
+    this.episodes.begin('maxBytes', { maxBytes: this.maxBytes, usedBytes: this.usedAtLimit }).refused++;
     return new StoreError('EF_STORE_FULL', `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes): new messages are refused`);
   }
 
@@ -406,18 +374,18 @@ export class LmdbStore implements Store, StoreWriter {
    */
   sessionsFull(): boolean {
     if (!isLimited(this.maxSessionBytes)) return false;
-    const used = this.sessionBytesEstimate() + (this.inFlight?.sessionBytes ?? 0) + this.pendingSessionBytes;
+    const used = this.pages.sessionBytes(this.commits) + (this.inFlight?.sessionBytes ?? 0) + this.pendingSessionBytes;
     if (used < this.maxSessionBytes) {
-      if (this.sessionsAtShare !== undefined) this.endFull('sessions');
+      this.episodes.end('sessions');
       return false;
     }
-    this.beginFull('sessions', { maxSessionBytes: this.maxSessionBytes, sessionBytes: used }).refused++;
+    this.episodes.begin('sessions', { maxSessionBytes: this.maxSessionBytes, sessionBytes: used }).refused++;
     return true;
   }
 
   /** Page bytes of the persistent sessions' databases, read now. */
   sessionBytes(): number {
-    return this.usedPageBytes().sessions;
+    return this.pages.read().sessions;
   }
 
   private sessionsFullError(): StoreError {
@@ -451,7 +419,7 @@ export class LmdbStore implements Store, StoreWriter {
     b.reservations++;
     b.reservedBytes += bytes;
     if (!isLimited(this.maxBytes)) return;
-    b.usedBytes ??= this.usedBytesEstimate();
+    b.usedBytes ??= this.pages.usedBytes(this.commits);
     if (makeRoom !== undefined) while (b.usedBytes + bytes > this.maxBytes && makeRoom() > 0);
     b.usedBytes += bytes;
   }
@@ -464,80 +432,15 @@ export class LmdbStore implements Store, StoreWriter {
     );
   }
 
-  /** Starts a full episode (logged once), or returns the one running for the same cause. */
-  private beginFull(cause: FullEpisode['cause'], detail: Record<string, unknown>): FullEpisode {
-    const running = cause === 'sessions' ? this.sessionsAtShare : this.full;
-    if (running?.cause === cause) return running;
-    const nowMs = performance.now();
-    const episode = { cause, sinceMs: nowMs, refused: running?.refused ?? 0, retryAtMs: nowMs + DISK_FULL_RETRY_MS };
-    if (cause === 'sessions') this.sessionsAtShare = episode;
-    else this.full = episode;
-    this.log.warn(detail, EPISODE_LINES[cause].begins);
-    return episode;
-  }
-
-  /** Room again: the full episode of `cause`, if any, is over. */
-  private endFull(cause: 'store' | 'sessions' = 'store'): void {
-    const full = cause === 'sessions' ? this.sessionsAtShare : this.full;
-    if (full === undefined) return;
-    if (cause === 'sessions') this.sessionsAtShare = undefined;
-    else this.full = undefined;
-    this.log.info({ refused: full.refused, durationS: Math.round((performance.now() - full.sinceMs) / 100) / 10 }, EPISODE_LINES[full.cause].ends);
+  /** The whole store's episode running (`maxBytes` or a full disk), if any. */
+  private get full(): FullEpisode | undefined {
+    return this.episodes.store;
   }
 
   /** Tells the byte estimate of this batch that `bytes` were removed. */
   release(b: Batch, bytes: number): void {
     if (b.usedBytes !== undefined) b.usedBytes -= bytes;
   }
-
-  /**
-   * The store's used bytes as of the last commit. Reading the page counts costs a `getStats` call per database, a few
-   * per cent of the CPU at one batch per millisecond, so they are read at most once a second while far below
-   * the limit, and on every batch near it (exact where it matters). In between, what committed batches
-   * reserved is added with a margin for keys and page fill, so the estimate only errs high.
-   */
-  private usedBytesEstimate(): number {
-    this.readPagesIfStale();
-    return this.pageBytes.used + this.pageBytes.reservedSince * RESERVE_MARGIN;
-  }
-
-  /** The same estimate for the persistent sessions' databases (`maxSessionBytes`). */
-  private sessionBytesEstimate(): number {
-    this.readPagesIfStale();
-    return this.pageBytes.sessions + this.pageBytes.sessionsReservedSince * RESERVE_MARGIN;
-  }
-
-  private readPagesIfStale(): void {
-    const p = this.pageBytes;
-    if (p.readAtCommit === this.commits) return;
-    const nowMs = performance.now();
-    const near =
-      (isLimited(this.maxBytes) && p.used + p.reservedSince * RESERVE_MARGIN >= this.maxBytes * PAGE_STATS_EXACT_ABOVE) ||
-      (isLimited(this.maxSessionBytes) && p.sessions + p.sessionsReservedSince * RESERVE_MARGIN >= this.maxSessionBytes * PAGE_STATS_EXACT_ABOVE);
-    if (nowMs - p.readAtMs < PAGE_STATS_MAX_AGE_MS && !near) return;
-    this.pageBytes = { ...this.usedPageBytes(), readAtMs: nowMs, readAtCommit: this.commits, reservedSince: 0, sessionsReservedSince: 0 };
-  }
-
-  /**
-   * Bytes of the B-tree pages in use by our databases (free pages are reusable and not counted), and by those of
-   * the persistent sessions among them.
-   */
-  private usedPageBytes(): { used: number; sessions: number } {
-    const pageSize = (this.meta.getStats() as { pageSize: number }).pageSize;
-    const others = this.pagesInUse([this.meta, this.outboxDb, this.retainedDb, this.outboxReleasedDb, this.outboxRemovedDb]);
-    const sessions = this.pagesInUse([this.sessionDb, this.subscriptionDb, this.queueDb, this.releaseDb, this.willDb]);
-    return { used: (others + sessions) * pageSize, sessions: sessions * pageSize };
-  }
-
-  private pagesInUse(dbs: readonly Database<Buffer, any>[]): number {
-    let pages = 0;
-    for (const db of dbs) {
-      const s = db.getStats() as { treeBranchPageCount: number; treeLeafPageCount: number; overflowPages: number };
-      pages += s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages;
-    }
-    return pages;
-  }
-
 
   private scheduleIssue(): void {
     if (this.issueScheduled || this.inFlight !== undefined) return;
@@ -635,11 +538,10 @@ export class LmdbStore implements Store, StoreWriter {
 
   private afterCommit(b: Batch): void {
     this.group.committed(b.done.length, performance.now() - b.issuedAtMs);
-    this.pageBytes.reservedSince += b.reservedBytes;
-    this.pageBytes.sessionsReservedSince += b.sessionBytes;
+    this.pages.committed(b.reservedBytes, b.sessionBytes);
     this.commits++;
     // A `maxBytes` episode ends when `quotaRefusal` finds room again.
-    if (this.full?.cause === 'disk' && b.reservations > 0 && !b.storeFull) this.endFull();
+    if (this.full?.cause === 'disk' && b.reservations > 0 && !b.storeFull) this.episodes.end('store');
     else if (b.deletes && this.full?.cause === 'disk') {
       // Freed pages: the next batch may try, even with the filesystem still full.
       this.full.retryAtMs = 0;
@@ -662,7 +564,7 @@ export class LmdbStore implements Store, StoreWriter {
   private afterFailedCommit(b: Batch, err: unknown, cause: unknown): StoreError {
     let failure: StoreError;
     if (isDiskFull(cause, this.path, b.reservedBytes * RESERVE_MARGIN)) {
-      this.beginFull('disk', { err: cause }).refused += b.reservations;
+      this.episodes.begin('disk', { err: cause }).refused += b.reservations;
       failure = this.diskFullError(cause);
     } else {
       if (!this.commitFailing) {
