@@ -81,7 +81,7 @@ describe('offline sessions against the bridges', { timeout: 120_000 }, () => {
     const warnings = logLines(gw).filter((l) => String(l.msg).startsWith('persistent sessions hold their share'));
     expect(warnings).toHaveLength(1);
 
-    // The sessions kept what fitted their share, in order: the first messages of the flood.
+    // The sessions kept what fitted their share, and deliver it.
     const back = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'atk-1', clean: false, properties: { sessionExpiryInterval: 60 } }));
     await pub.publish('atk/marker', 'end', { qos: 1 });
     const got = await back.waitForMessages(1, { topic: 'atk/marker', timeoutMs: 15_000 });
@@ -101,6 +101,15 @@ describe('broker.maxSessionExpiryS', { timeout: 60_000 }, () => {
     await sessionsGone(metricsPort);
     const again = d.add(await openClient(gw.url, { protocolVersion: 4, clientId: 'historian', clean: false }));
     expect(again.connack.sessionPresent).toBe(false);
+  });
+
+  it('caps a DISCONNECT that raises the expiry to never', async () => {
+    const { gw, metricsPort } = await metricsGateway({ broker: { maxSessionExpiryS: 1 } });
+    const c = await openClient(gw.url, { protocolVersion: 5, clientId: 'raiser', clean: false, properties: { sessionExpiryInterval: 1 } });
+    expect(c.connack.properties?.sessionExpiryInterval).toBeUndefined(); // within the cap: the client's own
+    await c.subscribe('plant/#', { qos: 1 });
+    await new Promise<void>((resolve) => c.client.end(false, { reasonCode: 0, properties: { sessionExpiryInterval: NEVER_EXPIRES } }, () => resolve()));
+    await sessionsGone(metricsPort);
   });
 
   it('caps a session stored under a higher cap when the gateway starts again', async () => {
