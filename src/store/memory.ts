@@ -8,6 +8,7 @@ import { QueueSplit } from './queue-window.js';
 import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
 import {
   fitsWindow,
+  SESSIONS_RESUME_BELOW,
   type DropReason,
   type FlightState,
   type Outbox,
@@ -233,6 +234,8 @@ class MemorySessionStore implements SessionStore {
   private lastSeq = 0;
   /** Encoded bytes of every queued message, against `maxSessionBytes` (the LMDB store counts its pages). */
   private queuedBytes = 0;
+  /** At the share since `sessionsFull` last found it so, until below SESSIONS_RESUME_BELOW of it. */
+  private atShare = false;
   private readonly isClosed: () => boolean;
 
   constructor(
@@ -330,7 +333,9 @@ class MemorySessionStore implements SessionStore {
   }
 
   sessionsFull(): boolean {
-    return isLimited(this.maxSessionBytes) && this.queuedBytes >= this.maxSessionBytes;
+    if (!isLimited(this.maxSessionBytes)) return false;
+    this.atShare = this.queuedBytes >= this.maxSessionBytes * (this.atShare ? SESSIONS_RESUME_BELOW : 1);
+    return this.atShare;
   }
 
   putAwaitingRelease(clientId: string, packetId: number): Promise<void> {

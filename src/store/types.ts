@@ -82,6 +82,12 @@ export interface QueueRead {
   readonly lastSeq: number | undefined;
 }
 
+/**
+ * Sessions that reached their share of the store queue again once below this part of it (`sessionsFull`): one
+ * episode while a queue drains under a flood, not one per commit that frees a page.
+ */
+export const SESSIONS_RESUME_BELOW = 0.9;
+
 /** Whether one more message of `size` payload bytes fits after `count` messages of `bytes`; the first always does. */
 export function fitsWindow(window: QueueWindow, count: number, bytes: number, size: number): boolean {
   return count === 0 || (count < window.messages && bytes + size <= window.bytes);
@@ -122,9 +128,10 @@ export interface SessionStore {
   refusal(): StoreError | undefined;
   /**
    * Whether the persistent sessions together hold their share of the store (`storage.sessionShare`), counting
-   * what is scheduled and not committed yet: `enqueue` is then refused (EF_STORE_FULL), and a session asks first,
-   * so that it drops the message for itself alone instead of refusing its publisher and the other targets
-   * (docs/reliability.md#sessions-share). Always false without a share of their own.
+   * what is scheduled and not committed yet, and, once they did, until they are below SESSIONS_RESUME_BELOW of it:
+   * `enqueue` is then refused (EF_STORE_FULL), and a session asks first, so that it drops the message for itself
+   * alone instead of refusing its publisher and the other targets (docs/reliability.md#sessions-share). Always
+   * false without a share of their own.
    */
   sessionsFull(): boolean;
   /**

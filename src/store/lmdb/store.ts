@@ -37,7 +37,7 @@ import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
 import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
-import type { JournalDepth, Outbox, OutboxLimits, Store } from '../types.js';
+import { SESSIONS_RESUME_BELOW, type JournalDepth, type Outbox, type OutboxLimits, type Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, storedOutboxCursor, type OutboxMeta } from './outbox.js';
 import { LmdbJournal } from './journal.js';
@@ -369,13 +369,14 @@ export class LmdbStore implements Store, StoreWriter {
 
   /**
    * Whether the persistent sessions' databases hold `maxSessionBytes`, counting the batch in flight and what is
-   * scheduled: they then queue nothing more, while the rest of the store takes new messages as before
+   * scheduled (and, once they did, until they are below SESSIONS_RESUME_BELOW of it): they then queue nothing
+   * more, while the rest of the store takes new messages as before
    * (docs/reliability.md#sessions-share). One episode is logged per time at the share, not each message.
    */
   sessionsFull(): boolean {
     if (!isLimited(this.maxSessionBytes)) return false;
     const used = this.pages.sessionBytes(this.commits) + (this.inFlight?.sessionBytes ?? 0) + this.pendingSessionBytes;
-    if (used < this.maxSessionBytes) {
+    if (used < this.maxSessionBytes * (this.episodes.sessions === undefined ? 1 : SESSIONS_RESUME_BELOW)) {
       this.episodes.end('sessions');
       return false;
     }
