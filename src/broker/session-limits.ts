@@ -51,5 +51,8 @@ export function memoryWindow(limits: SessionLimits): QueueWindow | undefined {
   const messages = limits.maxQueuedInMemory ?? DEFAULT_QUEUED_IN_MEMORY;
   const bytes = limits.maxQueuedBytesInMemory ?? DEFAULT_QUEUED_BYTES_IN_MEMORY;
   if (messages === 0 && bytes === 0) return undefined;
-  return { messages: messages === 0 ? Infinity : Math.max(messages, limits.maxInflight), bytes: bytes === 0 ? Infinity : bytes };
+  return {
+    messages: messages === 0 ? Infinity : Math.max(messages, limits.maxInflight),
+    bytes: bytes === 0 ? Infinity : bytes,
+  };
 }

@@ -33,7 +33,9 @@ async function metricsGateway(patch: Record<string, unknown>): Promise<{ gw: Gat
 
 /** Waits until the gateway holds no session (the gauge counts offline persistent ones). */
 async function sessionsGone(metricsPort: number): Promise<void> {
-  await waitFor(async () => (await metricValue(metricsPort, 'edgeferry_broker_sessions')) === 0, 10_000, { message: 'every session expired' });
+  await waitFor(async () => (await metricValue(metricsPort, 'edgeferry_broker_sessions')) === 0, 10_000, {
+    message: 'every session expired',
+  });
 }
 
 describe('offline sessions against the bridges', { timeout: 120_000 }, () => {
@@ -41,18 +43,33 @@ describe('offline sessions against the bridges', { timeout: 120_000 }, () => {
     const central = d.add(await startMosquitto());
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     const { gw, metricsPort } = await metricsGateway({ storage: { maxBytes: MAX_BYTES }, ...bridgePatch(central.url) });
-    await waitFor(async () => (await metricValue(metricsPort, 'edgeferry_bridge_connected{bridge="central"}')) === 1, 15_000);
+    await waitFor(
+      async () => (await metricValue(metricsPort, 'edgeferry_bridge_connected{bridge="central"}')) === 1,
+      15_000,
+    );
 
     // The review's attack: two anonymous sessions that ask never to expire, subscribed to everything of atk/, offline.
     for (const clientId of ['atk-1', 'atk-2']) {
-      const atk = await openClient(gw.url, { protocolVersion: 5, clientId, clean: false, properties: { sessionExpiryInterval: NEVER_EXPIRES } });
+      const atk = await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId,
+        clean: false,
+        properties: { sessionExpiryInterval: NEVER_EXPIRES },
+      });
       // MQTT 5 §3.2.2.3.2: the server announces the Session Expiry Interval it uses instead of the client's.
       expect(atk.connack.properties?.sessionExpiryInterval).toBe(DEFAULT_MAX_EXPIRY_S);
       await atk.subscribe('atk/#', { qos: 1 });
       await atk.disconnect();
     }
     // A legitimate subscriber with a persistent session, connected: it still gets what it can take at once.
-    const hmi = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'hmi', clean: false, properties: { sessionExpiryInterval: 3600 } }));
+    const hmi = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'hmi',
+        clean: false,
+        properties: { sessionExpiryInterval: 3600 },
+      }),
+    );
     await hmi.subscribe('plant/#', { qos: 1 });
 
     const pub = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'flooder' }));
@@ -73,7 +90,9 @@ describe('offline sessions against the bridges', { timeout: 120_000 }, () => {
 
     // Bridge-bound publishes are acknowledged with success and arrive upstream, and at the connected session.
     for (let i = 0; i < 10; i++) await pub.publish('plant/line4', `m${i}`, { qos: 1 });
-    await waitFor(() => up.messages.length >= 10, 15_000, { message: () => `10 messages upstream, got ${up.payloads().join(',')}` });
+    await waitFor(() => up.messages.length >= 10, 15_000, {
+      message: () => `10 messages upstream, got ${up.payloads().join(',')}`,
+    });
     expect(up.payloads()).toEqual(Array.from({ length: 10 }, (_, i) => `m${i}`));
     await hmi.waitForMessages(10, { topic: 'plant/line4' });
 
@@ -82,7 +101,14 @@ describe('offline sessions against the bridges', { timeout: 120_000 }, () => {
     expect(warnings).toHaveLength(1);
 
     // The sessions kept what fitted their share, and deliver it.
-    const back = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'atk-1', clean: false, properties: { sessionExpiryInterval: 60 } }));
+    const back = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'atk-1',
+        clean: false,
+        properties: { sessionExpiryInterval: 60 },
+      }),
+    );
     await pub.publish('atk/marker', 'end', { qos: 1 });
     const got = await back.waitForMessages(1, { topic: 'atk/marker', timeoutMs: 15_000 });
     const queued = back.received('atk/x').length;
@@ -105,16 +131,28 @@ describe('broker.maxSessionExpiryS', { timeout: 60_000 }, () => {
 
   it('caps a DISCONNECT that raises the expiry to never', async () => {
     const { gw, metricsPort } = await metricsGateway({ broker: { maxSessionExpiryS: 1 } });
-    const c = await openClient(gw.url, { protocolVersion: 5, clientId: 'raiser', clean: false, properties: { sessionExpiryInterval: 1 } });
+    const c = await openClient(gw.url, {
+      protocolVersion: 5,
+      clientId: 'raiser',
+      clean: false,
+      properties: { sessionExpiryInterval: 1 },
+    });
     expect(c.connack.properties?.sessionExpiryInterval).toBeUndefined(); // within the cap: the client's own
     await c.subscribe('plant/#', { qos: 1 });
-    await new Promise<void>((resolve) => c.client.end(false, { reasonCode: 0, properties: { sessionExpiryInterval: NEVER_EXPIRES } }, () => resolve()));
+    await new Promise<void>((resolve) =>
+      c.client.end(false, { reasonCode: 0, properties: { sessionExpiryInterval: NEVER_EXPIRES } }, () => resolve()),
+    );
     await sessionsGone(metricsPort);
   });
 
   it('caps a session stored under a higher cap when the gateway starts again', async () => {
     const { gw, metricsPort } = await metricsGateway({ broker: { maxSessionExpiryS: NEVER_EXPIRES } });
-    const c = await openClient(gw.url, { protocolVersion: 5, clientId: 'forever', clean: false, properties: { sessionExpiryInterval: NEVER_EXPIRES } });
+    const c = await openClient(gw.url, {
+      protocolVersion: 5,
+      clientId: 'forever',
+      clean: false,
+      properties: { sessionExpiryInterval: NEVER_EXPIRES },
+    });
     expect(c.connack.properties?.sessionExpiryInterval).toBeUndefined();
     await c.subscribe('plant/#', { qos: 1 });
     await c.disconnect();
@@ -126,7 +164,14 @@ describe('broker.maxSessionExpiryS', { timeout: 60_000 }, () => {
     await gw.restart();
     // Expired at the start already, or a second later: the time down counts.
     await sessionsGone(metricsPort);
-    const again = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'forever', clean: false, properties: { sessionExpiryInterval: 60 } }));
+    const again = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'forever',
+        clean: false,
+        properties: { sessionExpiryInterval: 60 },
+      }),
+    );
     expect(again.connack.sessionPresent).toBe(false);
   });
 });

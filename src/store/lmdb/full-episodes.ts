@@ -48,7 +48,12 @@ export class FullEpisodes {
     const running = this[slot];
     if (running?.cause === cause) return running;
     const nowMs = performance.now();
-    const episode = (this[slot] = { cause, sinceMs: nowMs, refused: running?.refused ?? 0, retryAtMs: nowMs + DISK_FULL_RETRY_MS });
+    const episode = (this[slot] = {
+      cause,
+      sinceMs: nowMs,
+      refused: running?.refused ?? 0,
+      retryAtMs: nowMs + DISK_FULL_RETRY_MS,
+    });
     this.log.warn(detail, LINES[cause].begins);
     return episode;
   }
@@ -58,6 +63,9 @@ export class FullEpisodes {
     const episode = this[slot];
     if (episode === undefined) return;
     this[slot] = undefined;
-    this.log.info({ refused: episode.refused, durationS: Math.round((performance.now() - episode.sinceMs) / 100) / 10 }, LINES[episode.cause].ends);
+    this.log.info(
+      { refused: episode.refused, durationS: Math.round((performance.now() - episode.sinceMs) / 100) / 10 },
+      LINES[episode.cause].ends,
+    );
   }
 }

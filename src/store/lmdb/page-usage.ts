@@ -70,7 +70,8 @@ export class PageUsage {
     const { maxBytes, maxSessionBytes } = this.limits;
     const near =
       (isLimited(maxBytes) && this.used + this.reservedSince * RESERVE_MARGIN >= maxBytes * PAGE_STATS_EXACT_ABOVE) ||
-      (isLimited(maxSessionBytes) && this.sessions + this.sessionsReservedSince * RESERVE_MARGIN >= maxSessionBytes * PAGE_STATS_EXACT_ABOVE);
+      (isLimited(maxSessionBytes) &&
+        this.sessions + this.sessionsReservedSince * RESERVE_MARGIN >= maxSessionBytes * PAGE_STATS_EXACT_ABOVE);
     const nowMs = performance.now();
     if (nowMs - this.readAtMs < PAGE_STATS_MAX_AGE_MS && !near) return;
     ({ used: this.used, sessions: this.sessions } = this.read());
