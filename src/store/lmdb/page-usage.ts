@@ -2,7 +2,6 @@
  * What the store uses, in B-tree pages: the unit of `storage.maxBytes` and of the persistent sessions' share of it
  * (`storage.sessionShare`). store.ts asks it before admitting new values.
  */
-import type { Database } from 'lmdb';
 import { isLimited } from '../outbox-limits.js';
 
 /** Page counts are re-read when older than this, or above this share of a limit. */
@@ -10,6 +9,11 @@ const PAGE_STATS_MAX_AGE_MS = 1000;
 const PAGE_STATS_EXACT_ABOVE = 0.9;
 /** Pages per value byte, generously: 64-byte values with 8-byte keys fill pages about 2:1. */
 export const RESERVE_MARGIN = 3;
+
+/** A database, as far as its page counts go (lmdb-js's `getStats`). */
+interface Counted {
+  getStats(): unknown;
+}
 
 export interface PageLimits {
   /** `storage.maxBytes`; 0 = none. */
@@ -34,9 +38,9 @@ export class PageUsage {
 
   constructor(
     /** Every database but the sessions'. */
-    private readonly others: readonly Database<Buffer, any>[],
+    private readonly others: readonly Counted[],
     /** The persistent sessions' databases: records, subscriptions, queues, QoS 2 ids, wills. */
-    private readonly sessionDbs: readonly Database<Buffer, any>[],
+    private readonly sessionDbs: readonly Counted[],
     private readonly limits: PageLimits,
   ) {}
 
@@ -82,7 +86,7 @@ export class PageUsage {
   }
 }
 
-function pagesInUse(dbs: readonly Database<Buffer, any>[]): number {
+function pagesInUse(dbs: readonly Counted[]): number {
   let pages = 0;
   for (const db of dbs) {
     const s = db.getStats() as { treeBranchPageCount: number; treeLeafPageCount: number; overflowPages: number };
