@@ -120,7 +120,7 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
           // concurrent connects on a busy machine (Mosquitto and Aedes have no such budget).
           `  - { type: tcp, host: 127.0.0.1, port: ${port}, maxPendingPerAddress: 1000 }`,
           // Unlimited queue like mosquitto-unlimited, so QoS 1 fan-in cannot lose messages to a queue limit.
-          'broker: { maxQueuedMessages: 0, maxConnections: 20000 }',
+          'broker: { maxQueuedMessages: 0, maxQueuedBytes: 0, maxConnections: 20000 }',
           `storage: { path: ${JSON.stringify(path.join(dir, 'data'))} }`,
           'log: { level: warn, format: json }',
           '',

@@ -137,7 +137,7 @@ function brokerCommand(
     [
       'listeners:',
       `  - { type: tcp, host: 127.0.0.1, port: ${port} }`,
-      'broker: { maxQueuedMessages: 0 }',
+      'broker: { maxQueuedMessages: 0, maxQueuedBytes: 0 }',
       `storage: { path: ${JSON.stringify(path.join(dir, 'data'))}, sync: ${sync} }`,
       'log: { level: warn, format: json }',
       '',

@@ -74,11 +74,13 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   let auth = createAuth(config, audit, stats, reserved, loginThrottle);
   // One steady timeline for everything that stores times or compares with stored ones; the store sets its base.
   const clock = new SteadyClock();
-  // The store names itself in its log lines (mod: store, path).
+  // The store names itself in its log lines (mod: store, path). Sessions leave the rest to the outboxes.
+  const maxSessionBytes = Math.floor(config.storage.maxBytes * config.storage.sessionShare);
   const store: Store = await openLmdbStore({
     path: config.storage.path,
     sync: config.storage.sync,
     maxBytes: config.storage.maxBytes,
+    maxSessionBytes,
     verify: config.storage.verifyOnStart,
     clock,
     log,
@@ -88,6 +90,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       maxInflight: b.maxInflight,
       maxQueuedMessages: b.maxQueuedMessages,
       maxQueuedBytes: b.maxQueuedBytes,
+      maxSessionExpiryS: b.maxSessionExpiryS,
       maxQueuedInMemory: b.maxQueuedInMemory,
       maxQueuedBytesInMemory: b.maxQueuedBytesInMemory,
       queueHighWater: b.queueHighWater,
@@ -183,6 +186,8 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
       storeCorruptRecords: () => store.corruptRecords,
       storeCommits: () => store.commits,
+      storeSessionBytes: () => store.sessionBytes(),
+      storeMaxSessionBytes: maxSessionBytes,
     });
     metrics = new MetricsServer(
       registry,

@@ -11,8 +11,9 @@ import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { QueueWindow, Store, SubscriptionRecord } from '../store/types.js';
 import { RetainedIndex } from './retained.js';
-import { memoryWindow, NEVER_EXPIRES, Session, SessionSettings } from './session.js';
-import type { DropReason, ReadGate, SessionEvents, SessionLimits, SessionOwner } from './session.js';
+import { NEVER_EXPIRES, Session, SessionSettings } from './session.js';
+import type { DropReason, ReadGate, SessionEvents, SessionOwner } from './session.js';
+import { memoryWindow, type SessionLimits } from './session-limits.js';
 import type { ClientInfo } from './auth.js';
 import { TopicTree } from './topic-tree.js';
 import type { SharedGroup, Subscriber, Subscription } from './topic-tree.js';
@@ -51,6 +52,7 @@ export class BrokerStats {
     slow_client: 0,
     not_authorized: 0,
     session_taken_over: 0,
+    quota_exceeded: 0,
   };
   authFailures = 0;
   readonly aclDenied = { publish: 0, subscribe: 0 };
@@ -389,8 +391,10 @@ export class Broker {
     const sessions = this.options.store.sessions;
     let restored = 0;
     for (const record of sessions.loadAll(this.memoryWindow)) {
+      // Stored under a higher cap (or none, by an older release), it gets the cap of now.
+      const expiryS = Math.min(record.expiryIntervalS, this.options.limits.maxSessionExpiryS ?? NEVER_EXPIRES);
       const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (this.clock.nowMs() - record.disconnectedAtMs) / 1000);
-      const leftS = record.expiryIntervalS === NEVER_EXPIRES ? NEVER_EXPIRES : record.expiryIntervalS - downS;
+      const leftS = expiryS === NEVER_EXPIRES ? NEVER_EXPIRES : expiryS - downS;
       // A session that ended while the gateway was down takes its will along: due now [MQTT-3.1.3-9].
       if (record.will) {
         this.wills.restore(record.clientId, leftS <= 0 ? { msg: record.will.msg, dueAtMs: 0 } : record.will, sessions);
@@ -400,7 +404,7 @@ export class Broker {
         continue;
       }
       const session = new Session(record.clientId, record.owner, this.sessionSettings);
-      session.expiryIntervalS = record.expiryIntervalS;
+      session.expiryIntervalS = expiryS;
       session.store = sessions;
       this.sessions.set(record.clientId, session);
       for (const sub of record.subscriptions) {

@@ -12,6 +12,7 @@ import { StoreError } from '../util/errors.js';
 import { IdTable } from '../util/id-table.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
 import type { ClientInfo } from './auth.js';
+import { highWaterOf, type SessionLimits } from './session-limits.js';
 
 /** What a session needs from the connection currently attached to it (implemented by server/connection.ts). */
 export interface ClientLink {
@@ -55,7 +56,8 @@ export interface PressureHolder {
   released(): void;
 }
 
-export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client' | 'not_authorized' | 'session_taken_over';
+/** `quota_exceeded`: the persistent sessions hold their share of the store (docs/reliability.md#sessions-share). */
+export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client' | 'not_authorized' | 'session_taken_over' | 'quota_exceeded';
 
 /** Who a session belongs to: the user name it was made with (a certificate's identity included), null for anonymous. */
 export type SessionOwner = string | null;
@@ -79,50 +81,6 @@ export interface SessionEvents {
   redeliverShared(group: SharedGroup, delivery: Delivery, from: Subscriber): void;
 }
 
-export interface SessionLimits {
-  readonly maxInflight: number;
-  readonly maxQueuedMessages: number; // 0 = unlimited
-  readonly maxQueuedBytes: number; // 0 = unlimited
-  /**
-   * Queued messages a persistent session keeps in memory when its store is durable (default
-   * DEFAULT_QUEUED_IN_MEMORY; 0 = no bound by count). Past that, its queue goes on in the store only and is read back in
-   * chunks as it drains, so a queue of millions (a historian offline over a weekend) costs disk, not memory,
-   * and loading it at start does not either. Reading back costs CPU: that part drains at 50-60 % of the speed.
-   */
-  readonly maxQueuedInMemory?: number;
-  /**
-   * Payload bytes of queued messages a persistent session keeps in memory, the same way (default
-   * DEFAULT_QUEUED_BYTES_IN_MEMORY; 0 = no bound): with large payloads this bound comes first.
-   */
-  readonly maxQueuedBytesInMemory?: number;
-  /**
-   * Queued messages (in memory and in the store) at which an online session holds the publishers that feed it,
-   * until it is down to half of that; 0 = never (docs/architecture.md#back-pressure). At most half of
-   * `maxQueuedMessages`, so publishers pause before the queue is full.
-   */
-  readonly queueHighWater?: number;
-}
-
-/** The high-water mark of a session's queue (`SessionLimits.queueHighWater`); 0 = publishers are never held. */
-function highWaterOf(limits: SessionLimits): number {
-  const configured = limits.queueHighWater ?? 0;
-  const max = limits.maxQueuedMessages;
-  return max > 0 && configured > 0 ? Math.min(configured, Math.ceil(max / 2)) : configured;
-}
-
-export const DEFAULT_QUEUED_IN_MEMORY = 100_000;
-export const DEFAULT_QUEUED_BYTES_IN_MEMORY = 64 * 1024 * 1024;
-
-/**
- * The part of a persistent session's queue kept in memory (when the store is durable), from the limits; none
- * when both are 0 (everything in memory). At least `maxInflight` messages, so refills keep up with the window.
- */
-export function memoryWindow(limits: SessionLimits): QueueWindow | undefined {
-  const messages = limits.maxQueuedInMemory ?? DEFAULT_QUEUED_IN_MEMORY;
-  const bytes = limits.maxQueuedBytesInMemory ?? DEFAULT_QUEUED_BYTES_IN_MEMORY;
-  if (messages === 0 && bytes === 0) return undefined;
-  return { messages: messages === 0 ? Infinity : Math.max(messages, limits.maxInflight), bytes: bytes === 0 ? Infinity : bytes };
-}
 /** A spilled queue is read back at most this many messages at a time, once less than half the window is in memory. */
 const REFILL_CHUNK = 250;
 
@@ -311,8 +269,13 @@ export class Session implements Subscriber {
       this.settings.events.congested(this);
     }
     // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
-    // acknowledged, so it survives a crash; the stored copy is removed when the flow completes.
-    const stored = this.store?.enqueue(this.id, asDelivered(msg, qos, retain));
+    // acknowledged, so it survives a crash; the stored copy is removed when the flow completes. While the sessions
+    // hold their share of the store it queues nothing: what it can send at once goes without a stored copy, the
+    // rest is dropped for it alone, never refused to the publisher (docs/reliability.md#sessions-share).
+    const store = this.store;
+    const shareFull = store !== undefined && store.sessionsFull();
+    if (shareFull && !(link && this.queuedCount === 0 && this.inflight.size < this.window)) return this.settings.events.dropped('quota_exceeded', msg);
+    const stored = shareFull ? undefined : store?.enqueue(this.id, asDelivered(msg, qos, retain));
     if (stored && (this.spill || (this.settings.memoryWindow && !fitsWindow(this.settings.memoryWindow, this.queuedCount, this.queuedBytes, msg.payload.length)))) {
       this.spillOne(msg, stored);
       return stored;

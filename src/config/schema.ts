@@ -128,14 +128,16 @@ const brokerSchema = z.strictObject({
   receiveMaximum: int(1, 65_535).default(1024),
   maxInflight: int(1, 65_535).default(20),
   maxQueuedMessages: count.default(1000),
-  maxQueuedBytes: count.default(0),
+  /** Per session, payload bytes: an offline session of large messages stops at this, whatever maxQueuedMessages says. */
+  maxQueuedBytes: count.default(16_777_216),
   maxQueuedInMemory: count.default(100_000),
   maxQueuedBytesInMemory: count.default(67_108_864),
   /** Back-pressure: an online session with this many queued messages holds its publishers (at most maxQueuedMessages / 2). */
   queueHighWater: count.default(500),
   maxTopicLevels: positive.default(128),
   topicAliasMaximum: int(0, 65_535).default(100),
-  maxSessionExpiryS: int(0, 4_294_967_295).default(4_294_967_295),
+  /** Caps MQTT 5 session expiry (announced in CONNACK) and is the expiry of 3.1.1 clean-session-0 sessions; 4294967295 = never. */
+  maxSessionExpiryS: int(0, 4_294_967_295).default(604_800),
   maxWriteBufferBytes: positive.default(4_194_304),
   slowClientTimeoutMs: positive.default(60_000),
   sysIntervalS: count.default(10),
@@ -148,6 +150,8 @@ const storageSchema = z.strictObject({
   path: filePath.default('./data'),
   sync: z.enum(['full', 'relaxed']).default('full'),
   maxBytes: positive.default(2_147_483_648),
+  /** The share of maxBytes persistent sessions may hold together; the rest stays for bridge outboxes and retained messages. */
+  sessionShare: z.number().gt(0).max(1).default(0.25),
   /** The integrity walk of the data directory at start, in a child process: quick (structure), full (and checksums), off. */
   verifyOnStart: z.enum(['quick', 'full', 'off']).default('quick'),
 });

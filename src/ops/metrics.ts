@@ -37,6 +37,9 @@ export interface MetricsSources {
   storeCorruptRecords(): number;
   /** Store transactions committed since it opened. */
   storeCommits(): number;
+  /** Bytes of the store the persistent sessions hold, and the most they may (`storage.sessionShare` of `maxBytes`). */
+  storeSessionBytes(): number;
+  readonly storeMaxSessionBytes: number;
 }
 
 export interface Readiness {
@@ -131,6 +134,12 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   });
   mirroredCounter(r, 'edgeferry_store_corrupt_records_total', 'Damaged store records (bad checksum) skipped, never delivered', [], () => [
     [{}, s.storeCorruptRecords()],
+  ]);
+  mirroredGauge(r, 'edgeferry_store_session_bytes', 'Store pages held by persistent sessions (subscriptions, queues, wills)', [], () => [
+    [{}, s.storeSessionBytes()],
+  ]);
+  mirroredGauge(r, 'edgeferry_store_session_max_bytes', 'The most persistent sessions may hold together (storage.sessionShare of storage.maxBytes)', [], () => [
+    [{}, s.storeMaxSessionBytes],
   ]);
   mirroredCounter(r, 'edgeferry_store_commits_total', 'Store transactions committed (each one flush with storage.sync: full)', [], () => [
     [{}, s.storeCommits()],

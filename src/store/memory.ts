@@ -3,11 +3,12 @@
  * suite runs against both), nothing survives the process. Writes resolve on the next microtask.
  */
 import type { Message } from '../protocol/message.js';
-import { outboxEntryBytes } from './codec.js';
+import { encodedMessageBytes, outboxEntryBytes } from './codec.js';
 import { QueueSplit } from './queue-window.js';
 import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
 import {
   fitsWindow,
+  SESSIONS_RESUME_BELOW,
   type DropReason,
   type FlightState,
   type Outbox,
@@ -231,9 +232,16 @@ interface MemorySession {
 class MemorySessionStore implements SessionStore {
   private readonly sessions = new Map<string, MemorySession>();
   private lastSeq = 0;
+  /** Encoded bytes of every queued message, against `maxSessionBytes` (the LMDB store counts its pages). */
+  private queuedBytes = 0;
+  /** At the share since `sessionsFull` last found it so, until below SESSIONS_RESUME_BELOW of it. */
+  private atShare = false;
   private readonly isClosed: () => boolean;
 
-  constructor(isClosed: () => boolean) {
+  constructor(
+    isClosed: () => boolean,
+    private readonly maxSessionBytes: number,
+  ) {
     this.isClosed = isClosed;
   }
 
@@ -286,6 +294,7 @@ class MemorySessionStore implements SessionStore {
 
   drop(clientId: string): Promise<void> {
     if (this.isClosed()) return Promise.reject(closedError());
+    for (const q of this.sessions.get(clientId)?.queue.values() ?? []) this.queuedBytes -= encodedMessageBytes(q.msg);
     this.sessions.delete(clientId);
     return RESOLVED;
   }
@@ -304,14 +313,29 @@ class MemorySessionStore implements SessionStore {
 
   enqueue(clientId: string, msg: Message): Promise<number> {
     if (this.isClosed()) return Promise.reject(closedError());
+    if (this.sessionsFull()) {
+      return Promise.reject(new StoreError('EF_STORE_FULL', `the persistent sessions hold their share of the store (${this.maxSessionBytes} bytes)`));
+    }
     const seq = ++this.lastSeq;
     this.session(clientId).queue.set(seq, { msg });
+    this.queuedBytes += encodedMessageBytes(msg);
     return Promise.resolve(seq);
   }
 
-  /** Nothing bounds the memory store: never refused. */
+  /** Encoded bytes of every queued message. */
+  get bytes(): number {
+    return this.queuedBytes;
+  }
+
+  /** Nothing but the sessions' share bounds the memory store: never refused. */
   refusal(): undefined {
     return undefined;
+  }
+
+  sessionsFull(): boolean {
+    if (!isLimited(this.maxSessionBytes)) return false;
+    this.atShare = this.queuedBytes >= this.maxSessionBytes * (this.atShare ? SESSIONS_RESUME_BELOW : 1);
+    return this.atShare;
   }
 
   putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
@@ -335,7 +359,11 @@ class MemorySessionStore implements SessionStore {
 
   ack(clientId: string, seq: number): Promise<void> {
     if (this.isClosed()) return Promise.reject(closedError());
-    this.sessions.get(clientId)?.queue.delete(seq);
+    const queue = this.sessions.get(clientId)?.queue;
+    const q = queue?.get(seq);
+    if (q === undefined) return RESOLVED;
+    queue!.delete(seq);
+    this.queuedBytes -= encodedMessageBytes(q.msg);
     return RESOLVED;
   }
 
@@ -400,10 +428,17 @@ class MemoryStore implements Store {
   private readonly outboxes = new Map<string, MemoryOutbox>();
   private closed = false;
 
-  constructor(readonly clock: SteadyClock) {
+  constructor(
+    readonly clock: SteadyClock,
+    maxSessionBytes: number,
+  ) {
     const isClosed = (): boolean => this.closed;
     this.retained = new MemoryRetainedStore(isClosed);
-    this.sessions = new MemorySessionStore(isClosed);
+    this.sessions = new MemorySessionStore(isClosed, maxSessionBytes);
+  }
+
+  sessionBytes(): number {
+    return this.sessions.bytes;
   }
 
   outbox(name: string, limits: OutboxLimits): Outbox {
@@ -437,6 +472,10 @@ class MemoryStore implements Store {
   }
 }
 
-export function createMemoryStore(clock = new SteadyClock()): Store {
-  return new MemoryStore(clock);
+/**
+ * `maxSessionBytes`: the persistent sessions' share of the store (`SessionStore.sessionsFull`), counted in encoded
+ * message bytes; 0 (default) = none of their own.
+ */
+export function createMemoryStore(clock = new SteadyClock(), options: { maxSessionBytes?: number } = {}): Store {
+  return new MemoryStore(clock, options.maxSessionBytes ?? 0);
 }

@@ -82,6 +82,12 @@ export interface QueueRead {
   readonly lastSeq: number | undefined;
 }
 
+/**
+ * Sessions that reached their share of the store queue again once below this part of it (`sessionsFull`): one
+ * episode while a queue drains under a flood, not one per commit that frees a page.
+ */
+export const SESSIONS_RESUME_BELOW = 0.9;
+
 /** Whether one more message of `size` payload bytes fits after `count` messages of `bytes`; the first always does. */
 export function fitsWindow(window: QueueWindow, count: number, bytes: number, size: number): boolean {
   return count === 0 || (count < window.messages && bytes + size <= window.bytes);
@@ -113,10 +119,21 @@ export interface SessionStore {
   drop(clientId: string): Promise<void>;
   putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void>;
   deleteSubscription(clientId: string, filter: string): Promise<void>;
-  /** Queues a QoS > 0 message for the session; resolves with its sequence number once durable. */
+  /**
+   * Queues a QoS > 0 message for the session; resolves with its sequence number once durable. Refused with
+   * EF_STORE_FULL at `storage.maxBytes` (`refusal`) and while `sessionsFull`.
+   */
   enqueue(clientId: string, msg: Message): Promise<number>;
   /** The error `enqueue` would be refused with now (a store at `storage.maxBytes`), or undefined (see `Outbox.refusal`). */
   refusal(): StoreError | undefined;
+  /**
+   * Whether the persistent sessions together hold their share of the store (`storage.sessionShare`), counting
+   * what is scheduled and not committed yet, and, once they did, until they are below SESSIONS_RESUME_BELOW of it:
+   * `enqueue` is then refused (EF_STORE_FULL), and a session asks first, so that it drops the message for itself
+   * alone instead of refusing its publisher and the other targets (docs/reliability.md#sessions-share). Always
+   * false without a share of their own.
+   */
+  sessionsFull(): boolean;
   /**
    * A queued QoS 2 message was sent, or its PUBREC came: records the packet id and state, so that after a
    * restart the flow resumes with the same id instead of starting again as a new message [MQTT-4.3.3-9].
@@ -254,6 +271,8 @@ export interface Store {
   readonly corruptRecords: number;
   /** Transactions committed since the store opened (each one flush with `storage.sync: full`); 0 in memory. */
   readonly commits: number;
+  /** What the persistent sessions hold of the store, in the unit of their share (`SessionStore.sessionsFull`). */
+  sessionBytes(): number;
   readonly retained: RetainedStore;
   readonly sessions: SessionStore;
   /** Opens (or creates) the named outbox; the same name returns the same outbox with its content. */

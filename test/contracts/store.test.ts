@@ -34,22 +34,23 @@ async function rejection(p: Promise<unknown>): Promise<StoreError> {
   return err as StoreError;
 }
 
+/** `maxSessionBytes`: the persistent sessions' share of the store (LMDB counts pages, memory encoded bytes). */
 interface Impl {
   name: string;
-  open(): Promise<Store>;
+  open(options?: { maxSessionBytes?: number }): Promise<Store>;
 }
 
 const dirs: string[] = [];
 const stores: Store[] = [];
 
 const impls: Impl[] = [
-  { name: 'memory', open: async () => createMemoryStore() },
+  { name: 'memory', open: async (options) => createMemoryStore(undefined, options) },
   {
     name: 'lmdb',
-    open: async () => {
+    open: async (options) => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-store-'));
       dirs.push(dir);
-      return openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger });
+      return openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, ...options, log: silentLogger });
     },
   },
 ];
@@ -60,8 +61,8 @@ afterEach(async () => {
 });
 
 describe.each(impls)('store contract: $name', (impl) => {
-  async function open(): Promise<Store> {
-    const s = await impl.open();
+  async function open(options?: { maxSessionBytes?: number }): Promise<Store> {
+    const s = await impl.open(options);
     stores.push(s);
     return s;
   }
@@ -403,6 +404,34 @@ describe.each(impls)('store contract: $name', (impl) => {
 
       await s.deleteSubscription('hmi-1', 'a/#');
       expect([...s.loadAll()][0].subscriptions.map((x) => x.filter)).toEqual(['$share/g/b/+']);
+    });
+
+    it('refuses queued messages past the sessions share of the store, and nothing else (docs/reliability.md#sessions-share)', async () => {
+      const store = await open({ maxSessionBytes: 64 * 1024 });
+      const s = store.sessions;
+      const kib = (n: number): Message => createMessage({ topic: 'atk/x', payload: Buffer.alloc(1024, n), qos: 1, origin: 'c' });
+      await s.putSession('atk', { expiryIntervalS: 60 });
+      let queued = 0;
+      const seqs: number[] = [];
+      while (!s.sessionsFull() && queued < 1000) seqs.push(await s.enqueue('atk', kib(queued++)));
+      expect(queued).toBeGreaterThan(16);
+      expect(queued).toBeLessThan(100);
+      expect((await rejection(s.enqueue('atk', kib(0)))).code).toBe('EF_STORE_FULL');
+      // Not a refusal for every target: the outboxes, retained messages and session records are stored as before.
+      expect(s.refusal()).toBeUndefined();
+      const box = store.outbox('central', UNLIMITED);
+      expect(box.refusal(msg(1))).toBeUndefined();
+      await box.append(msg(1));
+      await store.retained.set(msg(2, { retain: true }));
+      await s.putSession('hmi', { expiryIntervalS: 60 });
+      expect(box.depth.messages).toBe(1);
+      expect(store.retained.count).toBe(1);
+      // One message less does not end it (SESSIONS_RESUME_BELOW): the sessions queue again once theirs drained.
+      await s.ack('atk', seqs[0]);
+      expect(s.sessionsFull()).toBe(true);
+      await s.drop('atk');
+      expect(s.sessionsFull()).toBe(false);
+      await s.enqueue('hmi', kib(1));
     });
 
     it('remembers incoming QoS 2 packet ids awaiting PUBREL until released, and drops them with the session', async () => {

@@ -216,11 +216,19 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
   };
 }
 
-/** A per-bridge gauge from the gateway's /metrics on `port` (bridge "central"), undefined when absent. */
-export async function bridgeGauge(port: number, name: string): Promise<number | undefined> {
+/**
+ * One sample from the gateway's /metrics on `port`: `sample` is its name with its labels as the gateway writes
+ * them (`edgeferry_broker_messages_dropped_total{reason="queue_full"}`); undefined when absent.
+ */
+export async function metricValue(port: number, sample: string): Promise<number | undefined> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const m = new RegExp(`^${name}\\{bridge="central"\\} (\\S+)$`, 'm').exec(text);
-  return m ? Number(m[1]) : undefined;
+  const line = text.split('\n').find((l) => l.startsWith(`${sample} `));
+  return line === undefined ? undefined : Number(line.slice(sample.length + 1));
+}
+
+/** A per-bridge gauge from the gateway's /metrics on `port` (bridge "central"), undefined when absent. */
+export function bridgeGauge(port: number, name: string): Promise<number | undefined> {
+  return metricValue(port, `${name}{bridge="central"}`);
 }
 
 /** Whether something accepts TCP connections on the port (the connection is closed at once). */

@@ -1,7 +1,8 @@
 /**
  * `storage.maxBytes` reached while one message goes to several durable targets: the store decides once, before
  * any target stores it, so a message is in every target or in none. A publisher that retries after 0x97 Quota
- * exceeded then creates no duplicate anywhere (docs/reliability.md#full-disk).
+ * exceeded then creates no duplicate anywhere (docs/reliability.md#full-disk). The sessions may fill the whole store
+ * here (`storage.sessionShare: 1`); below that, they stop at their share instead (session-quota.test.ts).
  */
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
@@ -20,7 +21,7 @@ const ROUNDS = 8;
 
 describe('storage.maxBytes between the targets of one message', () => {
   it('stores a refused message in no target and an accepted one in every target; MQTT 5 hears 0x97', async () => {
-    const gw = d.add(await startGateway({ storage: { maxBytes: MAX_BYTES }, broker: { maxQueuedMessages: 0 } }, { logLevel: 'info' }));
+    const gw = d.add(await startGateway({ storage: { maxBytes: MAX_BYTES, sessionShare: 1 }, broker: { maxQueuedMessages: 0 } }, { logLevel: 'info' }));
     for (const clientId of SESSIONS) {
       const sub = await openClient(gw.url, persistent(clientId));
       await sub.subscribe('fill/#', { qos: 1 });
@@ -51,7 +52,7 @@ describe('storage.maxBytes between the targets of one message', () => {
     const deadPort = await freePort();
     const gw = d.add(
       await startGateway({
-        storage: { maxBytes: MAX_BYTES },
+        storage: { maxBytes: MAX_BYTES, sessionShare: 1 },
         broker: { maxQueuedMessages: 0 },
         bridges: [{ name: 'central', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'fill/#', direction: 'out', qos: 1 }] }],
       }),

@@ -39,10 +39,17 @@ describe('defaults', () => {
       { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true, maxPendingConnections: 1000, maxPendingPerAddress: 100 },
     ]);
     expect(config.broker.maxPacketBytes).toBe(1_048_576);
-    expect(config.broker.maxSessionExpiryS).toBe(4_294_967_295);
-    expect(config.storage).toEqual({ path: join(dir, 'data'), sync: 'full', maxBytes: 2_147_483_648, verifyOnStart: 'quick' });
+    // Bounded by default, so that offline sessions cannot fill the store (docs/reliability.md#sessions-share).
+    expect(config.broker.maxSessionExpiryS).toBe(604_800);
+    expect(config.broker.maxQueuedBytes).toBe(16_777_216);
+    expect(config.storage).toEqual({ path: join(dir, 'data'), sync: 'full', maxBytes: 2_147_483_648, sessionShare: 0.25, verifyOnStart: 'quick' });
     expect(config.log).toEqual({ level: 'info', format: 'auto' });
     expect(config.bridges).toEqual([]);
+  });
+
+  it('refuses a sessions share of the store outside (0, 1], naming the key', () => {
+    expect(problemsOf('storage: { sessionShare: 0 }\n').map((p) => p.path)).toEqual(['storage.sessionShare']);
+    expect(problemsOf('storage: { sessionShare: 1.5 }\n').map((p) => p.path)).toEqual(['storage.sessionShare']);
   });
 
   it('anonymous clients are allowed by default on loopback listeners only', () => {

@@ -7,7 +7,6 @@ import type { QoS } from '../../protocol/message.js';
 import { Reason, connackV3Code } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
 import { ProtocolError } from '../../util/errors.js';
-import { NEVER_EXPIRES } from '../../broker/session.js';
 import type { ClientConnection } from '../context.js';
 import { toPublishProperties, checkUserProperties, checkWireProperties } from './properties.js';
 
@@ -165,7 +164,9 @@ function accept(conn: ClientConnection, packet: ConnectPacket, p: Accepted): voi
     expiryS = Math.min(requested, limits.maxSessionExpiryS);
     if (expiryS !== requested) announcedExpiryS = expiryS;
   } else {
-    expiryS = packet.clean === false ? NEVER_EXPIRES : 0;
+    // 3.1.1 has no expiry: a clean-session-0 session would live for ever; it gets the cap (Mosquitto's
+    // `persistent_client_expiration`).
+    expiryS = packet.clean === false ? limits.maxSessionExpiryS : 0;
   }
   const cleanStart = packet.clean ?? true;
   // The session's owner is the authenticated user name (a client certificate's identity with useIdentityAsUsername).

@@ -291,7 +291,7 @@ export async function openLmdbStore(
     // The steady clock goes on from the timeline the store recorded, so stored times keep their ages (util/clock.ts).
     store.clock.adopt(store.readMeta('clock'));
     await store.keepClockRecord();
-    log.info({ sync: opts.sync, maxBytes: opts.maxBytes }, 'store open');
+    log.info({ sync: opts.sync, maxBytes: opts.maxBytes, maxSessionBytes: opts.maxSessionBytes }, 'store open');
     return store;
   } catch (err) {
     if (env !== undefined) {

@@ -222,7 +222,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
     }
     if (prefix.length + 8 > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
-    return this.store.admit(value.length, (b) => {
+    return this.store.admitQueued(value.length, (b) => {
       this.store.reserve(b, value.length);
       const seq = this.lastSeq + 1;
       const key = seqKey(prefix, seq);
@@ -241,6 +241,10 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
 
   refusal(): StoreError | undefined {
     return this.store.quotaRefusal();
+  }
+
+  sessionsFull(): boolean {
+    return this.store.sessionsFull();
   }
 
   putAwaitingRelease(clientId: string, packetId: number): Promise<void> {

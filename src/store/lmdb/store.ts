@@ -37,7 +37,7 @@ import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
 import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
-import type { JournalDepth, Outbox, OutboxLimits, Store } from '../types.js';
+import { SESSIONS_RESUME_BELOW, type JournalDepth, type Outbox, type OutboxLimits, type Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, storedOutboxCursor, type OutboxMeta } from './outbox.js';
 import { LmdbJournal } from './journal.js';
@@ -48,43 +48,28 @@ import { LmdbSessionStore } from './sessions.js';
 import { SteadyClock } from '../../util/clock.js';
 import { commitCause, diskHasRoom, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
 import type { VerifyMode } from './verify.js';
+import { PageUsage, RESERVE_MARGIN } from './page-usage.js';
+import { DISK_FULL_RETRY_MS, FullEpisodes, type FullEpisode } from './full-episodes.js';
 
 /** lmdb-js's put option for MDB_APPEND (see `put`). */
 const APPEND = { append: true };
 /** A failed commit is reported to the writers by its batch (see `issue`). */
 const ignoreFailedCommit = (): void => {};
-/** See `usedBytesEstimate`: page counts are re-read when older than this, or above this share of the limit. */
-const PAGE_STATS_MAX_AGE_MS = 1000;
-const PAGE_STATS_EXACT_ABOVE = 0.9;
-/** Pages per value byte, generously: 64-byte values with 8-byte keys fill pages about 2:1. */
-const RESERVE_MARGIN = 3;
 /** How often the steady clock's record is written (see keepClockRecord). */
 const CLOCK_RECORD_EVERY_MS = 60_000;
 /** Entries deleted per transaction when a whole outbox is deleted. */
 const DELETE_CHUNK = 10_000;
-/** While the disk is full, new messages are refused at once, and one batch this often tries whether there is room. */
-const DISK_FULL_RETRY_MS = 1000;
-
-/**
- * A time during which the store refuses new messages (EF_STORE_FULL), because of `storage.maxBytes` or a full
- * disk: logged when it begins and, with the number refused, when it ends, never per message.
- */
-interface FullEpisode {
-  readonly cause: 'maxBytes' | 'disk';
-  readonly sinceMs: number;
-  refused: number;
-  /** A full disk: when a batch may try again (see DISK_FULL_RETRY_MS). */
-  retryAtMs: number;
-  /** A full disk: a batch deleted records since the last try, so LMDB has pages of its own to reuse. */
-  pagesFreed?: boolean;
-}
-
 export interface LmdbStoreOptions {
   /** Data directory; created if missing. */
   readonly path: string;
   readonly sync: 'full' | 'relaxed';
   /** Bound on the B-tree pages in use (live data plus tree overhead); 0 = unbounded. */
   readonly maxBytes: number;
+  /**
+   * Bound on the pages of the persistent sessions' databases (`storage.sessionShare` of `maxBytes`), so that they
+   * leave the rest to the outboxes (docs/reliability.md#sessions-share); 0 or absent = none of their own.
+   */
+  readonly maxSessionBytes?: number;
   /** The integrity walk before opening an existing store (`storage.verifyOnStart`, see verify.ts); default off. */
   readonly verify?: VerifyMode;
   /**
@@ -126,6 +111,7 @@ export class LmdbStore implements Store, StoreWriter {
   readonly maxKeyBytes: number;
   private readonly relaxed: boolean;
   private readonly maxBytes: number;
+  private readonly maxSessionBytes: number;
   private readonly outboxes = new Map<string, LmdbOutbox>();
   private journalOpened: LmdbJournal | undefined;
   private readonly lock: StoreLock;
@@ -141,9 +127,10 @@ export class LmdbStore implements Store, StoreWriter {
   private closing = false;
   private closed: Promise<void> | undefined;
   private commitFailing = false;
-  private full: FullEpisode | undefined;
-  /** Value bytes of writes admitted and not yet applied to a batch (see `admit`). */
+  private readonly episodes: FullEpisodes;
+  /** Value bytes of writes admitted and not yet applied to a batch (see `admit`), and those of session queues among them. */
   private pendingBytes = 0;
+  private pendingSessionBytes = 0;
   /** Whether the store is at `storage.maxBytes`, as decided for the running synchronous section (see `quotaRefusal`). */
   private atLimit: boolean | undefined;
   private usedAtLimit = 0;
@@ -154,17 +141,20 @@ export class LmdbStore implements Store, StoreWriter {
   commits = 0;
   /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
   corruptRecords = 0;
-  private pageBytes = { used: 0, readAtMs: -Infinity, readAtCommit: -1, reservedSince: 0 };
+  /** Page bytes in use, of the whole store and of the sessions' databases (page-usage.ts). */
+  private readonly pages: PageUsage;
   private clockTimer: NodeJS.Timeout | undefined;
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
     this.env = env;
     this.clock = opts.clock ?? new SteadyClock();
     this.log = log;
+    this.episodes = new FullEpisodes(log);
     this.path = opts.path;
     this.lock = lock;
     this.relaxed = opts.sync === 'relaxed';
     this.maxBytes = opts.maxBytes;
+    this.maxSessionBytes = opts.maxSessionBytes ?? 0;
     // Not in lmdb-js's typings; 1978 is LMDB's compiled-in default.
     this.maxKeyBytes = (env as unknown as { maxKeySize?: number }).maxKeySize ?? 1978;
     this.meta = env.openDB<Buffer, string>('meta', { encoding: 'binary' });
@@ -180,6 +170,11 @@ export class LmdbStore implements Store, StoreWriter {
     this.outboxRemovedDb = env.openDB<Buffer, Buffer>('outbox-removed', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
+    this.pages = new PageUsage(
+      [this.meta, this.outboxDb, this.retainedDb, this.outboxReleasedDb, this.outboxRemovedDb],
+      [this.sessionDb, this.subscriptionDb, this.queueDb, this.releaseDb, this.willDb],
+      { maxBytes: this.maxBytes, maxSessionBytes: this.maxSessionBytes },
+    );
     muteLmdbCommitErrors();
   }
 
@@ -331,13 +326,13 @@ export class LmdbStore implements Store, StoreWriter {
   quotaRefusal(canMakeRoom = false): StoreError | undefined {
     if (!isLimited(this.maxBytes)) return undefined;
     if (this.atLimit === undefined) {
-      this.usedAtLimit = this.usedBytesEstimate() + (this.inFlight?.reservedBytes ?? 0) + this.pendingBytes;
+      this.usedAtLimit = this.pages.usedBytes(this.commits) + (this.inFlight?.reservedBytes ?? 0) + this.pendingBytes;
       this.atLimit = this.usedAtLimit >= this.maxBytes;
       queueMicrotask(this.forgetAtLimit);
-      if (!this.atLimit && this.full?.cause === 'maxBytes') this.endFull();
+      if (!this.atLimit && this.full?.cause === 'maxBytes') this.episodes.end('store');
     }
     if (!this.atLimit || canMakeRoom) return undefined;
-    this.beginFull('maxBytes', { maxBytes: this.maxBytes, usedBytes: this.usedAtLimit }).refused++;
+    this.episodes.begin('maxBytes', { maxBytes: this.maxBytes, usedBytes: this.usedAtLimit }).refused++;
     return new StoreError('EF_STORE_FULL', `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes): new messages are refused`);
   }
 
@@ -346,14 +341,59 @@ export class LmdbStore implements Store, StoreWriter {
    * its bytes count as pending until `run` applies them to a batch.
    */
   admit<T>(bytes: number, run: (b: Batch) => T, canMakeRoom = false): Promise<T> {
+    return this.admitFor(bytes, run, canMakeRoom, false);
+  }
+
+  /**
+   * `admit` for a message queued for a persistent session: refused also while the sessions hold their share
+   * (`sessionsFull`), and its bytes count towards that share.
+   */
+  admitQueued<T>(bytes: number, run: (b: Batch) => T): Promise<T> {
+    return this.admitFor(bytes, run, false, true);
+  }
+
+  private admitFor<T>(bytes: number, run: (b: Batch) => T, canMakeRoom: boolean, queued: boolean): Promise<T> {
     if (this.closing) return Promise.reject(closedError());
-    const refused = this.quotaRefusal(canMakeRoom);
+    const refused = this.quotaRefusal(canMakeRoom) ?? (queued && this.sessionsFull() ? this.sessionsFullError() : undefined);
     if (refused !== undefined) return Promise.reject(refused);
+    const sessionBytes = queued ? bytes : 0;
     this.pendingBytes += bytes;
+    this.pendingSessionBytes += sessionBytes;
     return this.schedule((b) => {
       this.pendingBytes -= bytes;
+      this.pendingSessionBytes -= sessionBytes;
+      b.sessionBytes += sessionBytes;
       return run(b);
     });
+  }
+
+  /**
+   * Whether the persistent sessions' databases hold `maxSessionBytes`, counting the batch in flight and what is
+   * scheduled (and, once they did, until they are below SESSIONS_RESUME_BELOW of it): they then queue nothing
+   * more, while the rest of the store takes new messages as before
+   * (docs/reliability.md#sessions-share). One episode is logged per time at the share, not each message.
+   */
+  sessionsFull(): boolean {
+    if (!isLimited(this.maxSessionBytes)) return false;
+    const used = this.pages.sessionBytes(this.commits) + (this.inFlight?.sessionBytes ?? 0) + this.pendingSessionBytes;
+    if (used < this.maxSessionBytes * (this.episodes.sessions === undefined ? 1 : SESSIONS_RESUME_BELOW)) {
+      this.episodes.end('sessions');
+      return false;
+    }
+    this.episodes.begin('sessions', { maxSessionBytes: this.maxSessionBytes, sessionBytes: used }).refused++;
+    return true;
+  }
+
+  /** Page bytes of the persistent sessions' databases, read now. */
+  sessionBytes(): number {
+    return this.pages.read().sessions;
+  }
+
+  private sessionsFullError(): StoreError {
+    return new StoreError(
+      'EF_STORE_FULL',
+      `the persistent sessions hold their share of the store in ${this.path} (storage.sessionShare, ${this.maxSessionBytes} bytes): they queue nothing more`,
+    );
   }
 
   /**
@@ -380,7 +420,7 @@ export class LmdbStore implements Store, StoreWriter {
     b.reservations++;
     b.reservedBytes += bytes;
     if (!isLimited(this.maxBytes)) return;
-    b.usedBytes ??= this.usedBytesEstimate();
+    b.usedBytes ??= this.pages.usedBytes(this.commits);
     if (makeRoom !== undefined) while (b.usedBytes + bytes > this.maxBytes && makeRoom() > 0);
     b.usedBytes += bytes;
   }
@@ -393,77 +433,14 @@ export class LmdbStore implements Store, StoreWriter {
     );
   }
 
-  /** Starts a full episode (logged once), or returns the one running for the same cause. */
-  private beginFull(cause: FullEpisode['cause'], detail: Record<string, unknown>): FullEpisode {
-    if (this.full?.cause === cause) return this.full;
-    const nowMs = performance.now();
-    this.full = { cause, sinceMs: nowMs, refused: this.full?.refused ?? 0, retryAtMs: nowMs + DISK_FULL_RETRY_MS };
-    this.log.warn(
-      detail,
-      cause === 'disk'
-        ? 'store full (the disk is full): new messages are refused until there is room'
-        : 'store full (storage.maxBytes): new messages are refused until space is freed',
-    );
-    return this.full;
-  }
-
-  /** A batch that reserved room committed: the full episode, if any, is over. */
-  private endFull(): void {
-    const full = this.full;
-    if (full === undefined) return;
-    this.full = undefined;
-    this.log.info(
-      { refused: full.refused, durationS: Math.round((performance.now() - full.sinceMs) / 100) / 10 },
-      full.cause === 'disk' ? 'store accepts messages again (the disk has room)' : 'store below storage.maxBytes again',
-    );
+  /** The whole store's episode running (`maxBytes` or a full disk), if any. */
+  private get full(): FullEpisode | undefined {
+    return this.episodes.store;
   }
 
   /** Tells the byte estimate of this batch that `bytes` were removed. */
   release(b: Batch, bytes: number): void {
     if (b.usedBytes !== undefined) b.usedBytes -= bytes;
-  }
-
-  /**
-   * The store's used bytes as of the last commit. Reading the page counts costs a `getStats` call per database, a few
-   * per cent of the CPU at one batch per millisecond, so they are read at most once a second while far below
-   * the limit, and on every batch near it (exact where it matters). In between, what committed batches
-   * reserved is added with a margin for keys and page fill, so the estimate only errs high.
-   */
-  private usedBytesEstimate(): number {
-    const estimate = this.pageBytes.used + this.pageBytes.reservedSince * RESERVE_MARGIN;
-    const nowMs = performance.now();
-    const fresh = nowMs - this.pageBytes.readAtMs < PAGE_STATS_MAX_AGE_MS && estimate < this.maxBytes * PAGE_STATS_EXACT_ABOVE;
-    if (fresh || this.pageBytes.readAtCommit === this.commits) return estimate;
-    this.pageBytes = { used: this.usedPageBytes(), readAtMs: nowMs, readAtCommit: this.commits, reservedSince: 0 };
-    return this.pageBytes.used;
-  }
-
-  /** Bytes of the B-tree pages in use by our databases (free pages are reusable and not counted). */
-  private usedPageBytes(): number {
-    let pages = 0;
-    let pageSize = 4096;
-    for (const db of [
-      this.meta,
-      this.outboxDb,
-      this.retainedDb,
-      this.sessionDb,
-      this.subscriptionDb,
-      this.queueDb,
-      this.releaseDb,
-      this.willDb,
-      this.outboxReleasedDb,
-      this.outboxRemovedDb,
-    ]) {
-      const s = db.getStats() as {
-        pageSize: number;
-        treeBranchPageCount: number;
-        treeLeafPageCount: number;
-        overflowPages: number;
-      };
-      pages += s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages;
-      pageSize = s.pageSize;
-    }
-    return pages * pageSize;
   }
 
   private scheduleIssue(): void {
@@ -562,10 +539,10 @@ export class LmdbStore implements Store, StoreWriter {
 
   private afterCommit(b: Batch): void {
     this.group.committed(b.done.length, performance.now() - b.issuedAtMs);
-    this.pageBytes.reservedSince += b.reservedBytes;
+    this.pages.committed(b.reservedBytes, b.sessionBytes);
     this.commits++;
     // A `maxBytes` episode ends when `quotaRefusal` finds room again.
-    if (this.full?.cause === 'disk' && b.reservations > 0 && !b.storeFull) this.endFull();
+    if (this.full?.cause === 'disk' && b.reservations > 0 && !b.storeFull) this.episodes.end('store');
     else if (b.deletes && this.full?.cause === 'disk') {
       // Freed pages: the next batch may try, even with the filesystem still full.
       this.full.retryAtMs = 0;
@@ -588,7 +565,7 @@ export class LmdbStore implements Store, StoreWriter {
   private afterFailedCommit(b: Batch, err: unknown, cause: unknown): StoreError {
     let failure: StoreError;
     if (isDiskFull(cause, this.path, b.reservedBytes * RESERVE_MARGIN)) {
-      this.beginFull('disk', { err: cause }).refused += b.reservations;
+      this.episodes.begin('disk', { err: cause }).refused += b.reservations;
       failure = this.diskFullError(cause);
     } else {
       if (!this.commitFailing) {

@@ -45,6 +45,8 @@ export class Batch {
   usedBytes: number | undefined;
   /** Bytes reserved in this batch (releases not subtracted), for the estimate between page-count reads. */
   reservedBytes = 0;
+  /** Bytes of them queued for persistent sessions (`admitQueued`), for the estimate of the sessions' share. */
+  sessionBytes = 0;
   /** Operations that asked for room (`reserve`): what a failed commit refuses, for the episode's count. */
   reservations = 0;
   storeFull = false;
@@ -127,6 +129,10 @@ export interface StoreWriter extends StoreDatabases {
   quotaRefusal(canMakeRoom?: boolean): StoreError | undefined;
   /** Schedules the write of a new value of `bytes` once `quotaRefusal` admits it; rejects with its error otherwise. */
   admit<T>(bytes: number, run: (b: Batch) => T, canMakeRoom?: boolean): Promise<T>;
+  /** `admit` for a message queued for a persistent session, which `sessionsFull` refuses too; counted in their share. */
+  admitQueued<T>(bytes: number, run: (b: Batch) => T): Promise<T>;
+  /** Whether the persistent sessions hold their share of the store (`SessionStore.sessionsFull`). */
+  sessionsFull(): boolean;
   /**
    * Accounts `bytes` more in this batch; refused (EF_STORE_FULL) only while the disk is full. Past
    * `storage.maxBytes`, `makeRoom` (drop-oldest) frees what it can and returns the bytes it freed, 0 when it cannot.
