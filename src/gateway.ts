@@ -14,7 +14,7 @@ import { Broker } from './broker/broker.js';
 import { BrokerStats } from './broker/broker.js';
 import { loadFileAuth } from './broker/auth.js';
 import type { AuthHooks, ReservedTopics } from './broker/auth.js';
-import { createMessage } from './protocol/message.js';
+import { Origins, createMessage } from './protocol/message.js';
 import { MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
@@ -158,7 +158,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
     },
     (topic, value) => {
       broker
-        .publish(createMessage({ topic, payload: Buffer.from(value), retain: true, origin: '$SYS' }))
+        .publish(createMessage({ topic, payload: Buffer.from(value), retain: true, origin: Origins.sys }))
         .catch((err: unknown) => log.warn({ err, topic }, '$SYS update not stored'));
     },
   );

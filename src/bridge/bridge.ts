@@ -21,7 +21,7 @@ import { hostname } from 'node:os';
 import type { Broker } from '../broker/broker.js';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message } from '../protocol/message.js';
-import { createMessage, isExpired } from '../protocol/message.js';
+import { Origins, createMessage, isExpired } from '../protocol/message.js';
 import { reasonName } from '../protocol/reason-codes.js';
 import { deleteDeadLetters, requeueDeadLetters } from './dead-letters.js';
 import type { DropReason, Outbox, OutboxEntry } from '../store/types.js';
@@ -161,7 +161,7 @@ export class Bridge {
   constructor(options: BridgeOptions) {
     this.config = options.config;
     this.name = options.config.name;
-    this.origin = `bridge:${this.name}`;
+    this.origin = `${Origins.bridgePrefix}${this.name}`;
     this.broker = options.broker;
     this.outbox = options.outbox;
     this.deadLetter = options.deadLetter;

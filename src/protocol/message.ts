@@ -22,10 +22,21 @@ export interface Message {
   readonly qos: QoS;
   readonly retain: boolean;
   readonly properties?: PublishProperties;
-  /** Client id | 'edge-node' | 'bridge:<name>': used for no-local and loop prevention. */
+  /** Client id, or one of the gateway's own `Origins` (`bridge:<name>` for a bridge): no-local, loop prevention, command audit. */
   readonly origin: string;
   /** Monotonic deadline (ms, `performance.now()` clock) after which the message is discarded. */
   readonly expiresAt?: number;
+}
+
+/**
+ * The origins of the gateway's in-process publishers. No client may take one as its client id (CONNACK 0x85):
+ * no-local, loop prevention and the command audit tell the gateway's own messages from clients' by them.
+ */
+export const Origins = { edgeNode: 'edge-node', plainTopics: 'plain-topics', sys: '$SYS', bridgePrefix: 'bridge:' } as const;
+
+/** Whether a client id would pass for one of the gateway's in-process publishers (`Origins`). */
+export function isInProcessOrigin(id: string): boolean {
+  return id === Origins.edgeNode || id === Origins.plainTopics || id === Origins.sys || id.startsWith(Origins.bridgePrefix);
 }
 
 /** Builds a Message, computing the expiry deadline from the MQTT 5 message expiry interval. */

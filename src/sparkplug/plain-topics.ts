@@ -14,7 +14,7 @@
 import type { TagDatatype, TagValue } from '../../connectors/contract.js';
 import type { Broker } from '../broker/broker.js';
 import type { Message, PublishProperties } from '../protocol/message.js';
-import { createMessage } from '../protocol/message.js';
+import { Origins, createMessage } from '../protocol/message.js';
 import { asError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { Device } from './device.js';
@@ -26,7 +26,7 @@ import { decodePlainCommand, plainJson } from './plain-value.js';
 import type { PlainTopicsConfig } from './schema.js';
 
 /** The origin of plain topic messages: a local publisher of its own, apart from the edge node. */
-export const PLAIN_ORIGIN = 'plain-topics';
+export const PLAIN_ORIGIN = Origins.plainTopics;
 
 const SET = '/set';
 /**

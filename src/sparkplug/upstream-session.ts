@@ -13,7 +13,7 @@
  * bridge is paused (data stays journaled) until then.
  */
 import type { Message, QoS } from '../protocol/message.js';
-import { createMessage } from '../protocol/message.js';
+import { Origins, createMessage } from '../protocol/message.js';
 import { asError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { Device } from './device.js';
@@ -26,7 +26,7 @@ import type { DeviceMessageType, NodeMessageType } from './topics.js';
 import type { SteadyClock } from '../util/clock.js';
 
 /** Origin of every message the edge node publishes (locally, and upstream outside the outbox). */
-export const EDGE_NODE_ORIGIN = 'edge-node';
+export const EDGE_NODE_ORIGIN = Origins.edgeNode;
 
 /** The part of an outbox entry the rewrite needs (structurally a bridge `OutboxEntry`). */
 export interface UplinkEntry {

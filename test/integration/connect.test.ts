@@ -104,6 +104,15 @@ describe('CONNACK return and reason codes', () => {
     expect(c.connack.properties?.assignedClientIdentifier).toBeUndefined();
   });
 
+  it("refuses the client ids of the gateway's own publishers with 0x85 (3.1.1: 0x02): loop prevention and the command audit trust them", async () => {
+    for (const clientId of ['bridge:central', 'edge-node', 'plain-topics', '$SYS']) {
+      expect(await connectRefused(gw.url, { protocolVersion: 5, clientId }), clientId).toBe(0x85);
+      expect(await connectRefused(gw.url, { protocolVersion: 4, clientId }), clientId).toBe(0x02);
+    }
+    const c = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'bridge-central' }));
+    expect(c.connack.reasonCode).toBe(0);
+  });
+
   it('accepts MQTT 3.1 client ids of 1 to 23 characters and refuses longer or empty ones with 0x02', async () => {
     for (const [clientId, code] of [
       ['a', 0],

@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import type { ConnectPacket, ProtocolVersion } from '../../protocol/codec.js';
-import { createMessage } from '../../protocol/message.js';
+import { createMessage, isInProcessOrigin } from '../../protocol/message.js';
 import type { QoS } from '../../protocol/message.js';
 import { Reason, connackV3Code } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicName } from '../../protocol/topics.js';
@@ -62,6 +62,9 @@ export function handleConnect(conn: ClientConnection, packet: ConnectPacket): vo
     if (!v5 && !packet.clean) return refuse(conn, Reason.ClientIdentifierNotValid, 'empty client id requires clean session');
     clientId = `auto-${randomBytes(8).toString('hex')}`;
     assigned = true;
+  }
+  if (isInProcessOrigin(clientId)) {
+    return refuse(conn, Reason.ClientIdentifierNotValid, `client id ${clientId} is reserved for the gateway's own publishers`);
   }
   conn.clientId = clientId;
 
