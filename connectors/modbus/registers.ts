@@ -114,7 +114,34 @@ export function decodeRegisters(tag: RegisterTag, registers: ArrayLike<number>, 
       break;
   }
   if (!isScaled(tag)) return raw;
-  return Number(raw) * tag.scale + tag.offset;
+  return tag.datatype === 'float32' || tag.datatype === 'float64' ? Number(raw) * tag.scale + tag.offset : scaledInteger(tag, Number(raw));
+}
+
+/**
+ * An integer register's published value: raw * scale + offset rounded to the decimals that scale and offset
+ * have, so 207 with scale 0.1 is 20.7 and not the 20.700000000000003 of the float arithmetic. (A float register
+ * has decimals of its own, which the scale says nothing about: its value is left as computed.)
+ */
+function scaledInteger(tag: RegisterTag, raw: number): number {
+  let factor = decimalFactors.get(tag);
+  if (factor === undefined) {
+    factor = 10 ** Math.max(decimalsOf(tag.scale), decimalsOf(tag.offset));
+    decimalFactors.set(tag, factor);
+  }
+  const value = raw * tag.scale + tag.offset;
+  const units = Math.round(value * factor);
+  // Past 2^53 a double has no decimals to clean up.
+  return Number.isSafeInteger(units) ? units / factor : value;
+}
+
+/** 10^decimals of each scaled tag, worked out at its first value. */
+const decimalFactors = new WeakMap<RegisterTag, number>();
+
+/** The decimal places of a number as written: 0.1 → 1, 0.25 → 2, 1e-7 → 7, 100 → 0. */
+function decimalsOf(n: number): number {
+  const [mantissa, exponent = '0'] = String(Math.abs(n)).split('e');
+  const fraction = mantissa.split('.')[1]?.length ?? 0;
+  return Math.min(Math.max(0, fraction - Number(exponent)), 15);
 }
 
 /** Why a value cannot be written; the message goes to the log and to the refusing ConnectorError. */
@@ -155,7 +182,7 @@ function toRawInteger(tag: RegisterTag, value: TagValue): bigint {
     if (Math.abs(unscaled - nearest) > slack && !tag.roundWrites) {
       throw new EncodeError(
         `${engineering} is no exact ${tag.datatype} register value with scale ${tag.scale} and offset ${tag.offset} ` +
-          `(the nearest, ${nearest}, reads as ${nearest * tag.scale + tag.offset}; set roundWrites to round)`,
+          `(the nearest, ${nearest}, reads as ${scaledInteger(tag, nearest)}; set roundWrites to round)`,
       );
     }
     raw = BigInt(nearest);

@@ -8,6 +8,7 @@ import Long from 'long';
 import { get as getSparkplug } from 'sparkplug-payload';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
+import { openClient } from '../helpers/mqtt-client.js';
 import { startGateway } from '../helpers/gateway.js';
 import { WRITABLE_REGISTER_TAGS, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
@@ -346,6 +347,32 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     expect(await sim.get(1, 'hr', 30, 1)).toEqual([100]);
     expect(auditLines(gw, 'DCMD write done')).toEqual([]);
     expect(host.violations.slice(joined)).toEqual([]);
+  });
+
+  it('publishes a scaled integer rounded to the scale\'s decimals, in the DBIRTH, DDATA, the plain topic and a write\'s read-back', async () => {
+    const sim = d.add(await startModbusSim());
+    // 207 * 0.1 is 20.700000000000003 in float arithmetic; 187 * 0.1 is 18.700000000000003.
+    await sim.set(1, 'hr', 30, [207]);
+    const plain = { topic: 'plant1/line4/{device}/{tag}' };
+    const gw = d.add(await startGateway({ sparkplug: sparkplug({ plain }), connectors: typed(sim) }, { logLevel: 'info' }));
+    const reader = d.add(await openClient(gw.url));
+    await reader.subscribe('plant1/line4/press-1/speed');
+    const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
+    await host.rebirth(NODE);
+    await host.waitFor(rebornAfter, 10_000, 'births');
+    const birth = host.births('DBIRTH', 'press-1').at(-1) as HostMessage;
+    expect(metric(host, birth, 'speed')?.value).toBe(20.7);
+    await waitFor(() => reader.received('plant1/line4/press-1/speed').length > 0, 10_000, { message: 'the plain topic' });
+    expect(JSON.parse(reader.received('plant1/line4/press-1/speed')[0].payload)).toMatchObject({ value: 20.7 });
+
+    await sim.set(1, 'hr', 30, [206]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'speed') === 20.6, 10_000, 'DDATA of 20.6');
+    await tahuDcmd(host, [{ name: 'speed', type: 'Double', value: 18.7 }]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'speed') === 18.7, 10_000, 'the read-back of 18.7');
+    expect(await sim.get(1, 'hr', 30, 1)).toEqual([187]);
+    expect(auditLines(gw, 'DCMD write done').map((l) => [l.metric, l.value, l.readBack])).toEqual([['speed', '18.7', '18.7']]);
+    await waitFor(() => reader.received('plant1/line4/press-1/speed').length >= 3, 10_000, { message: 'plain values' });
+    expect(reader.received('plant1/line4/press-1/speed').map((m) => (JSON.parse(m.payload) as { value: number }).value)).toEqual([20.7, 20.6, 18.7]);
   });
 
   it('confirms a write the PLC clamped with the value it holds, and logs that it reads back differently', async () => {

@@ -98,6 +98,19 @@ describe('Modbus register images', () => {
     expect(sparkplugDatatype(tag('int64'))).toBe('Int64');
   });
 
+  it('rounds a scaled integer to the decimals of scale and offset: no floating-point noise', () => {
+    // 207 * 0.1 is 20.700000000000003 in float arithmetic.
+    expect(decodeRegisters(tag('int16', 'ABCD', { scale: 0.1 }), [207], 0)).toBe(20.7);
+    expect(decodeRegisters(tag('int16', 'ABCD', { scale: 0.1 }), [0xff8d], 0)).toBe(-11.5); // -115
+    expect(decodeRegisters(tag('uint16', 'ABCD', { scale: 0.25 }), [3], 0)).toBe(0.75);
+    expect(decodeRegisters(tag('uint16', 'ABCD', { scale: 0.01, offset: 273.15 }), [3], 0)).toBe(273.18);
+    expect(decodeRegisters(tag('int32', 'ABCD', { scale: 1e-7 }), [0, 3], 0)).toBe(3e-7);
+    expect(decodeRegisters(tag('uint16', 'ABCD', { scale: 0.1, offset: 0.05 }), [7], 0)).toBe(0.75);
+    expect(decodeRegisters(tag('uint16', 'ABCD', { scale: 3 }), [7], 0)).toBe(21);
+    // The refusal names the nearest value as it would read.
+    expect(() => encodeRegisters(tag('int16', 'ABCD', { scale: 0.1 }), 20.74)).toThrow('(the nearest, 207, reads as 20.7;');
+  });
+
   it('refuses a scaled value between two register values, or rounds it with roundWrites', () => {
     const t = tag('uint16', 'ABCD', { scale: 0.1, offset: -10 });
     expect(() => encodeRegisters(t, 15.04)).toThrow(
