@@ -104,9 +104,15 @@ export interface TagSample {
   readonly value: TagValue;
   /** Epoch ms when the value was read (or the source timestamp the device gave). */
   readonly timestamp: number;
-  /** False for a bad or uncertain reading: published with a quality property, never as a good value. */
-  readonly good: boolean;
+  readonly quality: TagQuality;
 }
+
+/**
+ * How far a reading can be trusted, as the device says (OPC UA's status severity): `good`; `uncertain`, a value
+ * the device doubts but still gives (UncertainLastUsableValue), published with that quality; `bad`, no usable
+ * value, published as null with quality BAD, never passed off as good.
+ */
+export type TagQuality = 'good' | 'uncertain' | 'bad';
 
 /** A written tag as read back from the device right after the write. */
 export interface ReadBack {

@@ -242,7 +242,7 @@ export class ModbusConnector implements Connector {
         this.log.info({ tag: this.config.tags[t.index].name }, 'tag readable again');
         this.uncut(t);
       }
-      samples.push({ name: this.config.tags[t.index].name, value: this.decode(t, result, t.address - block.address), timestamp: now, good: true });
+      samples.push({ name: this.config.tags[t.index].name, value: this.decode(t, result, t.address - block.address), timestamp: now, quality: 'good' });
     }
     return undefined;
   }
@@ -305,7 +305,7 @@ export class ModbusConnector implements Connector {
   private badSample(t: PlannedTag, now: number): TagSample {
     const tag = this.config.tags[t.index];
     // The value of a bad sample is never published (it goes out as null with quality BAD).
-    return { name: tag.name, value: 0, timestamp: now, good: false };
+    return { name: tag.name, value: 0, timestamp: now, quality: 'bad' };
   }
 
   private addCut(table: ModbusTable, address: number): void {

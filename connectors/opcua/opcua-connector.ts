@@ -16,8 +16,8 @@
  * What a node says about itself (its Description attribute; for an AnalogItem its EngineeringUnits and
  * EURange properties, OPC UA Part 8 §5.3.2) fills the tag's properties at start where its config sets none.
  */
-import type { ClientMonitoredItemBase, ClientSubscription, DataValue, NodeId } from 'node-opcua-client';
-import type { Connector, ReadBack, TagDefinition, TagProperties, TagSample, TagSink, TagValue } from '../contract.js';
+import type { ClientMonitoredItemBase, ClientSubscription, DataValue, NodeId, StatusCode } from 'node-opcua-client';
+import type { Connector, ReadBack, TagDefinition, TagProperties, TagQuality, TagSample, TagSink, TagValue } from '../contract.js';
 import { ValueRefusedError } from '../contract.js';
 import { tagProperties } from '../tag-properties.js';
 import { ConnectorError, asError } from '../../src/util/errors.js';
@@ -557,7 +557,7 @@ export class OpcuaConnector implements Connector {
     if (run.closed || run.lost) return;
     run.lastAliveMs = performance.now();
     const name = tag.config.name;
-    let good = dataValue.statusCode.isGood();
+    let quality = qualityOf(dataValue.statusCode);
     let value: TagValue | undefined;
     try {
       value = variantToTagValue(dataValue.value, tag.config.datatype);
@@ -565,12 +565,12 @@ export class OpcuaConnector implements Connector {
       if (!(err instanceof VariantMismatchError)) throw err;
       // The node's type changed under us: shown as a bad value rather than a wrong one.
       this.reportProblem(name, `received a value that does not fit ${tag.config.datatype}: ${err.message}`, 'warn');
-      good = false;
+      quality = 'bad';
     }
     if (value === undefined) value = this.lastValues.get(name) ?? zeroValue(tag.config.datatype);
     else this.lastValues.set(name, value);
     const timestamp = timeOf(dataValue.sourceTimestamp) ?? timeOf(dataValue.serverTimestamp) ?? Date.now();
-    run.pending.push({ name, value, timestamp, good });
+    run.pending.push({ name, value, timestamp, quality });
     if (!run.flushScheduled) {
       run.flushScheduled = true;
       // Every change of one publish response is handled in one turn: deliver them together.
@@ -669,6 +669,11 @@ function withNamespaceIndex(nodeId: string, namespaces: readonly string[] | unde
 
 function* chunks<T>(items: readonly T[], size: number): Generator<T[]> {
   for (let i = 0; i < items.length; i += size) yield items.slice(i, i + size);
+}
+
+/** A value's quality by its status's severity (OPC UA Part 4, 7.39): Uncertain values are usable, Bad ones not. */
+function qualityOf(status: StatusCode): TagQuality {
+  return status.isGood() ? 'good' : status.isBad() ? 'bad' : 'uncertain';
 }
 
 function timeOf(date: Date | null | undefined): number | undefined {

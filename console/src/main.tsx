@@ -308,7 +308,7 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
                         {value(t.value)}
                       </td>
                       <td>{t.unit ?? ''}</td>
-                      <td class={t.good ? 'good' : 'bad'}>{t.timestamp === undefined ? 'no value' : t.good ? 'good' : 'bad'}</td>
+                      <td class={t.quality === 'good' ? 'good' : 'bad'}>{t.timestamp === undefined ? 'no value' : t.quality}</td>
                       <td>{t.datatype}</td>
                       <td>{time(t.timestamp)}</td>
                       {session.role === 'operator' && <td>{t.writable && <WriteCell device={d.id} tag={t.name} session={session} />}</td>}

@@ -66,7 +66,8 @@ export interface TagView {
   description?: string;
   unit?: string;
   value: unknown;
-  good: boolean;
+  /** 'good', 'uncertain' (a value the device doubts) or 'bad'. */
+  quality: string;
   timestamp?: number;
 }
 

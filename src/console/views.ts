@@ -199,7 +199,7 @@ export function devices(s: ConsoleSources) {
           description: def.properties.description,
           unit: def.properties.engUnit,
           value: jsonValue(r?.value),
-          good: r?.good ?? false,
+          quality: r?.quality ?? 'bad',
           timestamp: r?.timestamp,
         };
       }),

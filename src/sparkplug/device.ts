@@ -1,10 +1,10 @@
 /**
  * Runs one connector as one Sparkplug device: starts it, turns its samples into DBIRTH/DDATA (report by
- * exception with an optional deadband per tag, bad readings with quality BAD, never a stale value passed off
- * as good), publishes DDEATH when the device is lost, and restarts it after a decorrelated-jitter backoff.
+ * exception with an optional deadband per tag, bad readings as null with quality BAD and uncertain ones with
+ * their value and quality UNCERTAIN, never a stale value passed off as good), publishes DDEATH when the device is lost, and restarts it after a decorrelated-jitter backoff.
  * Connectors never retry: backoff lives here, so all connectors behave the same (docs/architecture.md#connectors-never-retry).
  */
-import type { Connector, ReadBack, TagDefinition, TagSample, TagValue } from '../../connectors/contract.js';
+import type { Connector, ReadBack, TagDefinition, TagQuality, TagSample, TagValue } from '../../connectors/contract.js';
 import { Backoff } from '../util/backoff.js';
 import { asError } from '../util/errors.js';
 import type { ConnectorError } from '../util/errors.js';
@@ -42,13 +42,17 @@ export interface DeviceOptions {
 export interface Reading {
   value: TagValue;
   timestamp: number;
-  good: boolean;
+  quality: TagQuality;
 }
 
+/** What host applications were told last: a bad or stale metric as null, quality `bad`. */
 interface Published {
   value: TagValue | null;
-  good: boolean;
+  quality: TagQuality;
 }
+
+/** The `Quality` property of a reading that is not good (a good one needs none, as Ignition reads it). */
+const QUALITY_CODES = { good: undefined, uncertain: Quality.Uncertain, bad: Quality.Bad } as const;
 
 export type DeviceState = 'stopped' | 'starting' | 'online' | 'backoff';
 
@@ -189,7 +193,7 @@ export class Device {
       if (reading === undefined) {
         // Never read (e.g. a connector that reports items one by one): known, but no value yet.
         metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale, properties: birthProperties(def) });
-        this.published.set(name, { value: null, good: false });
+        this.published.set(name, { value: null, quality: 'bad' });
         continue;
       }
       metrics.push({
@@ -197,11 +201,11 @@ export class Device {
         alias,
         datatype: def.datatype,
         timestamp: reading.timestamp,
-        value: reading.good ? reading.value : null,
-        quality: reading.good ? undefined : Quality.Bad,
+        value: reading.quality === 'bad' ? null : reading.value,
+        quality: QUALITY_CODES[reading.quality],
         properties: birthProperties(def),
       });
-      this.published.set(name, { value: reading.good ? reading.value : null, good: reading.good });
+      this.published.set(name, { value: reading.quality === 'bad' ? null : reading.value, quality: reading.quality });
     }
     this.bornTs = timestamp;
     this.counters.births++;
@@ -226,7 +230,7 @@ export class Device {
       const alias = this.memberOrAlias(name);
       const properties = birthProperties(def);
       if (!pub) metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale, properties });
-      else metrics.push({ name, alias, datatype: def.datatype, timestamp, value: pub.value, quality: pub.good ? undefined : Quality.Bad, properties });
+      else metrics.push({ name, alias, datatype: def.datatype, timestamp, value: pub.value, quality: QUALITY_CODES[pub.quality], properties });
     }
     return this.asInstance(metrics, Date.now(), true);
   }
@@ -250,7 +254,7 @@ export class Device {
     const readBack = await this.connector.write(name, value);
     if (readBack === undefined || this.state !== 'online' || !this.answered) return readBack;
     const def = this.definitions.get(name);
-    const change = def && this.change({ name, value: readBack.value, timestamp: readBack.timestamp, good: true }, def, undefined);
+    const change = def && this.change({ name, value: readBack.value, timestamp: readBack.timestamp, quality: 'good' }, def, undefined);
     if (change && this.host.born) {
       this.counters.changes++;
       this.host.publishDeviceData(this, this.asInstance([change], readBack.timestamp, false));
@@ -347,7 +351,7 @@ export class Device {
   private onData(samples: readonly TagSample[]): void {
     this.counters.samples += samples.length;
     if (this.state === 'starting' || (this.state === 'online' && !this.answered)) {
-      for (const s of samples) this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
+      for (const s of samples) this.current.set(s.name, { value: s.value, timestamp: s.timestamp, quality: s.quality });
       if (this.state === 'starting') this.goOnline();
       else this.firstAnswer();
       return;
@@ -355,7 +359,7 @@ export class Device {
     if (this.state !== 'online') return;
     if (this.bornTs === undefined && this.host.born) {
       // Not born yet in this node session (the node was just born, or gated): the birth carries these values.
-      for (const s of samples) this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
+      for (const s of samples) this.current.set(s.name, { value: s.value, timestamp: s.timestamp, quality: s.quality });
       this.birth();
       return;
     }
@@ -374,7 +378,7 @@ export class Device {
 
   /** Records a sample; the DDATA metric to publish when it changes what hosts were told (report by exception). */
   private change(s: TagSample, def: TagDefinition, deadband: number | undefined): MetricOut | undefined {
-    this.current.set(s.name, { value: s.value, timestamp: s.timestamp, good: s.good });
+    this.current.set(s.name, { value: s.value, timestamp: s.timestamp, quality: s.quality });
     if (this.bornTs === undefined) return undefined;
     const pub = this.published.get(s.name);
     // A Template member is named and typed: members have no alias of their own.
@@ -382,13 +386,13 @@ export class Device {
     const name = member ? s.name : undefined;
     const alias = member ? undefined : this.aliases.get(s.name);
     const datatype = member ? def.datatype : undefined;
-    if (!s.good) {
-      if (pub && !pub.good && pub.value === null) return undefined;
-      this.published.set(s.name, { value: null, good: false });
+    if (s.quality === 'bad') {
+      if (pub && pub.quality === 'bad' && pub.value === null) return undefined;
+      this.published.set(s.name, { value: null, quality: 'bad' });
       return { name, alias, datatype, valueType: def.datatype, timestamp: s.timestamp, value: null, quality: Quality.Bad };
     }
-    if (pub && pub.good && !hasChanged(pub.value, s.value, deadband)) return undefined;
-    this.published.set(s.name, { value: s.value, good: true });
+    if (pub && pub.quality === s.quality && !hasChanged(pub.value, s.value, deadband)) return undefined;
+    this.published.set(s.name, { value: s.value, quality: s.quality });
     return {
       name,
       alias,
@@ -396,8 +400,8 @@ export class Device {
       valueType: def.datatype,
       timestamp: s.timestamp,
       value: s.value,
-      // Say GOOD explicitly when leaving BAD/STALE: host applications keep the last quality they saw.
-      quality: pub && !pub.good ? Quality.Good : undefined,
+      // Say GOOD explicitly when leaving BAD/STALE/UNCERTAIN: host applications keep the last quality they saw.
+      quality: s.quality === 'uncertain' ? Quality.Uncertain : pub && pub.quality !== 'good' ? Quality.Good : undefined,
     };
   }
 

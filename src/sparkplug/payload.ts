@@ -51,8 +51,11 @@ export function datatypeName(code: number): MetricDatatype | undefined {
   return DATATYPE_NAMES.get(code);
 }
 
-/** Sparkplug quality codes (§6.4.8 "Quality Codes"), carried in the metric property `Quality` (Int32). */
-export const Quality = { Bad: 0, Good: 192, Stale: 500 } as const;
+/**
+ * Sparkplug quality codes (§6.4.8 "Quality Codes"), carried in the metric property `Quality` (Int32): the OPC DA
+ * values Ignition reads (0 bad, 64 uncertain, 192 good) and its 500 for stale.
+ */
+export const Quality = { Bad: 0, Uncertain: 64, Good: 192, Stale: 500 } as const;
 export type QualityCode = (typeof Quality)[keyof typeof Quality];
 
 export interface MetricOut {

@@ -155,7 +155,7 @@ export class PlainTopics {
   private sample(tag: PlainTag | undefined, m: MetricOut): void {
     if (tag === undefined) return;
     const value = m.value ?? null;
-    const quality = m.quality === Quality.Bad ? 'bad' : m.quality === Quality.Stale ? 'stale' : 'good';
+    const quality = m.quality === Quality.Bad ? 'bad' : m.quality === Quality.Stale ? 'stale' : m.quality === Quality.Uncertain ? 'uncertain' : 'good';
     // A DBIRTH repeats values (a rebirth); only what changed goes out, as with the Sparkplug data.
     if (tag.quality === quality && (value === null ? tag.value === null : !hasChanged(tag.value, value, undefined))) return;
     void this.publish(tag, value, m.timestamp ?? Date.now(), quality);

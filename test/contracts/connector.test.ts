@@ -147,7 +147,7 @@ describe.each(rigs)('connector contract: $name', { timeout: 120_000 }, ({ start 
     await withStarted(async (c, sink) => {
       expect(c.id).toBe('press');
       expect(c.tags).toEqual([expect.objectContaining({ name: 'mode', datatype: 'Int16', writable: true })]);
-      expect(sink.latest()).toMatchObject({ name: 'mode', value: 1, good: true });
+      expect(sink.latest()).toMatchObject({ name: 'mode', value: 1, quality: 'good' });
       expect(Math.abs(sink.latest()!.timestamp - Date.now())).toBeLessThan(60_000);
     });
   });
@@ -192,7 +192,7 @@ describe.each(rigs)('connector contract: $name', { timeout: 120_000 }, ({ start 
         const again = new Sink();
         await c.start(again);
         await waitFor(() => again.samples.length > 0, 30_000);
-        expect(again.latest()).toMatchObject({ name: 'mode', good: true });
+        expect(again.latest()).toMatchObject({ name: 'mode', quality: 'good' });
         expect(sink.samples.length).toBe(afterStop); // the first sink hears nothing after stop
       } finally {
         if (!restored) await rig.restore(); // for the tests after this one

@@ -2,7 +2,7 @@
  * Test doubles for the edge node's unit tests: the real broker in process (recording what is published) and a
  * connector the test drives by hand.
  */
-import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue } from '../../connectors/contract.js';
+import type { Connector, ReadBack, TagDefinition, TagQuality, TagSample, TagSink, TagValue } from '../../connectors/contract.js';
 import { ConnectorError } from '../../src/util/errors.js';
 import type { Message, QoS } from '../../src/protocol/message.js';
 import { createMessage } from '../../src/protocol/message.js';
@@ -107,11 +107,11 @@ export class FakeConnector implements Connector {
     return Promise.resolve();
   }
 
-  emit(values: Record<string, TagValue | { value: TagValue; good: boolean }>, timestamp = Date.now()): void {
+  emit(values: Record<string, TagValue | { value: TagValue; quality: TagQuality }>, timestamp = Date.now()): void {
     const samples: TagSample[] = Object.entries(values).map(([name, v]) =>
-      typeof v === 'object' && v !== null && 'good' in v
-        ? { name, value: v.value, good: v.good, timestamp }
-        : { name, value: v as TagValue, good: true, timestamp },
+      typeof v === 'object' && v !== null && 'quality' in v
+        ? { name, value: v.value, quality: v.quality, timestamp }
+        : { name, value: v as TagValue, quality: 'good' as const, timestamp },
     );
     this.sink?.data(samples);
   }

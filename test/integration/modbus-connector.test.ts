@@ -137,7 +137,7 @@ describe('Modbus TCP against pymodbus', () => {
     expect([v('text'), v('bit3'), v('u32_input')]).toEqual(['HELLO', true, 0xffffffff]);
     expect(v('scaled')).toBeCloseTo(15);
     expect([v('coil0'), v('coil1'), v('di5')]).toEqual([true, false, true]);
-    expect(rec.batches[0].every((s) => s.good && s.timestamp > 0)).toBe(true);
+    expect(rec.batches[0].every((s) => s.quality === 'good' && s.timestamp > 0)).toBe(true);
   });
 
   it('coalesces near tags into the fewest requests (counted by the server) within the max gap', async () => {
@@ -172,8 +172,8 @@ describe('Modbus TCP against pymodbus', () => {
     const c = connector(sim, { tags, pollIntervalMs: 150 }, logs);
     await c.start(sinkFor(rec));
     const first = rec.batches[0];
-    expect(first.filter((s) => !s.good).map((s) => s.name)).toEqual(['r5']);
-    expect(first.filter((s) => s.good).map((s) => [s.name, s.value])).toEqual([
+    expect(first.filter((s) => s.quality === 'bad').map((s) => s.name)).toEqual(['r5']);
+    expect(first.filter((s) => s.quality === 'good').map((s) => [s.name, s.value])).toEqual([
       ['r0', 1], ['r1', 2], ['r2', 3], ['r3', 4], ['r4', 6 - 1], ['r6', 7], ['r7', 8],
     ]);
     expect(logs.filter((l) => l.level === 'warn').map((l) => [l.msg, l.fields.tag, l.fields.exception])).toEqual([
@@ -186,7 +186,7 @@ describe('Modbus TCP against pymodbus', () => {
     expect(cycle).toEqual([[0, 5], [5, 1], [6, 2]]);
     // When the address becomes readable again, the tag recovers and the blocks merge again.
     await sim.bad(1, 'hr', []);
-    await waitFor(() => rec.latest('r5')?.good === true, 5000);
+    await waitFor(() => rec.latest('r5')?.quality === 'good', 5000);
     await sim.resetRequests();
     await waitFor(async () => (await reads(sim)).length >= 2, 5000);
     expect((await reads(sim)).slice(-1).map((r) => [r.address, r.count])).toEqual([[0, 8]]);

@@ -168,13 +168,13 @@ describe('OPC UA connector against a node-opcua server', () => {
     expect(v('Arrays/Double')).toEqual([1.25, -2.5, 1e300]);
     expect(v('Arrays/String')).toEqual(['a', 'b', 'c']);
     expect(v('Arrays/DateTime')).toEqual([when, 0]);
-    expect(sink.samples.every((s) => s.good)).toBe(true);
+    expect(sink.samples.every((s) => s.quality === 'good')).toBe(true);
     expect(c.problems).toEqual([]);
     // One sink.data() call per publish response, not one per value.
     expect(sink.batches.length).toBeLessThan(sink.samples.length);
   });
 
-  it('publishes bad and uncertain values with good=false instead of dropping them', async () => {
+  it('delivers a bad value as bad and an uncertain one (UncertainLastUsableValue) with its value, as uncertain', async () => {
     const c = connector({
       tags: [
         { name: 'broken', nodeId: ns('Status.Broken'), datatype: 'Double' },
@@ -185,9 +185,9 @@ describe('OPC UA connector against a node-opcua server', () => {
     const sink = new RecordingSink();
     await c.start(sink);
     await waitFor(() => sink.latest('broken') && sink.latest('doubtful') && sink.latest('fine'), 15_000);
-    expect(sink.latest('broken')).toMatchObject({ good: false, value: 0 });
-    expect(sink.latest('doubtful')).toMatchObject({ good: false, value: 19.5 });
-    expect(sink.latest('fine')).toMatchObject({ good: true });
+    expect(sink.latest('broken')).toMatchObject({ quality: 'bad', value: 0 });
+    expect(sink.latest('doubtful')).toMatchObject({ quality: 'uncertain', value: 19.5 });
+    expect(sink.latest('fine')).toMatchObject({ quality: 'good' });
   });
 
   it('streams changing values from monitored items with the sampling interval asked for', async () => {

@@ -477,4 +477,27 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
     ]);
     expect([written('Small'), written('Octet'), written('Clamped')]).toEqual([[-128], [255], [250]]);
   });
+
+  it('publishes a value with status Uncertain (UncertainLastUsableValue) with its value and quality UNCERTAIN, in the DBIRTH and on the plain topic', async () => {
+    const status = (name: string) => ({ name, nodeId: `ns=1;s=Fixture.Status.${name}`, datatype: 'Double' });
+    const plain = { topic: 'plant1/line4/{device}/{tag}' };
+    const gw = d.add(
+      await startGateway({
+        sparkplug: sparkplug({ plain }),
+        connectors: [{ id: 'oven-1', type: 'opcua', endpoint: server.endpoint, subscription: { publishingIntervalMs: 100 }, tags: [status('Doubtful'), status('Broken')] }],
+      }),
+    );
+    const reader = d.add(await openClient(gw.url));
+    await reader.subscribe('plant1/line4/oven-1/+');
+    const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
+    await host.rebirth(NODE);
+    await host.waitFor((h) => h.births('DBIRTH', 'oven-1').length >= 1, 20_000, 'births');
+    const birth = host.births('DBIRTH', 'oven-1').at(-1) as HostMessage;
+    expect(metric(host, birth, 'Doubtful')).toMatchObject({ value: 19.5, quality: 64 });
+    expect(metric(host, birth, 'Broken')).toMatchObject({ value: null, quality: 0 });
+    await waitFor(() => reader.received().length >= 2, 10_000, { message: 'the plain topics' });
+    const plainValue = (tag: string) => JSON.parse(reader.received(`plant1/line4/oven-1/${tag}`)[0].payload) as object;
+    expect(plainValue('Doubtful')).toMatchObject({ value: 19.5, quality: 'uncertain' });
+    expect(plainValue('Broken')).toMatchObject({ value: null, quality: 'bad' });
+  });
 });

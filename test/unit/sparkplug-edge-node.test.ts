@@ -139,11 +139,23 @@ describe('Sparkplug edge node: births, data, deaths', () => {
     const { node, press, decoded } = setup();
     await node.start();
     press.emit({ temperature: 20, count: 1 });
-    press.emit({ temperature: { value: 0, good: false } });
-    press.emit({ temperature: { value: 0, good: false } });
+    press.emit({ temperature: { value: 0, quality: 'bad' } });
+    press.emit({ temperature: { value: 0, quality: 'bad' } });
     press.emit({ temperature: 21 });
     const data = decoded().filter((m) => m.type === 'DDATA');
     expect(data.map((m) => m.payload.metrics.map((x) => [x.value, x.quality]))).toEqual([[[null, 0]], [[21, 192]]]);
+  });
+
+  it('publishes an uncertain reading with its value and quality UNCERTAIN (64), and its return to good with GOOD', async () => {
+    const { node, press, decoded } = setup();
+    await node.start();
+    press.emit({ temperature: 20, count: 1 });
+    press.emit({ temperature: { value: 19.5, quality: 'uncertain' } });
+    press.emit({ temperature: { value: 19.5, quality: 'uncertain' } });
+    press.emit({ temperature: 19.5 });
+    press.emit({ temperature: { value: 0, quality: 'bad' } });
+    const data = decoded().filter((m) => m.type === 'DDATA');
+    expect(data.map((m) => m.payload.metrics.map((x) => [x.value, x.quality]))).toEqual([[[19.5, 64]], [[19.5, 192]], [[null, 0]]]);
   });
 
   it('publishes DDEATH when a device is lost, restarts it with backoff and sends DBIRTH again before its data', async () => {
