@@ -16,6 +16,19 @@ import { EdgeferryError } from '../util/errors.js';
 import { MAX_DELAY_MS, UNCHECKED_WHY, UNKNOWN_USER, type LoginAttempt, type LoginThrottle } from '../util/login-throttle.js';
 
 /** Per-connector figures the Sparkplug device runtime keeps. */
+
+/** `GET /` on the metrics listener of a gateway without a `console:` section. */
+const CONSOLE_OFF_PAGE = `edgeferry: the web console is off.
+
+To turn it on, add a console section to the configuration file and restart edgeferry (it needs
+auth.passwordFile; its users log in with their passwords from that file):
+
+  console:
+    viewers: [shift]     # may look
+    operators: [maint]   # may also act: write a tag, reconnect a bridge, disconnect a client, reload
+
+Every key is described in config/edgeferry.example.yaml. This listener also serves /metrics, /healthz and /readyz.
+`;
 export interface ConnectorStats {
   readonly up: boolean;
   readonly samples: number;
@@ -295,6 +308,12 @@ export class MetricsServer {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const path = url.pathname;
     if (this.extra && (await this.extra(req, res, path))) return;
+    // Where the web console would be (it answers these itself when it is on): how to turn it on. Open, like
+    // /healthz: it tells nothing about the gateway's state.
+    if (path === '/' || path === '/console' || path.startsWith('/console/')) {
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end(CONSOLE_OFF_PAGE);
+      return;
+    }
     const gate = this.gate;
     if (gate && path !== '/healthz') {
       const client = { address: req.socket.remoteAddress ?? '', waiting: () => !req.socket.destroyed };

@@ -159,6 +159,19 @@ describe('metrics endpoint', { timeout: 60_000 }, () => {
     expect((await getJson(metricsPort, '/nope')).status).toBe(404);
   });
 
+  it('answers / without a console section with a page that says how to turn the console on', async () => {
+    const { metricsPort } = await metricsGateway();
+    for (const path of ['/', '/console/']) {
+      const res = await fetch(`http://127.0.0.1:${metricsPort}${path}`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toBe('text/plain; charset=utf-8');
+      const page = await res.text();
+      expect(page).toMatch(/^edgeferry: the web console is off\./);
+      expect(page).toContain('  console:\n    viewers: [shift]');
+      expect(page).toContain('auth.passwordFile');
+    }
+  });
+
   it('answers /readyz with 503 naming the bridge while its upstream is down, and 200 once it is connected', async () => {
     const central = d.add(await startMosquitto());
     await central.stop();
