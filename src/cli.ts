@@ -240,6 +240,11 @@ async function main(): Promise<void> {
       log.fatal(errorLogFields(err), asError(err).message);
       process.exit(EXIT.config);
     }
+    // A port in use: the message names the listener, the port and what probably holds it; a stack adds nothing.
+    if (code === 'EF_LISTENER_BIND') {
+      log.fatal({ code }, asError(err).message);
+      process.exit(EXIT.runtime);
+    }
     // An unreadable store needs the operator (salvage, a backup or --reset-store), a held one the holder stopped:
     // restarting cannot help.
     if (code === 'EF_STORE_OPEN' || code === 'EF_STORE_IN_USE') {

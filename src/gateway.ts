@@ -15,7 +15,7 @@ import { BrokerStats } from './broker/broker.js';
 import { loadFileAuth } from './broker/auth.js';
 import type { AuthHooks, ReservedTopics } from './broker/auth.js';
 import { Origins, createMessage } from './protocol/message.js';
-import { MqttServer } from './server/listeners.js';
+import { checkBindable, MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
@@ -72,6 +72,11 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   // One throttle for every password check (MQTT, console, /metrics), kept across reloads.
   const loginThrottle = new LoginThrottle();
   let auth = createAuth(config, audit, stats, reserved, loginThrottle);
+  // Ports next: one another program holds stops the start before the store opens.
+  await checkBindable([
+    ...config.listeners.map(({ type, host, port }) => ({ what: `${type} listener`, host, port })),
+    ...(config.metrics ? [{ what: 'metrics endpoint', host: config.metrics.host, port: config.metrics.port }] : []),
+  ]);
   // One steady timeline for everything that stores times or compares with stored ones; the store sets its base.
   const clock = new SteadyClock();
   // The store names itself in its log lines (mod: store, path). Sessions leave the rest to the outboxes.

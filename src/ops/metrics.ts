@@ -12,7 +12,7 @@ import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { BrokerStats } from '../broker/broker.js';
 import type { BridgeStats } from '../bridge/bridge.js';
 import type { Logger } from '../util/logger.js';
-import { EdgeferryError } from '../util/errors.js';
+import { listenerBindError } from '../util/errors.js';
 import { MAX_DELAY_MS, UNCHECKED_WHY, UNKNOWN_USER, type LoginAttempt, type LoginThrottle } from '../util/login-throttle.js';
 
 /** Per-connector figures the Sparkplug device runtime keeps. */
@@ -286,7 +286,7 @@ export class MetricsServer {
     const server = tls === undefined ? http.createServer(handler) : https.createServer({ ...tls, minVersion: 'TLSv1.2' }, handler);
     this.server = server;
     await new Promise<void>((resolve, reject) => {
-      server.once('error', (err) => reject(new EdgeferryError('EF_LISTENER_BIND', `metrics endpoint cannot listen on ${host}:${port}: ${err.message}`, { cause: err })));
+      server.once('error', (err) => reject(listenerBindError('metrics endpoint', host, port, err)));
       server.listen(port, host, () => resolve());
     });
     return (server.address() as AddressInfo).port;

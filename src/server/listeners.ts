@@ -12,7 +12,7 @@ import { WebSocketServer } from 'ws';
 import type { Broker } from '../broker/broker.js';
 import type { AuthHooks } from '../broker/auth.js';
 import { Reason } from '../protocol/reason-codes.js';
-import { asError, EdgeferryError } from '../util/errors.js';
+import { asError, EdgeferryError, listenerBindError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { Connection, type ConnectionContext, type ListenerPolicy } from './connection.js';
 import { PendingConnections } from './pending.js';
@@ -295,13 +295,29 @@ export class MqttServer {
     Object.assign(running, { server });
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err) =>
-        reject(new EdgeferryError('EF_LISTENER_BIND', `cannot listen on ${spec.type}://${spec.host}:${spec.port}: ${err.message}`, { cause: err })),
+        reject(listenerBindError(`${spec.type} listener`, spec.host, spec.port, err)),
       );
       server.listen(spec.port, spec.host, () => resolve());
     });
     this.listenerLabels.set(policy, `${spec.type}:${(server.address() as AddressInfo).port}`);
     server.on('error', (err) => this.ctx.log.error({ err, listener: spec.type, port: spec.port }, 'listener error'));
     return running;
+  }
+}
+
+/**
+ * Binds each address for a moment and lets it go: a port another program holds is found before the store opens
+ * (which may take long: recovery, `storage.verifyOnStart`), and the start fails with that one error and nothing
+ * to undo. The real bind may still lose a race for the port; it fails with the same error.
+ */
+export async function checkBindable(addresses: readonly { what: string; host: string; port: number }[]): Promise<void> {
+  for (const { what, host, port } of addresses) {
+    if (port === 0) continue; // any free port: nothing to find taken
+    const probe = net.createServer();
+    await new Promise<void>((resolve, reject) => {
+      probe.once('error', (err) => reject(listenerBindError(what, host, port, err)));
+      probe.listen(port, host, () => probe.close(() => resolve()));
+    });
   }
 }
 

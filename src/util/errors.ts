@@ -86,6 +86,21 @@ export class ConnectorError extends EdgeferryError {
   }
 }
 
+/**
+ * A listener that cannot bind (`what`: `tcp listener`, `metrics endpoint`): EF_LISTENER_BIND in one line that
+ * names the listener, its address and port, and what probably stands in the way.
+ */
+export function listenerBindError(what: string, host: string, port: number, err: NodeJS.ErrnoException): EdgeferryError {
+  const reasons: Record<string, string> = {
+    EADDRINUSE:
+      `port ${port} is already in use by another program: another edgeferry, or a Mosquitto service (Debian's ` +
+      `mosquitto package starts one on 1883)? \`ss -ltnp 'sport = :${port}'\` names it`,
+    EACCES: `port ${port} may not be bound by this user: ports below 1024 need root or CAP_NET_BIND_SERVICE`,
+    EADDRNOTAVAIL: `the address ${host} is not on this host`,
+  };
+  return new EdgeferryError('EF_LISTENER_BIND', `${what} ${host}:${port} cannot listen: ${reasons[err.code ?? ''] ?? err.message}`, { cause: err });
+}
+
 /** The catalogue code of anything thrown: its own, or EF_INTERNAL for an error nothing classified. */
 export function errorCode(value: unknown): ErrorCode {
   return value instanceof EdgeferryError ? value.code : 'EF_INTERNAL';

@@ -77,7 +77,7 @@ describe('EF_ codes on start-up errors', { timeout: 60_000 }, () => {
     expect(text.stderr).toMatch(new RegExp(`^edgeferry: EF_CONFIG_INVALID: ${file}: 1 problem\\n  ${file}:2:16 broker.maxInflight: `));
   });
 
-  it('a start-up failure logs the code of its cause: a taken port is EF_LISTENER_BIND (exit 1), an audit file that cannot be opened EF_CONFIG_INVALID (exit 2)', async () => {
+  it('a start-up failure logs the code of its cause: a taken port is one EF_LISTENER_BIND line (exit 1), an audit file that cannot be opened EF_CONFIG_INVALID (exit 2)', async () => {
     const blocker = createServer();
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
     d.defer(() => new Promise<void>((resolve) => blocker.close(() => resolve())));
@@ -87,7 +87,19 @@ describe('EF_ codes on start-up errors', { timeout: 60_000 }, () => {
     writeFileSync(file, JSON.stringify({ listeners: [{ port }], storage: { path: join(dir, 'data') }, log: { format: 'json' } }));
     const taken = await runCli(['--config', file]);
     expect(taken.code).toBe(1);
-    expect(jsonLines(taken.stdout).at(-1)).toMatchObject({ level: 60, msg: 'startup failed', code: 'EF_LISTENER_BIND', err: { message: expect.stringContaining('EADDRINUSE') } });
+    // One line: which listener, which port, what probably holds it; found before the store opens, so no store lines
+    // (nor a stack, nor the system's error text twice) come with it.
+    const inUse = `port ${port} is already in use by another program: another edgeferry, or a Mosquitto service (Debian's mosquitto package starts one on 1883)? \`ss -ltnp 'sport = :${port}'\` names it`;
+    expect(jsonLines(taken.stdout).map(({ level, msg, code, err }) => ({ level, msg, code, err }))).toEqual([
+      { level: 30, msg: 'edgeferry starting', code: undefined, err: undefined },
+      { level: 60, msg: `tcp listener 127.0.0.1:${port} cannot listen: ${inUse}`, code: 'EF_LISTENER_BIND', err: undefined },
+    ]);
+    // The metrics listener alike.
+    writeFileSync(file, JSON.stringify({ listeners: [{ port: await freePort() }], metrics: { port }, storage: { path: join(dir, 'data') }, log: { format: 'json' } }));
+    const metricsTaken = await runCli(['--config', file]);
+    expect(metricsTaken.code).toBe(1);
+    expect(jsonLines(metricsTaken.stdout).map((l) => l.msg)).toEqual(['edgeferry starting', `metrics endpoint 127.0.0.1:${port} cannot listen: ${inUse}`]);
+    expect(existsSync(join(dir, 'data'))).toBe(false);
 
     // Below a regular file no directory can be made, nor a file opened, also by root.
     writeFileSync(join(dir, 'plain'), '');

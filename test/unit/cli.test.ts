@@ -175,14 +175,14 @@ describe('edgeferry command line', () => {
       await new Promise((resolve) => blocker.close(resolve));
     });
 
-    it('a startup failure logs fatal and exits 1', async () => {
+    it('a port in use is one fatal line naming the listener and the port, exit 1', async () => {
       const { port } = blocker.address() as { port: number };
       const r = run(['-c', writeConfig(runnableConfig(port)), '--log-format', 'json']);
       expect(await r.exited).toBe(1);
       expect(logLines(r.stdout()).at(-1)).toMatchObject({
         level: 60,
-        msg: 'startup failed',
-        err: { message: expect.stringContaining('EADDRINUSE') },
+        code: 'EF_LISTENER_BIND',
+        msg: expect.stringMatching(new RegExp(`^tcp listener 127\\.0\\.0\\.1:${port} cannot listen: port ${port} is already in use`)),
       });
     });
   });
