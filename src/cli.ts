@@ -240,16 +240,11 @@ async function main(): Promise<void> {
       log.fatal(errorLogFields(err), asError(err).message);
       process.exit(EXIT.config);
     }
-    // A port in use: the message names the listener, the port and what probably holds it; a stack adds nothing.
-    if (code === 'EF_LISTENER_BIND') {
+    // A port in use, a data directory that cannot be opened or is held: the message names what and the way out (a
+    // stack adds nothing), in one line. An unreadable or held store needs the operator: restarting cannot help.
+    if (code === 'EF_LISTENER_BIND' || code === 'EF_STORE_OPEN' || code === 'EF_STORE_IN_USE') {
       log.fatal({ code }, asError(err).message);
-      process.exit(EXIT.runtime);
-    }
-    // An unreadable store needs the operator (salvage, a backup or --reset-store), a held one the holder stopped:
-    // restarting cannot help.
-    if (code === 'EF_STORE_OPEN' || code === 'EF_STORE_IN_USE') {
-      log.fatal(errorLogFields(err), asError(err).message);
-      process.exit(EXIT.store);
+      process.exit(code === 'EF_LISTENER_BIND' ? EXIT.runtime : EXIT.store);
     }
     die(log, err, 'startup failed');
   }
@@ -261,13 +256,14 @@ async function main(): Promise<void> {
  */
 async function resetStore(path: string, log: RootLogger): Promise<void> {
   if (!existsSync(path)) return;
-  const { acquireLock } = await import('./store/lmdb/open.js');
+  const { accessError, acquireLock } = await import('./store/lmdb/open.js');
   acquireLock(path).release(); // throws EF_STORE_IN_USE, naming the holder
   const aside = `${path}.reset-${new Date().toISOString().replace(/[:.]/g, '-')}`;
   try {
     renameSync(path, aside);
   } catch (err) {
-    throw new StoreError('EF_STORE_OPEN', `--reset-store cannot move ${path} aside: ${asError(err).message}`, { cause: err });
+    const what = `--reset-store cannot move it aside (${asError(err).message})`;
+    throw accessError(path, what, err) ?? new StoreError('EF_STORE_OPEN', `--reset-store cannot move ${path} aside: ${asError(err).message}`, { cause: err });
   }
   log.warn({ storePath: path, movedTo: aside }, 'store reset: the old data directory was moved aside');
 }

@@ -4,6 +4,7 @@
  * sessions.ts, retained.ts.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { open, type RootDatabase } from 'lmdb';
 import { asError, StoreError } from '../../util/errors.js';
@@ -23,12 +24,56 @@ const OUTBOX_PER_BRIDGE_VERSION = 1;
 // --- Opening ----------------------------------------------------------------------------------------------
 
 function openError(dir: string, what: string, cause?: unknown): StoreError {
+  const plain = accessError(dir, what, cause) ?? notADirectoryError(dir, cause);
+  if (plain !== undefined) return plain;
   return new StoreError(
     'EF_STORE_OPEN',
     `cannot open the data directory ${dir}: ${what}. Nothing was changed. Restore a backup, or start once ` +
       `with --reset-store, which moves the directory aside (kept for analysis) and starts with an empty store.`,
     cause === undefined ? undefined : { cause },
   );
+}
+
+/** `storage.path` (or a folder on the way to it) is a regular file: say so, no advice about damage. */
+function notADirectoryError(dir: string, cause: unknown): StoreError | undefined {
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+  if (code !== 'EEXIST' && code !== 'ENOTDIR') return undefined;
+  const what = fs.statSync(dir, { throwIfNoEntry: false })?.isFile() ? `${dir} is a file, not a directory` : `a part of ${dir} is a file, not a directory`;
+  return new StoreError(
+    'EF_STORE_OPEN',
+    `storage.path ${dir} cannot be the data directory: ${what}. Set storage.path to a directory (edgeferry creates ` +
+      `it when it is missing), or move the file away.`,
+    { cause },
+  );
+}
+
+/**
+ * A data directory this process may not read or write (EACCES, EPERM): nothing is damaged, the owner or mode of
+ * the directory or a file in it keeps the service's user out. The way out is to give it to that user, never to
+ * move the data aside (--reset-store would meet the same wall). Undefined for any other cause.
+ */
+export function accessError(dir: string, what: string, cause: unknown): StoreError | undefined {
+  if (cause === undefined) return undefined;
+  const code = (cause as NodeJS.ErrnoException).code;
+  // LMDB's own errors carry no code, only the system's text.
+  const denied = code === 'EACCES' || code === 'EPERM' || /permission denied|operation not permitted/i.test(asError(cause).message);
+  if (!denied) return undefined;
+  const user = processUser();
+  return new StoreError(
+    'EF_STORE_OPEN',
+    `cannot open the data directory ${dir}: ${what}. It is not damaged: it, or a file in it, belongs to another user ` +
+      `or has a mode that keeps out the user edgeferry runs as (${user}). Give it to that user: chown -R ${user}: ${dir}`,
+    { cause },
+  );
+}
+
+/** The name of the user this process runs as (the service's), or its uid when it has no name. */
+function processUser(): string {
+  try {
+    return os.userInfo().username;
+  } catch {
+    return String(process.getuid?.() ?? 'the service user');
+  }
 }
 
 /** A store the integrity walk found damaged: what is damaged, and the two ways out. */
