@@ -12,9 +12,10 @@ import type { Config } from './config/schema.js';
 import { loadConfig } from './config/load.js';
 import { createLogger, LogRing, type RootLogger } from './ops/log.js';
 import type { ConfigControl, ReloadOutcome } from './console/sources.js';
-import { asError, ConfigError, errorCode, errorLogFields, StoreError } from './util/errors.js';
+import { asError, ConfigError, errorCode, errorLogFields, StoreError, type ConfigProblem } from './util/errors.js';
+import { checkConfiguredFiles } from './configured-files.js';
 import { DEFAULT_CONFIG_FILE, loadConfigOrReport } from './cli/config-file.js';
-import { EXIT, LOG_FORMATS, type LogFormat } from './cli/errors.js';
+import { EXIT, LOG_FORMATS, reportEarlyError, type LogFormat } from './cli/errors.js';
 import { opcuaCommand } from './cli/opcua.js';
 import { passwdCommand, passwdUsage } from './cli/passwd.js';
 import { storeCommand, storeUsage } from './cli/store.js';
@@ -148,7 +149,18 @@ async function main(): Promise<void> {
     return;
   }
   if (args['check-config']) {
-    process.stdout.write(`config OK: ${file}\n`);
+    // Every file it names too, as the start reads them: what the start would refuse fails here (exit 2).
+    let warnings: ConfigProblem[];
+    try {
+      warnings = checkConfiguredFiles(config, file);
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      reportEarlyError(err, args.logFormat);
+      process.exitCode = EXIT.config;
+      return;
+    }
+    for (const { path, message } of warnings) process.stderr.write(`edgeferry: warning: ${path}: ${message}\n`);
+    process.stdout.write(`config OK: ${file}${warnings.length > 0 ? ` (${warnings.length} warning${warnings.length === 1 ? '' : 's'})` : ''}\n`);
     return;
   }
 

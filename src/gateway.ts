@@ -5,7 +5,6 @@
  * bridges (outboxes stay on disk) → close the store.
  */
 import { readFileSync, statSync } from 'node:fs';
-import { createSecureContext } from 'node:tls';
 import { join } from 'node:path';
 import type { BridgeConfig, Config, ConsoleConfig, MetricsConfig } from './config/schema.js';
 import { planReload, type ListChanges } from './config/reload-plan.js';
@@ -19,8 +18,9 @@ import { checkBindable, MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
-import type { HttpTls, MetricsAccess } from './ops/metrics.js';
+import type { MetricsAccess } from './ops/metrics.js';
 import { PasswordFile } from './broker/password-file.js';
+import { httpTls, metricsToken, readConfiguredFile, usersWithoutPassword } from './configured-files.js';
 import { asError, ConfigError, errorLogFields } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/log.js';
@@ -72,6 +72,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   // One throttle for every password check (MQTT, console, /metrics), kept across reloads.
   const loginThrottle = new LoginThrottle();
   let auth = createAuth(config, audit, stats, reserved, loginThrottle);
+  warnUsersWithoutPassword(config, log);
   // Ports next: one another program holds stops the start before the store opens.
   await checkBindable([
     ...config.listeners.map(({ type, host, port }) => ({ what: `${type} listener`, host, port })),
@@ -457,27 +458,15 @@ function metricsAccess(metrics: MetricsConfig, passwordFile: string | undefined)
     isUser = (user) => file.has(user);
   }
   let token: string | undefined;
-  if (auth.tokenFile !== undefined) {
-    token = readConfiguredFile(auth.tokenFile, 'metrics.auth.tokenFile').replace(/\r?\n$/, '');
-    if (token === '') throw new ConfigError(auth.tokenFile, [{ path: 'metrics.auth.tokenFile', message: 'the token file is empty' }]);
-  }
+  if (auth.tokenFile !== undefined) token = metricsToken(auth.tokenFile);
   return { verifyUser, isUser, token };
 }
 
-/** The metrics listener's certificate and key, read now (at start, and again on reload), or undefined for HTTP. */
-function httpTls(metrics: MetricsConfig): HttpTls | undefined {
-  if (metrics.tls === undefined) return undefined;
-  const { certFile, keyFile } = metrics.tls;
-  const pair = {
-    cert: Buffer.from(readConfiguredFile(certFile, 'metrics.tls.certFile')),
-    key: Buffer.from(readConfiguredFile(keyFile, 'metrics.tls.keyFile')),
-  };
-  try {
-    createSecureContext(pair);
-  } catch (err) {
-    throw new ConfigError(certFile, [{ path: 'metrics.tls', message: `the certificate and key do not load: ${asError(err).message}` }], { cause: err });
-  }
-  return pair;
+/** Console and metrics users missing from the password file cannot log in: said at start (and by --check-config). */
+function warnUsersWithoutPassword(config: Config, log: Logger): void {
+  if (config.auth.passwordFile === undefined) return;
+  const { file } = PasswordFile.parse(readConfiguredFile(config.auth.passwordFile, 'auth.passwordFile'));
+  for (const { path, message } of usersWithoutPassword(config, file)) log.warn({ key: path }, message);
 }
 
 /** The console's users, with passwords from auth.passwordFile read now (at start, and again on reload). */
@@ -485,18 +474,6 @@ function consoleUsers(console: ConsoleConfig, passwordFile: string | undefined):
   // The schema requires the password file with a console section; createAuth has read and checked it first.
   const { file } = PasswordFile.parse(readConfiguredFile(passwordFile ?? '', 'auth.passwordFile'));
   return { ...console, verifyPassword: (user, password) => file.verify(user, password), isUser: (user) => file.has(user) };
-}
-
-/**
- * Reads a file the configuration names (`key`). The loader checked it could be read, but it may have changed since
- * (a reload reads it again): one that cannot be read now is EF_CONFIG_UNREADABLE, naming the key.
- */
-function readConfiguredFile(path: string, key: string): string {
-  try {
-    return readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new ConfigError(path, [{ path: key, message: `cannot read the file: ${asError(err).message}` }], { cause: err, code: 'EF_CONFIG_UNREADABLE' });
-  }
 }
 
 /** The audit log; a `log.auditFile` that cannot be opened for appending is a configuration error naming the key. */

@@ -379,7 +379,7 @@ function throttle(intervalMs: number): () => boolean {
  * The TLS options of a tls or wss listener, its files read and checked now (a key that does not match the
  * certificate, a bad PEM): files that do not work are EF_CONFIG_INVALID naming the listener, at start and reload.
  */
-function loadTls(spec: ListenerSpec): tls.TlsOptions {
+export function loadTls(spec: ListenerSpec): tls.TlsOptions {
   const t = spec.tls!;
   try {
     const options: tls.TlsOptions = {

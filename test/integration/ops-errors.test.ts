@@ -5,7 +5,7 @@
  * the data aside with --reset-store. Real gateway processes.
  */
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -166,6 +166,79 @@ describe('EF_ codes for TLS files that do not work', { timeout: 60_000 }, () => 
     const reload = await sighup(gw, 'TLS files not reloaded, the listeners keep their current certificates');
     expect(reload).toMatchObject({ level: 50, code: 'EF_CONFIG_INVALID' });
     expect(gw.proc.exitCode).toBeNull();
+  });
+});
+
+describe('--check-config reads every file the start reads', { timeout: 60_000 }, () => {
+  it('refuses a bad ACL file, a bad password file, TLS files that do not load and an empty metrics token, as the start does (exit 2), naming each file, line and key', async () => {
+    const dir = d.tempDir('edgeferry-check-');
+    const pki = makeCerts(d.tempDir('edgeferry-pki-'), { clients: [] });
+    const other = makeCerts(d.tempDir('edgeferry-pki2-'), { clients: [] });
+    const [aclFile, passwordFile, tokenFile] = ['acl', 'passwd', 'token'].map((name) => join(dir, name));
+    writeFileSync(aclFile, 'topic read plant/#\ntopc write plant/#\nuser\n');
+    writeFileSync(passwordFile, 'alice:notahash\n');
+    writeFileSync(tokenFile, '\n');
+    const file = join(dir, 'gw.yaml');
+    const port = await freePort();
+    writeFileSync(
+      file,
+      JSON.stringify({
+        listeners: [{ port: await freePort() }, { type: 'tls', host: '127.0.0.1', port, tls: { certFile: other.server.cert, keyFile: pki.server.key } }],
+        auth: { aclFile, passwordFile },
+        metrics: { port: await freePort(), auth: { tokenFile } },
+        storage: { path: join(dir, 'data') },
+      }),
+    );
+    const check = await runCli(['--check-config', '--config', file]);
+    expect(check.code).toBe(2);
+    expect(check.stdout).toBe('');
+    const lines = check.stderr.split('\n');
+    expect(lines[0]).toBe(`edgeferry: EF_CONFIG_INVALID: ${file}: 5 problems`);
+    expect(lines.slice(1, 4)).toEqual([
+      `  ${passwordFile}:1 auth.passwordFile: not a "user:$7$..." or "user:$6$..." line`,
+      `  ${aclFile}:2 auth.aclFile: unknown keyword "topc"`,
+      `  ${aclFile}:3 auth.aclFile: user without a name`,
+    ]);
+    expect(lines[4]).toMatch(new RegExp(`^  ${file} listeners\\.1\\.tls: tls listener 127\\.0\\.0\\.1:${port}: its TLS files are not usable: `));
+    expect(lines[5]).toBe(`  ${file} metrics.auth.tokenFile: the token file is empty`);
+    // The start refuses the same file with the same code: the check said so first (the unit's ExecStartPre).
+    const start = await runCli(['--config', file, '--log-format', 'json']);
+    expect(start.code).toBe(2);
+    expect(jsonLines(start.stdout).at(-1)).toMatchObject({ level: 60, code: 'EF_CONFIG_INVALID' });
+  });
+
+  it('warns about console and metrics users that are not in the password file and a bridge whose TLS files do not load, and passes (exit 0); the start warns about the users too', async () => {
+    const dir = d.tempDir('edgeferry-check-');
+    const pki = makeCerts(d.tempDir('edgeferry-pki-'), { clients: [] });
+    const other = makeCerts(d.tempDir('edgeferry-pki2-'), { clients: [] });
+    const passwordFile = join(dir, 'passwd');
+    execFileSync('mosquitto_passwd', ['-c', '-b', passwordFile, 'alice', 'alice-secret'], { stdio: 'pipe' });
+    const patch = {
+      auth: { passwordFile },
+      listeners: [{ type: 'tcp', host: '127.0.0.1', port: await freePort(), allowAnonymous: true }],
+      metrics: { host: '127.0.0.1', port: await freePort(), auth: { users: ['prometheus'] } },
+      console: { viewers: ['alice', 'bob'], operators: ['carol'] },
+      bridges: [{ name: 'central', remote: { urls: [`mqtts://127.0.0.1:${await freePort()}`], tls: { certFile: other.server.cert, keyFile: pki.server.key } }, topics: [{ filter: 'plant/#' }] }],
+    };
+    const file = join(dir, 'gw.yaml');
+    writeFileSync(file, JSON.stringify({ ...patch, storage: { path: join(dir, 'data') } }));
+    const check = await runCli(['--check-config', '--config', file]);
+    expect(check.code).toBe(0);
+    expect(check.stdout).toBe(`config OK: ${file} (4 warnings)\n`);
+    const warnings = check.stderr.trim().split('\n');
+    expect(warnings.slice(0, 3)).toEqual([
+      'edgeferry: warning: console.viewers: user "bob" is not in auth.passwordFile: it cannot log in',
+      'edgeferry: warning: console.operators: user "carol" is not in auth.passwordFile: it cannot log in',
+      'edgeferry: warning: metrics.auth.users: user "prometheus" is not in auth.passwordFile: it cannot log in',
+    ]);
+    expect(warnings[3]).toMatch(/^edgeferry: warning: bridges\.0\.remote\.tls: the TLS files do not load, the bridge cannot connect: .*key values mismatch/);
+
+    const gw = d.add(await startGateway(patch));
+    expect(logLines(gw).filter((l) => l.key !== undefined).map((l) => [l.level, l.key, l.msg])).toEqual([
+      [40, 'console.viewers', 'user "bob" is not in auth.passwordFile: it cannot log in'],
+      [40, 'console.operators', 'user "carol" is not in auth.passwordFile: it cannot log in'],
+      [40, 'metrics.auth.users', 'user "prometheus" is not in auth.passwordFile: it cannot log in'],
+    ]);
   });
 });
 
