@@ -12,7 +12,7 @@ import { readPassword } from './read-password.js';
 
 export const passwdUsage = `  edgeferry passwd FILE USER [--delete]
                            add or change USER in a mosquitto_passwd-compatible FILE (the password is
-                           read from stdin, or prompted for on a terminal); --delete removes USER
+                           read from stdin, or prompted for twice on a terminal); --delete removes USER
 `;
 
 /** Returns the exit code: 0 done, 2 usage or a refused change (nothing written). */
@@ -22,7 +22,7 @@ export async function passwdCommand(argv: string[]): Promise<number> {
     const [file, user] = positionals;
     if (!file || !user || positionals.length > 2) throw new TypeError('usage: edgeferry passwd FILE USER [--delete]');
     const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
-    const password = values.delete ? undefined : await readPassword();
+    const password = values.delete ? undefined : await readPassword({ confirm: true });
     if (password === '') throw new TypeError('the password must not be empty');
     replaceFile(file, await updatePasswordFile(text, user, password), 0o600);
     process.stdout.write(`${values.delete ? 'removed' : 'set'} the password of "${user}" in ${file}\n`);

@@ -3,10 +3,11 @@
  * Debian's Mosquitto accepts as its `password_file`, and that edgeferry accepts; it edits files made by
  * `mosquitto_passwd` without disturbing their other lines.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { PasswordFile } from '../../src/broker/password-file.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
@@ -134,6 +135,42 @@ describe('edgeferry passwd', { timeout: 60_000 }, () => {
     expect({ mode: after.mode & 0o7777, uid: after.uid, gid: after.gid }).toEqual({ mode: 0o640, ...OTHER });
     expect(readFileSync(target, 'utf8')).toMatch(/^bob:.*\nalice:/);
     expect(readdirSync(join(dir, 'real'))).toEqual(['passwd']);
+  });
+
+  it('on a terminal asks for the password twice without echo, as mosquitto_passwd does, and writes nothing when they differ', async () => {
+    const file = join(d.tempDir('edgeferry-passwd-'), 'passwd');
+    /** `edgeferry passwd FILE USER` on a pseudo-terminal (util-linux `script`), each answer typed at its prompt. */
+    const onTerminal = (user: string, answers: string[]) =>
+      new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+        const command = `${process.execPath} ${join(import.meta.dirname, '..', '..', 'dist', 'src', 'cli.js')} passwd ${file} ${user}`;
+        const child = spawn('script', ['-qec', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+        let output = '';
+        let asked = 0;
+        child.stdout.on('data', (chunk: Buffer) => {
+          output += chunk.toString();
+          // A prompt ends the output so far: type the next answer.
+          while (asked < answers.length && (output.match(/[Pp]assword: $/gm) ?? []).length > asked) child.stdin.write(`${answers[asked++]}\r`);
+        });
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        child.once('error', reject);
+        child.once('close', (code) => {
+          clearTimeout(timer);
+          child.stdin.end();
+          resolve({ code, output });
+        });
+      });
+    const set = await onTerminal('alice', ['Alice-pw-1', 'Alice-pw-1']);
+    expect(set.code).toBe(0);
+    expect(set.output.replace(/\r/g, '')).toBe(`Password: \nReenter password: \nset the password of "alice" in ${file}\n`);
+    const { file: passwords } = PasswordFile.parse(readFileSync(file, 'utf8'));
+    expect(await passwords.verify('alice', Buffer.from('Alice-pw-1'))).toBe(true);
+
+    const before = readFileSync(file, 'utf8');
+    const typo = await onTerminal('alice', ['Alice-pw-2', 'Alice-pw-3']);
+    expect(typo.code).toBe(2);
+    expect(typo.output).toContain('edgeferry passwd: the passwords do not match');
+    expect(typo.output).not.toMatch(/Alice-pw/);
+    expect(readFileSync(file, 'utf8')).toBe(before);
   });
 
   it('refuses an empty password, a missing one, a deleted user that does not exist, and bad usage, with exit code 2', async () => {
