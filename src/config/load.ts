@@ -4,9 +4,10 @@
  */
 import { accessSync, constants, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { isMap, isNode, isScalar, isSeq, LineCounter, parseDocument, type Document, type Node } from 'yaml';
+import { isMap, isNode, isScalar, isSeq, LineCounter, parseDocument, type Document, type Node, type YAMLError } from 'yaml';
 import { z } from 'zod';
 import { asError, ConfigError, type ConfigProblem } from '../util/errors.js';
+import { suggestKey } from './did-you-mean.js';
 import { expandProfiles, type Expansion, type Path } from './profiles.js';
 import { configSchema, type Config } from './schema.js';
 
@@ -30,10 +31,9 @@ export function parseConfig(text: string, file: string, baseDir: string): Config
     return `${file}:${line}:${col}`;
   };
   if (doc.errors.length > 0) {
-    throw new ConfigError(
-      file,
-      doc.errors.map((e) => ({ path: '(root)', message: `${e.message} (${e.code})`, location: at(e.pos[0]) })),
-    );
+    const problems = doc.errors.map((e) => syntaxProblem(e, text, lineCounter, file));
+    // Two of the parser's errors may be about one line: said once.
+    throw new ConfigError(file, problems.filter((p, i) => problems.findIndex((q) => q.location === p.location && q.message === p.message) === i));
   }
 
   const problem = (path: Path, message: string, atKey = false): ConfigProblem => ({
@@ -45,13 +45,19 @@ export function parseConfig(text: string, file: string, baseDir: string): Config
   const expansion = expandProfiles(doc.toJS() ?? {});
   const result = configSchema.safeParse(expansion.input, { error: describeMissingKey });
   if (!result.success || expansion.problems.length > 0) {
+    // An unknown key near a known one says which (`url` → `urls`), and stands for that key's "missing" too.
+    const meant = new Set<string>();
     const issues = result.error?.issues.flatMap((issue) => {
       const path = issue.path as Path; // YAML keys are strings and indexes, never symbols
-      return issue.code === 'unrecognized_keys'
-        ? issue.keys.map((key) => ({ path: [...path, key], message: `unknown key "${key}"`, atKey: true }))
-        : [{ path, message: issue.message, atKey: false }];
+      if (issue.code !== 'unrecognized_keys') return [{ path, message: issue.message, atKey: false }];
+      return issue.keys.map((key) => {
+        const suggestion = suggestKey(path, key);
+        if (suggestion !== undefined) meant.add([...path, suggestion].join('.'));
+        return { path: [...path, key], message: `unknown key "${key}"${suggestion === undefined ? '' : `: did you mean "${suggestion}"?`}`, atKey: true };
+      });
     });
-    throw new ConfigError(file, [...expansion.problems.map((p) => problem(p.path, p.message)), ...fromProfiles(issues ?? [], expansion, problem)]);
+    const kept = (issues ?? []).filter(({ path, message }) => !(message.startsWith(MISSING_KEY) && meant.has(path.join('.'))));
+    throw new ConfigError(file, [...expansion.problems.map((p) => problem(p.path, p.message)), ...fromProfiles(kept, expansion, problem)]);
   }
 
   const config = result.data;
@@ -84,10 +90,35 @@ function fromProfiles(
   return out;
 }
 
+const MISSING_KEY = 'missing required key';
+
 function describeMissingKey(issue: z.core.$ZodRawIssue): string | undefined {
   return issue.code === 'invalid_type' && issue.input === undefined
-    ? `missing required key (expected ${issue.expected})`
+    ? `${MISSING_KEY} (expected ${issue.expected})`
     : undefined;
+}
+
+/**
+ * A YAML syntax error where it is. A key indented deeper than the one above it reaches the parser as the rest of
+ * that key's value, which it reports at the value on the line above ("Nested mappings are not allowed in compact
+ * mappings"): said here at the line that is wrong, as what it is.
+ */
+function syntaxProblem(e: YAMLError, text: string, lines: LineCounter, file: string): ConfigProblem {
+  const { line, col } = lines.linePos(e.pos[0]);
+  if (e.code === 'BLOCK_AS_IMPLICIT_KEY' || e.code === 'MULTILINE_IMPLICIT_KEY') {
+    const all = text.split(/\r?\n/);
+    const indentOf = (l: string): number => l.length - l.trimStart().length;
+    const wrong = all.findIndex((l, i) => i >= line && l.trim() !== '' && !l.trim().startsWith('#'));
+    if (wrong >= 0 && indentOf(all[wrong]) > indentOf(all[line - 1])) {
+      const indent = indentOf(all[wrong]);
+      return {
+        path: '(root)',
+        message: `this line is indented deeper than the key above it (line ${line}): keys of one mapping start at the same column, and a value that is a mapping goes on the lines after its key`,
+        location: `${file}:${wrong + 1}:${indent + 1}`,
+      };
+    }
+  }
+  return { path: '(root)', message: `${e.message} (${e.code})`, location: `${file}:${line}:${col}` };
 }
 
 /** The YAML node at `path` (its key node when `atKey`), or the nearest ancestor present in the file. */

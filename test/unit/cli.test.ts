@@ -131,7 +131,7 @@ describe('edgeferry command line', () => {
       `edgeferry: EF_CONFIG_INVALID: ${file}: 3 problems\n` +
         `  ${file}:2:11 listeners.0.port: Too big: expected number to be <=65535\n` +
         `  ${file}:4:16 broker.maxInflight: Too small: expected number to be >=1\n` +
-        `  ${file}:5:1 brdiges: unknown key "brdiges"\n`,
+        `  ${file}:5:1 brdiges: unknown key "brdiges": did you mean "bridges"?\n`,
     );
   });
 

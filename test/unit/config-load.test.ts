@@ -116,10 +116,57 @@ log: { level: loud }
   maxInflight: 10
   maxInfligth: 20
 brdiges: []
+bogus: 1
 `);
     expect(problems).toEqual([
-      { path: 'broker.maxInfligth', message: 'unknown key "maxInfligth"', location: 'gw.yaml:3:3' },
-      { path: 'brdiges', message: 'unknown key "brdiges"', location: 'gw.yaml:4:1' },
+      { path: 'broker.maxInfligth', message: 'unknown key "maxInfligth": did you mean "maxInflight"?', location: 'gw.yaml:3:3' },
+      { path: 'brdiges', message: 'unknown key "brdiges": did you mean "bridges"?', location: 'gw.yaml:4:1' },
+      { path: 'bogus', message: 'unknown key "bogus"', location: 'gw.yaml:5:1' },
+    ]);
+  });
+
+  it('suggests the known key nearest to an unknown one, where it is, and reports a misspelt required key once', () => {
+    const text = `listners:
+  - port: 1883
+bridges:
+  - name: central
+    remote:
+      url: mqtt://backbone.example:1883
+    topics: [{ filter: "a/#", directoin: out }]
+connectors:
+  - { id: press-1, type: modbus, transport: tcp, addressBase: 0, host: 10.0.0.5, unitID: 1, tags: [{ name: t, table: holding, address: 0, datatype: int16, scael: 0.1 }] }
+  - { id: oven-1, type: opcua, endpont: opc.tcp://10.0.0.6:4840, tags: [{ name: t, nodeId: "ns=1;s=T", datatype: Double }] }
+`;
+    /** Where `key` is written in the file. */
+    const at = (key: string): string => {
+      const lines = text.split('\n');
+      const line = lines.findIndex((l) => l.includes(`${key}:`));
+      return `gw.yaml:${line + 1}:${lines[line].indexOf(`${key}:`) + 1}`;
+    };
+    // No "missing required key" for the urls that url stands for.
+    expect(problemsOf(text).map((p) => [p.location, p.path, p.message])).toEqual([
+      [at('url'), 'bridges.0.remote.url', 'unknown key "url": did you mean "urls"?'],
+      [at('directoin'), 'bridges.0.topics.0.directoin', 'unknown key "directoin": did you mean "direction"?'],
+      // Each connector type's own keys (the variants of a union).
+      [at('scael'), 'connectors.0.tags.0.scael', 'unknown key "scael": did you mean "scale"?'],
+      [at('unitID'), 'connectors.0.unitID', 'unknown key "unitID": did you mean "unitId"?'],
+      [at('endpont'), 'connectors.1.endpont', 'unknown key "endpont": did you mean "endpoint"?'],
+      [at('listners'), 'listners', 'unknown key "listners": did you mean "listeners"?'],
+    ]);
+  });
+
+  it('points a YAML indentation error at the line that is wrong', () => {
+    // A key indented deeper than the one above it: the parser sees the rest of that key's value.
+    expect(problemsOf('broker:\n  maxInflight: 10\n   maxQueuedMessages: 5\nstorage:\n  path: x\n')).toEqual([
+      {
+        path: '(root)',
+        message: 'this line is indented deeper than the key above it (line 2): keys of one mapping start at the same column, and a value that is a mapping goes on the lines after its key',
+        location: 'gw.yaml:3:4',
+      },
+    ]);
+    // One indented less than its siblings.
+    expect(problemsOf('bridges:\n  - name: central\n    remote:\n      urls: [mqtt://x]\n     topics: []\n')).toEqual([
+      { path: '(root)', message: 'All mapping items must start at the same column (BAD_INDENT)', location: 'gw.yaml:5:1' },
     ]);
   });
 
