@@ -354,7 +354,7 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     // 207 * 0.1 is 20.700000000000003 in float arithmetic; 187 * 0.1 is 18.700000000000003.
     await sim.set(1, 'hr', 30, [207]);
     const plain = { topic: 'plant1/line4/{device}/{tag}' };
-    const gw = d.add(await startGateway({ sparkplug: sparkplug({ plain }), connectors: typed(sim) }, { logLevel: 'info' }));
+    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug({ plain }), connectors: typed(sim) }, { logLevel: 'info' }));
     const reader = d.add(await openClient(gw.url));
     await reader.subscribe('plant1/line4/press-1/speed');
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
@@ -483,6 +483,7 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
     const plain = { topic: 'plant1/line4/{device}/{tag}' };
     const gw = d.add(
       await startGateway({
+        auth: hostsMayCommand(d.tempDir()),
         sparkplug: sparkplug({ plain }),
         connectors: [{ id: 'oven-1', type: 'opcua', endpoint: server.endpoint, subscription: { publishingIntervalMs: 100 }, tags: [status('Doubtful'), status('Broken')] }],
       }),
