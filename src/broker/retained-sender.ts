@@ -1,0 +1,102 @@
+/**
+ * Sends the retained messages of clients' new subscriptions paced: a few at a time across event-loop turns, each
+ * subscriber only while its write buffer and queue have room, so that a `#` over a hundred thousand retained
+ * messages neither stalls other clients nor floods its own (docs/architecture.md#retained-messages).
+ */
+import type { RetainedMeta } from '../store/types.js';
+import type { RetainedIndex } from './retained.js';
+
+/** How a subscriber paces the retained messages of one subscription (`Subscriber.retainedPace`). */
+export interface RetainedPace {
+  /** False once the subscription is gone or replaced, or its client disconnected: its delivery stops. */
+  wanted(): boolean;
+  /** Whether it can take another message now. */
+  ready(): boolean;
+}
+
+/** Delivers one retained message to the subscription; returns the payload bytes sent (0: none). */
+export type SendRetained = (entry: RetainedMeta) => number;
+
+/**
+ * One turn's budget, for all subscriptions together: messages, their payload bytes, and walk steps (each step
+ * LEVELS_PER_STEP topic levels visited without a match). About a millisecond of work on the reference machine.
+ */
+const MESSAGES_PER_TURN = 256;
+const BYTES_PER_TURN = 1024 * 1024;
+const STEPS_PER_TURN = 64;
+/** Messages one subscription gets before the next one's turn (round robin). */
+const SLICE = 32;
+/** When every subscription waits for room, the next look is after this long rather than at once (no busy loop). */
+const WAIT_MS = 1;
+
+interface Job {
+  readonly walk: Generator<RetainedMeta | undefined, void, undefined>;
+  readonly pace: RetainedPace;
+  readonly send: SendRetained;
+}
+
+export class RetainedSender {
+  private jobs: Job[] = [];
+  private armed = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly index: RetainedIndex) {}
+
+  /** Subscriptions whose retained messages are still being sent. */
+  get pending(): number {
+    return this.jobs.length;
+  }
+
+  /** Starts sending the retained messages matching `filter`, from the next turn on (after the SUBACK). */
+  start(filter: string, pace: RetainedPace, send: SendRetained): void {
+    this.jobs.push({ walk: this.index.matching(filter), pace, send });
+    this.arm(false);
+  }
+
+  /** Shutdown: what is not sent yet is not. */
+  close(): void {
+    for (const job of this.jobs) job.walk.return();
+    this.jobs = [];
+    clearTimeout(this.timer);
+  }
+
+  private arm(waiting: boolean): void {
+    if (this.armed) return;
+    this.armed = true;
+    if (waiting) this.timer = setTimeout(this.run, WAIT_MS).unref();
+    else setImmediate(this.run);
+  }
+
+  private readonly run = (): void => {
+    this.armed = false;
+    let messages = 0;
+    let bytes = 0;
+    let steps = 0;
+    let progressed = false;
+    for (;;) {
+      let passProgressed = false;
+      for (let i = 0; i < this.jobs.length && messages < MESSAGES_PER_TURN && bytes < BYTES_PER_TURN && steps < STEPS_PER_TURN; i++) {
+        const job = this.jobs[i];
+        let done = !job.pace.wanted();
+        for (let sent = 0; !done && sent < SLICE && steps < STEPS_PER_TURN && job.pace.ready(); ) {
+          const next = job.walk.next();
+          passProgressed = true;
+          if (next.done === true) done = true;
+          else if (next.value === undefined) steps++;
+          else {
+            bytes += job.send(next.value);
+            messages++;
+            sent++;
+          }
+        }
+        if (done) {
+          job.walk.return();
+          this.jobs.splice(i--, 1);
+        }
+      }
+      progressed ||= passProgressed;
+      if (!passProgressed || this.jobs.length === 0 || messages >= MESSAGES_PER_TURN || bytes >= BYTES_PER_TURN || steps >= STEPS_PER_TURN) break;
+    }
+    if (this.jobs.length > 0) this.arm(!progressed);
+  };
+}
