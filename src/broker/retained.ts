@@ -15,8 +15,12 @@ export interface RetainedLimits {
   readonly maxBytes: number;
 }
 
-/** Payload bytes of retained messages kept in memory besides the store, most recently used first. */
+/**
+ * Memory for recently delivered retained messages besides the store: their payloads plus CACHE_ENTRY_BYTES each
+ * (the message object, its topic and origin, the cache's entry), so that small messages are bounded too.
+ */
 export const RETAINED_CACHE_BYTES = 16 * 1024 * 1024;
+const CACHE_ENTRY_BYTES = 256;
 /** A walk reports progress (yields `undefined`) after this many levels visited without a match: see `matching`. */
 export const LEVELS_PER_STEP = 64;
 
@@ -85,9 +89,8 @@ export class RetainedIndex {
     // unless a later message for the topic replaced it meanwhile. Registered before the publisher's handler.
     stored.then(
       () => {
-        if (this.unsettled.get(msg.topic) !== msg) return;
-        this.unsettled.delete(msg.topic);
-        this.remember(msg);
+        // Stored: read from the store from now on (a message is cached when delivered, not when written).
+        if (this.unsettled.get(msg.topic) === msg) this.unsettled.delete(msg.topic);
       },
       () => {
         if (this.find(msg.topic) !== after) return;
@@ -208,16 +211,15 @@ export class RetainedIndex {
     return msg;
   }
 
-  /** Keeps a payload in the cache, dropping the least recently used beyond RETAINED_CACHE_BYTES. */
+  /** Keeps a message read from the store in the cache, dropping the least recently used beyond RETAINED_CACHE_BYTES. */
   private remember(msg: Message): void {
-    this.uncache(msg.topic);
     if (msg.payload.length > RETAINED_CACHE_BYTES / 4) return;
     this.cache.set(msg.topic, msg);
-    this.cacheBytes += msg.payload.length;
+    this.cacheBytes += msg.payload.length + CACHE_ENTRY_BYTES;
     for (const [topic, old] of this.cache) {
       if (this.cacheBytes <= RETAINED_CACHE_BYTES) break;
       this.cache.delete(topic);
-      this.cacheBytes -= old.payload.length;
+      this.cacheBytes -= old.payload.length + CACHE_ENTRY_BYTES;
     }
   }
 
@@ -225,7 +227,7 @@ export class RetainedIndex {
     const cached = this.cache.get(topic);
     if (cached === undefined) return;
     this.cache.delete(topic);
-    this.cacheBytes -= cached.payload.length;
+    this.cacheBytes -= cached.payload.length + CACHE_ENTRY_BYTES;
   }
 
   /** False for an expired entry, which goes from the index and the store. */

@@ -10,7 +10,6 @@ import { useDisposer } from '../helpers/disposer.js';
 import { freePort } from '../helpers/ports.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { encode, RawClient } from '../helpers/raw-client.js';
-import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
