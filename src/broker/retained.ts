@@ -42,9 +42,14 @@ export class RetainedIndex {
   private payloadBytes = 0;
   /** Messages whose write to the store has not settled yet: the store still holds the previous value. */
   private readonly unsettled = new Map<string, Message>();
-  /** Recently used payloads, least recently used first (a Map keeps insertion order). */
-  private readonly cache = new Map<string, Message>();
-  private cacheBytes = 0;
+  /**
+   * Recently delivered messages, in two generations: new ones go into `recent`; when it holds half of
+   * RETAINED_CACHE_BYTES it becomes `older` (the one before is dropped whole). A hit in `older` moves to `recent`.
+   * Least recently used out, in O(1), without walking a Map's deleted entries.
+   */
+  private recent = new Map<string, Message>();
+  private older = new Map<string, Message>();
+  private recentBytes = 0;
   /** Retained messages not stored for the limits (`edgeferry_retained_refused_total`). */
   refused = 0;
   /** Refusing for the limits since the last message stored: logged once per episode. */
@@ -195,12 +200,13 @@ export class RetainedIndex {
     const topic = entry.topic;
     const unsettled = this.unsettled.get(topic);
     if (unsettled !== undefined) return unsettled;
-    const cached = this.cache.get(topic);
-    if (cached !== undefined) {
-      // Most recently used: to the end.
-      this.cache.delete(topic);
-      this.cache.set(topic, cached);
-      return cached;
+    const recent = this.recent.get(topic);
+    if (recent !== undefined) return recent;
+    const older = this.older.get(topic);
+    if (older !== undefined) {
+      this.older.delete(topic);
+      this.remember(older);
+      return older;
     }
     const msg = this.store.get(topic);
     if (msg === undefined) {
@@ -211,23 +217,22 @@ export class RetainedIndex {
     return msg;
   }
 
-  /** Keeps a message read from the store in the cache, dropping the least recently used beyond RETAINED_CACHE_BYTES. */
+  /** Keeps a delivered message in the cache (see `recent`); one above a sixteenth of the cache (1 MiB) is never kept. */
   private remember(msg: Message): void {
-    if (msg.payload.length > RETAINED_CACHE_BYTES / 4) return;
-    this.cache.set(msg.topic, msg);
-    this.cacheBytes += msg.payload.length + CACHE_ENTRY_BYTES;
-    for (const [topic, old] of this.cache) {
-      if (this.cacheBytes <= RETAINED_CACHE_BYTES) break;
-      this.cache.delete(topic);
-      this.cacheBytes -= old.payload.length + CACHE_ENTRY_BYTES;
+    if (msg.payload.length > RETAINED_CACHE_BYTES / 16) return;
+    if (this.recentBytes >= RETAINED_CACHE_BYTES / 2) {
+      this.older = this.recent;
+      this.recent = new Map();
+      this.recentBytes = 0;
     }
+    this.recent.set(msg.topic, msg);
+    this.recentBytes += msg.payload.length + CACHE_ENTRY_BYTES;
   }
 
+  /** Forgets a cached message that is replaced or deleted (its bytes count until its generation is dropped). */
   private uncache(topic: string): void {
-    const cached = this.cache.get(topic);
-    if (cached === undefined) return;
-    this.cache.delete(topic);
-    this.cacheBytes -= cached.payload.length + CACHE_ENTRY_BYTES;
+    this.recent.delete(topic);
+    this.older.delete(topic);
   }
 
   /** False for an expired entry, which goes from the index and the store. */
