@@ -90,6 +90,8 @@ export class RetainedSender {
           }
         }
         if (done) {
+          // Starting and ending a walk is work too: a SUBSCRIBE of a thousand filters is spread over turns.
+          steps++;
           job.walk.return();
           this.jobs.splice(i--, 1);
         }
