@@ -24,7 +24,7 @@ export type SendRetained = (entry: RetainedMeta) => number;
 const MESSAGES_PER_TURN = 256;
 const BYTES_PER_TURN = 1024 * 1024;
 const STEPS_PER_TURN = 64;
-/** Messages one subscription gets before the next one's turn (round robin). */
+/** Messages one subscription gets before the next one's turn (round robin, in no particular order). */
 const SLICE = 32;
 /** When every subscription waits for room, the next look is after this long rather than at once (no busy loop). */
 const WAIT_MS = 1;
@@ -37,15 +37,12 @@ interface Job {
 
 export class RetainedSender {
   private jobs: Job[] = [];
+  /** Where the next turn begins in `jobs`. */
+  private next = 0;
   private armed = false;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly index: RetainedIndex) {}
-
-  /** Subscriptions whose retained messages are still being sent. */
-  get pending(): number {
-    return this.jobs.length;
-  }
 
   /** Starts sending the retained messages matching `filter`, from the next turn on (after the SUBACK). */
   start(filter: string, pace: RetainedPace, send: SendRetained): void {
@@ -69,36 +66,49 @@ export class RetainedSender {
 
   private readonly run = (): void => {
     this.armed = false;
+    const jobs = this.jobs;
     let messages = 0;
     let bytes = 0;
     let steps = 0;
     let progressed = false;
-    for (;;) {
-      let passProgressed = false;
-      for (let i = 0; i < this.jobs.length && messages < MESSAGES_PER_TURN && bytes < BYTES_PER_TURN && steps < STEPS_PER_TURN; i++) {
-        const job = this.jobs[i];
-        let done = !job.pace.wanted();
-        for (let sent = 0; !done && sent < SLICE && steps < STEPS_PER_TURN && job.pace.ready(); ) {
-          const next = job.walk.next();
-          passProgressed = true;
-          if (next.done === true) done = true;
-          else if (next.value === undefined) steps++;
-          else {
-            bytes += job.send(next.value);
-            messages++;
-            sent++;
-          }
-        }
-        if (done) {
-          // Starting and ending a walk is work too: a SUBSCRIBE of a thousand filters is spread over turns.
-          steps++;
-          job.walk.return();
-          this.jobs.splice(i--, 1);
+    /** Jobs looked at in a row that could not go on (no room): once that is all of them, the turn ends. */
+    let stuck = 0;
+    let i = this.next;
+    while (jobs.length > 0 && stuck < jobs.length && messages < MESSAGES_PER_TURN && bytes < BYTES_PER_TURN && steps < STEPS_PER_TURN) {
+      if (i >= jobs.length) i = 0;
+      const job = jobs[i];
+      let done = !job.pace.wanted();
+      let moved = false;
+      for (let sent = 0; !done && sent < SLICE && steps < STEPS_PER_TURN && job.pace.ready(); ) {
+        const next = job.walk.next();
+        moved = true;
+        if (next.done === true) done = true;
+        else if (next.value === undefined) steps++;
+        else {
+          bytes += job.send(next.value);
+          messages++;
+          sent++;
         }
       }
-      progressed ||= passProgressed;
-      if (!passProgressed || this.jobs.length === 0 || messages >= MESSAGES_PER_TURN || bytes >= BYTES_PER_TURN || steps >= STEPS_PER_TURN) break;
+      if (done) {
+        // Starting and ending a walk is work too: a SUBSCRIBE of a thousand filters is spread over turns.
+        steps++;
+        job.walk.return();
+        // Swapped out, not spliced: thousands of finished walks cost no copying of the list.
+        jobs[i] = jobs[jobs.length - 1];
+        jobs.pop();
+        stuck = 0;
+        progressed = true;
+        continue;
+      }
+      if (moved) {
+        stuck = 0;
+        progressed = true;
+      } else stuck++;
+      i++;
     }
-    if (this.jobs.length > 0) this.arm(!progressed);
+    // The next turn goes on where this one stopped (round robin across turns).
+    this.next = i;
+    if (jobs.length > 0) this.arm(!progressed);
   };
 }
