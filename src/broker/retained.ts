@@ -52,7 +52,10 @@ export class RetainedIndex {
   private recentBytes = 0;
   /** Retained messages not stored for the limits (`edgeferry_retained_refused_total`). */
   refused = 0;
-  /** Refusing for the limits since the last message stored: logged once per episode. */
+  /**
+   * Refusing for the limits: logged once per episode, which ends when the retained messages are back below 90 % of
+   * both limits (not at the next replacement, or a gateway at its limit would log at every `$SYS` update).
+   */
   private refusing = false;
 
   constructor(
@@ -83,9 +86,9 @@ export class RetainedIndex {
       this.refuse(msg);
       return undefined;
     }
-    this.refusing = false;
     const after = msg.payload.length === 0 ? undefined : retainedMeta(msg);
     this.apply(msg.topic, after);
+    if (this.refusing && this.n < this.limits.maxMessages * 0.9 && this.payloadBytes < this.limits.maxBytes * 0.9) this.refusing = false;
     this.uncache(msg.topic);
     if (after !== undefined) this.unsettled.set(msg.topic, msg);
     else this.unsettled.delete(msg.topic);

@@ -130,6 +130,7 @@ describe('retained messages at scale', { timeout: 120_000 }, () => {
     expect(metrics).toMatch(/^edgeferry_broker_retained_refused_total 4$/m);
     expect(metrics).toMatch(/^edgeferry_broker_retained_messages 3$/m);
     expect(metrics).toMatch(/^edgeferry_broker_retained_bytes 12$/m);
-    expect(gw.output().match(/maxRetainedMessages or maxRetainedBytes/g)?.length).toBe(3);
+    // One warning per episode: the second after the deletion of r/2 took them below 90 % of the limits.
+    expect(gw.output().match(/maxRetainedMessages or maxRetainedBytes/g)?.length).toBe(2);
   });
 });
