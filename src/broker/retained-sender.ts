@@ -26,8 +26,12 @@ const BYTES_PER_TURN = 1024 * 1024;
 const STEPS_PER_TURN = 64;
 /** Messages one subscription gets before the next one's turn (round robin, in no particular order). */
 const SLICE = 32;
-/** When every subscription waits for room, the next look is after this long rather than at once (no busy loop). */
+/**
+ * When every subscription waits for room, the next look is after WAIT_MS rather than at once (no busy loop), twice
+ * as long after each look that found none, up to MAX_WAIT_MS (a client that stops reading costs 20 looks a second).
+ */
 const WAIT_MS = 1;
+const MAX_WAIT_MS = 50;
 
 interface Job {
   readonly walk: Generator<RetainedMeta | undefined, void, undefined>;
@@ -41,12 +45,19 @@ export class RetainedSender {
   private next = 0;
   private armed = false;
   private timer: NodeJS.Timeout | undefined;
+  private waitMs = WAIT_MS;
 
   constructor(private readonly index: RetainedIndex) {}
 
   /** Starts sending the retained messages matching `filter`, from the next turn on (after the SUBACK). */
   start(filter: string, pace: RetainedPace, send: SendRetained): void {
     this.jobs.push({ walk: this.index.matching(filter), pace, send });
+    if (this.timer !== undefined) {
+      // Waiting for room elsewhere: this one may have room now.
+      clearTimeout(this.timer);
+      this.timer = undefined;
+      this.armed = false;
+    }
     this.arm(false);
   }
 
@@ -60,12 +71,18 @@ export class RetainedSender {
   private arm(waiting: boolean): void {
     if (this.armed) return;
     this.armed = true;
-    if (waiting) this.timer = setTimeout(this.run, WAIT_MS).unref();
-    else setImmediate(this.run);
+    if (!waiting) {
+      this.waitMs = WAIT_MS;
+      setImmediate(this.run);
+      return;
+    }
+    this.timer = setTimeout(this.run, this.waitMs).unref();
+    this.waitMs = Math.min(this.waitMs * 2, MAX_WAIT_MS);
   }
 
   private readonly run = (): void => {
     this.armed = false;
+    this.timer = undefined;
     const jobs = this.jobs;
     let messages = 0;
     let bytes = 0;
