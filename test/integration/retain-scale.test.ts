@@ -14,10 +14,10 @@ import { encode, RawClient } from '../helpers/raw-client.js';
 const d = useDisposer();
 
 /** Stores `count` retained messages `r/<i>/x` (payload `<i>`) through one socket write; resolves once all are in. */
-async function preload(gw: Gateway, count: number): Promise<void> {
+async function preload(gw: Gateway, count: number, qos: 0 | 1 = 0): Promise<void> {
   const loader = await RawClient.connect(gw.port, { clientId: 'loader' });
   const packets = Array.from({ length: count }, (_, i) =>
-    encode({ cmd: 'publish', topic: `r/${i}/x`, payload: Buffer.from(String(i)), qos: 0, retain: true, dup: false }, 4),
+    encode({ cmd: 'publish', topic: `r/${i}/x`, payload: Buffer.from(String(i)), qos, messageId: qos === 0 ? undefined : i + 1, retain: true, dup: false }, 4),
   );
   loader.write(Buffer.concat(packets));
   // Packets of one connection are handled in order: the PINGRESP comes after the last PUBLISH was.
@@ -52,6 +52,17 @@ describe('retained messages at scale', { timeout: 120_000 }, () => {
     expect(retained.every((m) => m.retain)).toBe(true);
     expect(new Set(retained.map((m) => m.topic)).size).toBe(count);
     expect(retained.find((m) => m.topic === 'r/12345/x')?.payload).toBe('12345');
+  });
+
+  it('sends a QoS 1 subscription as many retained messages as match, paced by its inflight window, none dropped for its queue limit [MQTT-3.3.1-6]', async () => {
+    const count = 5000; // five times broker.maxQueuedMessages (1,000)
+    const gw = d.add(await startGateway({ broker: { sysIntervalS: 0 } }));
+    await preload(gw, count, 1);
+    const sub = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'qos1-all' }));
+    await sub.subscribe('r/#', { qos: 1 });
+    const received = await sub.waitForMessages(count, { timeoutMs: 30_000 });
+    expect(new Set(received.map((m) => m.topic)).size).toBe(count);
+    expect(received.every((m) => m.retain && m.qos === 1)).toBe(true);
   });
 
   it('keeps retained payloads in the store, not in memory: a restart loads only their index', async () => {
