@@ -57,6 +57,7 @@ export interface BrokerEnv {
   tmpDir: string; // per-run scratch directory for config files and data
   cpuProfDir?: string; // when set, Node brokers run with --cpu-prof and write <dir>/<broker>/*.cpuprofile on exit
   mosquittoLines?: readonly string[]; // more lines for a Mosquitto broker's configuration
+  edgeferryBroker?: string; // more entries for edgeferry's `broker:` section (YAML flow mapping entries)
 }
 
 const readyTimeoutMs = 20_000;
@@ -120,7 +121,7 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
           // concurrent connects on a busy machine (Mosquitto and Aedes have no such budget).
           `  - { type: tcp, host: 127.0.0.1, port: ${port}, maxPendingPerAddress: 1000 }`,
           // Unlimited queue like mosquitto-unlimited, so QoS 1 fan-in cannot lose messages to a queue limit.
-          'broker: { maxQueuedMessages: 0, maxQueuedBytes: 0, maxConnections: 20000 }',
+          `broker: { maxQueuedMessages: 0, maxQueuedBytes: 0, maxConnections: 20000${env.edgeferryBroker === undefined ? '' : `, ${env.edgeferryBroker}`} }`,
           `storage: { path: ${JSON.stringify(path.join(dir, 'data'))} }`,
           'log: { level: warn, format: json }',
           '',

@@ -105,6 +105,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
     stats,
     log: log.child({ mod: 'broker' }),
     audit,
+    retained: { maxMessages: b.maxRetainedMessages, maxBytes: b.maxRetainedBytes },
   });
   const restored = broker.restoreSessions();
   if (restored > 0) log.info({ sessions: restored }, 'persistent sessions restored');
@@ -178,7 +179,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   if (config.metrics) {
     const registry = createMetricsRegistry({
       broker: broker.stats,
-      retainedCount: () => broker.retained.count,
+      retained: () => broker.retained,
       subscriptionCount: () => broker.subscriptionCount,
       sessionCount: () => broker.sessions.size,
       bridges: bridgeStats,

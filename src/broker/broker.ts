@@ -11,6 +11,9 @@ import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { QueueWindow, Store, SubscriptionRecord } from '../store/types.js';
 import { RetainedIndex } from './retained.js';
+import type { RetainedLimits } from './retained.js';
+import { RetainedSender } from './retained-sender.js';
+import type { RetainedMeta } from '../store/types.js';
 import { NEVER_EXPIRES, Session, SessionSettings } from './session.js';
 import type { DropReason, ReadGate, SessionEvents, SessionOwner } from './session.js';
 import { memoryWindow, type SessionLimits } from './session-limits.js';
@@ -68,12 +71,19 @@ export interface BrokerOptions {
   readonly log: Logger;
   /** Where a discarded session of another identity is recorded (the audit log); default: `log`. */
   readonly audit?: Logger;
+  /** `broker.maxRetainedMessages` and `maxRetainedBytes`; default: the configuration's defaults. */
+  readonly retained?: RetainedLimits;
 }
+
+/** The defaults of `broker.maxRetainedMessages` and `maxRetainedBytes` (README, "Retained messages"). */
+export const DEFAULT_RETAINED_LIMITS: RetainedLimits = { maxMessages: 100_000, maxBytes: 256 * 1024 * 1024 };
 
 export class Broker {
   readonly stats: BrokerStats;
   readonly sessions = new Map<string, Session>();
   readonly retained: RetainedIndex;
+  /** Paces the retained messages of clients' new subscriptions across turns. */
+  private readonly retainedSender: RetainedSender;
   readonly wills: WillScheduler;
   /** The store's steady timeline (util/clock.ts): session disconnect times, will due times. */
   readonly clock: SteadyClock;
@@ -106,7 +116,8 @@ export class Broker {
     this.memoryWindow = options.store.durable ? memoryWindow(options.limits) : undefined;
     this.log = options.log;
     this.clock = options.store.clock;
-    this.retained = new RetainedIndex(options.store.retained);
+    this.retained = new RetainedIndex(options.store.retained, options.retained ?? DEFAULT_RETAINED_LIMITS, this.log);
+    this.retainedSender = new RetainedSender(this.retained);
     this.wills = new WillScheduler(
       (msg) => this.publishWill(msg),
       (err, clientId) => this.sessionEvents.storeFailed(err, clientId),
@@ -238,7 +249,8 @@ export class Broker {
       }
     }
     let waits: Promise<unknown>[] | undefined;
-    if (msg.retain) (waits ??= []).push(this.retained.set(msg));
+    const retained = msg.retain ? this.retained.set(msg) : undefined;
+    if (retained) (waits ??= []).push(retained);
     const encodings = new PublishEncodings(msg);
     for (let i = 0; i < count; i++) {
       // Without Retain As Published the retain flag is cleared on normal delivery [MQTT-3.3.1-12].
@@ -289,17 +301,29 @@ export class Broker {
     const replaced = this.index(subscriber, record);
     // No retained messages for shared subscriptions (MQTT 5 §4.8.2); retain handling 1: only for new ones.
     const sendRetained = !shared && (record.retainHandling === 0 || (record.retainHandling === 1 && !replaced));
-    if (sendRetained) {
-      for (const msg of this.retained.matching(filter)) {
-        if (record.noLocal && msg.origin === subscriber.id) continue;
-        if (!mayRead(subscriber, msg.topic)) continue;
-        const qos = (record.qos < msg.qos ? record.qos : msg.qos) as QoS;
-        const ids = record.subscriptionId === undefined ? undefined : [record.subscriptionId];
-        const wait = subscriber.deliver(msg, qos, true, ids, undefined);
-        if (wait) wait.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'retained delivery to an in-process subscriber failed'));
-      }
-    }
+    if (!sendRetained) return replaced;
+    const send = (entry: RetainedMeta): number => this.sendRetained(subscriber, record, entry);
+    // A client's are paced across turns, after its SUBACK; an in-process subscriber's arrive now.
+    const pace = subscriber.retainedPace?.(record);
+    if (pace !== undefined) this.retainedSender.start(filter, pace, send);
+    else for (const entry of this.retained.matching(filter)) if (entry !== undefined) send(entry);
     return replaced;
+  }
+
+  /**
+   * Delivers one retained message for a new subscription, retain flag set [MQTT-3.3.1-8], at the subscription's
+   * QoS at most, if no-local and the ACL read check let it; returns the payload bytes sent.
+   */
+  private sendRetained(subscriber: Subscriber, record: SubscriptionRecord, entry: RetainedMeta): number {
+    if (record.noLocal && entry.origin === subscriber.id) return 0;
+    if (!mayRead(subscriber, entry.topic)) return 0;
+    const msg = this.retained.message(entry);
+    if (msg === undefined) return 0;
+    const qos = (record.qos < msg.qos ? record.qos : msg.qos) as QoS;
+    const ids = record.subscriptionId === undefined ? undefined : [record.subscriptionId];
+    const wait = subscriber.deliver(msg, qos, true, ids, undefined);
+    if (wait) wait.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'retained delivery could not be stored'));
+    return msg.payload.length;
   }
 
   /** Puts a subscription into the topic tree; true if it replaced one of the same subscriber and filter. */
@@ -461,6 +485,7 @@ export class Broker {
   close(): void {
     for (const timer of this.expiryTimers.values()) clearTimeout(timer);
     this.expiryTimers.clear();
+    this.retainedSender.close();
     this.wills.close(this.options.store.durable);
   }
 

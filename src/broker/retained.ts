@@ -1,31 +1,111 @@
-/** The retained-message index, kept in memory and written through to the store. */
+/**
+ * The retained-message index: a tree of topic levels holding what matching and delivery decide on (topic, QoS,
+ * origin, expiry, size), written through to the store, which keeps the payloads; a bounded cache holds the recently
+ * used ones (docs/architecture.md#retained-messages). Matching a filter walks only the levels it can match.
+ */
 import type { Message } from '../protocol/message.js';
-import { isExpired } from '../protocol/message.js';
-import { topicMatches } from '../protocol/topics.js';
-import type { RetainedStore } from '../store/types.js';
+import type { RetainedMeta, RetainedStore } from '../store/types.js';
+import { retainedMeta } from '../store/types.js';
+import type { Logger } from '../util/logger.js';
+
+export interface RetainedLimits {
+  /** Retained messages at most (`broker.maxRetainedMessages`). */
+  readonly maxMessages: number;
+  /** Payload bytes of all retained messages at most (`broker.maxRetainedBytes`). */
+  readonly maxBytes: number;
+}
+
+/**
+ * Memory for recently delivered retained messages besides the store: their payloads plus CACHE_ENTRY_BYTES each
+ * (the message object, its topic and origin, the cache's entry), so that small messages are bounded too.
+ */
+export const RETAINED_CACHE_BYTES = 16 * 1024 * 1024;
+const CACHE_ENTRY_BYTES = 256;
+/** A walk reports progress (yields `undefined`) after this many levels visited without a match: see `matching`. */
+export const LEVELS_PER_STEP = 64;
+
+/** One topic level; `entry` when a retained message has exactly this topic. */
+class Level {
+  children: Map<string, Level> | undefined;
+  entry: RetainedMeta | undefined;
+  constructor(
+    readonly parent: Level | undefined,
+    readonly name: string,
+  ) {}
+}
+
+const NO_PAYLOAD = Buffer.alloc(0);
 
 export class RetainedIndex {
-  private readonly byTopic = new Map<string, Message>();
+  private readonly root = new Level(undefined, '');
+  private n = 0;
+  private payloadBytes = 0;
+  /** Messages whose write to the store has not settled yet: the store still holds the previous value. */
+  private readonly unsettled = new Map<string, Message>();
+  /**
+   * Recently delivered messages, in two generations: new ones go into `recent`; when it holds half of
+   * RETAINED_CACHE_BYTES it becomes `older` (the one before is dropped whole). A hit in `older` moves to `recent`.
+   * Least recently used out, in O(1), without walking a Map's deleted entries.
+   */
+  private recent = new Map<string, Message>();
+  private older = new Map<string, Message>();
+  private recentBytes = 0;
+  /** Retained messages not stored for the limits (`edgeferry_retained_refused_total`). */
+  refused = 0;
+  /**
+   * Refusing for the limits: logged once per episode, which ends when the retained messages are back below 90 % of
+   * both limits (not at the next replacement, or a gateway at its limit would log at every `$SYS` update).
+   */
+  private refusing = false;
 
-  constructor(private readonly store: RetainedStore) {
-    for (const msg of store.loadAll()) this.byTopic.set(msg.topic, msg);
+  constructor(
+    private readonly store: RetainedStore,
+    private readonly limits: RetainedLimits,
+    private readonly log: Logger,
+  ) {
+    for (const meta of store.loadIndex()) this.apply(meta.topic, meta);
   }
 
   get count(): number {
-    return this.byTopic.size;
+    return this.n;
   }
 
-  /** Stores, replaces or (empty payload) deletes the retained message of `msg.topic` [MQTT-3.3.1-5/6/10/11]. */
-  set(msg: Message): Promise<void> {
-    const before = this.byTopic.get(msg.topic);
-    const after = msg.payload.length === 0 ? undefined : msg;
+  /** Payload bytes of every retained message. */
+  get bytes(): number {
+    return this.payloadBytes;
+  }
+
+  /**
+   * Stores, replaces or (empty payload) deletes the retained message of `msg.topic` [MQTT-3.3.1-5/6/10/11]. A message
+   * beyond `broker.maxRetainedMessages`/`maxRetainedBytes` is not stored (nor the one it replaces deleted): it is
+   * counted, and nothing is returned to wait for. The promise settles once the store has it.
+   */
+  set(msg: Message): Promise<void> | undefined {
+    const before = this.find(msg.topic);
+    if (this.overLimit(msg, before)) {
+      this.refuse(msg);
+      return undefined;
+    }
+    const after = msg.payload.length === 0 ? undefined : retainedMeta(msg);
     this.apply(msg.topic, after);
+    if (this.refusing && this.n < this.limits.maxMessages * 0.9 && this.payloadBytes < this.limits.maxBytes * 0.9) this.refusing = false;
+    this.uncache(msg.topic);
+    if (after !== undefined) this.unsettled.set(msg.topic, msg);
+    else this.unsettled.delete(msg.topic);
     const stored = this.store.set(msg);
     // Refused by the store (full disk): its publisher hears so, and the index goes back to what the store holds,
     // unless a later message for the topic replaced it meanwhile. Registered before the publisher's handler.
-    stored.then(undefined, () => {
-      if (this.byTopic.get(msg.topic) === after) this.apply(msg.topic, before);
-    });
+    stored.then(
+      () => {
+        // Stored: read from the store from now on (a message is cached when delivered, not when written).
+        if (this.unsettled.get(msg.topic) === msg) this.unsettled.delete(msg.topic);
+      },
+      () => {
+        if (this.find(msg.topic) !== after) return;
+        if (this.unsettled.get(msg.topic) === msg) this.unsettled.delete(msg.topic);
+        this.apply(msg.topic, before);
+      },
+    );
     return stored;
   }
 
@@ -34,21 +114,178 @@ export class RetainedIndex {
     return this.store.refusal(msg);
   }
 
-  private apply(topic: string, msg: Message | undefined): void {
-    if (msg === undefined) this.byTopic.delete(topic);
-    else this.byTopic.set(topic, msg);
+  /**
+   * Whether `msg` would take the retained messages past their limits: a new topic past the count, or more payload
+   * bytes than the limit (a replacement counts the difference). A deletion never is.
+   */
+  overLimit(msg: Message, before = this.find(msg.topic)): boolean {
+    if (msg.payload.length === 0) return false;
+    if (before === undefined && this.n >= this.limits.maxMessages) return true;
+    return this.payloadBytes - (before?.bytes ?? 0) + msg.payload.length > this.limits.maxBytes;
   }
 
-  /** Retained messages matching `filter`, dropping any that expired meanwhile. */
-  *matching(filter: string): Iterable<Message> {
+  /** Counts (and once per episode logs) a retained message not stored for the limits. */
+  refuse(msg: Message): void {
+    this.refused++;
+    if (this.refusing) return;
+    this.refusing = true;
+    const { maxMessages, maxBytes } = this.limits;
+    this.log.warn(
+      { topic: msg.topic, retained: this.n, bytes: this.payloadBytes, maxRetainedMessages: maxMessages, maxRetainedBytes: maxBytes },
+      'retained messages at broker.maxRetainedMessages or maxRetainedBytes: new ones are delivered but not retained until some are deleted',
+    );
+  }
+
+  /**
+   * The retained messages matching `filter`, walked lazily: the walk follows only the levels the filter can match,
+   * and a `+` or `#` walk reports progress by yielding `undefined` every LEVELS_PER_STEP levels visited, so that a
+   * caller can bound its work per turn. Expired messages are deleted as the walk meets them. Messages stored while
+   * a walk is under way may or may not be met by it. `$`-topics are not matched by a wildcard first level [MQTT-4.7.2-1].
+   */
+  *matching(filter: string): Generator<RetainedMeta | undefined, void, undefined> {
+    const levels = filter.split('/');
     const now = performance.now();
-    for (const msg of this.byTopic.values()) {
-      if (!topicMatches(filter, msg.topic)) continue;
-      if (isExpired(msg, now)) {
-        this.byTopic.delete(msg.topic);
+    const stack: { level: Level; depth: number }[] = [{ level: this.root, depth: 0 }];
+    let visited = 0;
+    while (stack.length > 0) {
+      const { level, depth } = stack.pop()!;
+      if (++visited % LEVELS_PER_STEP === 0) yield undefined;
+      if (depth === levels.length) {
+        const entry = level.entry;
+        if (entry !== undefined && this.live(entry, now)) yield entry;
         continue;
       }
-      yield msg;
+      const word = levels[depth];
+      if (word === '#') {
+        // `a/#` matches `a` too [MQTT-4.7.1-2]; then every level below.
+        if (level !== this.root && level.entry !== undefined && this.live(level.entry, now)) yield level.entry;
+        yield* this.below(level, level === this.root, now);
+        continue;
+      }
+      const children = level.children;
+      if (children === undefined) continue;
+      if (word === '+') {
+        for (const child of children.values()) {
+          if (level === this.root && child.name.startsWith('$')) continue;
+          stack.push({ level: child, depth: depth + 1 });
+        }
+      } else {
+        const child = children.get(word);
+        if (child !== undefined) stack.push({ level: child, depth: depth + 1 });
+      }
+    }
+  }
+
+  /** Every retained message below `level` (`#`), depth first. */
+  private *below(level: Level, skipDollar: boolean, now: number): Generator<RetainedMeta | undefined, void, undefined> {
+    const pending: Iterator<Level>[] = [];
+    if (level.children !== undefined) pending.push(level.children.values());
+    let visited = 0;
+    while (pending.length > 0) {
+      const next = pending[pending.length - 1].next();
+      if (next.done === true) {
+        pending.pop();
+        continue;
+      }
+      const child = next.value;
+      if (skipDollar && pending.length === 1 && child.name.startsWith('$')) continue;
+      if (++visited % LEVELS_PER_STEP === 0) yield undefined;
+      if (child.entry !== undefined && this.live(child.entry, now)) yield child.entry;
+      if (child.children !== undefined) pending.push(child.children.values());
+    }
+  }
+
+  /**
+   * The whole message of an index entry, as it is now: from the messages being stored, the cache, or the store
+   * (a read from LMDB's memory map). Undefined when it is gone meanwhile or damaged (then dropped from the index).
+   */
+  message(entry: RetainedMeta): Message | undefined {
+    const topic = entry.topic;
+    const unsettled = this.unsettled.get(topic);
+    if (unsettled !== undefined) return unsettled;
+    const recent = this.recent.get(topic);
+    if (recent !== undefined) return recent;
+    const older = this.older.get(topic);
+    if (older !== undefined) {
+      this.older.delete(topic);
+      this.remember(older);
+      return older;
+    }
+    const msg = this.store.get(topic);
+    if (msg === undefined) {
+      if (this.find(topic) === entry) this.apply(topic, undefined);
+      return undefined;
+    }
+    this.remember(msg);
+    return msg;
+  }
+
+  /** Keeps a delivered message in the cache (see `recent`); one above a sixteenth of the cache (1 MiB) is never kept. */
+  private remember(msg: Message): void {
+    if (msg.payload.length > RETAINED_CACHE_BYTES / 16) return;
+    if (this.recentBytes >= RETAINED_CACHE_BYTES / 2) {
+      this.older = this.recent;
+      this.recent = new Map();
+      this.recentBytes = 0;
+    }
+    this.recent.set(msg.topic, msg);
+    this.recentBytes += msg.payload.length + CACHE_ENTRY_BYTES;
+  }
+
+  /** Forgets a cached message that is replaced or deleted (its bytes count until its generation is dropped). */
+  private uncache(topic: string): void {
+    this.recent.delete(topic);
+    this.older.delete(topic);
+  }
+
+  /** False for an expired entry, which goes from the index and the store. */
+  private live(entry: RetainedMeta, now: number): boolean {
+    if (entry.expiresAt === undefined || entry.expiresAt > now) return true;
+    this.apply(entry.topic, undefined);
+    this.uncache(entry.topic);
+    this.unsettled.delete(entry.topic);
+    const deletion: Message = { topic: entry.topic, payload: NO_PAYLOAD, qos: 0, retain: true, properties: undefined, origin: entry.origin, expiresAt: undefined };
+    this.store.set(deletion).catch((err: unknown) => this.log.debug({ err, topic: entry.topic }, 'expired retained message not deleted from the store'));
+    return false;
+  }
+
+  private find(topic: string): RetainedMeta | undefined {
+    let level: Level | undefined = this.root;
+    for (const word of topic.split('/')) {
+      level = level.children?.get(word);
+      if (level === undefined) return undefined;
+    }
+    return level.entry;
+  }
+
+  /** Puts (or with undefined, removes) the entry of `topic`, keeping count and bytes; removes levels left empty. */
+  private apply(topic: string, entry: RetainedMeta | undefined): void {
+    let level = this.root;
+    const words = topic.split('/');
+    for (const word of words) {
+      let child = level.children?.get(word);
+      if (child === undefined) {
+        if (entry === undefined) return;
+        child = new Level(level, word);
+        (level.children ??= new Map()).set(word, child);
+      }
+      level = child;
+    }
+    const old = level.entry;
+    if (old !== undefined) {
+      this.n--;
+      this.payloadBytes -= old.bytes;
+    }
+    level.entry = entry;
+    if (entry !== undefined) {
+      this.n++;
+      this.payloadBytes += entry.bytes;
+      return;
+    }
+    // Prune the empty levels up the branch.
+    while (level.parent !== undefined && level.entry === undefined && (level.children === undefined || level.children.size === 0)) {
+      level.parent.children!.delete(level.name);
+      level = level.parent;
     }
   }
 }

@@ -11,6 +11,7 @@ import { fitsWindow, type QueuedRecord, type QueueWindow, type SessionStore, typ
 import { StoreError } from '../util/errors.js';
 import { IdTable } from '../util/id-table.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
+import type { RetainedPace } from './retained-sender.js';
 import type { ClientInfo } from './auth.js';
 import { highWaterOf, type SessionLimits } from './session-limits.js';
 
@@ -24,6 +25,8 @@ export interface ClientLink {
   readonly receiveMaximum: number;
   /** False while the connection's write buffer is over its limit: QoS 0 is then dropped for this client. */
   canTakeQoS0(): boolean;
+  /** True while the connection's write buffer holds half its limit or more: paced work (retained messages) waits. */
+  backedUp(): boolean;
   /**
    * Sends a QoS 0 PUBLISH. Nothing of it is kept, so it has no `Delivery` record (one per message and
    * subscriber would be an allocation on the hottest path). False if it could not be sent (too large for the client).
@@ -239,6 +242,19 @@ export class Session implements Subscriber {
   /** A persistent session refuses a QoS 1/2 message its store would refuse (`storage.maxBytes`): see `Subscriber.refusal`. */
   refusal(): Error | undefined {
     return this.store?.refusal();
+  }
+
+  /**
+   * The retained messages of a new subscription go to this connection while the subscription and the connection
+   * last, each once its write buffer has room and its queue is shorter than its inflight window.
+   */
+  retainedPace(record: SubscriptionRecord): RetainedPace | undefined {
+    const link = this.link;
+    if (link === undefined) return undefined;
+    return {
+      wanted: () => this.link === link && this.subs.get(record.filter) === record,
+      ready: () => !link.backedUp() && this.queuedCount < this.window,
+    };
   }
 
   private get window(): number {

@@ -4,6 +4,8 @@
  */
 import type { Message, QoS } from '../protocol/message.js';
 import type { PublishEncodings } from '../protocol/codec.js';
+import type { SubscriptionRecord } from '../store/types.js';
+import type { RetainedPace } from './retained-sender.js';
 
 /** Anything that receives messages: a client session or an in-process subscriber. */
 export interface Subscriber {
@@ -18,6 +20,11 @@ export interface Subscriber {
    * first and refuses the message for all when one refuses, so that a refused message is stored nowhere.
    */
   refusal?(msg: Message): Error | undefined;
+  /**
+   * How the retained messages of a new subscription are paced (broker/retained-sender.ts), or undefined (absent:
+   * in-process subscribers) to have them delivered at once.
+   */
+  retainedPace?(record: SubscriptionRecord): RetainedPace | undefined;
   deliver(
     msg: Message,
     qos: QoS,

@@ -144,6 +144,10 @@ const brokerSchema = z.strictObject({
   retainAvailable: z.boolean().default(true),
   maxUserProperties: count.default(64),
   maxSubscriptionsPerClient: positive.default(1000),
+  /** Retained messages at most; beyond, a retained publish is refused (MQTT 5 QoS 1/2: 0x97) or not retained. */
+  maxRetainedMessages: positive.default(100_000),
+  /** Payload bytes of all retained messages at most (they live in the store; an index and a cache in memory). */
+  maxRetainedBytes: positive.default(268_435_456),
 });
 
 const storageSchema = z.strictObject({

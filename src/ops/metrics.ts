@@ -39,7 +39,8 @@ export interface ConnectorStats {
 
 export interface MetricsSources {
   readonly broker: BrokerStats;
-  retainedCount(): number;
+  /** The retained messages: how many, their payload bytes, and how many were not stored for the limits. */
+  retained(): { readonly count: number; readonly bytes: number; readonly refused: number };
   subscriptionCount(): { normal: number; shared: number };
   sessionCount(): number;
   bridges(): ReadonlyMap<string, BridgeStats>;
@@ -107,7 +108,11 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   mirroredCounter(r, 'edgeferry_broker_acl_denied_total', 'Operations denied by the ACL, or refused in the edge node namespace', ['action'], () =>
     Object.entries(b.aclDenied).map(([action, v]) => [{ action }, v]),
   );
-  mirroredGauge(r, 'edgeferry_broker_retained_messages', 'Retained messages', [], () => [[{}, s.retainedCount()]]);
+  mirroredGauge(r, 'edgeferry_broker_retained_messages', 'Retained messages', [], () => [[{}, s.retained().count]]);
+  mirroredGauge(r, 'edgeferry_broker_retained_bytes', 'Payload bytes of the retained messages', [], () => [[{}, s.retained().bytes]]);
+  mirroredCounter(r, 'edgeferry_broker_retained_refused_total', 'Retained messages not stored: beyond broker.maxRetainedMessages or maxRetainedBytes', [], () => [
+    [{}, s.retained().refused],
+  ]);
   mirroredGauge(r, 'edgeferry_broker_subscriptions', 'Subscriptions by type', ['type'], () => {
     const c = s.subscriptionCount();
     return [[{ type: 'normal' }, c.normal], [{ type: 'shared' }, c.shared]];

@@ -165,6 +165,10 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     return false;
   }
 
+  backedUp(): boolean {
+    return this.transport.bufferedBytes + this.pending.bytes >= this.ctx.limits.maxWriteBufferBytes / 2;
+  }
+
   sendQoS0(msg: Message, retain: boolean, subscriptionIds: readonly number[] | undefined, encodings: PublishEncodings | undefined): boolean {
     return this.writePublish(msg, 0, retain, false, 0, subscriptionIds, encodings);
   }

@@ -19,7 +19,9 @@ import {
   type PendingWill,
   type QueuedRecord,
   type QueueWindow,
+  type RetainedMeta,
   type RetainedStore,
+  retainedMeta,
   type SessionFields,
   type SessionRecord,
   type SessionStore,
@@ -398,8 +400,12 @@ class MemoryRetainedStore implements RetainedStore {
     this.isClosed = isClosed;
   }
 
-  loadAll(): Iterable<Message> {
-    return [...this.byTopic.values()];
+  loadIndex(): Iterable<RetainedMeta> {
+    return [...this.byTopic.values()].map(retainedMeta);
+  }
+
+  get(topic: string): Message | undefined {
+    return this.byTopic.get(topic);
   }
 
   set(msg: Message): Promise<void> {

@@ -8,9 +8,31 @@ import type { SteadyClock } from '../util/clock.js';
 import type { Message, QoS } from '../protocol/message.js';
 import type { StoreError } from '../util/errors.js';
 
+/**
+ * What the broker's retained index keeps in memory of a retained message: everything matching and delivery decide
+ * on, but not the payload, which stays in the store (docs/architecture.md#retained-messages).
+ */
+export interface RetainedMeta {
+  readonly topic: string;
+  readonly qos: QoS;
+  /** For no-local [MQTT-3.8.3-3]. */
+  readonly origin: string;
+  /** As `Message.expiresAt`. */
+  readonly expiresAt: number | undefined;
+  /** Payload bytes, counted against `broker.maxRetainedBytes`. */
+  readonly bytes: number;
+}
+
+/** The index part of a retained message. */
+export function retainedMeta(msg: Message): RetainedMeta {
+  return { topic: msg.topic, qos: msg.qos, origin: msg.origin, expiresAt: msg.expiresAt, bytes: msg.payload.length };
+}
+
 export interface RetainedStore {
-  /** Every retained message, for loading the broker's retained index at start. */
-  loadAll(): Iterable<Message>;
+  /** The index of every retained message (no payloads), for the broker's retained index at start. */
+  loadIndex(): Iterable<RetainedMeta>;
+  /** The retained message of `topic` as stored (a copy the caller may keep), or undefined (none, or damaged). */
+  get(topic: string): Message | undefined;
   /** Stores `msg` under its topic; an empty payload deletes the topic's retained message. */
   set(msg: Message): Promise<void>;
   /** The error `set(msg)` would be refused with now (a store at `storage.maxBytes`), or undefined (see `Outbox.refusal`). */

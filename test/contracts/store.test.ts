@@ -332,18 +332,23 @@ describe.each(impls)('store contract: $name', (impl) => {
       const store = await open();
       const r = store.retained;
       await r.set(msg(1, { retain: true }));
-      await r.set(msg(2, { retain: true }));
+      await r.set(msg(2, { retain: true, qos: 1, properties: { messageExpiryInterval: 3600, contentType: 'text/plain' } }));
       await r.set(createMessage({ topic: 'plant/line4/1', payload: Buffer.from('v2'), retain: true, origin: 'c2' }));
       expect(r.count).toBe(2);
-      const all = [...r.loadAll()].sort((x, y) => x.topic.localeCompare(y.topic));
-      expect(all.map((m) => [m.topic, m.payload.toString(), m.origin])).toEqual([
-        ['plant/line4/1', 'v2', 'c2'],
-        ['plant/line4/2', 'payload-2', 'c1'],
+      const index = [...r.loadIndex()].sort((x, y) => x.topic.localeCompare(y.topic));
+      expect(index.map((m) => [m.topic, m.qos, m.origin, m.bytes, m.expiresAt === undefined])).toEqual([
+        ['plant/line4/1', 0, 'c2', 2, true],
+        ['plant/line4/2', 1, 'c1', 9, false],
       ]);
+      expect(r.get('plant/line4/1')?.payload.toString()).toBe('v2');
+      const two = r.get('plant/line4/2')!;
+      expect([two.payload.toString(), two.origin, two.qos, two.properties?.contentType]).toEqual(['payload-2', 'c1', 1, 'text/plain']);
       await r.set(createMessage({ topic: 'plant/line4/1', payload: Buffer.alloc(0), origin: 'c' }));
       await r.set(createMessage({ topic: 'never/set', payload: Buffer.alloc(0), origin: 'c' }));
       expect(r.count).toBe(1);
-      expect([...r.loadAll()].map((m) => m.topic)).toEqual(['plant/line4/2']);
+      expect(r.get('plant/line4/1')).toBeUndefined();
+      expect(r.get('never/set')).toBeUndefined();
+      expect([...r.loadIndex()].map((m) => m.topic)).toEqual(['plant/line4/2']);
     });
 
     it('counts correctly when the same topic is set and deleted within one event turn', async () => {
@@ -356,7 +361,7 @@ describe.each(impls)('store contract: $name', (impl) => {
         r.set(msg(2)),
       ]);
       expect(r.count).toBe(1);
-      expect([...r.loadAll()].map((m) => m.topic)).toEqual(['plant/line4/2']);
+      expect([...r.loadIndex()].map((m) => m.topic)).toEqual(['plant/line4/2']);
     });
   });
 

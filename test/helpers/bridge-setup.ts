@@ -17,8 +17,7 @@ export function testBroker(log: Logger = silentLogger): { broker: Broker; store:
 
 /** The retained payload of `topic` in the store, as text. */
 export function retainedPayload(store: Store, topic: string): string | undefined {
-  for (const msg of store.retained.loadAll()) if (msg.topic === topic) return msg.payload.toString();
-  return undefined;
+  return store.retained.get(topic)?.payload.toString();
 }
 
 /** A full BridgeConfig (the schema's defaults) with `patch` applied on top. */

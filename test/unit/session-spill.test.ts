@@ -77,6 +77,7 @@ function attachClient(session: Session): { numbers: number[]; ids: (readonly num
     certificateIdentity: undefined,
     receiveMaximum: 65_535,
     canTakeQoS0: () => true,
+    backedUp: () => false,
     sendQoS0: () => true,
     sendPublish({ msg, qos, subscriptionIds }, packetId) {
       got.numbers.push(msg.payload.readUInt32BE(0));

@@ -83,6 +83,12 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
     origin: conn.clientId,
   });
   broker.stats.messagesReceived[qos]++;
+  // Past broker.maxRetainedMessages/maxRetainedBytes an MQTT 5 publisher that waits for an acknowledgement hears
+  // 0x97 and the message goes nowhere; everyone else's is delivered but not retained (RetainedIndex.set).
+  if (v5 && qos > 0 && msg.retain && broker.retained.overLimit(msg)) {
+    broker.retained.refuse(msg);
+    return acknowledge(conn, qos, packetId, Reason.QuotaExceeded);
+  }
   let durable = broker.route(msg);
   // A subscriber's queue is at its high-water mark: this publisher is not read from until it drains.
   if (broker.pressure !== undefined) conn.holdFor(broker.pressure);

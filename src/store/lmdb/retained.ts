@@ -2,7 +2,7 @@
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
 import { CorruptValueError, decodePlainValue, encodePlainValue } from '../codec.js';
-import type { RetainedStore } from '../types.js';
+import { retainedMeta, type RetainedMeta, type RetainedStore } from '../types.js';
 import type { Batch, BatchMember, DamagedRecord, StoreWriter } from './writer.js';
 
 export class LmdbRetainedStore implements RetainedStore, BatchMember {
@@ -19,22 +19,47 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
     this.n = (store.retainedDb.getStats() as { entryCount: number }).entryCount;
   }
 
-  loadAll(): Iterable<Message> {
-    const out: Message[] = [];
+  /**
+   * The index of every retained message, checked: payloads are read through the memory map for their checksum but
+   * not copied, so a restart costs memory for topics, not payloads (docs/architecture.md#retained-messages).
+   */
+  loadIndex(): Iterable<RetainedMeta> {
+    const db = this.store.retainedDb;
+    const out: RetainedMeta[] = [];
     const damaged: DamagedRecord[] = [];
-    for (const { key, value } of this.store.retainedDb.getRange({ snapshot: false })) {
+    for (const key of db.getKeys({ snapshot: false })) {
+      // The fast read returns the map's (or a reused) buffer: nothing of it is kept past this line's decode.
+      const value = db.getBinaryFast(key);
+      if (value === undefined) continue;
       try {
-        out.push(decodePlainValue(value, this.store.clock));
+        out.push(retainedMeta(decodePlainValue(value, this.store.clock)));
       } catch (err) {
         if (!(err instanceof CorruptValueError)) throw err;
-        damaged.push({ db: this.store.retainedDb, key });
+        damaged.push({ db, key });
       }
     }
-    if (damaged.length > 0) {
-      this.n -= damaged.length;
-      this.store.reportCorrupt('retained messages', { topics: damaged.map((d) => d.key.toString('utf8')) }, damaged.length, damaged);
-    }
+    this.reportDamaged(damaged);
     return out;
+  }
+
+  /** Reads one retained message (a copy); a damaged one is reported, deleted, and not returned. */
+  get(topic: string): Message | undefined {
+    const key = Buffer.from(topic, 'utf8');
+    const value = this.store.retainedDb.get(key);
+    if (value === undefined) return undefined;
+    try {
+      return decodePlainValue(value, this.store.clock);
+    } catch (err) {
+      if (!(err instanceof CorruptValueError)) throw err;
+      this.reportDamaged([{ db: this.store.retainedDb, key }]);
+      return undefined;
+    }
+  }
+
+  private reportDamaged(damaged: DamagedRecord[]): void {
+    if (damaged.length === 0) return;
+    this.n -= damaged.length;
+    this.store.reportCorrupt('retained messages', { topics: damaged.map((d) => d.key.toString('utf8')) }, damaged.length, damaged);
   }
 
   set(msg: Message): Promise<void> {

@@ -1,0 +1,277 @@
+/**
+ * `npm run bench:retained`: retained messages at scale, edgeferry beside Mosquitto and Aedes. Each broker (fresh,
+ * interleaved over the repetitions) gets 100,000 retained messages `r/<i>/x` (16-byte payloads), then:
+ *
+ * - idle: four pinger clients each publish QoS 0 to a topic of their own that they subscribe to, one message every
+ *   millisecond or so, and time the round trip (publish → delivery): the baseline p50/p99;
+ * - no-match: one client sends 50 SUBSCRIBEs in a row (each waits for its SUBACK; fewer if they take more than
+ *   20 s in all) of the same 1,000 filters `r/<j>/y`, which match none of the retained messages (the first
+ *   subscribes, the others replace): SUBACK time (median), and the pingers' round trip meanwhile;
+ * - wildcard: a new client subscribes `#` and reads every retained message: time to the last one, and the pingers'
+ *   round trip meanwhile.
+ *
+ * Medians over the repetitions, ratios to the idle baseline and to Mosquitto. Writes bench/results/retained.json.
+ *
+ *   node dist/bench/retained.js [--brokers edgeferry,mosquitto,aedes] [--reps 3] [--retained 100000] [--out FILE] [--cpu-prof DIR]
+ */
+import net from 'node:net';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { generate, type Packet } from 'mqtt-packet';
+import { brokerNames, killAllBrokers, startBroker, type BrokerName } from './brokers.js';
+import { choiceList, positiveInt, rootDir, runMain, scratchDir, writeResults } from './harness.js';
+import { PacketReader, PacketType, encodeConnect, encodePublish, encodeSubscribe } from './mqtt-wire.js';
+import { median, table } from './report.js';
+
+const { values } = parseArgs({
+  options: {
+    brokers: { type: 'string', default: 'edgeferry,mosquitto,aedes' },
+    reps: { type: 'string' },
+    retained: { type: 'string' },
+    out: { type: 'string' },
+    'cpu-prof': { type: 'string' },
+  },
+});
+const BROKERS = choiceList(values.brokers!, brokerNames, 'broker');
+const REPS = positiveInt(values.reps, 3, 'reps');
+const RETAINED = positiveInt(values.retained, 100_000, 'retained');
+const OUT = values.out ?? path.join(rootDir, 'bench/results/retained.json');
+const CPU_PROF = values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']);
+const FILTERS = 1000;
+const SUBSCRIBES = 50;
+const PINGERS = 4;
+const IDLE_MS = 2000;
+const SUBSCRIBE_BUDGET_MS = 20_000;
+
+interface Run {
+  broker: BrokerName;
+  rep: number;
+  idleP50: number;
+  idleP99: number;
+  subackMs: number;
+  /** SUBSCRIBEs answered within the budget. */
+  subscribes: number;
+  noMatchP99: number;
+  wildcardMs: number;
+  wildcardDelivered: number;
+  wildcardP99: number;
+}
+
+/** A connected raw MQTT 3.1.1 client; `on` sees every packet's type and body. */
+async function client(port: number, clientId: string, on: (type: number, flags: number) => void): Promise<net.Socket> {
+  const socket = net.connect(port, '127.0.0.1');
+  await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  socket.setNoDelay(true);
+  let connected: () => void;
+  const connack = new Promise<void>((resolve) => (connected = resolve));
+  const reader = new PacketReader((type, flags) => (type === PacketType.connack ? connected() : on(type, flags)));
+  socket.on('data', (chunk: Buffer) => reader.push(chunk));
+  socket.write(encodeConnect(clientId, 0));
+  await connack;
+  return socket;
+}
+
+/** Waits (at most 120 s) for the next packet of `type` that `waiters` is told of. */
+function next(waiters: Map<number, () => void>, type: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no packet of type ${type} within 120 s`)), 120_000);
+    waiters.set(type, () => (clearTimeout(timer), resolve()));
+  });
+}
+
+/** Round-trip samples of the pingers: when each was sent, and how long it took. */
+class Pingers {
+  readonly samples: { at: number; ms: number }[] = [];
+  private running = true;
+  private readonly sockets: net.Socket[] = [];
+  private readonly loops: Promise<void>[] = [];
+
+  async start(port: number): Promise<void> {
+    for (let k = 0; k < PINGERS; k++) {
+      let arrived: () => void = () => undefined;
+      const socket = await client(port, `pinger-${k}`, (type) => (type === PacketType.publish || type === PacketType.suback ? arrived() : undefined));
+      this.sockets.push(socket);
+      const topic = `ping/${k}`;
+      await new Promise<void>((resolve) => ((arrived = resolve), socket.write(encodeSubscribe(1, topic, 0))));
+      const message = encodePublish(topic, Buffer.alloc(16), 0);
+      this.loops.push(
+        (async () => {
+          while (this.running) {
+            const at = performance.now();
+            await new Promise<void>((resolve) => ((arrived = resolve), socket.write(message)));
+            this.samples.push({ at, ms: performance.now() - at });
+            await new Promise((r) => setTimeout(r, 1));
+          }
+        })(),
+      );
+    }
+  }
+
+  /** p50 and p99 of the round trips sent between `from` and `to`. */
+  percentiles(from: number, to: number): { p50: number; p99: number } {
+    const ms = this.samples.filter((s) => s.at >= from && s.at <= to).map((s) => s.ms).sort((a, b) => a - b);
+    const at = (p: number): number => ms[Math.min(ms.length - 1, Math.floor(p * ms.length))] ?? NaN;
+    return { p50: at(0.5), p99: at(0.99) };
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    for (const s of this.sockets) s.destroy();
+    await Promise.race([Promise.all(this.loops), new Promise((r) => setTimeout(r, 1000))]);
+  }
+}
+
+async function preload(port: number): Promise<void> {
+  const waiters = new Map<number, () => void>();
+  const socket = await client(port, 'loader', (type) => waiters.get(type)?.());
+  const payload = Buffer.alloc(16, 1);
+  for (let i = 0; i < RETAINED; i += 1000) {
+    const batch: Buffer[] = [];
+    for (let j = i; j < Math.min(RETAINED, i + 1000); j++) batch.push(retainedPublish(`r/${j}/x`, payload));
+    if (!socket.write(Buffer.concat(batch))) await new Promise((r) => socket.once('drain', r));
+  }
+  // A QoS 1 publish after them: its PUBACK comes once the broker has handled every one before it.
+  const acked = next(waiters, PacketType.puback);
+  socket.write(encodePublish('fence', payload, 1, 1));
+  await acked;
+  socket.destroy();
+}
+
+function retainedPublish(topic: string, payload: Buffer): Buffer {
+  const bytes = encodePublish(topic, payload, 0);
+  bytes[0] |= 0x01; // RETAIN
+  return bytes;
+}
+
+async function runOne(broker: BrokerName, rep: number, tmpDir: string): Promise<Run> {
+  const b = await startBroker(broker, { rootDir, tmpDir, cpuProfDir: CPU_PROF, edgeferryBroker: `maxRetainedMessages: ${RETAINED * 2}, sysIntervalS: 0` });
+  const pingers = new Pingers();
+  try {
+    await preload(b.port);
+    await pingers.start(b.port);
+    const idleFrom = performance.now();
+    await new Promise((r) => setTimeout(r, IDLE_MS));
+    const idle = pingers.percentiles(idleFrom, performance.now());
+
+    const waiters = new Map<number, () => void>();
+    const subscriber = await client(b.port, 'no-match', (type) => waiters.get(type)?.());
+    const subscribe = generate({
+      cmd: 'subscribe',
+      messageId: 1,
+      subscriptions: Array.from({ length: FILTERS }, (_, j) => ({ topic: `r/${j}/y`, qos: 0 as const })),
+    } as Packet);
+    const subacks: number[] = [];
+    const noMatchFrom = performance.now();
+    // At most SUBSCRIBE_BUDGET_MS in all: a broker that scans every retained message per filter takes seconds each.
+    for (let i = 0; i < SUBSCRIBES && performance.now() - noMatchFrom < SUBSCRIBE_BUDGET_MS; i++) {
+      const started = performance.now();
+      const acked = next(waiters, PacketType.suback);
+      subscriber.write(subscribe);
+      await acked;
+      subacks.push(performance.now() - started);
+    }
+    const noMatch = pingers.percentiles(noMatchFrom, performance.now());
+    subscriber.destroy();
+
+    let delivered = 0;
+    let lastAt = performance.now();
+    const all = await client(b.port, 'wildcard', (type, flags) => {
+      // Retained messages only (RETAIN flag): the pingers' messages match `#` too.
+      if (type !== PacketType.publish || (flags & 0x01) === 0) return;
+      delivered++;
+      lastAt = performance.now();
+    });
+    const wildcardFrom = performance.now();
+    all.write(encodeSubscribe(1, '#', 0));
+    // Until every one arrived, or none for 2 s (a broker that drops some).
+    while (delivered < RETAINED && performance.now() - lastAt < 2000) await new Promise((r) => setTimeout(r, 5));
+    const wildcard = pingers.percentiles(wildcardFrom, lastAt);
+    all.destroy();
+    return {
+      broker,
+      rep,
+      idleP50: idle.p50,
+      idleP99: idle.p99,
+      subackMs: median(subacks),
+      subscribes: subacks.length,
+      noMatchP99: noMatch.p99,
+      wildcardMs: lastAt - wildcardFrom,
+      wildcardDelivered: delivered,
+      wildcardP99: wildcard.p99,
+    };
+  } finally {
+    await pingers.stop();
+    await b.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  const startedAt = new Date();
+  const { tmpDir, cleanup } = scratchDir('edgeferry-retained-bench-', killAllBrokers, 'retained bench interrupted');
+  const runs: Run[] = [];
+  try {
+    for (let rep = 0; rep < REPS; rep++) {
+      // The order rotates each repetition, so a slow phase of the machine hits every broker alike.
+      for (let i = 0; i < BROKERS.length; i++) {
+        const broker = BROKERS[(i + rep) % BROKERS.length];
+        try {
+          const run = await runOne(broker, rep, tmpDir);
+          process.stderr.write(`  ${broker} rep ${rep + 1}: ${JSON.stringify(run)}\n`);
+          runs.push(run);
+        } catch (err) {
+          process.stderr.write(`  ${broker} rep ${rep + 1} failed: ${err instanceof Error ? err.message : String(err)}\n`);
+        }
+      }
+    }
+  } finally {
+    cleanup();
+  }
+  const summary = Object.fromEntries(
+    BROKERS.map((broker) => {
+      const mine = runs.filter((r) => r.broker === broker);
+      const m = (key: keyof Run): number => median(mine.map((r) => r[key] as number));
+      return [
+        broker,
+        {
+          idleP50: m('idleP50'),
+          idleP99: m('idleP99'),
+          subackMs: m('subackMs'),
+          subscribes: m('subscribes'),
+          noMatchP99: m('noMatchP99'),
+          noMatchP99VsIdle: median(mine.map((r) => r.noMatchP99 / r.idleP99)),
+          wildcardMs: m('wildcardMs'),
+          wildcardDelivered: m('wildcardDelivered'),
+          wildcardP99: m('wildcardP99'),
+          wildcardP99VsIdle: median(mine.map((r) => r.wildcardP99 / r.idleP99)),
+        },
+      ];
+    }),
+  ) as Partial<Record<BrokerName, Record<string, number>>>;
+  const f = (n: number, digits = 2): string => (Number.isFinite(n) ? n.toFixed(digits) : 'n/a');
+  const ref = summary.mosquitto as Record<string, number> | undefined;
+  const vsMosquitto = (s: Record<string, number>, key: string): string => (ref === undefined ? 'n/a' : `${f(s[key] / ref[key])}x`);
+  process.stdout.write(
+    `\nretained: ${RETAINED} retained messages, ${SUBSCRIBES} SUBSCRIBEs of ${FILTERS} filters matching none, then #; ${PINGERS} pingers; medians of ${REPS}\n` +
+      table(
+        ['broker', 'idle p50/p99 ms', 'SUBACK ms', 'vs mosquitto', 'p99 during / idle', '# all delivered s', 'delivered', 'vs mosquitto', 'p99 during # / idle'],
+        BROKERS.map((broker) => {
+          const s = summary[broker]!;
+          return [
+            broker,
+            `${f(s.idleP50)} / ${f(s.idleP99)}`,
+            f(s.subackMs),
+            vsMosquitto(s, 'subackMs'),
+            `${f(s.noMatchP99VsIdle)}x`,
+            f(s.wildcardMs / 1000),
+            String(s.wildcardDelivered),
+            vsMosquitto(s, 'wildcardMs'),
+            `${f(s.wildcardP99VsIdle)}x`,
+          ];
+        }),
+      ) +
+      '\n',
+  );
+  writeResults(OUT, startedAt, { brokers: BROKERS, reps: REPS, retained: RETAINED }, summary, runs);
+}
+
+runMain('retained bench', main, killAllBrokers);
