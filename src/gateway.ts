@@ -4,6 +4,7 @@
  * accepting and disconnect clients → close the broker (delayed wills of durable sessions wait for the next run) → stop
  * bridges (outboxes stay on disk) → close the store.
  */
+import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BridgeConfig, Config, ConsoleConfig, MetricsConfig } from './config/schema.js';
@@ -17,6 +18,7 @@ import { Origins, createMessage } from './protocol/message.js';
 import { checkBindable, MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
+import { fleetStatus, type FleetStatusSources } from './ops/fleet-status.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
 import type { MetricsAccess } from './ops/metrics.js';
 import { PasswordFile } from './broker/password-file.js';
@@ -117,6 +119,15 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
     connectorRegistry.create(c, { log: log.child({ mod: 'connector', connector: c.id }), dataDir: initial.storage.path });
   const edgeNode = createEdgeNode(config, broker, makeConnector, log, audit);
 
+  const startedAtMs = Date.now();
+  const statusSources: FleetStatusSources = {
+    gatewayId: config.gateway.id,
+    version: VERSION,
+    startedAtMs,
+    configDigest: () => createHash('sha256').update(JSON.stringify(config)).digest('hex').slice(0, 16),
+    bridges: () => new Map(bridges.map((bridge) => [bridge.name, bridge.stats])),
+    devices: () => (edgeNode?.deviceList ?? []).map((d) => ({ id: d.id, up: d.stats.state === 'online' })),
+  };
   const makeBridge = (bc: BridgeConfig): Bridge =>
     new Bridge({
       config: bc,
@@ -131,6 +142,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       log: log.child({ mod: 'bridge', bridge: bc.name }),
       hooks: edgeNode && bc.name === config.sparkplug?.uplink ? edgeNode.hooks : undefined,
       maxPacketBytes: config.broker.maxPacketBytes,
+      status: (online) => fleetStatus(statusSources, online),
     });
   let bridges = config.bridges.map(makeBridge);
   const uplinkBridge = bridges.find((bridge) => bridge.name === config.sparkplug?.uplink);

@@ -25,8 +25,10 @@ import { Origins, createMessage, isExpired } from '../protocol/message.js';
 import { reasonName } from '../protocol/reason-codes.js';
 import { deleteDeadLetters, requeueDeadLetters } from './dead-letters.js';
 import type { DropReason, Outbox, OutboxEntry } from '../store/types.js';
-import { asError, StoreError, UplinkError } from '../util/errors.js';
+import { asError, StoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
+import { OutageLog } from './outage-log.js';
+import { StatusPublisher, type StatusSnapshot } from './status.js';
 import { ReplayPacer } from './token-bucket.js';
 import { TopicMap } from './topic-map.js';
 import type { TopicRule } from './topic-map.js';
@@ -82,6 +84,10 @@ export interface BridgeStats {
   /** The longest journal-to-acknowledgement time of a message that was not backlog, over the last sample. */
   readonly liveLatencyS: number;
   readonly reconnects: number;
+  /** Connections the central broker gave to another client with the same client id (DISCONNECT 0x8E, or inferred). */
+  readonly sessionTaken: number;
+  /** The last reason the uplink went down or an attempt failed (and when, ISO 8601); undefined before any. */
+  readonly lastError: { readonly message: string; readonly at: string } | undefined;
   /** Messages from the central broker published locally. */
   readonly received: number;
   /** Inbound messages the local broker refused. */
@@ -100,6 +106,8 @@ export interface BridgeOptions {
   readonly deadLetter?: Outbox;
   /** The gateway's id in message ids (`gateway.id`); without it, the host name. */
   readonly gatewayId?: string;
+  /** The gateway's status report (`status.enabled`): published on `status.topic`, "offline" as the Will. */
+  readonly status?: (online: boolean) => StatusSnapshot;
 }
 
 /** Bytes of fixed header, packet id and property overhead assumed when checking Maximum Packet Size. */
@@ -154,6 +162,9 @@ export class Bridge {
   private readonly rate = { lastSent: 0, lastAtMs: 0, sendPerS: 0, replayPerS: 0, replaySent: 0, liveLatencyMs: 0, liveLatencyMaxMs: 0 };
   /** Warnings logged once per episode; cleared when the condition ends. */
   private readonly episodes = new Set<string>();
+  private readonly outages: OutageLog;
+  private readonly statusPublisher: StatusPublisher | undefined;
+  private lastError: BridgeStats['lastError'];
   private queueFullSeen = 0;
   /** The dead-letter requeue or delete under way: one at a time, so that both never take the same letters. */
   private deadLetterWork: Promise<unknown> = Promise.resolve();
@@ -166,6 +177,7 @@ export class Bridge {
     this.outbox = options.outbox;
     this.deadLetter = options.deadLetter;
     this.log = options.log;
+    this.outages = new OutageLog(options.log);
     this.hooks = options.hooks ?? {};
     this.topics = new TopicMap(options.config.topics);
     const { replay } = options.config;
@@ -176,10 +188,14 @@ export class Bridge {
     this.pacer = new ReplayPacer(this.paceLimits);
     this.stateTopic = `$SYS/broker/connection/${options.config.remote.clientId}/state`;
     this.queueFullSeen = this.outbox.depth.dropped.queue_full;
+    const { status } = options.config;
+    this.statusPublisher = status.enabled && options.status ? new StatusPublisher(this, status.topic, options.status) : undefined;
+    // A connection has one Will: the Sparkplug uplink's is the NDEATH; its status says "offline" on a graceful stop.
+    const statusWill = this.statusPublisher ? () => this.statusPublisher?.will() : undefined;
     this.uplink = new Uplink({
       config: options.config,
       log: this.log,
-      will: this.hooks.will ? () => this.hooks.will?.() : undefined,
+      will: this.hooks.will ? () => this.hooks.will?.() : statusWill,
       connectSending: this.hooks.connectSending ? () => this.hooks.connectSending?.() : undefined,
       subscriptions: this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
       // The Sparkplug uplink (the only bridge with hooks) subscribes on every connection, as an edge node on a clean
@@ -187,7 +203,10 @@ export class Bridge {
       subscribeEveryConnection: options.hooks !== undefined,
       maxPacketBytes: options.maxPacketBytes,
       events: {
-        connecting: (attempt) => this.setStatus({ type: 'connecting', attempt }),
+        connecting: (attempt) => {
+          this.outages.attempting(attempt);
+          this.setStatus({ type: 'connecting', attempt });
+        },
         online: (session) => this.onOnline(session),
         offline: (error, retryInMs) => this.onOffline(error, retryInMs),
         confirmed: (sendIndex) => this.onConfirmed(sendIndex),
@@ -236,6 +255,8 @@ export class Bridge {
       drainEtaS: this.replayRemaining === 0 ? 0 : this.rate.replayPerS > 0 ? this.replayRemaining / this.rate.replayPerS : NaN,
       liveLatencyS: this.rate.liveLatencyMs / 1000,
       reconnects: this.counters.reconnects,
+      sessionTaken: this.outages.sessionTaken,
+      lastError: this.lastError,
       received: this.counters.received,
       receivedFailed: this.counters.receivedFailed,
     };
@@ -272,6 +293,7 @@ export class Bridge {
     this.tickTimer = setInterval(() => this.tick(), 1000);
     this.tickTimer.unref();
     this.uplink.start();
+    this.statusPublisher?.start();
   }
 
   /** Stops sending and closes the uplink; the outbox stays on disk and resumes on the next start. */
@@ -282,6 +304,11 @@ export class Bridge {
     this.unsubscribers = [];
     clearInterval(this.tickTimer);
     clearTimeout(this.paceTimer);
+    const offline = this.statusPublisher?.stop();
+    if (offline && this.uplink.online) {
+      this.uplink.publish(offline, undefined, false);
+      await new Promise(setImmediate); // it leaves before our DISCONNECT, which discards the Will
+    }
     await this.uplink.stop();
     this.resetConnectionState();
     this.flushRemovals();
@@ -449,8 +476,7 @@ export class Bridge {
     this.rate.lastAtMs = performance.now();
     this.pacer = new ReplayPacer(this.paceLimits);
     this.setStatus({ type: 'online', backlog: depth.messages });
-    const wasDown = this.episodes.delete('offline');
-    this.log.info({ url: session.url, sessionPresent: session.sessionPresent, backlog: depth.messages, reconnected: wasDown }, 'uplink online');
+    this.outages.online({ url: session.url, sessionPresent: session.sessionPresent, backlog: depth.messages });
     this.sendPrologue();
     void this.publishState(true);
     this.schedulePump();
@@ -467,15 +493,9 @@ export class Bridge {
       return;
     }
     this.setStatus({ type: 'offline', error: error.message, retryInMs });
-    const fields = { err: error, retryInMs, backlog: this.outbox.depth.messages };
-    if (error instanceof UplinkError && error.code === 'EF_UPLINK_REJECTED') {
-      if (!this.episodes.has('offline')) this.log.error(fields, 'central broker refused the uplink; buffering');
-      this.episodes.add('offline');
-    } else {
-      this.warnOnce('offline', fields, wasOnline ? 'uplink lost; buffering' : 'uplink offline; buffering');
-    }
+    this.lastError = { message: error.message, at: new Date().toISOString() };
+    this.outages.offline(error, retryInMs, this.outbox.depth.messages, wasOnline);
     if (wasOnline) void this.publishState(false);
-    this.log.debug({ err: error, retryInMs }, 'uplink attempt failed');
   }
 
   /** Every publish written before send index `upTo` reached the broker: release confirmed QoS 0 entries. */
@@ -708,6 +728,7 @@ export class Bridge {
     this.rate.liveLatencyMs = this.rate.liveLatencyMaxMs;
     this.rate.liveLatencyMaxMs = 0;
     this.rate.lastAtMs = nowMs;
+    this.outages.tick();
     this.checkQueueFull();
     if (this.config.queue.maxAgeS > 0) {
       this.outbox.expire().catch((err: unknown) => this.log.error({ err }, 'outbox expiry failed'));

@@ -5,7 +5,7 @@
  * WSS); see docs/architecture.md#uplink.
  *
  * The bridge's LMDB outbox is the only source of truth for what still has to go up; this class keeps no queue:
- * - a new connection per attempt; this class owns reconnects (decorrelated jitter, cycling through `remote.urls`);
+ * - a new connection per attempt, cycling through `remote.urls`, when `ReconnectSchedule` says;
  * - packet ids follow from the outbox seq (`outboxPacketId`), so an unacknowledged message goes again under its id
  *   after a reconnect (DUP) or a restart [MQTT-4.4.0-1], and a QoS 2 flow the broker received resumes at PUBREL
  *   (`release`);
@@ -24,12 +24,12 @@ import { appendPublish, createParser, decodePublish, encodeAck, encodePacket, Pa
 import type { AckCommand, ConnectPacket, Packet, PropertyTail, ProtocolVersion, PublishPacket } from '../protocol/codec.js';
 import { PacketFramer, packetBytes, type FrameHandler } from '../protocol/framer.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
-import { Backoff } from '../util/backoff.js';
 import { asError, ProtocolError, UplinkError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { dial } from './dial.js';
 import { InboundQoS2 } from './inbound-qos2.js';
 import { PacketIds } from './packet-ids.js';
+import { ReconnectSchedule, type ConnectionEnd } from './reconnect-schedule.js';
 import { IdTable } from '../util/id-table.js';
 
 /** What a successful CONNACK told us. */
@@ -123,6 +123,8 @@ interface Connection {
   readonly framer: PacketFramer;
   readonly ids: PacketIds;
   online: boolean;
+  /** When CONNACK accepted it. */
+  onlineAtMs: number;
   /** Publishes written on this connection so far; the next publish gets this index. */
   sendIndex: number;
   /** Outstanding PINGREQs: send index at the time of writing, and when. */
@@ -177,11 +179,10 @@ const CONNACK_V3_REFUSALS = ['', 'unacceptable protocol version', 'identifier re
 export class Uplink {
   private conn: Connection | undefined;
   private stopped = true;
-  private attempt = 0;
   private urlIndex = 0;
   private retryTimer: NodeJS.Timeout | undefined;
   private livenessTimer: NodeJS.Timeout | undefined;
-  private readonly backoff: Backoff;
+  private readonly schedule: ReconnectSchedule;
   /** Inbound QoS 2 state outlives a connection: a PUBLISH sent again on a resumed session is not published twice. */
   private readonly inboundQoS2 = new InboundQoS2();
   /** Remote filters already subscribed by this process (re-subscribe on a resumed session only if new). */
@@ -194,8 +195,7 @@ export class Uplink {
   constructor(private readonly options: UplinkOptions) {
     this.log = options.log;
     this.version = options.config.remote.protocolVersion;
-    const { minDelayMs, maxDelayMs } = options.config.reconnect;
-    this.backoff = new Backoff(minDelayMs, maxDelayMs);
+    this.schedule = new ReconnectSchedule(options.config.reconnect);
   }
 
   get online(): boolean {
@@ -342,8 +342,7 @@ export class Uplink {
     const { remote, ackTimeoutS } = this.options.config;
     const url = remote.urls[this.urlIndex % remote.urls.length];
     this.urlIndex++;
-    this.attempt++;
-    this.options.events.connecting(this.attempt, url);
+    this.options.events.connecting(this.schedule.nextAttempt(), url);
     let stream: Duplex;
     try {
       stream = dial(url, remote.tls, () => {
@@ -354,7 +353,8 @@ export class Uplink {
       });
     } catch (err) {
       // An unreadable or invalid TLS file: a failed attempt, so the bridge keeps buffering and retries.
-      this.scheduleRetry(new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err }));
+      const error = new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err });
+      this.scheduleRetry({ error, closedByBroker: false, onlineMs: undefined });
       return;
     }
     const conn: Connection = {
@@ -363,6 +363,7 @@ export class Uplink {
       framer: new PacketFramer(),
       ids: new PacketIds(),
       online: false,
+      onlineAtMs: 0,
       sendIndex: 0,
       pings: [],
       flows: new IdTable(),
@@ -444,10 +445,9 @@ export class Uplink {
     }
     if (this.stopped) return;
     conn.online = true;
-    conn.lastAckMs = performance.now();
+    conn.lastAckMs = conn.onlineAtMs = performance.now();
     this.startKeepalive(conn);
-    this.attempt = 0;
-    this.backoff.reset();
+    this.schedule.online();
     // The next attempt after a drop starts again at the first URL (the preferred node).
     this.urlIndex = 0;
     const props = packet.properties;
@@ -532,12 +532,13 @@ export class Uplink {
       this.options.events.offline(error, undefined);
       return;
     }
-    this.scheduleRetry(error);
+    const onlineMs = wasOnline ? performance.now() - conn.onlineAtMs : undefined;
+    this.scheduleRetry({ error, closedByBroker: wasOnline && conn.error === undefined, onlineMs });
   }
 
-  private scheduleRetry(error: Error): void {
+  private scheduleRetry(end: ConnectionEnd): void {
     if (this.stopped) return;
-    const retryInMs = this.backoff.next();
+    const { error, delayMs: retryInMs } = this.schedule.ended(end);
     this.options.events.offline(error, retryInMs);
     clearTimeout(this.retryTimer);
     this.retryTimer = setTimeout(() => this.connectNext(), retryInMs);
@@ -621,7 +622,13 @@ export class Uplink {
   }
 
   private onServerDisconnect(conn: Connection, reasonCode: number): void {
-    conn.error = new UplinkError('EF_UPLINK_CONNECT', `central broker sent DISCONNECT 0x${reasonCode.toString(16)}`);
+    conn.error =
+      reasonCode === Reason.SessionTakenOver
+        ? new UplinkError(
+            'EF_UPLINK_SESSION_TAKEN',
+            `${conn.url}: the central broker gave our session to another client (DISCONNECT 0x8e): another client uses the client id "${this.options.config.remote.clientId}"`,
+          )
+        : new UplinkError('EF_UPLINK_CONNECT', `central broker sent DISCONNECT 0x${reasonCode.toString(16)}`);
     if (reasonCode === Reason.ReceiveMaximumExceeded) {
       // The broker's limit is lower than it announced (or than we assumed): halve the window from now on.
       this.windowLimit = Math.max(1, Math.floor(Math.min(this.windowLimit, Math.max(conn.flows.size, 2)) / 2));

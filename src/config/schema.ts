@@ -5,9 +5,10 @@
  * a problem in the listeners (zod skips an object's refinements while its own fields have issues).
  */
 import { isIP } from 'node:net';
+import { hostname } from 'node:os';
 import { createSecureContext } from 'node:tls';
 import { z } from 'zod';
-import { isValidTopicFilter } from '../protocol/topics.js';
+import { isValidTopicFilter, isValidTopicName } from '../protocol/topics.js';
 import { modbusConnectorSchema, modbusProfileSchema } from '../../connectors/modbus/schema.js';
 import { opcuaConnectorSchema, opcuaProfileSchema } from '../../connectors/opcua/schema.js';
 import { missingUplinkFilters, sparkplugSchema } from '../sparkplug/schema.js';
@@ -310,8 +311,10 @@ const bridgeSchema = z
     ackTimeoutS: positive.default(30),
     replay: z
       .strictObject({
-        messagesPerS: count.default(1000),
-        bytesPerS: count.default(1_048_576),
+        // 0: no rate cap, the in-flight window paces replay by the central broker's acknowledgements
+        // (docs/architecture.md#replay-pacing); a cap is for a thin link.
+        messagesPerS: count.default(0),
+        bytesPerS: count.default(0),
         // Absent: live-first for the Sparkplug uplink, in-order for other bridges (resolved by the bridge).
         order: z.enum(['in-order', 'live-first']).optional(),
         share: z.number().gt(0).max(1).default(0.5),
@@ -332,23 +335,35 @@ const bridgeSchema = z
           .prefault({}),
       })
       .prefault({}),
+    // The gateway's retained JSON status on the central broker (docs/architecture.md#fleet-status); the topic
+    // defaults to edgeferry/<gateway.id>/status.
+    status: z
+      .strictObject({
+        enabled: z.boolean().default(true),
+        topic: z.string().refine((t) => t.length > 0 && isValidTopicName(t, Infinity), 'must be a topic name (no + or #)').optional(),
+      })
+      .prefault({}),
     reconnect: z
-      .strictObject({ minDelayMs: positive.default(1000), maxDelayMs: positive.default(30_000) })
+      // Quick and jittered: back within about maxDelayMs of the broker's return, a fleet spread over it
+      // (docs/architecture.md#reconnect).
+      .strictObject({ minDelayMs: positive.default(250), maxDelayMs: positive.default(2000) })
       .superRefine((reconnect, ctx) => {
         if (reconnect.maxDelayMs < reconnect.minDelayMs) {
           ctx.addIssue({ code: 'custom', path: ['maxDelayMs'], message: 'must be >= minDelayMs' });
         }
       })
       .prefault({}),
-  })
-  .transform((bridge) => ({
-    ...bridge,
-    remote: { ...bridge.remote, clientId: bridge.remote.clientId ?? `edgeferry-${bridge.name}` },
-  }));
+  });
 
-/** Who this gateway is to consumers upstream (the bridges' message ids); absent: the host name. */
+/**
+ * Who this gateway is upstream: the bridges' default client ids (`<id>-<bridge name>`), message ids and status
+ * topics (docs/architecture.md#fleet); absent: the host name.
+ */
 const gatewaySchema = z.strictObject({
-  id: z.string().regex(/^[^\s:]{1,128}$/, '1 to 128 characters, no spaces or ":" (it is the part before ":" in message ids)').optional(),
+  id: z
+    .string()
+    .regex(/^[^\s:+#]{1,128}$/, '1 to 128 characters, no spaces, ":" (it is the part before ":" in message ids), "+" or "#" (it is part of topics)')
+    .optional(),
 });
 
 /** Outboxes one store holds: each is a bit in the journal's entry masks (docs/architecture.md#one-journal). */
@@ -470,16 +485,26 @@ export const configSchema = z
       ctx.addIssue({ code: 'custom', path: ['connectors'], message: 'connectors publish through the Sparkplug edge node: add a sparkplug section' });
     }
   })
-  .transform((config) => ({
-    ...config,
-    // Like Mosquitto 2: anonymous clients are welcome only where nobody else can reach the port, and not at all
-    // once a password file is set, unless a listener says otherwise.
-    listeners: config.listeners.map((listener) => ({
-      ...listener,
-      allowAnonymous: listener.allowAnonymous ?? (isLoopback(listener.host) && config.auth.passwordFile === undefined),
-    })),
-    bridges: config.bridges.map((bridge) => ({ ...bridge, remote: withSession(bridge.remote, bridge.name === config.sparkplug?.uplink) })),
-  }));
+  .transform((config) => {
+    const gatewayId = config.gateway.id ?? hostname();
+    return {
+      ...config,
+      gateway: { ...config.gateway, id: gatewayId },
+      // Unique per gateway by default: a fleet of gateways with the same bridge name must not take each other's
+      // session on the central broker (docs/architecture.md#fleet).
+      bridges: config.bridges.map((bridge) => ({
+        ...bridge,
+        remote: withSession({ ...bridge.remote, clientId: bridge.remote.clientId ?? `${gatewayId}-${bridge.name}` }, bridge.name === config.sparkplug?.uplink),
+        status: { ...bridge.status, topic: bridge.status.topic ?? `edgeferry/${gatewayId}/status` },
+      })),
+      // Like Mosquitto 2: anonymous clients are welcome only where nobody else can reach the port, and not at all
+      // once a password file is set, unless a listener says otherwise.
+      listeners: config.listeners.map((listener) => ({
+        ...listener,
+        allowAnonymous: listener.allowAnonymous ?? (isLoopback(listener.host) && config.auth.passwordFile === undefined),
+      })),
+    };
+  });
 
 /**
  * The Sparkplug uplink's MQTT session is the edge node's, and that one is clean: Clean Start 1 and Session Expiry 0

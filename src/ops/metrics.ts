@@ -135,6 +135,9 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   mirroredCounter(r, 'edgeferry_bridge_acked_total', 'Outbox entries acknowledged upstream', ['bridge'], () => bridges((st) => st.acked));
   mirroredCounter(r, 'edgeferry_bridge_received_total', 'Messages from upstream published locally', ['bridge'], () => bridges((st) => st.received));
   mirroredCounter(r, 'edgeferry_bridge_reconnects_total', 'Uplink reconnects', ['bridge'], () => bridges((st) => st.reconnects));
+  mirroredCounter(r, 'edgeferry_bridge_session_taken_total', 'Uplink connections the central broker gave to another client with the same client id', ['bridge'], () =>
+    bridges((st) => st.sessionTaken),
+  );
   mirroredCounter(r, 'edgeferry_bridge_dropped_total', 'Outbox entries dropped, by reason', ['bridge', 'reason'], () =>
     [...s.bridges()].flatMap(([bridge, st]) => Object.entries(st.dropped).map(([reason, v]): [Labels, number] => [{ bridge, reason }, v])),
   );

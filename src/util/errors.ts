@@ -13,6 +13,7 @@ export const ErrorCodes = {
   EF_STORE_FULL: 'the store reached its size limit, or the disk is full',
   EF_UPLINK_CONNECT: 'an uplink could not connect to its central broker',
   EF_UPLINK_REJECTED: 'the central broker rejected the uplink',
+  EF_UPLINK_SESSION_TAKEN: 'the central broker gave the uplink\'s session to another client with the same client id',
   EF_CONNECTOR_UNREACHABLE: 'a connector cannot reach its device',
   EF_CONNECTOR_WRITE: 'a write to a device was refused or failed',
   EF_INTERNAL: 'a broken invariant inside edgeferry',

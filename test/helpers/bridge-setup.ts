@@ -35,6 +35,7 @@ export function bridgeConfig(
     messageId: { enabled: true, property: 'edgeferry-id' },
     queue: { maxBytes: 1 << 30, maxMessages: 10_000_000, maxAgeS: 0, overflow: 'drop-oldest', deadLetter: { maxMessages: 0, maxBytes: 1 } },
     reconnect: { minDelayMs: 100, maxDelayMs: 500 },
+    status: { enabled: true, topic: 'edgeferry/test/status' },
     ...rest,
     remote: {
       urls,

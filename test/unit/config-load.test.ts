@@ -1,5 +1,5 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadConfig, parseConfig } from '../../src/config/load.js';
@@ -71,9 +71,9 @@ listeners:
     expect(parse('auth: { passwordFile: passwd }\nlisteners: [{ host: 0.0.0.0, port: 4 }]\n').listeners[0].allowAnonymous).toBe(false);
   });
 
-  it('a bridge gets every default, and its client id is derived from its name', () => {
+  it('a bridge gets every default, and its client id is derived from the gateway id (the host name) and its name', () => {
     const [b] = parse(bridge('')).bridges;
-    expect(b.remote).toMatchObject({ clientId: 'edgeferry-central', protocolVersion: 5, keepaliveS: 60, cleanStart: false });
+    expect(b.remote).toMatchObject({ clientId: `${hostname()}-central`, protocolVersion: 5, keepaliveS: 60, cleanStart: false });
     expect(b.topics).toEqual([{ filter: 'a/#', direction: 'out', localPrefix: '', remotePrefix: '' }]);
     expect(b.queue).toEqual({
       maxBytes: 1_073_741_824,
@@ -82,7 +82,14 @@ listeners:
       overflow: 'drop-oldest',
       deadLetter: { maxMessages: 10_000, maxBytes: 16_777_216 },
     });
-    expect(b.reconnect).toEqual({ minDelayMs: 1000, maxDelayMs: 30_000 });
+    expect(b.reconnect).toEqual({ minDelayMs: 250, maxDelayMs: 2000 });
+  });
+
+  it('two gateways with the same bridge name get different default client ids; an explicit one is kept', () => {
+    const ids = ['line1', 'line2'].map((id) => parse(`${bridge('')}\ngateway: { id: ${id} }\n`).bridges[0].remote.clientId);
+    expect(ids).toEqual(['line1-central', 'line2-central']);
+    expect(parse(`${bridge('').replace('remote: {', 'remote: { clientId: gw4,')}\ngateway: { id: line1 }\n`).bridges[0].remote.clientId).toBe('gw4');
+    expect(problemsOf(`${bridge('')}\ngateway: { id: "line/#" }\n`).map((p) => p.path)).toEqual(['gateway.id']);
   });
 
   it('the result is deeply frozen', () => {
@@ -402,9 +409,9 @@ bridges:
 
   it('replay order and share, message ids and the gateway id: defaults, and refusals naming the key', () => {
     const config = parse(bridge(''));
-    expect(config.bridges[0].replay).toEqual({ messagesPerS: 1000, bytesPerS: 1_048_576, share: 0.5 });
+    expect(config.bridges[0].replay).toEqual({ messagesPerS: 0, bytesPerS: 0, share: 0.5 });
     expect(config.bridges[0].messageId).toEqual({ enabled: true, property: 'edgeferry-id' });
-    expect(config.gateway).toEqual({});
+    expect(config.gateway).toEqual({ id: hostname() });
     const problems = problemsOf(`${bridge('    replay: { order: newest, share: 0 }\n    messageId: { property: "" }')}
 gateway: { id: "line 4:gw" }
 `);

@@ -1,0 +1,114 @@
+/**
+ * Several gateways on one central broker (docs/architecture.md#fleet): default client ids that never clash, a
+ * site link cut that every gateway survives without loss or reordering, and a twin gateway (a copied
+ * configuration, the same gateway.id) reported as one clear error instead of a loop of reconnects.
+ * The 50-gateway version with figures is `npm run bench:fleet`.
+ */
+import { describe, expect, it } from 'vitest';
+import { checkSequence, collect, connectClient, publishSequence } from '../helpers/collector.js';
+import { useDisposer } from '../helpers/disposer.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
+import { bridgeGauge, bridgePatch, logLines, startGateway, type Gateway } from '../helpers/gateway.js';
+import { startMosquitto } from '../helpers/mosquitto.js';
+import { freePort } from '../helpers/ports.js';
+import { delay, waitFor } from '../helpers/wait.js';
+
+const d = useDisposer();
+
+/** One gateway `id` with the bridge `central` as a user writes it: no client id, so the default applies. */
+async function fleetGateway(id: string, url: string, remote: Record<string, unknown> = {}, metricsPort?: number): Promise<Gateway> {
+  const patch = bridgePatch(url, { remote: { clientId: undefined, ...remote } });
+  const metrics = metricsPort === undefined ? {} : { metrics: { host: '127.0.0.1', port: metricsPort } };
+  return d.add(await startGateway({ ...patch, ...metrics, gateway: { id } }, { logLevel: 'info' }));
+}
+
+describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => {
+  it('gateways with the default client id keep their sessions, survive a site link cut, and lose nothing, in order per gateway', async () => {
+    const central = d.add(await startMosquitto());
+    const site = d.add(await startFaultProxy(central.port)); // the site's link: every gateway's uplink crosses it
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const ids = ['line1', 'line2', 'line3', 'line4'];
+    const gateways = await Promise.all(ids.map((id) => fleetGateway(id, site.url)));
+    const publishers = await Promise.all(gateways.map((gw) => connectClient(gw.url)));
+    for (const p of publishers) d.defer(() => p.endAsync(true));
+
+    const acked = ids.map((): string[] => []);
+    const send = (start: number, count: number) =>
+      Promise.all(publishers.map((p, i) => publishSequence(p, `plant/${ids[i]}`, count, { prefix: `${ids[i]}-`, start, concurrency: 20, ledger: acked[i] })));
+    await send(0, 300);
+    site.refuse();
+    site.reset();
+    await send(300, 500); // buffered: PUBACKed by each gateway while its uplink is down
+    await delay(2000); // let the cut last (reconnect attempts fail meanwhile)
+    site.restore();
+    await send(800, 200);
+
+    const total = acked.reduce((n, a) => n + a.length, 0);
+    await waitFor(() => new Set(up.payloads()).size >= total, 30_000, { message: () => `${new Set(up.payloads()).size}/${total} upstream` });
+    ids.forEach((id, i) => {
+      const got = up.messages.filter((m) => m.topic === `plant/${id}`).map((m) => m.payload.toString());
+      expect(checkSequence(got, acked[i]), id).toMatchObject({ missing: [], unexpected: [], outOfOrder: 0 });
+    });
+    const log = central.log();
+    expect(log).not.toMatch(/already connected, closing old connection/);
+    for (const id of ids) expect(log.match(new RegExp(`New client connected .* as ${id}-central`, 'g'))?.length ?? 0, id).toBeGreaterThanOrEqual(2);
+    for (const gw of gateways) {
+      expect(logLines(gw).filter((l) => l.msg === 'uplink online' && l.reconnected === true)).toHaveLength(1);
+      expect(logLines(gw).filter((l) => l.level === 50 || l.level === 'error')).toEqual([]);
+    }
+  });
+
+  it('each gateway keeps a retained JSON status on the central broker; "offline" by its Will when it dies, by itself when it stops', async () => {
+    const central = d.add(await startMosquitto());
+    const ids = ['cell1', 'cell2'];
+    const gateways = await Promise.all(ids.map((id) => fleetGateway(id, central.url)));
+    const latest = async (id: string) => {
+      // A new subscriber gets the retained status: what `mosquitto_sub -t 'edgeferry/+/status'` shows.
+      const sub = await collect(central.url, 'edgeferry/+/status', { qos: 1 });
+      try {
+        await waitFor(() => sub.messages.some((m) => m.topic === `edgeferry/${id}/status`), 5000);
+        // The first is the retained copy (a later one would be a live refresh, retain 0 [MQTT-3.3.1-9]).
+        const m = sub.messages.find((x) => x.topic === `edgeferry/${id}/status`);
+        return { retain: m?.retain, report: JSON.parse(m?.payload.toString() ?? '{}') as Record<string, unknown> };
+      } finally {
+        await sub.stop();
+      }
+    };
+    for (const id of ids) {
+      const { retain, report } = await waitFor(async () => {
+        const got = await latest(id);
+        return got.retain === true && got.report.state === 'online' ? got : undefined;
+      }, 15_000);
+      expect(retain).toBe(true);
+      expect(report).toMatchObject({ gateway: id, version: expect.any(String), configDigest: expect.stringMatching(/^[0-9a-f]{16}$/), devices: { up: 0, down: [] }, lastError: null });
+      expect(report.bridges).toEqual([{ name: 'central', connected: true, backlog: { messages: 0, bytes: 0, oldestAgeS: 0 }, deadLetters: 0, lastError: null }]);
+    }
+    await gateways[0].kill('SIGKILL');
+    await gateways[1].stop();
+    for (const id of ids) await waitFor(async () => (await latest(id)).report.state === 'offline', 15_000, { message: `${id} offline` });
+  });
+
+  for (const protocolVersion of [5, 4] as const) {
+    it(`a twin gateway (same gateway.id) is one error naming the client id clash and a count, MQTT ${protocolVersion === 5 ? '5' : '3.1.1'}`, async () => {
+      const central = d.add(await startMosquitto());
+      const ports = [await freePort(), await freePort()];
+      const twins: Gateway[] = [];
+      for (const port of ports) twins.push(await fleetGateway('line7', central.url, { protocolVersion }, port));
+      const taken = async () => (await Promise.all(ports.map((p) => bridgeGauge(p, 'edgeferry_bridge_session_taken_total')))).map((v) => v ?? 0);
+      // Sessions taken, counted after the first few quick closes (Mosquitto 2.0 closes the old connection without
+      // DISCONNECT 0x8E, MQTT 5 too, so the schedule infers it).
+      await waitFor(async () => (await taken()).reduce((a, b) => a + b) >= 2, 60_000, { intervalMs: 250, message: () => twins.map((t) => t.output()).join('\n') });
+      expect(central.log()).toMatch(/Client line7-central already connected, closing old connection/);
+      for (const twin of twins) {
+        // Not a loop of warnings: the first quick closes, then silence but for the one error.
+        expect(logLines(twin).filter((l) => l.msg === 'uplink lost; buffering').length).toBeLessThanOrEqual(3);
+        const errors = logLines(twin).filter((l) => l.level === 'error' || l.level === 50);
+        expect(errors.length).toBeLessThanOrEqual(1);
+        for (const e of errors) {
+          expect(e.msg).toMatch(/another client with the same client id/);
+          expect((e.err as { code?: string }).code).toBe('EF_UPLINK_SESSION_TAKEN');
+        }
+      }
+    });
+  }
+});
