@@ -117,7 +117,12 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   const connectorRegistry = createConnectorRegistry();
   const makeConnector = (c: ConnectorConfig): Connector =>
     connectorRegistry.create(c, { log: log.child({ mod: 'connector', connector: c.id }), dataDir: initial.storage.path });
-  const edgeNode = createEdgeNode(config, broker, makeConnector, log, audit);
+  // The uplink's backlog, a node metric: read once the node is born, after the bridges below exist.
+  const uplinkBacklog = () => {
+    const uplink = bridges.find((bridge) => bridge.name === config.sparkplug?.uplink);
+    return { messages: uplink?.stats.backlogMessages ?? 0, online: uplink?.online ?? false };
+  };
+  const edgeNode = createEdgeNode(config, broker, makeConnector, log, audit, uplinkBacklog);
 
   const startedAtMs = Date.now();
   const statusSources: FleetStatusSources = {
@@ -352,6 +357,7 @@ function createEdgeNode(
   makeConnector: (c: ConnectorConfig) => Connector,
   log: Logger,
   audit: Logger,
+  uplinkBacklog: () => { messages: number; online: boolean },
 ): EdgeNode | undefined {
   const sp = config.sparkplug;
   if (!sp) return undefined;
@@ -372,6 +378,8 @@ function createEdgeNode(
     log: log.child({ mod: 'sparkplug' }),
     audit,
     identify: (origin) => broker.identify(origin),
+    version: VERSION,
+    backlog: sp.uplink === undefined ? undefined : uplinkBacklog,
   });
 }
 

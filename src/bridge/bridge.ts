@@ -56,6 +56,11 @@ export interface UplinkHooks {
    * `backlog` is true for entries journaled before the current upstream session began.
    */
   rewrite?(entry: OutboxEntry, backlog: boolean): Message | null;
+  /**
+   * A topic whose messages from the central broker come here instead of the local broker; subscribed on MQTT 5
+   * uplinks only, with no-local, so none of them is our own: the Sparkplug node's NBIRTH, to tell of a twin.
+   */
+  readonly watch?: { readonly topic: string; received(msg: InboundPublish): void };
 }
 
 export interface BridgeStats {
@@ -126,6 +131,8 @@ export class Bridge {
   private readonly topics: TopicMap;
   private readonly uplink: Uplink;
   private readonly stateTopic: string;
+  /** `hooks.watch`'s topic upstream (with the out rule's prefix), subscribed on MQTT 5 uplinks. */
+  private readonly watchTopic: string | undefined;
 
   private running = false;
   private currentStatus: UplinkStatus = { type: 'connecting', attempt: 0 };
@@ -187,6 +194,10 @@ export class Bridge {
     this.paceLimits = { messagesPerS: replay.messagesPerS * share, bytesPerS: replay.bytesPerS * share };
     this.pacer = new ReplayPacer(this.paceLimits);
     this.stateTopic = `$SYS/broker/connection/${options.config.remote.clientId}/state`;
+    const watched = this.hooks.watch?.topic;
+    const watchRule = watched === undefined || options.config.remote.protocolVersion !== 5 ? undefined : this.topics.matchOut(watched);
+    this.watchTopic = watched !== undefined && watchRule ? this.topics.toRemote(watchRule, watched) : undefined;
+    const watchSubscription = this.watchTopic === undefined ? [] : [{ filter: this.watchTopic, qos: 0 as const }];
     this.queueFullSeen = this.outbox.depth.dropped.queue_full;
     const { status } = options.config;
     this.statusPublisher = status.enabled && options.status ? new StatusPublisher(this, status.topic, options.status) : undefined;
@@ -197,7 +208,7 @@ export class Bridge {
       log: this.log,
       will: this.hooks.will ? () => this.hooks.will?.() : statusWill,
       connectSending: this.hooks.connectSending ? () => this.hooks.connectSending?.() : undefined,
-      subscriptions: this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
+      subscriptions: [...this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })), ...watchSubscription],
       // The Sparkplug uplink (the only bridge with hooks) subscribes on every connection, as an edge node on a clean
       // session would: a primary host's retained STATE must arrive on each one (docs/architecture.md#sparkplug-session).
       subscribeEveryConnection: options.hooks !== undefined,
@@ -519,6 +530,7 @@ export class Bridge {
   }
 
   private async onInbound(msg: InboundPublish): Promise<void> {
+    if (msg.topic === this.watchTopic) return this.hooks.watch?.received(msg);
     const rule = this.topics.matchIn(msg.topic);
     if (!rule) {
       this.log.debug({ topic: msg.topic }, 'inbound message matches no in-filter; ignored');

@@ -28,6 +28,7 @@ import { PlainTopics } from './plain-topics.js';
 import { PrimaryHost } from './primary-host.js';
 import type { SparkplugConfig } from './schema.js';
 import { deviceTopic, nodeTopic, stateTopic } from './topics.js';
+import { TwinWatch } from './twin-watch.js';
 import { EDGE_NODE_ORIGIN, UpstreamSession } from './upstream-session.js';
 import type { SparkplugUplinkHooks, UplinkControl } from './upstream-session.js';
 
@@ -35,6 +36,10 @@ export type { UplinkControl } from './upstream-session.js';
 
 const BDSEQ = 'bdSeq';
 const DEVICES_ONLINE = 'Node Info/Devices Online';
+const VERSION = 'Node Info/Version';
+const BACKLOG = 'Node Info/Backlog Messages';
+/** A changed backlog goes out in NDATA at most this often (it changes with every message while it drains). */
+const BACKLOG_REPORT_MS = 10_000;
 
 export interface EdgeNodeOptions {
   readonly config: SparkplugConfig;
@@ -52,6 +57,13 @@ export interface EdgeNodeOptions {
    * for the audit log; a client id alone is whatever the client chose.
    */
   readonly identify?: (origin: string) => SenderIdentity;
+  /** The gateway's version, a node metric in the NBIRTH (docs/architecture.md#fleet-status). */
+  readonly version?: string;
+  /**
+   * Messages waiting in the uplink bridge's outbox: a node metric, in the NBIRTH and, while the uplink is online,
+   * in NDATA when it changes (NDATA journaled during an outage would be superseded by the next NBIRTH anyway).
+   */
+  readonly backlog?: () => { readonly messages: number; readonly online: boolean };
 }
 
 export interface EdgeNodeStats {
@@ -69,6 +81,8 @@ export interface EdgeNodeStats {
   readonly historicalSent: number;
   /** Outbox entries the rewrite dropped (superseded births/deaths, data of devices not born upstream). */
   readonly rewriteDropped: number;
+  /** NBIRTHs with our group and edge node id from another node on the central broker (a twin). */
+  readonly twinBirths: number;
 }
 
 interface NodeMetric {
@@ -79,7 +93,7 @@ interface NodeMetric {
 }
 
 export class EdgeNode implements DeviceHost {
-  readonly hooks: SparkplugUplinkHooks;
+  readonly hooks: SparkplugUplinkHooks & { readonly watch: TwinWatch };
   private readonly config: SparkplugConfig;
   private readonly broker: Pick<Broker, 'publish' | 'subscribe' | 'clock'>;
   private readonly log: Logger;
@@ -105,6 +119,10 @@ export class EdgeNode implements DeviceHost {
   private nodeBirthTs: number | undefined;
   private lastUniqueTs = 0;
   private devicesOnlinePublished = -1;
+  private readonly backlog: EdgeNodeOptions['backlog'];
+  private backlogPublished = -1;
+  private backlogPublishedAtMs = -Infinity;
+  private backlogTimer: NodeJS.Timeout | undefined;
   /** The Templates the last local NBIRTH defined. */
   private definedTemplates = new Set<string>();
 
@@ -123,7 +141,8 @@ export class EdgeNode implements DeviceHost {
     this.gateLocal = this.primaryHost !== undefined && uplink === undefined;
 
     // Aliases are unique across the whole node and stable across restarts (persisted).
-    const keys = [`/${DEVICES_ONLINE}`];
+    this.backlog = options.backlog;
+    const keys = [`/${DEVICES_ONLINE}`, ...(options.backlog ? [`/${BACKLOG}`] : [])];
     for (const c of options.connectors) keys.push(...aliasKeys(c, this.templateOf(options.profiles?.get(c.id))));
     const aliases = this.state.assignAliases(keys);
 
@@ -133,6 +152,9 @@ export class EdgeNode implements DeviceHost {
       { name: REBIRTH, datatype: 'Boolean', value: () => false },
       { name: DEVICES_ONLINE, datatype: 'UInt32', alias: aliases.get(`/${DEVICES_ONLINE}`), value: () => this.devicesOnline() },
     ];
+    const { version, backlog } = options;
+    if (version !== undefined) this.nodeMetrics.push({ name: VERSION, datatype: 'String', value: () => version });
+    if (backlog) this.nodeMetrics.push({ name: BACKLOG, datatype: 'UInt64', alias: aliases.get(`/${BACKLOG}`), value: () => BigInt(backlog().messages) });
     for (const m of this.nodeMetrics) if (m.alias !== undefined) this.nodeAliases.set(m.alias, m);
 
     this.plain =
@@ -158,7 +180,7 @@ export class EdgeNode implements DeviceHost {
       uplink === undefined ? undefined : this.primaryHost,
       this.log,
     );
-    this.hooks = this.upstream.hooks;
+    this.hooks = { ...this.upstream.hooks, watch: new TwinWatch(nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId), this.log) };
     this.commands = new Commands({
       rebirthDebounceMs: this.config.rebirthDebounceMs,
       devices: this.devices,
@@ -187,6 +209,7 @@ export class EdgeNode implements DeviceHost {
       ...this.commands.stats,
       historicalSent: upstream.historicalSent,
       rewriteDropped: upstream.rewriteDropped,
+      twinBirths: this.hooks.watch.births,
     };
   }
 
@@ -247,6 +270,10 @@ export class EdgeNode implements DeviceHost {
     // A retained online STATE may already have started the session during the subscribe above.
     if (!this.localBorn && (!this.gateLocal || host?.online)) this.startLocalSession();
     for (const device of this.devices.values()) device.start();
+    if (this.backlog) {
+      this.backlogTimer = setInterval(() => this.publishNodeData(), BACKLOG_REPORT_MS);
+      this.backlogTimer.unref();
+    }
     this.log.info(
       { groupId, edgeNodeId, devices: this.devices.size, uplink: this.config.uplink, primaryHostId },
       'edge node started',
@@ -261,6 +288,7 @@ export class EdgeNode implements DeviceHost {
     if (!this.running) return;
     this.running = false;
     this.stopping = true;
+    clearInterval(this.backlogTimer);
     for (const unsubscribe of this.unsubscribers) unsubscribe();
     this.unsubscribers = [];
     // The devices halt at once (their samples are ignored from here), so the stale plain values are the last.
@@ -430,6 +458,8 @@ export class EdgeNode implements DeviceHost {
       timestamp,
       value: m.name === BDSEQ ? bdSeq : m.value(),
     }));
+    // The births (local or upstream) carry the backlog now; NDATA reports it when it changes from this.
+    this.backlogPublished = this.backlog?.().messages ?? -1;
     const defined = new Set<string>();
     for (const device of this.devices.values()) {
       if (device.template === undefined || defined.has(device.template)) continue;
@@ -440,22 +470,34 @@ export class EdgeNode implements DeviceHost {
   }
 
   /**
-   * NDATA with the device count when it changed. Held while a device's first start is pending: the DBIRTHs of the
-   * devices that come up with the node follow its NBIRTH with no node data between [tck-id-payloads-dbirth-order].
+   * NDATA with the node metrics that changed: the device count at once, the backlog at most every
+   * `BACKLOG_REPORT_MS`. Held while a device's first start is pending: the DBIRTHs of the devices that come up with
+   * the node follow its NBIRTH with no node data between [tck-id-payloads-dbirth-order].
    */
   private publishNodeData(): void {
     if (!this.localBorn || this.stopping) return;
     for (const d of this.devices.values()) if (d.firstStartPending) return;
+    const timestamp = Date.now();
+    const metrics: MetricOut[] = [];
+    const changed = (name: string, value: TagValue): void => {
+      const metric = this.nodeMetrics.find((m) => m.name === name) as NodeMetric;
+      metrics.push({ alias: metric.alias, valueType: metric.datatype, timestamp, value });
+    };
     const online = this.devicesOnline();
-    if (online === this.devicesOnlinePublished) return;
-    this.devicesOnlinePublished = online;
-    const metric = this.nodeMetrics.find((m) => m.name === DEVICES_ONLINE) as NodeMetric;
+    if (online !== this.devicesOnlinePublished) {
+      this.devicesOnlinePublished = online;
+      changed(DEVICES_ONLINE, online);
+    }
+    const backlog = this.backlog?.();
+    const nowMs = performance.now();
+    if (backlog?.online && backlog.messages !== this.backlogPublished && nowMs - this.backlogPublishedAtMs >= BACKLOG_REPORT_MS) {
+      this.backlogPublished = backlog.messages;
+      this.backlogPublishedAtMs = nowMs;
+      changed(BACKLOG, BigInt(backlog.messages));
+    }
+    if (metrics.length === 0) return;
     this.counters.dataMessages++;
-    this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), {
-      timestamp: Date.now(),
-      seq: this.nextLocalSeq(),
-      metrics: [{ alias: metric.alias, valueType: metric.datatype, timestamp: Date.now(), value: online }],
-    });
+    this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), { timestamp, seq: this.nextLocalSeq(), metrics });
   }
 
   private async endLocalSession(): Promise<void> {

@@ -295,7 +295,7 @@ describe('bridge uplink connection management', () => {
     await waitFor(() => up.payloads().includes('second-url'), 5000);
   });
 
-  it('keeps buffering when the central broker refuses the CONNECT, logging an error once, not per attempt', async () => {
+  it('keeps buffering when the central broker refuses the CONNECT, logging an error once, not per attempt, retrying slowly (docs/architecture.md#reconnect)', async () => {
     const dir = d.tempDir();
     const passwordFile = join(dir, 'passwd');
     writeFileSync(passwordFile, '');
@@ -304,8 +304,11 @@ describe('bridge uplink connection management', () => {
     await bridge.start();
     await publishLocal(broker, 'plant/a', 'kept');
     const failedAttempts = (): number => log.lines.filter((l) => l.msg === 'uplink attempt failed').length;
-    await waitFor(() => failedAttempts() >= 5, 5000);
-    expect(log.lines.filter((l) => l.msg.includes('refused the uplink')).length).toBe(1);
+    // The first refusal is the error; the next one (after 5-15 s, not the configured 50-100 ms) only a debug line.
+    await waitFor(() => failedAttempts() >= 1, 20_000);
+    const refused = log.lines.filter((l) => l.msg.includes('refused the uplink'));
+    expect(refused.length).toBe(1);
+    expect((refused[0].obj as { retryInMs: number }).retryInMs).toBeGreaterThanOrEqual(5000);
     expect(log.lines.filter((l) => l.level === 'warn' || l.level === 'error').length).toBe(1);
     expect(outbox.depth.messages).toBe(1);
   });

@@ -11,6 +11,9 @@ import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { bridgeGauge, bridgePatch, logLines, startGateway, type Gateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { freePort } from '../helpers/ports.js';
+import { sparkplugUplink } from '../helpers/sparkplug-host.js';
+import { Decoder } from '../helpers/sparkplug-setup.js';
+import type { Message } from '../../src/protocol/message.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -86,6 +89,51 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
     await gateways[0].kill('SIGKILL');
     await gateways[1].stop();
     for (const id of ids) await waitFor(async () => (await latest(id)).report.state === 'offline', 15_000, { message: `${id} offline` });
+  });
+
+  it('a Sparkplug node reports its version and backlog as node metrics, and tells of a twin publishing its NBIRTH (same group and edge node id)', async () => {
+    const central = d.add(await startMosquitto());
+    const site = d.add(await startFaultProxy(central.port));
+    const host = d.add(await collect(central.url, 'spBv1.0/#', { qos: 1 }));
+    const node = (id: string, url: string) => ({
+      gateway: { id },
+      bridges: [{ ...sparkplugUplink(url, { group: 'plant1', node: 'line4-gw', state: false }), remote: { urls: [url] } }],
+      sparkplug: { groupId: 'plant1', edgeNodeId: 'line4-gw', uplink: 'central' },
+    });
+    const first = d.add(await startGateway(node('cell1', site.url), { logLevel: 'info' }));
+    const decoder = new Decoder();
+    const decoded = () => host.messages.map((m) => decoder.decode({ topic: m.topic, payload: m.payload } as Message));
+    const births = await waitFor(() => decoded().filter((m) => m.type === 'NBIRTH').at(0), 10_000, { message: 'first NBIRTH' });
+    const metric = (name: string) => births.payload.metrics.find((m) => m.name === name);
+    expect(metric('Node Info/Version')?.value).toEqual(expect.stringMatching(/^\d+\.\d+\.\d+/));
+    expect(Number(metric('Node Info/Backlog Messages')?.value)).toBe(0);
+
+    // The backlog of an outage is in the next NBIRTH (NDATA journaled meanwhile would be superseded by it), and
+    // NDATA reports it drained.
+    const local = await connectClient(first.url);
+    d.defer(() => local.endAsync(true));
+    site.refuse();
+    site.reset();
+    for (let i = 0; i < 20; i++) await local.publishAsync(`spBv1.0/plant1/DDATA/line4-gw/other`, Buffer.from([i]), { qos: 1 });
+    await waitFor(() => logLines(first).some((l) => l.msg === 'uplink lost; buffering'), 10_000);
+    site.restore();
+    const rebirth = await waitFor(() => decoded().filter((m) => m.type === 'NBIRTH').at(1), 10_000, { message: 'NBIRTH after the cut' });
+    expect(Number(rebirth.payload.metrics.find((m) => m.name === 'Node Info/Backlog Messages')?.value)).toBeGreaterThanOrEqual(20);
+    const backlogReports = () =>
+      decoded()
+        .filter((m) => m.type === 'NDATA')
+        .flatMap((m) => m.payload.metrics.filter((x) => decoder.nameOf(x.alias) === 'Node Info/Backlog Messages'));
+    await waitFor(() => backlogReports().some((x) => Number(x.value) === 0), 25_000, {
+      message: () => `backlog reports ${backlogReports().map((x) => Number(x.value)).join(',')}; upstream ${decoded().map((m) => m.type).join(',')}`,
+    });
+
+    // A twin: another gateway (its own gateway.id, so its own client id) with a copied sparkplug section.
+    const twin = d.add(await startGateway(node('cell2', central.url), { logLevel: 'info' }));
+    await waitFor(() => logLines(first).some((l) => l.level === 50 && /another edge node publishes our NBIRTH/.test(String(l.msg))), 15_000, {
+      message: () => first.output(),
+    });
+    // No false alarm: a node never takes its own NBIRTH (MQTT 5 no-local) for a twin's.
+    expect(logLines(twin).filter((l) => l.level === 50)).toEqual([]);
   });
 
   for (const protocolVersion of [5, 4] as const) {
