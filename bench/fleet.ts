@@ -136,7 +136,7 @@ class Checker {
         this.conn = await openConnection(port, 'fleet-checker', false, this.onPacket, this.afterChunk);
         break;
       } catch {
-        await sleep(100);
+        await sleep(20);
       }
     }
     this.conn.sock.write(encodeSubscribe(1, 'fleet/#', 1));
@@ -279,18 +279,17 @@ async function main(): Promise<void> {
   await sleep(15_000);
 
   /**
-   * `outage` ends with the link or the broker back and returns when that was (performance.now): the reconnect spread
-   * and the time until every message the gateways acknowledged before then is at the checker.
+   * `outage` ends with the link or the broker back, marks the checker then and returns when that was
+   * (performance.now): the reconnect spread and the time until every message the gateways acknowledged before then
+   * is at the checker.
    */
   const recover = async (name: string, outage: () => Promise<number>) => {
-    checker.mark();
     const t0 = await outage();
     const targets = publishers.map((p) => p.ackedPrefix());
     const backlog = targets.reduce((a, b) => a + b, 0) - checker.streams.reduce((a, s) => a + s.prefix, 0);
     const progress = setInterval(() => {
       const missing = checker.streams.reduce((n, s, i) => n + Math.max(0, targets[i] - s.prefix), 0);
       process.stdout.write(`  ${name}: ${missing} of ${backlog} still to arrive at ${((performance.now() - t0) / 1000).toFixed(0)} s (received ${checker.received})\n`);
-      if (process.env.FLEET_DEBUG) process.stdout.write(fs.readFileSync(centralLog, 'utf8').split('\n').slice(-15).join('\n'));
     }, 5000);
     const drained = await waitUntil(() => checker.streams.every((s, i) => s.prefix >= targets[i]), 300_000, 20);
     clearInterval(progress);
@@ -316,6 +315,7 @@ async function main(): Promise<void> {
     site.refuse();
     site.reset();
     await sleep(opts.cutS * 1000);
+    checker.mark();
     site.restore();
     return performance.now();
   });
@@ -323,9 +323,11 @@ async function main(): Promise<void> {
   const restart = await recover('restart', async () => {
     checker.conn?.destroy();
     await central.stop();
+    // The checker connects the moment the broker accepts (it retries every 20 ms), before most gateways (their
+    // first retry is 0.25-0.75 s away): a gateway's first message then dates its reconnect.
+    checker.mark();
+    const back = checker.connect(centralPort).then(() => performance.now());
     central = await launchCentral();
-    const back = performance.now();
-    await checker.connect(centralPort);
     return back;
   });
   await sleep(5000);
