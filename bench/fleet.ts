@@ -25,7 +25,16 @@ import { startFaultProxy } from '../test/helpers/fault-proxy.js';
 import { GATEWAY_NODE_FLAGS, freePort, launchUntilReady, readRssKb, type LaunchedProcess } from './brokers.js';
 import { rootDir, runMain, scratchDir, writeResults } from './harness.js';
 import { encodePublish, encodeSubscribe, PacketType } from './mqtt-wire.js';
-import { SequenceCounter, ingest, openConnection, quotas, secondsBetween, sleep, waitUntil, type Connection } from './qos1-load.js';
+import {
+  SequenceCounter,
+  ingest,
+  openConnection,
+  quotas,
+  secondsBetween,
+  sleep,
+  waitUntil,
+  type Connection,
+} from './qos1-load.js';
 
 const usage = `npm run bench:fleet -- [--gateways 50] [--rate 100] [--cut-s 60] [--payload 64] [--out bench/results/fleet.json]`;
 const live = new Set<ChildProcess>();
@@ -48,7 +57,12 @@ if (values.help) {
   process.stdout.write(`${usage}\n`);
   process.exit(0);
 }
-const opts = { gateways: Number(values.gateways), rate: Number(values.rate), cutS: Number(values['cut-s']), payloadBytes: Math.max(8, Number(values.payload)) };
+const opts = {
+  gateways: Number(values.gateways),
+  rate: Number(values.rate),
+  cutS: Number(values['cut-s']),
+  payloadBytes: Math.max(8, Number(values.payload)),
+};
 /** Messages a publisher may have unacknowledged; a gateway acknowledges once journaled, so this never binds. */
 const MAX_INFLIGHT = 1000;
 const TICK_MS = 20;
@@ -76,7 +90,14 @@ class Checker {
   conn: Connection | undefined;
 
   constructor(gateways: number) {
-    this.streams = Array.from({ length: gateways }, () => ({ seen: new Uint8Array(capacity), prefix: 0, maxSeen: -1, outOfOrder: 0, duplicates: 0, firstAfterMark: Number.NaN }));
+    this.streams = Array.from({ length: gateways }, () => ({
+      seen: new Uint8Array(capacity),
+      prefix: 0,
+      maxSeen: -1,
+      outOfOrder: 0,
+      duplicates: 0,
+      firstAfterMark: Number.NaN,
+    }));
   }
 
   mark(): void {
@@ -108,7 +129,7 @@ class Checker {
     const nowMs = performance.now();
     const bucket = Math.floor(nowMs / 100);
     this.buckets.set(bucket, (this.buckets.get(bucket) ?? 0) + 1);
-    const s = this.streams[buf.readUInt16BE(pos + 4)];
+    const s = this.streams.at(buf.readUInt16BE(pos + 4));
     const seq = buf.readUInt32BE(pos);
     if (s === undefined || seq >= capacity) return;
     if (Number.isNaN(s.firstAfterMark)) s.firstAfterMark = nowMs;
@@ -210,27 +231,62 @@ async function main(): Promise<void> {
   fs.writeFileSync(
     path.join(centralDir, 'mosquitto.conf'),
     // `user`: run as root, Mosquitto would switch to its own user and could not write its log and persistence here.
-    [`listener ${centralPort} 127.0.0.1`, 'allow_anonymous true', `user ${os.userInfo().username}`, 'persistence true', `persistence_location ${centralDir}/`, 'max_queued_messages 0',
-      `log_dest file ${centralLog}`, 'log_type error', 'log_type warning', 'log_type notice', 'log_type information', 'connection_messages true', ''].join('\n'),
+    [
+      `listener ${centralPort} 127.0.0.1`,
+      'allow_anonymous true',
+      `user ${os.userInfo().username}`,
+      'persistence true',
+      `persistence_location ${centralDir}/`,
+      'max_queued_messages 0',
+      `log_dest file ${centralLog}`,
+      'log_type error',
+      'log_type warning',
+      'log_type notice',
+      'log_type information',
+      'connection_messages true',
+      '',
+    ].join('\n'),
   );
   const launchCentral = () =>
-    launchUntilReady({ name: 'central mosquitto', file: '/usr/sbin/mosquitto', args: ['-c', path.join(centralDir, 'mosquitto.conf')], dir: centralDir, port: centralPort, live, pollMs: 50, probePrefix: 'fleet-probe-' });
+    launchUntilReady({
+      name: 'central mosquitto',
+      file: '/usr/sbin/mosquitto',
+      args: ['-c', path.join(centralDir, 'mosquitto.conf')],
+      dir: centralDir,
+      port: centralPort,
+      live,
+      pollMs: 50,
+      probePrefix: 'fleet-probe-',
+    });
   let central = await launchCentral();
 
   // The ceiling: straight to the central broker, as fast as it acknowledges, to a subscriber there.
   const ceilingMessages = 200_000;
   const ceilingCounter = new SequenceCounter(quotas(ceilingMessages, 8).map((n) => new Uint8Array(n)));
-  const ceilingSub = await openConnection(centralPort, 'fleet-ceiling-sub', true, ceilingCounter.onPacket, ceilingCounter.afterChunk);
+  const ceilingSub = await openConnection(
+    centralPort,
+    'fleet-ceiling-sub',
+    true,
+    ceilingCounter.onPacket,
+    ceilingCounter.afterChunk,
+  );
   ceilingCounter.attach(ceilingSub.sock);
   ceilingSub.sock.write(encodeSubscribe(1, 'bench/#', 1));
   await sleep(200);
-  const ceilingRun = await ingest(centralPort, 'fleet-ceiling', { messages: ceilingMessages, publishers: 8, window: 64, payloadBytes: opts.payloadBytes });
+  const ceilingRun = await ingest(centralPort, 'fleet-ceiling', {
+    messages: ceilingMessages,
+    publishers: 8,
+    window: 64,
+    payloadBytes: opts.payloadBytes,
+  });
   ceilingCounter.expect(ceilingRun.ackedSeqs);
   await waitUntil(() => ceilingCounter.delivered >= ceilingRun.acked, 30_000);
   const ceilingPerS = ceilingCounter.delivered / secondsBetween(ceilingCounter.firstNs, ceilingCounter.lastNs);
   await Promise.all(ceilingRun.connections.map((c) => c.close()));
   await ceilingSub.close();
-  process.stdout.write(`ceiling: ${Math.round(ceilingPerS)} msg/s through the central broker (8 publishers straight to it, 1 subscriber)\n`);
+  process.stdout.write(
+    `ceiling: ${Math.round(ceilingPerS)} msg/s through the central broker (8 publishers straight to it, 1 subscriber)\n`,
+  );
 
   const checker = new Checker(opts.gateways);
   await checker.connect(centralPort);
@@ -250,11 +306,28 @@ async function main(): Promise<void> {
           listeners: [{ type: 'tcp', host: '127.0.0.1', port }],
           storage: { path: path.join(dir, 'data') },
           log: { level: 'warn', format: 'json' },
-          bridges: [{ name: 'central', remote: { urls: [site.url] }, topics: [{ filter: 'fleet/#', direction: 'out' }] }],
+          bridges: [
+            { name: 'central', remote: { urls: [site.url] }, topics: [{ filter: 'fleet/#', direction: 'out' }] },
+          ],
         };
         fs.writeFileSync(path.join(dir, 'edgeferry.yaml'), JSON.stringify(config, null, 2));
-        const args = [...GATEWAY_NODE_FLAGS, path.join(rootDir, 'dist/src/cli.js'), '--config', path.join(dir, 'edgeferry.yaml')];
-        const proc = await launchUntilReady({ name: `gw${index}`, file: process.execPath, args, dir, port, live, pollMs: 100, probePrefix: 'fleet-probe-', readyTimeoutMs: 60_000 });
+        const args = [
+          ...GATEWAY_NODE_FLAGS,
+          path.join(rootDir, 'dist/src/cli.js'),
+          '--config',
+          path.join(dir, 'edgeferry.yaml'),
+        ];
+        const proc = await launchUntilReady({
+          name: `gw${index}`,
+          file: process.execPath,
+          args,
+          dir,
+          port,
+          live,
+          pollMs: 100,
+          probePrefix: 'fleet-probe-',
+          readyTimeoutMs: 60_000,
+        });
         return { proc, port };
       }),
     );
@@ -266,15 +339,19 @@ async function main(): Promise<void> {
 
   const publishers: Publisher[] = [];
   for (const [index, g] of gateways.entries()) {
-    let publisher: Publisher | undefined;
-    const conn = await openConnection(g.port, `fleet-pub-${index}`, true, (type, flags, buf, start) => publisher?.onPacket(type, flags, buf, start));
-    publisher = new Publisher(conn, index);
-    publishers.push(publisher);
+    // PUBACKs go to the publisher, which needs the connection first.
+    const holder: { publisher?: Publisher } = {};
+    const conn = await openConnection(g.port, `fleet-pub-${index}`, true, (type, flags, buf, start) =>
+      holder.publisher?.onPacket(type, flags, buf, start),
+    );
+    holder.publisher = new Publisher(conn, index);
+    publishers.push(holder.publisher);
   }
   const ticker = setInterval(() => publishers.forEach((p) => p.tick()), TICK_MS);
 
   const rssLoadMb = gateways.map(() => 0);
-  const sampleRss = () => gateways.forEach((g, i) => (rssLoadMb[i] = Math.max(rssLoadMb[i], readRssKb(g.proc.pid) / 1024)));
+  const sampleRss = () =>
+    gateways.forEach((g, i) => (rssLoadMb[i] = Math.max(rssLoadMb[i], readRssKb(g.proc.pid) / 1024)));
   const rssTimer = setInterval(sampleRss, 2000);
   await sleep(15_000);
 
@@ -289,7 +366,9 @@ async function main(): Promise<void> {
     const backlog = targets.reduce((a, b) => a + b, 0) - checker.streams.reduce((a, s) => a + s.prefix, 0);
     const progress = setInterval(() => {
       const missing = checker.streams.reduce((n, s, i) => n + Math.max(0, targets[i] - s.prefix), 0);
-      process.stdout.write(`  ${name}: ${missing} of ${backlog} still to arrive at ${((performance.now() - t0) / 1000).toFixed(0)} s (received ${checker.received})\n`);
+      process.stdout.write(
+        `  ${name}: ${missing} of ${backlog} still to arrive at ${((performance.now() - t0) / 1000).toFixed(0)} s (received ${checker.received})\n`,
+      );
     }, 5000);
     const drained = await waitUntil(() => checker.streams.every((s, i) => s.prefix >= targets[i]), 300_000, 20);
     clearInterval(progress);
@@ -336,8 +415,15 @@ async function main(): Promise<void> {
   clearInterval(rssTimer);
   sampleRss();
   await waitUntil(() => publishers.every((p) => p.ackedCount === p.nextSeq), 30_000);
-  await waitUntil(() => checker.streams.every((s, i) => publishers[i].acked.every((a, seq) => a === 0 || s.seen[seq] === 1)), 60_000, 200);
-  const lost = checker.streams.reduce((n, s, i) => n + publishers[i].acked.reduce((m, a, seq) => m + (a === 1 && s.seen[seq] === 0 ? 1 : 0), 0), 0);
+  await waitUntil(
+    () => checker.streams.every((s, i) => publishers[i].acked.every((a, seq) => a === 0 || s.seen[seq] === 1)),
+    60_000,
+    200,
+  );
+  const lost = checker.streams.reduce(
+    (n, s, i) => n + publishers[i].acked.reduce((m, a, seq) => m + (a === 1 && s.seen[seq] === 0 ? 1 : 0), 0),
+    0,
+  );
   const log = fs.readFileSync(centralLog, 'utf8');
   const summary = {
     gateways: opts.gateways,

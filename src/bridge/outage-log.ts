@@ -45,7 +45,7 @@ export class OutageLog {
       this.startEpisode(
         'taken',
         fields,
-        'central broker gave the uplink\'s session to another client with the same client id (a second gateway with the same gateway.id, or a copied remote.clientId?); buffering',
+        "central broker gave the uplink's session to another client with the same client id (a second gateway with the same gateway.id, or a copied remote.clientId?); buffering",
       );
     } else if (error instanceof UplinkError && error.code === 'EF_UPLINK_REJECTED') {
       this.startEpisode('refused', fields, 'central broker refused the uplink; buffering');
@@ -72,9 +72,13 @@ export class OutageLog {
 
   /** Called about once a second: a session kept long enough ends a session-taken episode. */
   tick(): void {
-    if (this.episode !== 'taken' || this.onlineAtMs === undefined || this.now() - this.onlineAtMs < STABLE_ONLINE_MS) return;
+    if (this.episode !== 'taken' || this.onlineAtMs === undefined || this.now() - this.onlineAtMs < STABLE_ONLINE_MS)
+      return;
     this.episode = undefined;
-    this.log.info({ onlineS: STABLE_ONLINE_MS / 1000 }, 'uplink online and has kept its session; the other client with the same client id is gone');
+    this.log.info(
+      { onlineS: STABLE_ONLINE_MS / 1000 },
+      'uplink online and has kept its session; the other client with the same client id is gone',
+    );
   }
 
   private startEpisode(episode: Episode, fields: object, msg: string): void {

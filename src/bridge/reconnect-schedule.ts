@@ -48,7 +48,11 @@ export class ReconnectSchedule {
 
   constructor(reconnect: { minDelayMs: number; maxDelayMs: number }, random: () => number = Math.random) {
     this.quick = new Backoff(reconnect.minDelayMs, reconnect.maxDelayMs, random);
-    this.slow = new Backoff(Math.max(REFUSED_MIN_MS, reconnect.minDelayMs), Math.max(REFUSED_MAX_MS, reconnect.maxDelayMs), random);
+    this.slow = new Backoff(
+      Math.max(REFUSED_MIN_MS, reconnect.minDelayMs),
+      Math.max(REFUSED_MAX_MS, reconnect.maxDelayMs),
+      random,
+    );
   }
 
   /** Counts an attempt; returns its number since the last CONNACK (1 = the first). */

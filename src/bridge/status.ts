@@ -63,7 +63,10 @@ export class StatusPublisher {
     if (!online) return;
     const nowMs = this.now();
     const { report, changeKey } = this.snapshot(true);
-    const due = cameOnline || nowMs - this.lastAtMs >= REFRESH_MS || (changeKey !== this.lastKey && nowMs - this.lastAtMs >= MIN_INTERVAL_MS);
+    const due =
+      cameOnline ||
+      nowMs - this.lastAtMs >= REFRESH_MS ||
+      (changeKey !== this.lastKey && nowMs - this.lastAtMs >= MIN_INTERVAL_MS);
     if (!due) return;
     if (this.link.publishNow([this.message(report)])) {
       this.lastKey = changeKey;
@@ -72,6 +75,12 @@ export class StatusPublisher {
   }
 
   private message(report: object): Message {
-    return createMessage({ topic: this.topic, payload: Buffer.from(JSON.stringify(report)), qos: 1, retain: true, origin: 'status' });
+    return createMessage({
+      topic: this.topic,
+      payload: Buffer.from(JSON.stringify(report)),
+      qos: 1,
+      retain: true,
+      origin: 'status',
+    });
   }
 }

@@ -27,7 +27,10 @@ export function fleetStatus(s: FleetStatusSources, online: boolean): StatusSnaps
   }));
   const devices = s.devices();
   const down = devices.filter((d) => !d.up).map((d) => d.id);
-  const lastError = bridges.reduce<BridgeStats['lastError'] | null>((last, b) => (b.lastError && (!last || b.lastError.at > last.at) ? b.lastError : last), null);
+  const lastError = bridges.reduce<BridgeStats['lastError'] | null>(
+    (last, b) => (b.lastError && (!last || b.lastError.at > last.at) ? b.lastError : last),
+    null,
+  );
   const report = {
     gateway: s.gatewayId,
     state: online ? 'online' : 'offline',
@@ -41,6 +44,12 @@ export function fleetStatus(s: FleetStatusSources, online: boolean): StatusSnaps
     lastError,
   };
   // What an operator acts on: connections, whether a backlog waits, devices down, a new error.
-  const changeKey = JSON.stringify([online, bridges.map((b) => [b.connected, b.backlog.messages > 0]), down, s.configDigest(), lastError?.at]);
+  const changeKey = JSON.stringify([
+    online,
+    bridges.map((b) => [b.connected, b.backlog.messages > 0]),
+    down,
+    s.configDigest(),
+    lastError?.at,
+  ]);
   return { report, changeKey };
 }

@@ -497,7 +497,7 @@ export class EdgeNode implements DeviceHost {
     }
     if (metrics.length === 0) return;
     this.counters.dataMessages++;
-    this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), { timestamp, seq: this.nextLocalSeq(), metrics });
+    void this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), { timestamp, seq: this.nextLocalSeq(), metrics });
   }
 
   private async endLocalSession(): Promise<void> {

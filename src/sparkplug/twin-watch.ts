@@ -28,7 +28,7 @@ export class TwinWatch {
     this.lastLogMs = nowMs;
     this.log.error(
       { topic: this.topic, births: this.births },
-      'another edge node publishes our NBIRTH on the central broker: a second gateway with the same sparkplug.groupId and edgeNodeId (a copied configuration?); hosts will mix the two nodes\' data',
+      "another edge node publishes our NBIRTH on the central broker: a second gateway with the same sparkplug.groupId and edgeNodeId (a copied configuration?); hosts will mix the two nodes' data",
     );
   }
 }

@@ -19,7 +19,12 @@ import { delay, waitFor } from '../helpers/wait.js';
 const d = useDisposer();
 
 /** One gateway `id` with the bridge `central` as a user writes it: no client id, so the default applies. */
-async function fleetGateway(id: string, url: string, remote: Record<string, unknown> = {}, metricsPort?: number): Promise<Gateway> {
+async function fleetGateway(
+  id: string,
+  url: string,
+  remote: Record<string, unknown> = {},
+  metricsPort?: number,
+): Promise<Gateway> {
   const patch = bridgePatch(url, { remote: { clientId: undefined, ...remote } });
   const metrics = metricsPort === undefined ? {} : { metrics: { host: '127.0.0.1', port: metricsPort } };
   return d.add(await startGateway({ ...patch, ...metrics, gateway: { id } }, { logLevel: 'info' }));
@@ -37,7 +42,16 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
 
     const acked = ids.map((): string[] => []);
     const send = (start: number, count: number) =>
-      Promise.all(publishers.map((p, i) => publishSequence(p, `plant/${ids[i]}`, count, { prefix: `${ids[i]}-`, start, concurrency: 20, ledger: acked[i] })));
+      Promise.all(
+        publishers.map((p, i) =>
+          publishSequence(p, `plant/${ids[i]}`, count, {
+            prefix: `${ids[i]}-`,
+            start,
+            concurrency: 20,
+            ledger: acked[i],
+          }),
+        ),
+      );
     await send(0, 300);
     site.refuse();
     site.reset();
@@ -47,14 +61,20 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
     await send(800, 200);
 
     const total = acked.reduce((n, a) => n + a.length, 0);
-    await waitFor(() => new Set(up.payloads()).size >= total, 30_000, { message: () => `${new Set(up.payloads()).size}/${total} upstream` });
+    await waitFor(() => new Set(up.payloads()).size >= total, 30_000, {
+      message: () => `${new Set(up.payloads()).size}/${total} upstream`,
+    });
     ids.forEach((id, i) => {
       const got = up.messages.filter((m) => m.topic === `plant/${id}`).map((m) => m.payload.toString());
       expect(checkSequence(got, acked[i]), id).toMatchObject({ missing: [], unexpected: [], outOfOrder: 0 });
     });
     const log = central.log();
     expect(log).not.toMatch(/already connected, closing old connection/);
-    for (const id of ids) expect(log.match(new RegExp(`New client connected .* as ${id}-central`, 'g'))?.length ?? 0, id).toBeGreaterThanOrEqual(2);
+    for (const id of ids)
+      expect(
+        log.match(new RegExp(`New client connected .* as ${id}-central`, 'g'))?.length ?? 0,
+        id,
+      ).toBeGreaterThanOrEqual(2);
     for (const gw of gateways) {
       expect(logLines(gw).filter((l) => l.msg === 'uplink online' && l.reconnected === true)).toHaveLength(1);
       expect(logLines(gw).filter((l) => l.level === 50 || l.level === 'error')).toEqual([]);
@@ -83,12 +103,27 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
         return got.retain === true && got.report.state === 'online' ? got : undefined;
       }, 15_000);
       expect(retain).toBe(true);
-      expect(report).toMatchObject({ gateway: id, version: expect.any(String), configDigest: expect.stringMatching(/^[0-9a-f]{16}$/), devices: { up: 0, down: [] }, lastError: null });
-      expect(report.bridges).toEqual([{ name: 'central', connected: true, backlog: { messages: 0, bytes: 0, oldestAgeS: 0 }, deadLetters: 0, lastError: null }]);
+      expect(report).toMatchObject({
+        gateway: id,
+        version: expect.any(String),
+        configDigest: expect.stringMatching(/^[0-9a-f]{16}$/),
+        devices: { up: 0, down: [] },
+        lastError: null,
+      });
+      expect(report.bridges).toEqual([
+        {
+          name: 'central',
+          connected: true,
+          backlog: { messages: 0, bytes: 0, oldestAgeS: 0 },
+          deadLetters: 0,
+          lastError: null,
+        },
+      ]);
     }
     await gateways[0].kill('SIGKILL');
     await gateways[1].stop();
-    for (const id of ids) await waitFor(async () => (await latest(id)).report.state === 'offline', 15_000, { message: `${id} offline` });
+    for (const id of ids)
+      await waitFor(async () => (await latest(id)).report.state === 'offline', 15_000, { message: `${id} offline` });
   });
 
   it('a Sparkplug node reports its version and backlog as node metrics, and tells of a twin publishing its NBIRTH (same group and edge node id)', async () => {
@@ -97,13 +132,22 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
     const host = d.add(await collect(central.url, 'spBv1.0/#', { qos: 1 }));
     const node = (id: string, url: string) => ({
       gateway: { id },
-      bridges: [{ ...sparkplugUplink(url, { group: 'plant1', node: 'line4-gw', state: false }), remote: { urls: [url] } }],
+      bridges: [
+        { ...sparkplugUplink(url, { group: 'plant1', node: 'line4-gw', state: false }), remote: { urls: [url] } },
+      ],
       sparkplug: { groupId: 'plant1', edgeNodeId: 'line4-gw', uplink: 'central' },
     });
     const first = d.add(await startGateway(node('cell1', site.url), { logLevel: 'info' }));
     const decoder = new Decoder();
     const decoded = () => host.messages.map((m) => decoder.decode({ topic: m.topic, payload: m.payload } as Message));
-    const births = await waitFor(() => decoded().filter((m) => m.type === 'NBIRTH').at(0), 10_000, { message: 'first NBIRTH' });
+    const births = await waitFor(
+      () =>
+        decoded()
+          .filter((m) => m.type === 'NBIRTH')
+          .at(0),
+      10_000,
+      { message: 'first NBIRTH' },
+    );
     const metric = (name: string) => births.payload.metrics.find((m) => m.name === name);
     expect(metric('Node Info/Version')?.value).toEqual(expect.stringMatching(/^\d+\.\d+\.\d+/));
     expect(Number(metric('Node Info/Backlog Messages')?.value)).toBe(0);
@@ -114,24 +158,43 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
     d.defer(() => local.endAsync(true));
     site.refuse();
     site.reset();
-    for (let i = 0; i < 20; i++) await local.publishAsync(`spBv1.0/plant1/DDATA/line4-gw/other`, Buffer.from([i]), { qos: 1 });
+    for (let i = 0; i < 20; i++)
+      await local.publishAsync(`spBv1.0/plant1/DDATA/line4-gw/other`, Buffer.from([i]), { qos: 1 });
     await waitFor(() => logLines(first).some((l) => l.msg === 'uplink lost; buffering'), 10_000);
     site.restore();
-    const rebirth = await waitFor(() => decoded().filter((m) => m.type === 'NBIRTH').at(1), 10_000, { message: 'NBIRTH after the cut' });
-    expect(Number(rebirth.payload.metrics.find((m) => m.name === 'Node Info/Backlog Messages')?.value)).toBeGreaterThanOrEqual(20);
+    const rebirth = await waitFor(
+      () =>
+        decoded()
+          .filter((m) => m.type === 'NBIRTH')
+          .at(1),
+      10_000,
+      { message: 'NBIRTH after the cut' },
+    );
+    expect(
+      Number(rebirth.payload.metrics.find((m) => m.name === 'Node Info/Backlog Messages')?.value),
+    ).toBeGreaterThanOrEqual(20);
     const backlogReports = () =>
       decoded()
         .filter((m) => m.type === 'NDATA')
         .flatMap((m) => m.payload.metrics.filter((x) => decoder.nameOf(x.alias) === 'Node Info/Backlog Messages'));
     await waitFor(() => backlogReports().some((x) => Number(x.value) === 0), 25_000, {
-      message: () => `backlog reports ${backlogReports().map((x) => Number(x.value)).join(',')}; upstream ${decoded().map((m) => m.type).join(',')}`,
+      message: () =>
+        `backlog reports ${backlogReports()
+          .map((x) => Number(x.value))
+          .join(',')}; upstream ${decoded()
+          .map((m) => m.type)
+          .join(',')}`,
     });
 
     // A twin: another gateway (its own gateway.id, so its own client id) with a copied sparkplug section.
     const twin = d.add(await startGateway(node('cell2', central.url), { logLevel: 'info' }));
-    await waitFor(() => logLines(first).some((l) => l.level === 50 && /another edge node publishes our NBIRTH/.test(String(l.msg))), 15_000, {
-      message: () => first.output(),
-    });
+    await waitFor(
+      () => logLines(first).some((l) => l.level === 50 && /another edge node publishes our NBIRTH/.test(String(l.msg))),
+      15_000,
+      {
+        message: () => first.output(),
+      },
+    );
     // No false alarm: a node never takes its own NBIRTH (MQTT 5 no-local) for a twin's.
     expect(logLines(twin).filter((l) => l.level === 50)).toEqual([]);
   });
@@ -142,10 +205,16 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
       const ports = [await freePort(), await freePort()];
       const twins: Gateway[] = [];
       for (const port of ports) twins.push(await fleetGateway('line7', central.url, { protocolVersion }, port));
-      const taken = async () => (await Promise.all(ports.map((p) => bridgeGauge(p, 'edgeferry_bridge_session_taken_total')))).map((v) => v ?? 0);
+      const taken = async () =>
+        (await Promise.all(ports.map((p) => bridgeGauge(p, 'edgeferry_bridge_session_taken_total')))).map(
+          (v) => v ?? 0,
+        );
       // Sessions taken, counted after the first few quick closes (Mosquitto 2.0 closes the old connection without
       // DISCONNECT 0x8E, MQTT 5 too, so the schedule infers it).
-      await waitFor(async () => (await taken()).reduce((a, b) => a + b) >= 2, 60_000, { intervalMs: 250, message: () => twins.map((t) => t.output()).join('\n') });
+      await waitFor(async () => (await taken()).reduce((a, b) => a + b) >= 2, 60_000, {
+        intervalMs: 250,
+        message: () => twins.map((t) => t.output()).join('\n'),
+      });
       expect(central.log()).toMatch(/Client line7-central already connected, closing old connection/);
       for (const twin of twins) {
         // Not a loop of warnings: the first quick closes, then silence but for the one error.

@@ -8,14 +8,21 @@ import { ReconnectSchedule } from '../../src/bridge/reconnect-schedule.js';
 import { UplinkError } from '../../src/util/errors.js';
 import { recordingLogger } from '../helpers/bridge-setup.js';
 
-const defaults = parseConfig('bridges: [{ name: c, remote: { urls: ["mqtt://central.example"] }, topics: [{ filter: "a/#" }] }]\n', 'gw.yaml', '/tmp')
-  .bridges[0].reconnect;
-const unreachable = { error: new UplinkError('EF_UPLINK_CONNECT', 'refused'), closedByBroker: false, onlineMs: undefined };
+const defaults = parseConfig(
+  'bridges: [{ name: c, remote: { urls: ["mqtt://central.example"] }, topics: [{ filter: "a/#" }] }]\n',
+  'gw.yaml',
+  '/tmp',
+).bridges[0].reconnect;
+const unreachable = {
+  error: new UplinkError('EF_UPLINK_CONNECT', 'refused'),
+  closedByBroker: false,
+  onlineMs: undefined,
+};
 
 /** A deterministic spread of random numbers over [0, 1). */
 function sequenceRandom(): () => number {
   let i = 0;
-  return () => ((i++ * 0.618_033_988_75) % 1);
+  return () => (i++ * 0.618_033_988_75) % 1;
 }
 
 describe('reconnect schedule', () => {
@@ -41,18 +48,25 @@ describe('reconnect schedule', () => {
 
   it('a connection the broker closes right after CONNACK three times in a row is read as a session taken', () => {
     const schedule = new ReconnectSchedule(defaults);
-    const quickClose = { error: new UplinkError('EF_UPLINK_CONNECT', 'connection closed'), closedByBroker: true, onlineMs: 300 };
+    const quickClose = {
+      error: new UplinkError('EF_UPLINK_CONNECT', 'connection closed'),
+      closedByBroker: true,
+      onlineMs: 300,
+    };
     expect(schedule.ended(quickClose).error.message).toBe('connection closed');
     expect(schedule.ended({ ...quickClose, onlineMs: 120_000 }).error.message).toBe('connection closed'); // a long one breaks the run
     expect(schedule.ended(quickClose).error.message).toBe('connection closed');
     expect(schedule.ended(quickClose).error.message).toBe('connection closed');
     const third = schedule.ended(quickClose);
     expect(third.error).toMatchObject({ code: 'EF_UPLINK_SESSION_TAKEN' });
-    expect(third.error.message).toMatch(/right after CONNACK 3 times in a row: likely another client with the same client id/);
+    expect(third.error.message).toMatch(
+      /right after CONNACK 3 times in a row: likely another client with the same client id/,
+    );
     expect(third.delayMs).toBeGreaterThanOrEqual(5000);
     // Our own liveness checks closing the connection are not the broker's doing.
     const ours = new ReconnectSchedule(defaults);
-    for (let i = 0; i < 5; i++) expect(ours.ended({ ...quickClose, closedByBroker: false }).error.message).toBe('connection closed');
+    for (let i = 0; i < 5; i++)
+      expect(ours.ended({ ...quickClose, closedByBroker: false }).error.message).toBe('connection closed');
   });
 });
 
