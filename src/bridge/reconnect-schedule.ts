@@ -11,6 +11,7 @@
  * - A connection the broker closes right after CONNACK, again and again, is our session taken over by another
  *   client with the same client id (MQTT 3.1.1 has no DISCONNECT from the server to say so; MQTT 5 says 0x8E).
  */
+import { Reason } from '../protocol/reason-codes.js';
 import { Backoff } from '../util/backoff.js';
 import { UplinkError } from '../util/errors.js';
 
@@ -38,6 +39,16 @@ export interface ConnectionEnd {
 /** Whether `error` says the central broker took our session away (DISCONNECT 0x8E, or inferred). */
 export function isSessionTaken(error: Error): boolean {
   return error instanceof UplinkError && error.code === 'EF_UPLINK_SESSION_TAKEN';
+}
+
+/** What a DISCONNECT from the central broker ended: 0x8E is our session given to another client with our id. */
+export function disconnectError(url: string, reasonCode: number, clientId: string): UplinkError {
+  if (reasonCode !== Reason.SessionTakenOver)
+    return new UplinkError('EF_UPLINK_CONNECT', `central broker sent DISCONNECT 0x${reasonCode.toString(16)}`);
+  return new UplinkError(
+    'EF_UPLINK_SESSION_TAKEN',
+    `${url}: the central broker gave our session to another client (DISCONNECT 0x8e): another client uses the client id "${clientId}"`,
+  );
 }
 
 export class ReconnectSchedule {

@@ -29,7 +29,7 @@ import type { Logger } from '../util/logger.js';
 import { dial } from './dial.js';
 import { InboundQoS2 } from './inbound-qos2.js';
 import { PacketIds } from './packet-ids.js';
-import { ReconnectSchedule, type ConnectionEnd } from './reconnect-schedule.js';
+import { disconnectError, ReconnectSchedule, type ConnectionEnd } from './reconnect-schedule.js';
 import { IdTable } from '../util/id-table.js';
 
 /** What a successful CONNACK told us. */
@@ -622,13 +622,7 @@ export class Uplink {
   }
 
   private onServerDisconnect(conn: Connection, reasonCode: number): void {
-    conn.error =
-      reasonCode === Reason.SessionTakenOver
-        ? new UplinkError(
-            'EF_UPLINK_SESSION_TAKEN',
-            `${conn.url}: the central broker gave our session to another client (DISCONNECT 0x8e): another client uses the client id "${this.options.config.remote.clientId}"`,
-          )
-        : new UplinkError('EF_UPLINK_CONNECT', `central broker sent DISCONNECT 0x${reasonCode.toString(16)}`);
+    conn.error = disconnectError(conn.url, reasonCode, this.options.config.remote.clientId);
     if (reasonCode === Reason.ReceiveMaximumExceeded) {
       // The broker's limit is lower than it announced (or than we assumed): halve the window from now on.
       this.windowLimit = Math.max(1, Math.floor(Math.min(this.windowLimit, Math.max(conn.flows.size, 2)) / 2));

@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/load.js';
 import { OutageLog } from '../../src/bridge/outage-log.js';
-import { ReconnectSchedule } from '../../src/bridge/reconnect-schedule.js';
+import { disconnectError, ReconnectSchedule } from '../../src/bridge/reconnect-schedule.js';
 import { UplinkError } from '../../src/util/errors.js';
 import { recordingLogger } from '../helpers/bridge-setup.js';
 
@@ -67,6 +67,19 @@ describe('reconnect schedule', () => {
     const ours = new ReconnectSchedule(defaults);
     for (let i = 0; i < 5; i++)
       expect(ours.ended({ ...quickClose, closedByBroker: false }).error.message).toBe('connection closed');
+  });
+});
+
+describe('DISCONNECT from the central broker', () => {
+  it('0x8E Session taken over is a taken session naming our client id; other reasons are a lost connection', () => {
+    const taken = disconnectError('mqtt://central:1883', 0x8e, 'line4-central');
+    expect(taken).toMatchObject({ code: 'EF_UPLINK_SESSION_TAKEN' });
+    expect(taken.message).toMatch(/another client uses the client id "line4-central"/);
+    expect(disconnectError('mqtt://central:1883', 0x8b, 'line4-central')).toMatchObject({ code: 'EF_UPLINK_CONNECT' });
+    // A taken session retries slowly, like a refusal.
+    expect(
+      new ReconnectSchedule(defaults).ended({ error: taken, closedByBroker: false, onlineMs: 2000 }).delayMs,
+    ).toBeGreaterThanOrEqual(5000);
   });
 });
 
