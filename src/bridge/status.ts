@@ -19,6 +19,8 @@ export interface StatusSnapshot {
 
 /** What the publisher needs of its bridge. */
 export interface StatusLink {
+  /** The bridge's origin: the status is the bridge's own message (it never enters the local broker). */
+  readonly origin: string;
   readonly online: boolean;
   publishNow(messages: readonly Message[]): boolean;
 }
@@ -80,7 +82,7 @@ export class StatusPublisher {
       payload: Buffer.from(JSON.stringify(report)),
       qos: 1,
       retain: true,
-      origin: 'status',
+      origin: this.link.origin,
     });
   }
 }
