@@ -349,7 +349,7 @@ export class EdgeNode implements DeviceHost {
   publishDeviceBirth(device: Device, timestamp: number, metrics: MetricOut[]): void {
     this.counters.births++;
     this.plain?.metrics(device.id, metrics);
-    this.publishLocal(deviceTopic(this.config.groupId, 'DBIRTH', this.config.edgeNodeId, device.id), {
+    void this.publishLocal(deviceTopic(this.config.groupId, 'DBIRTH', this.config.edgeNodeId, device.id), {
       timestamp,
       seq: this.nextLocalSeq(),
       metrics,
@@ -359,7 +359,7 @@ export class EdgeNode implements DeviceHost {
   publishDeviceData(device: Device, metrics: MetricOut[]): void {
     this.counters.dataMessages++;
     this.plain?.metrics(device.id, metrics);
-    this.publishLocal(deviceTopic(this.config.groupId, 'DDATA', this.config.edgeNodeId, device.id), {
+    void this.publishLocal(deviceTopic(this.config.groupId, 'DDATA', this.config.edgeNodeId, device.id), {
       timestamp: Date.now(),
       seq: this.nextLocalSeq(),
       metrics,
@@ -368,7 +368,7 @@ export class EdgeNode implements DeviceHost {
 
   publishDeviceDeath(device: Device, timestamp: number): void {
     this.plain?.deviceDead(device.id, timestamp);
-    this.publishLocal(deviceTopic(this.config.groupId, 'DDEATH', this.config.edgeNodeId, device.id), {
+    void this.publishLocal(deviceTopic(this.config.groupId, 'DDEATH', this.config.edgeNodeId, device.id), {
       timestamp,
       seq: this.nextLocalSeq(),
       metrics: [],
@@ -407,7 +407,7 @@ export class EdgeNode implements DeviceHost {
     this.localSeq = 0;
     this.nodeBirthTs = timestamp;
     this.counters.births++;
-    this.publishLocal(nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId), {
+    void this.publishLocal(nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId), {
       timestamp,
       seq: this.nextLocalSeq(),
       metrics: this.nodeBirthMetrics(timestamp, BigInt(this.localBdSeq)),
@@ -451,7 +451,7 @@ export class EdgeNode implements DeviceHost {
     this.devicesOnlinePublished = online;
     const metric = this.nodeMetrics.find((m) => m.name === DEVICES_ONLINE) as NodeMetric;
     this.counters.dataMessages++;
-    this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), {
+    void this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), {
       timestamp: Date.now(),
       seq: this.nextLocalSeq(),
       metrics: [{ alias: metric.alias, valueType: metric.datatype, timestamp: Date.now(), value: online }],
