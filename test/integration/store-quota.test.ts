@@ -69,7 +69,7 @@ describe('storage.maxBytes between the targets of one message', () => {
     const listed = await runCli(['store', 'list', '-c', gw.configFile]);
     const outbox = /outbox central: (\d+) messages, \d+ bytes, oldest [^,]+, dropped (none|queue_full (\d+))/.exec(listed.stdout);
     expect(outbox, listed.stdout).not.toBeNull();
-    expect(Number(outbox![1]) + Number(outbox![3] ?? 0)).toBe(fill.accepted.length);
+    expect(Number(outbox![1]) + Number((outbox![3] as string | undefined) ?? 0)).toBe(fill.accepted.length);
   }, 120_000);
 });
 
