@@ -154,14 +154,14 @@ async function main(): Promise<void> {
     const floodStart = performance.now();
     let published = 0;
     const latencies: number[] = [];
-    let probing = true;
+    let probing = true as boolean; // cleared below while the prober runs
     const prober = (async () => {
       for (let i = 0; probing; i++) {
         latencies.push(await probe(gw.port, 1000 + i));
         await new Promise((r) => setTimeout(r, 50));
       }
     })();
-    let flooderClosed = false;
+    let flooderClosed = false as boolean; // set by the close handler
     const closed = new Promise<void>((r) => pub.once('close', () => ((flooderClosed = true), r())));
     while (performance.now() - floodStart < FLOOD_MS && !flooderClosed) {
       published += 256;
@@ -174,7 +174,10 @@ async function main(): Promise<void> {
     let lastCount = -1;
     let stillSince = performance.now();
     while (received < published && !(flooderClosed && performance.now() - stillSince > 3000)) {
-      if (received !== lastCount) (lastCount = received), (stillSince = performance.now());
+      if (received !== lastCount) {
+        lastCount = received;
+        stillSince = performance.now();
+      }
       await new Promise((r) => setTimeout(r, 1000));
       process.stderr.write(`  the gateway has read ${received} of ${published} messages\n`);
     }

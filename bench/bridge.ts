@@ -392,7 +392,7 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     return metrics;
   } catch (err) {
     const output = gateway?.outputTail().trim() ?? '';
-    throw new Error(`${errorText(err)}${output ? ` (gateway output: ${summarizeOutput(output)})` : ''}`);
+    throw new Error(`${errorText(err)}${output ? ` (gateway output: ${summarizeOutput(output)})` : ''}`, { cause: err });
   } finally {
     for (const c of publishers) c.destroy();
     subscriber?.destroy();
@@ -532,7 +532,7 @@ function ratioPairs(opts: Options): [string, string][] {
 }
 
 /** The issue's targets, per edgeferry variant: zero loss where Mosquitto loses, buffering at 64 B, replay. */
-function renderTargets(summary: Record<string, GroupSummary>, opts: Options): string {
+function renderTargets(summary: Partial<Record<string, GroupSummary>>, opts: Options): string {
   const lines = ['', 'Targets:'];
   const median = (group: string, gateway: string, key: string): number => summary[group]?.brokers[gateway]?.medians?.[key] ?? Number.NaN;
   const verdict = (ok: boolean): string => (ok ? 'met' : 'MISSED');

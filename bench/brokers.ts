@@ -91,7 +91,7 @@ export function summarizeOutput(output: string): string {
     }
   }
   const errorLine = [...lines].reverse().find((l) => /error/i.test(l));
-  return (errorLine ?? lines[lines.length - 1] ?? 'no output').slice(0, 500);
+  return (errorLine ?? lines.at(-1) ?? 'no output').slice(0, 500);
 }
 
 export { freePort };
@@ -203,8 +203,8 @@ export function spawnTracked(
     tail = (tail + chunk.toString('utf8')).slice(-outputTailBytes);
     onOutput?.(chunk);
   };
-  child.stdout?.on('data', keep);
-  child.stderr?.on('data', keep);
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
   let exitCode: number | string | null = null;
   const exited = new Promise<void>((resolve) => {
     child.on('exit', (code, signal) => {

@@ -219,6 +219,7 @@ class Host {
     if (type === 'NBIRTH') this.aliases.clear();
     // protobufjs answers absent fields with their defaults (name '', alias 0): only own properties were sent.
     const has = (o: object, key: string) => Object.prototype.hasOwnProperty.call(o, key);
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- a library decodes it: kept in case an absent field is left unset
     const metrics = (p.metrics ?? []).map((m) => {
       const alias = has(m, 'alias') ? long(m.alias, true).toNumber() : undefined;
       const declared = has(m, 'datatype') ? (m.datatype as number) : undefined;

@@ -152,7 +152,7 @@ class Client {
       const fail = (err: Error): void => {
         clearTimeout(timer);
         this.onPacket = () => {};
-        this.close();
+        void this.close(); // never rejects
         reject(err);
       };
       const onClose = (): void => fail(new Error(`connection closed before CONNACK (${clientId})`));

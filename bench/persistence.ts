@@ -314,7 +314,7 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     };
   } catch (err) {
     const output = broker?.outputTail().trim() ?? '';
-    throw new Error(`${errorText(err)}${output ? ` (broker output: ${summarizeOutput(output)})` : ''}`);
+    throw new Error(`${errorText(err)}${output ? ` (broker output: ${summarizeOutput(output)})` : ''}`, { cause: err });
   } finally {
     for (const c of publishers) c.destroy();
     if (broker !== null) await broker.stop();

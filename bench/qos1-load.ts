@@ -328,7 +328,7 @@ export class SequenceCounter {
     if (end - pos < publisherIndexOffset + 2) return;
     const publisher = buf.readUInt16BE(pos + publisherIndexOffset);
     const seq = buf.readUInt32BE(pos + seqOffset);
-    const marks = this.seen[publisher];
+    const marks = this.seen[publisher] as Uint8Array | undefined; // the index comes off the wire
     if (marks === undefined || seq >= marks.length || marks[seq] === 1) return;
     marks[seq] = 1;
     this.unique++;

@@ -137,11 +137,11 @@ export function summarize(
     }
     for (const subject of subjects) {
       if (summary.brokers[subject] === undefined) continue;
-      const mine = summary.brokers[subject]?.medians ?? null;
+      const mine = summary.brokers[subject].medians;
       for (const other of brokers) {
         // Each runtime of the gateway against the brokers, and Node 20's against Node 24's once.
         if (other === subject || summary.brokers[other] === undefined || (subject !== 'edgeferry' && subjects.includes(other))) continue;
-        const theirs = summary.brokers[other]?.medians ?? null;
+        const theirs = summary.brokers[other].medians;
         summary.ratios[`${subject}/${other}`] = ratiosOf(cols, mine, theirs);
       }
     }
@@ -179,7 +179,6 @@ export function renderSummary(summary: Record<string, ScenarioSummary>): string 
     const rows: string[][] = [];
     const notes: string[] = [];
     for (const [broker, b] of Object.entries(s.brokers)) {
-      if (b === undefined) continue;
       rows.push([
         broker,
         ...cols.map((c) => formatNumber(b.medians?.[c.key])),
@@ -188,7 +187,7 @@ export function renderSummary(summary: Record<string, ScenarioSummary>): string 
       ]);
       for (const err of b.errors) notes.push(`  ${broker}: ${err.split('\n')[0].slice(0, 300)}`);
     }
-    const attempts = Math.max(...Object.values(s.brokers).map((b) => (b === undefined ? 0 : b.runs + b.failures)));
+    const attempts = Math.max(...Object.values(s.brokers).map((b) => b.runs + b.failures));
     parts.push(`\n== ${s.title} (median of ${attempts}) ==`);
     parts.push(table(header, rows));
     const ratioCols = cols.filter((c) => c.ratio);
@@ -269,7 +268,7 @@ export interface GroupBrokerSummary {
 
 export interface GroupSummary {
   title: string;
-  brokers: Record<string, GroupBrokerSummary>;
+  brokers: Partial<Record<string, GroupBrokerSummary>>; // a broker that does not run in a group has none
   /** `<subject>/<baseline>`: ratio of medians, per `ratio` column. */
   ratios: Record<string, Record<string, number | null>>;
 }
@@ -313,7 +312,7 @@ export function summarizeGroups(
 }
 
 /** One table per group (median of each column, worst columns, runs), its ratio lines and its notes. */
-export function renderGroups(summary: Record<string, GroupSummary>, groups: readonly GroupSpec[], brokerLabel = 'broker'): string {
+export function renderGroups(summary: Partial<Record<string, GroupSummary>>, groups: readonly GroupSpec[], brokerLabel = 'broker'): string {
   const parts: string[] = [];
   for (const group of groups) {
     const s = summary[group.key];
@@ -323,6 +322,7 @@ export function renderGroups(summary: Record<string, GroupSummary>, groups: read
     const rows: string[][] = [];
     const notes: string[] = [];
     for (const [broker, b] of Object.entries(s.brokers)) {
+      if (b === undefined) continue;
       rows.push([
         broker,
         ...cols.map((c) => (c.flag ? `${b.flagged?.[c.key] ?? 0}/${b.runs}` : formatNumber(b.medians?.[c.key]))),
@@ -332,7 +332,7 @@ export function renderGroups(summary: Record<string, GroupSummary>, groups: read
       for (const err of b.errors) notes.push(`  ${broker} failed: ${err.split('\n')[0].slice(0, 300)}`);
       for (const note of b.notes) notes.push(`  ${broker}: ${note.slice(0, 300)}`);
     }
-    const attempts = Math.max(...Object.values(s.brokers).map((b) => b.runs + b.failures));
+    const attempts = Math.max(...Object.values(s.brokers).map((b) => (b === undefined ? 0 : b.runs + b.failures)));
     parts.push(`\n== ${s.title} (median of ${attempts}) ==`);
     parts.push(table(header, rows));
     const ratioCols = cols.filter((c) => c.ratio);

@@ -508,7 +508,7 @@ function check(rig: Rig, samples: readonly Sample[], heldBack: number): number[]
   });
   if (gw.errors.length > 0) problems.push(`the gateway logged ${gw.errors.length} error(s), first: ${gw.errors[0]}`);
   if (heldBack > 0) problems.push(`the gateway fell behind: ${heldBack} message(s) held back by the publisher`);
-  const warm = samples[Math.min(opts.warmupCycles, samples.length) - 1];
+  const warm = samples[Math.min(opts.warmupCycles, samples.length) - 1] as Sample | undefined;
   const last = samples[samples.length - 1];
   if (warm === undefined || samples.length <= opts.warmupCycles) {
     process.stdout.write('no cycle after the warm-up: data file and RSS growth not checked\n');

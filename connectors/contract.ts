@@ -136,7 +136,7 @@ export class ValueRefusedError extends ConnectorError {
 }
 
 /** Socket and serial port errors by their Node.js code, in words an operator reads. */
-const SYSTEM_ERRORS: Readonly<Record<string, string>> = {
+const SYSTEM_ERRORS: Readonly<Partial<Record<string, string>>> = {
   ECONNREFUSED: 'connection refused',
   ECONNRESET: 'connection reset by the device',
   EPIPE: 'connection closed by the device',

@@ -192,6 +192,7 @@ export class ModbusConnector implements Connector {
     } finally {
       this.polling = false;
     }
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the read
     if (!this.active) return;
     if (outcome instanceof Error) {
       this.reportLost(outcome);

@@ -143,7 +143,7 @@ async function describeVariables(opened: OpenedSession, found: readonly Found[],
     const values = await session.read(batch.flatMap((f) => attributes.map((attributeId) => ({ nodeId: f.nodeId, attributeId }))));
     for (let i = 0; i < batch.length; i++) {
       const f = batch[i]!;
-      const [dataType, valueRank, accessLevel, userAccessLevel] = values.slice(i * 4, i * 4 + 4) as DataValue[];
+      const [dataType, valueRank, accessLevel, userAccessLevel] = values.slice(i * 4, i * 4 + 4) as (DataValue | undefined)[];
       const typeId = dataType?.statusCode.isGood() ? (dataType.value.value as NodeId) : undefined;
       const type = typeId === undefined ? { builtIn: BuiltInType.Null } : await resolveType(opened, typeId, basic, log);
       const rank = valueRank?.statusCode.isGood() ? Number(valueRank.value.value) : -1;
@@ -211,9 +211,9 @@ async function browseAll(opened: OpenedSession, nodeIds: readonly NodeId[], dire
   const out: ReferenceDescription[][] = [];
   for (const result of results) {
     const refs = [...(result.references ?? [])];
-    let continuationPoint = result.continuationPoint;
+    let continuationPoint = result.continuationPoint as Buffer | null; // null: no more
     while (continuationPoint && continuationPoint.length > 0) {
-      const [more] = await session.browseNext([continuationPoint], false);
+      const more = (await session.browseNext([continuationPoint], false)).at(0);
       refs.push(...(more?.references ?? []));
       continuationPoint = more?.continuationPoint ?? null;
     }
@@ -228,14 +228,13 @@ async function pathFromRoot(opened: OpenedSession, nodeId: NodeId): Promise<stri
   const segments: string[] = [];
   let current = nodeId;
   for (let hops = 0; hops < 32 && !isStandard(current, Root); hops++) {
-    const [node] = await opened.session.read([{ nodeId: current, attributeId: ua.AttributeIds.BrowseName }]);
+    const node = (await opened.session.read([{ nodeId: current, attributeId: ua.AttributeIds.BrowseName }])).at(0);
     if (!node?.statusCode.isGood()) {
       throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', 'opcua-browse', `node ${current.toString()} does not exist (${node?.statusCode.name})`, { retryable: false });
     }
     const browseName = node.value.value as { namespaceIndex: number; name: string };
     segments.unshift(qualified(browseName.namespaceIndex, browseName.name));
-    const [parents] = await browseAll(opened, [current], 'inverse');
-    const parent = parents?.[0];
+    const parent = (await browseAll(opened, [current], 'inverse')).at(0)?.at(0);
     if (parent === undefined) break;
     current = ua.resolveNodeId(parent.nodeId.toString());
   }

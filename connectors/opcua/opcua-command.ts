@@ -62,7 +62,7 @@ export async function runOpcuaCommand(argv: readonly string[], context: OpcuaCom
   try {
     if (command === 'browse') return await browseCommand(rest, context);
     if (command === 'trust') return await trustCommand(rest, context);
-    context.stderr(command === undefined || command === '--help' || command === '-h' ? opcuaUsage : `edgeferry opcua: unknown command "${command}"\n${opcuaUsage}`);
+    context.stderr(argv.length === 0 || command === '--help' || command === '-h' ? opcuaUsage : `edgeferry opcua: unknown command "${command}"\n${opcuaUsage}`);
     return command === '--help' || command === '-h' ? 0 : 2;
   } catch (err) {
     if (err instanceof UsageError) {
@@ -104,7 +104,7 @@ async function browseCommand(argv: readonly string[], context: OpcuaCommandConte
     },
   });
   const fromConfig = values.connector === undefined ? undefined : findConnector(String(values.connector), context);
-  const endpoint = positionals[0] ?? fromConfig?.endpoint;
+  const endpoint = (positionals[0] as string | undefined) ?? fromConfig?.endpoint;
   if (endpoint === undefined || positionals.length > 1) throw new UsageError('give one endpoint (opc.tcp://host:port/path) or --connector ID');
   if (!endpoint.startsWith('opc.tcp://')) throw new UsageError(`"${endpoint}" is not an opc.tcp:// endpoint`);
   const depth = values.depth === undefined ? undefined : Number(values.depth);
@@ -161,7 +161,7 @@ async function trustCommand(argv: readonly string[], context: OpcuaCommandContex
     );
     return 0;
   }
-  const endpoint = positionals[0] ?? fromConfig?.endpoint;
+  const endpoint = (positionals[0] as string | undefined) ?? fromConfig?.endpoint;
   if (endpoint === undefined || positionals.length > 1) throw new UsageError('give one endpoint (opc.tcp://host:port/path), --connector ID or --list');
   const results = await trustServer(endpoint, {
     pkiDir,

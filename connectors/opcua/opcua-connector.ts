@@ -350,8 +350,8 @@ export class OpcuaConnector implements Connector {
         batch.map((e) => ua.makeBrowsePath('RootFolder', e.config.browsePath as string)),
       );
       batch.forEach((e, i) => {
-        const result = results[i];
-        const target = result?.targets?.[0]?.targetId;
+        const result = results.at(i);
+        const target = result?.targets?.at(0)?.targetId;
         if (result === undefined || !result.statusCode.isGood() || target === undefined) {
           this.reportProblem(e.config.name, `browse path ${e.config.browsePath} not found (${result?.statusCode.name ?? 'no result'})`);
           return;
@@ -373,7 +373,7 @@ export class OpcuaConnector implements Connector {
       for (let i = 0; i < batch.length; i++) {
         const { config, definition } = batch[i]!;
         const nodeId = nodeIds.get(config.name)!;
-        const [dataType, valueRank, accessLevel, userAccessLevel, description] = values.slice(i * attributes.length, (i + 1) * attributes.length) as DataValue[];
+        const [dataType, valueRank, accessLevel, userAccessLevel, description] = values.slice(i * attributes.length, (i + 1) * attributes.length) as (DataValue | undefined)[];
         if (!dataType!.statusCode.isGood()) {
           const why = dataType!.statusCode.name === 'BadAttributeIdInvalid' ? 'is not a variable' : `cannot be read (${dataType!.statusCode.name})`;
           this.reportProblem(config.name, `node ${nodeId.toString()} ${why}`);
@@ -450,7 +450,7 @@ export class OpcuaConnector implements Connector {
     for (const batch of chunks(found, limits.read)) {
       const values = await opened.session.read(batch.map((f) => ({ nodeId: f.nodeId, attributeId: ua.AttributeIds.Value })));
       batch.forEach((f, i) => {
-        const dv = values[i];
+        const dv = values.at(i);
         const value = dv?.statusCode.isGood() ? (dv.value.value as Record<string, unknown> | null) : null;
         if (value === null || typeof value !== 'object') return;
         const properties = into.get(f.name) ?? {};
@@ -540,7 +540,7 @@ export class OpcuaConnector implements Connector {
         );
         group.monitoredItems.forEach((item: ClientMonitoredItemBase, i: number) => {
           const tag = batch[i]!;
-          const status = item.statusCode;
+          const status = item.statusCode as typeof item.statusCode | undefined; // absent from some servers
           if (status !== undefined && !status.isGood()) {
             this.reportProblem(tag.config.name, `the server refused to monitor node ${tag.nodeId.toString()}: ${status.name} (${status.description})`);
             run.resolved.delete(tag.config.name);
@@ -596,7 +596,7 @@ export class OpcuaConnector implements Connector {
     const subscription = run.subscription!;
     opened.client.on('connection_lost', () => this.lose(run, 'the connection was lost'));
     opened.client.on('close', (err?: Error | null) => this.lose(run, `the channel closed${err ? `: ${err.message}` : ''}`));
-    opened.session.on('session_closed', (status: { name?: string }) => this.lose(run, `the server closed the session (${status?.name ?? 'no status'})`));
+    opened.session.on('session_closed', (status: { name?: string } | undefined) => this.lose(run, `the server closed the session (${status?.name ?? 'no status'})`));
     subscription.on('raw_notification', () => {
       // Keep-alives and data both prove the server is publishing.
       run.lastAliveMs = performance.now();

@@ -205,7 +205,7 @@ async function checkServer(
       { retryable: false },
     );
   }
-  const certificate = match.serverCertificate;
+  const certificate = match.serverCertificate as Buffer | null; // typed as always there; a server may send none
   if (!certificate || certificate.length === 0) {
     throw unreachable(options, 'the server sent no certificate for its secured endpoint', false);
   }
@@ -277,7 +277,7 @@ function classifyConnectError(
   if (err instanceof ConnectorError) return err;
   const message = asError(err).message;
   if (options.securityMode !== 'None' && /BadSecurityChecksFailed|BadCertificate|BadNonce|certificate/i.test(message)) {
-    const own = client.getCertificate();
+    const own = client.getCertificate() as Buffer | undefined; // undefined before the client has one
     const thumbprint = own ? certificateThumbprint(own) : 'unknown';
     const ownFile = join(certificateManager.rootDir, 'own', 'certs', 'client_certificate.pem');
     return new ConnectorError(

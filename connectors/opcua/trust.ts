@@ -74,6 +74,7 @@ export async function trustServer(endpoint: string, options: TrustOptions): Prom
     );
     const leaves = new Map<string, Buffer>();
     for (const e of endpoints) {
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- typed as always there; a server may send none
       if (e.serverCertificate && e.serverCertificate.length > 0) {
         const leaf = leafCertificate(e.serverCertificate);
         leaves.set(certificateThumbprint(leaf), leaf);
@@ -136,7 +137,7 @@ function readFolder(dir: string): CertificateInfo[] {
 }
 
 function describeCertificate(der: Buffer, file: string): CertificateInfo {
-  let notAfter = '';
+  let notAfter: string;
   try {
     notAfter = new Date(new X509Certificate(der).validTo).toISOString();
   } catch {

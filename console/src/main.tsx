@@ -14,6 +14,13 @@ import './style.css';
 const VIEWS = ['overview', 'bridges', 'sparkplug', 'devices', 'clients', 'log'] as const;
 type View = (typeof VIEWS)[number];
 
+/** An async event handler whose failure is logged: Preact ignores the promise a handler returns. */
+function handled<A extends unknown[]>(handler: (...args: A) => Promise<unknown>): (...args: A) => void {
+  return (...args) => {
+    handler(...args).catch((err: unknown) => console.error(err));
+  };
+}
+
 function currentView(): View {
   const hash = location.hash.slice(1);
   return (VIEWS as readonly string[]).includes(hash) ? (hash as View) : 'overview';
@@ -26,7 +33,7 @@ function usePolled<T>(route: string, everyMs: number): [T | undefined, () => voi
   useEffect(() => {
     let live = true;
     const load = () => get<T>(route).then((d) => live && setData(d), () => undefined);
-    load();
+    void load(); // handles its own failure: the next poll tries again
     const timer = setInterval(load, everyMs);
     return () => {
       live = false;
@@ -63,7 +70,7 @@ function ActionButton(props: {
   };
   return (
     <span class="action">
-      <button type="button" disabled={state.busy} onClick={run} data-testid={props.testid}>
+      <button type="button" disabled={state.busy} onClick={handled(run)} data-testid={props.testid}>
         {props.label}
       </button>
       {state.message && <span class={state.error ? 'bad' : 'good'} data-testid={props.testid && `${props.testid}-result`}>{state.message}</span>}
@@ -251,7 +258,7 @@ function WriteCell({ device, tag, session }: { device: string; tag: string; sess
     }
   };
   return (
-    <form class="write" onSubmit={write}>
+    <form class="write" onSubmit={handled(write)}>
       <input value={input} onInput={(e) => setInput((e.target as HTMLInputElement).value)} aria-label={`new value for ${tag}`} data-testid={`write-${device}-${tag}`} />
       <button type="submit">Write</button>
       {result && <span class={result.ok ? 'good' : 'bad'} data-testid={`write-${device}-${tag}-result`}>{result.text}</span>}
@@ -451,7 +458,7 @@ function Login({ onLogin }: { onLogin: (s: Session) => void }) {
     }
   };
   return (
-    <form class="login card" onSubmit={submit}>
+    <form class="login card" onSubmit={handled(submit)}>
       <h2>edgeferry</h2>
       <label>
         User <input name="user" autocomplete="username" value={user} onInput={(e) => setUser((e.target as HTMLInputElement).value)} />
@@ -525,7 +532,7 @@ function App() {
           <button type="button" onClick={toggleTheme} title="Theme">
             {theme === 'dark' ? 'Light' : 'Dark'}
           </button>
-          <button type="button" onClick={logout}>
+          <button type="button" onClick={handled(logout)}>
             Log out
           </button>
         </span>

@@ -105,7 +105,7 @@ export class OutboxReader {
       this.aheadHead = 0;
       this.aheadDropped = dropped;
     }
-    const entry = this.ahead[this.aheadHead];
+    const entry = this.ahead[this.aheadHead] as OutboxEntry | undefined;
     if (entry === undefined || entry.seq < this.end) return entry;
     this.finished = true;
     return undefined;

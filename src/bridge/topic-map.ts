@@ -28,8 +28,8 @@ export class TopicMap {
     const out: TopicRule[] = [];
     const inbound: TopicRule[] = [];
     topics.forEach((t, index) => {
-      const localPrefix = t.localPrefix ?? '';
-      const remotePrefix = t.remotePrefix ?? '';
+      const localPrefix = t.localPrefix;
+      const remotePrefix = t.remotePrefix;
       const rule: TopicRule = {
         index,
         localFilter: localPrefix + t.filter,
@@ -38,7 +38,7 @@ export class TopicMap {
         remotePrefix,
         qos: t.qos,
       };
-      const direction = t.direction ?? 'out';
+      const direction = t.direction;
       if (direction === 'out' || direction === 'both') out.push(rule);
       if (direction === 'in' || direction === 'both') inbound.push(rule);
     });

@@ -118,8 +118,9 @@ const NO_RULES: readonly Rule[] = [];
 
 /** The filter matching exactly the topics that match both `a` and `b`, or undefined when none does. */
 export function intersection(a: string, b: string): string | undefined {
-  const x = a.split('/');
-  const y = b.split('/');
+  // Typed with undefined: the loops below read past the end of the shorter filter.
+  const x: (string | undefined)[] = a.split('/');
+  const y: (string | undefined)[] = b.split('/');
   const out: string[] = [];
   for (let i = 0; ; i++) {
     if (x[i] === '#') return [...out, ...y.slice(i)].join('/') || '#';
@@ -129,16 +130,16 @@ export function intersection(a: string, b: string): string | undefined {
       if (x[i] === undefined && y[i] === undefined) return out.join('/');
       return (x[i] ?? y[i]) === '#' ? out.join('/') : undefined;
     }
-    if (x[i] === '+') out.push(y[i]);
-    else if (y[i] === '+' || x[i] === y[i]) out.push(x[i]);
+    if (x[i] === '+') out.push(y[i]!);
+    else if (y[i] === '+' || x[i] === y[i]) out.push(x[i]!);
     else return undefined;
   }
 }
 
 /** Whether every topic that matches `inner` also matches `outer`. */
 export function covers(outer: string, inner: string): boolean {
-  const o = outer.split('/');
-  const n = inner.split('/');
+  const o: (string | undefined)[] = outer.split('/');
+  const n: (string | undefined)[] = inner.split('/');
   for (let i = 0; ; i++) {
     if (o[i] === '#') return true;
     if (o[i] === undefined) return n[i] === undefined;

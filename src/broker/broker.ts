@@ -141,7 +141,8 @@ export class Broker {
           this.stats.dropped.not_authorized++;
           return;
         }
-        member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
+        const wait = member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
+        if (wait) wait.catch((err: unknown) => this.log.warn({ err, topic: d.msg.topic }, 'shared subscription redelivery could not be stored'));
       },
     };
     this.sessionSettings = new SessionSettings(options.limits, this.sessionEvents, this.readGate, this.memoryWindow);

@@ -647,7 +647,7 @@ export class Session implements Subscriber {
     if (this.inflight === NO_FLOWS) this.inflight = new IdTable();
     this.inflight.set(packetId, d);
     this.settings.events.sent(d.qos);
-    if (d.qos === 2) this.recordFlight(d, packetId);
+    if (d.qos === 2) void this.recordFlight(d, packetId); // catches its own failure
   }
 
   /**

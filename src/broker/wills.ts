@@ -38,7 +38,7 @@ export class WillScheduler {
   schedule(clientId: string, msg: Message, delayS: number, store?: SessionStore): void {
     this.disarm(clientId);
     if (delayS <= 0) {
-      this.publish(msg);
+      void this.publish(msg); // logs its own failure
       return;
     }
     const dueAtMs = this.clock.nowMs() + delayS * 1000;

@@ -12,7 +12,7 @@ export const DEFAULT_CONFIG_FILE = fileURLToPath(new URL('../../../config/edgefe
 /** Removes `-c FILE` / `--config FILE` from a subcommand's arguments; returns the configuration file. */
 export function takeConfigOption(argv: string[]): string {
   const i = argv.findIndex((a) => a === '-c' || a === '--config');
-  const file = resolve(i >= 0 && argv[i + 1] !== undefined ? argv[i + 1] : DEFAULT_CONFIG_FILE);
+  const file = resolve((i >= 0 ? (argv[i + 1] as string | undefined) : undefined) ?? DEFAULT_CONFIG_FILE);
   if (i >= 0) argv.splice(i, 2);
   return file;
 }

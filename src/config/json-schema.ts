@@ -27,6 +27,6 @@ function allowProfileConnectors(schema: { properties?: unknown }): void {
   };
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+if ((process.argv[1] as string | undefined) !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   process.stdout.write(jsonSchema());
 }

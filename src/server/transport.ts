@@ -1,6 +1,6 @@
 /** The byte pipe under one MQTT connection: a TCP/TLS socket or a WebSocket, behind one small interface. */
 import type { Socket } from 'node:net';
-import { TLSSocket } from 'node:tls';
+import { TLSSocket, type PeerCertificate } from 'node:tls';
 import type { WebSocket } from 'ws';
 
 export interface Transport {
@@ -112,6 +112,6 @@ export function webSocketTransport(ws: WebSocket, remoteAddress: string, socket?
 
 function certificateIdentity(socket: Socket): string | undefined {
   if (!(socket instanceof TLSSocket) || !socket.authorized) return undefined;
-  const cn = socket.getPeerCertificate().subject?.CN;
+  const cn = (socket.getPeerCertificate() as Partial<PeerCertificate>).subject?.CN; // Node's type omits a missing subject
   return typeof cn === 'string' && cn.length > 0 ? cn : undefined;
 }

@@ -377,7 +377,7 @@ export class EdgeNode implements DeviceHost {
   publishDeviceBirth(device: Device, timestamp: number, metrics: MetricOut[]): void {
     this.counters.births++;
     this.plain?.metrics(device.id, metrics);
-    this.publishLocal(deviceTopic(this.config.groupId, 'DBIRTH', this.config.edgeNodeId, device.id), {
+    void this.publishLocal(deviceTopic(this.config.groupId, 'DBIRTH', this.config.edgeNodeId, device.id), {
       timestamp,
       seq: this.nextLocalSeq(),
       metrics,
@@ -387,7 +387,7 @@ export class EdgeNode implements DeviceHost {
   publishDeviceData(device: Device, metrics: MetricOut[]): void {
     this.counters.dataMessages++;
     this.plain?.metrics(device.id, metrics);
-    this.publishLocal(deviceTopic(this.config.groupId, 'DDATA', this.config.edgeNodeId, device.id), {
+    void this.publishLocal(deviceTopic(this.config.groupId, 'DDATA', this.config.edgeNodeId, device.id), {
       timestamp: Date.now(),
       seq: this.nextLocalSeq(),
       metrics,
@@ -396,7 +396,7 @@ export class EdgeNode implements DeviceHost {
 
   publishDeviceDeath(device: Device, timestamp: number): void {
     this.plain?.deviceDead(device.id, timestamp);
-    this.publishLocal(deviceTopic(this.config.groupId, 'DDEATH', this.config.edgeNodeId, device.id), {
+    void this.publishLocal(deviceTopic(this.config.groupId, 'DDEATH', this.config.edgeNodeId, device.id), {
       timestamp,
       seq: this.nextLocalSeq(),
       metrics: [],
@@ -435,7 +435,7 @@ export class EdgeNode implements DeviceHost {
     this.localSeq = 0;
     this.nodeBirthTs = timestamp;
     this.counters.births++;
-    this.publishLocal(nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId), {
+    void this.publishLocal(nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId), {
       timestamp,
       seq: this.nextLocalSeq(),
       metrics: this.nodeBirthMetrics(timestamp, BigInt(this.localBdSeq)),

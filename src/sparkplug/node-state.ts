@@ -16,7 +16,7 @@ import { asError, StoreError } from '../util/errors.js';
 export const STATE_FILE_NAME = 'sparkplug-state.json';
 
 interface StateDocument {
-  version: 1;
+  version: number; // 1; a file with another version is not read
   groupId: string;
   edgeNodeId: string;
   /** bdSeq of the Will in the last upstream CONNECT sent, -1 before the first. */
@@ -25,7 +25,7 @@ interface StateDocument {
   localBdSeq: number;
   nextAlias: number;
   /** `<deviceId>/<metric name>` (node metrics: `/<metric name>`) → alias. */
-  aliases: Record<string, number>;
+  aliases: Partial<Record<string, number>>;
 }
 
 export class NodeState {

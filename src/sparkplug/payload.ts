@@ -429,7 +429,7 @@ function decodeArray(type: MetricDatatype, bytes: Buffer): TagValue {
 
 function decodeProperties(set: Record<string, unknown>): Record<string, unknown> {
   const keys = (set.keys as string[] | undefined) ?? [];
-  const values = (set.values as ProtoMetric[] | undefined) ?? [];
+  const values = (set.values as (ProtoMetric | undefined)[] | undefined) ?? [];
   const out: Record<string, unknown> = {};
   keys.forEach((key, i) => {
     const v = values[i];
@@ -507,13 +507,13 @@ export function withSeq(buf: Buffer, seq: number): Buffer {
 
 /** The payload timestamp (ms), or undefined. */
 export function readTimestamp(buf: Buffer): number | undefined {
-  const f = findTopLevel(buf, 1)[0];
+  const f = findTopLevel(buf, 1).at(0);
   return f ? readVarint(buf, f.valueAt)[0] : undefined;
 }
 
 /** The payload `seq`, or undefined. */
 export function readSeq(buf: Buffer): number | undefined {
-  const f = findTopLevel(buf, 3)[0];
+  const f = findTopLevel(buf, 3).at(0);
   return f ? readVarint(buf, f.valueAt)[0] : undefined;
 }
 

@@ -80,7 +80,7 @@ class MemoryOutbox implements Outbox {
     let moved = 0;
     for (const entry of this.peek(limit)) {
       if (target.add(entry.msg, false) !== undefined) break;
-      this.remove([entry.seq]);
+      void this.remove([entry.seq]); // rejects only when closed, checked above
       moved++;
     }
     return Promise.resolve(moved);

@@ -121,6 +121,7 @@ describe.each(rigs)('connector contract: $name', { timeout: 120_000 }, ({ start 
     rig = await start();
   }, 180_000);
   afterAll(async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
     await rig?.dispose();
   });
 

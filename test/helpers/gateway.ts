@@ -155,8 +155,8 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, NOTIFY_SOCKET: notify?.path ?? '', ...options.env },
     });
-    child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
     proc = child;
     const deadline = Date.now() + (options.readyTimeoutMs ?? 15_000);
     try {

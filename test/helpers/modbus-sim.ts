@@ -76,10 +76,10 @@ export async function startModbusSim(options: { units?: readonly number[]; rtu?:
   }
   const proc = spawn(PYTHON, args, { stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
-  proc.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  proc.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   let buffer = '';
   const waiting: ((line: Record<string, unknown>) => void)[] = [];
-  proc.stdout?.on('data', (chunk: Buffer) => {
+  proc.stdout.on('data', (chunk: Buffer) => {
     buffer += chunk.toString();
     for (let i = buffer.indexOf('\n'); i >= 0; i = buffer.indexOf('\n')) {
       const line = buffer.slice(0, i);
@@ -100,7 +100,7 @@ export async function startModbusSim(options: { units?: readonly number[]; rtu?:
   const command = (cmd: Record<string, unknown>): Promise<Record<string, unknown>> => {
     const result = chain.then(async () => {
       const answer = next();
-      proc.stdin?.write(`${JSON.stringify(cmd)}\n`);
+      proc.stdin.write(`${JSON.stringify(cmd)}\n`);
       const line = await answer;
       if (line.ok !== true) throw new Error(`modbus sim refused ${JSON.stringify(cmd)}: ${String(line.error)}`);
       return line;

@@ -81,7 +81,7 @@ export async function startMosquitto(options: MosquittoOptions = {}): Promise<Mo
   const launch = async (): Promise<void> => {
     const child = spawn('mosquitto', ['-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
-    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     proc = child;
     const deadline = Date.now() + 10_000;
     for (;;) {

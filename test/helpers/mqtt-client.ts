@@ -138,6 +138,7 @@ export class TestClient {
 
   async stop(): Promise<void> {
     if (this.client.disconnected && this.closed) return;
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- MQTT.js types the stream as always there
     await withDeadline(this.client.endAsync(true), DEFAULT_DEADLINE_MS, 'client end').catch(() => this.client.stream?.destroy());
   }
 }

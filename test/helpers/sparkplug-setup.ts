@@ -109,7 +109,7 @@ export class FakeConnector implements Connector {
 
   emit(values: Record<string, TagValue | { value: TagValue; quality: TagQuality }>, timestamp = Date.now()): void {
     const samples: TagSample[] = Object.entries(values).map(([name, v]) =>
-      typeof v === 'object' && v !== null && 'quality' in v
+      typeof v === 'object' && 'quality' in v
         ? { name, value: v.value, quality: v.quality, timestamp }
         : { name, value: v as TagValue, quality: 'good' as const, timestamp },
     );

@@ -24,7 +24,7 @@ describe('bridge: half-open uplink', { timeout: 120_000 }, () => {
       const sent: string[] = [];
       let i = 0;
       // A steady stream, ~200 msg/s; QoS 0 publishes are awaited only to the socket, so pace them.
-      let streaming = true;
+      let streaming = true as boolean; // cleared below while the stream runs
       const stream = (async () => {
         while (streaming) {
           const payload = `h${i++}`;

@@ -17,9 +17,14 @@ function logCount(gw: Gateway, msg: string): number {
   return gw.output().split('\n').filter((l) => l.includes(`"msg":"${msg}"`)).length;
 }
 
+/** The parts of the written config file these tests edit. */
+interface ConfigFile {
+  bridges: (Record<string, unknown> & { remote: object })[];
+}
+
 /** Rewrites the config file, sends SIGHUP and waits until the gateway logged `msg` once more. */
-async function reload(gw: Gateway, edit: (config: Record<string, any>) => void, msg: string): Promise<void> {
-  const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as Record<string, any>;
+async function reload(gw: Gateway, edit: (config: ConfigFile) => void, msg: string): Promise<void> {
+  const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as ConfigFile;
   edit(config);
   writeFileSync(gw.configFile, JSON.stringify(config, null, 2));
   const before = logCount(gw, msg);

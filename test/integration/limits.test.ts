@@ -190,8 +190,10 @@ describe('broker.maxPacketBytes, maxTopicLevels, maxQueuedMessages, maxQueuedByt
     await sys.subscribeAsync('$SYS/broker/#', { qos: 0 });
   });
   afterAll(async () => {
+    /* eslint-disable @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed */
     await sys?.endAsync(true);
     await gw?.dispose();
+    /* eslint-enable @typescript-eslint/no-unnecessary-condition */
   });
 
   /** A v5 QoS 0 PUBLISH on `lim/p` of exactly `total` bytes (remaining length < 16384). */
@@ -419,6 +421,7 @@ describe('broker.maxUserProperties on every packet type, counted before parsing'
     gw = await startGateway({ broker: { maxUserProperties: MAX } });
   });
   afterAll(async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
     await gw?.dispose();
   });
 

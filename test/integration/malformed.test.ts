@@ -50,9 +50,11 @@ beforeAll(async () => {
   healthyPub = await connectClient(gw.url, { protocolVersion: 4, clientId: 'healthy-pub' });
 });
 afterAll(async () => {
+  /* eslint-disable @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed */
   await healthySub?.endAsync(true);
   await healthyPub?.endAsync(true);
   await gw?.dispose();
+  /* eslint-enable @typescript-eslint/no-unnecessary-condition */
 });
 const d = useDisposer();
 

@@ -119,6 +119,7 @@ describe('OPC UA connector against a node-opcua server', () => {
   }, 180_000);
 
   afterAll(async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
     await server?.stop();
     if (serverDir) removeDir(serverDir);
   });

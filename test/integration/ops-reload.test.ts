@@ -27,8 +27,14 @@ async function sighup(gw: Gateway, msg: string): Promise<Record<string, unknown>
   });
 }
 
-function editConfig(gw: Gateway, edit: (config: Record<string, any>) => void): void {
-  const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as Record<string, any>;
+/** The parts of the written config file these tests edit. */
+interface ConfigFile {
+  broker: Record<string, unknown>;
+  listeners: Record<string, unknown>[];
+}
+
+function editConfig(gw: Gateway, edit: (config: ConfigFile) => void): void {
+  const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as ConfigFile;
   edit(config);
   writeFileSync(gw.configFile, JSON.stringify(config, null, 2));
 }

@@ -70,7 +70,7 @@ describe('systemd notify protocol, real gateway process', { timeout: 60_000 }, (
     d.defer(() => sock.close());
     const port = await freePort();
     let acceptingAtReady: boolean | undefined;
-    let watching = true;
+    let watching = true as boolean; // cleared below while the watcher runs
     // Watch for READY while the gateway starts; the moment it arrives, probe the port.
     const watcher = (async () => {
       while (watching) {
@@ -118,8 +118,8 @@ describe('systemd notify protocol, real gateway process', { timeout: 60_000 }, (
       env: { ...process.env, NOTIFY_SOCKET: sock.path },
     });
     let out = '';
-    child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-    child.stderr?.on('data', (c: Buffer) => (out += c.toString()));
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
     const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
     expect(code, out).toBe(1);
     expect(out).toMatch(/EADDRINUSE|cannot listen/);
@@ -242,8 +242,8 @@ describe('systemd unit file', { timeout: 60_000 }, () => {
     const [exe, ...args] = argv('ExecStart');
     const child = spawn(exe, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '30000000' } });
     let out = '';
-    child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-    child.stderr?.on('data', (c: Buffer) => (out += c.toString()));
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
     d.defer(() => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');

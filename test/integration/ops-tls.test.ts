@@ -25,6 +25,7 @@ beforeAll(() => {
   pki = makeCerts(tempDir('edgeferry-pki-'), { clients: ['alice', 'bob'], rsaServer: true, expiredClients: ['carol'] });
 });
 afterAll(() => {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
   if (pki) removeDir(pki.dir);
 });
 

@@ -410,6 +410,7 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
   }, 180_000);
 
   afterAll(async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
     await server?.stop();
     if (serverDir) removeDir(serverDir);
   });

@@ -52,9 +52,15 @@ const sparkplug = (extra: object = {}) => ({
 
 const linesWith = (gw: Gateway, msg: string) => logLines(gw).filter((l) => l.msg === msg);
 
+/** The parts of the written config file these tests edit. */
+interface ConfigFile {
+  connectors: Record<string, unknown>[];
+  sparkplug: Record<string, unknown>;
+}
+
 /** Rewrites the config file, sends SIGHUP and resolves with the next log line `msg` (one more than before). */
-async function reload(gw: Gateway, edit: (config: Record<string, any>) => void, msg: string): Promise<Record<string, unknown>> {
-  const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as Record<string, any>;
+async function reload(gw: Gateway, edit: (config: ConfigFile) => void, msg: string): Promise<Record<string, unknown>> {
+  const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as ConfigFile;
   edit(config);
   writeFileSync(gw.configFile, JSON.stringify(config, null, 2));
   const before = linesWith(gw, msg).length;

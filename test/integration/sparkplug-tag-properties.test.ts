@@ -121,6 +121,7 @@ describe('metric properties of OPC UA tags', () => {
   }, 180_000);
 
   afterAll(async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
     await server?.stop();
     if (serverDir) removeDir(serverDir);
   });

@@ -24,6 +24,7 @@ beforeAll(async () => {
   gw = await startGateway({ broker: { sysIntervalS: 1 } });
 });
 afterAll(async () => {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
   await gw?.dispose();
 });
 const d = useDisposer();

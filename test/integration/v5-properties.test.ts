@@ -28,6 +28,7 @@ beforeAll(async () => {
   });
 });
 afterAll(async () => {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
   await gw?.dispose();
 });
 const d = useDisposer();

@@ -92,8 +92,8 @@ async function startInstalled(): Promise<Installed> {
   const [command, args] = asService(['--log-format', 'json']);
   const proc = spawn(command, args, { cwd: '/', stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
-  proc.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-  proc.stderr?.on('data', (c: Buffer) => (out += c.toString()));
+  proc.stdout.on('data', (c: Buffer) => (out += c.toString()));
+  proc.stderr.on('data', (c: Buffer) => (out += c.toString()));
   const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
   const stop = async (): Promise<number | null> => {
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');

@@ -49,6 +49,7 @@ beforeAll(() => {
 }, 180_000);
 
 afterAll(() => {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
   if (buildDir !== undefined) fs.rmSync(buildDir, { recursive: true, force: true });
 });
 

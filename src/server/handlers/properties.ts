@@ -12,12 +12,30 @@ export function toPublishProperties(p: PublishProperties | undefined): PublishPr
   if (!p) return undefined;
   const out: PublishProperties = {};
   let any = false;
-  if (p.payloadFormatIndicator !== undefined) (out.payloadFormatIndicator = p.payloadFormatIndicator), (any = true);
-  if (p.messageExpiryInterval !== undefined) (out.messageExpiryInterval = p.messageExpiryInterval), (any = true);
-  if (p.contentType !== undefined) (out.contentType = p.contentType), (any = true);
-  if (p.responseTopic !== undefined) (out.responseTopic = p.responseTopic), (any = true);
-  if (p.correlationData !== undefined) (out.correlationData = p.correlationData), (any = true);
-  if (p.userProperties !== undefined) (out.userProperties = p.userProperties), (any = true);
+  if (p.payloadFormatIndicator !== undefined) {
+    out.payloadFormatIndicator = p.payloadFormatIndicator;
+    any = true;
+  }
+  if (p.messageExpiryInterval !== undefined) {
+    out.messageExpiryInterval = p.messageExpiryInterval;
+    any = true;
+  }
+  if (p.contentType !== undefined) {
+    out.contentType = p.contentType;
+    any = true;
+  }
+  if (p.responseTopic !== undefined) {
+    out.responseTopic = p.responseTopic;
+    any = true;
+  }
+  if (p.correlationData !== undefined) {
+    out.correlationData = p.correlationData;
+    any = true;
+  }
+  if (p.userProperties !== undefined) {
+    out.userProperties = p.userProperties;
+    any = true;
+  }
   return any ? out : undefined;
 }
 

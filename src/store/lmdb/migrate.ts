@@ -72,6 +72,7 @@ export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDataba
       ? old
       : { lastSeq: 0, messages: 0, bytes: 0, dropped: old.dropped, floor: lastSeq + 1, slot, legacyFloor: old.floor ?? 0, legacyLastSeq };
     let lost = 0;
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set inside the transaction callback
     for (let done = false; !done; ) {
       env.transactionSync(() => {
         const removed = new Set<number>();

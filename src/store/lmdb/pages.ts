@@ -329,6 +329,7 @@ class SnapshotWalk {
       }
     }
     const { branch, leaf, overflow, entries } = counted;
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by problem() during the walk
     if (!damaged && (branch !== db.branchPages || leaf !== db.leafPages || overflow !== db.overflowPages || entries !== db.entries)) {
       problem(
         `has ${branch} branch, ${leaf} leaf and ${overflow} overflow pages and ${entries} entries, but records ` +

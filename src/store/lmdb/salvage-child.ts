@@ -41,7 +41,7 @@ for (const [name, spec] of Object.entries(DATABASES)) {
   say({ walk: name, reverse: direction === 'reverse' });
   let source: Database<Buffer, Buffer> | undefined;
   try {
-    source = from.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never);
+    source = from.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never) as Database<Buffer, Buffer> | undefined; // undefined: no such database
   } catch (err) {
     say({ done: name, lost: [], gap: `${spec.what}: the database cannot be opened, all of it is lost (${(err as Error).message})` });
     continue;
@@ -66,7 +66,7 @@ for (const [name, spec] of Object.entries(DATABASES)) {
   };
   /** Copies one record if it checks out; what does not is tallied as lost. */
   const keep = (k: Buffer, value: Buffer): void => {
-    let damaged = 0;
+    let damaged: number;
     try {
       if (name !== 'outbox') damaged = spec.decode?.(k, value) ?? 0;
       else {

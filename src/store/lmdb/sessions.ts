@@ -64,7 +64,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   /** Client ids whose session was dropped in this batch (the committed keys are still readable). */
   private droppedInBatch = new Set<string>();
   /** Keys written for a client in this batch, so a `drop` later in the same batch removes them too. */
-  private writtenInBatch = new Map<string, { db: Database<any, any>; key: Buffer }[]>();
+  private writtenInBatch = new Map<string, { db: Database<unknown, Buffer | string>; key: Buffer }[]>();
 
   constructor(store: StoreWriter) {
     this.store = store;
@@ -350,7 +350,7 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     return prefix;
   }
 
-  private remember(b: Batch, clientId: string, db: Database<any, any>, key: Buffer): void {
+  private remember(b: Batch, clientId: string, db: Database<unknown, Buffer | string>, key: Buffer): void {
     b.join(this);
     let keys = this.writtenInBatch.get(clientId);
     if (keys === undefined) this.writtenInBatch.set(clientId, (keys = []));

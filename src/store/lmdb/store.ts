@@ -290,7 +290,7 @@ export class LmdbStore implements Store, StoreWriter {
    * Issues a write in the batch being built. Called only inside `env.batch()` (see `issue`), where lmdb-js
    * returns an already-resolved placeholder; the batch's own promise reports the commit.
    */
-  put(_b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown, append = false): void {
+  put(_b: Batch, db: Database<unknown, Buffer | string>, key: Buffer | string, value: unknown, append = false): void {
     if (!append) void db.put(key, value);
     // A conditional write, so lmdb-js makes it a promise of its own, which rejects when the commit fails (reported
     // by the batch) and resolves false when the key was not the greatest (which callers rule out).
@@ -310,7 +310,7 @@ export class LmdbStore implements Store, StoreWriter {
     this.put(b, this.meta, key, encodeJsonValue(value));
   }
 
-  del(b: Batch, db: Database<any, any>, key: Buffer | string): void {
+  del(b: Batch, db: Database<unknown, Buffer | string>, key: Buffer | string): void {
     b.deletes = true;
     void db.remove(key);
   }

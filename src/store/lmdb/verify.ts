@@ -135,7 +135,7 @@ export function walkStore(env: RootDatabase, mode: 'quick' | 'full'): VerifyRepo
   for (const [name, spec] of Object.entries(DATABASES)) {
     let db: Database<Buffer, Buffer> | undefined;
     try {
-      db = env.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never);
+      db = env.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never) as Database<Buffer, Buffer> | undefined; // undefined: no such database
     } catch (err) {
       report.errors.push(`${name}: ${(err as Error).message}`);
       continue;

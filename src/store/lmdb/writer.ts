@@ -74,7 +74,7 @@ export class Batch {
 
 /** A record whose value did not check out, under its database and key. */
 export interface DamagedRecord {
-  readonly db: Database<any, any>;
+  readonly db: Database<unknown, Buffer | string>;
   readonly key: Buffer;
 }
 
@@ -116,12 +116,12 @@ export interface StoreWriter extends StoreDatabases {
    * (LMDB's MDB_APPEND: a full page is then split by starting a new one, not in halves; a key that is not the
    * greatest would fail the write).
    */
-  put(b: Batch, db: Database<any, any>, key: Buffer | string, value: unknown, append?: boolean): void;
+  put(b: Batch, db: Database<unknown, Buffer | string>, key: Buffer | string, value: unknown, append?: boolean): void;
   /** A counter record of `meta`, checked (CorruptValueError when damaged; open.ts refuses such a store). */
   readMeta<T>(key: string): T | undefined;
   /** Writes a counter record of `meta` with its checksum. */
   putMeta(b: Batch, key: string, value: unknown): void;
-  del(b: Batch, db: Database<any, any>, key: Buffer | string): void;
+  del(b: Batch, db: Database<unknown, Buffer | string>, key: Buffer | string): void;
   /**
    * The decision on a new message against `storage.maxBytes`, the same for the rest of the synchronous section:
    * EF_STORE_FULL when the store is at the limit (but for a writer that `canMakeRoom`), else undefined.
