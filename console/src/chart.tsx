@@ -10,7 +10,7 @@ import { clock } from './format.js';
 /** Tick spacings of the time axis (s): whole seconds at least, so a young chart reads 22:10:20, never `:14.500`. */
 const TIME_STEPS_S = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
 /** The time axis spans at least this much, so the first samples do not spread over a few seconds. */
-const MIN_SPAN_S = 300;
+const MIN_SPAN_S = 120;
 
 export interface ChartProps {
   /** Epoch seconds. */
@@ -53,6 +53,8 @@ export function Chart({ t, series, height = 160 }: ChartProps) {
             grid: { stroke: 'rgba(128,128,128,0.15)' },
             ticks: { stroke: 'rgba(128,128,128,0.15)' },
             incrs: TIME_STEPS_S,
+            // Room for a label with seconds and AM/PM (`10:21:15 PM`) between ticks.
+            space: 100,
             values: (_u, splits, _axis, _space, stepS) => splits.map((s) => clock(s, stepS)),
           },
           { stroke: text, grid: { stroke: 'rgba(128,128,128,0.15)' }, ticks: { stroke: 'rgba(128,128,128,0.15)' }, size: 60 },

@@ -471,12 +471,14 @@ function LogPanel() {
                   <td class="nowrap">{time(t)}</td>
                   <td class={level >= 50 ? 'bad' : level >= 40 ? 'warn' : ''}>{audit ? 'audit' : LEVELS[level]}</td>
                   <td>{msg}</td>
-                  <td class="details">
-                    {fields(rest).map(([k, v]) => (
-                      <span key={k} class="field">
-                        <span class="small">{k}</span> {v}
-                      </span>
-                    ))}
+                  <td>
+                    <div class="details">
+                      {fields(rest).map(([k, v]) => (
+                        <span key={k} class="field">
+                          <span class="small">{k}</span> {v}
+                        </span>
+                      ))}
+                    </div>
                   </td>
                 </tr>
               );
