@@ -483,7 +483,10 @@ describe('console overview of a working gateway', { timeout: 60_000 }, () => {
     expect(down).toEqual({ id: 'press-1', since: expect.any(Number), lastError: expect.any(String) });
     const stale = await tag();
     expect(stale.online).toBe(false);
-    expect(stale.tags[0]).toEqual({ ...read, stale: true });
+    // The last value read before it stopped answering, with that reading's time.
+    expect(stale.tags[0]).toEqual({ ...read, timestamp: expect.any(Number), stale: true });
+    expect(stale.tags[0].timestamp).toBeGreaterThanOrEqual(read.timestamp!);
+    expect(stale.tags[0].timestamp).toBeLessThanOrEqual(down.since);
 
     await sim.set(1, 'hr', 0, [43]);
     await sim.unmute(1);
