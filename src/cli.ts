@@ -223,9 +223,9 @@ async function main(): Promise<void> {
     if (isStopping) return (lastReload = failed(new Error('the gateway is stopping')));
     log.setLevel(next.log.level);
     try {
-      await gw.reload(next);
+      const { needsRestart } = await gw.reload(next);
       log.info({ configFile: file }, 'config reloaded');
-      return (lastReload = { ok: true, atMs: Date.now() });
+      return (lastReload = { ok: true, atMs: Date.now(), needsRestart });
     } catch (err) {
       log.error({ ...errorLogFields(err), configFile: file }, 'config reload failed');
       return (lastReload = failed(err));

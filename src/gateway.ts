@@ -55,7 +55,8 @@ export interface GatewayExtras {
 export interface Gateway {
   readonly listeners: readonly BoundListener[];
   stop(): Promise<void>;
-  reload(next: Config): Promise<void>;
+  /** Applies what it can of `next` now; what waits for a restart is named in the answer (and the log). */
+  reload(next: Config): Promise<{ readonly needsRestart: readonly string[] }>;
 }
 
 const { version: VERSION } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
@@ -346,6 +347,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       const connectors = edgeNode ? await applyConnectorChanges(edgeNode, config.connectors, plan.connectors, makeConnector, log) : config.connectors;
       if (plan.needsRestart.length > 0) log.warn({ sections: plan.needsRestart }, 'configuration changes that need a restart to apply');
       config = { ...plan.inForce, connectors };
+      return { needsRestart: plan.needsRestart };
     },
   };
 }

@@ -5,6 +5,12 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
+import { clock } from './format.js';
+
+/** Tick spacings of the time axis (s): whole seconds at least, so a young chart reads 22:10:20, never `:14.500`. */
+const TIME_STEPS_S = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+/** The time axis spans at least this much, so the first samples do not spread over a few seconds. */
+const MIN_SPAN_S = 120;
 
 export interface ChartProps {
   /** Epoch seconds. */
@@ -38,11 +44,19 @@ export function Chart({ t, series, height = 160 }: ChartProps) {
       {
         width: Math.max(200, el.clientWidth),
         height,
-        // Since start, up to the last hour (a single sample still gets a minute's width).
-        scales: { x: { time: true, range: (_u, min, max) => [min === max ? max - 60 : Math.max(min, max - 3600), max] } },
+        // Since start, up to the last hour, and at least MIN_SPAN_S.
+        scales: { x: { time: true, range: (_u, min, max) => [Math.max(Math.min(min, max - MIN_SPAN_S), max - 3600), max] } },
         series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, points: { show: false } }))],
         axes: [
-          { stroke: text, grid: { stroke: 'rgba(128,128,128,0.15)' }, ticks: { stroke: 'rgba(128,128,128,0.15)' } },
+          {
+            stroke: text,
+            grid: { stroke: 'rgba(128,128,128,0.15)' },
+            ticks: { stroke: 'rgba(128,128,128,0.15)' },
+            incrs: TIME_STEPS_S,
+            // Room for a label with seconds and AM/PM (`10:21:15 PM`) between ticks.
+            space: 100,
+            values: (_u, splits, _axis, _space, stepS) => splits.map((s) => clock(s, stepS)),
+          },
           { stroke: text, grid: { stroke: 'rgba(128,128,128,0.15)' }, ticks: { stroke: 'rgba(128,128,128,0.15)' }, size: 60 },
         ],
         legend: { live: false },

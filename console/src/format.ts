@@ -40,3 +40,32 @@ export function value(v: unknown): string {
   if (Array.isArray(v)) return `[${v.join(', ')}]`;
   return String(v);
 }
+
+/** A chart's time tick: hours and minutes, with seconds when the ticks are less than a minute apart. */
+export function clock(epochS: number, stepS: number): string {
+  const d = new Date(epochS * 1000);
+  return stepS < 60
+    ? d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' })
+    : d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+}
+
+/**
+ * A log line's fields as `[key, text]` pairs to read: nested objects flattened (`body.clientId`), an error as its
+ * message, a list of objects (the problems of a config) as `path: message; ...`.
+ */
+export function fields(line: Record<string, unknown>, prefix = ''): [string, string][] {
+  const out: [string, string][] = [];
+  for (const [key, v] of Object.entries(line)) {
+    const name = prefix + key;
+    if (v === null || v === undefined) continue;
+    if (key === 'err' && typeof v === 'object' && 'message' in v) out.push([name, String(v.message)]);
+    else if (Array.isArray(v)) out.push([name, v.map(item).join('; ')]);
+    else if (typeof v === 'object') out.push(...fields(v as Record<string, unknown>, `${name}.`));
+    else out.push([name, String(v)]);
+  }
+  return out;
+}
+
+function item(v: unknown): string {
+  return v !== null && typeof v === 'object' ? Object.values(v).map(String).join(': ') : String(v);
+}

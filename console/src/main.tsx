@@ -7,8 +7,8 @@ import { render } from 'preact';
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { ApiError, get, post, type Session } from './api.js';
 import { Chart } from './chart.js';
-import { ago, bytes, duration, rate, time, value } from './format.js';
-import type { BridgeView, ClientsView, DeviceView, History, Live, Overview, SparkplugView } from './types.js';
+import { ago, bytes, duration, fields, rate, time, value } from './format.js';
+import type { BridgeView, ClientsView, DeviceView, History, Live, Overview, SparkplugView, TagView } from './types.js';
 import './style.css';
 
 const VIEWS = ['overview', 'bridges', 'sparkplug', 'devices', 'clients', 'log'] as const;
@@ -94,16 +94,44 @@ function useHistory(): History | undefined {
   return history;
 }
 
-function OverviewView({ o, session }: { o: Overview; session: Session }) {
+/** The last reload's result: when, and what failed or still waits for a restart. */
+function LastReload({ last }: { last: Overview['lastReload'] }) {
+  if (last === undefined) return <>none since start</>;
+  if (!last.ok) {
+    return (
+      <span class="bad">
+        failed {time(last.atMs)}: {last.error}
+      </span>
+    );
+  }
+  const restart = last.needsRestart ?? [];
+  return restart.length === 0 ? (
+    <span class="good">succeeded {time(last.atMs)}</span>
+  ) : (
+    <span class="warn" data-testid="needs-restart">
+      applied {time(last.atMs)}, except what needs a restart of edgeferry: {restart.join(', ')}
+    </span>
+  );
+}
+
+function OverviewView({ o, session, now }: { o: Overview; session: Session; now: number }) {
   const history = useHistory();
   const storeShare = o.storeBytes === undefined ? undefined : o.storeBytes / o.storeMaxBytes;
   return (
     <section>
       <div class="grid">
         <Stat label="Readiness" value={o.ready ? 'ready' : 'not ready'} tone={o.ready ? 'good' : 'bad'} testid="ready" />
+        {o.devices > 0 && (
+          <Stat
+            label="Devices up"
+            value={`${o.devices - o.devicesDown.length} of ${o.devices}`}
+            tone={o.devicesDown.length > 0 ? 'bad' : 'good'}
+            testid="devices-up"
+          />
+        )}
         <Stat label="Clients connected" value={o.clients} testid="clients" />
-        <Stat label="Messages in /s" value={rate(o.msgInPerS)} />
-        <Stat label="Messages out /s" value={rate(o.msgOutPerS)} />
+        <Stat label="Messages in /s" value={rate(o.msgInPerS)} testid="msg-in" />
+        <Stat label="Messages out /s" value={rate(o.msgOutPerS)} testid="msg-out" />
         <Stat
           label="Store"
           value={`${bytes(o.storeBytes)} of ${bytes(o.storeMaxBytes)}`}
@@ -113,6 +141,15 @@ function OverviewView({ o, session }: { o: Overview; session: Session }) {
         <Stat label="Uptime" value={duration(o.uptimeS)} />
         <Stat label="Version" value={o.version} />
       </div>
+      {o.devicesDown.length > 0 && (
+        <ul class="problems" data-testid="devices-down">
+          {o.devicesDown.map((d) => (
+            <li key={d.id}>
+              <a href="#devices">{d.id}</a> does not answer since {time(d.since)} ({ago(d.since, now)}){d.lastError && `: ${d.lastError}`}
+            </li>
+          ))}
+        </ul>
+      )}
       {o.problems.length > 0 && (
         <ul class="problems" data-testid="problems">
           {o.problems.map((p) => (
@@ -136,18 +173,16 @@ function OverviewView({ o, session }: { o: Overview; session: Session }) {
         <h3>Configuration</h3>
         <p class="mono">{o.configFile ?? '–'}</p>
         <p data-testid="last-reload">
-          Last reload:{' '}
-          {o.lastReload === undefined ? (
-            'none since start'
-          ) : o.lastReload.ok ? (
-            <span class="good">succeeded {time(o.lastReload.atMs)}</span>
-          ) : (
-            <span class="bad">
-              failed {time(o.lastReload.atMs)}: {o.lastReload.error}
-            </span>
-          )}
+          Last reload: <LastReload last={o.lastReload} />
         </p>
-        <ActionButton session={session} route="actions/reload" label="Reload configuration" confirm="Reload the configuration file now?" testid="reload" />
+        <ActionButton
+          session={session}
+          route="actions/reload"
+          label="Reload configuration"
+          confirm="Reload the configuration file now?"
+          testid="reload"
+          said={(a) => ((a.needsRestart as string[]).length === 0 ? 'done' : `done; a restart is needed for ${(a.needsRestart as string[]).join(', ')}`)}
+        />
       </div>
     </section>
   );
@@ -266,6 +301,11 @@ function WriteCell({ device, tag, session }: { device: string; tag: string; sess
   );
 }
 
+/** A tag's quality in words: `stale` for a value kept from before its device was lost. */
+function qualityText(t: TagView): string {
+  return t.timestamp === undefined ? 'no value' : t.stale ? 'stale' : t.quality;
+}
+
 function DevicesView({ devices, session, now }: { devices: DeviceView[]; session: Session; now: number }) {
   const [filter, setFilter] = useState('');
   const f = filter.trim().toLowerCase();
@@ -295,14 +335,13 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
               )}
             </p>
             <div class="scroll">
-              <table>
+              <table class="tags">
                 <thead>
                   <tr>
                     <th>Tag</th>
                     <th>Value</th>
-                    <th>Unit</th>
                     <th>Quality</th>
-                    <th>Type</th>
+                    <th class="type">Type</th>
                     <th>Timestamp</th>
                     {session.role === 'operator' && <th>Write</th>}
                   </tr>
@@ -311,14 +350,18 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
                   {tags.map((t) => (
                     <tr key={t.name} title={t.description}>
                       <td>{t.name}</td>
-                      <td class="mono" data-testid={`value-${d.id}-${t.name}`}>
-                        {value(t.value)}
+                      <td class={`value ${t.stale ? 'stale' : ''}`}>
+                        <span class="mono" data-testid={`value-${d.id}-${t.name}`}>
+                          {value(t.value)}
+                        </span>
+                        {t.unit && ` ${t.unit}`}
                       </td>
-                      <td>{t.unit ?? ''}</td>
-                      <td class={t.quality === 'good' ? 'good' : 'bad'}>{t.timestamp === undefined ? 'no value' : t.quality}</td>
-                      <td>{t.datatype}</td>
-                      <td>{time(t.timestamp)}</td>
-                      {session.role === 'operator' && <td>{t.writable && <WriteCell device={d.id} tag={t.name} session={session} />}</td>}
+                      <td class={t.stale ? 'warn' : t.quality === 'good' ? 'good' : 'bad'} data-testid={`quality-${d.id}-${t.name}`}>
+                        {qualityText(t)}
+                      </td>
+                      <td class="type">{t.datatype}</td>
+                      <td class="time">{time(t.timestamp)}</td>
+                      {session.role === 'operator' && <td class="write-cell">{t.writable && <WriteCell device={d.id} tag={t.name} session={session} />}</td>}
                     </tr>
                   ))}
                 </tbody>
@@ -429,12 +472,21 @@ function LogPanel() {
             {shown.map((l, i) => {
               const { level, time: t, msg, pid: _pid, hostname: _host, ...rest } = l as { level: number; time: number; msg: string; [key: string]: unknown };
               const audit = rest.mod === 'audit';
+              if (audit) delete rest.mod; // the level column says it
               return (
                 <tr key={i}>
                   <td class="nowrap">{time(t)}</td>
                   <td class={level >= 50 ? 'bad' : level >= 40 ? 'warn' : ''}>{audit ? 'audit' : LEVELS[level]}</td>
                   <td>{msg}</td>
-                  <td class="mono small">{JSON.stringify(rest)}</td>
+                  <td>
+                    <div class="details">
+                      {fields(rest).map(([k, v]) => (
+                        <span key={k} class="field">
+                          <span class="small">{k}</span> {v}
+                        </span>
+                      ))}
+                    </div>
+                  </td>
                 </tr>
               );
             })}
@@ -541,7 +593,7 @@ function App() {
         {live === undefined ? (
           <p class="empty">Connecting…</p>
         ) : view === 'overview' ? (
-          <OverviewView o={live.overview} session={session} />
+          <OverviewView o={live.overview} session={session} now={now} />
         ) : view === 'bridges' ? (
           <BridgesView bridges={live.bridges} session={session} />
         ) : view === 'sparkplug' ? (

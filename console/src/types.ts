@@ -5,6 +5,8 @@ export interface ReloadOutcome {
   atMs: number;
   error?: string;
   problems?: { path: string; message: string }[];
+  /** Of a reload that succeeded: changed sections that apply only after a restart. */
+  needsRestart?: string[];
 }
 
 export interface Overview {
@@ -18,6 +20,9 @@ export interface Overview {
   storeBytes?: number;
   storeMaxBytes: number;
   loopLagMs: number;
+  /** Configured devices, and those that do not answer. */
+  devices: number;
+  devicesDown: { id: string; since: number; lastError?: string }[];
   ready: boolean;
   problems: string[];
 }
@@ -68,6 +73,8 @@ export interface TagView {
   value: unknown;
   /** 'good', 'uncertain' (a value the device doubts) or 'bad'. */
   quality: string;
+  /** The value is from before the device was lost (shown until the tag is read again). */
+  stale: boolean;
   timestamp?: number;
 }
 

@@ -46,6 +46,8 @@ export class BrokerStats {
   connectionsTotal = 0;
   readonly messagesReceived = [0, 0, 0];
   readonly messagesSent = [0, 0, 0];
+  /** In-process publishes (the edge node's, bridges' inbound messages); `$SYS` is not counted, as Mosquitto does not. */
+  messagesPublishedLocally = 0;
   bytesReceived = 0;
   bytesSent = 0;
   readonly dropped: Record<DropReason, number> = {
@@ -170,6 +172,7 @@ export class Broker {
 
   /** In-process publish: same routing, retained and durability path as a client's PUBLISH. */
   publish(msg: Message): Promise<unknown> {
+    if (msg.origin !== '$SYS') this.stats.messagesPublishedLocally++;
     return this.route(msg) ?? Promise.resolve();
   }
 

@@ -116,7 +116,7 @@ export class WebConsole {
         if (config === undefined) throw new HttpError(409, 'this gateway was not started from a configuration file');
         const outcome = await config.reload();
         if (!outcome.ok) throw new HttpError(422, outcome.error, { problems: outcome.problems });
-        return { done: true };
+        return { done: true, needsRestart: outcome.needsRestart };
       },
     } satisfies Record<string, Action>));
   }

@@ -9,7 +9,12 @@ import type { EdgeNode } from '../sparkplug/edge-node.js';
 
 /** The result of a configuration reload (SIGHUP or the console's action). */
 export type ReloadOutcome =
-  | { readonly ok: true; readonly atMs: number }
+  | {
+      readonly ok: true;
+      readonly atMs: number;
+      /** Changed sections that apply only after a restart (`listeners`, `log.auditFile`, ...), empty when none. */
+      readonly needsRestart: readonly string[];
+    }
   | { readonly ok: false; readonly atMs: number; readonly error: string; readonly problems?: readonly { path: string; message: string }[] };
 
 /** Reloading the configuration file the way SIGHUP does (cli.ts owns it). */

@@ -84,9 +84,12 @@ export class Sampler {
 
   private sample(): void {
     const now = Date.now();
+    // Every message the broker routes, the gateway's own included: in from clients and in-process publishers (the
+    // edge node, bridges' inbound), out to clients and up the bridges (a removed bridge's count goes: clamped below).
     const b = this.sources.broker;
-    const received = sum(b.messagesReceived);
-    const sent = sum(b.messagesSent);
+    const received = sum(b.messagesReceived) + b.messagesPublishedLocally;
+    let sent = sum(b.messagesSent);
+    for (const { bridge } of this.sources.bridges()) sent += bridge.stats.sent;
     if (this.last.atMs > 0) {
       const s = (now - this.last.atMs) / 1000;
       this.rates.inPerS = Math.max(0, (received - this.last.received) / s);
@@ -119,6 +122,8 @@ export class Sampler {
 }
 
 export function overview(s: ConsoleSources, sampler: Sampler) {
+  const deviceList = s.edgeNode?.deviceList ?? [];
+  const down = deviceList.filter((d) => !d.condition.online);
   return {
     version: s.version,
     uptimeS: Math.round(process.uptime()),
@@ -130,6 +135,8 @@ export function overview(s: ConsoleSources, sampler: Sampler) {
     storeBytes: s.storeBytes(),
     storeMaxBytes: s.storeMaxBytes,
     loopLagMs: sampler.rates.loopLagMs,
+    devices: deviceList.length,
+    devicesDown: down.map((d) => ({ id: d.id, since: d.condition.sinceMs, lastError: d.condition.lastError })),
     ...sampler.ready,
   };
 }
@@ -191,16 +198,17 @@ export function devices(s: ConsoleSources) {
       readP50Ms: d.connector.readLatencyMs?.(0.5),
       readP99Ms: d.connector.readLatencyMs?.(0.99),
       tags: [...d.definitions.values()].map((def) => {
-        const r = d.reading(def.name);
+        const last = d.reading(def.name);
         return {
           name: def.name,
           datatype: def.datatype,
           writable: def.writable,
           description: def.properties.description,
           unit: def.properties.engUnit,
-          value: jsonValue(r?.value),
-          quality: r?.quality ?? 'bad',
-          timestamp: r?.timestamp,
+          value: jsonValue(last?.reading.value),
+          quality: last?.reading.quality ?? 'bad',
+          stale: last?.stale ?? false,
+          timestamp: last?.reading.timestamp,
         };
       }),
     };

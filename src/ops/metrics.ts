@@ -96,6 +96,9 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   mirroredCounter(r, 'edgeferry_broker_connections_total', 'Accepted MQTT connections', [], () => [[{}, b.connectionsTotal]]);
   mirroredCounter(r, 'edgeferry_broker_messages_received_total', 'PUBLISH messages received from clients', ['qos'], () => byQos(b.messagesReceived));
   mirroredCounter(r, 'edgeferry_broker_messages_sent_total', 'PUBLISH messages sent to clients', ['qos'], () => byQos(b.messagesSent));
+  mirroredCounter(r, 'edgeferry_broker_messages_published_locally_total', 'Messages published in the process (edge node, bridges inbound)', [], () => [
+    [{}, b.messagesPublishedLocally],
+  ]);
   mirroredCounter(r, 'edgeferry_broker_bytes_received_total', 'Bytes received from clients', [], () => [[{}, b.bytesReceived]]);
   mirroredCounter(r, 'edgeferry_broker_bytes_sent_total', 'Bytes sent to clients', [], () => [[{}, b.bytesSent]]);
   mirroredCounter(r, 'edgeferry_broker_messages_dropped_total', 'Messages not delivered, by reason', ['reason'], () =>

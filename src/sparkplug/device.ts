@@ -83,6 +83,8 @@ export class Device {
   private generation = 0;
   private retryTimer: NodeJS.Timeout | undefined;
   private current = new Map<string, Reading>();
+  /** The readings from before the device was last lost: the web console shows them, marked stale, until read again. */
+  private readonly lastKnown = new Map<string, Reading>();
   /** What host applications were last told (birth or data), for report by exception. */
   private published = new Map<string, Published>();
   private bornTs: number | undefined;
@@ -140,9 +142,15 @@ export class Device {
     return { online: this.online, sinceMs: this.changedAtMs, lastError: this.lastFailure };
   }
 
-  /** The last reading of a tag (undefined until read, or after the device was lost), for the web console. */
-  reading(name: string): Readonly<Reading> | undefined {
-    return this.current.get(name);
+  /**
+   * The last reading of a tag, for the web console: `stale` when it is from before the device was lost and the
+   * tag was not read since; undefined when it was never read.
+   */
+  reading(name: string): { readonly reading: Readonly<Reading>; readonly stale: boolean } | undefined {
+    const reading = this.current.get(name);
+    if (reading !== undefined) return { reading, stale: false };
+    const last = this.lastKnown.get(name);
+    return last === undefined ? undefined : { reading: last, stale: true };
   }
 
   /** The name of the metric with this alias, if it is one of ours. */
@@ -414,6 +422,7 @@ export class Device {
     this.bornTs = undefined;
     this.answered = false;
     this.published.clear();
+    for (const [name, reading] of this.current) this.lastKnown.set(name, reading);
     this.current.clear();
     this.lastFailure = err.message;
     this.changedAtMs = Date.now();

@@ -298,9 +298,14 @@ describe('console actions', { timeout: 90_000 }, () => {
     expect((await operator.get('overview')).body.lastReload).toMatchObject({ ok: false, error: expect.stringContaining('broker.maxInflight') });
 
     writeFileSync(gw.configFile, good);
-    expect((await operator.act('reload')).body).toEqual({ done: true });
-    expect((await operator.get('overview')).body.lastReload).toMatchObject({ ok: true });
+    expect((await operator.act('reload')).body).toEqual({ done: true, needsRestart: [] });
+    expect((await operator.get('overview')).body.lastReload).toMatchObject({ ok: true, needsRestart: [] });
     await waitFor(() => logLines(gw).some((l) => l.msg === 'config reloaded'), 5000, { message: 'the gateway logs the reload' });
+
+    // A change the running broker was built from applies only after a restart: the answer and the overview say which.
+    writeFileSync(gw.configFile, JSON.stringify({ ...config, broker: { ...config.broker, maxInflight: 7 } }));
+    expect((await operator.act('reload')).body).toEqual({ done: true, needsRestart: ['broker'] });
+    expect((await operator.get('overview')).body.lastReload).toMatchObject({ ok: true, needsRestart: ['broker'] });
   });
 
   it('reconnects a bridge now: the bridge card says online again with one more reconnect, and Mosquitto saw a new connection', async () => {
@@ -430,6 +435,64 @@ describe('console actions', { timeout: 90_000 }, () => {
     const sp = await operator.get<{ lastCommand: { kind: string; user: string; topic: string }; rebirths: number }>('sparkplug');
     expect(sp.body.lastCommand).toMatchObject({ kind: 'console', user: 'maint', topic: 'spBv1.0/plant/NCMD/line4' });
     expect(sp.body.rebirths).toBe(1);
+  });
+});
+
+describe('console overview of a working gateway', { timeout: 60_000 }, () => {
+  it('counts the edge node\'s publishes in and the bridge\'s forwards out, with no MQTT client connected', async () => {
+    const sim = d.add(await startModbusSim({ units: [1] }));
+    const press = modbusPress(sim, [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }]);
+    const central = d.add(await startMosquitto());
+    const bridge = bridgePatch(central.url, { topics: [{ filter: 'spBv1.0/#', direction: 'out' }] });
+    const { base } = d.add(await startConsoleGateway({ sparkplug: SPARKPLUG, connectors: [press], ...bridge }));
+    const viewer = await loggedIn(base, 'shift');
+    const upstream = d.add(await collect(central.url, 'spBv1.0/plant/DDATA/#'));
+    // The register counts up every 100 ms: each change is a DDATA the bridge forwards.
+    let count = 0;
+    type Rates = { clients: number; msgInPerS: number; msgOutPerS: number };
+    const rates = await waitFor(
+      async () => {
+        await sim.set(1, 'hr', 0, [++count]);
+        const o = (await viewer.get<Rates>('overview')).body;
+        return o.msgInPerS >= 2 && o.msgOutPerS >= 2 ? o : undefined;
+      },
+      20_000,
+      { message: 'the overview counts the DDATA in and the bridge\'s forwards out', intervalMs: 100 },
+    );
+    expect(rates.clients).toBe(0);
+    expect(upstream.messages.length).toBeGreaterThan(0);
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    expect(Number(/^edgeferry_broker_messages_published_locally_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThan(count / 2);
+  });
+
+  it('shows a device that stops answering on the overview, and keeps its last values marked stale until it answers again', async () => {
+    const sim = d.add(await startModbusSim({ units: [1] }));
+    await sim.set(1, 'hr', 0, [42]);
+    const press = modbusPress(sim, [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }]);
+    const { base } = d.add(await startConsoleGateway({ sparkplug: SPARKPLUG, connectors: [press] }));
+    const viewer = await loggedIn(base, 'shift');
+    type Overview = { devices: number; devicesDown: { id: string; since: number; lastError?: string }[] };
+    type Tag = { name: string; value: unknown; quality: string; stale: boolean; timestamp?: number };
+    const tag = async () => (await viewer.get<{ online: boolean; tags: Tag[] }[]>('devices')).body[0];
+    const read = await waitFor(async () => ((await tag()).tags[0].value === 42 ? (await tag()).tags[0] : undefined), 15_000, { message: 'count 42 read' });
+    expect(read).toMatchObject({ quality: 'good', stale: false });
+    expect((await viewer.get<Overview>('overview')).body).toMatchObject({ devices: 1, devicesDown: [] });
+
+    await sim.mute(1);
+    const down = await waitFor(async () => (await viewer.get<Overview>('overview')).body.devicesDown[0], 15_000, { message: 'press-1 listed down on the overview' });
+    expect(down).toEqual({ id: 'press-1', since: expect.any(Number), lastError: expect.any(String) });
+    const stale = await tag();
+    expect(stale.online).toBe(false);
+    // The last value read before it stopped answering, with that reading's time.
+    expect(stale.tags[0]).toEqual({ ...read, timestamp: expect.any(Number), stale: true });
+    expect(stale.tags[0].timestamp).toBeGreaterThanOrEqual(read.timestamp!);
+    expect(stale.tags[0].timestamp).toBeLessThanOrEqual(down.since);
+
+    await sim.set(1, 'hr', 0, [43]);
+    await sim.unmute(1);
+    await waitFor(async () => (await tag()).tags[0].value === 43, 15_000, { message: 'count 43 read once press-1 answers again' });
+    expect((await tag()).tags[0]).toMatchObject({ quality: 'good', stale: false });
+    expect((await viewer.get<Overview>('overview')).body.devicesDown).toEqual([]);
   });
 });
 

@@ -4,7 +4,7 @@
  * while its Mosquitto is stopped and drains once it is back; a tag written from the page changes the register in
  * the simulator; dead letters are sent again from the bridge card; a viewer sees no action and cannot act. Screenshots of the main views: test/artifacts/console/.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { collect } from '../helpers/collector.js';
@@ -22,18 +22,19 @@ const d = useDisposer();
 const SPARKPLUG = { groupId: 'plant', edgeNodeId: 'line4', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } };
 
 describe('web console in chromium', { timeout: 120_000 }, () => {
-  it('shows a Modbus device going down and coming back, and writes a tag the simulator then holds', async () => {
+  it('shows a Modbus device going down (on the overview too, its values kept as stale) and coming back, and writes a tag the simulator then holds', async () => {
     const sim = d.add(await startModbusSim({ units: [1] }));
     await sim.set(1, 'hr', 0, [42, 100]);
     const press = modbusPress(sim, [
       { name: 'count', table: 'holding', address: 0, datatype: 'uint16' },
       { name: 'setpoint', table: 'holding', address: 1, datatype: 'uint16', writable: true },
     ]);
-    const { base } = d.add(await startConsoleGateway({ sparkplug: SPARKPLUG, connectors: [press] }));
+    const { gw, base } = d.add(await startConsoleGateway({ sparkplug: SPARKPLUG, connectors: [press] }));
     const browser = d.add(await openBrowser());
     const page = await logIn(browser, base, 'maint', PASSWORDS.maint);
     expect(await page.textContent('[data-testid=whoami]')).toBe('maint (operator)');
     await waitForText(page, '[data-testid=ready]', (t) => t === 'ready', 10_000, 'overview says ready');
+    await waitForText(page, '[data-testid=devices-up]', (t) => t === '1 of 1', 10_000, 'overview counts the device up');
     await screenshot(page, 'overview');
 
     await page.click('a[href="#devices"]');
@@ -44,7 +45,29 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
 
     await sim.mute(1);
     await waitForText(page, state, (t) => t === 'down', 15_000, 'press-1 shown down once it stops answering');
+    // Its last values stay, marked stale.
+    await waitForText(page, '[data-testid=quality-press-1-count]', (t) => t === 'stale', 5000, 'count marked stale');
+    expect(await page.textContent('[data-testid=value-press-1-count]')).toBe('42');
     await screenshot(page, 'devices-down');
+    // On a phone, the tags table fits the width: nothing to scroll sideways.
+    const phone = await logIn(browser, base, 'maint', PASSWORDS.maint, { width: 390, height: 844 });
+    await phone.click('a[href="#devices"]');
+    await waitForText(phone, '[data-testid=quality-press-1-count]', (t) => t === 'stale', 5000, 'count stale on the phone');
+    const overflow = await phone.locator('[data-testid=device-press-1] .scroll').evaluate((el) => el.scrollWidth - el.clientWidth);
+    expect(overflow).toBe(0);
+    expect(await phone.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
+    await screenshot(phone, 'phone-devices-down');
+    await phone.click('a[href="#overview"]');
+    await waitForText(phone, '[data-testid=devices-down]', (t) => t.startsWith('press-1 does not answer'), 5000, 'press-1 down on the phone\'s overview');
+    await phone.waitForSelector('.chart canvas');
+    await screenshot(phone, 'phone-overview-device-down');
+    await phone.close();
+    // The overview names the device that does not answer.
+    await page.click('a[href="#overview"]');
+    await waitForText(page, '[data-testid=devices-down]', (t) => t.startsWith('press-1 does not answer since'), 5000, 'press-1 down on the overview');
+    expect(await page.textContent('[data-testid=devices-up]')).toBe('0 of 1');
+    await screenshot(page, 'overview-device-down');
+    await page.click('a[href="#devices"]');
     await sim.unmute(1);
     await waitForText(page, state, (t) => t === 'up', 15_000, 'press-1 shown up again');
 
@@ -59,6 +82,10 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     await screenshot(page, 'sparkplug');
     await page.click('a[href="#log"]');
     await waitForText(page, '[data-testid=log-table]', (t) => t.includes('console write done') && t.includes('device lost'), 5000, 'the write and the loss in the log');
+    // Each line's details as fields to read, not JSON.
+    const lost = page.locator('[data-testid=log-table] tr', { hasText: 'device lost' }).first();
+    expect(await lost.locator('.field').allTextContents()).toEqual(expect.arrayContaining([expect.stringMatching(/^device press-1$/), expect.stringMatching(/^retryInMs \d+$/)]));
+    expect(await page.textContent('[data-testid=log-table]')).not.toMatch(/[{}"]/);
     await screenshot(page, 'log');
     await page.click('a[href="#devices"]');
 
@@ -66,6 +93,16 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     await page.fill('[data-testid=tag-filter]', 'setp');
     await waitFor(async () => (await page.locator('[data-testid=value-press-1-count]').count()) === 0, 5000, { message: 'count filtered out' });
     expect(await page.locator('[data-testid=value-press-1-setpoint]').count()).toBe(1);
+
+    // A reload with a change that applies only after a restart says so, and names it.
+    const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as { broker?: object };
+    writeFileSync(gw.configFile, JSON.stringify({ ...config, broker: { ...config.broker, maxInflight: 7 } }));
+    await page.click('a[href="#overview"]');
+    page.once('dialog', (dialog) => void dialog.accept());
+    await page.click('[data-testid=reload]');
+    await waitForText(page, '[data-testid=reload-result]', (t) => t === 'done; a restart is needed for broker', 10_000, 'the reload names what needs a restart');
+    await waitForText(page, '[data-testid=needs-restart]', (t) => t.endsWith('except what needs a restart of edgeferry: broker'), 5000, 'and the last reload too');
+    await screenshot(page, 'overview-reload-restart');
   });
 
   it('shows a bridge backlog growing while Mosquitto is stopped, and draining once it is back', async () => {
