@@ -103,7 +103,7 @@ export class Broker {
   routeWork = 0;
   /**
    * An online session the last `route` found at its queue's high-water mark, if any: the publisher of that message
-   * is to stop reading until the session releases it (`Session.hold`; docs/architecture.md#back-pressure).
+   * is to stop reading until the session ends the hold (`Session.holdPublisher`; docs/architecture.md#back-pressure).
    */
   pressure: Session | undefined;
   private readonly log: Logger;
@@ -440,7 +440,7 @@ export class Broker {
         this.index(session, sub);
       }
       session.restore(record.queue, record.queueTail);
-      for (const packetId of record.awaitingRelease) session.awaitRelease(packetId);
+      for (const packetId of record.awaitingRelease) session.awaitPubrel(packetId);
       this.scheduleExpiry(session, leftS);
       restored++;
     }

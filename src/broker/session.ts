@@ -7,13 +7,15 @@ import type { Message, QoS } from '../protocol/message.js';
 import { isExpired } from '../protocol/message.js';
 import type { PublishEncodings, ProtocolVersion } from '../protocol/codec.js';
 import { parseSharedFilter, topicMatches } from '../protocol/topics.js';
-import { fitsWindow, type QueuedRecord, type QueueWindow, type SessionStore, type SubscriptionRecord } from '../store/types.js';
+import type { QueuedRecord, QueueWindow, SessionStore, SubscriptionRecord } from '../store/types.js';
 import { StoreError } from '../util/errors.js';
 import { IdTable } from '../util/id-table.js';
 import type { SharedGroup, Subscriber } from './topic-tree.js';
 import type { RetainedPace } from './retained-sender.js';
 import type { ClientInfo } from './auth.js';
 import { highWaterOf, type SessionLimits } from './session-limits.js';
+import { PublisherHold, type HeldPublisher } from './publisher-hold.js';
+import { SessionQueue, storedDelivery, type Delivery, type QueueOwner } from './session-queue.js';
 
 /** What a session needs from the connection currently attached to it (implemented by server/connection.ts). */
 export interface ClientLink {
@@ -35,28 +37,6 @@ export interface ClientLink {
   /** Sends the PUBLISH of a QoS 1/2 delivery under `packetId` (`dup` when resent); false if it could not be sent. */
   sendPublish(d: Delivery, packetId: number, dup: boolean, encodings: PublishEncodings | undefined): boolean;
   sendPubrel(packetId: number): void;
-}
-
-/** One message on its way to this session: queued, then in flight until acknowledged. */
-export interface Delivery {
-  readonly msg: Message;
-  readonly qos: QoS;
-  readonly retain: boolean;
-  readonly subscriptionIds: readonly number[] | undefined;
-  /** Set when delivered through a shared subscription, so an unacknowledged message can go to another member. */
-  readonly group: SharedGroup | undefined;
-  /** QoS 2 only: 'pubrel' once the client sent PUBREC. */
-  state: 'publish' | 'pubrel';
-  /** Persistent sessions: the store's sequence number of this message, once it is durable. */
-  stored: Promise<number> | undefined;
-}
-
-/**
- * A publisher that stopped reading because a session it fed is above its high-water mark; `released` resumes it
- * (docs/architecture.md#back-pressure).
- */
-export interface PressureHolder {
-  released(): void;
 }
 
 /** `quota_exceeded`: the persistent sessions hold their share of the store (docs/reliability.md#sessions-share). */
@@ -84,28 +64,6 @@ export interface SessionEvents {
   redeliverShared(group: SharedGroup, delivery: Delivery, from: Subscriber): void;
 }
 
-/** A spilled queue is read back at most this many messages at a time, once less than half the window is in memory. */
-const REFILL_CHUNK = 250;
-
-/**
- * The part of a persistent session's queue that is in the store only: every queued message of the session
- * with a store seq above `afterSeq`. Deliveries keep going there until it is read back completely, so the
- * order stays that of arrival.
- */
-interface Spill {
-  count: number;
-  /** Payload bytes of the spilled messages. */
-  bytes: number;
-  /** Unknown until the first spilled message is durable (its seq minus one). */
-  afterSeq: number | undefined;
-  /** The latest spilled write: once it settled, everything spilled so far is readable or failed. */
-  lastWrite: Promise<unknown>;
-  /** A read back came up short (writes still running): it is retried when `lastWrite` settles. */
-  waiting: boolean;
-  /** A read back is scheduled for after the current writes (see `pump`). */
-  scheduled: boolean;
-}
-
 export const NEVER_EXPIRES = 0xffffffff;
 
 /**
@@ -129,7 +87,7 @@ export class SessionSettings {
   }
 }
 
-export class Session implements Subscriber {
+export class Session implements Subscriber, QueueOwner {
   /** NO_SUBSCRIPTIONS until the first one: an idle client keeps no map of its own. */
   private subs: Map<string, SubscriptionRecord> = NO_SUBSCRIPTIONS;
   /**
@@ -155,22 +113,11 @@ export class Session implements Subscriber {
   routeSlot = 0;
 
   private inflight: IdTable<Delivery> = NO_FLOWS;
-  /** NO_DELIVERIES until the first message is queued: an idle client keeps no array of its own. */
-  private queue: Delivery[] = NO_DELIVERIES;
-  private queueHead = 0;
-  /** Payload bytes of the whole queue, spilled part included. */
-  private queuedBytes = 0;
-  private spill: Spill | undefined;
+  /** Made at the first queued message: an idle client keeps no queue. */
+  private queue: SessionQueue | undefined;
   private nextPacketId = 1;
-  /** When the queue, online, last reached the high-water mark without draining to the low-water mark since. */
-  private highSinceMs: number | undefined;
-  /** Publishers paused for this session; created on first use. */
-  private holders: PressureHolder[] | undefined;
-  /**
-   * Held publishers for slowClientTimeoutMs without draining: it holds none any more, and what passes the
-   * high-water mark is dropped (`slow_client`) until it is down to the low-water mark.
-   */
-  private overflowing = false;
+  /** Back-pressure on the publishers feeding it; made the first time the queue reaches the high-water mark. */
+  private hold: PublisherHold | undefined;
 
   constructor(
     readonly id: string,
@@ -206,9 +153,9 @@ export class Session implements Subscriber {
     return check === undefined || this.owner === undefined || check((this.reader ??= { clientId: this.id, username: this.owner ?? undefined }), topic);
   }
 
-  /** Whether part of the queue is in the store only (see `spillOne`). */
+  /** Whether part of the queue is in the store only (see `SessionQueue.addSpilled`). */
   get hasSpilled(): boolean {
-    return this.spill !== undefined;
+    return this.queue?.hasSpilled ?? false;
   }
 
   /** Messages sent and not yet acknowledged. */
@@ -218,22 +165,22 @@ export class Session implements Subscriber {
 
   /** Queued messages, in memory and spilled. */
   get queuedCount(): number {
-    return this.queue.length - this.queueHead + (this.spill?.count ?? 0);
+    return this.queue === undefined ? 0 : this.queue.count;
   }
 
-  isAwaitingRelease(packetId: number): boolean {
+  /** Whether an incoming QoS 2 packet id is between PUBREC and PUBREL. */
+  isAwaitingPubrel(packetId: number): boolean {
     return this.inboundQoS2?.has(packetId) ?? false;
   }
 
-  awaitRelease(packetId: number): void {
+  awaitPubrel(packetId: number): void {
     (this.inboundQoS2 ??= new IdTable()).set(packetId, true);
   }
 
-  /** PUBREL: returns whether the id was awaiting release. */
-  release(packetId: number): boolean {
+  /** PUBREL: returns whether the id was awaiting it. */
+  handlePubrel(packetId: number): boolean {
     return this.inboundQoS2?.delete(packetId) ?? false;
   }
-
 
   isOnline(): boolean {
     return this.link !== undefined;
@@ -280,8 +227,9 @@ export class Session implements Subscriber {
     }
     if (link && this.settings.highWater > 0 && this.queuedCount >= this.settings.highWater) {
       // Dropped before it is stored: the publisher is acknowledged, this subscriber has given up its claim to hold it.
-      if (this.overflowing) return this.settings.events.dropped('slow_client', msg);
-      this.highSinceMs ??= performance.now();
+      const hold = (this.hold ??= new PublisherHold());
+      if (hold.overflowing) return this.settings.events.dropped('slow_client', msg);
+      hold.reachedHighWater(performance.now());
       this.settings.events.congested(this);
     }
     // A persistent session stores the message (as delivered: its QoS and retain flag) before the publisher is
@@ -292,18 +240,25 @@ export class Session implements Subscriber {
     const shareFull = store !== undefined && store.sessionsFull();
     if (shareFull && !(link && this.queuedCount === 0 && this.inflight.size < this.window)) return this.settings.events.dropped('quota_exceeded', msg);
     const stored = shareFull ? undefined : store?.enqueue(this.id, asDelivered(msg, qos, retain));
-    if (stored && (this.spill || (this.settings.memoryWindow && !fitsWindow(this.settings.memoryWindow, this.queuedCount, this.queuedBytes, msg.payload.length)))) {
-      this.spillOne(msg, stored);
+    if (stored && this.ownQueue().spills(msg.payload.length)) {
+      if (!this.ownQueue().addSpilled(msg, stored)) {
+        this.removeStored(stored);
+        this.settings.events.dropped('queue_full', msg);
+      }
       return stored;
     }
     const delivery: Delivery = { msg, qos, retain, subscriptionIds, group, state: 'publish', stored };
     if (link && this.queuedCount === 0 && this.inflight.size < this.window) {
       this.sendNew(link, delivery, encodings);
     } else {
-      this.enqueue(delivery);
+      const queue = this.ownQueue();
+      if (!queue.add(delivery)) {
+        this.forget(delivery);
+        this.settings.events.dropped('queue_full', msg);
+      }
       // Registered before the publisher's own handler, so a refused message has left the queue before the
       // refusal (0x97) goes out. One sent already cannot be called back: a live delivery does not wait for the disk.
-      stored?.then(undefined, () => this.unqueue(delivery));
+      stored?.then(undefined, () => queue.unqueue(delivery));
     }
     return stored;
   }
@@ -314,25 +269,14 @@ export class Session implements Subscriber {
    * messages after those, left in the store (a spilled queue).
    */
   restore(queue: readonly QueuedRecord[], tail?: { count: number; bytes: number }): void {
-    if (tail !== undefined && tail.count > 0 && queue.length > 0) {
-      this.spill = {
-        count: tail.count,
-        bytes: tail.bytes,
-        afterSeq: queue[queue.length - 1].seq,
-        lastWrite: Promise.resolve(),
-        waiting: false,
-        scheduled: false,
-      };
-      this.queuedBytes += tail.bytes;
-    }
+    if (tail !== undefined && tail.count > 0 && queue.length > 0) this.ownQueue().restoreSpill(tail.count, tail.bytes, queue[queue.length - 1].seq);
     for (const { seq, msg, flight } of queue) {
       const d = storedDelivery(seq, msg, undefined, flight?.released ? 'pubrel' : 'publish');
       if (flight !== undefined) {
         if (this.inflight === NO_FLOWS) this.inflight = new IdTable();
         this.inflight.set(flight.packetId, d);
       } else {
-        this.ownQueue().push(d);
-        this.queuedBytes += msg.payload.length;
+        this.ownQueue().putBack(d);
       }
     }
   }
@@ -354,47 +298,29 @@ export class Session implements Subscriber {
       this.forget(f);
       this.settings.events.dropped(dropped, f.msg);
     });
-    this.pump();
+    this.sendQueued();
   }
 
   /**
-   * Pauses `holder` (a publisher) until the queue is down to the low-water mark, the client goes offline, or
-   * `releaseIfStuck` gives up on it.
+   * Pauses `publisher` until the queue is down to the low-water mark, the client goes offline, or
+   * `giveUpIfStuck` gives up on it (docs/architecture.md#back-pressure).
    */
-  hold(holder: PressureHolder): void {
-    (this.holders ??= []).push(holder);
+  holdPublisher(publisher: HeldPublisher): void {
+    (this.hold ??= new PublisherHold()).add(publisher);
   }
 
   /**
    * Asked by held publishers' timers: a session that has been at its high-water mark for `timeoutMs` without
    * draining to the low-water mark stops holding them, and overflows instead. True when that happened now.
    */
-  releaseIfStuck(nowMs: number, timeoutMs: number): boolean {
-    if (this.overflowing || this.highSinceMs === undefined || nowMs - this.highSinceMs <= timeoutMs) return false;
-    this.overflowing = true;
-    this.releaseHolders();
-    return true;
-  }
-
-  /** Down to the low-water mark, or offline (an offline session never holds publishers): publishers go on. */
-  private relieve(): void {
-    this.highSinceMs = undefined;
-    this.overflowing = false;
-    this.releaseHolders();
-  }
-
-  private releaseHolders(): void {
-    const holders = this.holders;
-    if (holders === undefined) return;
-    this.holders = undefined;
-    // Next turn: not inside the acknowledgement (or timer) being handled now.
-    setImmediate(releaseAll, holders);
+  giveUpIfStuck(nowMs: number, timeoutMs: number): boolean {
+    return this.hold?.giveUpIfStuck(nowMs, timeoutMs) ?? false;
   }
 
   /** Detaches the connection. Unacknowledged shared-subscription messages go to another member of the group. */
   detach(): void {
     this.link = undefined;
-    this.relieve();
+    this.hold?.end();
     this.disconnectedAtMs = performance.now();
     this.inflight.forEach((f, packetId) => {
       if (f.group && f.state === 'publish') {
@@ -403,41 +329,29 @@ export class Session implements Subscriber {
         this.settings.events.redeliverShared(f.group, f, this);
       }
     });
-    if (this.queuedCount > 0) {
-      const kept: Delivery[] = [];
-      for (let i = this.queueHead; i < this.queue.length; i++) {
-        const d = this.queue[i];
-        if (d.group) {
-          this.queuedBytes -= d.msg.payload.length;
-          this.forget(d);
-          this.settings.events.redeliverShared(d.group, d, this);
-        } else kept.push(d);
-      }
-      this.queue = kept;
-      this.queueHead = 0;
+    const shared = this.queue?.takeShared();
+    if (shared === undefined) return;
+    for (const d of shared) {
+      this.forget(d);
+      this.settings.events.redeliverShared(d.group as SharedGroup, d, this);
     }
   }
 
-  /** PUBACK (QoS 1) or PUBCOMP (QoS 2) completed a flow. Returns false for an unknown packet id. */
-  complete(packetId: number): boolean {
-    const f = this.inflight.get(packetId);
-    if (!f) return false;
-    this.inflight.delete(packetId);
-    this.forget(f);
-    this.pump();
-    return true;
+  /** PUBACK: a QoS 1 flow is complete. Returns false for an unknown packet id. */
+  handlePuback(packetId: number): boolean {
+    return this.endFlow(packetId);
+  }
+
+  /** PUBCOMP: a QoS 2 flow is complete. Returns false for an unknown packet id. */
+  handlePubcomp(packetId: number): boolean {
+    return this.endFlow(packetId);
   }
 
   /** PUBREC: a QoS 2 message reached the client; an error reason (>= 0x80) ends the flow (MQTT 5 §4.3.3). */
-  received(packetId: number, reasonCode: number): boolean {
+  handlePubrec(packetId: number, reasonCode: number): boolean {
     const f = this.inflight.get(packetId);
     if (!f || f.qos !== 2) return false;
-    if (reasonCode >= 0x80) {
-      this.inflight.delete(packetId);
-      this.forget(f);
-      this.pump();
-      return true;
-    }
+    if (reasonCode >= 0x80) return this.endFlow(packetId);
     f.state = 'pubrel';
     const recorded = this.recordFlight(f, packetId);
     if (!recorded) {
@@ -460,22 +374,62 @@ export class Session implements Subscriber {
     this.subs = NO_SUBSCRIPTIONS;
     this.inboundQoS2 = undefined;
     this.inflight = NO_FLOWS;
-    this.queue = NO_DELIVERIES;
-    this.queueHead = 0;
-    this.queuedBytes = 0;
-    this.spill = undefined;
-    this.relieve();
+    this.queue?.clear();
+    this.hold?.end();
   }
 
-  /** A queued message whose store write failed: its publisher was refused, so it is never delivered. */
-  private unqueue(d: Delivery): void {
-    // Refusals hit the newest messages: search from the tail.
-    for (let i = this.queue.length - 1; i >= this.queueHead; i--) {
-      if (this.queue[i] !== d) continue;
-      this.queue.splice(i, 1);
-      this.queuedBytes -= d.msg.payload.length;
-      return;
+  /** The identifiers of this session's subscriptions that match `topic` now (for messages read back). */
+  subscriptionIdsFor(topic: string): number[] | undefined {
+    let ids: number[] | undefined;
+    for (const sub of this.subscriptions.values()) {
+      if (sub.subscriptionId === undefined) continue;
+      const shared = parseSharedFilter(sub.filter);
+      const filter = shared === undefined ? sub.filter : shared === 'invalid' ? undefined : shared.filter;
+      if (filter !== undefined && topicMatches(filter, topic)) (ids ??= []).push(sub.subscriptionId);
     }
+    return ids;
+  }
+
+  /** Sends queued messages while the inflight window has room (and reads spilled ones back as it drains). */
+  sendQueued(): void {
+    const link = this.link;
+    const queue = this.queue;
+    if (!link || queue === undefined) return;
+    const window = this.window;
+    for (;;) {
+      if (!queue.hasInMemory && !queue.refill()) break;
+      if (this.inflight.size >= window) break;
+      const d = queue.take();
+      if (isExpired(d.msg)) {
+        this.forget(d);
+        this.settings.events.dropped('expired', d.msg);
+        continue;
+      }
+      // Queued under the rules of its arrival (or restored from the store): the rules of now decide.
+      if (!this.mayRead(d.msg.topic)) {
+        this.forget(d);
+        this.settings.events.dropped('not_authorized', d.msg);
+        continue;
+      }
+      this.sendNew(link, d, undefined);
+    }
+    queue.afterSending();
+    if (this.hold?.isHigh && queue.count <= this.settings.lowWater) this.hold.end();
+  }
+
+  /** A flow ended (PUBACK, PUBCOMP, or PUBREC with an error): its slot takes the next queued message. */
+  private endFlow(packetId: number): boolean {
+    const f = this.inflight.get(packetId);
+    if (!f) return false;
+    this.inflight.delete(packetId);
+    this.forget(f);
+    this.sendQueued();
+    return true;
+  }
+
+  /** The queue, made at the first message that needs it. */
+  private ownQueue(): SessionQueue {
+    return (this.queue ??= new SessionQueue(this, this.settings.limits, this.settings.memoryWindow));
   }
 
   /**
@@ -490,151 +444,6 @@ export class Session implements Subscriber {
   }
 
   private onWriteFailed: ((err: unknown) => void) | undefined;
-
-  /** The queue to append to: the session's own, made at its first message. */
-  private ownQueue(): Delivery[] {
-    if (this.queue === NO_DELIVERIES) this.queue = [];
-    return this.queue;
-  }
-
-  private enqueue(d: Delivery): void {
-    if (this.queueFull(d.msg)) {
-      this.forget(d);
-      return this.settings.events.dropped('queue_full', d.msg);
-    }
-    this.ownQueue().push(d);
-    this.queuedBytes += d.msg.payload.length;
-  }
-
-  private queueFull(msg: Message): boolean {
-    const max = this.settings.limits.maxQueuedMessages;
-    const maxBytes = this.settings.limits.maxQueuedBytes;
-    return (max > 0 && this.queuedCount >= max) || (maxBytes > 0 && this.queuedBytes + msg.payload.length > maxBytes);
-  }
-
-  /**
-   * Queues a message in the store only (the spilled part of the queue). A shared-subscription message spilled
-   * stays with this session: it is not handed to another member if this one disconnects.
-   */
-  private spillOne(msg: Message, stored: Promise<number>): void {
-    const store = this.store as SessionStore;
-    if (this.queueFull(msg)) {
-      stored.then((seq) => store.ack(this.id, seq)).catch(this.writeFailed);
-      return this.settings.events.dropped('queue_full', msg);
-    }
-    const spill = (this.spill ??= { count: 0, bytes: 0, afterSeq: undefined, lastWrite: stored, waiting: false, scheduled: false });
-    spill.count++;
-    spill.bytes += msg.payload.length;
-    spill.lastWrite = stored;
-    this.queuedBytes += msg.payload.length;
-    stored.then(
-      (seq) => {
-        // Writes resolve in seq order: the first one to resolve is the lowest spilled seq.
-        spill.afterSeq ??= seq - 1;
-      },
-      () => {
-        // Neither in the store nor in memory (its publisher was refused): no longer queued.
-        spill.count--;
-        spill.bytes -= msg.payload.length;
-        this.queuedBytes -= msg.payload.length;
-        if (this.spill === spill && spill.count === 0) this.spill = undefined;
-      },
-    );
-  }
-
-  /**
-   * Reads spilled messages back into memory once few are left there; false when none came (none spilled, or
-   * not yet readable: then the pump runs again when the writes settle).
-   */
-  private refill(): boolean {
-    const spill = this.spill;
-    const store = this.store;
-    const window = this.settings.memoryWindow;
-    if (!spill || !store || !window || !this.belowHalfWindow(window) || spill.waiting) return false;
-    const want = Math.min(spill.count, REFILL_CHUNK);
-    const read = spill.afterSeq === undefined ? undefined : store.readQueue(this.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
-    const records = read?.records ?? [];
-    for (const { seq, msg } of records) {
-      this.ownQueue().push(storedDelivery(seq, msg, this.subscriptionIdsFor(msg.topic), 'publish'));
-      spill.bytes -= msg.payload.length;
-    }
-    if (read?.lastSeq !== undefined) spill.afterSeq = read.lastSeq;
-    // Damaged records are gone from the queue (their bytes are unknown: the count is what ends the spill).
-    spill.count -= records.length + (read?.skipped ?? 0);
-    if (spill.count <= 0) {
-      this.queuedBytes -= spill.bytes; // what is left belonged to damaged records
-      this.spill = undefined;
-    } else if (records.length + (read?.skipped ?? 0) < want) {
-      // The rest is still being written.
-      spill.waiting = true;
-      const retry = (): void => {
-        spill.waiting = false;
-        if (this.spill === spill) this.pump();
-      };
-      spill.lastWrite.then(retry, retry);
-    }
-    return records.length > 0;
-  }
-
-  /** Whether less than half the memory window is used: time to read spilled messages back. */
-  private belowHalfWindow(window: QueueWindow): boolean {
-    const inMemory = this.queue.length - this.queueHead;
-    const inMemoryBytes = this.queuedBytes - (this.spill?.bytes ?? 0);
-    return inMemory < window.messages / 2 && inMemoryBytes < window.bytes / 2;
-  }
-
-  /** The identifiers of this session's subscriptions that match `topic` now (for messages read back). */
-  private subscriptionIdsFor(topic: string): number[] | undefined {
-    let ids: number[] | undefined;
-    for (const sub of this.subscriptions.values()) {
-      if (sub.subscriptionId === undefined) continue;
-      const shared = parseSharedFilter(sub.filter);
-      const filter = shared === undefined ? sub.filter : shared === 'invalid' ? undefined : shared.filter;
-      if (filter !== undefined && topicMatches(filter, topic)) (ids ??= []).push(sub.subscriptionId);
-    }
-    return ids;
-  }
-
-  private pump(): void {
-    const link = this.link;
-    if (!link) return;
-    const window = this.window;
-    for (;;) {
-      if (this.queueHead === this.queue.length && !this.refill()) break;
-      if (this.inflight.size >= window) break;
-      const d = this.queue[this.queueHead];
-      this.queue[this.queueHead++] = undefined as unknown as Delivery;
-      this.queuedBytes -= d.msg.payload.length;
-      if (isExpired(d.msg)) {
-        this.forget(d);
-        this.settings.events.dropped('expired', d.msg);
-        continue;
-      }
-      // Queued under the rules of its arrival (or restored from the store): the rules of now decide.
-      if (!this.mayRead(d.msg.topic)) {
-        this.forget(d);
-        this.settings.events.dropped('not_authorized', d.msg);
-        continue;
-      }
-      this.sendNew(link, d, undefined);
-    }
-    // Read the next chunk back before the queue runs dry, but after this turn's writes went out: the read then
-    // overlaps the client's round trip instead of delaying the messages it releases.
-    const spill = this.spill;
-    if (spill && !spill.scheduled && this.settings.memoryWindow && this.belowHalfWindow(this.settings.memoryWindow)) {
-      spill.scheduled = true;
-      setImmediate(() => {
-        spill.scheduled = false;
-        if (this.spill === spill && this.link && this.refill()) this.pump();
-      });
-    }
-    if (this.highSinceMs !== undefined && this.queuedCount <= this.settings.lowWater) this.relieve();
-    // Compact the array once the consumed head dominates it, keeping shift() O(1) amortized.
-    if (this.queueHead > 1024 && this.queueHead * 2 > this.queue.length) {
-      this.queue = this.queue.slice(this.queueHead);
-      this.queueHead = 0;
-    }
-  }
 
   private sendNew(link: ClientLink, d: Delivery, encodings: PublishEncodings | undefined): void {
     const packetId = this.allocatePacketId();
@@ -665,9 +474,13 @@ export class Session implements Subscriber {
 
   /** The delivery is done with (acknowledged, dropped, or handed to another session): remove its stored copy. */
   private forget(d: Delivery): void {
+    if (d.stored) this.removeStored(d.stored);
+  }
+
+  private removeStored(stored: Promise<number>): void {
     const store = this.store;
-    if (!d.stored || !store) return;
-    d.stored.then((seq) => store.ack(this.id, seq)).catch(this.writeFailed);
+    if (!store) return;
+    stored.then((seq) => store.ack(this.id, seq)).catch(this.writeFailed);
   }
 
   private allocatePacketId(): number {
@@ -679,15 +492,6 @@ export class Session implements Subscriber {
   }
 }
 
-function releaseAll(holders: PressureHolder[]): void {
-  for (const holder of holders) holder.released();
-}
-
-/** A delivery of a message read from the store (stored as delivered: its QoS and retain flag). */
-function storedDelivery(seq: number, msg: Message, subscriptionIds: readonly number[] | undefined, state: Delivery['state']): Delivery {
-  return { msg, qos: msg.qos, retain: msg.retain, subscriptionIds, group: undefined, state, stored: Promise.resolve(seq) };
-}
-
 /** The message as this session gets it (granted QoS, retain flag), which is what its store keeps. */
 function asDelivered(msg: Message, qos: QoS, retain: boolean): Message {
   return msg.qos === qos && msg.retain === retain ? msg : { ...msg, qos, retain };
@@ -695,7 +499,5 @@ function asDelivered(msg: Message, qos: QoS, retain: boolean): Message {
 
 /** The shared empty table of a session without flows in progress; replaced by its own at the first one. */
 const NO_FLOWS: IdTable<Delivery> = new IdTable();
-/** The shared empty queue of a session that has queued nothing yet; only read (`ownQueue` replaces it first). */
-const NO_DELIVERIES: Delivery[] = [];
 /** Shared by every session without subscriptions; only read, never written (`subscribe` replaces it first). */
 const NO_SUBSCRIPTIONS: Map<string, SubscriptionRecord> = new Map();

@@ -14,7 +14,9 @@ import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { BufferBatch } from '../util/buffer-batch.js';
 import { ProtocolError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import type { Delivery, PressureHolder, Session } from '../broker/session.js';
+import type { Session } from '../broker/session.js';
+import type { Delivery } from '../broker/session-queue.js';
+import type { HeldPublisher } from '../broker/publisher-hold.js';
 import type { ClientConnection, ConnectionState, PendingAck, ServerContext, Will } from './context.js';
 import type { PendingConnections } from './pending.js';
 import type { Transport, TransportReader } from './transport.js';
@@ -63,12 +65,12 @@ const NO_BYTES = Buffer.alloc(0);
 /**
  * The hot-path packets (PUBLISH, the 2-byte acknowledgements) are decoded into these, shared by all connections
  * (no object per message): a connected client's packet is handled synchronously, and its handler takes the values
- * it needs before anything it calls could frame another client's packets (a released publisher reads on).
+ * it needs before anything it calls could frame another client's packets (a publisher whose hold ended reads on).
  */
 const decodedPublish = newPublishPacket();
 const decodedAck: ShortAck = { cmd: 'puback', messageId: 0, reasonCode: 0 };
 
-export class Connection implements ClientConnection, FrameHandler, PressureHolder, TurnWork, TransportReader {
+export class Connection implements ClientConnection, FrameHandler, HeldPublisher, TurnWork, TransportReader {
   state: ConnectionState = 'awaiting-connect';
   version: ProtocolVersion = 4;
   clientId = '';
@@ -301,18 +303,18 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
 
   /**
    * A session this client's PUBLISH went to is at its queue's high-water mark: stop reading (the rest of this read
-   * is held too) until it releases us [docs/architecture.md#back-pressure]. Its own session never holds a client,
+   * is held too) until it ends the hold [docs/architecture.md#back-pressure]. Its own session never holds a client,
    * which could then not read the acknowledgements that drain it.
    */
   holdFor(session: Session): void {
     if (this.heldBy !== undefined || session === this.session || this.state !== 'connected') return;
     this.heldBy = session;
     this.transport.pause();
-    session.hold(this);
+    session.holdPublisher(this);
   }
 
-  /** PressureHolder: the session drained to its low-water mark, went offline, or gave up holding publishers. */
-  released(): void {
+  /** HeldPublisher: the session drained to its low-water mark, went offline, or gave up holding publishers. */
+  holdEnded(): void {
     this.heldBy = undefined;
     // Its PINGREQs waited unread meanwhile: the keep-alive clock starts again now.
     this.lastReceivedMs = performance.now();
@@ -514,7 +516,7 @@ export class Connection implements ClientConnection, FrameHandler, PressureHolde
     }
     const heldBy = this.heldBy;
     if (heldBy !== undefined) {
-      if (heldBy.releaseIfStuck(nowMs, limits.slowClientTimeoutMs)) {
+      if (heldBy.giveUpIfStuck(nowMs, limits.slowClientTimeoutMs)) {
         this.log.warn(
           { clientId: heldBy.id, queued: heldBy.queuedCount },
           'a subscriber has held its publishers for slowClientTimeoutMs without draining: it holds them no more, and what passes its queue high-water mark is dropped',

@@ -83,13 +83,13 @@ function attachClient(session: Session): { numbers: number[]; ids: (readonly num
       got.numbers.push(msg.payload.readUInt32BE(0));
       got.ids.push(subscriptionIds);
       setImmediate(() => {
-        if (qos === 1) session.complete(packetId);
-        else session.received(packetId, 0);
+        if (qos === 1) session.handlePuback(packetId);
+        else session.handlePubrec(packetId, 0);
       });
       return true;
     },
     sendPubrel(packetId) {
-      setImmediate(() => session.complete(packetId));
+      setImmediate(() => session.handlePubcomp(packetId));
     },
   };
   session.attach(link);

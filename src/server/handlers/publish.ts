@@ -52,7 +52,7 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
       throw new ProtocolError(Reason.ReceiveMaximumExceeded, `more than ${limits.receiveMaximum} QoS 1/2 publishes in flight`);
     }
     // A resent QoS 2 PUBLISH whose PUBREC was already sent is not delivered again [MQTT-4.3.3-9].
-    if (qos === 2 && session.isAwaitingRelease(packetId)) {
+    if (qos === 2 && session.isAwaitingPubrel(packetId)) {
       conn.inboundInflight--;
       return acknowledge(conn, 2, packetId, Reason.Success);
     }
@@ -70,7 +70,7 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
     }
     // 3.1.1 has no way to refuse a publish: it is acknowledged and dropped, as Mosquitto does [MQTT-3.3.5-2].
     const code = v5 ? reason : Reason.Success;
-    if (qos === 2 && code < 0x80) session.awaitRelease(packetId);
+    if (qos === 2 && code < 0x80) session.awaitPubrel(packetId);
     return acknowledge(conn, qos, packetId, code);
   }
 
@@ -97,7 +97,7 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
     return;
   }
   if (qos === 2) {
-    session.awaitRelease(packetId);
+    session.awaitPubrel(packetId);
     // A persistent session remembers the id across restarts, so a resent PUBLISH after a crash is not delivered twice.
     const remembered = session.store?.putAwaitingRelease(session.id, packetId);
     if (remembered) durable = durable ? Promise.all([durable, remembered]) : remembered;
@@ -153,7 +153,7 @@ function acknowledge(conn: ClientConnection, qos: QoS, packetId: number, reasonC
 export function handlePubrel(conn: ClientConnection, packet: PubrelPacket): void {
   const packetId = packet.messageId!;
   const session = conn.session!;
-  const known = session.isAwaitingRelease(packetId);
+  const known = session.isAwaitingPubrel(packetId);
   // A flow begun on an earlier connection never counted against this one (the quota starts afresh with each
   // connection); like the spec's send quota, which is not raised above its initial value (MQTT 5 §4.9), the
   // count never drops below zero, or a resumed client could exceed our Receive Maximum.
@@ -167,6 +167,6 @@ export function handlePubrel(conn: ClientConnection, packet: PubrelPacket): void
 
 /** Forgets an incoming QoS 2 packet id, in the store too for a persistent session. */
 function forgetAwaitingRelease(session: Session, packetId: number): Promise<void> | undefined {
-  session.release(packetId);
+  session.handlePubrel(packetId);
   return session.store?.deleteAwaitingRelease(session.id, packetId);
 }
