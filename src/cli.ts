@@ -10,7 +10,7 @@ import { parseArgs } from 'node:util';
 import { opcuaUsage } from '../connectors/opcua/opcua-command.js';
 import type { Config } from './config/schema.js';
 import { loadConfig } from './config/load.js';
-import { createLogger, LogRing, type RootLogger } from './ops/log.js';
+import { createLogger, LogRing, type RootLogger } from './ops/pino-logger.js';
 import type { ConfigControl, ReloadOutcome } from './console/sources.js';
 import { asError, ConfigError, errorCode, errorLogFields, StoreError, type ConfigProblem } from './util/errors.js';
 import { checkConfiguredFiles } from './configured-files.js';

@@ -25,7 +25,7 @@ import { PasswordFile } from './broker/password-file.js';
 import { httpTls, metricsToken, readConfiguredFile, usersWithoutPassword } from './configured-files.js';
 import { asError, ConfigError, errorLogFields } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
-import { createAuditLogger } from './ops/log.js';
+import { createAuditLogger } from './ops/pino-logger.js';
 import { openLmdbStore } from './store/lmdb/open.js';
 import { deadLetterOutbox, type Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
@@ -42,7 +42,7 @@ import { fullGc } from './util/full-gc.js';
 import { LoginThrottle } from './util/login-throttle.js';
 import { WebConsole, type ConsoleUsers } from './console/console.js';
 import type { ConfigControl } from './console/sources.js';
-import type { LogRing } from './ops/log.js';
+import type { LogRing } from './ops/pino-logger.js';
 
 /** What the process around the gateway (cli.ts) hands it beyond the configuration. */
 export interface GatewayExtras {

@@ -1,5 +1,5 @@
 /** How the command line ends and reports errors: exit codes, and errors with their EF_ code (README "Errors"). */
-import { createLogger } from '../ops/log.js';
+import { createLogger } from '../ops/pino-logger.js';
 import { asError, describeError, errorLogFields } from '../util/errors.js';
 
 /** Exit codes (0 is ok). systemd does not restart on `config` and `store`: restarting cannot help. */

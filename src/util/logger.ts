@@ -1,5 +1,6 @@
 /**
- * The logging surface every module sees. `ops/log.ts` implements it with pino; modules never import pino.
+ * The logging surface every module sees, declared here because util/ is what every module (connectors/ too) may
+ * import. `ops/pino-logger.ts` implements it with pino; no other module imports pino.
  * Call style is pino's: facts in the object, what happened in the message.
  */
 export interface LogFn {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createLogger } from '../../src/ops/log.js';
+import { createLogger } from '../../src/ops/pino-logger.js';
 
 // Runs the built CLI, as the `edgeferry` bin does; `npm test` builds first.
 const root = join(import.meta.dirname, '../..');

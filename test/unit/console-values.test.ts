@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseTagValue } from '../../src/console/tag-value.js';
-import { LogRing } from '../../src/ops/log.js';
+import { LogRing } from '../../src/ops/pino-logger.js';
 
 describe('parseTagValue', () => {
   it('turns form strings and JSON numbers into the datatype form, 64-bit integers as bigint without losing digits', () => {

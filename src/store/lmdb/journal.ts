@@ -10,7 +10,7 @@ import { StoreError } from '../../util/errors.js';
 import type { JournalDepth } from '../types.js';
 import { encodeStampedValue, ownerPrefix, prefixEnd, seqKey } from '../codec.js';
 import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk } from './outbox-chunk.js';
-import type { Batch, BatchMember, StoreWriter } from './writer.js';
+import type { Batch, BatchMember, StoreWriter } from './store-writer.js';
 
 /** The journal's own record in `meta`: its last seq, so that a seq is never used twice, not even once it is empty. */
 export const JOURNAL_META_KEY = 'journal';

@@ -11,7 +11,7 @@ import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
 import type { Chunk } from './outbox-chunk.js';
 import { storedCursor, type JournalCursor, type LmdbJournal } from './journal.js';
-import { DelayedFlush, type Batch, type BatchMember, type StoreWriter } from './writer.js';
+import { DelayedFlush, type Batch, type BatchMember, type StoreWriter } from './store-writer.js';
 
 /** Outbox counters live in `meta` under `outbox:<name>`; the range of those keys lists the outboxes. */
 export const OUTBOX_META_PREFIX = 'outbox:';
@@ -347,7 +347,7 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
     this.bytes -= bytes;
     // The journal keeps the entry while another outbox holds it.
     if (mask === this.bit || !this.journal.heldByOthers(seq, mask, this)) {
-      this.store.release(b, bytes);
+      this.store.free(b, bytes);
       this.storeFreed += bytes;
     }
     this.headChanged = true;

@@ -3,7 +3,7 @@ import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
 import { CorruptValueError, decodePlainValue, encodePlainValue } from '../codec.js';
 import { retainedMeta, type RetainedMeta, type RetainedStore } from '../types.js';
-import type { Batch, BatchMember, DamagedRecord, StoreWriter } from './writer.js';
+import type { Batch, BatchMember, DamagedRecord, StoreWriter } from './store-writer.js';
 
 export class LmdbRetainedStore implements RetainedStore, BatchMember {
   private readonly store: StoreWriter;

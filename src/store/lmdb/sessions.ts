@@ -35,7 +35,7 @@ import {
   type SessionStore,
   type SubscriptionRecord,
 } from '../types.js';
-import { DelayedFlush, type Batch, type BatchMember, type DamagedRecord, type StoreWriter } from './writer.js';
+import { DelayedFlush, type Batch, type BatchMember, type DamagedRecord, type StoreWriter } from './store-writer.js';
 
 /** MQTT 5's Session Expiry Interval that never ends. */
 const NEVER_EXPIRES = 0xffffffff;

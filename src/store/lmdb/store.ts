@@ -38,7 +38,7 @@ import type { Logger } from '../../util/logger.js';
 import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../codec.js';
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
 import { SESSIONS_RESUME_BELOW, type JournalDepth, type Outbox, type OutboxLimits, type Store } from '../types.js';
-import { Batch, type DamagedRecord, type Op, type StoreWriter } from './writer.js';
+import { Batch, type DamagedRecord, type Op, type StoreWriter } from './store-writer.js';
 import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, storedOutboxCursor, type OutboxMeta } from './outbox.js';
 import { LmdbJournal } from './journal.js';
 import { GroupCommit } from './group-commit.js';
@@ -438,8 +438,8 @@ export class LmdbStore implements Store, StoreWriter {
     return this.episodes.store;
   }
 
-  /** Tells the byte estimate of this batch that `bytes` were removed. */
-  release(b: Batch, bytes: number): void {
+  /** Tells the byte estimate of this batch that `bytes` were removed (what `reserve` counted, given back). */
+  free(b: Batch, bytes: number): void {
     if (b.usedBytes !== undefined) b.usedBytes -= bytes;
   }
 

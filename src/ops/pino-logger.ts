@@ -1,6 +1,6 @@
 /**
- * The root logger, built on pino: JSON lines by default, pino-pretty for people. Both write synchronously,
- * so a `fatal` line logged just before `process.exit()` reaches the terminal or the journal.
+ * The `Logger` (util/logger.ts) built on pino: the root logger, JSON lines by default, pino-pretty for people.
+ * Both write synchronously, so a `fatal` line logged just before `process.exit()` reaches the terminal or the journal.
  */
 import { isatty } from 'node:tty';
 import { pino } from 'pino';

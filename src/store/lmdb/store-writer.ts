@@ -43,7 +43,7 @@ export class Batch {
   readonly lastMembers = new Set<BatchMember>();
   /** Estimate of the store's used bytes (pages in use + bytes added in this batch), computed on demand. */
   usedBytes: number | undefined;
-  /** Bytes reserved in this batch (releases not subtracted), for the estimate between page-count reads. */
+  /** Bytes reserved in this batch (`free` not subtracted), for the estimate between page-count reads. */
   reservedBytes = 0;
   /** Bytes of them queued for persistent sessions (`admitQueued`), for the estimate of the sessions' share. */
   sessionBytes = 0;
@@ -139,7 +139,7 @@ export interface StoreWriter extends StoreDatabases {
    */
   reserve(b: Batch, bytes: number, makeRoom?: () => number): void;
   /** Tells the byte estimate of this batch that `bytes` were removed. */
-  release(b: Batch, bytes: number): void;
+  free(b: Batch, bytes: number): void;
   /** Damaged records a read met and skipped: counted, logged, and deleted. */
   reportCorrupt(what: string, where: Record<string, unknown>, records: number, damaged: readonly DamagedRecord[]): void;
 }
