@@ -85,7 +85,10 @@ export class SessionQueue {
 
   /** Whether a stored message of `payloadBytes` goes on in the store only: the queue spilled already, or memory is full. */
   spills(payloadBytes: number): boolean {
-    return this.spill !== undefined || (this.window !== undefined && !fitsWindow(this.window, this.count, this.bytes, payloadBytes));
+    return (
+      this.spill !== undefined ||
+      (this.window !== undefined && !fitsWindow(this.window, this.count, this.bytes, payloadBytes))
+    );
   }
 
   /** Appends in memory; false if the queue is full (`maxQueuedMessages`, `maxQueuedBytes`): the caller drops it. */
@@ -102,7 +105,14 @@ export class SessionQueue {
    */
   addSpilled(msg: Message, stored: Promise<number>): boolean {
     if (this.isFull(msg)) return false;
-    const spill = (this.spill ??= { count: 0, bytes: 0, afterSeq: undefined, lastWrite: stored, waiting: false, scheduled: false });
+    const spill = (this.spill ??= {
+      count: 0,
+      bytes: 0,
+      afterSeq: undefined,
+      lastWrite: stored,
+      waiting: false,
+      scheduled: false,
+    });
     spill.count++;
     spill.bytes += msg.payload.length;
     spill.lastWrite = stored;
@@ -193,7 +203,10 @@ export class SessionQueue {
     const window = this.window;
     if (!spill || !store || !window || !this.belowHalfWindow(window) || spill.waiting) return false;
     const want = Math.min(spill.count, REFILL_CHUNK);
-    const read = spill.afterSeq === undefined ? undefined : store.readQueue(this.owner.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
+    const read =
+      spill.afterSeq === undefined
+        ? undefined
+        : store.readQueue(this.owner.id, spill.afterSeq, { messages: want, bytes: window.bytes / 2 });
     const records = read?.records ?? [];
     for (const { seq, msg } of records) {
       this.ownItems().push(storedDelivery(seq, msg, this.owner.subscriptionIdsFor(msg.topic), 'publish'));
@@ -263,8 +276,21 @@ export class SessionQueue {
 }
 
 /** A delivery of a message read from the store (stored as delivered: its QoS and retain flag). */
-export function storedDelivery(seq: number, msg: Message, subscriptionIds: readonly number[] | undefined, state: Delivery['state']): Delivery {
-  return { msg, qos: msg.qos, retain: msg.retain, subscriptionIds, group: undefined, state, stored: Promise.resolve(seq) };
+export function storedDelivery(
+  seq: number,
+  msg: Message,
+  subscriptionIds: readonly number[] | undefined,
+  state: Delivery['state'],
+): Delivery {
+  return {
+    msg,
+    qos: msg.qos,
+    retain: msg.retain,
+    subscriptionIds,
+    group: undefined,
+    state,
+    stored: Promise.resolve(seq),
+  };
 }
 
 /** The shared empty array of a queue that holds nothing in memory yet; only read (`ownItems` replaces it first). */
