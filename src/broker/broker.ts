@@ -299,19 +299,25 @@ export class Broker {
    * retain handling option says [MQTT-3.3.1-9/10/11]. Returns true if it replaced an existing one.
    */
   addSubscription(subscriber: Subscriber, record: SubscriptionRecord): boolean {
-    const shared = parseSharedFilter(record.filter);
-    if (shared === 'invalid') throw new ProtocolError(Reason.TopicFilterInvalid, `invalid shared filter ${record.filter}`);
-    const filter = shared ? shared.filter : record.filter;
     const replaced = this.index(subscriber, record);
+    this.startRetained(subscriber, record, replaced);
+    return replaced;
+  }
+
+  /**
+   * Sends the retained messages of a subscription just indexed (`replaced`: it replaced one of the same filter) as
+   * its retain handling option says [MQTT-3.3.1-9/10/11].
+   */
+  startRetained(subscriber: Subscriber, record: SubscriptionRecord, replaced: boolean): void {
     // No retained messages for shared subscriptions (MQTT 5 §4.8.2); retain handling 1: only for new ones.
-    const sendRetained = !shared && (record.retainHandling === 0 || (record.retainHandling === 1 && !replaced));
-    if (!sendRetained) return replaced;
+    const sendRetained = record.retainHandling === 0 || (record.retainHandling === 1 && !replaced);
+    if (!sendRetained || parseSharedFilter(record.filter) !== undefined) return;
+    const filter = record.filter;
     const send = (entry: RetainedMeta): number => this.sendRetained(subscriber, record, entry);
     // A client's are paced across turns, after its SUBACK; an in-process subscriber's arrive now.
     const pace = subscriber.retainedPace?.(record);
     if (pace !== undefined) this.retainedSender.start(filter, pace, send);
     else for (const entry of this.retained.matching(filter)) if (entry !== undefined) send(entry);
-    return replaced;
   }
 
   /**
@@ -396,10 +402,15 @@ export class Broker {
     return Promise.all(records.map((record) => store.putSubscription(session.id, record))).then(() => undefined);
   }
 
-  /** Subscribes a client session (SUBSCRIBE) after `persistSubscriptions`; sends matching retained messages. */
-  subscribeSession(session: Session, record: SubscriptionRecord): void {
+  /**
+   * Subscribes a client session (SUBSCRIBE) after `persistSubscriptions`; true if it replaced a subscription of
+   * the same filter. Its retained messages follow the SUBACK: `startRetained`. A session that ended meanwhile (its
+   * client went while the SUBSCRIBE was worked on) gets none: nothing would remove them from the tree.
+   */
+  subscribeSession(session: Session, record: SubscriptionRecord): boolean {
+    if (this.sessions.get(session.id) !== session) return false;
     session.subscribe(record);
-    this.addSubscription(session, record);
+    return this.index(session, record);
   }
 
   /** Unsubscribes a client session (UNSUBSCRIBE); false if it had no such subscription. */

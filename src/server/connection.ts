@@ -99,6 +99,8 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
   private heldBy: Session | undefined;
   /** Reading paused until the next turn, the rest of the read held by the framer. */
   private yielding = false;
+  /** Packets whose work runs in slices across turns (`inSlices`): reading is paused while any does. */
+  private slicing = 0;
   /** Created on first use: most clients never use topic aliases, and idle connections should stay small. */
   topicAliasesIn: Map<number, string> | undefined;
   private topicAliasesOut: Map<string, number> | undefined;
@@ -291,14 +293,38 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
   /** Frames what the last turn held back; reading resumes once all of it went through. */
   continueReading(): void {
     this.yielding = false;
-    if (this.state === 'closed' || this.heldBy !== undefined) return;
+    if (this.state === 'closed' || this.heldBy !== undefined || this.slicing > 0) return;
     this.frame(NO_BYTES);
     this.resumeReading();
   }
 
   /** Reads from the socket again unless something still holds it: a yield, flow control, back-pressure, authentication. */
   private resumeReading(): void {
-    if (!this.yielding && !this.inboundHeld && this.heldBy === undefined && this.state === 'connected') this.transport.resume();
+    if (!this.yielding && this.slicing === 0 && !this.inboundHeld && this.heldBy === undefined && this.state === 'connected') this.transport.resume();
+  }
+
+  /**
+   * Runs `slice` now and then once per turn until it returns true (done). Meanwhile this client is not read from
+   * and the framer holds its later packets, so they follow the packet being worked on; other clients are read and
+   * written between the slices (docs/architecture.md#back-pressure). `slice` itself stops when it sees the
+   * connection closed. What it throws closes the connection, as a handler's exception does (`dispatch`).
+   */
+  inSlices(slice: () => boolean): void {
+    if (slice()) return;
+    this.slicing++;
+    this.transport.pause();
+    const next = (): void => {
+      let done = true;
+      try {
+        done = slice();
+      } catch (err) {
+        this.protocolFailure(err);
+      }
+      if (!done) return void setImmediate(next);
+      this.slicing--;
+      this.continueReading();
+    };
+    setImmediate(next);
   }
 
   /**
@@ -332,7 +358,7 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
    * caused ROUTE_WORK_PER_TURN: the rest waits until this turn's writes went out.
    */
   canTakeMore(): boolean {
-    if (this.state === 'closed' || this.heldBy !== undefined) return false;
+    if (this.state === 'closed' || this.heldBy !== undefined || this.slicing > 0) return false;
     if (++this.turnPackets <= PACKETS_PER_TURN && this.ctx.broker.routeWork - this.turnWorkStart < ROUTE_WORK_PER_TURN) return true;
     if (!this.yielding) {
       this.yielding = true;

@@ -92,6 +92,11 @@ export interface ClientConnection extends ClientLink, ClientInfo {
   resumeInbound(): void;
   /** Back-pressure: not read from until `session`, at its queue's high-water mark, releases this publisher. */
   holdFor(session: Session): void;
+  /**
+   * Runs `slice` now and then once per turn until it returns true, not reading this client meanwhile: one packet's
+   * long work without stalling other clients, its later packets after it (`Connection.inSlices`).
+   */
+  inSlices(slice: () => boolean): void;
   /** Closes once; a `reasonCode` sends DISCONNECT first (MQTT 5, connected clients only). */
   close(reasonCode: number | undefined, why: string): void;
 }

@@ -7,6 +7,7 @@ import type { IPublishPacket, ISubackPacket, IUnsubackPacket } from 'mqtt-packet
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { openClient, RawClient, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
+import { encode, RawClient as Raw } from '../helpers/raw-client.js';
 
 const d = useDisposer();
 let gw: Gateway;
@@ -238,5 +239,30 @@ describe('MQTT 5 subscription options', () => {
     await barrier(other, self, 'nolocal/echo');
     expect(self.payloads('nolocal/t')).toEqual(['theirs']);
     expect(self.payloads('nolocal/echo')).toEqual(['mine echo', 'sentinel']);
+  });
+});
+
+describe('a SUBSCRIBE of many filters', () => {
+  it('is worked on a slice per turn: another client is served meanwhile, the first filters live before the SUBACK, later packets of the client after it [MQTT-3.8.4-3] [MQTT-3.8.4-5]', async () => {
+    const many = d.add(await startGateway({ broker: { sysIntervalS: 0, maxSubscriptionsPerClient: 20_000 } }));
+    const big = d.add(await Raw.connect(many.port, { clientId: 'big' }));
+    const other = d.add(await Raw.connect(many.port, { clientId: 'other' }));
+    const filters = [{ topic: 'first/live', qos: 0 as const }, ...Array.from({ length: 19_999 }, (_, i) => ({ topic: `f/${i}/+`, qos: 0 as const }))];
+    // The SUBSCRIBE and a PINGREQ in one write: the PINGREQ waits for the whole SUBSCRIBE (packet order).
+    big.write(Buffer.concat([encode({ cmd: 'subscribe', messageId: 9, subscriptions: filters }, 4), Buffer.from([0xc0, 0x00])]));
+    // Another client publishes to the first filter, round trip after round trip, until the SUBACK is there. Worked on
+    // in one piece, the SUBSCRIBE would make its filters and send its SUBACK in one turn: no such message before it.
+    for (let n = 0; big.packets('suback').length === 0; n++) {
+      other.publish('first/live', String(n));
+      await other.ping();
+    }
+    await big.expect('pingresp');
+    const order = big.received.map((p) => (p.cmd === 'publish' ? p.topic : p.cmd));
+    const subackAt = order.indexOf('suback');
+    // A subscription may deliver before its SUBACK (MQTT 3.1.1 and 5 §3.8.4); here it did, as other turns ran between.
+    expect(order.indexOf('first/live')).toBeGreaterThanOrEqual(0);
+    expect(order.indexOf('first/live')).toBeLessThan(subackAt);
+    expect(order.indexOf('pingresp')).toBeGreaterThan(subackAt);
+    expect(big.packets('suback')[0].granted).toEqual(filters.map(() => 0));
   });
 });

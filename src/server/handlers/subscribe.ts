@@ -8,6 +8,12 @@ import { ProtocolError } from '../../util/errors.js';
 import type { ClientConnection } from '../context.js';
 import { checkUserProperties, checkWireProperties } from './properties.js';
 
+/**
+ * Filters one SUBSCRIBE checks, or subscribes, per event-loop turn: a thousand-filter SUBSCRIBE (milliseconds of
+ * ACL checks and tree inserts) does not stall other clients (docs/architecture.md#back-pressure).
+ */
+const FILTERS_PER_TURN = 64;
+
 export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket): void {
   const { broker, limits, auth } = conn.ctx;
   const v5 = conn.version === 5;
@@ -31,26 +37,27 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
   const accepted: SubscriptionRecord[] = [];
   /** Filters this packet adds (not replacing one the session has), counted against maxSubscriptionsPerClient. */
   const added = new Set<string>();
-  const held = session.subscriptions.size + conn.subscriptionsPending;
   let overQuota = 0;
-  for (const s of packet.subscriptions) {
+  /** Checks one filter: validity, ACL, quota; its granted QoS or failure goes into `granted`, in order. */
+  const check = (s: SubscribePacket['subscriptions'][number]): void => {
     const shared = parseSharedFilter(s.topic);
     const inner = shared && shared !== 'invalid' ? shared.filter : s.topic;
     if (shared === 'invalid' || !isValidTopicFilter(inner, limits.maxTopicLevels)) {
       granted.push(failure(Reason.TopicFilterInvalid));
-      continue;
+      return;
     }
     if (shared && s.nl) throw new ProtocolError(Reason.ProtocolError, 'no local on a shared subscription [MQTT-3.8.3-4]');
     const decision = auth.authorizeSubscribe(conn, s.topic, s.qos as QoS);
     if (decision >= 0x80) {
       granted.push(failure(decision));
-      continue;
+      return;
     }
     if (!session.subscriptions.has(s.topic) && !added.has(s.topic)) {
-      if (held + added.size >= limits.maxSubscriptionsPerClient) {
+      // Counted now, not at the packet's start: an earlier SUBSCRIBE still being stored may have become subscriptions.
+      if (session.subscriptions.size + conn.subscriptionsPending + added.size >= limits.maxSubscriptionsPerClient) {
         overQuota++;
         granted.push(failure(Reason.QuotaExceeded));
-        continue;
+        return;
       }
       added.add(s.topic);
     }
@@ -64,29 +71,55 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
       retainHandling: (s.rh ?? 0) as 0 | 1 | 2,
       subscriptionId,
     });
-  }
-  if (overQuota > 0) {
-    const max = limits.maxSubscriptionsPerClient;
-    conn.log.info({ clientId: conn.clientId, refused: overQuota, max }, 'subscriptions refused: the client holds broker.maxSubscriptionsPerClient');
-  }
-  // SUBACK first, then the retained messages of the new subscriptions. A persistent session's subscriptions are
-  // durable before the SUBACK, so a crash right after it cannot lose them.
-  const subscribe = (): void => {
-    conn.send({ cmd: 'suback', messageId: packet.messageId, granted });
-    for (const record of accepted) broker.subscribeSession(session, record);
   };
-  const durable = broker.persistSubscriptions(session, accepted);
-  if (!durable) return subscribe();
-  conn.subscriptionsPending += added.size;
-  durable.then(
-    () => {
-      conn.subscriptionsPending -= added.size;
-      subscribe();
-    },
-    (err: unknown) => {
-      conn.subscriptionsPending -= added.size;
-      conn.log.warn({ err, clientId: conn.clientId }, 'subscriptions could not be stored: refused');
-      conn.send({ cmd: 'suback', messageId: packet.messageId, granted: granted.map((g) => (g < 0x80 ? failure(Reason.UnspecifiedError) : g)) });
-    },
-  );
+
+  /** Subscribes `accepted` in slices, then SUBACK, then their retained messages [MQTT-3.3.1-9]. */
+  const subscribe = (pending: boolean): void => {
+    const replaced: boolean[] = [];
+    conn.inSlices(() => {
+      const end = Math.min(replaced.length + FILTERS_PER_TURN, accepted.length);
+      for (let i = replaced.length; i < end; i++) {
+        const record = accepted[i];
+        replaced.push(broker.subscribeSession(session, record));
+        // From pending to held: the quota count stays right while the rest is subscribed.
+        if (pending && added.has(record.filter)) conn.subscriptionsPending--;
+      }
+      if (end < accepted.length) return false;
+      if (conn.state === 'closed') return true;
+      conn.send({ cmd: 'suback', messageId: packet.messageId, granted });
+      for (let i = 0; i < accepted.length; i++) broker.startRetained(session, accepted[i], replaced[i]);
+      return true;
+    });
+  };
+
+  // A SUBSCRIBE of many filters is worked on a slice per turn (docs/architecture.md#back-pressure): the client's
+  // later packets wait for it (packet order), other clients do not.
+  let checked = 0;
+  conn.inSlices(() => {
+    if (conn.state === 'closed') return true;
+    const end = Math.min(checked + FILTERS_PER_TURN, packet.subscriptions.length);
+    for (; checked < end; checked++) check(packet.subscriptions[checked]);
+    if (checked < packet.subscriptions.length) return false;
+    if (overQuota > 0) {
+      const max = limits.maxSubscriptionsPerClient;
+      conn.log.info({ clientId: conn.clientId, refused: overQuota, max }, 'subscriptions refused: the client holds broker.maxSubscriptionsPerClient');
+    }
+    // A persistent session's subscriptions are durable before the SUBACK, so a crash right after it cannot lose
+    // them. The client is read again meanwhile; its new subscriptions count against the limit already.
+    const durable = broker.persistSubscriptions(session, accepted);
+    if (!durable) {
+      subscribe(false);
+      return true;
+    }
+    conn.subscriptionsPending += added.size;
+    durable.then(
+      () => subscribe(true),
+      (err: unknown) => {
+        conn.subscriptionsPending -= added.size;
+        conn.log.warn({ err, clientId: conn.clientId }, 'subscriptions could not be stored: refused');
+        conn.send({ cmd: 'suback', messageId: packet.messageId, granted: granted.map((g) => (g < 0x80 ? failure(Reason.UnspecifiedError) : g)) });
+      },
+    );
+    return true;
+  });
 }
