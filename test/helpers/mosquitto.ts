@@ -61,8 +61,10 @@ export async function startMosquitto(options: MosquittoOptions = {}): Promise<Mo
       `user ${userInfo().username}`,
       `persistence ${options.persistence ? 'true' : 'false'}`,
       `persistence_location ${dir}/`,
-      // The checker subscriber must never be the one losing messages: no queue cap upstream.
-      'max_queued_messages 0',
+      // The checker subscriber must never be the one losing messages: no queue cap upstream in effect. Not 0
+      // (unlimited): with 0, Mosquitto 2.0.11 closes the connection after every PUBLISH its ACL refuses (its quota
+      // check after the refusal takes 0 literally), which a bridge reads as its session taken by a twin.
+      'max_queued_messages 100000000',
       // ... nor the slow one: deliver to subscribers without Mosquitto's default window of 20.
       'max_inflight_messages 0',
       `log_dest file ${logFile}`,
