@@ -85,9 +85,9 @@ export class OutageLog {
     );
   }
 
-  private startEpisode(episode: Episode, fields: object, msg: string): void {
+  private startEpisode(episode: Episode, fields: { reason: string }, msg: string): void {
     if (this.episode !== episode) this.log.error(fields, msg);
-    else this.log.debug(fields, 'uplink attempt failed');
+    else this.log.debug(fields, `uplink attempt failed (${fields.reason})`);
     this.episode = episode;
   }
 }
