@@ -37,7 +37,7 @@ export class OutageLog {
     const nowMs = this.now();
     this.onlineAtMs = undefined;
     const nextAttemptAt = new Date(nowMs + retryInMs).toISOString();
-    // The cause in words, in the message and as fields; a stack only if the cause is a bug (docs/architecture.md#logs).
+    // The cause in words, in the message and as fields; a stack only if the cause is a bug (docs/architecture.md#errors-and-logs).
     const cause = errorLogFields(error);
     const because = ` (${cause.reason})`;
     const fields = { ...cause, retryInMs, nextAttemptAt, attempt: this.attempt + 1, backlog };

@@ -139,7 +139,7 @@ export function systemErrorReason(err: unknown): string | undefined {
 const BUG_CLASSES = [TypeError, RangeError, ReferenceError, SyntaxError, EvalError];
 
 /**
- * Whether `value` is an expected operational error (docs/architecture.md#logs): one of our typed errors (not
+ * Whether `value` is an expected operational error (docs/architecture.md#errors-and-logs): one of our typed errors (not
  * EF_INTERNAL), or a socket/serial/DNS error, none of whose causes is a bug (a TypeError wrapped on its way up).
  */
 export function isOperationalError(value: unknown): boolean {
