@@ -135,33 +135,6 @@ export class ValueRefusedError extends ConnectorError {
   }
 }
 
-/** Socket and serial port errors by their Node.js code, in words an operator reads. */
-const SYSTEM_ERRORS: Readonly<Partial<Record<string, string>>> = {
-  ECONNREFUSED: 'connection refused',
-  ECONNRESET: 'connection reset by the device',
-  EPIPE: 'connection closed by the device',
-  ETIMEDOUT: 'connection timed out',
-  EHOSTUNREACH: 'host unreachable',
-  ENETUNREACH: 'network unreachable',
-  ENOTFOUND: 'host name not found',
-  EAI_AGAIN: 'host name lookup failed',
-  ENOENT: 'no such serial port',
-  EACCES: 'permission denied',
-  EBUSY: 'serial port in use',
-};
-
-/**
- * The reason for a socket or serial port error in a few words (`connection refused`), from its `code` or, as
- * device libraries wrap them in their own sentences, the code named in its message; undefined for other errors.
- */
-export function systemErrorReason(err: unknown): string | undefined {
-  const e = (typeof err === 'object' && err !== null ? err : {}) as { code?: unknown; message?: unknown };
-  if (typeof e.code === 'string' && SYSTEM_ERRORS[e.code] !== undefined) return SYSTEM_ERRORS[e.code];
-  if (typeof e.message !== 'string') return undefined;
-  for (const [word] of e.message.matchAll(/\bE[A-Z_]+\b/g)) if (SYSTEM_ERRORS[word] !== undefined) return SYSTEM_ERRORS[word];
-  return undefined;
-}
-
 export interface TagSink {
   data(samples: readonly TagSample[]): void;
   /** The device is lost (connection dropped, repeated timeouts); the runtime restarts the connector later. */

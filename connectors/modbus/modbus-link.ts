@@ -9,7 +9,7 @@
  */
 import modbusSerial from 'modbus-serial';
 import type { ModbusTable } from './schema.js';
-import { systemErrorReason } from '../contract.js';
+import { systemErrorReason } from '../../src/util/errors.js';
 import { DeadlineError, withDeadline } from '../polling.js';
 
 export type LinkTarget =

@@ -20,7 +20,7 @@ import type { ClientMonitoredItemBase, ClientSubscription, DataValue, NodeId, St
 import type { Connector, ReadBack, TagDefinition, TagProperties, TagQuality, TagSample, TagSink, TagValue } from '../contract.js';
 import { ValueRefusedError } from '../contract.js';
 import { tagProperties } from '../tag-properties.js';
-import { ConnectorError, asError } from '../../src/util/errors.js';
+import { ConnectorError, asError, errorLogFields } from '../../src/util/errors.js';
 import type { Logger } from '../../src/util/logger.js';
 import { openSession, UntrustedServerError, withDeadline, type OpenedSession } from './open-session.js';
 import { isNumericDatatype } from './schema.js';
@@ -311,7 +311,7 @@ export class OpcuaConnector implements Connector {
         err.message,
       );
     } else {
-      this.log.error({ endpoint: this.config.endpoint, err }, err.message);
+      this.log.error({ endpoint: this.config.endpoint, ...errorLogFields(err) }, err.message);
     }
   }
 

@@ -4,7 +4,7 @@
  * one line when it is back. A refused CONNACK or a session taken by another client is one error per episode, not
  * a line per attempt: a gateway flapping with a twin would otherwise log "lost" and "online" every few seconds.
  */
-import { UplinkError } from '../util/errors.js';
+import { errorLogFields, UplinkError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { isSessionTaken, STABLE_ONLINE_MS } from './reconnect-schedule.js';
 
@@ -37,7 +37,10 @@ export class OutageLog {
     const nowMs = this.now();
     this.onlineAtMs = undefined;
     const nextAttemptAt = new Date(nowMs + retryInMs).toISOString();
-    const fields = { err: error, retryInMs, nextAttemptAt, attempt: this.attempt + 1, backlog };
+    // The cause in words, in the message and as fields; a stack only if the cause is a bug (docs/architecture.md#errors-and-logs).
+    const cause = errorLogFields(error);
+    const because = ` (${cause.reason})`;
+    const fields = { ...cause, retryInMs, nextAttemptAt, attempt: this.attempt + 1, backlog };
     const wasDown = this.down;
     this.down = true;
     if (isSessionTaken(error)) {
@@ -45,16 +48,17 @@ export class OutageLog {
       this.startEpisode(
         'taken',
         fields,
-        "central broker gave the uplink's session to another client with the same client id (a second gateway with the same gateway.id, or a copied remote.clientId?); buffering",
+        "central broker gave the uplink's session to another client with the same client id (a second gateway with the same gateway.id, or a copied remote.clientId?); buffering" +
+          because,
       );
     } else if (error instanceof UplinkError && error.code === 'EF_UPLINK_REJECTED') {
-      this.startEpisode('refused', fields, 'central broker refused the uplink; buffering');
+      this.startEpisode('refused', fields, `central broker refused the uplink; buffering${because}`);
     } else if (this.episode === undefined && !wasDown) {
-      this.log.warn(fields, wasOnline ? 'uplink lost; buffering' : 'uplink offline; buffering');
+      this.log.warn(fields, `${wasOnline ? 'uplink lost' : 'uplink offline'}; buffering${because}`);
     } else if (nowMs - this.lastReportMs < DOWN_REPORT_EVERY_MS) {
-      return void this.log.debug(fields, 'uplink attempt failed');
+      return void this.log.debug(fields, `uplink attempt failed${because}`);
     } else {
-      this.log.warn(fields, `uplink down; next attempt at ${nextAttemptAt} (attempt ${fields.attempt})`);
+      this.log.warn(fields, `uplink down; next attempt at ${nextAttemptAt} (attempt ${fields.attempt}; ${cause.reason})`);
     }
     this.lastReportMs = nowMs;
   }
@@ -81,9 +85,9 @@ export class OutageLog {
     );
   }
 
-  private startEpisode(episode: Episode, fields: object, msg: string): void {
+  private startEpisode(episode: Episode, fields: { reason: string }, msg: string): void {
     if (this.episode !== episode) this.log.error(fields, msg);
-    else this.log.debug(fields, 'uplink attempt failed');
+    else this.log.debug(fields, `uplink attempt failed (${fields.reason})`);
     this.episode = episode;
   }
 }

@@ -24,7 +24,7 @@ import { appendPublish, createParser, decodePublish, encodeAck, encodePacket, Pa
 import type { AckCommand, ConnectPacket, Packet, PropertyTail, ProtocolVersion, PublishPacket } from '../protocol/codec.js';
 import { PacketFramer, packetBytes, type FrameHandler } from '../protocol/framer.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
-import { asError, ProtocolError, UplinkError } from '../util/errors.js';
+import { asError, errorLogFields, ProtocolError, systemErrorReason, UplinkError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { dial } from './dial.js';
 import { InboundQoS2 } from './inbound-qos2.js';
@@ -387,8 +387,8 @@ export class Uplink {
       }
     });
     stream.on('error', (err: Error) => {
-      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: ${err.message}`, { cause: err });
-      this.log.debug({ err, url }, 'uplink error');
+      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: ${systemErrorReason(err) ?? err.message}`, { cause: err });
+      this.log.debug({ ...errorLogFields(err), url }, 'uplink error');
     });
     stream.on('close', () => this.onClose(conn));
     conn.connackTimer = setTimeout(() => {

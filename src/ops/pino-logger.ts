@@ -1,6 +1,8 @@
 /**
  * The `Logger` (util/logger.ts) built on pino: the root logger, JSON lines by default, pino-pretty for people.
  * Both write synchronously, so a `fatal` line logged just before `process.exit()` reaches the terminal or the journal.
+ * An error is logged through `errorLogFields` (util/errors.ts): the cause in words, a stack only for a bug
+ * (docs/architecture.md#errors-and-logs).
  */
 import { isatty } from 'node:tty';
 import { pino } from 'pino';
@@ -59,7 +61,8 @@ export function createLogger(
   const isTty = typeof destination === 'number' ? isatty(destination) : (destination as { isTTY?: boolean }).isTTY === true;
   const isPretty = settings.format === 'pretty' || (settings.format === 'auto' && isTty);
   const stream = isPretty
-    ? prettyStream({ destination, sync: true, colorize: isTty, translateTime: 'SYS:standard', ignore: 'hostname' })
+    ? // One line per event, fields after the message; only an error logged with `err` (a bug) adds its stack below.
+      prettyStream({ destination, sync: true, colorize: isTty, translateTime: 'SYS:standard', ignore: 'hostname', singleLine: true })
     : typeof destination === 'number'
       ? pino.destination({ dest: destination, sync: true })
       : destination;

@@ -6,7 +6,7 @@
  */
 import type { Connector, ReadBack, TagDefinition, TagQuality, TagSample, TagValue } from '../../connectors/contract.js';
 import { Backoff } from '../util/backoff.js';
-import { asError } from '../util/errors.js';
+import { asError, errorLogFields } from '../util/errors.js';
 import type { ConnectorError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { BirthProperties, MetricDatatype, MetricOut } from './payload.js';
@@ -433,7 +433,8 @@ export class Device {
     if (changed) this.host.deviceStateChanged(this);
     const retryInMs = this.backoff.next();
     this.failureLogged = true;
-    this.log.warn({ err, retryInMs }, 'device lost');
+    const cause = errorLogFields(err);
+    this.log.warn({ ...cause, retryInMs }, `device lost (${cause.reason})`);
     const generation = ++this.generation;
     void this.stopConnector().then(() => {
       if (generation === this.generation) this.scheduleRetry(retryInMs);
@@ -443,11 +444,12 @@ export class Device {
   private onStartFailed(err: unknown): void {
     const retryInMs = this.backoff.next();
     this.lastFailure = asError(err).message;
+    const cause = errorLogFields(err);
     if (!this.failureLogged) {
       this.failureLogged = true;
-      this.log.warn({ err: asError(err), retryInMs }, 'device unreachable; retrying');
+      this.log.warn({ ...cause, retryInMs }, `device unreachable; retrying (${cause.reason})`);
     } else {
-      this.log.debug({ err: asError(err), retryInMs }, 'device still unreachable');
+      this.log.debug({ ...cause, retryInMs }, `device still unreachable (${cause.reason})`);
     }
     this.state = 'backoff';
     if (this.firstStart) {

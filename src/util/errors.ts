@@ -107,9 +107,103 @@ export function errorCode(value: unknown): ErrorCode {
   return value instanceof EdgeferryError ? value.code : 'EF_INTERNAL';
 }
 
-/** The fields of a log line about an error: its code, and the problems of a configuration or else the error. */
-export function errorLogFields(value: unknown): { code: ErrorCode; problems?: readonly ConfigProblem[]; err?: Error } {
-  return value instanceof ConfigError ? { code: value.code, problems: value.problems } : { code: errorCode(value), err: asError(value) };
+/** Socket, serial port and DNS errors by their Node.js code, in words an operator reads. */
+const SYSTEM_ERRORS: Readonly<Partial<Record<string, string>>> = {
+  ECONNREFUSED: 'connection refused',
+  ECONNRESET: 'connection reset by the peer',
+  EPIPE: 'connection closed by the peer',
+  ECONNABORTED: 'connection aborted',
+  ETIMEDOUT: 'connection timed out',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  ENOTFOUND: 'host name not found',
+  EAI_AGAIN: 'host name lookup failed',
+  ENOENT: 'no such file or serial port',
+  EACCES: 'permission denied',
+  EBUSY: 'serial port in use',
+};
+
+/**
+ * The reason for a socket or serial port error in a few words (`connection refused`), from its `code` or, as
+ * device libraries wrap them in their own sentences, the code named in its message; undefined for other errors.
+ */
+export function systemErrorReason(err: unknown): string | undefined {
+  const e = (typeof err === 'object' && err !== null ? err : {}) as { code?: unknown; message?: unknown };
+  if (typeof e.code === 'string' && SYSTEM_ERRORS[e.code] !== undefined) return SYSTEM_ERRORS[e.code];
+  if (typeof e.message !== 'string') return undefined;
+  for (const [word] of e.message.matchAll(/\bE[A-Z_]+\b/g)) if (SYSTEM_ERRORS[word] !== undefined) return SYSTEM_ERRORS[word];
+  return undefined;
+}
+
+/** Error classes that only a mistake in the code throws: never an expected operational error, whatever wraps them. */
+const BUG_CLASSES = [TypeError, RangeError, ReferenceError, SyntaxError, EvalError];
+
+/**
+ * Whether `value` is an expected operational error (docs/architecture.md#errors-and-logs): one of our typed errors (not
+ * EF_INTERNAL), or a socket/serial/DNS error, none of whose causes is a bug (a TypeError wrapped on its way up).
+ */
+export function isOperationalError(value: unknown): boolean {
+  const seen = new Set<unknown>();
+  let typed = false;
+  for (let e: unknown = value; e instanceof Error && !seen.has(e); e = e.cause) {
+    seen.add(e);
+    if (BUG_CLASSES.some((c) => e instanceof c)) return false;
+    if (e instanceof EdgeferryError) {
+      if (e.code === 'EF_INTERNAL') return false;
+      typed = true;
+    } else if (!typed && systemErrorReason(e) === undefined) return false;
+  }
+  return typed || systemErrorReason(value) !== undefined;
+}
+
+export interface ErrorLogFields {
+  /** The catalogue code; absent for a bare system error, which no catalogue entry classified. */
+  code?: ErrorCode;
+  /** The cause in words, one line: put it in the message too. */
+  reason: string;
+  /** The system error's code (`ECONNREFUSED`), the call and the peer, from the error or its causes. */
+  errno?: string;
+  syscall?: string;
+  address?: string;
+  port?: number;
+  problems?: readonly ConfigProblem[];
+  /** Only for a bug: the error itself, whose stack pino writes. */
+  err?: Error;
+}
+
+/**
+ * The fields of a log line about an error. An expected operational error (`isOperationalError`) is its code, its
+ * reason in words and the system error's details: one line, no stack. A configuration error adds its problems.
+ * Anything else is a bug, logged with its stack.
+ */
+export function errorLogFields(value: unknown): ErrorLogFields {
+  const error = asError(value);
+  const reason = error.message.split('\n', 1)[0];
+  const code = value instanceof EdgeferryError ? value.code : undefined;
+  if (value instanceof ConfigError) return { code: value.code, reason, problems: value.problems };
+  if (!isOperationalError(value)) return { code: errorCode(value), reason, err: error };
+  const fields: ErrorLogFields = code === undefined ? { reason } : { code, reason };
+  const system = systemCause(value);
+  if (system === undefined) return fields;
+  if (typeof system.code === 'string') fields.errno = system.code;
+  if (typeof system.syscall === 'string') fields.syscall = system.syscall;
+  if (typeof system.address === 'string') fields.address = system.address;
+  if (typeof system.port === 'number') fields.port = system.port;
+  // A bare socket error says `connect ECONNREFUSED 127.0.0.1:1883`: in words, `connection refused (127.0.0.1:1883)`.
+  if (system === value && fields.address !== undefined) {
+    fields.reason = `${systemErrorReason(system)} (${fields.address}${fields.port === undefined ? '' : `:${fields.port}`})`;
+  }
+  return fields;
+}
+
+/** The first error in the cause chain that carries a system error code. */
+function systemCause(value: unknown): NodeJS.ErrnoException & { address?: unknown; port?: unknown } | undefined {
+  const seen = new Set<unknown>();
+  for (let e: unknown = value; e instanceof Error && !seen.has(e); e = e.cause) {
+    seen.add(e);
+    if (typeof (e as NodeJS.ErrnoException).code === 'string' && systemErrorReason(e) !== undefined) return e as NodeJS.ErrnoException;
+  }
+  return undefined;
 }
 
 /** `EF_CODE: message`, the form in which the command line prints an error. */

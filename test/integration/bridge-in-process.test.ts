@@ -303,7 +303,7 @@ describe('bridge uplink connection management', () => {
     const { broker, bridge, outbox, log } = setup([central.url], { reconnect: { minDelayMs: 50, maxDelayMs: 100 } });
     await bridge.start();
     await publishLocal(broker, 'plant/a', 'kept');
-    const failedAttempts = (): number => log.lines.filter((l) => l.msg === 'uplink attempt failed').length;
+    const failedAttempts = (): number => log.lines.filter((l) => l.msg.startsWith('uplink attempt failed (')).length;
     // The first refusal is the error; the next one (after 5-15 s, not the configured 50-100 ms) only a debug line.
     await waitFor(() => failedAttempts() >= 1, 20_000);
     const refused = log.lines.filter((l) => l.msg.includes('refused the uplink'));
@@ -321,7 +321,7 @@ describe('bridge uplink connection management', () => {
     const { broker, bridge, outbox, log } = setup(['mqtts://127.0.0.1:1'], { reconnect: { minDelayMs: 50, maxDelayMs: 100 }, remote: { tls } });
     await bridge.start();
     await publishLocal(broker, 'plant/a', 'kept');
-    const failedAttempts = (): number => log.lines.filter((l) => l.msg === 'uplink attempt failed').length;
+    const failedAttempts = (): number => log.lines.filter((l) => l.msg.startsWith('uplink attempt failed (')).length;
     await waitFor(() => failedAttempts() >= 3, 5000);
     expect(bridge.status).toMatchObject({ type: 'offline', error: expect.stringMatching(/^cannot connect to mqtts:\/\/127\.0\.0\.1:1: .*PEM/) });
     expect(outbox.depth.messages).toBe(1);

@@ -147,13 +147,14 @@ describe('Sparkplug edge node on the local broker', () => {
     const lost = gw
       .output()
       .split('\n')
-      .filter((l) => l.includes('"device lost"'))
-      .map((l) => JSON.parse(l) as { device: string; err: { message: string } });
-    expect(lost.map((l) => l.device)).toEqual(['press-1']);
+      .filter((l) => l.includes('"msg":"device lost'))
+      .map((l) => JSON.parse(l) as { device: string; code: string; reason: string; msg: string; err?: unknown });
+    expect(lost.map((l) => [l.device, l.code, l.err])).toEqual([['press-1', 'EF_CONNECTOR_UNREACHABLE', undefined]]);
     // The poll cycle was at one of its two blocks when the unit went quiet.
-    expect(lost[0].err.message).toMatch(
+    expect(lost[0].reason).toMatch(
       new RegExp(`^unit 1 at tcp://127\\.0\\.0\\.1:${sim.port}: read (holding 0\\+5|coil 0\\+1): no answer within 1500 ms$`),
     );
+    expect(lost[0].msg).toBe(`device lost (${lost[0].reason})`);
     await sim.set(1, 'hr', 2, [0, 1234]);
     await sim.unmute(1);
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 2, 10_000, 'DBIRTH again');

@@ -97,12 +97,14 @@ describe('outage log', () => {
     outages.online({ backlog: 42 });
     const lines = log.lines.filter((l) => l.level !== 'debug').map((l) => l.msg);
     expect(lines).toEqual([
-      'uplink lost; buffering',
-      'uplink down; next attempt at 2026-12-06T20:01:01.000Z (attempt 62)',
-      'uplink down; next attempt at 2026-12-06T20:02:01.000Z (attempt 122)',
+      'uplink lost; buffering (refused)',
+      'uplink down; next attempt at 2026-12-06T20:01:01.000Z (attempt 62; refused)',
+      'uplink down; next attempt at 2026-12-06T20:02:01.000Z (attempt 122; refused)',
       'uplink online',
     ]);
-    expect(log.lines[0].obj).toMatchObject({ nextAttemptAt: '2026-12-06T20:00:01.000Z', attempt: 2, backlog: 42 });
+    expect(log.lines[0].obj).toMatchObject({ code: 'EF_UPLINK_CONNECT', reason: 'refused', nextAttemptAt: '2026-12-06T20:00:01.000Z', attempt: 2, backlog: 42 });
+    // An expected network error: no `err`, so no stack in the log (docs/architecture.md#errors-and-logs).
+    expect(log.lines[0].obj).not.toHaveProperty('err');
   });
 
   it('a session taken again and again is one error and a count, not a loop of warnings', () => {

@@ -223,12 +223,15 @@ describe('createLogger', () => {
     expect(logLines(out.text()).map((line) => line.msg)).toEqual(['now visible']);
   });
 
-  it('pretty format writes human-readable lines, and auto is JSON when the destination is not a terminal', async () => {
+  it('pretty format writes one human-readable line per event (a stack below only for an `err`), and auto is JSON when the destination is not a terminal', async () => {
     const pretty = capture();
-    createLogger({ level: 'info', format: 'pretty' }, { destination: pretty.destination }).warn({ bridge: 'central' }, 'uplink offline');
+    const log = createLogger({ level: 'info', format: 'pretty' }, { destination: pretty.destination });
+    log.warn({ bridge: 'central' }, 'uplink offline');
     await waitFor(() => pretty.text().includes('uplink offline'), () => 'the pretty line', 2000);
-    expect(pretty.text()).toMatch(/WARN.*uplink offline/);
-    expect(pretty.text()).toContain('bridge: "central"');
+    expect(pretty.text()).toMatch(/^\[.*\] WARN \(\d+\): uplink offline \{"bridge":"central"\}\n$/);
+    log.error({ err: new TypeError('a bug') }, 'handling failed');
+    await waitFor(() => pretty.text().includes('handling failed'), () => 'the error line', 2000);
+    expect(pretty.text()).toMatch(/handling failed *\n(.*\n)*\s+TypeError: a bug\n\s+at /);
 
     const auto = capture();
     createLogger({ level: 'info', format: 'auto' }, { destination: auto.destination }).info('hello');
