@@ -26,7 +26,10 @@ const { values } = parseArgs({
 });
 const SUBSCRIPTIONS = positiveInt(values.subscriptions, 16_384, 'subscriptions');
 const FLOOD_MS = positiveInt(values['flood-s'], 3, 'flood-s') * 1000;
-const MAX_SUBSCRIPTIONS = values['max-subscriptions'] === undefined ? undefined : positiveInt(values['max-subscriptions'], 1000, 'max-subscriptions');
+const MAX_SUBSCRIPTIONS =
+  values['max-subscriptions'] === undefined
+    ? undefined
+    : positiveInt(values['max-subscriptions'], 1000, 'max-subscriptions');
 /** Levels of the flooded topic: each filter is a mix of `+` and the exact level, so 2^LEVELS filters all match it. */
 const LEVELS = Math.ceil(Math.log2(SUBSCRIPTIONS));
 const TOPIC = Array.from({ length: LEVELS }, () => 'x').join('/');
@@ -62,12 +65,21 @@ async function startGateway(dir: string): Promise<{ port: number; stop: () => Pr
     listeners: [{ type: 'tcp', host: '127.0.0.1', port }],
     storage: { path: path.join(dir, 'data') },
     log: { level: 'warn', format: 'json' },
-    broker: { maxConnections: 100_000, sysIntervalS: 1, ...(MAX_SUBSCRIPTIONS === undefined ? {} : { maxSubscriptionsPerClient: MAX_SUBSCRIPTIONS }) },
+    broker: {
+      maxConnections: 100_000,
+      sysIntervalS: 1,
+      ...(MAX_SUBSCRIPTIONS === undefined ? {} : { maxSubscriptionsPerClient: MAX_SUBSCRIPTIONS }),
+    },
   };
   const configFile = path.join(dir, 'gw.yaml');
   fs.writeFileSync(configFile, JSON.stringify(config));
-  const prof = values['cpu-prof'] === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${path.resolve(values['cpu-prof'])}`];
-  const child = spawn(process.execPath, [...GATEWAY_NODE_FLAGS, ...prof, path.join(rootDir, 'dist/src/cli.js'), '--config', configFile], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const prof =
+    values['cpu-prof'] === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${path.resolve(values['cpu-prof'])}`];
+  const child = spawn(
+    process.execPath,
+    [...GATEWAY_NODE_FLAGS, ...prof, path.join(rootDir, 'dist/src/cli.js'), '--config', configFile],
+    { stdio: ['ignore', 'inherit', 'inherit'] },
+  );
   for (let i = 0; ; i++) {
     const up = await new Promise<boolean>((resolve) => {
       const s = net.connect(port, '127.0.0.1', () => (s.destroy(), resolve(true)));
@@ -119,14 +131,17 @@ async function main(): Promise<void> {
     const sub = await open(gw.port, (p) => {
       if (p.cmd === 'suback') {
         subacks++;
-        for (const g of p.granted as number[]) if (g < 0x80) granted++; else refused++;
+        for (const g of p.granted as number[])
+          if (g < 0x80) granted++;
+          else refused++;
       } else if (p.cmd === 'publish') delivered++;
     });
     sub.write(encode(connectPacket('amplifier')));
     const batches = Math.ceil(SUBSCRIPTIONS / 256);
     for (let b = 0; b < batches; b++) {
       const subscriptions = [];
-      for (let i = b * 256; i < Math.min(SUBSCRIPTIONS, (b + 1) * 256); i++) subscriptions.push({ topic: filter(i), qos: 0 as const });
+      for (let i = b * 256; i < Math.min(SUBSCRIPTIONS, (b + 1) * 256); i++)
+        subscriptions.push({ topic: filter(i), qos: 0 as const });
       sub.write(encode({ cmd: 'subscribe', messageId: b + 1, subscriptions } as Packet));
     }
     while (subacks < batches) await new Promise((r) => setTimeout(r, 20));
@@ -140,7 +155,11 @@ async function main(): Promise<void> {
     });
     sys.write(encode(connectPacket('sys')));
     sys.write(
-      encode({ cmd: 'subscribe', messageId: 1, subscriptions: ['received', 'dropped'].map((t) => ({ topic: `$SYS/broker/publish/messages/${t}`, qos: 0 })) } as Packet),
+      encode({
+        cmd: 'subscribe',
+        messageId: 1,
+        subscriptions: ['received', 'dropped'].map((t) => ({ topic: `$SYS/broker/publish/messages/${t}`, qos: 0 })),
+      } as Packet),
     );
 
     const baseline: number[] = [];
@@ -149,7 +168,14 @@ async function main(): Promise<void> {
     // The flood: QoS 0 PUBLISHes of 16 bytes written as fast as the socket takes them, for FLOOD_MS.
     const pub = await open(gw.port, () => {});
     pub.write(encode(connectPacket('flooder')));
-    const one = encode({ cmd: 'publish', topic: TOPIC, payload: Buffer.alloc(16), qos: 0, dup: false, retain: false } as Packet);
+    const one = encode({
+      cmd: 'publish',
+      topic: TOPIC,
+      payload: Buffer.alloc(16),
+      qos: 0,
+      dup: false,
+      retain: false,
+    } as Packet);
     const batch = Buffer.concat(Array.from({ length: 256 }, () => one));
     const floodStart = performance.now();
     let published = 0;
@@ -167,7 +193,8 @@ async function main(): Promise<void> {
       published += 256;
       if (!pub.write(batch)) await Promise.race([new Promise((r) => pub.once('drain', r)), closed]);
     }
-    if (flooderClosed) process.stderr.write(`  the gateway closed the flooder's connection after ${published} messages were written\n`);
+    if (flooderClosed)
+      process.stderr.write(`  the gateway closed the flooder's connection after ${published} messages were written\n`);
     const floodMs = performance.now() - floodStart;
     // Until the gateway has read every message ($SYS, every second), or, if it closed the flooder, until its count
     // stands still for 3 s.

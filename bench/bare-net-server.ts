@@ -34,7 +34,9 @@ if (!Number.isInteger(port) || port <= 0 || port > 65535) {
 /** The client whose offline queue every message goes into (one session: the persistence bench's subscriber). */
 const QUEUE = 'bench-subscriber';
 const store: Store | undefined =
-  values.store === undefined ? undefined : await openLmdbStore({ path: values.store, sync: 'full', maxBytes: 0, log: silentLogger });
+  values.store === undefined
+    ? undefined
+    : await openLmdbStore({ path: values.store, sync: 'full', maxBytes: 0, log: silentLogger });
 await store?.sessions.putSession(QUEUE, { expiryIntervalS: 3600 });
 
 const CONNECT = 1;
@@ -80,7 +82,11 @@ function onData(this: RelaySocket, chunk: Buffer): void {
   if (acks.length === 0) return;
   const puback = Buffer.from(acks);
   if (durable.length === 0) this.write(puback);
-  else void Promise.all(durable).then(() => this.write(puback), (err: unknown) => fail(err));
+  else
+    void Promise.all(durable).then(
+      () => this.write(puback),
+      (err: unknown) => fail(err),
+    );
 }
 
 /** Where the packet read by `readHeader` starts its body and ends; one object, reused. */
@@ -136,7 +142,8 @@ function handle(
     case SUBSCRIBE: {
       // Packet id, then (filter length, filter, options) per filter: one granted QoS per filter.
       const granted = [0x90, 0, buf[body], buf[body + 1]];
-      for (let i = body + 2; i < end; i += 2 + buf.readUInt16BE(i) + 1) granted.push(buf[i + 2 + buf.readUInt16BE(i)] & 3);
+      for (let i = body + 2; i < end; i += 2 + buf.readUInt16BE(i) + 1)
+        granted.push(buf[i + 2 + buf.readUInt16BE(i)] & 3);
       granted[1] = granted.length - 2;
       subscribers.add(socket);
       socket.write(Buffer.from(granted));

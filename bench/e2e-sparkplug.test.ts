@@ -34,7 +34,8 @@ import type * as ProtoModule from 'sparkplug-payload/lib/sparkplugPayloadProto.j
 
 const require = createRequire(import.meta.url);
 /** Tahu's own protobuf codec: its `decodePayload` drops the value of a DATA metric that carries an alias only. */
-const { Payload } = (require('sparkplug-payload/lib/sparkplugPayloadProto.js') as typeof ProtoModule).org.eclipse.tahu.protobuf;
+const { Payload } = (require('sparkplug-payload/lib/sparkplugPayloadProto.js') as typeof ProtoModule).org.eclipse.tahu
+  .protobuf;
 type RawMetric = ProtoModule.org.eclipse.tahu.protobuf.Payload.IMetric;
 
 const tahuOrNull = getSparkplug('spBv1.0');
@@ -77,8 +78,16 @@ async function startTap(targetPort: number, onConnect: (c: ConnectSeen) => void)
       if (seen || packet.cmd !== 'connect') return;
       seen = true;
       const will = packet.will?.payload;
-      const bdSeq = will ? tahu.decodePayload(typeof will === 'string' ? Buffer.from(will) : new Uint8Array(will)).metrics?.find((m) => m.name === 'bdSeq')?.value : undefined;
-      onConnect({ atMs: Date.now(), clientId: packet.clientId, willBdSeq: bdSeq === undefined ? undefined : Number(bdSeq as never) });
+      const bdSeq = will
+        ? tahu
+            .decodePayload(typeof will === 'string' ? Buffer.from(will) : new Uint8Array(will))
+            .metrics?.find((m) => m.name === 'bdSeq')?.value
+        : undefined;
+      onConnect({
+        atMs: Date.now(),
+        clientId: packet.clientId,
+        willBdSeq: bdSeq === undefined ? undefined : Number(bdSeq as never),
+      });
     });
     client.on('data', (chunk) => {
       if (!seen) parser.parse(chunk);
@@ -116,7 +125,12 @@ interface Seen {
   readonly device?: string;
   readonly seq?: number;
   readonly bdSeq?: number;
-  readonly metrics: readonly { readonly name: string; readonly value: unknown; readonly historical: boolean; readonly timestamp?: number }[];
+  readonly metrics: readonly {
+    readonly name: string;
+    readonly value: unknown;
+    readonly historical: boolean;
+    readonly timestamp?: number;
+  }[];
 }
 
 /** A 64-bit field as Tahu's protobufjs codec returns it (a Long, or a number when it fits). */
@@ -131,19 +145,34 @@ function valueOf(m: RawMetric, type: number | undefined): unknown {
   const int = m.intValue ?? 0;
   const sent = (key: string) => Object.prototype.hasOwnProperty.call(m, key);
   switch (type) {
-    case 1: return (int << 24) >> 24; // Int8: two's complement in int_value
-    case 2: return (int << 16) >> 16;
-    case 3: return int | 0;
-    case 4: return BigInt(long(m.longValue).toString());
-    case 5: case 6: return int;
-    case 7: return sent('intValue') ? int >>> 0 : long(m.longValue, true).toNumber(); // UInt32: either field
-    case 8: return BigInt(long(m.longValue, true).toString());
-    case 9: return m.floatValue;
-    case 10: return m.doubleValue;
-    case 11: return m.booleanValue;
-    case 12: case 14: return m.stringValue;
-    case 13: return long(m.longValue).toNumber();
-    default: return m.bytesValue ? Buffer.from(m.bytesValue).toString('hex') : undefined;
+    case 1:
+      return (int << 24) >> 24; // Int8: two's complement in int_value
+    case 2:
+      return (int << 16) >> 16;
+    case 3:
+      return int | 0;
+    case 4:
+      return BigInt(long(m.longValue).toString());
+    case 5:
+    case 6:
+      return int;
+    case 7:
+      return sent('intValue') ? int >>> 0 : long(m.longValue, true).toNumber(); // UInt32: either field
+    case 8:
+      return BigInt(long(m.longValue, true).toString());
+    case 9:
+      return m.floatValue;
+    case 10:
+      return m.doubleValue;
+    case 11:
+      return m.booleanValue;
+    case 12:
+    case 14:
+      return m.stringValue;
+    case 13:
+      return long(m.longValue).toNumber();
+    default:
+      return m.bytesValue ? Buffer.from(m.bytesValue).toString('hex') : undefined;
   }
 }
 
@@ -165,7 +194,12 @@ class Host {
       clientId: HOST_ID,
       clean: false,
       reconnectPeriod: 0,
-      will: { topic: `spBv1.0/STATE/${HOST_ID}`, payload: Buffer.from(JSON.stringify({ online: false, timestamp })), qos: 1, retain: true },
+      will: {
+        topic: `spBv1.0/STATE/${HOST_ID}`,
+        payload: Buffer.from(JSON.stringify({ online: false, timestamp })),
+        qos: 1,
+        retain: true,
+      },
     });
     this.client = client;
     client.on('message', (topic, payload) => this.onMessage(topic, payload));
@@ -180,7 +214,10 @@ class Host {
       client.once('close', () => reject(new Error('host connection refused')));
     });
     await client.subscribeAsync(`spBv1.0/${GROUP}/#`, { qos: 1 });
-    await client.publishAsync(`spBv1.0/STATE/${HOST_ID}`, JSON.stringify({ online: true, timestamp }), { qos: 1, retain: true });
+    await client.publishAsync(`spBv1.0/STATE/${HOST_ID}`, JSON.stringify({ online: true, timestamp }), {
+      qos: 1,
+      retain: true,
+    });
   }
 
   /** Goes away without DISCONNECT: the broker publishes its Will, the offline STATE. */
@@ -223,7 +260,8 @@ class Host {
     const metrics = (p.metrics ?? []).map((m) => {
       const alias = has(m, 'alias') ? long(m.alias, true).toNumber() : undefined;
       const declared = has(m, 'datatype') ? (m.datatype as number) : undefined;
-      if (has(m, 'name') && alias !== undefined && declared !== undefined) this.aliases.set(alias, { name: m.name as string, type: declared });
+      if (has(m, 'name') && alias !== undefined && declared !== undefined)
+        this.aliases.set(alias, { name: m.name as string, type: declared });
       const known = alias === undefined ? undefined : this.aliases.get(alias);
       return {
         name: has(m, 'name') ? (m.name as string) : (known?.name ?? `alias ${alias}`),
@@ -254,12 +292,24 @@ const PRESS_TAGS = [
   { name: 'valve', table: 'coil', address: 0, datatype: 'bool' },
 ];
 
-const ua = (name: string, datatype: string) => ({ name, nodeId: `ns=1;s=Fixture.Writable.${name}`, datatype, writable: true });
+const ua = (name: string, datatype: string) => ({
+  name,
+  nodeId: `ns=1;s=Fixture.Writable.${name}`,
+  datatype,
+  writable: true,
+});
 const OVEN_TAGS = [
   // Live data that needs no hand on the device: +1 every 500 ms on the server.
   { name: 'Counter', nodeId: 'ns=1;s=Fixture.Changing.Counter', datatype: 'UInt32' },
-  ua('Small', 'Int8'), ua('Octet', 'UInt8'), ua('Mode', 'Int16'), ua('Total', 'Int64'), ua('Ratio', 'Float'),
-  ua('Setpoint', 'Double'), ua('Enabled', 'Boolean'), ua('Label', 'String'), ua('When', 'DateTime'),
+  ua('Small', 'Int8'),
+  ua('Octet', 'UInt8'),
+  ua('Mode', 'Int16'),
+  ua('Total', 'Int64'),
+  ua('Ratio', 'Float'),
+  ua('Setpoint', 'Double'),
+  ua('Enabled', 'Boolean'),
+  ua('Label', 'String'),
+  ua('When', 'DateTime'),
 ];
 
 /** Every datatype the two devices take, one DCMD metric each: [device, tag, Sparkplug type, value sent, value expected back]. */
@@ -313,16 +363,25 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
   /** The writes whose DDATA read-back matched, when they were made (a restarted OPC UA server holds its defaults). */
   let writesConfirmed = 0;
   let failure: unknown;
-  const births = (type: string, device?: string) => host.seen.filter((s) => s.type === type && (device === undefined || s.device === device)).length;
+  const births = (type: string, device?: string) =>
+    host.seen.filter((s) => s.type === type && (device === undefined || s.device === device)).length;
   const bothBorn = async (nbirths: number, what: string) =>
-    waitFor(() => births('NBIRTH') >= nbirths && births('DBIRTH', 'press-1') >= nbirths && births('DBIRTH', 'oven-1') >= nbirths, 30_000, {
-      message: () => `${what}: ${host.seen.map((s) => `${s.type}:${s.device ?? ''}`).join(' ')}`,
-    });
+    waitFor(
+      () =>
+        births('NBIRTH') >= nbirths && births('DBIRTH', 'press-1') >= nbirths && births('DBIRTH', 'oven-1') >= nbirths,
+      30_000,
+      {
+        message: () => `${what}: ${host.seen.map((s) => `${s.type}:${s.device ?? ''}`).join(' ')}`,
+      },
+    );
   /** Live (not historical) data of the OPC UA counter, arrived from now on. */
   const liveData = async (what: string) => {
     const since = Date.now();
     await waitFor(
-      () => host.seen.some((x) => x.atMs > since && x.type === 'DDATA' && x.metrics.some((m) => m.name === 'Counter' && !m.historical)),
+      () =>
+        host.seen.some(
+          (x) => x.atMs > since && x.type === 'DDATA' && x.metrics.some((m) => m.name === 'Counter' && !m.historical),
+        ),
       15_000,
       { message: what },
     );
@@ -346,13 +405,25 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
               ],
             },
           ],
-          sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: HOST_ID, deviceReconnect: { minDelayMs: 300, maxDelayMs: 600 } },
+          sparkplug: {
+            groupId: GROUP,
+            edgeNodeId: NODE,
+            uplink: 'central',
+            primaryHostId: HOST_ID,
+            deviceReconnect: { minDelayMs: 300, maxDelayMs: 600 },
+          },
           connectors: [
             // Generous: a poll timeout on the busy 2-core VM would count as a device loss the run did not cause.
-          // Polled once a second: Debian 12's pymodbus 3.0.0rc1 simulator has ended its server by itself after some
-          // 10-30 s of polling every 100 ms (longer than any integration test keeps one).
-          { ...modbusPress(sim, PRESS_TAGS), pollIntervalMs: 1000, timeoutMs: 3000, retries: 1 },
-            { id: 'oven-1', type: 'opcua', endpoint: opcua.endpoint, subscription: { publishingIntervalMs: 100 }, tags: OVEN_TAGS },
+            // Polled once a second: Debian 12's pymodbus 3.0.0rc1 simulator has ended its server by itself after some
+            // 10-30 s of polling every 100 ms (longer than any integration test keeps one).
+            { ...modbusPress(sim, PRESS_TAGS), pollIntervalMs: 1000, timeoutMs: 3000, retries: 1 },
+            {
+              id: 'oven-1',
+              type: 'opcua',
+              endpoint: opcua.endpoint,
+              subscription: { publishingIntervalMs: 100 },
+              tags: OVEN_TAGS,
+            },
           ],
         },
         { logLevel: 'info' },
@@ -363,10 +434,16 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
 
     phase('DCMD writes of every datatype');
     for (const device of ['press-1', 'oven-1']) {
-      await host.dcmd(device, WRITES.filter((w) => w[0] === device).map(([, name, type, value]) => ({ name, type, value })));
+      await host.dcmd(
+        device,
+        WRITES.filter((w) => w[0] === device).map(([, name, type, value]) => ({ name, type, value })),
+      );
     }
     await waitFor(() => confirmed().length === WRITES.length, 20_000, {
-      message: () => `read-back of ${WRITES.filter((w) => !confirmed().includes(w)).map((w) => w[1]).join(', ')}`,
+      message: () =>
+        `read-back of ${WRITES.filter((w) => !confirmed().includes(w))
+          .map((w) => w[1])
+          .join(', ')}`,
     }).catch(() => undefined);
     writesConfirmed = confirmed().length;
     writeReport = WRITES.map(([device, name, type, , back]) => {
@@ -375,7 +452,9 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
     });
     // Out of range for Int8: refused by the node, audited, nothing written.
     await host.dcmd('oven-1', [{ name: 'Small', type: 'Int8', value: 300 }]);
-    await waitFor(() => gw?.output().includes('"command refused"'), 10_000, { message: 'the refusal in the audit log' });
+    await waitFor(() => gw?.output().includes('"command refused"'), 10_000, {
+      message: 'the refusal in the audit log',
+    });
 
     phase('outage of the central broker (Mosquitto stopped 6 s; the OPC UA counter keeps changing)');
     outageStart = Date.now();
@@ -431,7 +510,9 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
   // The timeline: births, deaths and CONNECTs one per line, data collapsed into runs.
   const events: { atMs: number; text: string }[] = [
     ...phases.map((p) => ({ atMs: p.atMs, text: `== ${p.name}` })),
-    ...connects.filter((c) => c.clientId === NODE).map((c, i) => ({ atMs: c.atMs, text: `   CONNECT #${i + 1} of the uplink, Will NDEATH bdSeq=${c.willBdSeq}` })),
+    ...connects
+      .filter((c) => c.clientId === NODE)
+      .map((c, i) => ({ atMs: c.atMs, text: `   CONNECT #${i + 1} of the uplink, Will NDEATH bdSeq=${c.willBdSeq}` })),
   ];
   let run: { atMs: number; key: string; seqs: number[]; n: number } | undefined;
   const flush = () => {
@@ -453,7 +534,10 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
     }
     flush();
     const what = s.type === 'NBIRTH' || s.type === 'NDEATH' ? `bdSeq=${s.bdSeq}` : '';
-    events.push({ atMs: s.atMs, text: `   ${s.type.padEnd(6)} ${(s.device ?? NODE).padEnd(8)} ${s.seq === undefined ? '' : `seq=${s.seq} `}${what}` });
+    events.push({
+      atMs: s.atMs,
+      text: `   ${s.type.padEnd(6)} ${(s.device ?? NODE).padEnd(8)} ${s.seq === undefined ? '' : `seq=${s.seq} `}${what}`,
+    });
   }
   flush();
   events.sort((a, b) => a.atMs - b.atMs);
@@ -476,7 +560,8 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
     const where = `${at(s.atMs)} ${s.type} ${s.device ?? ''} seq ${s.seq}`;
     if (s.type === 'NBIRTH') {
       const connect = uplinkConnects.filter((c) => c.atMs <= s.atMs).at(-1);
-      if (connect?.willBdSeq !== s.bdSeq) problems.push(`${where}: bdSeq ${s.bdSeq}, but the Will of the CONNECT says ${connect?.willBdSeq}`);
+      if (connect?.willBdSeq !== s.bdSeq)
+        problems.push(`${where}: bdSeq ${s.bdSeq}, but the Will of the CONNECT says ${connect?.willBdSeq}`);
       if (s.seq !== 0) problems.push(`${where}: NBIRTH seq is not 0`);
       if (!stateOnline(s.atMs)) problems.push(`${where}: NBIRTH while the primary host is offline`);
       bdSeq = s.bdSeq;
@@ -488,7 +573,8 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
     if (s.type === 'NDEATH') {
       // The death of the session born with that bdSeq, or of a connection that was never born (the host was away).
       const connect = uplinkConnects.filter((c) => c.atMs <= s.atMs).at(-1);
-      if (s.bdSeq !== bdSeq && s.bdSeq !== connect?.willBdSeq) problems.push(`${where}: NDEATH bdSeq ${s.bdSeq}: neither the NBIRTH's (${bdSeq}) nor the Will of the CONNECT`);
+      if (s.bdSeq !== bdSeq && s.bdSeq !== connect?.willBdSeq)
+        problems.push(`${where}: NDEATH bdSeq ${s.bdSeq}: neither the NBIRTH's (${bdSeq}) nor the Will of the CONNECT`);
       nextSeq = undefined;
       continue;
     }
@@ -508,15 +594,18 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
       for (const m of s.metrics) {
         const t = m.timestamp ?? 0;
         // Read while the central broker was down: it can only arrive from the outbox, historical.
-        if (t > outageStart + 200 && t < outageEnd - 200 && !m.historical) problems.push(`${where}: ${m.name} read during the outage, not historical`);
+        if (t > outageStart + 200 && t < outageEnd - 200 && !m.historical)
+          problems.push(`${where}: ${m.name} read during the outage, not historical`);
         // Historical: read before the births of the session it arrives in (journaled, sent after them).
-        if (m.historical && t >= sessionBirthMs) problems.push(`${where}: ${m.name} historical, but read after this session's NBIRTH`);
+        if (m.historical && t >= sessionBirthMs)
+          problems.push(`${where}: ${m.name} historical, but read after this session's NBIRTH`);
       }
     }
   }
   const historical = host.seen.filter((s) => s.type === 'DDATA' && s.metrics.some((m) => m.historical));
   if (historical.length === 0) problems.push('no historical data after the outage');
-  if (writesConfirmed !== WRITES.length) problems.push(`DCMD read-back missing or different for ${WRITES.length - writesConfirmed} writes (see the table)`);
+  if (writesConfirmed !== WRITES.length)
+    problems.push(`DCMD read-back missing or different for ${WRITES.length - writesConfirmed} writes (see the table)`);
   if (refused.length !== 1) problems.push(`expected one refused DCMD (Int8 300), the audit log has ${refused.length}`);
 
   const report = [
@@ -527,13 +616,24 @@ it('Sparkplug session end to end: births, deaths, bdSeq and seq through outages,
     '',
     `DCMD writes (${WRITES.length} datatypes over both devices), confirmed by the DDATA of the value read back:`,
     ...writeReport,
-    `    refused: ${refused.map((l) => { const j = JSON.parse(l) as Record<string, unknown>; return `${String(j.metric)}=${String(j.value)} (${String(j.why)})`; }).join('; ')}`,
+    `    refused: ${refused
+      .map((l) => {
+        const j = JSON.parse(l) as Record<string, unknown>;
+        return `${String(j.metric)}=${String(j.value)} (${String(j.why)})`;
+      })
+      .join('; ')}`,
     '',
     `Checks: NBIRTH bdSeq = Will of its CONNECT; NDEATH bdSeq = its NBIRTH's (or, never born, its CONNECT's Will); NBIRTH seq 0,`,
     `        then +1 mod 256; DBIRTH before DDATA; data read during the outage historical, historical data read before its`,
     `        session's NBIRTH, births never historical; births only while the host is online; every write read back.`,
     problems.length === 0 ? 'All checks passed.' : `FAILED:\n${problems.map((p) => `  - ${p}`).join('\n')}`,
-    ...(problems.length === 0 ? [] : ['', 'Gateway warnings and errors:', ...(gw?.output() ?? '').split('\n').filter((l) => /"level":(40|50|60)/.test(l))]),
+    ...(problems.length === 0
+      ? []
+      : [
+          '',
+          'Gateway warnings and errors:',
+          ...(gw?.output() ?? '').split('\n').filter((l) => /"level":(40|50|60)/.test(l)),
+        ]),
   ].join('\n');
   mkdirSync(RESULTS_DIR, { recursive: true });
   writeFileSync(join(RESULTS_DIR, 'e2e-sparkplug.txt'), `${report}\n`);

@@ -24,7 +24,10 @@ export function positiveInt(value: string | undefined, fallback: number, name: s
 
 /** A comma-separated list whose items must all be in `valid`. */
 export function choiceList<T extends string>(value: string, valid: readonly T[], what: string): T[] {
-  const items = value.split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+  const items = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
   const bad = items.filter((s) => !(valid as readonly string[]).includes(s));
   if (bad.length > 0) throw new Error(`unknown ${what}: ${bad.join(', ')}`);
   return items as T[];
@@ -155,7 +158,14 @@ export async function runInterleaved<C, S extends string, L>(o: Interleaving<C, 
       for (const subject of order) {
         if (o.applies !== undefined && !o.applies(cell, subject)) continue;
         const started = Date.now();
-        const record = { rep, ...o.label(cell, subject), ok: false, notes: [], elapsedS: 0, loadavg1: os.loadavg()[0] } as RunRecord<L>;
+        const record = {
+          rep,
+          ...o.label(cell, subject),
+          ok: false,
+          notes: [],
+          elapsedS: 0,
+          loadavg1: os.loadavg()[0],
+        } as RunRecord<L>;
         try {
           record.metrics = await o.run(cell, subject, `${o.tagPrefix}${process.pid}-${runIndex++}`, record.notes);
           record.ok = true;
@@ -174,7 +184,11 @@ export async function runInterleaved<C, S extends string, L>(o: Interleaving<C, 
 // ---- process frame --------------------------------------------------------------------------------------
 
 /** A scratch directory for the runs; `cleanup` kills every child process and removes it (also on SIGINT/SIGTERM). */
-export function scratchDir(prefix: string, killAll: () => void, interruptMessage: string): { tmpDir: string; cleanup: () => void } {
+export function scratchDir(
+  prefix: string,
+  killAll: () => void,
+  interruptMessage: string,
+): { tmpDir: string; cleanup: () => void } {
   const tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
   const cleanup = (): void => {
     killAll();
@@ -210,4 +224,8 @@ export function runMain(name: string, main: () => Promise<void>, killAll: () => 
   });
 }
 
-export const loadAverageText = (): string => os.loadavg().map((l) => l.toFixed(2)).join(' ');
+export const loadAverageText = (): string =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');

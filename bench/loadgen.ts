@@ -148,7 +148,10 @@ class Client {
   /** CONNECT, then wait for a CONNACK with return code 0. */
   connect(clientId: string): Promise<void> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => fail(new Error(`no CONNACK for ${clientId} in ${connectTimeoutMs} ms`)), connectTimeoutMs);
+      const timer = setTimeout(
+        () => fail(new Error(`no CONNACK for ${clientId} in ${connectTimeoutMs} ms`)),
+        connectTimeoutMs,
+      );
       const fail = (err: Error): void => {
         clearTimeout(timer);
         this.onPacket = () => {};
@@ -172,7 +175,10 @@ class Client {
 
   subscribe(filter: string, qos: 0 | 1): Promise<void> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no SUBACK for ${filter} in ${connectTimeoutMs} ms`)), connectTimeoutMs);
+      const timer = setTimeout(
+        () => reject(new Error(`no SUBACK for ${filter} in ${connectTimeoutMs} ms`)),
+        connectTimeoutMs,
+      );
       this.onPacket = (type, _flags, buf, _start, end) => {
         if (type !== PacketType.suback) return;
         clearTimeout(timer);
@@ -366,8 +372,10 @@ async function pubConnect(args: PublisherConnectArgs): Promise<{ ready: number }
 function runFlood(group: PublisherGroup, backlogMessages: number, stamp: boolean, isRunning: () => boolean): void {
   const subs = subscribers;
   const bounded = backlogMessages > 0;
-  if (bounded && (subs === null || subs.clients.length === 0)) throw new Error('a bounded flood needs its subscribers in the same worker');
-  if (group.publishers.length > maxPublishersPerWorker) throw new Error(`at most ${maxPublishersPerWorker} publishers per worker`);
+  if (bounded && (subs === null || subs.clients.length === 0))
+    throw new Error('a bounded flood needs its subscribers in the same worker');
+  if (group.publishers.length > maxPublishersPerWorker)
+    throw new Error(`at most ${maxPublishersPerWorker} publishers per worker`);
   const copies = 64; // packets per write: one syscall moves about 5 KB
   const maxChunks = Math.max(2, Math.ceil(backlogMessages / copies));
   const wakers: (() => void)[] = [];
@@ -442,7 +450,9 @@ function runWindow(group: PublisherGroup, window: number, stamp: boolean, isRunn
     // One pre-encoded packet per packet id; an id is written again only after its PUBACK, so reusing the
     // Buffer is safe.
     const payload = Buffer.alloc(group.payloadBytes, 0x61);
-    const packets = Array.from({ length: window + 1 }, (_, id) => (id === 0 ? Buffer.alloc(0) : encodePublish(pub.topic, payload, 1, id)));
+    const packets = Array.from({ length: window + 1 }, (_, id) =>
+      id === 0 ? Buffer.alloc(0) : encodePublish(pub.topic, payload, 1, id),
+    );
     const ready: Buffer[] = [];
     pub.client.onPacket = (type, _flags, buf, start) => {
       if (type !== PacketType.puback) return;
@@ -585,7 +595,11 @@ process.on('message', (request: LoadgenRequest) => {
   handle(request).then(
     (result) => process.send?.({ id: request.id, ok: true, result } satisfies LoadgenResponse),
     (err: unknown) =>
-      process.send?.({ id: request.id, ok: false, error: err instanceof Error ? err.message : String(err) } satisfies LoadgenResponse),
+      process.send?.({
+        id: request.id,
+        ok: false,
+        error: err instanceof Error ? err.message : String(err),
+      } satisfies LoadgenResponse),
   );
 });
 // The orchestrator died or closed the channel: nothing left to do.

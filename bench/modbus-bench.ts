@@ -64,7 +64,9 @@ function freePort(): Promise<number> {
 }
 
 async function serve(devices: number): Promise<void> {
-  const { ServerTCP } = modbusSerial as unknown as { ServerTCP: new (vector: object, options: object) => { close(cb: () => void): void } };
+  const { ServerTCP } = modbusSerial as unknown as {
+    ServerTCP: new (vector: object, options: object) => { close(cb: () => void): void };
+  };
   let tick = 0;
   let requests = 0;
   setInterval(() => tick++, 100);
@@ -90,7 +92,8 @@ async function serve(devices: number): Promise<void> {
   }
   process.send?.({ ports });
   process.on('message', (msg: { type: string }) => {
-    if (msg.type === 'requests') process.send?.({ requests, cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000 });
+    if (msg.type === 'requests')
+      process.send?.({ requests, cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000 });
   });
 }
 
@@ -104,7 +107,9 @@ async function run(): Promise<void> {
   const seconds = Number(args.seconds);
   const warmupS = Number(args['warmup-s']);
 
-  const child = fork(fileURLToPath(import.meta.url), ['--serve', String(devices)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(fileURLToPath(import.meta.url), ['--serve', String(devices)], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const ask = (type: string, key: string): Promise<Record<string, unknown>> =>
     new Promise((resolve) => {
       const onMessage = (msg: Record<string, unknown>) => {
@@ -124,14 +129,25 @@ async function run(): Promise<void> {
 
   const stateDir = mkdtempSync(join(tmpdir(), 'edgeferry-bench-'));
   const store = createMemoryStore();
-  const broker = new Broker({ limits: { maxInflight: 20, maxQueuedMessages: 1000, maxQueuedBytes: 0 }, store, log: silentLogger });
+  const broker = new Broker({
+    limits: { maxInflight: 20, maxQueuedMessages: 1000, maxQueuedBytes: 0 },
+    store,
+    log: silentLogger,
+  });
   const factory = createModbusFactory();
   const tags = tagList(tagsPerDevice);
   const connectors = ports.map((port, i) =>
     factory.create(
       modbusConnectorSchema.parse({
-        id: `dev-${i}`, type: 'modbus', transport: 'tcp', host: '127.0.0.1', port, addressBase: 0,
-        pollIntervalMs: pollMs, timeoutMs: 1000, tags,
+        id: `dev-${i}`,
+        type: 'modbus',
+        transport: 'tcp',
+        host: '127.0.0.1',
+        port,
+        addressBase: 0,
+        pollIntervalMs: pollMs,
+        timeoutMs: 1000,
+        tags,
       }),
       { log: silentLogger, dataDir: stateDir },
     ),

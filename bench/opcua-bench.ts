@@ -115,17 +115,27 @@ function startChild(file: string, argv: string[], onLine?: (line: string) => voi
   };
 }
 
-async function startServer(dir: string, items: number, changeMs: number): Promise<{ child: Child; endpoint: string; startS: number }> {
+async function startServer(
+  dir: string,
+  items: number,
+  changeMs: number,
+): Promise<{ child: Child; endpoint: string; startS: number }> {
   const t0 = performance.now();
   let onListening: (endpoint: string) => void = () => undefined;
   const listening = new Promise<string>((r) => (onListening = r));
-  const child = startChild(serverScript, ['--port', '0', '--pki', join(dir, 'server-pki'), '--bulk', String(items), '--bulk-interval-ms', String(changeMs)], (line) => {
-    if (!line.startsWith('{')) return; // node-opcua's own chatter
-    const event = JSON.parse(line) as { event?: string; endpoint?: string };
-    if (event.event === 'listening') onListening(String(event.endpoint));
-  });
+  const child = startChild(
+    serverScript,
+    ['--port', '0', '--pki', join(dir, 'server-pki'), '--bulk', String(items), '--bulk-interval-ms', String(changeMs)],
+    (line) => {
+      if (!line.startsWith('{')) return; // node-opcua's own chatter
+      const event = JSON.parse(line) as { event?: string; endpoint?: string };
+      if (event.event === 'listening') onListening(String(event.endpoint));
+    },
+  );
   const exited = new Promise<never>((_, reject) =>
-    child.proc.once('exit', (code) => reject(new Error(`OPC UA server exited (${code}) before listening:\n${child.tail()}`))),
+    child.proc.once('exit', (code) =>
+      reject(new Error(`OPC UA server exited (${code}) before listening:\n${child.tail()}`)),
+    ),
   );
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -140,7 +150,15 @@ async function startServer(dir: string, items: number, changeMs: number): Promis
   return { child, endpoint, startS: (performance.now() - t0) / 1000 };
 }
 
-function gatewayConfig(o: { port: number; dataDir: string; endpoint: string; items: number; publishingMs: number; samplingMs: number; queueSize: number }): string {
+function gatewayConfig(o: {
+  port: number;
+  dataDir: string;
+  endpoint: string;
+  items: number;
+  publishingMs: number;
+  samplingMs: number;
+  queueSize: number;
+}): string {
   const lines = [
     '# Written by bench/opcua-bench.ts',
     'listeners:',
@@ -211,7 +229,18 @@ interface Counters {
 }
 
 class Subscriber {
-  readonly counters: Counters = { ddata: 0, ddataBytes: 0, metrics: 0, skipped: 0, repeated: 0, wrong: 0, bad: 0, births: 0, deaths: 0, maxTick: 0 };
+  readonly counters: Counters = {
+    ddata: 0,
+    ddataBytes: 0,
+    metrics: 0,
+    skipped: 0,
+    repeated: 0,
+    wrong: 0,
+    bad: 0,
+    births: 0,
+    deaths: 0,
+    maxTick: 0,
+  };
   latency = new Histogram();
   /** alias → tag index, from the last DBIRTH. */
   private aliasIndex = new Map<number, number>();
@@ -242,7 +271,8 @@ class Subscriber {
         return;
       } catch (err) {
         if (!isAlive()) throw new Error('the gateway exited', { cause: err });
-        if (performance.now() > deadlineMs) throw new Error('the gateway did not accept an MQTT connection in time', { cause: err });
+        if (performance.now() > deadlineMs)
+          throw new Error('the gateway did not accept an MQTT connection in time', { cause: err });
         await sleep(100);
       }
     }
@@ -345,7 +375,10 @@ class Subscriber {
 
   private requestRebirth(nowMs: number): void {
     this.rebirthAtMs = nowMs;
-    const payload = encodePayload({ timestamp: nowMs, metrics: [{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }] });
+    const payload = encodePayload({
+      timestamp: nowMs,
+      metrics: [{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }],
+    });
     this.socket?.write(encodePublish(`spBv1.0/${GROUP}/NCMD/${NODE}`, payload, 0));
   }
 
@@ -409,7 +442,11 @@ function rates(a: Snapshot, b: Snapshot, items: number) {
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((x, y) => x - y);
-  return s.length === 0 ? Number.NaN : s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+  return s.length === 0
+    ? Number.NaN
+    : s.length % 2
+      ? s[(s.length - 1) / 2]
+      : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 
 async function run(): Promise<void> {
@@ -422,7 +459,13 @@ async function run(): Promise<void> {
   const warmupS = Number(args['warmup-s']);
   const sliceS = Number(args['slice-s']);
   const out = resolve(args.out ?? join(rootDir, 'bench/results/opcua.json'));
-  if (![items, changeMs, publishingMs, samplingMs, queueSize, seconds, warmupS, sliceS].every((x) => Number.isFinite(x) && x >= 0) || items < 1 || items > 10_000) {
+  if (
+    ![items, changeMs, publishingMs, samplingMs, queueSize, seconds, warmupS, sliceS].every(
+      (x) => Number.isFinite(x) && x >= 0,
+    ) ||
+    items < 1 ||
+    items > 10_000
+  ) {
     throw new Error('options must be non-negative numbers, --items 1..10000');
   }
   const offeredPerS = (items * 1000) / changeMs;
@@ -446,17 +489,33 @@ async function run(): Promise<void> {
   process.once('SIGTERM', onSignal);
 
   try {
-    log(`OPC UA server: starting with ${items} items changing every ${changeMs} ms (node-opcua loads its nodeset: several seconds)`);
+    log(
+      `OPC UA server: starting with ${items} items changing every ${changeMs} ms (node-opcua loads its nodeset: several seconds)`,
+    );
     const server = await startServer(dir, items, changeMs);
     children.push(server.child);
     log(`OPC UA server: ${server.endpoint} after ${server.startS.toFixed(1)} s`);
 
     const port = await freePort();
     const configFile = join(dir, 'edgeferry.yaml');
-    writeFileSync(configFile, gatewayConfig({ port, dataDir: join(dir, 'data'), endpoint: server.endpoint, items, publishingMs, samplingMs, queueSize }));
+    writeFileSync(
+      configFile,
+      gatewayConfig({
+        port,
+        dataDir: join(dir, 'data'),
+        endpoint: server.endpoint,
+        items,
+        publishingMs,
+        samplingMs,
+        queueSize,
+      }),
+    );
     const gatewayT0 = performance.now();
     const profDir = args['cpu-prof'] === undefined ? undefined : resolve(args['cpu-prof']);
-    const gateway = startChild(cliScript, ['--config', configFile], undefined, [...GATEWAY_NODE_FLAGS, ...(profDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`])]);
+    const gateway = startChild(cliScript, ['--config', configFile], undefined, [
+      ...GATEWAY_NODE_FLAGS,
+      ...(profDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`]),
+    ]);
     children.push(gateway);
     const isAlive = (): boolean => gateway.proc.exitCode === null && gateway.proc.signalCode === null;
     const deadline = (ms: number): number => performance.now() + ms;
@@ -473,12 +532,16 @@ async function run(): Promise<void> {
     while (!s.allSeen) {
       if (!isAlive()) throw new Error(`the gateway exited:\n${gateway.tail()}`);
       if (performance.now() > readyBy) {
-        throw new Error(`not every item arrived within 120 s (DBIRTH ${s.birthSeen ? 'seen' : 'not seen'}, ${s.seenCount}/${items} items, ${s.counters.ddata} DDATA); gateway output:\n${gateway.tail()}`);
+        throw new Error(
+          `not every item arrived within 120 s (DBIRTH ${s.birthSeen ? 'seen' : 'not seen'}, ${s.seenCount}/${items} items, ${s.counters.ddata} DDATA); gateway output:\n${gateway.tail()}`,
+        );
       }
       await sleep(50);
     }
     const readyS = (performance.now() - gatewayT0) / 1000;
-    log(`gateway: every item in DDATA ${readyS.toFixed(1)} s after its start; warming up ${warmupS} s, then measuring ${seconds} s`);
+    log(
+      `gateway: every item in DDATA ${readyS.toFixed(1)} s after its start; warming up ${warmupS} s, then measuring ${seconds} s`,
+    );
     await sleep(warmupS * 1000);
 
     s.resetWindow();
@@ -490,27 +553,41 @@ async function run(): Promise<void> {
       const snap = snapshot(s, gateway.pid, server.child.pid);
       slices.push(snap);
       const r = rates(slices[slices.length - 2], snap, items);
-      log(`  ${r.seconds.toFixed(1)} s: ${r.metricsPerS} metrics/s, ${r.ddataPerS} DDATA/s, gateway ${r.gatewayCpuPercent}% CPU, server ${r.serverCpuPercent}%`);
+      log(
+        `  ${r.seconds.toFixed(1)} s: ${r.metricsPerS} metrics/s, ${r.ddataPerS} DDATA/s, gateway ${r.gatewayCpuPercent}% CPU, server ${r.serverCpuPercent}%`,
+      );
       if (!isAlive()) throw new Error(`the gateway exited while measuring:\n${gateway.tail()}`);
     }
     const last = slices[slices.length - 1];
     const total = rates(first, last, items);
     const sliceRates = slices.slice(1).map((snap, i) => rates(slices[i], snap, items));
     const gatewayRssKb = readRssKb(gateway.pid);
-    const latency = { p50Ms: s.latency.quantile(0.5), p99Ms: s.latency.quantile(0.99), maxMs: Math.round(s.latency.max) };
+    const latency = {
+      p50Ms: s.latency.quantile(0.5),
+      p99Ms: s.latency.quantile(0.99),
+      maxMs: Math.round(s.latency.max),
+    };
 
-    const throughputMet = total.metricsPerS >= THROUGHPUT_TOLERANCE * TARGET_CHANGES_PER_S && total.skipped === 0 && total.wrong === 0;
+    const throughputMet =
+      total.metricsPerS >= THROUGHPUT_TOLERANCE * TARGET_CHANGES_PER_S && total.skipped === 0 && total.wrong === 0;
     const cpuMet = total.gatewayCpuPercent < TARGET_GATEWAY_CPU_PERCENT;
     const notes: string[] = [];
     if (total.serverChangesPerS < THROUGHPUT_TOLERANCE * offeredPerS) {
-      notes.push(`the server made only ${total.serverChangesPerS} changes/s of ${offeredPerS} offered (its timer runs late by each round's duration, more under load)`);
+      notes.push(
+        `the server made only ${total.serverChangesPerS} changes/s of ${offeredPerS} offered (its timer runs late by each round's duration, more under load)`,
+      );
     }
-    if (offeredPerS < TARGET_CHANGES_PER_S) notes.push(`offered ${offeredPerS}/s is below the target's ${TARGET_CHANGES_PER_S}/s`);
+    if (offeredPerS < TARGET_CHANGES_PER_S)
+      notes.push(`offered ${offeredPerS}/s is below the target's ${TARGET_CHANGES_PER_S}/s`);
     if (total.skipped > 0) notes.push(`${total.skipped} changes skipped (sampling or queue too coarse, or lost)`);
     if (total.wrong > 0) notes.push(`${total.wrong} values on the wrong metric`);
-    if (total.deaths > 0 || total.births > 0) notes.push(`${total.deaths} deaths and ${total.births} births during the window`);
+    if (total.deaths > 0 || total.births > 0)
+      notes.push(`${total.deaths} deaths and ${total.births} births during the window`);
     const load1 = loadavg()[0];
-    if (Math.max(load0, load1) > 2) notes.push(`1-minute load average ${load0.toFixed(1)} → ${load1.toFixed(1)} on ${machineInfo().cpus} cores: other work competed`);
+    if (Math.max(load0, load1) > 2)
+      notes.push(
+        `1-minute load average ${load0.toFixed(1)} → ${load1.toFixed(1)} on ${machineInfo().cpus} cores: other work competed`,
+      );
 
     const summary = {
       benchmark: 'opcua-e2e',

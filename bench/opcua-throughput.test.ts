@@ -40,7 +40,13 @@ describe('OPC UA connector throughput', () => {
       subscription: { publishingIntervalMs: intervalMs, maxNotificationsPerPublish: 0 },
       tags: Array.from({ length: items }, (_, i) => {
         const name = `B${String(i).padStart(4, '0')}`;
-        return { name, nodeId: `ns=1;s=Fixture.Bulk.${name}`, datatype: 'Double', samplingIntervalMs: Number(process.env.EDGEFERRY_BENCH_SAMPLING_MS ?? intervalMs), queueSize: 2 };
+        return {
+          name,
+          nodeId: `ns=1;s=Fixture.Bulk.${name}`,
+          datatype: 'Double',
+          samplingIntervalMs: Number(process.env.EDGEFERRY_BENCH_SAMPLING_MS ?? intervalMs),
+          queueSize: 2,
+        };
       }),
     });
     const connector = d.add(new OpcuaConnector(config, silentLogger, { pkiDir: join(dir, 'client-pki') }));

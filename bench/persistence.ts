@@ -106,7 +106,17 @@ function brokerCommand(
 ): { file: string; args: string[] } {
   const profile = cpuProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`];
   if (kind === 'store-relay') {
-    return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(rootDir, 'dist/bench/bare-net-server.js'), String(port), '--store', dir] };
+    return {
+      file: process.execPath,
+      args: [
+        ...GATEWAY_NODE_FLAGS,
+        ...profile,
+        path.join(rootDir, 'dist/bench/bare-net-server.js'),
+        String(port),
+        '--store',
+        dir,
+      ],
+    };
   }
   if (kind === 'mosquitto') {
     const config = path.join(dir, 'mosquitto.conf');
@@ -143,11 +153,19 @@ function brokerCommand(
       '',
     ].join('\n'),
   );
-  return { file: process.execPath, args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(rootDir, 'dist/src/cli.js'), '--config', config] };
+  return {
+    file: process.execPath,
+    args: [...GATEWAY_NODE_FLAGS, ...profile, path.join(rootDir, 'dist/src/cli.js'), '--config', config],
+  };
 }
 
 /** Starts the broker and waits until a TCP connect + CONNECT/CONNACK succeeds. */
-function launchBroker(kind: BrokerKind, port: number, dir: string, cpuProfDir: string | undefined): Promise<LaunchedProcess> {
+function launchBroker(
+  kind: BrokerKind,
+  port: number,
+  dir: string,
+  cpuProfDir: string | undefined,
+): Promise<LaunchedProcess> {
   const { file, args } = brokerCommand(kind, port, dir, cpuProfDir);
   // Polled every 50 ms, because the restart time after SIGKILL is one of the figures.
   return launchUntilReady({ name: kind, file, args, dir, port, live, pollMs: 50, probePrefix: 'persist-probe-' });
@@ -192,7 +210,12 @@ async function drain(port: number, clientId: string, ackedSeqs: Uint8Array[], ex
   counter.attach(conn.sock);
   // PUBLISHes that came in the CONNACK's chunk were counted before the socket was attached: acknowledge them now.
   counter.afterChunk();
-  const truncated = await waitForDelivery(counter, { expected, quietMs: drainQuietMs, deadlineMs: drainDeadlineMs, problem: conn.problem });
+  const truncated = await waitForDelivery(counter, {
+    expected,
+    quietMs: drainQuietMs,
+    deadlineMs: drainDeadlineMs,
+    problem: conn.problem,
+  });
   const problem = conn.problem();
   await conn.close();
   return {
@@ -228,7 +251,11 @@ async function runStoreAlone(ctx: RunContext): Promise<Metrics> {
   const dir = fs.mkdtempSync(path.join(ctx.tmpDir, 'store-'));
   try {
     const { publishers, window, messages, payloadBytes } = ctx.opts;
-    const ingestPerS = await storeRate('session queue', { inFlight: publishers * window, messages, sync: 'full', payloadBytes }, dir);
+    const ingestPerS = await storeRate(
+      'session queue',
+      { inFlight: publishers * window, messages, sync: 'full', payloadBytes },
+      dir,
+    );
     // Nothing is read back or restarted here: delivery and loss are not measured for it (n/a).
     return { ingestPerS, acked: messages, delivered: Number.NaN, lost: Number.NaN, duplicates: Number.NaN };
   } finally {
@@ -257,11 +284,23 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const ingestBrokerCpuPct = (100 * (readCpuS(broker.pid) - cpuBefore)) / ingestS;
     const gen = process.cpuUsage(genBefore);
     const genCpuPct = (100 * (gen.user + gen.system)) / 1e6 / ingestS;
-    if (!pub.complete) notes.push(`ingest incomplete: ${pub.acked} of ${ctx.opts.messages} acknowledged${pub.problem ? ` (${pub.problem})` : ''}`);
-    if (broker.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(broker.exitStatus())}) during the ingest`);
+    if (!pub.complete)
+      notes.push(
+        `ingest incomplete: ${pub.acked} of ${ctx.opts.messages} acknowledged${pub.problem ? ` (${pub.problem})` : ''}`,
+      );
+    if (broker.exitStatus() !== null)
+      throw new Error(`${ctx.kind} exited (${String(broker.exitStatus())}) during the ingest`);
     if (ctx.kind === 'store-relay') {
       // It queues for no session a subscriber could take: delivery and loss are not measured for it (n/a).
-      return { ingestPerS: pub.acked / ingestS, acked: pub.acked, delivered: Number.NaN, lost: Number.NaN, duplicates: Number.NaN, ingestBrokerCpuPct, genCpuPct };
+      return {
+        ingestPerS: pub.acked / ingestS,
+        acked: pub.acked,
+        delivered: Number.NaN,
+        lost: Number.NaN,
+        duplicates: Number.NaN,
+        ingestBrokerCpuPct,
+        genCpuPct,
+      };
     }
 
     let restartS = Number.NaN;
@@ -286,7 +325,8 @@ async function runOnce(ctx: RunContext, notes: string[]): Promise<Metrics> {
     const drainBrokerCpuPct = (100 * (readCpuS(broker.pid) - drainCpuBefore)) / secondsBetween(d.connectNs, nowNs());
     if (d.truncated) notes.push(`drain still receiving after ${drainDeadlineMs / 1000} s`);
     if (d.problem !== null) notes.push(`subscriber: ${d.problem}`);
-    if (broker.exitStatus() !== null) throw new Error(`${ctx.kind} exited (${String(broker.exitStatus())}) during the drain`);
+    if (broker.exitStatus() !== null)
+      throw new Error(`${ctx.kind} exited (${String(broker.exitStatus())}) during the drain`);
 
     const lost = pub.acked - d.delivered;
     const common = {
@@ -355,11 +395,16 @@ const titles: Record<ScenarioKind, (o: Options) => string> = {
   throughput: (o) =>
     `QoS 1 persistent session: ${o.publishers} publishers (window ${o.window}) -> offline queue -> 1 subscriber on reconnect, ` +
     `${o.messages.toLocaleString('en-US')} x ${o.payloadBytes} B`,
-  sigkill: (o) => `Loss after SIGKILL: ${o.messages.toLocaleString('en-US')} QoS 1 messages acknowledged, SIGKILL, restart, reconnect`,
+  sigkill: (o) =>
+    `Loss after SIGKILL: ${o.messages.toLocaleString('en-US')} QoS 1 messages acknowledged, SIGKILL, restart, reconnect`,
 };
 
 function groups(opts: Options): GroupSpec[] {
-  return opts.scenarios.map((scenario) => ({ key: scenario, title: titles[scenario](opts), columns: columns[scenario] }));
+  return opts.scenarios.map((scenario) => ({
+    key: scenario,
+    title: titles[scenario](opts),
+    columns: columns[scenario],
+  }));
 }
 
 function describeRun(r: RunRecord): string {
@@ -367,7 +412,8 @@ function describeRun(r: RunRecord): string {
   const tail = `(${r.elapsedS.toFixed(1)} s, load ${r.loadavg1.toFixed(1)})${r.notes.length > 0 ? ` NOTE: ${r.notes.join('; ')}` : ''}`;
   if (!r.ok || r.metrics === undefined) return `${head} FAILED: ${(r.error ?? '').split('\n')[0].slice(0, 300)}`;
   const m = r.metrics;
-  if (r.broker === 'store') return `${head} ingest ${formatNumber(m.ingestPerS)} msg/s (the store alone, session queue) ${tail}`;
+  if (r.broker === 'store')
+    return `${head} ingest ${formatNumber(m.ingestPerS)} msg/s (the store alone, session queue) ${tail}`;
   if (r.broker === 'store-relay') {
     return `${head} ingest ${formatNumber(m.ingestPerS)} msg/s (broker CPU ${m.ingestBrokerCpuPct.toFixed(0)}%; the store behind a bare relay) ${tail}`;
   }
@@ -392,7 +438,8 @@ function parseOptions(): Options | null {
     ...loadOptions(values, defaults),
     payloadBytes: positiveInt(values['payload-bytes'], 64, 'payload-bytes'),
   };
-  if (opts.payloadBytes < minPayloadBytes) throw new Error('--payload-bytes must be at least 8 (sequence number and publisher index)');
+  if (opts.payloadBytes < minPayloadBytes)
+    throw new Error('--payload-bytes must be at least 8 (sequence number and publisher index)');
   return opts;
 }
 
@@ -426,16 +473,24 @@ async function main(): Promise<void> {
     : [];
   // The target of durable ingest: a share of what the store alone commits at the same in-flight count; and how
   // much of what is left is the gateway's own, next to the same store behind the least a Node server does.
-  for (const floor of ingestOnly) if (opts.brokers.includes(floor) && opts.brokers.includes('edgeferry')) pairs.push(['edgeferry', floor]);
+  for (const floor of ingestOnly)
+    if (opts.brokers.includes(floor) && opts.brokers.includes('edgeferry')) pairs.push(['edgeferry', floor]);
   const runs = records.map((r) => ({ ...r, group: r.scenario }));
   const summary = summarizeGroups(runs, groups(opts), opts.brokers, pairs);
   process.stdout.write(renderGroups(summary, groups(opts)) + '\n');
   for (const r of records) {
     if (r.ok && r.broker !== 'mosquitto' && r.metrics !== undefined && r.metrics.lost > 0) {
-      process.stdout.write(`\nWARNING: ${r.broker} lost ${r.metrics.lost} acknowledged message(s) in ${r.scenario} rep ${r.rep}\n`);
+      process.stdout.write(
+        `\nWARNING: ${r.broker} lost ${r.metrics.lost} acknowledged message(s) in ${r.scenario} rep ${r.rep}\n`,
+      );
     }
   }
-  const options = { ...opts, out: undefined, drainQuietMs, mosquitto: 'persistence true, autosave_interval 1800, max_queued_messages 0' };
+  const options = {
+    ...opts,
+    out: undefined,
+    drainQuietMs,
+    mosquitto: 'persistence true, autosave_interval 1800, max_queued_messages 0',
+  };
   writeResults(opts.out, startedAt, options, summary, records);
   cleanup();
 }

@@ -22,7 +22,11 @@ import {
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls `condition` every `pollMs` until it holds (true) or `timeoutMs` passed (false). */
-export async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs: number, pollMs = 10): Promise<boolean> {
+export async function waitUntil(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  pollMs = 10,
+): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
   while (!(await condition())) {
     if (performance.now() > deadline) return false;
@@ -154,7 +158,10 @@ export interface IngestOptions {
 
 /** How many messages each publisher sends: M split as evenly as possible. */
 export function quotas(messages: number, publishers: number): number[] {
-  return Array.from({ length: publishers }, (_, i) => Math.floor(messages / publishers) + (i < messages % publishers ? 1 : 0));
+  return Array.from(
+    { length: publishers },
+    (_, i) => Math.floor(messages / publishers) + (i < messages % publishers ? 1 : 0),
+  );
 }
 
 export interface IngestResult {
@@ -175,7 +182,12 @@ export interface IngestResult {
  * publisher with the packet id and sequence number patched in; the PUBLISHes released by one chunk of PUBACKs go
  * out in one write. Resolves when every message was acknowledged (or on the deadline / a lost connection).
  */
-export async function ingest(port: number, runTag: string, opts: IngestOptions, deadlineMs = 120_000): Promise<IngestResult> {
+export async function ingest(
+  port: number,
+  runTag: string,
+  opts: IngestOptions,
+  deadlineMs = 120_000,
+): Promise<IngestResult> {
   const counts = quotas(opts.messages, opts.publishers);
   const connections: Connection[] = [];
   const ackedSeqs = counts.map((n) => new Uint8Array(n));
@@ -269,7 +281,16 @@ export async function ingest(port: number, runTag: string, opts: IngestOptions, 
     }
     if (problemOf() !== null || Date.now() > deadline) break;
   }
-  return { sent, acked, ackedSeqs, complete, startNs, lastAckNs: complete ? lastAckNs : nowNs(), problem: problemOf(), connections };
+  return {
+    sent,
+    acked,
+    ackedSeqs,
+    complete,
+    startNs,
+    lastAckNs: complete ? lastAckNs : nowNs(),
+    problem: problemOf(),
+    connections,
+  };
 }
 
 // ---- subscriber -----------------------------------------------------------------------------------------

@@ -32,4 +32,6 @@ const result = await ingest(number('port'), values.tag as string, {
   payloadBytes: number('payload-bytes'),
 });
 for (const c of result.connections) await c.close();
-process.stdout.write(`${JSON.stringify({ acked: result.acked, complete: result.complete, problem: result.problem })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ acked: result.acked, complete: result.complete, problem: result.problem })}\n`,
+);

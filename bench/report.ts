@@ -140,7 +140,12 @@ export function summarize(
       const mine = summary.brokers[subject].medians;
       for (const other of brokers) {
         // Each runtime of the gateway against the brokers, and Node 20's against Node 24's once.
-        if (other === subject || summary.brokers[other] === undefined || (subject !== 'edgeferry' && subjects.includes(other))) continue;
+        if (
+          other === subject ||
+          summary.brokers[other] === undefined ||
+          (subject !== 'edgeferry' && subjects.includes(other))
+        )
+          continue;
         const theirs = summary.brokers[other].medians;
         summary.ratios[`${subject}/${other}`] = ratiosOf(cols, mine, theirs);
       }
@@ -167,7 +172,8 @@ export function formatRatio(ratio: number | null): string {
 
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: string[]): string => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  const line = (cells: string[]): string =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
@@ -175,7 +181,12 @@ export function renderSummary(summary: Record<string, ScenarioSummary>): string 
   const parts: string[] = [];
   for (const [scenario, s] of Object.entries(summary)) {
     const cols = columns[kindOf[scenario as ScenarioName]];
-    const header = ['broker', ...cols.map((c) => c.label), ...cols.filter((c) => c.worst).map((c) => `worst ${c.label}`), 'runs'];
+    const header = [
+      'broker',
+      ...cols.map((c) => c.label),
+      ...cols.filter((c) => c.worst).map((c) => `worst ${c.label}`),
+      'runs',
+    ];
     const rows: string[][] = [];
     const notes: string[] = [];
     for (const [broker, b] of Object.entries(s.brokers)) {
@@ -192,9 +203,7 @@ export function renderSummary(summary: Record<string, ScenarioSummary>): string 
     parts.push(table(header, rows));
     const ratioCols = cols.filter((c) => c.ratio);
     const ratioLines = Object.entries(s.ratios).map(
-      ([pair, values]) =>
-        `${pair}: ` +
-        ratioCols.map((c) => `${c.label} ${formatRatio(values[c.key])}`).join(', '),
+      ([pair, values]) => `${pair}: ` + ratioCols.map((c) => `${c.label} ${formatRatio(values[c.key])}`).join(', '),
     );
     if (ratioLines.length > 0) parts.push(ratioLines.join('   |   '));
     if (notes.length > 0) parts.push(['failed runs:', ...notes].join('\n'));
@@ -205,12 +214,14 @@ export function renderSummary(summary: Record<string, ScenarioSummary>): string 
 /** One progress line per run. */
 export function describeRun(record: RunRecord): string {
   const head = `[rep ${record.rep}] ${record.scenario.padEnd(12)} ${record.broker.padEnd(19)}`;
-  if (!record.ok || record.metrics === undefined) return `${head} FAILED: ${(record.error ?? '').split('\n')[0].slice(0, 200)}`;
+  if (!record.ok || record.metrics === undefined)
+    return `${head} FAILED: ${(record.error ?? '').split('\n')[0].slice(0, 200)}`;
   const m = record.metrics;
   const tail = `(${record.elapsedS.toFixed(1)} s, load ${record.loadavg1.toFixed(1)})`;
-  const errs = 'workerErrors' in m && m.workerErrors.socketErrors + m.workerErrors.unexpectedCloses > 0
-    ? ` socket errors ${m.workerErrors.socketErrors}, unexpected closes ${m.workerErrors.unexpectedCloses}: ${m.workerErrors.firstError ?? ''}`
-    : '';
+  const errs =
+    'workerErrors' in m && m.workerErrors.socketErrors + m.workerErrors.unexpectedCloses > 0
+      ? ` socket errors ${m.workerErrors.socketErrors}, unexpected closes ${m.workerErrors.unexpectedCloses}: ${m.workerErrors.firstError ?? ''}`
+      : '';
   switch (m.kind) {
     case 'throughput':
       return `${head} ${formatNumber(m.deliveredPerS)} msg/s delivered, lost ${formatNumber(m.lost)} (${m.lossPct.toFixed(2)}%), broker CPU ${m.brokerCpuPct.toFixed(0)}%, gen CPU ${m.generatorCpuPct.toFixed(0)}%${m.truncated ? ' TRUNCATED' : ''}${m.drained ? '' : ' NOT-DRAINED'} ${tail}${errs}`;
@@ -294,9 +305,16 @@ export function summarizeGroups(
         runs: good.length,
         failures: mine.length - good.length,
         medians: good.length === 0 ? null : Object.fromEntries(cols.map((c) => [c.key, median(values(c.key))])),
-        worst: good.length === 0 ? null : Object.fromEntries(cols.filter((c) => c.worst).map((c) => [c.key, Math.max(...values(c.key))])),
+        worst:
+          good.length === 0
+            ? null
+            : Object.fromEntries(cols.filter((c) => c.worst).map((c) => [c.key, Math.max(...values(c.key))])),
         flagged:
-          good.length === 0 ? null : Object.fromEntries(cols.filter((c) => c.flag).map((c) => [c.key, values(c.key).filter((v) => v === 1).length])),
+          good.length === 0
+            ? null
+            : Object.fromEntries(
+                cols.filter((c) => c.flag).map((c) => [c.key, values(c.key).filter((v) => v === 1).length]),
+              ),
         errors: [...new Set(mine.filter((r) => !r.ok).map((r) => r.error ?? 'unknown error'))],
         notes: [...new Set(mine.flatMap((r) => r.notes))],
       };
@@ -312,13 +330,22 @@ export function summarizeGroups(
 }
 
 /** One table per group (median of each column, worst columns, runs), its ratio lines and its notes. */
-export function renderGroups(summary: Partial<Record<string, GroupSummary>>, groups: readonly GroupSpec[], brokerLabel = 'broker'): string {
+export function renderGroups(
+  summary: Partial<Record<string, GroupSummary>>,
+  groups: readonly GroupSpec[],
+  brokerLabel = 'broker',
+): string {
   const parts: string[] = [];
   for (const group of groups) {
     const s = summary[group.key];
     if (s === undefined) continue;
     const cols = group.columns;
-    const header = [brokerLabel, ...cols.map((c) => c.label), ...cols.filter((c) => c.worst).map((c) => `worst ${c.label}`), 'runs'];
+    const header = [
+      brokerLabel,
+      ...cols.map((c) => c.label),
+      ...cols.filter((c) => c.worst).map((c) => `worst ${c.label}`),
+      'runs',
+    ];
     const rows: string[][] = [];
     const notes: string[] = [];
     for (const [broker, b] of Object.entries(s.brokers)) {
@@ -336,9 +363,11 @@ export function renderGroups(summary: Partial<Record<string, GroupSummary>>, gro
     parts.push(`\n== ${s.title} (median of ${attempts}) ==`);
     parts.push(table(header, rows));
     const ratioCols = cols.filter((c) => c.ratio);
-    const ratioLines = Object.entries(s.ratios).filter(() => ratioCols.length > 0).map(
-      ([pair, values]) => `${pair}: ` + ratioCols.map((c) => `${c.label} ${formatRatio(values[c.key])}`).join(', '),
-    );
+    const ratioLines = Object.entries(s.ratios)
+      .filter(() => ratioCols.length > 0)
+      .map(
+        ([pair, values]) => `${pair}: ` + ratioCols.map((c) => `${c.label} ${formatRatio(values[c.key])}`).join(', '),
+      );
     if (ratioLines.length > 0) parts.push(ratioLines.join('   |   '));
     if (notes.length > 0) parts.push(['notes:', ...notes].join('\n'));
   }

@@ -89,7 +89,9 @@ class Pingers {
   async start(port: number): Promise<void> {
     for (let k = 0; k < PINGERS; k++) {
       let arrived: () => void = () => undefined;
-      const socket = await client(port, `pinger-${k}`, (type) => (type === PacketType.publish || type === PacketType.suback ? arrived() : undefined));
+      const socket = await client(port, `pinger-${k}`, (type) =>
+        type === PacketType.publish || type === PacketType.suback ? arrived() : undefined,
+      );
       this.sockets.push(socket);
       const topic = `ping/${k}`;
       await new Promise<void>((resolve) => ((arrived = resolve), socket.write(encodeSubscribe(1, topic, 0))));
@@ -109,7 +111,10 @@ class Pingers {
 
   /** p50 and p99 of the round trips sent between `from` and `to`. */
   percentiles(from: number, to: number): { p50: number; p99: number } {
-    const ms = this.samples.filter((s) => s.at >= from && s.at <= to).map((s) => s.ms).sort((a, b) => a - b);
+    const ms = this.samples
+      .filter((s) => s.at >= from && s.at <= to)
+      .map((s) => s.ms)
+      .sort((a, b) => a - b);
     const at = (p: number): number => ms[Math.min(ms.length - 1, Math.floor(p * ms.length))] ?? NaN;
     return { p50: at(0.5), p99: at(0.99) };
   }
@@ -144,7 +149,12 @@ function retainedPublish(topic: string, payload: Buffer): Buffer {
 }
 
 async function runOne(broker: BrokerName, rep: number, tmpDir: string): Promise<Run> {
-  const b = await startBroker(broker, { rootDir, tmpDir, cpuProfDir: CPU_PROF, edgeferryBroker: `maxRetainedMessages: ${RETAINED * 2}, sysIntervalS: 0` });
+  const b = await startBroker(broker, {
+    rootDir,
+    tmpDir,
+    cpuProfDir: CPU_PROF,
+    edgeferryBroker: `maxRetainedMessages: ${RETAINED * 2}, sysIntervalS: 0`,
+  });
   const pingers = new Pingers();
   try {
     await preload(b.port);
@@ -219,7 +229,9 @@ async function main(): Promise<void> {
           process.stderr.write(`  ${broker} rep ${rep + 1}: ${JSON.stringify(run)}\n`);
           runs.push(run);
         } catch (err) {
-          process.stderr.write(`  ${broker} rep ${rep + 1} failed: ${err instanceof Error ? err.message : String(err)}\n`);
+          process.stderr.write(
+            `  ${broker} rep ${rep + 1} failed: ${err instanceof Error ? err.message : String(err)}\n`,
+          );
         }
       }
     }
@@ -249,11 +261,22 @@ async function main(): Promise<void> {
   ) as Partial<Record<BrokerName, Record<string, number>>>;
   const f = (n: number, digits = 2): string => (Number.isFinite(n) ? n.toFixed(digits) : 'n/a');
   const ref = summary.mosquitto as Record<string, number> | undefined;
-  const vsMosquitto = (s: Record<string, number>, key: string): string => (ref === undefined ? 'n/a' : `${f(s[key] / ref[key])}x`);
+  const vsMosquitto = (s: Record<string, number>, key: string): string =>
+    ref === undefined ? 'n/a' : `${f(s[key] / ref[key])}x`;
   process.stdout.write(
     `\nretained: ${RETAINED} retained messages, ${SUBSCRIBES} SUBSCRIBEs of ${FILTERS} filters matching none, then #; ${PINGERS} pingers; medians of ${REPS}\n` +
       table(
-        ['broker', 'idle p50/p99 ms', 'SUBACK ms', 'vs mosquitto', 'p99 during / idle', '# all delivered s', 'delivered', 'vs mosquitto', 'p99 during # / idle'],
+        [
+          'broker',
+          'idle p50/p99 ms',
+          'SUBACK ms',
+          'vs mosquitto',
+          'p99 during / idle',
+          '# all delivered s',
+          'delivered',
+          'vs mosquitto',
+          'p99 during # / idle',
+        ],
         BROKERS.map((broker) => {
           const s = summary[broker]!;
           return [

@@ -23,7 +23,14 @@ import {
   type BrokerName,
 } from './brokers.js';
 import { describeRun, renderSummary, summarize, type RunRecord } from './report.js';
-import { isScenarioName, runScenario, scenarioNames, scenarioTitles, type ScenarioName, type ScenarioOptions } from './scenarios.js';
+import {
+  isScenarioName,
+  runScenario,
+  scenarioNames,
+  scenarioTitles,
+  type ScenarioName,
+  type ScenarioOptions,
+} from './scenarios.js';
 import { LoadgenWorker } from './worker-pool.js';
 
 const usage = `Usage: npm run bench -- [options]
@@ -48,7 +55,10 @@ const scriptDir = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
 const rootDir = path.resolve(scriptDir, '../..');
 
 function list<T extends string>(value: string, valid: (v: string) => v is T, what: string): T[] {
-  const items = value.split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+  const items = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
   const bad = items.filter((s) => !valid(s));
   if (bad.length > 0) throw new Error(`unknown ${what}: ${bad.join(', ')}`);
   return items as T[];
@@ -140,13 +150,26 @@ async function rerunWithRaisedFdLimit(needed: number): Promise<boolean> {
   }
   const target = Math.min(hard, Math.max(needed, 65_536));
   const script = fileURLToPath(import.meta.url);
-  const child = spawn('/bin/sh', ['-c', `ulimit -n ${target} && exec "$0" "$@"`, process.execPath, ...process.execArgv, script, ...process.argv.slice(2)], {
-    stdio: 'inherit',
-    env: { ...process.env, [reexecMarker]: '1' },
-  });
+  const child = spawn(
+    '/bin/sh',
+    [
+      '-c',
+      `ulimit -n ${target} && exec "$0" "$@"`,
+      process.execPath,
+      ...process.execArgv,
+      script,
+      ...process.argv.slice(2),
+    ],
+    {
+      stdio: 'inherit',
+      env: { ...process.env, [reexecMarker]: '1' },
+    },
+  );
   // The terminal's Ctrl-C reaches the child too; it cleans up and exits, and we follow with its status.
   process.on('SIGINT', () => {});
-  const code = await new Promise<number>((resolve) => child.on('exit', (c, signal) => resolve(c ?? (signal === null ? 1 : 130))));
+  const code = await new Promise<number>((resolve) =>
+    child.on('exit', (c, signal) => resolve(c ?? (signal === null ? 1 : 130))),
+  );
   process.exit(code);
 }
 
@@ -158,7 +181,8 @@ async function main(): Promise<void> {
     process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n\n${usage}\n`);
     process.exit(2);
   }
-  if (options.scenarios.includes('idle-rss') && (await rerunWithRaisedFdLimit(options.scenario.idleConnections + 1024))) return;
+  if (options.scenarios.includes('idle-rss') && (await rerunWithRaisedFdLimit(options.scenario.idleConnections + 1024)))
+    return;
   const { brokers, scenarios, reps } = options;
   const tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-bench-'));
   const workers = Array.from({ length: 4 }, (_, i) => new LoadgenWorker(path.join(scriptDir, 'loadgen.js'), i));
@@ -170,10 +194,16 @@ async function main(): Promise<void> {
   exitOnSignals(cleanup, 'stopping brokers and load generators');
 
   const startedAt = new Date();
-  const titles = Object.fromEntries(scenarioNames.map((s) => [s, scenarioTitles[s](options.scenario)])) as Record<ScenarioName, string>;
+  const titles = Object.fromEntries(scenarioNames.map((s) => [s, scenarioTitles[s](options.scenario)])) as Record<
+    ScenarioName,
+    string
+  >;
   process.stdout.write(
     `edgeferry bench: brokers ${brokers.join(', ')}; scenarios ${scenarios.join(', ')}; ${reps} repetition(s)` +
-      `${options.quick ? ' (quick)' : ''}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}\n`,
+      `${options.quick ? ' (quick)' : ''}; load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')}\n`,
   );
 
   const records: RunRecord[] = [];
@@ -237,21 +267,32 @@ async function main(): Promise<void> {
   const summary = summarize(records, scenarios, brokers, titles);
   process.stdout.write(renderSummary(summary) + '\n');
   const finishedAt = new Date();
-  const aedesPackage = JSON.parse(fs.readFileSync(path.join(rootDir, 'node_modules/aedes/package.json'), 'utf8')) as { version: string };
+  const aedesPackage = JSON.parse(fs.readFileSync(path.join(rootDir, 'node_modules/aedes/package.json'), 'utf8')) as {
+    version: string;
+  };
   const json = {
     startedAt: startedAt.toISOString(),
     finishedAt: finishedAt.toISOString(),
     elapsedS: (finishedAt.getTime() - startedAt.getTime()) / 1000,
-    machine: { ...machineInfo(), mosquitto: mosquittoVersion(), aedes: aedesPackage.version, loadavgAtEnd: os.loadavg() },
+    machine: {
+      ...machineInfo(),
+      mosquitto: mosquittoVersion(),
+      aedes: aedesPackage.version,
+      loadavgAtEnd: os.loadavg(),
+    },
     options: { brokers, scenarios, reps, rssReps: options.rssReps, ...options.scenario, quick: options.quick },
     summary,
     runs: records,
   };
   fs.mkdirSync(path.dirname(options.out), { recursive: true });
   fs.writeFileSync(options.out, JSON.stringify(json, null, 2) + '\n');
-  process.stdout.write(`\nJSON summary: ${path.relative(process.cwd(), options.out)}; took ${json.elapsedS.toFixed(0)} s\n`);
+  process.stdout.write(
+    `\nJSON summary: ${path.relative(process.cwd(), options.out)}; took ${json.elapsedS.toFixed(0)} s\n`,
+  );
   if (options.cpuProfDir !== undefined) {
-    process.stdout.write(`CPU profiles (one per broker process, open in Chrome DevTools): ${path.relative(process.cwd(), options.cpuProfDir)}/\n`);
+    process.stdout.write(
+      `CPU profiles (one per broker process, open in Chrome DevTools): ${path.relative(process.cwd(), options.cpuProfDir)}/\n`,
+    );
   }
   cleanup();
 }

@@ -5,7 +5,16 @@ import { readCpuS, readRssKb, type RunningBroker } from './brokers.js';
 import type { CollectResult, Endpoint, ErrorReport, IdleResult, PublishMode, PublishResult } from './loadgen.js';
 import type { LoadgenWorker } from './worker-pool.js';
 
-export const scenarioNames = ['qos0-fanin', 'qos1-fanin', 'qos0-fanout', 'latency-qos0', 'latency-qos1', 'qos0-overload', 'qos1-overload', 'idle-rss'] as const;
+export const scenarioNames = [
+  'qos0-fanin',
+  'qos1-fanin',
+  'qos0-fanout',
+  'latency-qos0',
+  'latency-qos1',
+  'qos0-overload',
+  'qos1-overload',
+  'idle-rss',
+] as const;
 export type ScenarioName = (typeof scenarioNames)[number];
 
 export function isScenarioName(value: string): value is ScenarioName {
@@ -168,9 +177,19 @@ async function runFlow(ctx: ScenarioContext, spec: FlowSpec): Promise<FlowResult
         }),
       ),
     );
-    const pubs = place(spec.pubWorkers, spec.publishers, (i) => ({ clientId: `${runTag}-p${i}`, topic: `bench/p${i}` }));
+    const pubs = place(spec.pubWorkers, spec.publishers, (i) => ({
+      clientId: `${runTag}-p${i}`,
+      topic: `bench/p${i}`,
+    }));
     await Promise.all(
-      pubs.map((p) => p.worker.call('pubConnect', { port: broker.port, clients: p.clients, qos: spec.qos, payloadBytes: ctx.options.payloadBytes })),
+      pubs.map((p) =>
+        p.worker.call('pubConnect', {
+          port: broker.port,
+          clients: p.clients,
+          qos: spec.qos,
+          payloadBytes: ctx.options.payloadBytes,
+        }),
+      ),
     );
     const workerPids = workers.map((w) => w.pid);
     const cpu0 = readCpuS(broker.pid);
@@ -183,7 +202,12 @@ async function runFlow(ctx: ScenarioContext, spec: FlowSpec): Promise<FlowResult
     const deadlineMs = Math.max(10_000, 3 * spec.mode.durationMs);
     const sub = await Promise.all(
       subs.map((p) =>
-        p.worker.call<CollectResult, 'collect'>('collect', { expected: sent * p.clients.length, quietMs: 500, deadlineMs, cutoffNs }),
+        p.worker.call<CollectResult, 'collect'>('collect', {
+          expected: sent * p.clients.length,
+          quietMs: 500,
+          deadlineMs,
+          cutoffNs,
+        }),
       ),
     );
     const wallS = Number(process.hrtime.bigint() - wall0) / 1e9;
@@ -191,7 +215,16 @@ async function runFlow(ctx: ScenarioContext, spec: FlowSpec): Promise<FlowResult
     const generatorCpuS = cpuSum(workerPids) - gen0;
     const brokerRssAfterKb = readRssKb(broker.pid);
     const subscriberCount = subs.reduce((sum, p) => sum + p.clients.length, 0);
-    return { pub, sub, subscriberCount, wallS, brokerCpuS, generatorCpuS, workerErrors: await closeAll(workers), brokerRssAfterKb };
+    return {
+      pub,
+      sub,
+      subscriberCount,
+      wallS,
+      brokerCpuS,
+      generatorCpuS,
+      workerErrors: await closeAll(workers),
+      brokerRssAfterKb,
+    };
   } catch (err) {
     await closeAll(workers).catch((closeErr: unknown) => {
       throw new Error(`${String(err)}; closing the load generators failed too: ${String(closeErr)}`, { cause: err });
@@ -200,7 +233,12 @@ async function runFlow(ctx: ScenarioContext, spec: FlowSpec): Promise<FlowResult
   }
 }
 
-async function throughput(ctx: ScenarioContext, qos: 0 | 1, publishers: number, subscribers: number): Promise<ThroughputMetrics> {
+async function throughput(
+  ctx: ScenarioContext,
+  qos: 0 | 1,
+  publishers: number,
+  subscribers: number,
+): Promise<ThroughputMetrics> {
   const [w0] = ctx.workers;
   const durationMs = ctx.options.durationMs;
   // About 20,000 (fan-in) or 50,000 (fan-out) deliveries outstanding: enough that the broker never waits
@@ -220,7 +258,10 @@ async function throughput(ctx: ScenarioContext, qos: 0 | 1, publishers: number, 
   });
   const sent = flow.pub.reduce((sum, r) => sum + r.sent, 0);
   const delivered = flow.sub.reduce((sum, r) => sum + r.delivered, 0);
-  const startNs = flow.pub.reduce((min, r) => (BigInt(r.startNs) < min ? BigInt(r.startNs) : min), BigInt(flow.pub[0].startNs));
+  const startNs = flow.pub.reduce(
+    (min, r) => (BigInt(r.startNs) < min ? BigInt(r.startNs) : min),
+    BigInt(flow.pub[0].startNs),
+  );
   const lastNs = flow.sub.reduce((max, r) => (BigInt(r.lastNs) > max ? BigInt(r.lastNs) : max), 0n);
   const spanS = Number(lastNs - startNs) / 1e9;
   const expected = sent * flow.subscriberCount;
@@ -297,7 +338,10 @@ async function overload(ctx: ScenarioContext, qos: 0 | 1): Promise<OverloadMetri
       qos,
       publishers: 10,
       subscribers: 1,
-      mode: qos === 0 ? { type: 'flood', durationMs, backlogMessages: 0, stamp: true } : { type: 'window', durationMs, window: 16, stamp: true },
+      mode:
+        qos === 0
+          ? { type: 'flood', durationMs, backlogMessages: 0, stamp: true }
+          : { type: 'window', durationMs, window: 16, stamp: true },
       latency: true,
       warmupSeq: 0,
       // The subscriber in a process of its own: the publishers' loop must not slow the delivery side down.
@@ -411,15 +455,18 @@ function latencyTitle(o: ScenarioOptions, qos: 0 | 1): string {
 }
 
 export const scenarioTitles: Record<ScenarioName, (o: ScenarioOptions) => string> = {
-  'qos0-fanin': (o) => `QoS 0 fan-in: 10 publishers -> 1 subscriber on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
+  'qos0-fanin': (o) =>
+    `QoS 0 fan-in: 10 publishers -> 1 subscriber on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
   'qos1-fanin': (o) =>
     `QoS 1 fan-in: 10 publishers (16 in flight each) -> 1 QoS 1 subscriber on bench/#, ${o.payloadBytes} B, ${o.durationMs / 1000} s`,
-  'qos0-fanout': (o) => `QoS 0 fan-out: 1 publisher -> 50 subscribers on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
+  'qos0-fanout': (o) =>
+    `QoS 0 fan-out: 1 publisher -> 50 subscribers on bench/#, ${o.payloadBytes} B payloads, ${o.durationMs / 1000} s flood`,
   'latency-qos0': (o) => latencyTitle(o, 0),
   'latency-qos1': (o) => latencyTitle(o, 1),
   'qos0-overload': (o) =>
     `QoS 0 overload: 10 publishers as fast as the broker reads -> 1 subscriber, ${o.payloadBytes} B, ${o.durationMs / 1000} s (accepted = written)`,
   'qos1-overload': (o) =>
     `QoS 1 overload: 10 publishers (16 in flight each, not waiting for the subscriber) -> 1 QoS 1 subscriber, ${o.payloadBytes} B, ${o.durationMs / 1000} s`,
-  'idle-rss': (o) => `RSS per idle connection: ${o.idleConnections} MQTT 3.1.1 connections, keepalive 0, no subscriptions`,
+  'idle-rss': (o) =>
+    `RSS per idle connection: ${o.idleConnections} MQTT 3.1.1 connections, keepalive 0, no subscriptions`,
 };

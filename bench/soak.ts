@@ -32,7 +32,16 @@ import type { ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { connect, type MqttClient } from 'mqtt';
 import { startFaultProxy, type FaultProxy } from '../test/helpers/fault-proxy.js';
-import { GATEWAY_NODE_FLAGS, freePort, killAllBrokers, launchUntilReady, readRssKb, startBroker, type LaunchedProcess, type RunningBroker } from './brokers.js';
+import {
+  GATEWAY_NODE_FLAGS,
+  freePort,
+  killAllBrokers,
+  launchUntilReady,
+  readRssKb,
+  startBroker,
+  type LaunchedProcess,
+  type RunningBroker,
+} from './brokers.js';
 import { parseOrExit, positiveInt, rootDir, runMain, scratchDir } from './harness.js';
 import { encodePublish, PacketType, publishPayloadOffset, type PacketHandler } from './mqtt-wire.js';
 import { openConnection, sleep, waitUntil, type Connection } from './qos1-load.js';
@@ -49,7 +58,7 @@ const usage = [
   '  --kill-every N      SIGKILL the gateway during every Nth outage (0: never), default 4',
   '  --warmup-cycles N   cycles before the data file and RSS baselines are taken (best with the first SIGKILL',
   '                      among them: a restart leaves the file a little larger once), default 4',
-  '  --out FILE          JSON summary (every cycle\'s sample and the checks)',
+  "  --out FILE          JSON summary (every cycle's sample and the checks)",
   '  -h, --help',
 ].join('\n');
 
@@ -67,7 +76,8 @@ interface Options {
 
 function parseDuration(text: string): number {
   const m = /^(\d+)(h|m|s)?$/.exec(text.trim());
-  if (m === null || Number(m[1]) <= 0) throw new Error(`--duration must be a positive number of seconds or like 24h, 90m, 600s; got ${text}`);
+  if (m === null || Number(m[1]) <= 0)
+    throw new Error(`--duration must be a positive number of seconds or like 24h, 90m, 600s; got ${text}`);
   return Number(m[1]) * (m[2] === 'h' ? 3600 : m[2] === 'm' ? 60 : 1);
 }
 
@@ -262,7 +272,17 @@ class SoakGateway {
       this.partialLine = lines.pop() ?? '';
       for (const line of lines) if (/"level":(5|6)0\b/.test(line)) this.errors.push(line.slice(0, 500));
     };
-    this.process = await launchUntilReady({ name: 'edgeferry', file: process.execPath, args, dir: this.dir, port: this.port, live, pollMs: 50, probePrefix: 'soak-probe-', onOutput });
+    this.process = await launchUntilReady({
+      name: 'edgeferry',
+      file: process.execPath,
+      args,
+      dir: this.dir,
+      port: this.port,
+      live,
+      pollMs: 50,
+      probePrefix: 'soak-probe-',
+      onOutput,
+    });
   }
 
   async kill(): Promise<void> {
@@ -278,7 +298,8 @@ class SoakGateway {
     const out = new Map<string, number>();
     try {
       const text = await (await fetch(`http://127.0.0.1:${this.metricsPort}/metrics`)).text();
-      for (const m of text.matchAll(/^edgeferry_bridge_backlog_messages\{bridge="([^"]+)"\} (\S+)$/gm)) out.set(m[1], Number(m[2]));
+      for (const m of text.matchAll(/^edgeferry_bridge_backlog_messages\{bridge="([^"]+)"\} (\S+)$/gm))
+        out.set(m[1], Number(m[2]));
     } catch {
       // restarting: no figures
     }
@@ -289,7 +310,11 @@ class SoakGateway {
 /** The upstream subscriber (MQTT.js; its connection is never cut). */
 function subscriber(port: number): Promise<MqttClient> {
   return new Promise((resolve, reject) => {
-    const c = connect(`mqtt://127.0.0.1:${port}`, { clientId: 'soak-subscriber', protocolVersion: 5, connectTimeout: 5000 });
+    const c = connect(`mqtt://127.0.0.1:${port}`, {
+      clientId: 'soak-subscriber',
+      protocolVersion: 5,
+      connectTimeout: 5000,
+    });
     c.once('connect', () => resolve(c));
     c.once('error', reject);
   });
@@ -384,7 +409,8 @@ class Publisher {
           void this.connect();
         });
         this.conn = conn;
-        if (this.unacked.size > 0) conn.sock.write(Buffer.concat([...this.unacked.values()].map((seq) => this.packet(seq, true))));
+        if (this.unacked.size > 0)
+          conn.sock.write(Buffer.concat([...this.unacked.values()].map((seq) => this.packet(seq, true))));
         return;
       } catch {
         await sleep(200); // the gateway is restarting
@@ -405,7 +431,8 @@ interface Rig {
 }
 
 /** b2 (with two bridges or more) lags: its link stays cut through every even cycle but the last, whose backlog must drain before the end. */
-const lagsIn = (rig: Rig, index: number, cycle: number): boolean => index === 1 && cycle % 2 === 0 && cycle < rig.cycles;
+const lagsIn = (rig: Rig, index: number, cycle: number): boolean =>
+  index === 1 && cycle % 2 === 0 && cycle < rig.cycles;
 
 /**
  * One cycle: the outage (open connections reset, new ones refused; with a SIGKILL and a restart in its middle),
@@ -439,7 +466,8 @@ async function runCycle(rig: Rig, cycle: number): Promise<Sample | undefined> {
   });
   const drainS = await drainTimes(rig, lagging, cycleEndMs - performance.now());
   uplinks.forEach(({ name }, i) => {
-    if (!lagging[i] && drainS[i] === undefined) rig.problems.push(`cycle ${cycle}: ${name}'s backlog did not drain before the next outage`);
+    if (!lagging[i] && drainS[i] === undefined)
+      rig.problems.push(`cycle ${cycle}: ${name}'s backlog did not drain before the next outage`);
   });
   await sleep(cycleEndMs - performance.now());
   const backlogs = await gw.backlogs();
@@ -502,8 +530,14 @@ function check(rig: Rig, samples: readonly Sample[], heldBack: number): number[]
   const { opts, uplinks, published, gw, problems } = rig;
   const missingCounts = uplinks.map(({ name, arrivals }) => {
     const missing = published.missingFrom(arrivals);
-    if (missing.length > 0) problems.push(`${name}: ${missing.length} acknowledged message(s) never arrived upstream, first ${missing.slice(0, 5).join(', ')}`);
-    if (arrivals.outOfOrder > 0) problems.push(`${name}: ${arrivals.outOfOrder} message(s) arrived out of order: ${arrivals.outOfOrderExamples.join('; ')}`);
+    if (missing.length > 0)
+      problems.push(
+        `${name}: ${missing.length} acknowledged message(s) never arrived upstream, first ${missing.slice(0, 5).join(', ')}`,
+      );
+    if (arrivals.outOfOrder > 0)
+      problems.push(
+        `${name}: ${arrivals.outOfOrder} message(s) arrived out of order: ${arrivals.outOfOrderExamples.join('; ')}`,
+      );
     return missing.length;
   });
   if (gw.errors.length > 0) problems.push(`the gateway logged ${gw.errors.length} error(s), first: ${gw.errors[0]}`);
@@ -515,9 +549,14 @@ function check(rig: Rig, samples: readonly Sample[], heldBack: number): number[]
   } else {
     // A quarter, and 1 MB for small files: LMDB grows in pages, and a restart can leave a few unused.
     if (last.dataFileMb > warm.dataFileMb * 1.25 + 1) {
-      problems.push(`the data file grew after the warm-up from ${warm.dataFileMb.toFixed(1)} to ${last.dataFileMb.toFixed(1)} MB`);
+      problems.push(
+        `the data file grew after the warm-up from ${warm.dataFileMb.toFixed(1)} to ${last.dataFileMb.toFixed(1)} MB`,
+      );
     }
-    if (last.rssMb > warm.rssMb * 2) problems.push(`the gateway's RSS grew after the warm-up from ${warm.rssMb.toFixed(0)} to ${last.rssMb.toFixed(0)} MB`);
+    if (last.rssMb > warm.rssMb * 2)
+      problems.push(
+        `the gateway's RSS grew after the warm-up from ${warm.rssMb.toFixed(0)} to ${last.rssMb.toFixed(0)} MB`,
+      );
   }
   return missingCounts;
 }
@@ -529,7 +568,11 @@ async function main(): Promise<void> {
     // The upstream's Receive Maximum (Mosquitto's max_inflight_messages, 20 by default) bounds a replay to 20
     // messages per round trip; through this rig's proxy on a loaded machine that is barely above the live rate,
     // and the soak tests what the gateway keeps, not the upstream's flow control.
-    const upstream: RunningBroker = await startBroker('mosquitto-unlimited', { tmpDir, rootDir, mosquittoLines: ['max_inflight_messages 200'] });
+    const upstream: RunningBroker = await startBroker('mosquitto-unlimited', {
+      tmpDir,
+      rootDir,
+      mosquittoLines: ['max_inflight_messages 200'],
+    });
     // One proxy per bridge: b2's link is cut while the others forward.
     const uplinks: Uplink[] = [];
     for (let i = 1; i <= opts.bridges; i++) {
@@ -542,8 +585,13 @@ async function main(): Promise<void> {
     const arrivalsOf = new Map(uplinks.map(({ name, arrivals }) => [name, arrivals]));
     const sub = await subscriber(upstream.port);
     // The remote topic is `<bridge>/soak/data`; only those are subscribed.
-    sub.on('message', (topic, payload) => arrivalsOf.get(topic.slice(0, topic.indexOf('/')))?.arrive(payload.readUInt32BE(0)));
-    await sub.subscribeAsync(uplinks.map(({ name }) => `${name}/${topicPrefix}#`), { qos: 1 });
+    sub.on('message', (topic, payload) =>
+      arrivalsOf.get(topic.slice(0, topic.indexOf('/')))?.arrive(payload.readUInt32BE(0)),
+    );
+    await sub.subscribeAsync(
+      uplinks.map(({ name }) => `${name}/${topicPrefix}#`),
+      { qos: 1 },
+    );
     const publisher = new Publisher(gw.port, published, opts);
     await publisher.start();
     const cycles = Math.max(1, Math.floor(opts.durationS / opts.cycleS));
@@ -580,10 +628,20 @@ async function main(): Promise<void> {
       missing: missing[i],
     }));
     if (opts.out !== undefined) {
-      fs.writeFileSync(opts.out, JSON.stringify({ options: opts, ...totals, bridges, samples, problems: rig.problems }, null, 2) + '\n');
+      fs.writeFileSync(
+        opts.out,
+        JSON.stringify({ options: opts, ...totals, bridges, samples, problems: rig.problems }, null, 2) + '\n',
+      );
     }
-    process.stdout.write(`${Object.entries(totals).map(([k, v]) => `${k} ${v}`).join(', ')}\n`);
-    for (const b of bridges) process.stdout.write(`${b.name}: arrived ${b.arrived}, duplicates ${b.duplicates}, out of order ${b.outOfOrder}, missing ${b.missing}\n`);
+    process.stdout.write(
+      `${Object.entries(totals)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}\n`,
+    );
+    for (const b of bridges)
+      process.stdout.write(
+        `${b.name}: arrived ${b.arrived}, duplicates ${b.duplicates}, out of order ${b.outOfOrder}, missing ${b.missing}\n`,
+      );
     await sub.endAsync();
     await gw.stop();
     await upstream.stop();

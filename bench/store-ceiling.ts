@@ -47,7 +47,9 @@ async function main(): Promise<void> {
   const opts = parseOrExit(usage, parse);
   const { tmpDir, cleanup } = scratchDir('edgeferry-store-bench-', () => undefined, 'store bench interrupted');
   try {
-    process.stdout.write(`store ceiling: ${opts.inFlight} writes in flight, ${formatNumber(opts.messages)} x 64 B, sync ${opts.sync}, ${opts.reps} rep(s)\n`);
+    process.stdout.write(
+      `store ceiling: ${opts.inFlight} writes in flight, ${formatNumber(opts.messages)} x 64 B, sync ${opts.sync}, ${opts.reps} rep(s)\n`,
+    );
     const rates = new Map<StoreTarget, number[]>(storeTargets.map((k) => [k, []]));
     for (let rep = 1; rep <= opts.reps; rep++) {
       for (const kind of storeTargets) {

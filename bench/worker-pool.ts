@@ -14,7 +14,10 @@ export class LoadgenWorker {
   private readonly pending = new Map<number, { resolve: (value: unknown) => void; reject: (err: Error) => void }>();
   private exitReason: string | null = null;
 
-  constructor(script: string, readonly index: number) {
+  constructor(
+    script: string,
+    readonly index: number,
+  ) {
     this.child = fork(script, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     this.child.on('message', (message: LoadgenResponse) => {
       const call = this.pending.get(message.id);
@@ -34,7 +37,11 @@ export class LoadgenWorker {
     return this.child.pid ?? -1;
   }
 
-  call<R, K extends LoadgenRequest['op'] = LoadgenRequest['op']>(op: K, args: ArgsOf<K>, timeoutMs = defaultCallTimeoutMs): Promise<R> {
+  call<R, K extends LoadgenRequest['op'] = LoadgenRequest['op']>(
+    op: K,
+    args: ArgsOf<K>,
+    timeoutMs = defaultCallTimeoutMs,
+  ): Promise<R> {
     if (this.exitReason !== null) return Promise.reject(new Error(this.exitReason));
     const id = this.nextId++;
     return new Promise<R>((resolve, reject) => {

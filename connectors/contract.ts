@@ -11,12 +11,34 @@ export { ConnectorError };
 
 /** Sparkplug B datatypes a tag may declare (Sparkplug 3.0 §6.4.16). */
 export type TagDatatype =
-  | 'Int8' | 'Int16' | 'Int32' | 'Int64'
-  | 'UInt8' | 'UInt16' | 'UInt32' | 'UInt64'
-  | 'Float' | 'Double' | 'Boolean' | 'String' | 'DateTime' | 'Text' | 'Bytes'
-  | 'Int8Array' | 'Int16Array' | 'Int32Array' | 'Int64Array'
-  | 'UInt8Array' | 'UInt16Array' | 'UInt32Array' | 'UInt64Array'
-  | 'FloatArray' | 'DoubleArray' | 'BooleanArray' | 'StringArray' | 'DateTimeArray';
+  | 'Int8'
+  | 'Int16'
+  | 'Int32'
+  | 'Int64'
+  | 'UInt8'
+  | 'UInt16'
+  | 'UInt32'
+  | 'UInt64'
+  | 'Float'
+  | 'Double'
+  | 'Boolean'
+  | 'String'
+  | 'DateTime'
+  | 'Text'
+  | 'Bytes'
+  | 'Int8Array'
+  | 'Int16Array'
+  | 'Int32Array'
+  | 'Int64Array'
+  | 'UInt8Array'
+  | 'UInt16Array'
+  | 'UInt32Array'
+  | 'UInt64Array'
+  | 'FloatArray'
+  | 'DoubleArray'
+  | 'BooleanArray'
+  | 'StringArray'
+  | 'DateTimeArray';
 
 /** 64-bit integers travel as bigint so no precision is lost; DateTime as epoch milliseconds. */
 export type TagValue = number | bigint | boolean | string | Buffer | readonly (number | bigint | boolean | string)[];
@@ -26,7 +48,8 @@ export interface DatatypeSpec {
   /** Sparkplug 3.0 DataType enum value (§6.4.16). */
   readonly code: number;
   /** The Sparkplug Metric field its value travels in; arrays travel packed in `bytesValue` (§6.4.17). */
-  readonly field: 'intValue' | 'longValue' | 'floatValue' | 'doubleValue' | 'booleanValue' | 'stringValue' | 'bytesValue';
+  readonly field:
+    'intValue' | 'longValue' | 'floatValue' | 'doubleValue' | 'booleanValue' | 'stringValue' | 'bytesValue';
   /** Integers: the inclusive range of its values. */
   readonly range?: readonly [bigint, bigint];
   /** A new empty value: what a tag shows when its device gives a bad status and no value. */

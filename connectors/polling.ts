@@ -12,7 +12,12 @@ export class DeadlineError extends Error {
 }
 
 /** Rejects with a DeadlineError when `promise` has not settled after `deadlineMs`; `onTimeout` cleans up. */
-export function withDeadline<T>(promise: Promise<T>, deadlineMs: number, what: string, onTimeout?: () => void): Promise<T> {
+export function withDeadline<T>(
+  promise: Promise<T>,
+  deadlineMs: number,
+  what: string,
+  onTimeout?: () => void,
+): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     const timer = setTimeout(() => {
       onTimeout?.();
@@ -77,7 +82,12 @@ export class PollLoop {
   }
 
   get stats(): PollStats {
-    return { cycles: this.cycles, overruns: this.overruns, lastDurationMs: this.lastDurationMs, maxDurationMs: this.maxDurationMs };
+    return {
+      cycles: this.cycles,
+      overruns: this.overruns,
+      lastDurationMs: this.lastDurationMs,
+      maxDurationMs: this.maxDurationMs,
+    };
   }
 
   /** The `p`-quantile (0..1) of the recent cycle durations in ms. */

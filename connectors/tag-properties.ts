@@ -28,7 +28,8 @@ export function checkTagProperties(
   issue: (key: keyof PropertyKeys, message: string) => void,
 ): void {
   if (!numeric) {
-    for (const key of ['engLow', 'engHigh'] as const) if (tag[key] !== undefined) issue(key, 'a range applies to numeric tags only');
+    for (const key of ['engLow', 'engHigh'] as const)
+      if (tag[key] !== undefined) issue(key, 'a range applies to numeric tags only');
     return;
   }
   if (tag.engLow !== undefined && tag.engHigh !== undefined && !(tag.engLow < tag.engHigh)) {

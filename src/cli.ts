@@ -160,7 +160,9 @@ async function main(): Promise<void> {
       return;
     }
     for (const { path, message } of warnings) process.stderr.write(`edgeferry: warning: ${path}: ${message}\n`);
-    process.stdout.write(`config OK: ${file}${warnings.length > 0 ? ` (${warnings.length} warning${warnings.length === 1 ? '' : 's'})` : ''}\n`);
+    process.stdout.write(
+      `config OK: ${file}${warnings.length > 0 ? ` (${warnings.length} warning${warnings.length === 1 ? '' : 's'})` : ''}\n`,
+    );
     return;
   }
 
@@ -275,7 +277,12 @@ async function resetStore(path: string, log: RootLogger): Promise<void> {
     renameSync(path, aside);
   } catch (err) {
     const what = `--reset-store cannot move it aside (${asError(err).message})`;
-    throw accessError(path, what, err) ?? new StoreError('EF_STORE_OPEN', `--reset-store cannot move ${path} aside: ${asError(err).message}`, { cause: err });
+    throw (
+      accessError(path, what, err) ??
+      new StoreError('EF_STORE_OPEN', `--reset-store cannot move ${path} aside: ${asError(err).message}`, {
+        cause: err,
+      })
+    );
   }
   log.warn({ storePath: path, movedTo: aside }, 'store reset: the old data directory was moved aside');
 }

@@ -20,7 +20,10 @@ export function readConfiguredFile(path: string, key: string): string {
   try {
     return readFileSync(path, 'utf8');
   } catch (err) {
-    throw new ConfigError(path, [{ path: key, message: `cannot read the file: ${asError(err).message}` }], { cause: err, code: 'EF_CONFIG_UNREADABLE' });
+    throw new ConfigError(path, [{ path: key, message: `cannot read the file: ${asError(err).message}` }], {
+      cause: err,
+      code: 'EF_CONFIG_UNREADABLE',
+    });
   }
 }
 
@@ -35,7 +38,11 @@ export function httpTls(metrics: MetricsConfig): HttpTls | undefined {
   try {
     createSecureContext(pair);
   } catch (err) {
-    throw new ConfigError(certFile, [{ path: 'metrics.tls', message: `the certificate and key do not load: ${asError(err).message}` }], { cause: err });
+    throw new ConfigError(
+      certFile,
+      [{ path: 'metrics.tls', message: `the certificate and key do not load: ${asError(err).message}` }],
+      { cause: err },
+    );
   }
   return pair;
 }
@@ -51,7 +58,9 @@ export function usersWithoutPassword(config: Config, passwords: PasswordFile): C
     ['metrics.auth.users', config.metrics?.auth?.users],
   ];
   return listed.flatMap(([path, users]) =>
-    (users ?? []).filter((user) => !passwords.has(user)).map((user) => ({ path, message: `user "${user}" is not in auth.passwordFile: it cannot log in` })),
+    (users ?? [])
+      .filter((user) => !passwords.has(user))
+      .map((user) => ({ path, message: `user "${user}" is not in auth.passwordFile: it cannot log in` })),
   );
 }
 
@@ -71,7 +80,13 @@ export function checkConfiguredFiles(config: Config, configFile: string): Config
       else problems.push({ path: key, message: asError(err).message });
     }
   };
-  collect(() => loadFileAuth(config.auth, (path) => readConfiguredFile(path, path === config.auth.aclFile ? 'auth.aclFile' : 'auth.passwordFile')), 'auth');
+  collect(
+    () =>
+      loadFileAuth(config.auth, (path) =>
+        readConfiguredFile(path, path === config.auth.aclFile ? 'auth.aclFile' : 'auth.passwordFile'),
+      ),
+    'auth',
+  );
   config.listeners.forEach((listener, i) => {
     if (listener.tls !== undefined) collect(() => loadTls(listener), `listeners.${i}.tls`);
   });
@@ -84,7 +99,10 @@ export function checkConfiguredFiles(config: Config, configFile: string): Config
   if (problems.length > 0) throw new ConfigError(configFile, problems);
 
   const warnings: ConfigProblem[] = [];
-  if (config.auth.passwordFile !== undefined) warnings.push(...usersWithoutPassword(config, PasswordFile.parse(readFileSync(config.auth.passwordFile, 'utf8')).file));
+  if (config.auth.passwordFile !== undefined)
+    warnings.push(
+      ...usersWithoutPassword(config, PasswordFile.parse(readFileSync(config.auth.passwordFile, 'utf8')).file),
+    );
   config.bridges.forEach(({ remote }, i) => {
     const tls = remote.tls;
     if (tls === undefined) return;
@@ -92,7 +110,10 @@ export function checkConfiguredFiles(config: Config, configFile: string): Config
       const read = (file: string | undefined) => (file === undefined ? undefined : readFileSync(file));
       createSecureContext({ ca: read(tls.caFile), cert: read(tls.certFile), key: read(tls.keyFile) });
     } catch (err) {
-      warnings.push({ path: `bridges.${i}.remote.tls`, message: `the TLS files do not load, the bridge cannot connect: ${asError(err).message}` });
+      warnings.push({
+        path: `bridges.${i}.remote.tls`,
+        message: `the TLS files do not load, the bridge cannot connect: ${asError(err).message}`,
+      });
     }
   });
   return warnings;
@@ -101,6 +122,7 @@ export function checkConfiguredFiles(config: Config, configFile: string): Config
 /** The bearer token of `metrics.auth.tokenFile`: its one line, which must not be empty. */
 export function metricsToken(tokenFile: string): string {
   const token = readConfiguredFile(tokenFile, 'metrics.auth.tokenFile').replace(/\r?\n$/, '');
-  if (token === '') throw new ConfigError(tokenFile, [{ path: 'metrics.auth.tokenFile', message: 'the token file is empty' }]);
+  if (token === '')
+    throw new ConfigError(tokenFile, [{ path: 'metrics.auth.tokenFile', message: 'the token file is empty' }]);
   return token;
 }

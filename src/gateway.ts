@@ -117,7 +117,10 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   // One registry for the gateway's life: connectors added on reload share links (a Modbus bus) with the others.
   const connectorRegistry = createConnectorRegistry();
   const makeConnector = (c: ConnectorConfig): Connector =>
-    connectorRegistry.create(c, { log: log.child({ mod: 'connector', connector: c.id }), dataDir: initial.storage.path });
+    connectorRegistry.create(c, {
+      log: log.child({ mod: 'connector', connector: c.id }),
+      dataDir: initial.storage.path,
+    });
   // The uplink's backlog, a node metric: read once the node is born, after the bridges below exist.
   const uplinkBacklog = () => {
     const uplink = bridges.find((bridge) => bridge.name === config.sparkplug?.uplink);
@@ -191,7 +194,12 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
 
   const bridgeStats = () => new Map(bridges.map((bridge) => [bridge.name, bridge.stats]));
   const readiness = (askedForDevices: boolean) =>
-    readinessProblems(store, bridges, server, askedForDevices || config.metrics?.readyRequiresDevices ? (edgeNode?.deviceList ?? []) : []);
+    readinessProblems(
+      store,
+      bridges,
+      server,
+      askedForDevices || config.metrics?.readyRequiresDevices ? (edgeNode?.deviceList ?? []) : [],
+    );
   let metrics: MetricsServer | undefined;
   let webConsole: WebConsole | undefined;
   if (config.metrics) {
@@ -242,7 +250,11 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
           storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
           storeMaxBytes: config.storage.maxBytes,
           readiness: () => readiness(false),
-          bridges: () => bridges.map((bridge) => ({ bridge, urls: config.bridges.find((bc) => bc.name === bridge.name)?.remote.urls ?? [] })),
+          bridges: () =>
+            bridges.map((bridge) => ({
+              bridge,
+              urls: config.bridges.find((bc) => bc.name === bridge.name)?.remote.urls ?? [],
+            })),
           edgeNode,
           disconnectClient: (clientId, why) => server.disconnectClient(clientId, why),
           deleteSession: (clientId) => {
@@ -303,7 +315,10 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       if (plan.reloadAuth) {
         auth = createAuth(next, audit, stats, reserved, loginThrottle);
         server.setAuth(auth);
-        audit.info({ passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile }, 'authentication and ACL rules reloaded');
+        audit.info(
+          { passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile },
+          'authentication and ACL rules reloaded',
+        );
       }
       // The metrics section itself needs a restart; its users' passwords and its token follow their files.
       if (metrics && config.metrics) {
@@ -344,8 +359,11 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
         log.info({ bridge: bc.name }, plan.bridges.change.includes(bc) ? 'bridge reconfigured' : 'bridge added');
       }
       // Connectors are swapped one by one on the running edge node; the other devices, and its session, carry on.
-      const connectors = edgeNode ? await applyConnectorChanges(edgeNode, config.connectors, plan.connectors, makeConnector, log) : config.connectors;
-      if (plan.needsRestart.length > 0) log.warn({ sections: plan.needsRestart }, 'configuration changes that need a restart to apply');
+      const connectors = edgeNode
+        ? await applyConnectorChanges(edgeNode, config.connectors, plan.connectors, makeConnector, log)
+        : config.connectors;
+      if (plan.needsRestart.length > 0)
+        log.warn({ sections: plan.needsRestart }, 'configuration changes that need a restart to apply');
       config = { ...plan.inForce, connectors };
       return { needsRestart: plan.needsRestart };
     },
@@ -368,7 +386,10 @@ function createEdgeNode(
   if (uplink) {
     const probe = `spBv1.0/${sp.groupId}/NDATA/${sp.edgeNodeId}`;
     if (!uplink.topics.some((t) => t.direction !== 'in' && t.localPrefix === '' && topicMatches(t.filter, probe))) {
-      log.warn({ bridge: uplink.name }, 'the Sparkplug uplink has no out filter for this edge node: nothing goes upstream');
+      log.warn(
+        { bridge: uplink.name },
+        'the Sparkplug uplink has no out filter for this edge node: nothing goes upstream',
+      );
     }
   }
   return new EdgeNode({
@@ -404,7 +425,10 @@ async function applyConnectorChanges(
     try {
       return makeConnector(c);
     } catch (err) {
-      log.error({ ...errorLogFields(err), connector: c.id }, 'connector config not applied: the connector could not be created');
+      log.error(
+        { ...errorLogFields(err), connector: c.id },
+        'connector config not applied: the connector could not be created',
+      );
       return undefined;
     }
   };
@@ -451,19 +475,35 @@ function uplinkControl(bridge: Bridge): UplinkControl {
  * Password file and ACL (re-read on every reload, so edited files apply), and the `reserved` topics no client
  * publishes in; failed logins and refusals go to the audit log.
  */
-function createAuth(config: Config, audit: Logger, stats: BrokerStats, reserved: ReservedTopics | undefined, throttle: LoginThrottle): AuthHooks {
+function createAuth(
+  config: Config,
+  audit: Logger,
+  stats: BrokerStats,
+  reserved: ReservedTopics | undefined,
+  throttle: LoginThrottle,
+): AuthHooks {
   const key = (path: string) => (path === config.auth.aclFile ? 'auth.aclFile' : 'auth.passwordFile');
-  return loadFileAuth(config.auth, (path) => readConfiguredFile(path, key(path)), {
-    loginRefused: (c, why) => {
-      stats.authFailures++;
-      audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused');
+  return loadFileAuth(
+    config.auth,
+    (path) => readConfiguredFile(path, key(path)),
+    {
+      loginRefused: (c, why) => {
+        stats.authFailures++;
+        audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused');
+      },
+      loginAccepted: (c) =>
+        audit.info({ clientId: c.clientId, username: c.username, remote: c.remoteAddress }, 'login'),
+      denied: (c, action, topic, why) => {
+        stats.aclDenied[action]++;
+        audit.warn(
+          { clientId: c.clientId, username: c.username, action, topic, why },
+          why === undefined ? 'denied by ACL' : 'publish refused',
+        );
+      },
     },
-    loginAccepted: (c) => audit.info({ clientId: c.clientId, username: c.username, remote: c.remoteAddress }, 'login'),
-    denied: (c, action, topic, why) => {
-      stats.aclDenied[action]++;
-      audit.warn({ clientId: c.clientId, username: c.username, action, topic, why }, why === undefined ? 'denied by ACL' : 'publish refused');
-    },
-  }, reserved, throttle);
+    reserved,
+    throttle,
+  );
 }
 
 /** The credentials of `metrics.auth`, read from their files now (at start, and again on reload). */
@@ -496,7 +536,11 @@ function warnUsersWithoutPassword(config: Config, log: Logger): void {
 function consoleUsers(console: ConsoleConfig, passwordFile: string | undefined): ConsoleUsers {
   // The schema requires the password file with a console section; createAuth has read and checked it first.
   const { file } = PasswordFile.parse(readConfiguredFile(passwordFile ?? '', 'auth.passwordFile'));
-  return { ...console, verifyPassword: (user, password) => file.verify(user, password), isUser: (user) => file.has(user) };
+  return {
+    ...console,
+    verifyPassword: (user, password) => file.verify(user, password),
+    isUser: (user) => file.has(user),
+  };
 }
 
 /** The audit log; a `log.auditFile` that cannot be opened for appending is a configuration error naming the key. */
@@ -504,7 +548,11 @@ function openAuditLog(log: Logger, auditFile: string | undefined, ring: LogRing 
   try {
     return createAuditLogger(log, auditFile, ring);
   } catch (err) {
-    throw new ConfigError(auditFile ?? 'log.auditFile', [{ path: 'log.auditFile', message: `cannot open the file for appending: ${asError(err).message}` }], { cause: err });
+    throw new ConfigError(
+      auditFile ?? 'log.auditFile',
+      [{ path: 'log.auditFile', message: `cannot open the file for appending: ${asError(err).message}` }],
+      { cause: err },
+    );
   }
 }
 
@@ -517,13 +565,23 @@ function fileSize(path: string): number | undefined {
 }
 
 /** Listeners, the store, every bridge, and the devices given (those of a /readyz that asks for them). */
-async function readinessProblems(store: Store, bridges: readonly Bridge[], server: MqttServer, devices: readonly Device[]): Promise<string[]> {
+async function readinessProblems(
+  store: Store,
+  bridges: readonly Bridge[],
+  server: MqttServer,
+  devices: readonly Device[],
+): Promise<string[]> {
   const problems: string[] = [];
   if (!server.isListening) problems.push('listeners are not accepting connections');
-  const flushed = await Promise.race([store.flushed().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]);
+  const flushed = await Promise.race([
+    store.flushed().then(() => true),
+    new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref()),
+  ]);
   if (!flushed) problems.push('the store did not flush within 2 s');
-  for (const bridge of bridges) if (!bridge.stats.connected) problems.push(`bridge ${bridge.name} is ${bridge.stats.state}`);
-  for (const device of devices) if (!device.online) problems.push(`device ${device.id} is not answering (${device.stats.state})`);
+  for (const bridge of bridges)
+    if (!bridge.stats.connected) problems.push(`bridge ${bridge.name} is ${bridge.stats.state}`);
+  for (const device of devices)
+    if (!device.online) problems.push(`device ${device.id} is not answering (${device.stats.state})`);
   return problems;
 }
 

@@ -80,10 +80,17 @@ export class ModbusConnector implements Connector {
     this.byName = new Map(config.tags.map((tag, i) => [tag.name, { tag, planned: this.planned[i] }]));
     for (const [i, j] of overlappingTags(config.tags)) {
       const [a, b] = [config.tags[i], config.tags[j]];
-      log.warn({ tags: [a.name, b.name], at: [describeSpan(a), describeSpan(b)] }, 'tags overlap: both read the shared registers, each its own way');
+      log.warn(
+        { tags: [a.name, b.name], at: [describeSpan(a), describeSpan(b)] },
+        'tags overlap: both read the shared registers, each its own way',
+      );
     }
     this.blocks = this.plan();
-    this.loop = new PollLoop(config.pollIntervalMs, () => this.cycle(), (err) => this.log.error({ err }, 'poll cycle failed'));
+    this.loop = new PollLoop(
+      config.pollIntervalMs,
+      () => this.cycle(),
+      (err) => this.log.error({ err }, 'poll cycle failed'),
+    );
   }
 
   get stats(): ModbusConnectorStats {
@@ -95,7 +102,8 @@ export class ModbusConnector implements Connector {
   }
 
   async start(sink: TagSink): Promise<void> {
-    if (this.active) throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, 'already started', { retryable: false });
+    if (this.active)
+      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, 'already started', { retryable: false });
     this.sink = sink;
     this.lostReported = false;
     const link = this.pool.acquire(this.target());
@@ -161,7 +169,14 @@ export class ModbusConnector implements Connector {
     const c = this.config;
     return c.transport === 'tcp'
       ? { transport: 'tcp', host: c.host, port: c.port }
-      : { transport: 'rtu', path: c.path, baudRate: c.baudRate, parity: c.parity, dataBits: c.dataBits, stopBits: c.stopBits };
+      : {
+          transport: 'rtu',
+          path: c.path,
+          baudRate: c.baudRate,
+          parity: c.parity,
+          dataBits: c.dataBits,
+          stopBits: c.stopBits,
+        };
   }
 
   private async releaseLink(): Promise<void> {
@@ -243,7 +258,12 @@ export class ModbusConnector implements Connector {
         this.log.info({ tag: this.config.tags[t.index].name }, 'tag readable again');
         this.uncut(t);
       }
-      samples.push({ name: this.config.tags[t.index].name, value: this.decode(t, result, t.address - block.address), timestamp: now, quality: 'good' });
+      samples.push({
+        name: this.config.tags[t.index].name,
+        value: this.decode(t, result, t.address - block.address),
+        timestamp: now,
+        quality: 'good',
+      });
     }
     return undefined;
   }
@@ -332,18 +352,26 @@ export class ModbusConnector implements Connector {
   }
 
   /** The written tag read back (one request), compared with what was written by its raw image. */
-  private async readBack(link: ModbusLink, t: PlannedTag, written: boolean | readonly number[]): Promise<ReadBack | undefined> {
+  private async readBack(
+    link: ModbusLink,
+    t: PlannedTag,
+    written: boolean | readonly number[],
+  ): Promise<ReadBack | undefined> {
     const { unitId, timeoutMs } = this.config;
     let data: ReadResult;
     try {
       this.requests++;
       data = await link.read(unitId, t.table, t.address, t.width, timeoutMs);
     } catch (err) {
-      this.log.warn({ tag: this.config.tags[t.index].name, reason: errorMessage(err) }, 'written tag could not be read back');
+      this.log.warn(
+        { tag: this.config.tags[t.index].name, reason: errorMessage(err) },
+        'written tag could not be read back',
+      );
       return undefined;
     }
     const timestamp = Date.now();
-    const matches = typeof written === 'boolean' ? Boolean(data[0]) === written : written.every((reg, i) => reg === data[i]);
+    const matches =
+      typeof written === 'boolean' ? Boolean(data[0]) === written : written.every((reg, i) => reg === data[i]);
     return { value: this.decode(t, data, 0), timestamp, matches };
   }
 

@@ -60,8 +60,18 @@ const EXCEPTION_NAMES: Readonly<Record<number, string>> = {
  * rejects with plain objects (not Errors) for timeouts and a closed port, so nothing here assumes an Error.
  */
 export function failureReason(err: unknown, timeoutMs: number): string {
-  const e = (typeof err === 'object' && err !== null ? err : {}) as { name?: unknown; code?: unknown; errno?: unknown; message?: unknown };
-  if (err instanceof DeadlineError || e.name === 'TransactionTimedOutError' || e.code === 'ETIMEDOUT' || e.errno === 'ETIMEDOUT') {
+  const e = (typeof err === 'object' && err !== null ? err : {}) as {
+    name?: unknown;
+    code?: unknown;
+    errno?: unknown;
+    message?: unknown;
+  };
+  if (
+    err instanceof DeadlineError ||
+    e.name === 'TransactionTimedOutError' ||
+    e.code === 'ETIMEDOUT' ||
+    e.errno === 'ETIMEDOUT'
+  ) {
     return `no answer within ${timeoutMs} ms`;
   }
   if (e.name === 'PortNotOpenError') return 'not connected';
@@ -126,7 +136,13 @@ export class ModbusLink {
     return () => this.closeListeners.delete(listener);
   }
 
-  read(unitId: number, table: ModbusTable, address: number, count: number, timeoutMs: number): Promise<readonly number[] | readonly boolean[]> {
+  read(
+    unitId: number,
+    table: ModbusTable,
+    address: number,
+    count: number,
+    timeoutMs: number,
+  ): Promise<readonly number[] | readonly boolean[]> {
     return this.enqueue(unitId, timeoutMs, `read ${table} ${address}+${count}`, async () => {
       switch (table) {
         case 'coil':
@@ -150,7 +166,13 @@ export class ModbusLink {
   }
 
   /** FC 6 for one register (unless `multiple`), FC 16 otherwise. */
-  writeRegisters(unitId: number, address: number, values: readonly number[], multiple: boolean, timeoutMs: number): Promise<void> {
+  writeRegisters(
+    unitId: number,
+    address: number,
+    values: readonly number[],
+    multiple: boolean,
+    timeoutMs: number,
+  ): Promise<void> {
     return this.enqueue(unitId, timeoutMs, `write holding ${address}+${values.length}`, async () => {
       if (values.length === 1 && !multiple) await this.client.writeRegister(address, values[0]);
       else await this.client.writeRegisters(address, [...values]);
@@ -176,7 +198,12 @@ export class ModbusLink {
     const attempt =
       t.transport === 'tcp'
         ? this.client.connectTCP(t.host, { port: t.port })
-        : this.client.connectRTUBuffered(t.path, { baudRate: t.baudRate, parity: t.parity, dataBits: t.dataBits, stopBits: t.stopBits });
+        : this.client.connectRTUBuffered(t.path, {
+            baudRate: t.baudRate,
+            parity: t.parity,
+            dataBits: t.dataBits,
+            stopBits: t.stopBits,
+          });
     try {
       await withDeadline(attempt, timeoutMs, 'connect', () => this.client.destroy(() => undefined));
     } catch (err) {

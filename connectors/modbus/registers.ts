@@ -78,7 +78,12 @@ export function decodeRegisters(tag: RegisterTag, registers: ArrayLike<number>, 
     case 'bit':
       return ((registers[offset] >> (tag.bit ?? 0)) & 1) === 1;
     case 'string': {
-      const raw = toBigEndian(registers, offset, width, tag.byteOrder === 'BADC' || tag.byteOrder === 'DCBA' ? 'BADC' : 'ABCD');
+      const raw = toBigEndian(
+        registers,
+        offset,
+        width,
+        tag.byteOrder === 'BADC' || tag.byteOrder === 'DCBA' ? 'BADC' : 'ABCD',
+      );
       const end = raw.indexOf(0);
       return raw.subarray(0, end < 0 ? raw.length : end).toString('latin1');
     }
@@ -114,7 +119,9 @@ export function decodeRegisters(tag: RegisterTag, registers: ArrayLike<number>, 
       break;
   }
   if (!isScaled(tag)) return raw;
-  return tag.datatype === 'float32' || tag.datatype === 'float64' ? Number(raw) * tag.scale + tag.offset : scaledInteger(tag, Number(raw));
+  return tag.datatype === 'float32' || tag.datatype === 'float64'
+    ? Number(raw) * tag.scale + tag.offset
+    : scaledInteger(tag, Number(raw));
 }
 
 /**
@@ -173,7 +180,8 @@ const UNSCALE_SLACK = 1e-12;
 function toRawInteger(tag: RegisterTag, value: TagValue): bigint {
   let raw: bigint;
   if (isScaled(tag)) {
-    if (typeof value !== 'number' && typeof value !== 'bigint') throw new EncodeError(`expects a number, got ${typeof value}`);
+    if (typeof value !== 'number' && typeof value !== 'bigint')
+      throw new EncodeError(`expects a number, got ${typeof value}`);
     const engineering = Number(value);
     const unscaled = (engineering - tag.offset) / tag.scale;
     if (!Number.isFinite(unscaled)) throw new EncodeError(`${String(value)} is not a finite number`);
@@ -227,7 +235,8 @@ export function encodeRegisters(tag: RegisterTag, value: TagValue): number[] {
   switch (tag.datatype) {
     case 'float32':
     case 'float64': {
-      if (typeof value !== 'number' && typeof value !== 'bigint') throw new EncodeError(`expects a number, got ${typeof value}`);
+      if (typeof value !== 'number' && typeof value !== 'bigint')
+        throw new EncodeError(`expects a number, got ${typeof value}`);
       const v = (Number(value) - tag.offset) / tag.scale;
       if (!Number.isFinite(v)) throw new EncodeError(`${String(value)} is not a finite number`);
       if (tag.datatype === 'float32') {

@@ -19,7 +19,17 @@ export const MODBUS_TABLES = ['coil', 'discrete', 'input', 'holding'] as const;
 export type ModbusTable = (typeof MODBUS_TABLES)[number];
 
 export const MODBUS_DATATYPES = [
-  'bool', 'bit', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64', 'float32', 'float64', 'string',
+  'bool',
+  'bit',
+  'int16',
+  'uint16',
+  'int32',
+  'uint32',
+  'int64',
+  'uint64',
+  'float32',
+  'float64',
+  'string',
 ] as const;
 export type ModbusDatatype = (typeof MODBUS_DATATYPES)[number];
 
@@ -94,7 +104,10 @@ const tagSchema = z
     bit: z.number().int().min(0).max(15).optional(),
     byteOrder: z.enum(BYTE_ORDERS).default('ABCD'),
     /** Published value = raw * scale + offset (then a Double). */
-    scale: z.number().refine((s) => s !== 0 && Number.isFinite(s), 'must be a finite number other than 0').default(1),
+    scale: z
+      .number()
+      .refine((s) => s !== 0 && Number.isFinite(s), 'must be a finite number other than 0')
+      .default(1),
     offset: z.number().refine(Number.isFinite, 'must be finite').default(0),
     /** Report by exception: a numeric change smaller than this is not published. */
     deadband: z.number().nonnegative().optional(),
@@ -119,7 +132,8 @@ const tagSchema = z
     }
     const numeric = !['bool', 'bit', 'string'].includes(tag.datatype);
     checkTagProperties(tag, numeric, issue);
-    if (!numeric && (tag.scale !== 1 || tag.offset !== 0)) issue('scale', `scale and offset apply to numbers, not ${tag.datatype}`);
+    if (!numeric && (tag.scale !== 1 || tag.offset !== 0))
+      issue('scale', `scale and offset apply to numbers, not ${tag.datatype}`);
     if (!numeric && tag.deadband !== undefined) issue('deadband', `a deadband applies to numbers, not ${tag.datatype}`);
     if (tag.roundWrites && (!tag.writable || !tag.datatype.includes('int') || (tag.scale === 1 && tag.offset === 0))) {
       issue('roundWrites', 'applies to writable integer tags with a scale or offset only');
@@ -186,41 +200,52 @@ export const modbusProfileSchema = z
   .partial()
   .required({ type: true, tags: true });
 
-export const modbusConnectorSchema = z
-  .discriminatedUnion('transport', [tcpSchema, rtuSchema])
-  .superRefine((c, ctx) => {
-    const seen = new Map<string, number>();
-    c.tags.forEach((tag, i) => {
-      const first = seen.get(tag.name);
-      if (first !== undefined) {
-        ctx.addIssue({ code: 'custom', path: ['tags', i, 'name'], message: `"${tag.name}" is already the name of tags.${first}` });
-      } else seen.set(tag.name, i);
-      const start = tag.address - c.addressBase;
-      if (start < 0) ctx.addIssue({ code: 'custom', path: ['tags', i, 'address'], message: 'must be >= 1 with addressBase 1' });
-      if (start + widthOf(tag) > 65_536) {
-        ctx.addIssue({ code: 'custom', path: ['tags', i, 'address'], message: 'the value would end beyond address 65535' });
-      }
-      const limit = isBitTable(tag.table) ? c.maxBitsPerRead : c.maxRegistersPerRead;
-      if (widthOf(tag) > limit) {
-        ctx.addIssue({ code: 'custom', path: ['tags', i, 'length'], message: `longer than maxRegistersPerRead (${limit})` });
-      }
-    });
-    // Two tags over the same registers read them two ways; with a writable one, a write changes the other.
-    for (const [i, j] of overlappingTags(c.tags)) {
-      const [a, b] = [c.tags[i], c.tags[j]];
-      if (!a.writable && !b.writable) continue; // read-only overlaps are allowed, and logged at start
+export const modbusConnectorSchema = z.discriminatedUnion('transport', [tcpSchema, rtuSchema]).superRefine((c, ctx) => {
+  const seen = new Map<string, number>();
+  c.tags.forEach((tag, i) => {
+    const first = seen.get(tag.name);
+    if (first !== undefined) {
       ctx.addIssue({
         code: 'custom',
-        path: ['tags', b.writable ? j : i, 'address'],
-        message:
-          `"${b.name}" (${describeSpan(b)}) overlaps "${a.name}" (${describeSpan(a)}); ` +
-          'a writable tag must not share registers or bits with another tag',
+        path: ['tags', i, 'name'],
+        message: `"${tag.name}" is already the name of tags.${first}`,
+      });
+    } else seen.set(tag.name, i);
+    const start = tag.address - c.addressBase;
+    if (start < 0)
+      ctx.addIssue({ code: 'custom', path: ['tags', i, 'address'], message: 'must be >= 1 with addressBase 1' });
+    if (start + widthOf(tag) > 65_536) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tags', i, 'address'],
+        message: 'the value would end beyond address 65535',
       });
     }
-    if (c.transport === 'rtu' && (c.unitId < 1 || c.unitId > 247)) {
-      ctx.addIssue({ code: 'custom', path: ['unitId'], message: 'RTU unit ids are 1..247' });
+    const limit = isBitTable(tag.table) ? c.maxBitsPerRead : c.maxRegistersPerRead;
+    if (widthOf(tag) > limit) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tags', i, 'length'],
+        message: `longer than maxRegistersPerRead (${limit})`,
+      });
     }
   });
+  // Two tags over the same registers read them two ways; with a writable one, a write changes the other.
+  for (const [i, j] of overlappingTags(c.tags)) {
+    const [a, b] = [c.tags[i], c.tags[j]];
+    if (!a.writable && !b.writable) continue; // read-only overlaps are allowed, and logged at start
+    ctx.addIssue({
+      code: 'custom',
+      path: ['tags', b.writable ? j : i, 'address'],
+      message:
+        `"${b.name}" (${describeSpan(b)}) overlaps "${a.name}" (${describeSpan(a)}); ` +
+        'a writable tag must not share registers or bits with another tag',
+    });
+  }
+  if (c.transport === 'rtu' && (c.unitId < 1 || c.unitId > 247)) {
+    ctx.addIssue({ code: 'custom', path: ['unitId'], message: 'RTU unit ids are 1..247' });
+  }
+});
 
 export type ModbusConnectorConfig = z.output<typeof modbusConnectorSchema>;
 export type ModbusTagConfig = ModbusConnectorConfig['tags'][number];

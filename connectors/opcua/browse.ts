@@ -79,9 +79,14 @@ export async function browse(endpoint: string, options: BrowseOptions): Promise<
     return await walk(opened, options, log);
   } catch (err) {
     if (err instanceof ConnectorError) throw err;
-    throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', 'opcua-browse', `browsing ${endpoint} failed: ${asError(err).message}`, {
-      cause: err,
-    });
+    throw new ConnectorError(
+      'EF_CONNECTOR_UNREACHABLE',
+      'opcua-browse',
+      `browsing ${endpoint} failed: ${asError(err).message}`,
+      {
+        cause: err,
+      },
+    );
   } finally {
     await opened.close(3000);
   }
@@ -103,11 +108,17 @@ async function walk(opened: OpenedSession, options: BrowseOptions, log: Logger):
 
   const variables: Found[] = [];
   const visited = new Set<string>([start.toString()]);
-  let level: { nodeId: NodeId; browsePath: string; name: string }[] = [{ nodeId: start, browsePath: startPath, name: '' }];
+  let level: { nodeId: NodeId; browsePath: string; name: string }[] = [
+    { nodeId: start, browsePath: startPath, name: '' },
+  ];
   for (let d = 0; d < depth && level.length > 0 && visited.size < maxNodes; d++) {
     const next: typeof level = [];
     for (const batch of chunks(level, 500)) {
-      const results = await browseAll(opened, batch.map((n) => n.nodeId), 'forward');
+      const results = await browseAll(
+        opened,
+        batch.map((n) => n.nodeId),
+        'forward',
+      );
       batch.forEach((parent, i) => {
         for (const ref of results[i] ?? []) {
           if (!options.includeProperties && isStandard(ref.referenceTypeId, HasProperty)) continue;
@@ -123,7 +134,8 @@ async function walk(opened: OpenedSession, options: BrowseOptions, log: Logger):
             browsePath: `${parent.browsePath}/${segment}`,
             name: parent.name === '' ? (ref.browseName.name ?? '') : `${parent.name}/${ref.browseName.name ?? ''}`,
           };
-          if (ref.nodeClass === NodeClassVariable) variables.push({ ...child, displayName: ref.displayName.text ?? '' });
+          if (ref.nodeClass === NodeClassVariable)
+            variables.push({ ...child, displayName: ref.displayName.text ?? '' });
           next.push(child);
         }
       });
@@ -136,14 +148,23 @@ async function walk(opened: OpenedSession, options: BrowseOptions, log: Logger):
 async function describeVariables(opened: OpenedSession, found: readonly Found[], log: Logger): Promise<BrowseRow[]> {
   const { ua } = opened.lib;
   const session = opened.session;
-  const attributes = [ua.AttributeIds.DataType, ua.AttributeIds.ValueRank, ua.AttributeIds.AccessLevel, ua.AttributeIds.UserAccessLevel];
+  const attributes = [
+    ua.AttributeIds.DataType,
+    ua.AttributeIds.ValueRank,
+    ua.AttributeIds.AccessLevel,
+    ua.AttributeIds.UserAccessLevel,
+  ];
   const rows: BrowseRow[] = [];
   const basic = new Map<string, { builtIn: number; name?: string }>();
   for (const batch of chunks(found, 250)) {
-    const values = await session.read(batch.flatMap((f) => attributes.map((attributeId) => ({ nodeId: f.nodeId, attributeId }))));
+    const values = await session.read(
+      batch.flatMap((f) => attributes.map((attributeId) => ({ nodeId: f.nodeId, attributeId }))),
+    );
     for (let i = 0; i < batch.length; i++) {
       const f = batch[i]!;
-      const [dataType, valueRank, accessLevel, userAccessLevel] = values.slice(i * 4, i * 4 + 4) as (DataValue | undefined)[];
+      const [dataType, valueRank, accessLevel, userAccessLevel] = values.slice(i * 4, i * 4 + 4) as (
+        DataValue | undefined
+      )[];
       const typeId = dataType?.statusCode.isGood() ? (dataType.value.value as NodeId) : undefined;
       const type = typeId === undefined ? { builtIn: BuiltInType.Null } : await resolveType(opened, typeId, basic, log);
       const rank = valueRank?.statusCode.isGood() ? Number(valueRank.value.value) : -1;
@@ -195,7 +216,11 @@ async function resolveType(
 }
 
 /** Browse with continuation points followed to the end. */
-async function browseAll(opened: OpenedSession, nodeIds: readonly NodeId[], direction: 'forward' | 'inverse'): Promise<ReferenceDescription[][]> {
+async function browseAll(
+  opened: OpenedSession,
+  nodeIds: readonly NodeId[],
+  direction: 'forward' | 'inverse',
+): Promise<ReferenceDescription[][]> {
   const { ua } = opened.lib;
   const session = opened.session;
   const results = await session.browse(
@@ -230,7 +255,12 @@ async function pathFromRoot(opened: OpenedSession, nodeId: NodeId): Promise<stri
   for (let hops = 0; hops < 32 && !isStandard(current, Root); hops++) {
     const node = (await opened.session.read([{ nodeId: current, attributeId: ua.AttributeIds.BrowseName }])).at(0);
     if (!node?.statusCode.isGood()) {
-      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', 'opcua-browse', `node ${current.toString()} does not exist (${node?.statusCode.name})`, { retryable: false });
+      throw new ConnectorError(
+        'EF_CONNECTOR_UNREACHABLE',
+        'opcua-browse',
+        `node ${current.toString()} does not exist (${node?.statusCode.name})`,
+        { retryable: false },
+      );
     }
     const browseName = node.value.value as { namespaceIndex: number; name: string };
     segments.unshift(qualified(browseName.namespaceIndex, browseName.name));
@@ -265,7 +295,11 @@ export function formatBrowseTable(rows: readonly BrowseRow[]): string {
     r.access,
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
-  const fmt = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+  const fmt = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
   return [fmt(header), fmt(widths.map((w) => '-'.repeat(w))), ...lines.map(fmt)].join('\n');
 }
 
@@ -276,7 +310,10 @@ export function formatBrowseTable(rows: readonly BrowseRow[]): string {
 export function renderTagList(rows: readonly BrowseRow[], options: { indent?: number } = {}): string {
   const pad = ' '.repeat(options.indent ?? 4);
   const mapped = rows.filter((r) => r.datatype !== undefined).length;
-  const out = [`${pad}# ${rows.length} variables, ${mapped} with a Sparkplug datatype; add writable: true to accept DCMD writes`, `${pad}tags:`];
+  const out = [
+    `${pad}# ${rows.length} variables, ${mapped} with a Sparkplug datatype; add writable: true to accept DCMD writes`,
+    `${pad}tags:`,
+  ];
   const names = new Set<string>();
   for (const r of rows) {
     let name = r.name || r.displayName || r.nodeId;
@@ -288,7 +325,9 @@ export function renderTagList(rows: readonly BrowseRow[], options: { indent?: nu
       const shape = r.valueRank >= 2 ? `${r.valueRank}-dimensional ` : '';
       out.push(`${pad}  # - { ${fields} }  # ${shape}${r.dataTypeName ?? r.dataType} has no Sparkplug datatype`);
     } else {
-      out.push(`${pad}  - { ${fields}, datatype: ${r.datatype} }${r.access.includes('w') ? '  # writable on the server' : ''}`);
+      out.push(
+        `${pad}  - { ${fields}, datatype: ${r.datatype} }${r.access.includes('w') ? '  # writable on the server' : ''}`,
+      );
     }
   }
   return out.join('\n');

@@ -11,5 +11,6 @@ import { opcuaPkiDir } from './trust.js';
 export const opcuaFactory: ConnectorFactory<OpcuaConnectorConfig> = {
   type: 'opcua',
   schema: opcuaConnectorSchema,
-  create: (config, { log, dataDir }) => new OpcuaConnector(config, log, { pkiDir: config.pkiDir ?? opcuaPkiDir(dataDir) }),
+  create: (config, { log, dataDir }) =>
+    new OpcuaConnector(config, log, { pkiDir: config.pkiDir ?? opcuaPkiDir(dataDir) }),
 };

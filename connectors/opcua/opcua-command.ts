@@ -62,7 +62,11 @@ export async function runOpcuaCommand(argv: readonly string[], context: OpcuaCom
   try {
     if (command === 'browse') return await browseCommand(rest, context);
     if (command === 'trust') return await trustCommand(rest, context);
-    context.stderr(argv.length === 0 || command === '--help' || command === '-h' ? opcuaUsage : `edgeferry opcua: unknown command "${command}"\n${opcuaUsage}`);
+    context.stderr(
+      argv.length === 0 || command === '--help' || command === '-h'
+        ? opcuaUsage
+        : `edgeferry opcua: unknown command "${command}"\n${opcuaUsage}`,
+    );
     return command === '--help' || command === '-h' ? 0 : 2;
   } catch (err) {
     if (err instanceof UsageError) {
@@ -105,11 +109,14 @@ async function browseCommand(argv: readonly string[], context: OpcuaCommandConte
   });
   const fromConfig = values.connector === undefined ? undefined : findConnector(String(values.connector), context);
   const endpoint = (positionals[0] as string | undefined) ?? fromConfig?.endpoint;
-  if (endpoint === undefined || positionals.length > 1) throw new UsageError('give one endpoint (opc.tcp://host:port/path) or --connector ID');
+  if (endpoint === undefined || positionals.length > 1)
+    throw new UsageError('give one endpoint (opc.tcp://host:port/path) or --connector ID');
   if (!endpoint.startsWith('opc.tcp://')) throw new UsageError(`"${endpoint}" is not an opc.tcp:// endpoint`);
   const depth = values.depth === undefined ? undefined : Number(values.depth);
-  if (depth !== undefined && (!Number.isInteger(depth) || depth < 1)) throw new UsageError('--depth must be a whole number >= 1');
-  const securityMode = oneOf('--security-mode', values['security-mode'], securityModes) ?? fromConfig?.securityMode ?? 'None';
+  if (depth !== undefined && (!Number.isInteger(depth) || depth < 1))
+    throw new UsageError('--depth must be a whole number >= 1');
+  const securityMode =
+    oneOf('--security-mode', values['security-mode'], securityModes) ?? fromConfig?.securityMode ?? 'None';
   // The connector's policy only goes with the connector's mode.
   const securityPolicy =
     oneOf('--security-policy', values['security-policy'], securityPolicies) ??
@@ -162,7 +169,8 @@ async function trustCommand(argv: readonly string[], context: OpcuaCommandContex
     return 0;
   }
   const endpoint = (positionals[0] as string | undefined) ?? fromConfig?.endpoint;
-  if (endpoint === undefined || positionals.length > 1) throw new UsageError('give one endpoint (opc.tcp://host:port/path), --connector ID or --list');
+  if (endpoint === undefined || positionals.length > 1)
+    throw new UsageError('give one endpoint (opc.tcp://host:port/path), --connector ID or --list');
   const results = await trustServer(endpoint, {
     pkiDir,
     ...(values.thumbprint !== undefined ? { expectedThumbprint: String(values.thumbprint) } : {}),
@@ -170,7 +178,9 @@ async function trustCommand(argv: readonly string[], context: OpcuaCommandContex
   });
   context.stdout(`${formatTrustResults(endpoint, results)}\n`);
   if (values.thumbprint === undefined) {
-    context.stdout('Compare the thumbprint with the one the server shows; `edgeferry opcua trust --list` lists the trust list.\n');
+    context.stdout(
+      'Compare the thumbprint with the one the server shows; `edgeferry opcua trust --list` lists the trust list.\n',
+    );
   }
   return 0;
 }
@@ -184,7 +194,9 @@ function findConnector(id: string, context: OpcuaCommandContext): OpcuaConnector
   const found = context.connectors?.find((c) => c.id === id);
   if (found === undefined) {
     const known = (context.connectors ?? []).map((c) => c.id);
-    throw new UsageError(`no OPC UA connector "${id}" in the config file${known.length > 0 ? ` (there are: ${known.join(', ')})` : ''}`);
+    throw new UsageError(
+      `no OPC UA connector "${id}" in the config file${known.length > 0 ? ` (there are: ${known.join(', ')})` : ''}`,
+    );
   }
   return found;
 }

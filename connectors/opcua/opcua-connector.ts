@@ -17,7 +17,16 @@
  * EURange properties, OPC UA Part 8 §5.3.2) fills the tag's properties at start where its config sets none.
  */
 import type { ClientMonitoredItemBase, ClientSubscription, DataValue, NodeId, StatusCode } from 'node-opcua-client';
-import type { Connector, ReadBack, TagDefinition, TagProperties, TagQuality, TagSample, TagSink, TagValue } from '../contract.js';
+import type {
+  Connector,
+  ReadBack,
+  TagDefinition,
+  TagProperties,
+  TagQuality,
+  TagSample,
+  TagSink,
+  TagValue,
+} from '../contract.js';
 import { ValueRefusedError } from '../contract.js';
 import { tagProperties } from '../tag-properties.js';
 import { ConnectorError, asError, errorLogFields } from '../../src/util/errors.js';
@@ -237,9 +246,10 @@ export class OpcuaConnector implements Connector {
       throw refuse(`the write request failed: ${asError(err).message}`, true);
     }
     if (!status.isGood()) {
-      const retryable = /BadTimeout|BadCommunication|BadConnection|BadServerNotConnected|BadSession|BadSecureChannel|BadTooManyOperations|BadResourceUnavailable/.test(
-        status.name,
-      );
+      const retryable =
+        /BadTimeout|BadCommunication|BadConnection|BadServerNotConnected|BadSession|BadSecureChannel|BadTooManyOperations|BadResourceUnavailable/.test(
+          status.name,
+        );
       throw refuse(`the server answered ${status.name} (${status.description})`, retryable);
     }
     this.log.debug({ tag, nodeId: resolved.nodeId.toString() }, 'opcua write done');
@@ -247,7 +257,11 @@ export class OpcuaConnector implements Connector {
   }
 
   /** The written node's Value read back, compared with what was written (at the node's precision). */
-  private async readBack(opened: OpenedSession, resolved: ResolvedTag, written: TagValue): Promise<ReadBack | undefined> {
+  private async readBack(
+    opened: OpenedSession,
+    resolved: ResolvedTag,
+    written: TagValue,
+  ): Promise<ReadBack | undefined> {
     const name = resolved.config.name;
     try {
       const dataValue = await withDeadline(
@@ -307,7 +321,13 @@ export class OpcuaConnector implements Connector {
     this.reported.add(err.message);
     if (err instanceof UntrustedServerError) {
       this.log.error(
-        { endpoint: this.config.endpoint, thumbprint: err.thumbprint, status: err.status, rejectedDir: err.rejectedDir, trustedDir: err.trustedDir },
+        {
+          endpoint: this.config.endpoint,
+          thumbprint: err.thumbprint,
+          status: err.status,
+          rejectedDir: err.rejectedDir,
+          trustedDir: err.trustedDir,
+        },
         err.message,
       );
     } else {
@@ -353,7 +373,10 @@ export class OpcuaConnector implements Connector {
         const result = results.at(i);
         const target = result?.targets?.at(0)?.targetId;
         if (result === undefined || !result.statusCode.isGood() || target === undefined) {
-          this.reportProblem(e.config.name, `browse path ${e.config.browsePath} not found (${result?.statusCode.name ?? 'no result'})`);
+          this.reportProblem(
+            e.config.name,
+            `browse path ${e.config.browsePath} not found (${result?.statusCode.name ?? 'no result'})`,
+          );
           return;
         }
         nodeIds.set(e.config.name, ua.resolveNodeId(target.toString()));
@@ -362,7 +385,13 @@ export class OpcuaConnector implements Connector {
 
     // 2. Attributes: data type, value rank, access levels.
     const named = entries.filter((e) => nodeIds.has(e.config.name));
-    const attributes = [ua.AttributeIds.DataType, ua.AttributeIds.ValueRank, ua.AttributeIds.AccessLevel, ua.AttributeIds.UserAccessLevel, ua.AttributeIds.Description];
+    const attributes = [
+      ua.AttributeIds.DataType,
+      ua.AttributeIds.ValueRank,
+      ua.AttributeIds.AccessLevel,
+      ua.AttributeIds.UserAccessLevel,
+      ua.AttributeIds.Description,
+    ];
     const perRead = Math.max(1, Math.floor(limits.read / attributes.length));
     const basicTypes = new Map<string, number>();
     const serverProperties = new Map<string, ServerProperties>();
@@ -373,9 +402,15 @@ export class OpcuaConnector implements Connector {
       for (let i = 0; i < batch.length; i++) {
         const { config, definition } = batch[i]!;
         const nodeId = nodeIds.get(config.name)!;
-        const [dataType, valueRank, accessLevel, userAccessLevel, description] = values.slice(i * attributes.length, (i + 1) * attributes.length) as (DataValue | undefined)[];
+        const [dataType, valueRank, accessLevel, userAccessLevel, description] = values.slice(
+          i * attributes.length,
+          (i + 1) * attributes.length,
+        ) as (DataValue | undefined)[];
         if (!dataType!.statusCode.isGood()) {
-          const why = dataType!.statusCode.name === 'BadAttributeIdInvalid' ? 'is not a variable' : `cannot be read (${dataType!.statusCode.name})`;
+          const why =
+            dataType!.statusCode.name === 'BadAttributeIdInvalid'
+              ? 'is not a variable'
+              : `cannot be read (${dataType!.statusCode.name})`;
           this.reportProblem(config.name, `node ${nodeId.toString()} ${why}`);
           continue;
         }
@@ -385,17 +420,27 @@ export class OpcuaConnector implements Connector {
         const mapped = sparkplugDatatypeFor(builtIn, rank, isArrayDatatype(config.datatype));
         if (mapped === undefined) {
           const shape = rank >= 2 ? `${rank}-dimensional array of ` : rank === 1 ? 'array of ' : '';
-          this.reportProblem(config.name, `node ${nodeId.toString()} is a ${shape}OPC UA ${builtInTypeName(builtIn)}, which has no Sparkplug datatype`);
+          this.reportProblem(
+            config.name,
+            `node ${nodeId.toString()} is a ${shape}OPC UA ${builtInTypeName(builtIn)}, which has no Sparkplug datatype`,
+          );
           continue;
         }
         if (!isCompatibleDatatype(config.datatype, mapped)) {
-          this.reportProblem(config.name, `node ${nodeId.toString()} is ${mapped} (OPC UA ${builtInTypeName(builtIn)}), but the tag declares ${config.datatype}`);
+          this.reportProblem(
+            config.name,
+            `node ${nodeId.toString()} is ${mapped} (OPC UA ${builtInTypeName(builtIn)}), but the tag declares ${config.datatype}`,
+          );
           continue;
         }
         const access = (dv: DataValue | undefined): number => (dv?.statusCode.isGood() ? Number(dv.value.value) : 0);
         const serverWritable = (access(accessLevel) & access(userAccessLevel) & AccessLevelCurrentWrite) !== 0;
         if (config.writable && !serverWritable) {
-          this.reportProblem(config.name, `declared writable, but node ${nodeId.toString()} is read-only for this user on the server; writes will be refused`, 'warn');
+          this.reportProblem(
+            config.name,
+            `declared writable, but node ${nodeId.toString()} is read-only for this user on the server; writes will be refused`,
+            'warn',
+          );
         }
         run.resolved.set(config.name, {
           config,
@@ -405,7 +450,9 @@ export class OpcuaConnector implements Connector {
           isArray: isArrayDatatype(mapped),
           serverWritable,
         });
-        const text = description?.statusCode.isGood() ? (description.value.value as { text?: string | null } | null)?.text : undefined;
+        const text = description?.statusCode.isGood()
+          ? (description.value.value as { text?: string | null } | null)?.text
+          : undefined;
         if (text) serverProperties.set(config.name, { description: text });
       }
     }
@@ -438,17 +485,24 @@ export class OpcuaConnector implements Connector {
     const { ua } = opened.lib;
     const limits = run.limits!;
     const numeric = [...run.resolved.values()].filter((t) => isNumericDatatype(t.config.datatype));
-    const lookups = numeric.flatMap((tag) => (['EngineeringUnits', 'EURange'] as const).map((property) => ({ tag, property })));
+    const lookups = numeric.flatMap((tag) =>
+      (['EngineeringUnits', 'EURange'] as const).map((property) => ({ tag, property })),
+    );
     const found: { name: string; property: 'EngineeringUnits' | 'EURange'; nodeId: NodeId }[] = [];
     for (const batch of chunks(lookups, limits.translate)) {
-      const results = await opened.session.translateBrowsePath(batch.map((l) => ua.makeBrowsePath(l.tag.nodeId, `.${l.property}`)));
+      const results = await opened.session.translateBrowsePath(
+        batch.map((l) => ua.makeBrowsePath(l.tag.nodeId, `.${l.property}`)),
+      );
       batch.forEach((l, i) => {
         const target = results[i]?.statusCode.isGood() ? results[i]?.targets?.[0]?.targetId : undefined;
-        if (target !== undefined) found.push({ name: l.tag.config.name, property: l.property, nodeId: ua.resolveNodeId(target.toString()) });
+        if (target !== undefined)
+          found.push({ name: l.tag.config.name, property: l.property, nodeId: ua.resolveNodeId(target.toString()) });
       });
     }
     for (const batch of chunks(found, limits.read)) {
-      const values = await opened.session.read(batch.map((f) => ({ nodeId: f.nodeId, attributeId: ua.AttributeIds.Value })));
+      const values = await opened.session.read(
+        batch.map((f) => ({ nodeId: f.nodeId, attributeId: ua.AttributeIds.Value })),
+      );
       batch.forEach((f, i) => {
         const dv = values.at(i);
         const value = dv?.statusCode.isGood() ? (dv.value.value as Record<string, unknown> | null) : null;
@@ -468,7 +522,12 @@ export class OpcuaConnector implements Connector {
 
   /** The built-in type behind a DataType NodeId (a subtype such as Duration or an enumeration resolves to its base). */
   private async basicType(opened: OpenedSession, dataTypeId: NodeId, cache: Map<string, number>): Promise<number> {
-    if (dataTypeId.namespace === 0 && typeof dataTypeId.value === 'number' && dataTypeId.value >= 1 && dataTypeId.value <= 25) {
+    if (
+      dataTypeId.namespace === 0 &&
+      typeof dataTypeId.value === 'number' &&
+      dataTypeId.value >= 1 &&
+      dataTypeId.value <= 25
+    ) {
       return dataTypeId.value;
     }
     const key = dataTypeId.toString();
@@ -506,7 +565,13 @@ export class OpcuaConnector implements Connector {
     // Tags sharing monitoring parameters go in one CreateMonitoredItems call (up to the server's limit).
     const groups = new Map<string, ResolvedTag[]>();
     for (const tag of run.resolved.values()) {
-      const key = JSON.stringify([tag.config.samplingIntervalMs, tag.config.queueSize, tag.config.discardOldest, tag.config.deadband, tag.config.trigger]);
+      const key = JSON.stringify([
+        tag.config.samplingIntervalMs,
+        tag.config.queueSize,
+        tag.config.discardOldest,
+        tag.config.deadband,
+        tag.config.trigger,
+      ]);
       const group = groups.get(key);
       if (group === undefined) groups.set(key, [tag]);
       else group.push(tag);
@@ -514,7 +579,11 @@ export class OpcuaConnector implements Connector {
     const limits = run.limits ?? (await readOperationLimits(opened));
     for (const tags of groups.values()) {
       const first = tags[0]!.config;
-      const trigger = { status: ua.DataChangeTrigger.Status, 'status-value': ua.DataChangeTrigger.StatusValue, 'status-value-timestamp': ua.DataChangeTrigger.StatusValueTimestamp }[first.trigger];
+      const trigger = {
+        status: ua.DataChangeTrigger.Status,
+        'status-value': ua.DataChangeTrigger.StatusValue,
+        'status-value-timestamp': ua.DataChangeTrigger.StatusValueTimestamp,
+      }[first.trigger];
       const needsFilter = first.deadband !== undefined || first.trigger !== 'status-value';
       const parameters = {
         samplingInterval: first.samplingIntervalMs ?? -1,
@@ -523,7 +592,12 @@ export class OpcuaConnector implements Connector {
         filter: needsFilter
           ? new ua.DataChangeFilter({
               trigger,
-              deadbandType: first.deadband === undefined ? ua.DeadbandType.None : first.deadband.type === 'percent' ? ua.DeadbandType.Percent : ua.DeadbandType.Absolute,
+              deadbandType:
+                first.deadband === undefined
+                  ? ua.DeadbandType.None
+                  : first.deadband.type === 'percent'
+                    ? ua.DeadbandType.Percent
+                    : ua.DeadbandType.Absolute,
               deadbandValue: first.deadband?.value ?? 0,
             })
           : null,
@@ -542,7 +616,10 @@ export class OpcuaConnector implements Connector {
           const tag = batch[i]!;
           const status = item.statusCode as typeof item.statusCode | undefined; // absent from some servers
           if (status !== undefined && !status.isGood()) {
-            this.reportProblem(tag.config.name, `the server refused to monitor node ${tag.nodeId.toString()}: ${status.name} (${status.description})`);
+            this.reportProblem(
+              tag.config.name,
+              `the server refused to monitor node ${tag.nodeId.toString()}: ${status.name} (${status.description})`,
+            );
             run.resolved.delete(tag.config.name);
           }
         });
@@ -595,8 +672,12 @@ export class OpcuaConnector implements Connector {
     const opened = run.opened!;
     const subscription = run.subscription!;
     opened.client.on('connection_lost', () => this.lose(run, 'the connection was lost'));
-    opened.client.on('close', (err?: Error | null) => this.lose(run, `the channel closed${err ? `: ${err.message}` : ''}`));
-    opened.session.on('session_closed', (status: { name?: string } | undefined) => this.lose(run, `the server closed the session (${status?.name ?? 'no status'})`));
+    opened.client.on('close', (err?: Error | null) =>
+      this.lose(run, `the channel closed${err ? `: ${err.message}` : ''}`),
+    );
+    opened.session.on('session_closed', (status: { name?: string } | undefined) =>
+      this.lose(run, `the server closed the session (${status?.name ?? 'no status'})`),
+    );
     subscription.on('raw_notification', () => {
       // Keep-alives and data both prove the server is publishing.
       run.lastAliveMs = performance.now();
@@ -620,7 +701,8 @@ export class OpcuaConnector implements Connector {
     run.watchdog = setInterval(
       () => {
         const silentMs = performance.now() - run.lastAliveMs;
-        if (silentMs > deadlineMs) this.lose(run, `no data and no keep-alive for ${silentMs} ms (deadline ${deadlineMs} ms)`);
+        if (silentMs > deadlineMs)
+          this.lose(run, `no data and no keep-alive for ${silentMs} ms (deadline ${deadlineMs} ms)`);
       },
       Math.max(100, Math.min(1000, Math.round(deadlineMs / 4))),
     );
@@ -632,7 +714,9 @@ export class OpcuaConnector implements Connector {
     this.flush(run);
     run.lost = true;
     if (run.watchdog !== undefined) clearInterval(run.watchdog);
-    const err = new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `lost ${this.config.endpoint}: ${reason}`, { retryable: true });
+    const err = new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `lost ${this.config.endpoint}: ${reason}`, {
+      retryable: true,
+    });
     this.log.warn({ endpoint: this.config.endpoint, reason }, 'opcua connection lost');
     run.sink.lost(err);
   }

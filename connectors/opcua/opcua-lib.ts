@@ -26,7 +26,9 @@ export async function loadOpcua(log: Logger): Promise<OpcuaLib> {
   // node-opcua up to 2.182 is CommonJS: the whole `module.exports` is the default export and named exports may be
   // partial. From 2.183 (Node 22.13+) it is ESM: named exports only.
   const ua = ('default' in clientModule ? clientModule.default : clientModule) as OpcuaClientLib;
-  const cm = ('default' in certificateModule ? certificateModule.default : certificateModule) as typeof CertificateManagerModule;
+  const cm = (
+    'default' in certificateModule ? certificateModule.default : certificateModule
+  ) as typeof CertificateManagerModule;
   routeLogs(ua, log.child({ lib: 'node-opcua' }));
   return { ua, OPCUACertificateManager: cm.OPCUACertificateManager };
 }

@@ -53,7 +53,12 @@ export class UntrustedServerError extends ConnectorError {
   readonly status: string;
   readonly rejectedDir: string;
   readonly trustedDir: string;
-  constructor(options: Pick<SessionOptions, 'endpoint' | 'pkiDir' | 'connectorId'>, leaf: Buffer, status: string, description: string) {
+  constructor(
+    options: Pick<SessionOptions, 'endpoint' | 'pkiDir' | 'connectorId'>,
+    leaf: Buffer,
+    status: string,
+    description: string,
+  ) {
     const thumbprint = certificateThumbprint(leaf);
     const rejectedDir = join(options.pkiDir, 'rejected');
     const trustedDir = join(options.pkiDir, 'trusted', 'certs');
@@ -123,7 +128,13 @@ export async function openSession(options: SessionOptions, log: Logger): Promise
       session,
       certificateManager,
       close: (timeoutMs, closeOptions) =>
-        closeAll(connecting, closeOptions?.closeSession === false ? undefined : session, certificateManager, timeoutMs, log),
+        closeAll(
+          connecting,
+          closeOptions?.closeSession === false ? undefined : session,
+          certificateManager,
+          timeoutMs,
+          log,
+        ),
     };
   } catch (err) {
     await closeAll(client, undefined, certificateManager, 2000, log);
@@ -175,10 +186,12 @@ export async function discoverEndpoints(
       unreachable(options, `GetEndpoints got no answer within ${options.requestTimeoutMs} ms`),
     );
   } finally {
-    await withDeadline(discovery.disconnect(), 2000, () => new Error('discovery disconnect timed out')).catch((err: unknown) => {
-      // The endpoints are in hand; a discovery channel that closes badly changes nothing.
-      log.debug({ err: asError(err) }, 'opcua discovery disconnect failed');
-    });
+    await withDeadline(discovery.disconnect(), 2000, () => new Error('discovery disconnect timed out')).catch(
+      (err: unknown) => {
+        // The endpoints are in hand; a discovery channel that closes badly changes nothing.
+        log.debug({ err: asError(err) }, 'opcua discovery disconnect failed');
+      },
+    );
   }
 }
 
@@ -195,7 +208,10 @@ async function checkServer(
   const match = endpoints.find((e) => e.securityMode === wantMode && e.securityPolicyUri === wantPolicy);
   if (match === undefined) {
     const offers = endpoints
-      .map((e) => `${ua.MessageSecurityMode[e.securityMode]}/${(e.securityPolicyUri ?? '').split('#')[1] ?? e.securityPolicyUri}`)
+      .map(
+        (e) =>
+          `${ua.MessageSecurityMode[e.securityMode]}/${(e.securityPolicyUri ?? '').split('#')[1] ?? e.securityPolicyUri}`,
+      )
       .join(', ');
     throw new ConnectorError(
       'EF_CONNECTOR_UNREACHABLE',
@@ -208,9 +224,16 @@ async function checkServer(
   if (!certificate || certificate.length === 0) {
     throw unreachable(options, 'the server sent no certificate for its secured endpoint', false);
   }
-  if (options.user.type === 'username' && !(match.userIdentityTokens ?? []).some((t) => t.tokenType === ua.UserTokenType.UserName)) {
-    throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', options.connectorId,
-      `${options.endpoint} (${options.securityMode}/${options.securityPolicy}) does not accept username/password users`, { retryable: false });
+  if (
+    options.user.type === 'username' &&
+    !(match.userIdentityTokens ?? []).some((t) => t.tokenType === ua.UserTokenType.UserName)
+  ) {
+    throw new ConnectorError(
+      'EF_CONNECTOR_UNREACHABLE',
+      options.connectorId,
+      `${options.endpoint} (${options.securityMode}/${options.securityPolicy}) does not accept username/password users`,
+      { retryable: false },
+    );
   }
   const status = await certificateManager.checkCertificate(certificate);
   if (!status.isGood()) {
@@ -257,14 +280,27 @@ async function userIdentity(lib: OpcuaLib, user: OpcuaUserConfig): Promise<UserI
     case 'certificate': {
       const raw = readFileSync(user.certFile);
       const der = raw.subarray(0, 10).toString('latin1').startsWith('-----') ? new X509Certificate(raw).raw : raw;
-      return { type: ua.UserTokenType.Certificate, certificateData: der, privateKey: readFileSync(user.keyFile, 'utf8') };
+      return {
+        type: ua.UserTokenType.Certificate,
+        certificateData: der,
+        privateKey: readFileSync(user.keyFile, 'utf8'),
+      };
     }
   }
 }
 
 /** The reason already says what the underlying error said: no cause, whose message the log would repeat. */
-function unreachable(options: Pick<SessionOptions, 'endpoint' | 'connectorId'>, reason: string, retryable = true): ConnectorError {
-  return new ConnectorError('EF_CONNECTOR_UNREACHABLE', options.connectorId, `cannot reach ${options.endpoint}: ${reason}`, { retryable });
+function unreachable(
+  options: Pick<SessionOptions, 'endpoint' | 'connectorId'>,
+  reason: string,
+  retryable = true,
+): ConnectorError {
+  return new ConnectorError(
+    'EF_CONNECTOR_UNREACHABLE',
+    options.connectorId,
+    `cannot reach ${options.endpoint}: ${reason}`,
+    { retryable },
+  );
 }
 
 function classifyConnectError(
@@ -291,14 +327,16 @@ function classifyConnectError(
 }
 
 /** Status codes with which a server refuses a user: a retry with the same credentials cannot help. */
-const userRejections = /BadUserAccessDenied|BadIdentityToken(Invalid|Rejected)|BadUserSignatureInvalid|BadCertificateUse|BadUserNotAuthorized/;
+const userRejections =
+  /BadUserAccessDenied|BadIdentityToken(Invalid|Rejected)|BadUserSignatureInvalid|BadCertificateUse|BadUserNotAuthorized/;
 
 function classifySessionError(err: unknown, options: SessionOptions): ConnectorError {
   if (err instanceof ConnectorError) return err;
   const message = asError(err).message;
   const match = userRejections.exec(message);
   if (match !== null) {
-    const who = options.user.type === 'username' ? `user "${options.user.username}"` : `the ${options.user.type} user identity`;
+    const who =
+      options.user.type === 'username' ? `user "${options.user.username}"` : `the ${options.user.type} user identity`;
     return new ConnectorError(
       'EF_CONNECTOR_UNREACHABLE',
       options.connectorId,

@@ -21,10 +21,34 @@ const int = (min: number, max: number) => z.number().int().min(min).max(max);
 
 /** Sparkplug datatypes a tag may declare (the `TagDatatype` union of connectors/contract.ts). */
 export const tagDatatypes = [
-  'Int8', 'Int16', 'Int32', 'Int64', 'UInt8', 'UInt16', 'UInt32', 'UInt64',
-  'Float', 'Double', 'Boolean', 'String', 'DateTime', 'Text', 'Bytes',
-  'Int8Array', 'Int16Array', 'Int32Array', 'Int64Array', 'UInt8Array', 'UInt16Array', 'UInt32Array', 'UInt64Array',
-  'FloatArray', 'DoubleArray', 'BooleanArray', 'StringArray', 'DateTimeArray',
+  'Int8',
+  'Int16',
+  'Int32',
+  'Int64',
+  'UInt8',
+  'UInt16',
+  'UInt32',
+  'UInt64',
+  'Float',
+  'Double',
+  'Boolean',
+  'String',
+  'DateTime',
+  'Text',
+  'Bytes',
+  'Int8Array',
+  'Int16Array',
+  'Int32Array',
+  'Int64Array',
+  'UInt8Array',
+  'UInt16Array',
+  'UInt32Array',
+  'UInt64Array',
+  'FloatArray',
+  'DoubleArray',
+  'BooleanArray',
+  'StringArray',
+  'DateTimeArray',
 ] as const;
 
 /** Integers, Float and Double, and arrays of them: what a deadband and a range apply to. */
@@ -34,7 +58,12 @@ export function isNumericDatatype(datatype: string): boolean {
 
 export const securityModes = ['None', 'Sign', 'SignAndEncrypt'] as const;
 export const securityPolicies = [
-  'None', 'Basic256Sha256', 'Aes128_Sha256_RsaOaep', 'Aes256_Sha256_RsaPss', 'Basic128Rsa15', 'Basic256',
+  'None',
+  'Basic256Sha256',
+  'Aes128_Sha256_RsaOaep',
+  'Aes256_Sha256_RsaPss',
+  'Basic128Rsa15',
+  'Basic256',
 ] as const;
 /** Deprecated by OPC UA 1.04 (SHA-1, PKCS#1 v1.5 padding): only with `allowDeprecatedPolicies: true`. */
 export const deprecatedPolicies: readonly string[] = ['Basic128Rsa15', 'Basic256'];
@@ -84,7 +113,10 @@ const tagSchema = z
     name: z.string().min(1),
     /** The whole NodeId, or its end after the connector's `nodeIdPrefix`. */
     nodeId: z.string().min(1).optional(),
-    browsePath: z.string().regex(browsePathPattern, 'must be a path from the Root folder like /Objects/3:Line4/3:Press/3:Temperature').optional(),
+    browsePath: z
+      .string()
+      .regex(browsePathPattern, 'must be a path from the Root folder like /Objects/3:Line4/3:Press/3:Temperature')
+      .optional(),
     datatype: z.enum(tagDatatypes),
     /** Server sampling rate; unset: the subscription's publishing interval. 0: the fastest the server offers. */
     samplingIntervalMs: z.number().nonnegative().optional(),
@@ -106,7 +138,11 @@ const tagSchema = z
     const numeric = isNumericDatatype(tag.datatype);
     checkTagProperties(tag, numeric, (key, message) => ctx.addIssue({ code: 'custom', path: [key], message }));
     if (tag.deadband !== undefined && !numeric) {
-      ctx.addIssue({ code: 'custom', path: ['deadband'], message: `a deadband needs a numeric datatype, not ${tag.datatype}` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['deadband'],
+        message: `a deadband needs a numeric datatype, not ${tag.datatype}`,
+      });
     }
     if (tag.deadband?.type === 'percent' && tag.deadband.value > 100) {
       ctx.addIssue({ code: 'custom', path: ['deadband', 'value'], message: 'a percent deadband is at most 100' });
@@ -126,13 +162,20 @@ const subscriptionSchema = z
   })
   .superRefine((s, ctx) => {
     if (s.lifetimeCount < 3 * s.keepAliveCount) {
-      ctx.addIssue({ code: 'custom', path: ['lifetimeCount'], message: `must be >= 3 × keepAliveCount (${3 * s.keepAliveCount}) [OPC UA Part 4 §5.13.2]` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['lifetimeCount'],
+        message: `must be >= 3 × keepAliveCount (${3 * s.keepAliveCount}) [OPC UA Part 4 §5.13.2]`,
+      });
     }
   });
 
 const connectorShape = {
   /** The Sparkplug device id. */
-  id: z.string().min(1).regex(/^[^/+#]+$/, 'must not contain /, + or #'),
+  id: z
+    .string()
+    .min(1)
+    .regex(/^[^/+#]+$/, 'must not contain /, + or #'),
   type: z.literal('opcua'),
   /** Set by the profile expansion (src/config/profiles.ts): the device profile whose tags this device has. */
   profile: z.string().optional(),
@@ -163,39 +206,71 @@ const connectorShape = {
  * A device profile of OPC UA connectors (`profiles:` in the config): any connector key but `id`, tags required;
  * each device that names it gets these keys unless it sets them itself (src/config/profiles.ts).
  */
-export const opcuaProfileSchema = z.strictObject(connectorShape).omit({ id: true, profile: true }).partial().required({ type: true, tags: true });
+export const opcuaProfileSchema = z
+  .strictObject(connectorShape)
+  .omit({ id: true, profile: true })
+  .partial()
+  .required({ type: true, tags: true });
 
 export const opcuaConnectorSchema = z
   .strictObject(connectorShape)
   .superRefine((c, ctx) => {
     const policy = c.securityPolicy;
     if (c.securityMode === 'None' && policy !== undefined && policy !== 'None') {
-      ctx.addIssue({ code: 'custom', path: ['securityPolicy'], message: `securityMode None takes securityPolicy None, not ${policy}` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['securityPolicy'],
+        message: `securityMode None takes securityPolicy None, not ${policy}`,
+      });
     }
     if (c.securityMode !== 'None' && policy === 'None') {
-      ctx.addIssue({ code: 'custom', path: ['securityPolicy'], message: `securityMode ${c.securityMode} needs a policy other than None` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['securityPolicy'],
+        message: `securityMode ${c.securityMode} needs a policy other than None`,
+      });
     }
     if (policy !== undefined && deprecatedPolicies.includes(policy) && !c.allowDeprecatedPolicies) {
-      ctx.addIssue({ code: 'custom', path: ['securityPolicy'], message: `${policy} is deprecated (SHA-1); set allowDeprecatedPolicies: true to use it anyway` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['securityPolicy'],
+        message: `${policy} is deprecated (SHA-1); set allowDeprecatedPolicies: true to use it anyway`,
+      });
     }
     if (c.user.type === 'certificate' && c.securityMode === 'None') {
-      ctx.addIssue({ code: 'custom', path: ['user'], message: 'an X.509 user identity needs securityMode Sign or SignAndEncrypt' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['user'],
+        message: 'an X.509 user identity needs securityMode Sign or SignAndEncrypt',
+      });
     }
     const seen = new Map<string, number>();
     c.tags.forEach((tag, i) => {
       if (tag.nodeId !== undefined && !nodeIdPattern.test((c.nodeIdPrefix ?? '') + tag.nodeId)) {
         const what = c.nodeIdPrefix === undefined ? 'must be' : `with nodeIdPrefix "${c.nodeIdPrefix}" must make`;
-        ctx.addIssue({ code: 'custom', path: ['tags', i, 'nodeId'], message: `${what} a NodeId like ns=3;s=Line4.Press.Temperature, ns=2;i=1001, ns=2;g=<guid> or nsu=<uri>;s=…` });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tags', i, 'nodeId'],
+          message: `${what} a NodeId like ns=3;s=Line4.Press.Temperature, ns=2;i=1001, ns=2;g=<guid> or nsu=<uri>;s=…`,
+        });
       }
       const first = seen.get(tag.name);
-      if (first !== undefined) ctx.addIssue({ code: 'custom', path: ['tags', i, 'name'], message: `"${tag.name}" is already the name of tags.${first}` });
+      if (first !== undefined)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tags', i, 'name'],
+          message: `"${tag.name}" is already the name of tags.${first}`,
+        });
       else seen.set(tag.name, i);
     });
   })
   .transform(({ nodeIdPrefix, ...c }) => ({
     ...c,
     securityPolicy: c.securityPolicy ?? (c.securityMode === 'None' ? 'None' : 'Basic256Sha256'),
-    tags: nodeIdPrefix === undefined ? c.tags : c.tags.map((tag) => (tag.nodeId === undefined ? tag : { ...tag, nodeId: nodeIdPrefix + tag.nodeId })),
+    tags:
+      nodeIdPrefix === undefined
+        ? c.tags
+        : c.tags.map((tag) => (tag.nodeId === undefined ? tag : { ...tag, nodeId: nodeIdPrefix + tag.nodeId })),
   }));
 
 export type OpcuaConnectorConfig = z.output<typeof opcuaConnectorSchema>;

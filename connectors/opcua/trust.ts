@@ -81,7 +81,12 @@ export async function trustServer(endpoint: string, options: TrustOptions): Prom
       }
     }
     if (leaves.size === 0) {
-      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', 'opcua-trust', `${endpoint} presents no certificate (it offers only unsecured endpoints)`, { retryable: false });
+      throw new ConnectorError(
+        'EF_CONNECTOR_UNREACHABLE',
+        'opcua-trust',
+        `${endpoint} presents no certificate (it offers only unsecured endpoints)`,
+        { retryable: false },
+      );
     }
     const expected = options.expectedThumbprint?.replace(/[:\s]/g, '').toLowerCase();
     if (expected !== undefined && !leaves.has(expected)) {
@@ -97,7 +102,9 @@ export async function trustServer(endpoint: string, options: TrustOptions): Prom
       if (expected !== undefined && thumbprint !== expected) continue;
       const alreadyTrusted = (await manager.isCertificateTrusted(der)) === 'Good';
       if (!alreadyTrusted) await manager.trustCertificate(der);
-      const file = findCertificateFile(join(options.pkiDir, 'trusted', 'certs'), thumbprint) ?? join(options.pkiDir, 'trusted', 'certs');
+      const file =
+        findCertificateFile(join(options.pkiDir, 'trusted', 'certs'), thumbprint) ??
+        join(options.pkiDir, 'trusted', 'certs');
       results.push({ ...describeCertificate(der, file), alreadyTrusted });
       log.info({ endpoint, thumbprint, file, alreadyTrusted }, 'opcua server certificate trusted');
     }
@@ -160,6 +167,9 @@ function findCertificateFile(dir: string, thumbprint: string): string | undefine
 /** Human-readable lines for the CLI. */
 export function formatTrustResults(endpoint: string, results: readonly TrustResult[]): string {
   return results
-    .map((r) => `${r.alreadyTrusted ? 'already trusted' : 'trusted'}: ${endpoint}\n  thumbprint ${r.thumbprint}\n  subject    ${r.subject}\n  valid to   ${r.notAfter}\n  file       ${r.file}`)
+    .map(
+      (r) =>
+        `${r.alreadyTrusted ? 'already trusted' : 'trusted'}: ${endpoint}\n  thumbprint ${r.thumbprint}\n  subject    ${r.subject}\n  valid to   ${r.notAfter}\n  file       ${r.file}`,
+    )
     .join('\n');
 }

@@ -141,7 +141,9 @@ export function variantToTagValue(variant: VariantLike, datatype: TagDatatype): 
     throw new VariantMismatchError('a matrix (multi-dimensional array) has no Sparkplug datatype');
   }
   if (wantArray !== isArray) {
-    throw new VariantMismatchError(`expected ${wantArray ? 'an array' : 'a scalar'}, got ${isArray ? 'an array' : 'a scalar'}`);
+    throw new VariantMismatchError(
+      `expected ${wantArray ? 'an array' : 'a scalar'}, got ${isArray ? 'an array' : 'a scalar'}`,
+    );
   }
   const actual = sparkplugDatatypeFor(variant.dataType, isArray ? 1 : -1);
   if (actual === undefined || !isCompatibleDatatype(datatype, actual)) {
@@ -234,7 +236,9 @@ function scalarForWrite(value: unknown, builtIn: number, where: string): unknown
     else if (typeof value === 'number' && Number.isInteger(value)) n = BigInt(value);
     else return fail();
     if (n < range[0] || n > range[1]) {
-      throw new WriteTypeError(`${n} is out of range for ${typeName} (${range[0]}..${range[1]})${where ? ` at ${where}` : ''}`);
+      throw new WriteTypeError(
+        `${n} is out of range for ${typeName} (${range[0]}..${range[1]})${where ? ` at ${where}` : ''}`,
+      );
     }
     return builtIn === BuiltInType.Int64 || builtIn === BuiltInType.UInt64 ? bigIntToWords(n) : Number(n);
   }
@@ -244,7 +248,12 @@ function scalarForWrite(value: unknown, builtIn: number, where: string): unknown
     case BuiltInType.Float:
     case BuiltInType.Double:
       // NaN and infinities are Float values; a finite number beyond float32 would arrive as infinity.
-      if (builtIn === BuiltInType.Float && typeof value === 'number' && Number.isFinite(value) && Math.abs(value) > FLOAT32_MAX) {
+      if (
+        builtIn === BuiltInType.Float &&
+        typeof value === 'number' &&
+        Number.isFinite(value) &&
+        Math.abs(value) > FLOAT32_MAX
+      ) {
         throw new WriteTypeError(`${value} is out of range for Float${where ? ` at ${where}` : ''}`);
       }
       if (typeof value === 'number') return value;
@@ -310,6 +319,7 @@ function describe(value: unknown): string {
   if (Buffer.isBuffer(value)) return 'bytes';
   if (Array.isArray(value)) return 'an array';
   if (typeof value === 'number' && Number.isFinite(value) && !Number.isInteger(value)) return `the fraction ${value}`;
-  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
+  if (typeof value === 'string')
+    return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
   return `${typeof value} ${String(value)}`;
 }

@@ -17,7 +17,10 @@ export class ApiError extends Error {
 }
 
 async function answer<T>(res: Response): Promise<T> {
-  const body = (await res.json().catch(() => ({}))) as { error?: string; problems?: { path: string; message: string }[] };
+  const body = (await res.json().catch(() => ({}))) as {
+    error?: string;
+    problems?: { path: string; message: string }[];
+  };
   if (!res.ok) throw new ApiError(res.status, body.error ?? res.statusText, body.problems);
   return body as T;
 }
@@ -29,5 +32,7 @@ export async function get<T>(route: string): Promise<T> {
 export async function post<T>(route: string, body: object, csrf?: string): Promise<T> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (csrf !== undefined) headers['x-csrf-token'] = csrf;
-  return answer<T>(await fetch(`/api/${route}`, { method: 'POST', credentials: 'same-origin', headers, body: JSON.stringify(body) }));
+  return answer<T>(
+    await fetch(`/api/${route}`, { method: 'POST', credentials: 'same-origin', headers, body: JSON.stringify(body) }),
+  );
 }

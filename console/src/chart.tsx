@@ -45,7 +45,9 @@ export function Chart({ t, series, height = 160 }: ChartProps) {
         width: Math.max(200, el.clientWidth),
         height,
         // Since start, up to the last hour, and at least MIN_SPAN_S.
-        scales: { x: { time: true, range: (_u, min, max) => [Math.max(Math.min(min, max - MIN_SPAN_S), max - 3600), max] } },
+        scales: {
+          x: { time: true, range: (_u, min, max) => [Math.max(Math.min(min, max - MIN_SPAN_S), max - 3600), max] },
+        },
         series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, points: { show: false } }))],
         axes: [
           {
@@ -57,7 +59,12 @@ export function Chart({ t, series, height = 160 }: ChartProps) {
             space: 100,
             values: (_u, splits, _axis, _space, stepS) => splits.map((s) => clock(s, stepS)),
           },
-          { stroke: text, grid: { stroke: 'rgba(128,128,128,0.15)' }, ticks: { stroke: 'rgba(128,128,128,0.15)' }, size: 60 },
+          {
+            stroke: text,
+            grid: { stroke: 'rgba(128,128,128,0.15)' },
+            ticks: { stroke: 'rgba(128,128,128,0.15)' },
+            size: 60,
+          },
         ],
         legend: { live: false },
         cursor: { drag: { x: false, y: false } },

@@ -32,7 +32,11 @@ function usePolled<T>(route: string, everyMs: number): [T | undefined, () => voi
   const [tick, setTick] = useState(0);
   useEffect(() => {
     let live = true;
-    const load = () => get<T>(route).then((d) => live && setData(d), () => undefined);
+    const load = () =>
+      get<T>(route).then(
+        (d) => live && setData(d),
+        () => undefined,
+      );
     void load(); // handles its own failure: the next poll tries again
     const timer = setInterval(load, everyMs);
     return () => {
@@ -73,7 +77,11 @@ function ActionButton(props: {
       <button type="button" disabled={state.busy} onClick={handled(run)} data-testid={props.testid}>
         {props.label}
       </button>
-      {state.message && <span class={state.error ? 'bad' : 'good'} data-testid={props.testid && `${props.testid}-result`}>{state.message}</span>}
+      {state.message && (
+        <span class={state.error ? 'bad' : 'good'} data-testid={props.testid && `${props.testid}-result`}>
+          {state.message}
+        </span>
+      )}
     </span>
   );
 }
@@ -120,7 +128,12 @@ function OverviewView({ o, session, now }: { o: Overview; session: Session; now:
   return (
     <section>
       <div class="grid">
-        <Stat label="Readiness" value={o.ready ? 'ready' : 'not ready'} tone={o.ready ? 'good' : 'bad'} testid="ready" />
+        <Stat
+          label="Readiness"
+          value={o.ready ? 'ready' : 'not ready'}
+          tone={o.ready ? 'good' : 'bad'}
+          testid="ready"
+        />
         {o.devices > 0 && (
           <Stat
             label="Devices up"
@@ -137,7 +150,11 @@ function OverviewView({ o, session, now }: { o: Overview; session: Session; now:
           value={`${bytes(o.storeBytes)} of ${bytes(o.storeMaxBytes)}`}
           tone={storeShare !== undefined && storeShare > 0.8 ? 'warn' : undefined}
         />
-        <Stat label="Event-loop lag" value={`${o.loopLagMs.toFixed(1)} ms`} tone={o.loopLagMs > 100 ? 'warn' : undefined} />
+        <Stat
+          label="Event-loop lag"
+          value={`${o.loopLagMs.toFixed(1)} ms`}
+          tone={o.loopLagMs > 100 ? 'warn' : undefined}
+        />
         <Stat label="Uptime" value={duration(o.uptimeS)} />
         <Stat label="Version" value={o.version} />
       </div>
@@ -145,7 +162,8 @@ function OverviewView({ o, session, now }: { o: Overview; session: Session; now:
         <ul class="problems" data-testid="devices-down">
           {o.devicesDown.map((d) => (
             <li key={d.id}>
-              <a href="#devices">{d.id}</a> does not answer since {time(d.since)} ({ago(d.since, now)}){d.lastError && `: ${d.lastError}`}
+              <a href="#devices">{d.id}</a> does not answer since {time(d.since)} ({ago(d.since, now)})
+              {d.lastError && `: ${d.lastError}`}
             </li>
           ))}
         </ul>
@@ -181,7 +199,11 @@ function OverviewView({ o, session, now }: { o: Overview; session: Session; now:
           label="Reload configuration"
           confirm="Reload the configuration file now?"
           testid="reload"
-          said={(a) => ((a.needsRestart as string[]).length === 0 ? 'done' : `done; a restart is needed for ${(a.needsRestart as string[]).join(', ')}`)}
+          said={(a) =>
+            (a.needsRestart as string[]).length === 0
+              ? 'done'
+              : `done; a restart is needed for ${(a.needsRestart as string[]).join(', ')}`
+          }
         />
       </div>
     </section>
@@ -202,9 +224,17 @@ function BridgesView({ bridges, session }: { bridges: BridgeView[]; session: Ses
         return (
           <div class="card" key={b.name} data-testid={`bridge-${b.name}`}>
             <h3>
-              {b.name} <span class={`badge ${stateTone(b.state)}`} data-testid="bridge-state">{b.state}</span>
+              {b.name}{' '}
+              <span class={`badge ${stateTone(b.state)}`} data-testid="bridge-state">
+                {b.state}
+              </span>
             </h3>
-            {b.error && <p class="bad">{b.error}{b.retryInMs !== undefined && ` (retry in ${duration(b.retryInMs / 1000)})`}</p>}
+            {b.error && (
+              <p class="bad">
+                {b.error}
+                {b.retryInMs !== undefined && ` (retry in ${duration(b.retryInMs / 1000)})`}
+              </p>
+            )}
             {b.pausedReason && <p class="warn">paused: {b.pausedReason}</p>}
             <p class="mono small">{b.urls.join(', ')}</p>
             <div class="grid">
@@ -214,14 +244,29 @@ function BridgesView({ bridges, session }: { bridges: BridgeView[]; session: Ses
               <Stat label="Replay rate /s" value={rate(b.replayRatePerS)} />
               <Stat label="Drained in" value={b.drainS === undefined ? '–' : duration(b.drainS)} />
               <Stat label="In flight" value={b.inflight} />
-              <Stat label="Dead letters" value={b.deadLetters} tone={b.deadLetters > 0 ? 'warn' : undefined} testid="dead-letters" />
+              <Stat
+                label="Dead letters"
+                value={b.deadLetters}
+                tone={b.deadLetters > 0 ? 'warn' : undefined}
+                testid="dead-letters"
+              />
               <Stat label="Reconnects" value={b.reconnects} />
             </div>
             {drops.length > 0 && <p class="warn">Dropped: {drops.map(([why, n]) => `${why} ${n}`).join(', ')}</p>}
             {history?.backlog[b.name] && (
-              <Chart t={history.t} series={[{ label: 'backlog', values: history.backlog[b.name], color: '#f59e0b' }]} height={120} />
+              <Chart
+                t={history.t}
+                series={[{ label: 'backlog', values: history.backlog[b.name], color: '#f59e0b' }]}
+                height={120}
+              />
             )}
-            <ActionButton session={session} route="actions/reconnect-bridge" body={{ bridge: b.name }} label="Reconnect now" testid={`reconnect-${b.name}`} />
+            <ActionButton
+              session={session}
+              route="actions/reconnect-bridge"
+              body={{ bridge: b.name }}
+              label="Reconnect now"
+              testid={`reconnect-${b.name}`}
+            />
             {b.deadLetters > 0 && (
               <>
                 <ActionButton
@@ -274,7 +319,13 @@ function SparkplugPanel({ sp, session, now }: { sp: SparkplugView | null; sessio
           ? 'none since start'
           : `${c.kind} ${c.topic} from ${c.user ?? c.who}${c.remote ? ` (${c.remote})` : ''}, ${ago(c.at, now)}`}
       </p>
-      <ActionButton session={session} route="actions/rebirth" label="Request rebirth" confirm="Publish NBIRTH and every DBIRTH again?" testid="rebirth" />
+      <ActionButton
+        session={session}
+        route="actions/rebirth"
+        label="Request rebirth"
+        confirm="Publish NBIRTH and every DBIRTH again?"
+        testid="rebirth"
+      />
     </section>
   );
 }
@@ -286,7 +337,11 @@ function WriteCell({ device, tag, session }: { device: string; tag: string; sess
   const write = async (e: Event) => {
     e.preventDefault();
     try {
-      const r = await post<{ readBack?: string; matches: boolean }>('actions/write-tag', { device, tag, value: input }, session.csrf);
+      const r = await post<{ readBack?: string; matches: boolean }>(
+        'actions/write-tag',
+        { device, tag, value: input },
+        session.csrf,
+      );
       setResult({ ok: r.matches, text: r.readBack === undefined ? 'written' : `read back ${r.readBack}` });
     } catch (err) {
       setResult({ ok: false, text: (err as Error).message });
@@ -294,9 +349,18 @@ function WriteCell({ device, tag, session }: { device: string; tag: string; sess
   };
   return (
     <form class="write" onSubmit={handled(write)}>
-      <input value={input} onInput={(e) => setInput((e.target as HTMLInputElement).value)} aria-label={`new value for ${tag}`} data-testid={`write-${device}-${tag}`} />
+      <input
+        value={input}
+        onInput={(e) => setInput((e.target as HTMLInputElement).value)}
+        aria-label={`new value for ${tag}`}
+        data-testid={`write-${device}-${tag}`}
+      />
       <button type="submit">Write</button>
-      {result && <span class={result.ok ? 'good' : 'bad'} data-testid={`write-${device}-${tag}-result`}>{result.text}</span>}
+      {result && (
+        <span class={result.ok ? 'good' : 'bad'} data-testid={`write-${device}-${tag}-result`}>
+          {result.text}
+        </span>
+      )}
     </form>
   );
 }
@@ -312,9 +376,17 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
   if (devices.length === 0) return <p class="empty">No connectors are configured.</p>;
   return (
     <section>
-      <input class="filter" placeholder="Filter devices and tags" value={filter} onInput={(e) => setFilter((e.target as HTMLInputElement).value)} data-testid="tag-filter" />
+      <input
+        class="filter"
+        placeholder="Filter devices and tags"
+        value={filter}
+        onInput={(e) => setFilter((e.target as HTMLInputElement).value)}
+        data-testid="tag-filter"
+      />
       {devices.map((d) => {
-        const tags = d.tags.filter((t) => f === '' || d.id.toLowerCase().includes(f) || t.name.toLowerCase().includes(f));
+        const tags = d.tags.filter(
+          (t) => f === '' || d.id.toLowerCase().includes(f) || t.name.toLowerCase().includes(f),
+        );
         if (tags.length === 0 && f !== '') return null;
         return (
           <div class="card" key={d.id} data-testid={`device-${d.id}`}>
@@ -323,7 +395,9 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
               <span class={`badge ${d.online ? 'good' : 'bad'}`} data-testid="device-state">
                 {d.online ? 'up' : 'down'}
               </span>{' '}
-              <span class="small">since {time(d.since)} ({ago(d.since, now)})</span>
+              <span class="small">
+                since {time(d.since)} ({ago(d.since, now)})
+              </span>
             </h3>
             {!d.online && d.lastError && <p class="bad">{d.lastError}</p>}
             <p class="small">
@@ -356,12 +430,19 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
                         </span>
                         {t.unit && ` ${t.unit}`}
                       </td>
-                      <td class={t.stale ? 'warn' : t.quality === 'good' ? 'good' : 'bad'} data-testid={`quality-${d.id}-${t.name}`}>
+                      <td
+                        class={t.stale ? 'warn' : t.quality === 'good' ? 'good' : 'bad'}
+                        data-testid={`quality-${d.id}-${t.name}`}
+                      >
                         {qualityText(t)}
                       </td>
                       <td class="type">{t.datatype}</td>
                       <td class="time">{time(t.timestamp)}</td>
-                      {session.role === 'operator' && <td class="write-cell">{t.writable && <WriteCell device={d.id} tag={t.name} session={session} />}</td>}
+                      {session.role === 'operator' && (
+                        <td class="write-cell">
+                          {t.writable && <WriteCell device={d.id} tag={t.name} session={session} />}
+                        </td>
+                      )}
                     </tr>
                   ))}
                 </tbody>
@@ -410,7 +491,13 @@ function ClientsPanel({ session, now }: { session: Session; now: number }) {
                   <td>{c.inflight}</td>
                   <td>{ago(c.connectedSinceMs, now)}</td>
                   <td>
-                    <ActionButton session={session} route="actions/disconnect-client" body={{ clientId: c.clientId }} label="Disconnect" confirm={`Disconnect ${c.clientId}?`} />
+                    <ActionButton
+                      session={session}
+                      route="actions/disconnect-client"
+                      body={{ clientId: c.clientId }}
+                      label="Disconnect"
+                      confirm={`Disconnect ${c.clientId}?`}
+                    />
                   </td>
                 </tr>
               ))}
@@ -441,7 +528,13 @@ function ClientsPanel({ session, now }: { session: Session; now: number }) {
                   <td>{s.subscriptions}</td>
                   <td>{s.expiryIntervalS === 0xffffffff ? 'never' : duration(s.expiryIntervalS)}</td>
                   <td>
-                    <ActionButton session={session} route="actions/delete-session" body={{ clientId: s.clientId }} label="Delete" confirm={`Delete the session of ${s.clientId} and its queued messages?`} />
+                    <ActionButton
+                      session={session}
+                      route="actions/delete-session"
+                      body={{ clientId: s.clientId }}
+                      label="Delete"
+                      confirm={`Delete the session of ${s.clientId} and its queued messages?`}
+                    />
                   </td>
                 </tr>
               ))}
@@ -465,12 +558,24 @@ function LogPanel() {
   }, [lines, filter]);
   return (
     <section>
-      <input class="filter" placeholder="Filter the log" value={filter} onInput={(e) => setFilter((e.target as HTMLInputElement).value)} />
+      <input
+        class="filter"
+        placeholder="Filter the log"
+        value={filter}
+        onInput={(e) => setFilter((e.target as HTMLInputElement).value)}
+      />
       <div class="card scroll">
         <table class="log" data-testid="log-table">
           <tbody>
             {shown.map((l, i) => {
-              const { level, time: t, msg, pid: _pid, hostname: _host, ...rest } = l as { level: number; time: number; msg: string; [key: string]: unknown };
+              const {
+                level,
+                time: t,
+                msg,
+                pid: _pid,
+                hostname: _host,
+                ...rest
+              } = l as { level: number; time: number; msg: string; [key: string]: unknown };
               const audit = rest.mod === 'audit';
               if (audit) delete rest.mod; // the level column says it
               return (
@@ -513,20 +618,38 @@ function Login({ onLogin }: { onLogin: (s: Session) => void }) {
     <form class="login card" onSubmit={handled(submit)}>
       <h2>edgeferry</h2>
       <label>
-        User <input name="user" autocomplete="username" value={user} onInput={(e) => setUser((e.target as HTMLInputElement).value)} />
+        User{' '}
+        <input
+          name="user"
+          autocomplete="username"
+          value={user}
+          onInput={(e) => setUser((e.target as HTMLInputElement).value)}
+        />
       </label>
       <label>
         Password{' '}
-        <input name="password" type="password" autocomplete="current-password" value={password} onInput={(e) => setPassword((e.target as HTMLInputElement).value)} />
+        <input
+          name="password"
+          type="password"
+          autocomplete="current-password"
+          value={password}
+          onInput={(e) => setPassword((e.target as HTMLInputElement).value)}
+        />
       </label>
       <button type="submit">Log in</button>
-      {error && <p class="bad" data-testid="login-error">{error}</p>}
+      {error && (
+        <p class="bad" data-testid="login-error">
+          {error}
+        </p>
+      )}
     </form>
   );
 }
 
 function useTheme(): [string, () => void] {
-  const [theme, setTheme] = useState(() => localStorage.getItem('theme') ?? (matchMedia('(prefers-color-scheme: light)').matches ? 'light' : 'dark'));
+  const [theme, setTheme] = useState(
+    () => localStorage.getItem('theme') ?? (matchMedia('(prefers-color-scheme: light)').matches ? 'light' : 'dark'),
+  );
   useEffect(() => {
     document.documentElement.dataset.theme = theme;
     localStorage.setItem('theme', theme);
@@ -556,7 +679,9 @@ function App() {
     events.onerror = () => {
       setConnected(false);
       // A 401 (the login expired, or the gateway restarted) ends the stream for good: back to the login form.
-      get<Session>('session').catch((err: unknown) => err instanceof ApiError && err.status === 401 && setSession(null));
+      get<Session>('session').catch(
+        (err: unknown) => err instanceof ApiError && err.status === 401 && setSession(null),
+      );
     };
     return () => events.close();
   }, [session]);
@@ -577,7 +702,11 @@ function App() {
           ))}
         </nav>
         <span class="who">
-          <span class={`dot ${connected ? 'good' : 'bad'}`} title={connected ? 'live' : 'reconnecting'} data-testid="live" />
+          <span
+            class={`dot ${connected ? 'good' : 'bad'}`}
+            title={connected ? 'live' : 'reconnecting'}
+            data-testid="live"
+          />
           <span data-testid="whoami">
             {session.user} ({session.role})
           </span>

@@ -166,7 +166,15 @@ export class Bridge {
   private tickTimer: NodeJS.Timeout | undefined;
 
   private readonly counters = { sent: 0, resent: 0, acked: 0, reconnects: 0, received: 0, receivedFailed: 0 };
-  private readonly rate = { lastSent: 0, lastAtMs: 0, sendPerS: 0, replayPerS: 0, replaySent: 0, liveLatencyMs: 0, liveLatencyMaxMs: 0 };
+  private readonly rate = {
+    lastSent: 0,
+    lastAtMs: 0,
+    sendPerS: 0,
+    replayPerS: 0,
+    replaySent: 0,
+    liveLatencyMs: 0,
+    liveLatencyMaxMs: 0,
+  };
   /** Warnings logged once per episode; cleared when the condition ends. */
   private readonly episodes = new Set<string>();
   private readonly outages: OutageLog;
@@ -195,12 +203,14 @@ export class Bridge {
     this.pacer = new ReplayPacer(this.paceLimits);
     this.stateTopic = `$SYS/broker/connection/${options.config.remote.clientId}/state`;
     const watched = this.hooks.watch?.topic;
-    const watchRule = watched === undefined || options.config.remote.protocolVersion !== 5 ? undefined : this.topics.matchOut(watched);
+    const watchRule =
+      watched === undefined || options.config.remote.protocolVersion !== 5 ? undefined : this.topics.matchOut(watched);
     this.watchTopic = watched !== undefined && watchRule ? this.topics.toRemote(watchRule, watched) : undefined;
     const watchSubscription = this.watchTopic === undefined ? [] : [{ filter: this.watchTopic, qos: 0 as const }];
     this.queueFullSeen = this.outbox.depth.dropped.queue_full;
     const { status } = options.config;
-    this.statusPublisher = status.enabled && options.status ? new StatusPublisher(this, status.topic, options.status) : undefined;
+    this.statusPublisher =
+      status.enabled && options.status ? new StatusPublisher(this, status.topic, options.status) : undefined;
     // A connection has one Will: the Sparkplug uplink's is the NDEATH; its status says "offline" on a graceful stop.
     const statusWill = this.statusPublisher ? () => this.statusPublisher?.will() : undefined;
     this.uplink = new Uplink({
@@ -208,7 +218,10 @@ export class Bridge {
       log: this.log,
       will: this.hooks.will ? () => this.hooks.will?.() : statusWill,
       connectSending: this.hooks.connectSending ? () => this.hooks.connectSending?.() : undefined,
-      subscriptions: [...this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })), ...watchSubscription],
+      subscriptions: [
+        ...this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
+        ...watchSubscription,
+      ],
       // The Sparkplug uplink (the only bridge with hooks) subscribes on every connection, as an edge node on a clean
       // session would: a primary host's retained STATE must arrive on each one (docs/architecture.md#sparkplug-session).
       subscribeEveryConnection: options.hooks !== undefined,
@@ -238,7 +251,8 @@ export class Bridge {
     const gatewayId = options.gatewayId ?? hostname();
     const stamp = new UplinkStamp(idProperty, gatewayId, false);
     this.stamp = stamp.empty ? undefined : stamp;
-    this.historicalStamp = this.liveFirst && remote.protocolVersion === 5 ? new UplinkStamp(idProperty, gatewayId, true) : undefined;
+    this.historicalStamp =
+      this.liveFirst && remote.protocolVersion === 5 ? new UplinkStamp(idProperty, gatewayId, true) : undefined;
   }
 
   get status(): UplinkStatus {
@@ -255,7 +269,10 @@ export class Bridge {
       backlogMessages: depth.messages,
       backlogBytes: depth.bytes,
       deadLetterMessages: this.deadLetter?.depth.messages ?? 0,
-      oldestAgeS: depth.oldestAppendedAtMs === undefined ? 0 : Math.max(0, (this.broker.clock.nowMs() - depth.oldestAppendedAtMs) / 1000),
+      oldestAgeS:
+        depth.oldestAppendedAtMs === undefined
+          ? 0
+          : Math.max(0, (this.broker.clock.nowMs() - depth.oldestAppendedAtMs) / 1000),
       inflight: this.window.size,
       sent: this.counters.sent,
       resent: this.counters.resent,
@@ -263,7 +280,8 @@ export class Bridge {
       dropped: { ...depth.dropped },
       sendRatePerS: this.rate.sendPerS,
       replayRatePerS: this.rate.replayPerS,
-      drainEtaS: this.replayRemaining === 0 ? 0 : this.rate.replayPerS > 0 ? this.replayRemaining / this.rate.replayPerS : NaN,
+      drainEtaS:
+        this.replayRemaining === 0 ? 0 : this.rate.replayPerS > 0 ? this.replayRemaining / this.rate.replayPerS : NaN,
       liveLatencyS: this.rate.liveLatencyMs / 1000,
       reconnects: this.counters.reconnects,
       sessionTaken: this.outages.sessionTaken,
@@ -340,7 +358,11 @@ export class Bridge {
     for (const msg of messages) {
       this.uplink.publish(msg, undefined, false, {
         result: (result) => {
-          if (!result.ok) this.log.warn({ topic: msg.topic, reasonCode: result.reasonCode }, 'central broker refused a message sent outside the outbox');
+          if (!result.ok)
+            this.log.warn(
+              { topic: msg.topic, reasonCode: result.reasonCode },
+              'central broker refused a message sent outside the outbox',
+            );
         },
       });
     }
@@ -368,11 +390,14 @@ export class Bridge {
    * was full, or the central broker refused them again meanwhile).
    */
   requeueDeadLetters(): Promise<{ moved: number; left: number }> {
-    return this.deadLetterTurn(async (dead) => {
-      const moved = await requeueDeadLetters(dead, this.outbox);
-      this.schedulePump();
-      return { moved, left: dead.depth.messages };
-    }, { moved: 0, left: 0 });
+    return this.deadLetterTurn(
+      async (dead) => {
+        const moved = await requeueDeadLetters(dead, this.outbox);
+        this.schedulePump();
+        return { moved, left: dead.depth.messages };
+      },
+      { moved: 0, left: 0 },
+    );
   }
 
   /** Deletes the dead letters, counted as dropped (`dead_letter_deleted`); resolves with how many. */
@@ -444,7 +469,11 @@ export class Bridge {
 
   private onAppendFailed(err: unknown): void {
     if (err instanceof StoreError && err.code === 'EF_STORE_FULL') {
-      this.warnOnce('reject-new', { depth: this.outbox.depth.messages, bytes: this.outbox.depth.bytes }, 'outbox full, refusing new messages');
+      this.warnOnce(
+        'reject-new',
+        { depth: this.outbox.depth.messages, bytes: this.outbox.depth.bytes },
+        'outbox full, refusing new messages',
+      );
       return;
     }
     // A failed commit is logged by the store, once until commits succeed again; this would repeat it per message.
@@ -455,7 +484,11 @@ export class Bridge {
   private checkQueueFull(): void {
     const dropped = this.outbox.depth.dropped.queue_full;
     if (dropped > this.queueFullSeen) {
-      this.warnOnce('queue-full', { dropped: dropped - this.queueFullSeen, policy: this.config.queue.overflow }, 'outbox full, dropping oldest messages');
+      this.warnOnce(
+        'queue-full',
+        { dropped: dropped - this.queueFullSeen, policy: this.config.queue.overflow },
+        'outbox full, dropping oldest messages',
+      );
       this.queueFullSeen = dropped;
       return;
     }
@@ -550,7 +583,11 @@ export class Bridge {
       this.episodes.delete('inbound');
     } catch (err) {
       this.counters.receivedFailed++;
-      this.warnOnce('inbound', { err: asError(err), topic: local.topic }, 'inbound message refused by the local broker');
+      this.warnOnce(
+        'inbound',
+        { err: asError(err), topic: local.topic },
+        'inbound message refused by the local broker',
+      );
     }
   }
 
@@ -582,7 +619,12 @@ export class Bridge {
       if (window.resendPending && !window.releaseAbandoned(dropped, receiveMaximum)) break;
       let reader = window.live;
       let entry = reader.next(dropped);
-      if (entry === undefined && !this.paceTimer && !window.backlog.done && !window.backlogFull(this.config.replay.share, receiveMaximum)) {
+      if (
+        entry === undefined &&
+        !this.paceTimer &&
+        !window.backlog.done &&
+        !window.backlogFull(this.config.replay.share, receiveMaximum)
+      ) {
         reader = window.backlog;
         entry = reader.next(dropped);
       }
@@ -640,7 +682,10 @@ export class Bridge {
       msg = rewritten;
     }
     const maxBytes = this.session?.maximumPacketSizeBytes;
-    if (maxBytes !== undefined && msg.payload.length + Buffer.byteLength(msg.topic) + PACKET_OVERHEAD_BYTES > maxBytes) {
+    if (
+      maxBytes !== undefined &&
+      msg.payload.length + Buffer.byteLength(msg.topic) + PACKET_OVERHEAD_BYTES > maxBytes
+    ) {
       const fields = { topic: msg.topic, bytes: msg.payload.length, maxBytes };
       this.refuse(entry.seq, entry.msg, 'too-large', fields, 'message larger than the central broker accepts');
       return;
@@ -733,7 +778,8 @@ export class Bridge {
     const elapsedS = (nowMs - this.rate.lastAtMs) / 1000;
     if (elapsedS > 0) {
       this.rate.sendPerS = Math.round((this.counters.sent - this.rate.lastSent) / elapsedS);
-      this.rate.replayPerS = this.replayRemaining > 0 || this.rate.replaySent > 0 ? Math.round(this.rate.replaySent / elapsedS) : 0;
+      this.rate.replayPerS =
+        this.replayRemaining > 0 || this.rate.replaySent > 0 ? Math.round(this.rate.replaySent / elapsedS) : 0;
     }
     this.rate.lastSent = this.counters.sent;
     this.rate.replaySent = 0;
@@ -754,7 +800,13 @@ export class Bridge {
   private async publishState(up: boolean): Promise<void> {
     try {
       await this.broker.publish(
-        createMessage({ topic: this.stateTopic, payload: Buffer.from(up ? '1' : '0'), qos: 0, retain: true, origin: this.origin }),
+        createMessage({
+          topic: this.stateTopic,
+          payload: Buffer.from(up ? '1' : '0'),
+          qos: 0,
+          retain: true,
+          origin: this.origin,
+        }),
       );
     } catch (err) {
       this.log.warn({ err, topic: this.stateTopic }, 'bridge state could not be published');

@@ -58,7 +58,10 @@ export class OutageLog {
     } else if (nowMs - this.lastReportMs < DOWN_REPORT_EVERY_MS) {
       return void this.log.debug(fields, `uplink attempt failed${because}`);
     } else {
-      this.log.warn(fields, `uplink down; next attempt at ${nextAttemptAt} (attempt ${fields.attempt}; ${cause.reason})`);
+      this.log.warn(
+        fields,
+        `uplink down; next attempt at ${nextAttemptAt} (attempt ${fields.attempt}; ${cause.reason})`,
+      );
     }
     this.lastReportMs = nowMs;
   }

@@ -215,7 +215,14 @@ export class SendWindow {
    */
   send(entry: OutboxEntry, msg: Message, stamp: PropertyTail | undefined, backlog: boolean): void {
     const dup = this.resending.delete(entry.seq);
-    const rec = new Inflight(this.owner, entry.seq, msg.qos, msg.qos > 0 ? entry.msg : undefined, backlog, entry.appendedAtMs);
+    const rec = new Inflight(
+      this.owner,
+      entry.seq,
+      msg.qos,
+      msg.qos > 0 ? entry.msg : undefined,
+      backlog,
+      entry.appendedAtMs,
+    );
     if (backlog) this.backlogInflight++;
     rec.sendIndex =
       msg.qos === 0

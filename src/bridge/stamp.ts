@@ -23,7 +23,9 @@ export class UplinkStamp implements PropertyTail {
   constructor(idProperty: string | undefined, gatewayId: string, historical: boolean) {
     this.idName = idProperty === undefined ? Buffer.alloc(0) : userPropertyName(idProperty);
     this.idPrefix = idProperty === undefined ? Buffer.alloc(0) : Buffer.from(`${gatewayId}:`);
-    this.historical = historical ? Buffer.concat([userPropertyName(HISTORICAL_PROPERTY), utf8String('true')]) : Buffer.alloc(0);
+    this.historical = historical
+      ? Buffer.concat([userPropertyName(HISTORICAL_PROPERTY), utf8String('true')])
+      : Buffer.alloc(0);
   }
 
   /** Whether it adds anything at all. */

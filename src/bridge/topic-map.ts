@@ -53,7 +53,9 @@ export class TopicMap {
 
   /** The first in rule matching a remote topic. */
   matchIn(remoteTopic: string): TopicRule | undefined {
-    return this.inRules.find((r) => topicMatches(r.remoteFilter, remoteTopic) && remoteTopic.startsWith(r.remotePrefix));
+    return this.inRules.find(
+      (r) => topicMatches(r.remoteFilter, remoteTopic) && remoteTopic.startsWith(r.remotePrefix),
+    );
   }
 
   /** The remote topic for a local one matched by `rule`. */

@@ -21,7 +21,14 @@ import type { Duplex } from 'node:stream';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message, PublishProperties, QoS } from '../protocol/message.js';
 import { appendPublish, createParser, decodePublish, encodeAck, encodePacket, PacketArena } from '../protocol/codec.js';
-import type { AckCommand, ConnectPacket, Packet, PropertyTail, ProtocolVersion, PublishPacket } from '../protocol/codec.js';
+import type {
+  AckCommand,
+  ConnectPacket,
+  Packet,
+  PropertyTail,
+  ProtocolVersion,
+  PublishPacket,
+} from '../protocol/codec.js';
 import { PacketFramer, packetBytes, type FrameHandler } from '../protocol/framer.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { asError, errorLogFields, ProtocolError, systemErrorReason, UplinkError } from '../util/errors.js';
@@ -174,7 +181,14 @@ SHORT_ACKS[0x50] = 'pubrec';
 SHORT_ACKS[0x70] = 'pubcomp';
 const PUBLISH_TYPE = 3;
 /** MQTT 3.1.1 CONNACK return codes 1..5 (§3.2.2.3). */
-const CONNACK_V3_REFUSALS = ['', 'unacceptable protocol version', 'identifier rejected', 'server unavailable', 'bad user name or password', 'not authorized'];
+const CONNACK_V3_REFUSALS = [
+  '',
+  'unacceptable protocol version',
+  'identifier rejected',
+  'server unavailable',
+  'bad user name or password',
+  'not authorized',
+];
 
 export class Uplink {
   private conn: Connection | undefined;
@@ -263,7 +277,14 @@ export class Uplink {
    * re-send that may have reached the broker [MQTT-3.3.1-1]. MQTT 5: `stamp` adds its properties for `seq` (the
    * bridge's message id). Returns the publish's send index.
    */
-  publish(msg: OutgoingPublish, packetId: number | undefined, dup: boolean, sender?: PublishFlow, stamp?: PropertyTail, seq = 0): number {
+  publish(
+    msg: OutgoingPublish,
+    packetId: number | undefined,
+    dup: boolean,
+    sender?: PublishFlow,
+    stamp?: PropertyTail,
+    seq = 0,
+  ): number {
     const conn = this.onlineConnection();
     const sendIndex = conn.sendIndex++;
     const id = msg.qos > 0 ? this.startFlow(conn, msg.qos as 1 | 2, packetId, sendIndex, sender, false) : undefined;
@@ -295,7 +316,14 @@ export class Uplink {
     return conn;
   }
 
-  private startFlow(conn: Connection, qos: 1 | 2, wanted: number | undefined, sendIndex: number, sender: PublishFlow | undefined, released: boolean): number {
+  private startFlow(
+    conn: Connection,
+    qos: 1 | 2,
+    wanted: number | undefined,
+    sendIndex: number,
+    sender: PublishFlow | undefined,
+    released: boolean,
+  ): number {
     const id = conn.ids.allocateAs(wanted);
     if (id === null) throw new UplinkError('EF_INTERNAL', 'no free packet id'); // the window is far below 65535
     // Registered even without a sender: the final ack frees the packet id.
@@ -353,7 +381,9 @@ export class Uplink {
       });
     } catch (err) {
       // An unreadable or invalid TLS file: a failed attempt, so the bridge keeps buffering and retries.
-      const error = new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, { cause: err });
+      const error = new UplinkError('EF_UPLINK_CONNECT', `cannot connect to ${url}: ${asError(err).message}`, {
+        cause: err,
+      });
       this.scheduleRetry({ error, closedByBroker: false, onlineMs: undefined });
       return;
     }
@@ -387,7 +417,9 @@ export class Uplink {
       }
     });
     stream.on('error', (err: Error) => {
-      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: ${systemErrorReason(err) ?? err.message}`, { cause: err });
+      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: ${systemErrorReason(err) ?? err.message}`, {
+        cause: err,
+      });
       this.log.debug({ ...errorLogFields(err), url }, 'uplink error');
     });
     stream.on('close', () => this.onClose(conn));
@@ -411,7 +443,9 @@ export class Uplink {
       keepalive: remote.keepaliveS,
       username: remote.username,
       password: remote.password === undefined ? undefined : Buffer.from(remote.password),
-      properties: v5 ? { sessionExpiryInterval: remote.sessionExpiryS, maximumPacketSize: this.announcedMaxPacketBytes() } : undefined,
+      properties: v5
+        ? { sessionExpiryInterval: remote.sessionExpiryS, maximumPacketSize: this.announcedMaxPacketBytes() }
+        : undefined,
       will: will
         ? {
             topic: will.topic,
@@ -439,7 +473,10 @@ export class Uplink {
     if (code !== 0) {
       // Refused: needs an operator (credentials, ACL), so the bridge logs it as an error once.
       const why = this.version === 5 ? reasonName(code) : (CONNACK_V3_REFUSALS[code] ?? 'refused');
-      conn.error = new UplinkError('EF_UPLINK_REJECTED', `${conn.url} refused the connection: ${why} (0x${code.toString(16)})`);
+      conn.error = new UplinkError(
+        'EF_UPLINK_REJECTED',
+        `${conn.url} refused the connection: ${why} (0x${code.toString(16)})`,
+      );
       conn.stream.destroy();
       return;
     }
@@ -502,7 +539,9 @@ export class Uplink {
     // The Sparkplug uplink asks for Retain As Published too: a retained command keeps its flag, so the edge node
     // can refuse it (docs/architecture.md#dcmd-to-the-plc); a 3.1.1 broker clears it on live delivery [MQTT-3.3.1-9].
     const rap = everyConnection;
-    const subscriptions = subs.map((s) => (v5 ? { topic: s.filter, qos: s.qos, nl: true, rh, rap } : { topic: s.filter, qos: s.qos }));
+    const subscriptions = subs.map((s) =>
+      v5 ? { topic: s.filter, qos: s.qos, nl: true, rh, rap } : { topic: s.filter, qos: s.qos },
+    );
     this.write(conn, encodePacket({ cmd: 'subscribe', messageId, subscriptions }, this.version));
   }
 
@@ -515,7 +554,8 @@ export class Uplink {
     const subs = this.options.subscriptions;
     // One reason code per filter, in order (mqtt-packet types them loosely).
     (packet.granted as number[]).forEach((reasonCode, i) => {
-      if (reasonCode >= 0x80) this.log.warn({ filter: subs[i]?.filter, reasonCode }, 'central broker refused an inbound subscription');
+      if (reasonCode >= 0x80)
+        this.log.warn({ filter: subs[i]?.filter, reasonCode }, 'central broker refused an inbound subscription');
     });
   }
 
@@ -527,7 +567,9 @@ export class Uplink {
     const wasOnline = conn.online;
     conn.online = false;
     this.conn = undefined;
-    const error = conn.error ?? new UplinkError('EF_UPLINK_CONNECT', wasOnline ? 'connection closed' : `cannot connect to ${conn.url}`);
+    const error =
+      conn.error ??
+      new UplinkError('EF_UPLINK_CONNECT', wasOnline ? 'connection closed' : `cannot connect to ${conn.url}`);
     if (this.stopped || conn.closing) {
       this.options.events.offline(error, undefined);
       return;
@@ -556,9 +598,14 @@ export class Uplink {
       header: (_type, remainingLength) => {
         // Refused at its fixed header, before its body is buffered [MQTT-3.1.2-24].
         const bytes = packetBytes(remainingLength);
-        if (bytes > maxPacketBytes) throw new ProtocolError(Reason.PacketTooLarge, `a packet of ${bytes} bytes, above our Maximum Packet Size [MQTT-3.1.2-24]`);
+        if (bytes > maxPacketBytes)
+          throw new ProtocolError(
+            Reason.PacketTooLarge,
+            `a packet of ${bytes} bytes, above our Maximum Packet Size [MQTT-3.1.2-24]`,
+          );
       },
-      packet: (data, first, packetStart, bodyStart, end) => this.onFrame(conn, data, first, packetStart, bodyStart, end),
+      packet: (data, first, packetStart, bodyStart, end) =>
+        this.onFrame(conn, data, first, packetStart, bodyStart, end),
       isOpen: open,
       canTakeMore: open,
     };
@@ -568,7 +615,14 @@ export class Uplink {
    * One whole packet. The replay's hot path, the 2-byte acks of our publishes, and PUBLISH without properties
    * are decoded in place; everything else goes through mqtt-packet.
    */
-  private onFrame(conn: Connection, data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void {
+  private onFrame(
+    conn: Connection,
+    data: Buffer,
+    first: number,
+    packetStart: number,
+    bodyStart: number,
+    end: number,
+  ): void {
     if (conn.online) {
       if (end - bodyStart === 2) {
         const ack = SHORT_ACKS[first];
@@ -583,11 +637,13 @@ export class Uplink {
 
   private onPacket(conn: Connection, packet: Packet): void {
     if (!conn.online) {
-      if (packet.cmd !== 'connack') throw new ProtocolError(Reason.ProtocolError, `${packet.cmd} before CONNACK [MQTT-3.2.0-1]`);
+      if (packet.cmd !== 'connack')
+        throw new ProtocolError(Reason.ProtocolError, `${packet.cmd} before CONNACK [MQTT-3.2.0-1]`);
       return this.onConnack(conn, packet);
     }
     // mqtt-packet reads a body too short for a packet id as id -1 rather than failing.
-    if (packet.messageId !== undefined && packet.messageId < 1) throw new ProtocolError(Reason.MalformedPacket, `${packet.cmd} without a valid packet identifier`);
+    if (packet.messageId !== undefined && packet.messageId < 1)
+      throw new ProtocolError(Reason.MalformedPacket, `${packet.cmd} without a valid packet identifier`);
     switch (packet.cmd) {
       case 'puback':
       case 'pubrec':
@@ -595,7 +651,11 @@ export class Uplink {
         return this.onPublishAck(conn, packet.cmd, packet.messageId as number, packet.reasonCode ?? 0);
       case 'publish':
         // We announce no Topic Alias Maximum, i.e. 0: the broker may not use aliases [MQTT-3.3.2-11].
-        if (packet.properties?.topicAlias !== undefined) throw new ProtocolError(Reason.TopicAliasInvalid, 'a PUBLISH with a Topic Alias, which we do not accept [MQTT-3.3.2-11]');
+        if (packet.properties?.topicAlias !== undefined)
+          throw new ProtocolError(
+            Reason.TopicAliasInvalid,
+            'a PUBLISH with a Topic Alias, which we do not accept [MQTT-3.3.2-11]',
+          );
         return this.onInboundPublish(conn, packet);
       case 'pubrel':
         // Known or not (a restart forgot it), the message is published locally: complete the flow.
@@ -626,7 +686,10 @@ export class Uplink {
     if (reasonCode === Reason.ReceiveMaximumExceeded) {
       // The broker's limit is lower than it announced (or than we assumed): halve the window from now on.
       this.windowLimit = Math.max(1, Math.floor(Math.min(this.windowLimit, Math.max(conn.flows.size, 2)) / 2));
-      this.log.warn({ url: conn.url, windowLimit: this.windowLimit }, 'central broker says too many messages in flight; window reduced');
+      this.log.warn(
+        { url: conn.url, windowLimit: this.windowLimit },
+        'central broker says too many messages in flight; window reduced',
+      );
     }
     // Nothing may follow a DISCONNECT [MQTT-3.14.4-1]; the broker closes too.
     conn.stream.destroy();
@@ -667,7 +730,11 @@ export class Uplink {
         () => {
           if (conn.flows.get(packetId) === flow && this.conn === conn) this.writeAck(conn, 'pubrel', packetId);
         },
-        (err: unknown) => this.log.warn({ err, url: conn.url, packetId }, 'QoS 2 receipt not recorded; PUBREL waits for the next connection'),
+        (err: unknown) =>
+          this.log.warn(
+            { err, url: conn.url, packetId },
+            'QoS 2 receipt not recorded; PUBREL waits for the next connection',
+          ),
       );
       return;
     }
@@ -685,7 +752,10 @@ export class Uplink {
     flow.sender.result({
       ok: false,
       reasonCode,
-      error: new UplinkError('EF_UPLINK_REJECTED', `the central broker refused a publish (0x${reasonCode.toString(16)})`),
+      error: new UplinkError(
+        'EF_UPLINK_REJECTED',
+        `the central broker refused a publish (0x${reasonCode.toString(16)})`,
+      ),
     });
   }
 
@@ -709,7 +779,10 @@ export class Uplink {
       return;
     }
     if (nowMs - oldestMs <= limitMs) return;
-    conn.error = new UplinkError('EF_UPLINK_CONNECT', `central broker acknowledged nothing for ${this.options.config.ackTimeoutS} s`);
+    conn.error = new UplinkError(
+      'EF_UPLINK_CONNECT',
+      `central broker acknowledged nothing for ${this.options.config.ackTimeoutS} s`,
+    );
     this.log.debug({ url: conn.url }, 'uplink stalled, reconnecting');
     conn.stream.destroy();
   }
@@ -721,7 +794,8 @@ export class Uplink {
   private onInboundPublish(conn: Connection, packet: PublishPacket): void {
     if (packet.qos === 0) return void this.deliverInbound(packet);
     const id = packet.messageId;
-    if (id === undefined || id < 1) throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH without a valid packet identifier');
+    if (id === undefined || id < 1)
+      throw new ProtocolError(Reason.MalformedPacket, 'PUBLISH without a valid packet identifier');
     if (packet.qos === 1) {
       void this.deliverInbound(packet).then(() => this.writeAck(conn, 'puback', id));
       return;
@@ -757,12 +831,16 @@ function parsePacket(bytes: Buffer, version: ProtocolVersion): Packet {
   parser.on('packet', (p: Packet) => (packet = p));
   parser.on('error', (err: Error) => (error = err));
   parser.parse(bytes);
-  if (packet === undefined) throw new ProtocolError(Reason.MalformedPacket, `a malformed packet (${error?.message ?? 'incomplete'})`);
+  if (packet === undefined)
+    throw new ProtocolError(Reason.MalformedPacket, `a malformed packet (${error?.message ?? 'incomplete'})`);
   return packet;
 }
 
 /** MQTT 5 properties for a message leaving now: the expiry interval is what is left of its lifetime. */
-function toPublishProperties(p: PublishProperties | undefined, expiresAt: number | undefined): PublishProperties | undefined {
+function toPublishProperties(
+  p: PublishProperties | undefined,
+  expiresAt: number | undefined,
+): PublishProperties | undefined {
   if (!p) return undefined;
   const expiryS = expiresAt === undefined ? undefined : Math.max(1, Math.ceil((expiresAt - performance.now()) / 1000));
   return definedOnly({ ...p, messageExpiryInterval: expiryS ?? p.messageExpiryInterval });

@@ -55,7 +55,8 @@ export class Acl {
         filter = filter.slice(rest[0].length).trim();
       }
       const probe = filter.replaceAll('%c', 'c').replaceAll('%u', 'u');
-      if (!isValidTopicFilter(probe)) return problems.push({ line: i + 1, message: `invalid topic filter "${filter}"` });
+      if (!isValidTopicFilter(probe))
+        return problems.push({ line: i + 1, message: `invalid topic filter "${filter}"` });
       (keyword === 'pattern' ? patterns : current).push({ access, filter });
     });
     return { acl: new Acl(anonymous, users, patterns), problems };
@@ -68,7 +69,8 @@ export class Acl {
   allows(action: 'read' | 'write', topic: string, clientId: string, user: string | undefined): boolean {
     const rules = this.rulesOf(clientId, user);
     for (const r of rules) if (r.access === 'deny' && topicMatches(r.filter, topic)) return false;
-    for (const r of rules) if ((r.access === 'readwrite' || r.access === action) && topicMatches(r.filter, topic)) return true;
+    for (const r of rules)
+      if ((r.access === 'readwrite' || r.access === action) && topicMatches(r.filter, topic)) return true;
     return false;
   }
 

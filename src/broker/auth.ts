@@ -86,10 +86,13 @@ export class FileAuth implements AuthHooks {
 
   authenticate(c: ConnectInfo): number | undefined | Promise<number | undefined> {
     if (c.username === undefined) {
-      return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'anonymous clients are not allowed here');
+      return c.allowAnonymous
+        ? undefined
+        : this.fail(c, Reason.NotAuthorized, 'anonymous clients are not allowed here');
     }
     if (!c.certificateVerified) {
-      if (!this.passwords) return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'no password file configured');
+      if (!this.passwords)
+        return c.allowAnonymous ? undefined : this.fail(c, Reason.NotAuthorized, 'no password file configured');
       // A user name without a password is refused when a password file is set (Mosquitto `01-connect-uname-no-password-denied`).
       if (!c.password) return this.fail(c, Reason.BadUserNameOrPassword, 'bad user name or password');
       return this.checkPassword(this.passwords, c.username, c.password, c);
@@ -98,8 +101,17 @@ export class FileAuth implements AuthHooks {
   }
 
   /** The password check, through the login throttle: failures slow this user from this address down, no one else. */
-  private async checkPassword(passwords: PasswordFile, username: string, password: Buffer, c: ConnectInfo): Promise<number | undefined> {
-    const attempt = { address: c.remoteAddress, user: passwords.has(username) ? username : undefined, waiting: c.waiting ?? (() => true) };
+  private async checkPassword(
+    passwords: PasswordFile,
+    username: string,
+    password: Buffer,
+    c: ConnectInfo,
+  ): Promise<number | undefined> {
+    const attempt = {
+      address: c.remoteAddress,
+      user: passwords.has(username) ? username : undefined,
+      waiting: c.waiting ?? (() => true),
+    };
     switch (await this.throttle.check(attempt, () => passwords.verify(username, password))) {
       case 'accepted':
         return this.accepted(c);
@@ -120,7 +132,8 @@ export class FileAuth implements AuthHooks {
   }
 
   authorizePublish(c: ClientInfo, topic: string): number | undefined {
-    const reserved = this.reserved !== undefined && topic.startsWith(this.reserved.prefix) ? this.reserved.kind(topic) : undefined;
+    const reserved =
+      this.reserved !== undefined && topic.startsWith(this.reserved.prefix) ? this.reserved.kind(topic) : undefined;
     if (reserved === 'gateway' || (reserved === 'command' && !this.acl)) {
       this.events.denied(c, 'publish', topic, reserved === 'gateway' ? GATEWAY_ONLY : COMMAND_NEEDS_ACL);
       return Reason.NotAuthorized;
@@ -168,12 +181,14 @@ export function loadFileAuth(
   if (files.passwordFile) {
     const parsed = PasswordFile.parse(read(files.passwordFile));
     passwords = parsed.file;
-    for (const p of parsed.problems) problems.push({ path: 'auth.passwordFile', message: p.message, location: `${files.passwordFile}:${p.line}` });
+    for (const p of parsed.problems)
+      problems.push({ path: 'auth.passwordFile', message: p.message, location: `${files.passwordFile}:${p.line}` });
   }
   if (files.aclFile) {
     const parsed = Acl.parse(read(files.aclFile));
     acl = parsed.acl;
-    for (const p of parsed.problems) problems.push({ path: 'auth.aclFile', message: p.message, location: `${files.aclFile}:${p.line}` });
+    for (const p of parsed.problems)
+      problems.push({ path: 'auth.aclFile', message: p.message, location: `${files.aclFile}:${p.line}` });
   }
   if (problems.length > 0) throw new ConfigError(files.aclFile ?? files.passwordFile ?? 'auth', problems);
   return new FileAuth(passwords, acl, events, reserved, throttle);

@@ -143,8 +143,18 @@ export class Broker {
           this.stats.dropped.not_authorized++;
           return;
         }
-        const wait = member.subscriber.deliver(d.msg, Math.min(d.qos, member.qos) as QoS, d.retain, undefined, undefined, group);
-        if (wait) wait.catch((err: unknown) => this.log.warn({ err, topic: d.msg.topic }, 'shared subscription redelivery could not be stored'));
+        const wait = member.subscriber.deliver(
+          d.msg,
+          Math.min(d.qos, member.qos) as QoS,
+          d.retain,
+          undefined,
+          undefined,
+          group,
+        );
+        if (wait)
+          wait.catch((err: unknown) =>
+            this.log.warn({ err, topic: d.msg.topic }, 'shared subscription redelivery could not be stored'),
+          );
       },
     };
     this.sessionSettings = new SessionSettings(options.limits, this.sessionEvents, this.readGate, this.memoryWindow);
@@ -226,7 +236,12 @@ export class Broker {
           s.routeSlot = NO_SLOT;
           continue;
         }
-        s.routeSlot = merge.add(s, qos, sub.retainAsPublished, sub.subscriptionId === undefined ? undefined : [sub.subscriptionId]);
+        s.routeSlot = merge.add(
+          s,
+          qos,
+          sub.retainAsPublished,
+          sub.subscriptionId === undefined ? undefined : [sub.subscriptionId],
+        );
       } else {
         const slot = s.routeSlot;
         if (slot === NO_SLOT) continue;
@@ -266,7 +281,14 @@ export class Broker {
       if (member === undefined) continue;
       const qos = (member.qos < msg.qos ? member.qos : msg.qos) as QoS;
       const ids = member.subscriptionId === undefined ? undefined : [member.subscriptionId];
-      const wait = member.subscriber.deliver(msg, qos, member.retainAsPublished && msg.retain, ids, encodings, groups[i]);
+      const wait = member.subscriber.deliver(
+        msg,
+        qos,
+        member.retainAsPublished && msg.retain,
+        ids,
+        encodings,
+        groups[i],
+      );
       if (wait) (waits ??= []).push(wait);
     }
     return settle(waits);
@@ -332,14 +354,16 @@ export class Broker {
     const qos = (record.qos < msg.qos ? record.qos : msg.qos) as QoS;
     const ids = record.subscriptionId === undefined ? undefined : [record.subscriptionId];
     const wait = subscriber.deliver(msg, qos, true, ids, undefined);
-    if (wait) wait.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'retained delivery could not be stored'));
+    if (wait)
+      wait.catch((err: unknown) => this.log.warn({ err, topic: msg.topic }, 'retained delivery could not be stored'));
     return msg.payload.length;
   }
 
   /** Puts a subscription into the topic tree; true if it replaced one of the same subscriber and filter. */
   private index(subscriber: Subscriber, record: SubscriptionRecord): boolean {
     const shared = parseSharedFilter(record.filter);
-    if (shared === 'invalid') throw new ProtocolError(Reason.TopicFilterInvalid, `invalid shared filter ${record.filter}`);
+    if (shared === 'invalid')
+      throw new ProtocolError(Reason.TopicFilterInvalid, `invalid shared filter ${record.filter}`);
     return this.tree.add({
       subscriber,
       filter: shared ? shared.filter : record.filter,
@@ -365,7 +389,12 @@ export class Broker {
    * A session belongs to the identity that made it: another identity (a user name, or anonymous against named)
    * gets a new, empty session, and the old one is discarded, its queued messages counted as dropped.
    */
-  openSession(clientId: string, owner: SessionOwner, cleanStart: boolean, expiryIntervalS: number): { session: Session; present: boolean } {
+  openSession(
+    clientId: string,
+    owner: SessionOwner,
+    cleanStart: boolean,
+    expiryIntervalS: number,
+  ): { session: Session; present: boolean } {
     this.cancelExpiry(clientId);
     let existing = this.sessions.get(clientId);
     if (existing && existing.owner !== undefined && existing.owner !== owner) {
@@ -378,7 +407,10 @@ export class Broker {
       this.wills.cancel(clientId);
       if (existing.owner === undefined) {
         existing.adopt(owner);
-        this.log.info({ clientId, owner: owner ?? '<anonymous>' }, 'a session stored without its owner was resumed: its owner is now the client that resumed it');
+        this.log.info(
+          { clientId, owner: owner ?? '<anonymous>' },
+          'a session stored without its owner was resumed: its owner is now the client that resumed it',
+        );
       }
       session = existing;
       present = true;
@@ -417,7 +449,9 @@ export class Broker {
   unsubscribeSession(session: Session, filter: string): boolean {
     if (!session.unsubscribe(filter)) return false;
     this.removeSubscription(session, filter);
-    session.store?.deleteSubscription(session.id, filter).catch((err: unknown) => this.sessionEvents.storeFailed(err, session.id));
+    session.store
+      ?.deleteSubscription(session.id, filter)
+      .catch((err: unknown) => this.sessionEvents.storeFailed(err, session.id));
     return true;
   }
 
@@ -432,7 +466,8 @@ export class Broker {
     for (const record of sessions.loadAll(this.memoryWindow)) {
       // Stored under a higher cap (or none, by an older release), it gets the cap of now.
       const expiryS = Math.min(record.expiryIntervalS, this.options.limits.maxSessionExpiryS ?? NEVER_EXPIRES);
-      const downS = record.disconnectedAtMs === undefined ? 0 : Math.max(0, (this.clock.nowMs() - record.disconnectedAtMs) / 1000);
+      const downS =
+        record.disconnectedAtMs === undefined ? 0 : Math.max(0, (this.clock.nowMs() - record.disconnectedAtMs) / 1000);
       const leftS = expiryS === NEVER_EXPIRES ? NEVER_EXPIRES : expiryS - downS;
       // A session that ended while the gateway was down takes its will along: due now [MQTT-3.1.3-9].
       if (record.will) {
@@ -463,7 +498,12 @@ export class Broker {
     const queued = session.queuedCount + session.inflightCount;
     this.stats.dropped.session_taken_over += queued;
     (this.options.audit ?? this.log).warn(
-      { clientId: session.id, owner: session.owner ?? '<anonymous>', by: owner ?? '<anonymous>', droppedMessages: queued },
+      {
+        clientId: session.id,
+        owner: session.owner ?? '<anonymous>',
+        by: owner ?? '<anonymous>',
+        droppedMessages: queued,
+      },
       'session discarded: a client of another identity connected with its client id',
     );
     this.endSession(session);
@@ -528,7 +568,9 @@ export class Broker {
       // A session turning persistent: its subscriptions so far must be stored too.
       for (const sub of session.subscriptions.values()) sessions.putSubscription(session.id, sub).catch(fail);
     }
-    sessions.putSession(session.id, { expiryIntervalS: session.expiryIntervalS, disconnectedAtMs, owner: session.owner }).catch(fail);
+    sessions
+      .putSession(session.id, { expiryIntervalS: session.expiryIntervalS, disconnectedAtMs, owner: session.owner })
+      .catch(fail);
   }
 
   private cancelExpiry(clientId: string): void {

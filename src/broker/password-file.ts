@@ -67,7 +67,8 @@ export class PasswordFile {
   private get decoy(): PasswordEntry {
     if (this.decoyEntry === undefined) {
       const counts = new Map<number, number>();
-      for (const e of this.users.values()) if (e.kind === 7) counts.set(e.iterations, (counts.get(e.iterations) ?? 0) + 1);
+      for (const e of this.users.values())
+        if (e.kind === 7) counts.set(e.iterations, (counts.get(e.iterations) ?? 0) + 1);
       let iterations = 101; // mosquitto_passwd's default
       let most = 0;
       for (const [n, count] of counts) if (count > most) [iterations, most] = [n, count];

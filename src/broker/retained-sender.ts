@@ -91,12 +91,18 @@ export class RetainedSender {
     /** Jobs looked at in a row that could not go on (no room): once that is all of them, the turn ends. */
     let stuck = 0;
     let i = this.next;
-    while (jobs.length > 0 && stuck < jobs.length && messages < MESSAGES_PER_TURN && bytes < BYTES_PER_TURN && steps < STEPS_PER_TURN) {
+    while (
+      jobs.length > 0 &&
+      stuck < jobs.length &&
+      messages < MESSAGES_PER_TURN &&
+      bytes < BYTES_PER_TURN &&
+      steps < STEPS_PER_TURN
+    ) {
       if (i >= jobs.length) i = 0;
       const job = jobs[i];
       let done = !job.pace.wanted();
       let moved = false;
-      for (let sent = 0; !done && sent < SLICE && steps < STEPS_PER_TURN && job.pace.ready(); ) {
+      for (let sent = 0; !done && sent < SLICE && steps < STEPS_PER_TURN && job.pace.ready();) {
         const next = job.walk.next();
         moved = true;
         if (next.done === true) done = true;

@@ -88,7 +88,8 @@ export class RetainedIndex {
     }
     const after = msg.payload.length === 0 ? undefined : retainedMeta(msg);
     this.apply(msg.topic, after);
-    if (this.refusing && this.n < this.limits.maxMessages * 0.9 && this.payloadBytes < this.limits.maxBytes * 0.9) this.refusing = false;
+    if (this.refusing && this.n < this.limits.maxMessages * 0.9 && this.payloadBytes < this.limits.maxBytes * 0.9)
+      this.refusing = false;
     this.uncache(msg.topic);
     if (after !== undefined) this.unsettled.set(msg.topic, msg);
     else this.unsettled.delete(msg.topic);
@@ -131,7 +132,13 @@ export class RetainedIndex {
     this.refusing = true;
     const { maxMessages, maxBytes } = this.limits;
     this.log.warn(
-      { topic: msg.topic, retained: this.n, bytes: this.payloadBytes, maxRetainedMessages: maxMessages, maxRetainedBytes: maxBytes },
+      {
+        topic: msg.topic,
+        retained: this.n,
+        bytes: this.payloadBytes,
+        maxRetainedMessages: maxMessages,
+        maxRetainedBytes: maxBytes,
+      },
       'retained messages at broker.maxRetainedMessages or maxRetainedBytes: new ones are delivered but not retained until some are deleted',
     );
   }
@@ -244,8 +251,20 @@ export class RetainedIndex {
     this.apply(entry.topic, undefined);
     this.uncache(entry.topic);
     this.unsettled.delete(entry.topic);
-    const deletion: Message = { topic: entry.topic, payload: NO_PAYLOAD, qos: 0, retain: true, properties: undefined, origin: entry.origin, expiresAt: undefined };
-    this.store.set(deletion).catch((err: unknown) => this.log.debug({ err, topic: entry.topic }, 'expired retained message not deleted from the store'));
+    const deletion: Message = {
+      topic: entry.topic,
+      payload: NO_PAYLOAD,
+      qos: 0,
+      retain: true,
+      properties: undefined,
+      origin: entry.origin,
+      expiresAt: undefined,
+    };
+    this.store
+      .set(deletion)
+      .catch((err: unknown) =>
+        this.log.debug({ err, topic: entry.topic }, 'expired retained message not deleted from the store'),
+      );
     return false;
   }
 
@@ -283,7 +302,11 @@ export class RetainedIndex {
       return;
     }
     // Prune the empty levels up the branch.
-    while (level.parent !== undefined && level.entry === undefined && (level.children === undefined || level.children.size === 0)) {
+    while (
+      level.parent !== undefined &&
+      level.entry === undefined &&
+      (level.children === undefined || level.children.size === 0)
+    ) {
       level.parent.children!.delete(level.name);
       level = level.parent;
     }

@@ -33,14 +33,20 @@ export interface ClientLink {
    * Sends a QoS 0 PUBLISH. Nothing of it is kept, so it has no `Delivery` record (one per message and
    * subscriber would be an allocation on the hottest path). False if it could not be sent (too large for the client).
    */
-  sendQoS0(msg: Message, retain: boolean, subscriptionIds: readonly number[] | undefined, encodings: PublishEncodings | undefined): boolean;
+  sendQoS0(
+    msg: Message,
+    retain: boolean,
+    subscriptionIds: readonly number[] | undefined,
+    encodings: PublishEncodings | undefined,
+  ): boolean;
   /** Sends the PUBLISH of a QoS 1/2 delivery under `packetId` (`dup` when resent); false if it could not be sent. */
   sendPublish(d: Delivery, packetId: number, dup: boolean, encodings: PublishEncodings | undefined): boolean;
   sendPubrel(packetId: number): void;
 }
 
 /** `quota_exceeded`: the persistent sessions hold their share of the store (docs/reliability.md#sessions-share). */
-export type DropReason = 'queue_full' | 'expired' | 'too_large' | 'slow_client' | 'not_authorized' | 'session_taken_over' | 'quota_exceeded';
+export type DropReason =
+  'queue_full' | 'expired' | 'too_large' | 'slow_client' | 'not_authorized' | 'session_taken_over' | 'quota_exceeded';
 
 /** Who a session belongs to: the user name it was made with (a certificate's identity included), null for anonymous. */
 export type SessionOwner = string | null;
@@ -150,7 +156,11 @@ export class Session implements Subscriber, QueueOwner {
   /** The ACL read check of the rules in force now, for this session's owner; every delivery passes it. */
   mayRead(topic: string): boolean {
     const check = this.settings.readGate.check;
-    return check === undefined || this.owner === undefined || check((this.reader ??= { clientId: this.id, username: this.owner ?? undefined }), topic);
+    return (
+      check === undefined ||
+      this.owner === undefined ||
+      check((this.reader ??= { clientId: this.id, username: this.owner ?? undefined }), topic)
+    );
   }
 
   /** Whether part of the queue is in the store only (see `SessionQueue.addSpilled`). */
@@ -238,7 +248,8 @@ export class Session implements Subscriber, QueueOwner {
     // rest is dropped for it alone, never refused to the publisher (docs/reliability.md#sessions-share).
     const store = this.store;
     const shareFull = store !== undefined && store.sessionsFull();
-    if (shareFull && !(link && this.queuedCount === 0 && this.inflight.size < this.window)) return this.settings.events.dropped('quota_exceeded', msg);
+    if (shareFull && !(link && this.queuedCount === 0 && this.inflight.size < this.window))
+      return this.settings.events.dropped('quota_exceeded', msg);
     const stored = shareFull ? undefined : store?.enqueue(this.id, asDelivered(msg, qos, retain));
     if (stored && this.ownQueue().spills(msg.payload.length)) {
       if (!this.ownQueue().addSpilled(msg, stored)) {
@@ -269,7 +280,8 @@ export class Session implements Subscriber, QueueOwner {
    * messages after those, left in the store (a spilled queue).
    */
   restore(queue: readonly QueuedRecord[], tail?: { count: number; bytes: number }): void {
-    if (tail !== undefined && tail.count > 0 && queue.length > 0) this.ownQueue().restoreSpill(tail.count, tail.bytes, queue[queue.length - 1].seq);
+    if (tail !== undefined && tail.count > 0 && queue.length > 0)
+      this.ownQueue().restoreSpill(tail.count, tail.bytes, queue[queue.length - 1].seq);
     for (const { seq, msg, flight } of queue) {
       const d = storedDelivery(seq, msg, undefined, flight?.released ? 'pubrel' : 'publish');
       if (flight !== undefined) {

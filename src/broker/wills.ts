@@ -89,7 +89,10 @@ export class WillScheduler {
   private arm(clientId: string, p: Pending): void {
     const delayMs = Math.max(0, p.dueAtMs - this.clock.nowMs());
     // Timers stop at 2^31-1 ms (24.8 days); a longer delay is re-armed when that one ends.
-    p.timer = setTimeout(() => (this.clock.nowMs() >= p.dueAtMs ? this.fire(clientId) : this.arm(clientId, p)), Math.min(delayMs, 2 ** 31 - 1));
+    p.timer = setTimeout(
+      () => (this.clock.nowMs() >= p.dueAtMs ? this.fire(clientId) : this.arm(clientId, p)),
+      Math.min(delayMs, 2 ** 31 - 1),
+    );
     p.timer.unref();
     this.pending.set(clientId, p);
   }

@@ -19,6 +19,7 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
  * like those that follow it (what a log shipper parses), else `edgeferry: EF_CODE: message` on stderr.
  */
 export function reportEarlyError(err: unknown, format: LogFormat | undefined): void {
-  if (format === 'json') createLogger({ level: 'info', format: 'json' }).fatal(errorLogFields(err), asError(err).message);
+  if (format === 'json')
+    createLogger({ level: 'info', format: 'json' }).fatal(errorLogFields(err), asError(err).message);
   else process.stderr.write(`edgeferry: ${describeError(err)}\n`);
 }

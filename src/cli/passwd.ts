@@ -18,7 +18,11 @@ export const passwdUsage = `  edgeferry passwd FILE USER [--delete]
 /** Returns the exit code: 0 done, 2 usage or a refused change (nothing written). */
 export async function passwdCommand(argv: string[]): Promise<number> {
   try {
-    const { values, positionals } = parseArgs({ args: argv, options: { delete: { type: 'boolean' } }, allowPositionals: true });
+    const { values, positionals } = parseArgs({
+      args: argv,
+      options: { delete: { type: 'boolean' } },
+      allowPositionals: true,
+    });
     const [file, user] = positionals;
     if (!file || !user || positionals.length > 2) throw new TypeError('usage: edgeferry passwd FILE USER [--delete]');
     const text = existsSync(file) ? readFileSync(file, 'utf8') : '';

@@ -21,7 +21,8 @@ export async function readPassword(options: { confirm?: boolean } = {}): Promise
   };
   try {
     const password = await ask('Password: ');
-    if (tty && options.confirm === true && (await ask('Reenter password: ')) !== password) throw new TypeError('the passwords do not match');
+    if (tty && options.confirm === true && (await ask('Reenter password: ')) !== password)
+      throw new TypeError('the passwords do not match');
     return password;
   } finally {
     rl.close();

@@ -52,7 +52,8 @@ export async function storeCommand(argv: string[]): Promise<number> {
   const { openLmdbStore } = await import('../store/lmdb/open.js'); // the native module only when needed
   return runStoreCommand(argv, {
     // Never creates a store: a typo in storage.path must not leave an empty one behind.
-    open: async () => (existsSync(storePath) ? openLmdbStore({ path: storePath, sync, maxBytes, log: silentLogger }) : undefined),
+    open: async () =>
+      existsSync(storePath) ? openLmdbStore({ path: storePath, sync, maxBytes, log: silentLogger }) : undefined,
     salvage: async () => {
       if (!existsSync(resolve(storePath, 'data.mdb'))) return undefined;
       const { acquireLock, SCHEMA_VERSION } = await import('../store/lmdb/open.js');
@@ -104,7 +105,11 @@ async function runStoreCommand(argv: string[], ctx: StoreCommandContext): Promis
     if (command === 'list') list(store, ctx);
     else if (command === 'requeue') {
       const moved = await requeue(store, name);
-      ctx.stdout(moved === 0 ? `bridge "${name}" has no dead letters\n` : `moved ${moved} dead letters of bridge "${name}" to its outbox\n`);
+      ctx.stdout(
+        moved === 0
+          ? `bridge "${name}" has no dead letters\n`
+          : `moved ${moved} dead letters of bridge "${name}" to its outbox\n`,
+      );
     } else {
       if (ctx.bridgeNames.includes(name)) {
         ctx.stderr(
@@ -114,7 +119,11 @@ async function runStoreCommand(argv: string[], ctx: StoreCommandContext): Promis
         return EXIT.config;
       }
       const deleted = await store.deleteOutbox(name);
-      ctx.stdout(deleted === 0 ? `outbox "${name}" was empty or unknown\n` : `deleted outbox "${name}" with ${deleted} messages\n`);
+      ctx.stdout(
+        deleted === 0
+          ? `outbox "${name}" was empty or unknown\n`
+          : `deleted outbox "${name}" with ${deleted} messages\n`,
+      );
     }
     return 0;
   } catch (err) {
@@ -165,7 +174,10 @@ function list(store: Store, ctx: StoreCommandContext): void {
         ? `  (refused by the central broker; send again with "edgeferry store requeue ${deadOf}")`
         : '  (no bridge of this name in the configuration)';
     const c = d.cursor;
-    const cursor = c === undefined ? '' : `; cursor slot ${c.slot}, floor ${c.floor}, marks ${c.removedMarks} removed / ${c.releasedMarks} released`;
+    const cursor =
+      c === undefined
+        ? ''
+        : `; cursor slot ${c.slot}, floor ${c.floor}, marks ${c.removedMarks} removed / ${c.releasedMarks} released`;
     ctx.stdout(
       `outbox ${name}: ${d.messages} messages, ${d.bytes} bytes, oldest ${oldest}, dropped ${dropped || 'none'}${cursor}${note}\n`,
     );
@@ -173,7 +185,9 @@ function list(store: Store, ctx: StoreCommandContext): void {
   const j = store.journalDepth?.();
   if (j !== undefined) {
     const range = j.firstSeq === undefined ? 'empty' : `seq ${j.firstSeq}..${j.lastSeq}`;
-    ctx.stdout(`journal (shared by the outboxes): ${j.entries} entries in ${j.chunks} chunks, ${j.bytes} bytes, ${range}\n`);
+    ctx.stdout(
+      `journal (shared by the outboxes): ${j.entries} entries in ${j.chunks} chunks, ${j.bytes} bytes, ${range}\n`,
+    );
   }
   let sessions = 0;
   let queued = 0;
@@ -182,7 +196,9 @@ function list(store: Store, ctx: StoreCommandContext): void {
     sessions++;
     queued += s.queue.length + (s.queueTail?.count ?? 0);
   }
-  ctx.stdout(`persistent sessions: ${sessions} (${queued} queued messages)\nretained messages: ${store.retained.count}\n`);
+  ctx.stdout(
+    `persistent sessions: ${sessions} (${queued} queued messages)\nretained messages: ${store.retained.count}\n`,
+  );
 }
 
 /** Moves the dead letters of bridge `name` to the end of its outbox (requeueDeadLetters). */

@@ -26,7 +26,10 @@ export function suggestKey(path: Path, key: string): string | undefined {
   let nodes = variants(schema);
   for (const segment of path) {
     nodes = nodes.flatMap((node) => {
-      const next = typeof segment === 'number' || /^\d+$/.test(String(segment)) ? node.items : (node.properties?.[segment] ?? additional(node));
+      const next =
+        typeof segment === 'number' || /^\d+$/.test(String(segment))
+          ? node.items
+          : (node.properties?.[segment] ?? additional(node));
       return next === undefined ? [] : variants(next);
     });
   }
@@ -34,7 +37,8 @@ export function suggestKey(path: Path, key: string): string | undefined {
   let best: { key: string; distance: number } | undefined;
   for (const candidate of known) {
     const distance = editDistance(key.toLowerCase(), candidate.toLowerCase());
-    if (distance <= Math.min(MAX_DISTANCE, candidate.length - 1) && (best === undefined || distance < best.distance)) best = { key: candidate, distance };
+    if (distance <= Math.min(MAX_DISTANCE, candidate.length - 1) && (best === undefined || distance < best.distance))
+      best = { key: candidate, distance };
   }
   return best?.key;
 }

@@ -4,7 +4,17 @@
  */
 import { accessSync, constants, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { isMap, isNode, isScalar, isSeq, LineCounter, parseDocument, type Document, type Node, type YAMLError } from 'yaml';
+import {
+  isMap,
+  isNode,
+  isScalar,
+  isSeq,
+  LineCounter,
+  parseDocument,
+  type Document,
+  type Node,
+  type YAMLError,
+} from 'yaml';
 import { z } from 'zod';
 import { asError, ConfigError, type ConfigProblem } from '../util/errors.js';
 import { suggestKey } from './did-you-mean.js';
@@ -16,7 +26,10 @@ export function loadConfig(file: string): Config {
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new ConfigError(file, [{ path: '(root)', message: `cannot read the file: ${asError(err).message}` }], { cause: err, code: 'EF_CONFIG_UNREADABLE' });
+    throw new ConfigError(file, [{ path: '(root)', message: `cannot read the file: ${asError(err).message}` }], {
+      cause: err,
+      code: 'EF_CONFIG_UNREADABLE',
+    });
   }
   return parseConfig(text, file, dirname(resolve(file)));
 }
@@ -33,7 +46,10 @@ export function parseConfig(text: string, file: string, baseDir: string): Config
   if (doc.errors.length > 0) {
     const problems = doc.errors.map((e) => syntaxProblem(e, text, lineCounter, file));
     // Two of the parser's errors may be about one line: said once.
-    throw new ConfigError(file, problems.filter((p, i) => problems.findIndex((q) => q.location === p.location && q.message === p.message) === i));
+    throw new ConfigError(
+      file,
+      problems.filter((p, i) => problems.findIndex((q) => q.location === p.location && q.message === p.message) === i),
+    );
   }
 
   const problem = (path: Path, message: string, atKey = false): ConfigProblem => ({
@@ -53,11 +69,20 @@ export function parseConfig(text: string, file: string, baseDir: string): Config
       return issue.keys.map((key) => {
         const suggestion = suggestKey(path, key);
         if (suggestion !== undefined) meant.add([...path, suggestion].join('.'));
-        return { path: [...path, key], message: `unknown key "${key}"${suggestion === undefined ? '' : `: did you mean "${suggestion}"?`}`, atKey: true };
+        return {
+          path: [...path, key],
+          message: `unknown key "${key}"${suggestion === undefined ? '' : `: did you mean "${suggestion}"?`}`,
+          atKey: true,
+        };
       });
     });
-    const kept = (issues ?? []).filter(({ path, message }) => !(message.startsWith(MISSING_KEY) && meant.has(path.join('.'))));
-    throw new ConfigError(file, [...expansion.problems.map((p) => problem(p.path, p.message)), ...fromProfiles(kept, expansion, problem)]);
+    const kept = (issues ?? []).filter(
+      ({ path, message }) => !(message.startsWith(MISSING_KEY) && meant.has(path.join('.'))),
+    );
+    throw new ConfigError(file, [
+      ...expansion.problems.map((p) => problem(p.path, p.message)),
+      ...fromProfiles(kept, expansion, problem),
+    ]);
   }
 
   const config = result.data;
@@ -169,7 +194,8 @@ function resolveFiles(config: Config, baseDir: string, report: (path: Path, mess
     if (listener.tls) resolveTls(listener.tls, ['listeners', i, 'tls']);
   });
   const metricsAuth = config.metrics?.auth;
-  if (metricsAuth?.tokenFile !== undefined) metricsAuth.tokenFile = readable(metricsAuth.tokenFile, ['metrics', 'auth', 'tokenFile']);
+  if (metricsAuth?.tokenFile !== undefined)
+    metricsAuth.tokenFile = readable(metricsAuth.tokenFile, ['metrics', 'auth', 'tokenFile']);
   config.bridges.forEach(({ remote }, i) => {
     if (remote.tls) resolveTls(remote.tls, ['bridges', i, 'remote', 'tls']);
     if (remote.passwordFile === undefined) return;

@@ -21,7 +21,8 @@ export interface Expansion {
 
 type Entry = Record<string, unknown>;
 
-const isEntry = (value: unknown): value is Entry => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isEntry = (value: unknown): value is Entry =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 export function expandProfiles(input: unknown): Expansion {
   const noProfiles: Expansion = { input, problems: [], locate: (path) => ({ path }) };
@@ -39,12 +40,18 @@ export function expandProfiles(input: unknown): Expansion {
     if (!isEntry(profile)) {
       const known = Object.keys(profiles);
       const hint = known.length > 0 ? `profiles: ${known.join(', ')}` : 'the config has no profiles section';
-      problems.push({ path: ['connectors', i, 'profile'], message: `no profile named ${JSON.stringify(name)} (${hint})` });
+      problems.push({
+        path: ['connectors', i, 'profile'],
+        message: `no profile named ${JSON.stringify(name)} (${hint})`,
+      });
       broken.add(i);
       return own;
     }
     if (own.type !== undefined && own.type !== profile.type) {
-      problems.push({ path: ['connectors', i, 'type'], message: `profile "${name as string}" is for ${String(profile.type)} connectors, not ${String(own.type)}` });
+      problems.push({
+        path: ['connectors', i, 'type'],
+        message: `profile "${name as string}" is for ${String(profile.type)} connectors, not ${String(own.type)}`,
+      });
       broken.add(i);
       return own;
     }

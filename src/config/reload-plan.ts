@@ -57,7 +57,9 @@ export function planReload(old: Config, next: Config): ReloadPlan {
   // The edge node exists for the life of the process when the configuration it started with had one.
   const connectorsLive = old.sparkplug !== undefined && next.sparkplug !== undefined;
   if (!connectorsLive && !isDeepStrictEqual(old.connectors, next.connectors)) needsRestart.push('connectors');
-  const connectors = connectorsLive ? diffByKey(old.connectors, next.connectors, (c) => c.id) : { add: [], change: [], remove: [] };
+  const connectors = connectorsLive
+    ? diffByKey(old.connectors, next.connectors, (c) => c.id)
+    : { add: [], change: [], remove: [] };
 
   const waits = (key: (typeof RESTART_SECTIONS)[number]) => needsRestart.includes(key);
   const inForce: Config = {
@@ -70,11 +72,15 @@ export function planReload(old: Config, next: Config): ReloadPlan {
     console: consoleToggled ? old.console : next.console,
     gateway: waits('gateway') ? old.gateway : next.gateway,
     log: { ...next.log, format: old.log.format, auditFile: old.log.auditFile },
-    bridges: uplinkChanged && uplinkBefore !== undefined ? keepEntry(next.bridges, uplinkBefore, (b) => b.name) : next.bridges,
+    bridges:
+      uplinkChanged && uplinkBefore !== undefined ? keepEntry(next.bridges, uplinkBefore, (b) => b.name) : next.bridges,
     connectors: connectorsLive ? next.connectors : old.connectors,
   };
   return {
-    reloadAuth: !isDeepStrictEqual(old.auth, next.auth) || next.auth.passwordFile !== undefined || next.auth.aclFile !== undefined,
+    reloadAuth:
+      !isDeepStrictEqual(old.auth, next.auth) ||
+      next.auth.passwordFile !== undefined ||
+      next.auth.aclFile !== undefined,
     bridges,
     connectors,
     needsRestart,

@@ -60,7 +60,11 @@ const tlsSchema = z
       ctx.addIssue({ code: 'custom', path: ['useIdentityAsUsername'], message: 'needs requireCertificate: true' });
     }
     if (tls.requireCertificate && tls.caFile === undefined) {
-      ctx.addIssue({ code: 'custom', path: ['caFile'], message: 'required with requireCertificate: true (the CA of client certificates)' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['caFile'],
+        message: 'required with requireCertificate: true (the CA of client certificates)',
+      });
     }
   });
 
@@ -78,7 +82,9 @@ const listenerSchema = z
     maxPendingPerAddress: positive.default(100),
     /** ws/wss: the web origins whose pages may connect (the browser's `Origin` header), e.g. https://hmi.example:8443. */
     allowedOrigins: z
-      .array(z.string().regex(/^https?:\/\/[^/\s]+$/, 'an origin is scheme://host[:port], e.g. https://hmi.example:8443'))
+      .array(
+        z.string().regex(/^https?:\/\/[^/\s]+$/, 'an origin is scheme://host[:port], e.g. https://hmi.example:8443'),
+      )
       .optional(),
   })
   .superRefine((listener, ctx) => {
@@ -87,13 +93,21 @@ const listenerSchema = z
       ctx.addIssue({ code: 'custom', path: ['tls'], message: `required for a ${listener.type} listener` });
     }
     if (!isSecure && listener.tls !== undefined) {
-      ctx.addIssue({ code: 'custom', path: ['tls'], message: `not allowed on a ${listener.type} listener (use type tls or wss)` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tls'],
+        message: `not allowed on a ${listener.type} listener (use type tls or wss)`,
+      });
     }
     if (listener.path !== undefined && (listener.type === 'tcp' || listener.type === 'tls')) {
       ctx.addIssue({ code: 'custom', path: ['path'], message: 'only ws and wss listeners have a path' });
     }
     if (listener.allowedOrigins !== undefined && (listener.type === 'tcp' || listener.type === 'tls')) {
-      ctx.addIssue({ code: 'custom', path: ['allowedOrigins'], message: 'only ws and wss listeners have browser clients' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['allowedOrigins'],
+        message: 'only ws and wss listeners have browser clients',
+      });
     }
   })
   .transform(({ path, ...listener }) => ({ ...listener, path: path ?? '/mqtt' }));
@@ -116,7 +130,11 @@ const listenersSchema = z.array(listenerSchema).superRefine((listeners, ctx) => 
         (other.host === listener.host || isWildcard(other.host) || isWildcard(listener.host)),
     );
     if (clash >= 0) {
-      ctx.addIssue({ code: 'custom', path: [i, 'port'], message: `port ${listener.port} is already used by listeners.${clash}` });
+      ctx.addIssue({
+        code: 'custom',
+        path: [i, 'port'],
+        message: `port ${listener.port} is already used by listeners.${clash}`,
+      });
     }
   });
 });
@@ -175,7 +193,10 @@ const metricsAuthSchema = z
     /** A bearer token (`Authorization: Bearer <token>`): the file's content, without its trailing newline. */
     tokenFile: filePath.optional(),
   })
-  .refine((auth) => auth.users !== undefined || auth.tokenFile !== undefined, 'set users (basic auth), tokenFile (bearer token), or both');
+  .refine(
+    (auth) => auth.users !== undefined || auth.tokenFile !== undefined,
+    'set users (basic auth), tokenFile (bearer token), or both',
+  );
 
 const metricsSchema = z
   .strictObject({
@@ -274,7 +295,10 @@ const remoteSchema = z
             error: 'must be an mqtt://, mqtts://, ws:// or wss:// URL with a host',
           })
           // A URL is logged with every connection attempt: a password in it would end up in the logs.
-          .refine(hasNoCredentials, 'must not carry credentials (user:password@): set remote.username, and remote.password or remote.passwordFile'),
+          .refine(
+            hasNoCredentials,
+            'must not carry credentials (user:password@): set remote.username, and remote.password or remote.passwordFile',
+          ),
       )
       .min(1),
     clientId: z.string().min(1).optional(),
@@ -295,65 +319,73 @@ const remoteSchema = z
     }
     const hasPassword = remote.password !== undefined || remote.passwordFile !== undefined;
     if (remote.protocolVersion === 4 && hasPassword && remote.username === undefined) {
-      ctx.addIssue({ code: 'custom', path: ['username'], message: 'MQTT 3.1.1 sends a password only with a username [MQTT-3.1.2-22]' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['username'],
+        message: 'MQTT 3.1.1 sends a password only with a username [MQTT-3.1.2-22]',
+      });
     }
     if (remote.tls !== undefined && !remote.urls.some(isSecureUrl)) {
       ctx.addIssue({ code: 'custom', path: ['tls'], message: 'no url uses mqtts:// or wss://' });
     }
   });
 
-const bridgeSchema = z
-  .strictObject({
-    name: z.string().regex(/^[a-z0-9_-]+$/, 'use lowercase letters, digits, - and _'),
-    remote: remoteSchema,
-    topics: z.array(bridgeTopicSchema).min(1),
-    inflight: int(1, 65_535).default(100),
-    ackTimeoutS: positive.default(30),
-    replay: z
-      .strictObject({
-        // 0: no rate cap, the in-flight window paces replay by the central broker's acknowledgements
-        // (docs/architecture.md#replay-pacing); a cap is for a thin link.
-        messagesPerS: count.default(0),
-        bytesPerS: count.default(0),
-        // Absent: live-first for the Sparkplug uplink, in-order for other bridges (resolved by the bridge).
-        order: z.enum(['in-order', 'live-first']).optional(),
-        share: z.number().gt(0).max(1).default(0.5),
-      })
-      .prefault({}),
-    // The MQTT 5 user property `<property>: <gateway.id>:<outbox seq>` on every message sent from the outbox.
-    messageId: z.strictObject({ enabled: z.boolean().default(true), property: z.string().min(1).max(256).default('edgeferry-id') }).prefault({}),
-    queue: z
-      .strictObject({
-        maxBytes: positive.default(1_073_741_824),
-        maxMessages: positive.default(10_000_000),
-        maxAgeS: count.default(0),
-        overflow: z.enum(['drop-oldest', 'reject-new']).default('drop-oldest'),
-        // Messages the central broker refused (PUBACK/PUBREC >= 0x80, too large) are kept here, oldest dropped
-        // first, until requeued with `edgeferry store requeue`; maxMessages 0 drops them (counted) instead.
-        deadLetter: z
-          .strictObject({ maxMessages: count.default(10_000), maxBytes: positive.default(16_777_216) })
-          .prefault({}),
-      })
-      .prefault({}),
-    // The gateway's retained JSON status on the central broker (docs/architecture.md#fleet-status); the topic
-    // defaults to edgeferry/<gateway.id>/status.
-    status: z
-      .strictObject({
-        enabled: z.boolean().default(true),
-        topic: z.string().refine((t) => t.length > 0 && isValidTopicName(t, Infinity), 'must be a topic name (no + or #)').optional(),
-      })
-      .prefault({}),
-    reconnect: z
-      // Quick and jittered: back within about maxDelayMs of the broker's return, a fleet spread over it
-      // (docs/architecture.md#reconnect).
-      .strictObject({ minDelayMs: positive.default(250), maxDelayMs: positive.default(2000) })
-      .superRefine((reconnect, ctx) => {
-        if (reconnect.maxDelayMs < reconnect.minDelayMs) {
-          ctx.addIssue({ code: 'custom', path: ['maxDelayMs'], message: 'must be >= minDelayMs' });
-        }
-      })
-      .prefault({}),
-  });
+const bridgeSchema = z.strictObject({
+  name: z.string().regex(/^[a-z0-9_-]+$/, 'use lowercase letters, digits, - and _'),
+  remote: remoteSchema,
+  topics: z.array(bridgeTopicSchema).min(1),
+  inflight: int(1, 65_535).default(100),
+  ackTimeoutS: positive.default(30),
+  replay: z
+    .strictObject({
+      // 0: no rate cap, the in-flight window paces replay by the central broker's acknowledgements
+      // (docs/architecture.md#replay-pacing); a cap is for a thin link.
+      messagesPerS: count.default(0),
+      bytesPerS: count.default(0),
+      // Absent: live-first for the Sparkplug uplink, in-order for other bridges (resolved by the bridge).
+      order: z.enum(['in-order', 'live-first']).optional(),
+      share: z.number().gt(0).max(1).default(0.5),
+    })
+    .prefault({}),
+  // The MQTT 5 user property `<property>: <gateway.id>:<outbox seq>` on every message sent from the outbox.
+  messageId: z
+    .strictObject({ enabled: z.boolean().default(true), property: z.string().min(1).max(256).default('edgeferry-id') })
+    .prefault({}),
+  queue: z
+    .strictObject({
+      maxBytes: positive.default(1_073_741_824),
+      maxMessages: positive.default(10_000_000),
+      maxAgeS: count.default(0),
+      overflow: z.enum(['drop-oldest', 'reject-new']).default('drop-oldest'),
+      // Messages the central broker refused (PUBACK/PUBREC >= 0x80, too large) are kept here, oldest dropped
+      // first, until requeued with `edgeferry store requeue`; maxMessages 0 drops them (counted) instead.
+      deadLetter: z
+        .strictObject({ maxMessages: count.default(10_000), maxBytes: positive.default(16_777_216) })
+        .prefault({}),
+    })
+    .prefault({}),
+  // The gateway's retained JSON status on the central broker (docs/architecture.md#fleet-status); the topic
+  // defaults to edgeferry/<gateway.id>/status.
+  status: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      topic: z
+        .string()
+        .refine((t) => t.length > 0 && isValidTopicName(t, Infinity), 'must be a topic name (no + or #)')
+        .optional(),
+    })
+    .prefault({}),
+  reconnect: z
+    // Quick and jittered: back within about maxDelayMs of the broker's return, a fleet spread over it
+    // (docs/architecture.md#reconnect).
+    .strictObject({ minDelayMs: positive.default(250), maxDelayMs: positive.default(2000) })
+    .superRefine((reconnect, ctx) => {
+      if (reconnect.maxDelayMs < reconnect.minDelayMs) {
+        ctx.addIssue({ code: 'custom', path: ['maxDelayMs'], message: 'must be >= minDelayMs' });
+      }
+    })
+    .prefault({}),
+});
 
 /**
  * Who this gateway is upstream: the bridges' default client ids (`<id>-<bridge name>`), message ids and status
@@ -362,7 +394,10 @@ const bridgeSchema = z
 const gatewaySchema = z.strictObject({
   id: z
     .string()
-    .regex(/^[^\s:+#]{1,128}$/, '1 to 128 characters, no spaces, ":" (it is the part before ":" in message ids), "+" or "#" (it is part of topics)')
+    .regex(
+      /^[^\s:+#]{1,128}$/,
+      '1 to 128 characters, no spaces, ":" (it is the part before ":" in message ids), "+" or "#" (it is part of topics)',
+    )
     .optional(),
 });
 
@@ -372,7 +407,12 @@ const MAX_OUTBOXES = 32;
 const bridgesSchema = z.array(bridgeSchema).superRefine((bridges, ctx) => {
   bridges.forEach((bridge, i) => {
     const first = bridges.findIndex((other) => other.name === bridge.name);
-    if (first < i) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `"${bridge.name}" is already the name of bridges.${first}` });
+    if (first < i)
+      ctx.addIssue({
+        code: 'custom',
+        path: [i, 'name'],
+        message: `"${bridge.name}" is already the name of bridges.${first}`,
+      });
   });
   const outboxes = bridges.reduce((n, bridge) => n + (bridge.queue.deadLetter.maxMessages > 0 ? 2 : 1), 0);
   if (outboxes > MAX_OUTBOXES) {
@@ -391,16 +431,27 @@ const connectorsSchema = z.array(connectorSchema).superRefine((connectors, ctx) 
   connectors.forEach((connector, i) => {
     // The connector id is the Sparkplug device id: unique within the edge node.
     const first = connectors.findIndex((other) => other.id === connector.id);
-    if (first < i) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `"${connector.id}" is already the id of connectors.${first}` });
+    if (first < i)
+      ctx.addIssue({
+        code: 'custom',
+        path: [i, 'id'],
+        message: `"${connector.id}" is already the id of connectors.${first}`,
+      });
     // Modbus RTU units on one serial port share it, so they must agree on how it is set up.
     if (connector.type === 'modbus' && connector.transport === 'rtu') {
-      const bus = connectors.findIndex((other) => other.type === 'modbus' && other.transport === 'rtu' && other.path === connector.path);
+      const bus = connectors.findIndex(
+        (other) => other.type === 'modbus' && other.transport === 'rtu' && other.path === connector.path,
+      );
       const other = connectors[bus];
       if (bus < i && other.type === 'modbus' && other.transport === 'rtu') {
         const keys = ['baudRate', 'parity', 'dataBits', 'stopBits'] as const;
         const differs = keys.filter((k) => other[k] !== connector[k]);
         if (differs.length > 0) {
-          ctx.addIssue({ code: 'custom', path: [i, differs[0]], message: `connectors.${bus} uses ${connector.path} with other settings (${differs.join(', ')})` });
+          ctx.addIssue({
+            code: 'custom',
+            path: [i, differs[0]],
+            message: `connectors.${bus} uses ${connector.path} with other settings (${differs.join(', ')})`,
+          });
         }
       }
     }
@@ -448,7 +499,11 @@ export const configSchema = z
       }
     });
     if (config.metrics?.auth?.users !== undefined && config.auth.passwordFile === undefined) {
-      ctx.addIssue({ code: 'custom', path: ['metrics', 'auth', 'users'], message: 'basic auth checks passwords in auth.passwordFile: set it' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['metrics', 'auth', 'users'],
+        message: 'basic auth checks passwords in auth.passwordFile: set it',
+      });
     }
     consoleProblems(config, ctx);
     const uplink = config.sparkplug?.uplink;
@@ -472,17 +527,29 @@ export const configSchema = z
       config.connectors.forEach((connector, i) =>
         connector.tags.forEach((tag, j) => {
           if (/[+#\0]/.test(tag.name)) {
-            ctx.addIssue({ code: 'custom', path: ['connectors', i, 'tags', j, 'name'], message: 'sparkplug.plain makes it part of a topic: no +, # (or NUL)' });
+            ctx.addIssue({
+              code: 'custom',
+              path: ['connectors', i, 'tags', j, 'name'],
+              message: 'sparkplug.plain makes it part of a topic: no +, # (or NUL)',
+            });
           }
         }),
       );
     }
     if (config.sparkplug?.plain?.writes && config.auth.aclFile === undefined) {
       // Without an ACL every local client could write to the PLC.
-      ctx.addIssue({ code: 'custom', path: ['sparkplug', 'plain', 'writes'], message: 'writes are authorized by the ACL: set auth.aclFile' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['sparkplug', 'plain', 'writes'],
+        message: 'writes are authorized by the ACL: set auth.aclFile',
+      });
     }
     if (config.connectors.length > 0 && config.sparkplug === undefined) {
-      ctx.addIssue({ code: 'custom', path: ['connectors'], message: 'connectors publish through the Sparkplug edge node: add a sparkplug section' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['connectors'],
+        message: 'connectors publish through the Sparkplug edge node: add a sparkplug section',
+      });
     }
   })
   .transform((config) => {
@@ -494,14 +561,18 @@ export const configSchema = z
       // session on the central broker (docs/architecture.md#fleet).
       bridges: config.bridges.map((bridge) => ({
         ...bridge,
-        remote: withSession({ ...bridge.remote, clientId: bridge.remote.clientId ?? `${gatewayId}-${bridge.name}` }, bridge.name === config.sparkplug?.uplink),
+        remote: withSession(
+          { ...bridge.remote, clientId: bridge.remote.clientId ?? `${gatewayId}-${bridge.name}` },
+          bridge.name === config.sparkplug?.uplink,
+        ),
         status: { ...bridge.status, topic: bridge.status.topic ?? `edgeferry/${gatewayId}/status` },
       })),
       // Like Mosquitto 2: anonymous clients are welcome only where nobody else can reach the port, and not at all
       // once a password file is set, unless a listener says otherwise.
       listeners: config.listeners.map((listener) => ({
         ...listener,
-        allowAnonymous: listener.allowAnonymous ?? (isLoopback(listener.host) && config.auth.passwordFile === undefined),
+        allowAnonymous:
+          listener.allowAnonymous ?? (isLoopback(listener.host) && config.auth.passwordFile === undefined),
       })),
     };
   });
@@ -512,29 +583,48 @@ export const configSchema = z
  * so a command queued while the link was down is never delivered to a node that is not born
  * (docs/architecture.md#sparkplug-session).
  */
-function uplinkSessionProblems(remote: { cleanStart?: boolean; sessionExpiryS?: number }, index: number, ctx: z.RefinementCtx): void {
-  const problem = (key: string, message: string) => ctx.addIssue({ code: 'custom', path: ['bridges', index, 'remote', key], message });
-  const why = 'the Sparkplug uplink (sparkplug.uplink) keeps no session: commands queued while the link was down must never reach the PLC';
+function uplinkSessionProblems(
+  remote: { cleanStart?: boolean; sessionExpiryS?: number },
+  index: number,
+  ctx: z.RefinementCtx,
+): void {
+  const problem = (key: string, message: string) =>
+    ctx.addIssue({ code: 'custom', path: ['bridges', index, 'remote', key], message });
+  const why =
+    'the Sparkplug uplink (sparkplug.uplink) keeps no session: commands queued while the link was down must never reach the PLC';
   if (remote.cleanStart === false) problem('cleanStart', `must be true (or absent): ${why}`);
-  if (remote.sessionExpiryS !== undefined && remote.sessionExpiryS !== 0) problem('sessionExpiryS', `must be 0 (or absent): ${why}`);
+  if (remote.sessionExpiryS !== undefined && remote.sessionExpiryS !== 0)
+    problem('sessionExpiryS', `must be 0 (or absent): ${why}`);
 }
 
 /** A bridge's session settings: clean for the Sparkplug uplink, else persistent unless the config says otherwise. */
-function withSession<T extends { cleanStart?: boolean; sessionExpiryS?: number }>(remote: T, uplink: boolean): T & { cleanStart: boolean; sessionExpiryS: number } {
-  return uplink ? { ...remote, cleanStart: true, sessionExpiryS: 0 } : { ...remote, cleanStart: remote.cleanStart ?? false, sessionExpiryS: remote.sessionExpiryS ?? 86_400 };
+function withSession<T extends { cleanStart?: boolean; sessionExpiryS?: number }>(
+  remote: T,
+  uplink: boolean,
+): T & { cleanStart: boolean; sessionExpiryS: number } {
+  return uplink
+    ? { ...remote, cleanStart: true, sessionExpiryS: 0 }
+    : { ...remote, cleanStart: remote.cleanStart ?? false, sessionExpiryS: remote.sessionExpiryS ?? 86_400 };
 }
 
 /** The console needs the metrics listener and the password file; off loopback it needs an explicit choice. */
 function consoleProblems(
-  config: { console?: z.output<typeof consoleSchema>; metrics?: z.output<typeof metricsSchema>; auth: { passwordFile?: string } },
+  config: {
+    console?: z.output<typeof consoleSchema>;
+    metrics?: z.output<typeof metricsSchema>;
+    auth: { passwordFile?: string };
+  },
   ctx: z.RefinementCtx,
 ): void {
   const con = config.console;
   if (con === undefined) return;
-  const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path: ['console', ...path], message });
+  const problem = (path: (string | number)[], message: string) =>
+    ctx.addIssue({ code: 'custom', path: ['console', ...path], message });
   if (config.metrics === undefined) problem([], 'the console is served by the metrics listener: add a metrics section');
-  if (config.auth.passwordFile === undefined) problem([], 'console users log in with passwords from auth.passwordFile: set it');
-  if (con.viewers.length + con.operators.length === 0) problem(['viewers'], 'name at least one user in viewers or operators');
+  if (config.auth.passwordFile === undefined)
+    problem([], 'console users log in with passwords from auth.passwordFile: set it');
+  if (con.viewers.length + con.operators.length === 0)
+    problem(['viewers'], 'name at least one user in viewers or operators');
   const host = config.metrics?.host;
   if (host !== undefined && !isLoopback(host) && config.metrics?.tls === undefined && !con.allowInsecureRemote) {
     problem(

@@ -84,41 +84,50 @@ export class WebConsole {
       ['log', () => s.logLines()],
       ['history', () => this.sampler.history()],
     ]);
-    this.live = new LiveStreams(() => ({ at: Date.now(), overview: overview(s, this.sampler), bridges: bridges(s), sparkplug: sparkplug(s), devices: devices(s) }));
-    this.actions = new Map<string, Action>(Object.entries({
-      'write-tag': (body, who) => this.writeTag(body, who),
-      rebirth: async (_body, who) => {
-        const node = this.sources.edgeNode;
-        if (node === undefined) throw new HttpError(409, 'no Sparkplug edge node is configured');
-        return { done: node.requestRebirth(who) };
-      },
-      'reconnect-bridge': async (body) => {
-        const name = field(body, 'bridge');
-        const found = this.sources.bridges().find(({ bridge }) => bridge.name === name);
-        if (found === undefined) throw new HttpError(404, `no bridge is named "${name}"`);
-        found.bridge.reconnect('asked for in the web console');
-        return { done: true };
-      },
-      'disconnect-client': async (body) => {
-        const clientId = field(body, 'clientId');
-        if (!this.sources.disconnectClient(clientId, 'disconnected from the web console')) throw new HttpError(404, `no client "${clientId}" is connected`);
-        return { done: true };
-      },
-      'delete-session': async (body) => {
-        const clientId = field(body, 'clientId');
-        const result = this.sources.deleteSession(clientId);
-        if (result === 'unknown') throw new HttpError(404, `no session "${clientId}"`);
-        if (result === 'online') throw new HttpError(409, `"${clientId}" is connected: disconnect it first`);
-        return { done: true };
-      },
-      reload: async () => {
-        const config = this.sources.config;
-        if (config === undefined) throw new HttpError(409, 'this gateway was not started from a configuration file');
-        const outcome = await config.reload();
-        if (!outcome.ok) throw new HttpError(422, outcome.error, { problems: outcome.problems });
-        return { done: true, needsRestart: outcome.needsRestart };
-      },
-    } satisfies Record<string, Action>));
+    this.live = new LiveStreams(() => ({
+      at: Date.now(),
+      overview: overview(s, this.sampler),
+      bridges: bridges(s),
+      sparkplug: sparkplug(s),
+      devices: devices(s),
+    }));
+    this.actions = new Map<string, Action>(
+      Object.entries({
+        'write-tag': (body, who) => this.writeTag(body, who),
+        rebirth: async (_body, who) => {
+          const node = this.sources.edgeNode;
+          if (node === undefined) throw new HttpError(409, 'no Sparkplug edge node is configured');
+          return { done: node.requestRebirth(who) };
+        },
+        'reconnect-bridge': async (body) => {
+          const name = field(body, 'bridge');
+          const found = this.sources.bridges().find(({ bridge }) => bridge.name === name);
+          if (found === undefined) throw new HttpError(404, `no bridge is named "${name}"`);
+          found.bridge.reconnect('asked for in the web console');
+          return { done: true };
+        },
+        'disconnect-client': async (body) => {
+          const clientId = field(body, 'clientId');
+          if (!this.sources.disconnectClient(clientId, 'disconnected from the web console'))
+            throw new HttpError(404, `no client "${clientId}" is connected`);
+          return { done: true };
+        },
+        'delete-session': async (body) => {
+          const clientId = field(body, 'clientId');
+          const result = this.sources.deleteSession(clientId);
+          if (result === 'unknown') throw new HttpError(404, `no session "${clientId}"`);
+          if (result === 'online') throw new HttpError(409, `"${clientId}" is connected: disconnect it first`);
+          return { done: true };
+        },
+        reload: async () => {
+          const config = this.sources.config;
+          if (config === undefined) throw new HttpError(409, 'this gateway was not started from a configuration file');
+          const outcome = await config.reload();
+          if (!outcome.ok) throw new HttpError(422, outcome.error, { problems: outcome.problems });
+          return { done: true, needsRestart: outcome.needsRestart };
+        },
+      } satisfies Record<string, Action>),
+    );
   }
 
   start(): void {
@@ -187,7 +196,14 @@ export class WebConsole {
     if (deadLetters !== null) {
       const [, bridge, verb] = deadLetters;
       const name = decodedPath(bridge) ?? bridge;
-      return this.act(req, res, login, `${verb}-dead-letters`, async () => this.deadLetters(name, verb as 'requeue' | 'delete'), { bridge: name });
+      return this.act(
+        req,
+        res,
+        login,
+        `${verb}-dead-letters`,
+        async () => this.deadLetters(name, verb as 'requeue' | 'delete'),
+        { bridge: name },
+      );
     }
     throw new HttpError(404, `no such endpoint: /api/${route}`);
   }
@@ -200,7 +216,8 @@ export class WebConsole {
     const remote = req.socket.remoteAddress ?? '';
     const known = this.users.isUser(user);
     // People type passwords into the user field: a name that is no user is not written to the log.
-    const refused = (why: string): void => this.audit.warn({ user: known ? user : UNKNOWN_USER, remote, why }, 'console login refused');
+    const refused = (why: string): void =>
+      this.audit.warn({ user: known ? user : UNKNOWN_USER, remote, why }, 'console login refused');
     const outcome: { role?: Role; why: string } = { why: 'bad user name or password' };
     const attempt = { address: remote, user: known ? user : undefined, waiting: () => !req.socket.destroyed };
     const verdict = await this.throttle.check(attempt, async () => {
@@ -255,7 +272,8 @@ export class WebConsole {
       if (!SELF_AUDITED.has(name)) this.audit.info({ ...facts, body, result }, 'console action');
       reply(res, 200, result);
     } catch (err) {
-      if (!(err instanceof AuditedRefusal)) this.audit.warn({ ...facts, body, why: asError(err).message }, 'console action failed');
+      if (!(err instanceof AuditedRefusal))
+        this.audit.warn({ ...facts, body, why: asError(err).message }, 'console action failed');
       if (err instanceof HttpError) throw err;
       this.log.error({ err, action: name }, 'console action failed');
       throw new HttpError(500, asError(err).message);
@@ -309,7 +327,8 @@ function field(body: Record<string, unknown>, name: string): string {
 function requirePost(req: http.IncomingMessage): void {
   if (req.method !== 'POST') throw new HttpError(405, 'POST only');
   // A form of another site can POST text/plain without a preflight; it cannot send application/json.
-  if (!(req.headers['content-type'] ?? '').startsWith('application/json')) throw new HttpError(415, 'send application/json');
+  if (!(req.headers['content-type'] ?? '').startsWith('application/json'))
+    throw new HttpError(415, 'send application/json');
 }
 
 async function readJson(req: http.IncomingMessage): Promise<Record<string, unknown>> {
@@ -327,7 +346,8 @@ async function readJson(req: http.IncomingMessage): Promise<Record<string, unkno
   } catch (err) {
     throw new HttpError(400, `the body is not JSON: ${asError(err).message}`);
   }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HttpError(400, 'the body must be a JSON object');
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new HttpError(400, 'the body must be a JSON object');
   return body as Record<string, unknown>;
 }
 

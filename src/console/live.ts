@@ -30,7 +30,9 @@ export class LiveStreams {
     let own = 0;
     for (const stream of this.streams.values()) if (stream.user === user) own++;
     if (own >= MAX_STREAMS_PER_USER) {
-      res.writeHead(503, { 'content-type': 'text/plain' }).end(`${user} has ${MAX_STREAMS_PER_USER} live streams open already\n`);
+      res
+        .writeHead(503, { 'content-type': 'text/plain' })
+        .end(`${user} has ${MAX_STREAMS_PER_USER} live streams open already\n`);
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
@@ -53,7 +55,8 @@ export class LiveStreams {
   private tick(): void {
     const event = this.event();
     for (const [res, { holds }] of this.streams) {
-      if (!holds()) res.end(); // the browser reconnects, gets 401 and shows the login form
+      if (!holds())
+        res.end(); // the browser reconnects, gets 401 and shows the login form
       else if (res.writableLength < MAX_UNSENT_BYTES) res.write(event);
     }
   }

@@ -15,7 +15,12 @@ export type ReloadOutcome =
       /** Changed sections that apply only after a restart (`listeners`, `log.auditFile`, ...), empty when none. */
       readonly needsRestart: readonly string[];
     }
-  | { readonly ok: false; readonly atMs: number; readonly error: string; readonly problems?: readonly { path: string; message: string }[] };
+  | {
+      readonly ok: false;
+      readonly atMs: number;
+      readonly error: string;
+      readonly problems?: readonly { path: string; message: string }[];
+    };
 
 /** Reloading the configuration file the way SIGHUP does (cli.ts owns it). */
 export interface ConfigControl {

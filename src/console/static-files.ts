@@ -21,7 +21,8 @@ const TYPES: Readonly<Record<string, string>> = {
 
 /** No inline scripts, nothing from elsewhere: a plant network has no CDN, and a page that loads nothing foreign leaks nothing. */
 export const SECURITY_HEADERS = {
-  'content-security-policy': "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+  'content-security-policy':
+    "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
   'x-content-type-options': 'nosniff',
   'referrer-policy': 'no-referrer',
 } as const;

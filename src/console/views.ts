@@ -178,7 +178,12 @@ export function sparkplug(s: ConsoleSources) {
   return {
     ...session,
     ...node.stats,
-    lastCommand: lastCommand && { kind: lastCommand.kind, at: lastCommand.atMs, topic: lastCommand.topic, ...lastCommand.sender },
+    lastCommand: lastCommand && {
+      kind: lastCommand.kind,
+      at: lastCommand.atMs,
+      topic: lastCommand.topic,
+      ...lastCommand.sender,
+    },
   };
 }
 

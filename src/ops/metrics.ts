@@ -13,7 +13,13 @@ import type { BrokerStats } from '../broker/broker.js';
 import type { BridgeStats } from '../bridge/bridge.js';
 import type { Logger } from '../util/logger.js';
 import { listenerBindError } from '../util/errors.js';
-import { MAX_DELAY_MS, UNCHECKED_WHY, UNKNOWN_USER, type LoginAttempt, type LoginThrottle } from '../util/login-throttle.js';
+import {
+  MAX_DELAY_MS,
+  UNCHECKED_WHY,
+  UNKNOWN_USER,
+  type LoginAttempt,
+  type LoginThrottle,
+} from '../util/login-throttle.js';
 
 /** Per-connector figures the Sparkplug device runtime keeps. */
 
@@ -70,12 +76,31 @@ type Labels = Record<string, string | number>;
 type Read = () => [Labels, number][];
 
 /** A counter or gauge whose values are read from the modules' plain counters at scrape time. */
-function mirrored(kind: 'counter' | 'gauge', registry: Registry, name: string, help: string, labelNames: string[], read: Read): void {
+function mirrored(
+  kind: 'counter' | 'gauge',
+  registry: Registry,
+  name: string,
+  help: string,
+  labelNames: string[],
+  read: Read,
+): void {
   const options = { name, help, labelNames, registers: [registry] };
   if (kind === 'counter') {
-    new Counter({ ...options, collect() { this.reset(); for (const [labels, value] of read()) this.inc(labels, value); } });
+    new Counter({
+      ...options,
+      collect() {
+        this.reset();
+        for (const [labels, value] of read()) this.inc(labels, value);
+      },
+    });
   } else {
-    new Gauge({ ...options, collect() { this.reset(); for (const [labels, value] of read()) this.set(labels, value); } });
+    new Gauge({
+      ...options,
+      collect() {
+        this.reset();
+        for (const [labels, value] of read()) this.set(labels, value);
+      },
+    });
   }
 }
 
@@ -91,83 +116,190 @@ export function createMetricsRegistry(s: MetricsSources): Registry {
   collectDefaultMetrics({ register: r, prefix: 'edgeferry_' });
   const b = s.broker;
   const byQos = (values: number[]): [Labels, number][] => values.map((v, qos) => [{ qos }, v]);
-  mirroredGauge(r, 'edgeferry_broker_clients_connected', 'Connected MQTT clients', [], () => [[{}, b.clientsConnected]]);
-  mirroredGauge(r, 'edgeferry_broker_sessions', 'Sessions, including offline persistent ones', [], () => [[{}, s.sessionCount()]]);
-  mirroredCounter(r, 'edgeferry_broker_connections_total', 'Accepted MQTT connections', [], () => [[{}, b.connectionsTotal]]);
-  mirroredCounter(r, 'edgeferry_broker_messages_received_total', 'PUBLISH messages received from clients', ['qos'], () => byQos(b.messagesReceived));
-  mirroredCounter(r, 'edgeferry_broker_messages_sent_total', 'PUBLISH messages sent to clients', ['qos'], () => byQos(b.messagesSent));
-  mirroredCounter(r, 'edgeferry_broker_messages_published_locally_total', 'Messages published in the process (edge node, bridges inbound)', [], () => [
-    [{}, b.messagesPublishedLocally],
+  mirroredGauge(r, 'edgeferry_broker_clients_connected', 'Connected MQTT clients', [], () => [
+    [{}, b.clientsConnected],
   ]);
-  mirroredCounter(r, 'edgeferry_broker_bytes_received_total', 'Bytes received from clients', [], () => [[{}, b.bytesReceived]]);
+  mirroredGauge(r, 'edgeferry_broker_sessions', 'Sessions, including offline persistent ones', [], () => [
+    [{}, s.sessionCount()],
+  ]);
+  mirroredCounter(r, 'edgeferry_broker_connections_total', 'Accepted MQTT connections', [], () => [
+    [{}, b.connectionsTotal],
+  ]);
+  mirroredCounter(
+    r,
+    'edgeferry_broker_messages_received_total',
+    'PUBLISH messages received from clients',
+    ['qos'],
+    () => byQos(b.messagesReceived),
+  );
+  mirroredCounter(r, 'edgeferry_broker_messages_sent_total', 'PUBLISH messages sent to clients', ['qos'], () =>
+    byQos(b.messagesSent),
+  );
+  mirroredCounter(
+    r,
+    'edgeferry_broker_messages_published_locally_total',
+    'Messages published in the process (edge node, bridges inbound)',
+    [],
+    () => [[{}, b.messagesPublishedLocally]],
+  );
+  mirroredCounter(r, 'edgeferry_broker_bytes_received_total', 'Bytes received from clients', [], () => [
+    [{}, b.bytesReceived],
+  ]);
   mirroredCounter(r, 'edgeferry_broker_bytes_sent_total', 'Bytes sent to clients', [], () => [[{}, b.bytesSent]]);
   mirroredCounter(r, 'edgeferry_broker_messages_dropped_total', 'Messages not delivered, by reason', ['reason'], () =>
     Object.entries(b.dropped).map(([reason, v]) => [{ reason }, v]),
   );
-  mirroredCounter(r, 'edgeferry_broker_disconnects_total', 'Connections closed by the broker, by MQTT 5 reason', ['reason'], () =>
-    Object.entries(b.disconnects).map(([reason, v]) => [{ reason }, v]),
+  mirroredCounter(
+    r,
+    'edgeferry_broker_disconnects_total',
+    'Connections closed by the broker, by MQTT 5 reason',
+    ['reason'],
+    () => Object.entries(b.disconnects).map(([reason, v]) => [{ reason }, v]),
   );
   mirroredCounter(r, 'edgeferry_broker_auth_failures_total', 'Refused logins', [], () => [[{}, b.authFailures]]);
-  mirroredCounter(r, 'edgeferry_broker_acl_denied_total', 'Operations denied by the ACL, or refused in the edge node namespace', ['action'], () =>
-    Object.entries(b.aclDenied).map(([action, v]) => [{ action }, v]),
+  mirroredCounter(
+    r,
+    'edgeferry_broker_acl_denied_total',
+    'Operations denied by the ACL, or refused in the edge node namespace',
+    ['action'],
+    () => Object.entries(b.aclDenied).map(([action, v]) => [{ action }, v]),
   );
   mirroredGauge(r, 'edgeferry_broker_retained_messages', 'Retained messages', [], () => [[{}, s.retained().count]]);
-  mirroredGauge(r, 'edgeferry_broker_retained_bytes', 'Payload bytes of the retained messages', [], () => [[{}, s.retained().bytes]]);
-  mirroredCounter(r, 'edgeferry_broker_retained_refused_total', 'Retained messages not stored: beyond broker.maxRetainedMessages or maxRetainedBytes', [], () => [
-    [{}, s.retained().refused],
+  mirroredGauge(r, 'edgeferry_broker_retained_bytes', 'Payload bytes of the retained messages', [], () => [
+    [{}, s.retained().bytes],
   ]);
+  mirroredCounter(
+    r,
+    'edgeferry_broker_retained_refused_total',
+    'Retained messages not stored: beyond broker.maxRetainedMessages or maxRetainedBytes',
+    [],
+    () => [[{}, s.retained().refused]],
+  );
   mirroredGauge(r, 'edgeferry_broker_subscriptions', 'Subscriptions by type', ['type'], () => {
     const c = s.subscriptionCount();
-    return [[{ type: 'normal' }, c.normal], [{ type: 'shared' }, c.shared]];
+    return [
+      [{ type: 'normal' }, c.normal],
+      [{ type: 'shared' }, c.shared],
+    ];
   });
 
   const bridges = (pick: (st: BridgeStats) => number): [Labels, number][] =>
     [...s.bridges()].map(([bridge, st]) => [{ bridge }, pick(st)]);
-  mirroredGauge(r, 'edgeferry_bridge_connected', '1 when the uplink is online', ['bridge'], () => bridges((st) => (st.connected ? 1 : 0)));
-  mirroredGauge(r, 'edgeferry_bridge_backlog_messages', 'Messages in the outbox', ['bridge'], () => bridges((st) => st.backlogMessages));
-  mirroredGauge(r, 'edgeferry_bridge_backlog_bytes', 'Bytes in the outbox', ['bridge'], () => bridges((st) => st.backlogBytes));
-  mirroredGauge(r, 'edgeferry_bridge_dead_letter_messages', 'Refused messages kept for requeueing', ['bridge'], () => bridges((st) => st.deadLetterMessages));
-  mirroredGauge(r, 'edgeferry_bridge_oldest_age_seconds', 'Age of the oldest outbox entry', ['bridge'], () => bridges((st) => st.oldestAgeS));
-  mirroredGauge(r, 'edgeferry_bridge_inflight_messages', 'Messages sent upstream and not yet acknowledged', ['bridge'], () => bridges((st) => st.inflight));
-  mirroredGauge(r, 'edgeferry_bridge_replay_rate_messages_per_second', 'Backlog replay rate', ['bridge'], () => bridges((st) => st.replayRatePerS));
-  mirroredGauge(r, 'edgeferry_bridge_drain_eta_seconds', 'Backlog still to send over the replay rate (NaN: not known yet)', ['bridge'], () => bridges((st) => st.drainEtaS));
-  mirroredGauge(r, 'edgeferry_bridge_live_latency_seconds', 'Longest journal-to-acknowledgement time of a live message, last second', ['bridge'], () =>
-    bridges((st) => st.liveLatencyS),
+  mirroredGauge(r, 'edgeferry_bridge_connected', '1 when the uplink is online', ['bridge'], () =>
+    bridges((st) => (st.connected ? 1 : 0)),
   );
-  mirroredCounter(r, 'edgeferry_bridge_sent_total', 'PUBLISH packets sent upstream, re-sends included', ['bridge'], () => bridges((st) => st.sent));
-  mirroredCounter(r, 'edgeferry_bridge_acked_total', 'Outbox entries acknowledged upstream', ['bridge'], () => bridges((st) => st.acked));
-  mirroredCounter(r, 'edgeferry_bridge_received_total', 'Messages from upstream published locally', ['bridge'], () => bridges((st) => st.received));
-  mirroredCounter(r, 'edgeferry_bridge_reconnects_total', 'Uplink reconnects', ['bridge'], () => bridges((st) => st.reconnects));
-  mirroredCounter(r, 'edgeferry_bridge_session_taken_total', 'Uplink connections the central broker gave to another client with the same client id', ['bridge'], () =>
-    bridges((st) => st.sessionTaken),
+  mirroredGauge(r, 'edgeferry_bridge_backlog_messages', 'Messages in the outbox', ['bridge'], () =>
+    bridges((st) => st.backlogMessages),
+  );
+  mirroredGauge(r, 'edgeferry_bridge_backlog_bytes', 'Bytes in the outbox', ['bridge'], () =>
+    bridges((st) => st.backlogBytes),
+  );
+  mirroredGauge(r, 'edgeferry_bridge_dead_letter_messages', 'Refused messages kept for requeueing', ['bridge'], () =>
+    bridges((st) => st.deadLetterMessages),
+  );
+  mirroredGauge(r, 'edgeferry_bridge_oldest_age_seconds', 'Age of the oldest outbox entry', ['bridge'], () =>
+    bridges((st) => st.oldestAgeS),
+  );
+  mirroredGauge(
+    r,
+    'edgeferry_bridge_inflight_messages',
+    'Messages sent upstream and not yet acknowledged',
+    ['bridge'],
+    () => bridges((st) => st.inflight),
+  );
+  mirroredGauge(r, 'edgeferry_bridge_replay_rate_messages_per_second', 'Backlog replay rate', ['bridge'], () =>
+    bridges((st) => st.replayRatePerS),
+  );
+  mirroredGauge(
+    r,
+    'edgeferry_bridge_drain_eta_seconds',
+    'Backlog still to send over the replay rate (NaN: not known yet)',
+    ['bridge'],
+    () => bridges((st) => st.drainEtaS),
+  );
+  mirroredGauge(
+    r,
+    'edgeferry_bridge_live_latency_seconds',
+    'Longest journal-to-acknowledgement time of a live message, last second',
+    ['bridge'],
+    () => bridges((st) => st.liveLatencyS),
+  );
+  mirroredCounter(
+    r,
+    'edgeferry_bridge_sent_total',
+    'PUBLISH packets sent upstream, re-sends included',
+    ['bridge'],
+    () => bridges((st) => st.sent),
+  );
+  mirroredCounter(r, 'edgeferry_bridge_acked_total', 'Outbox entries acknowledged upstream', ['bridge'], () =>
+    bridges((st) => st.acked),
+  );
+  mirroredCounter(r, 'edgeferry_bridge_received_total', 'Messages from upstream published locally', ['bridge'], () =>
+    bridges((st) => st.received),
+  );
+  mirroredCounter(r, 'edgeferry_bridge_reconnects_total', 'Uplink reconnects', ['bridge'], () =>
+    bridges((st) => st.reconnects),
+  );
+  mirroredCounter(
+    r,
+    'edgeferry_bridge_session_taken_total',
+    'Uplink connections the central broker gave to another client with the same client id',
+    ['bridge'],
+    () => bridges((st) => st.sessionTaken),
   );
   mirroredCounter(r, 'edgeferry_bridge_dropped_total', 'Outbox entries dropped, by reason', ['bridge', 'reason'], () =>
-    [...s.bridges()].flatMap(([bridge, st]) => Object.entries(st.dropped).map(([reason, v]): [Labels, number] => [{ bridge, reason }, v])),
+    [...s.bridges()].flatMap(([bridge, st]) =>
+      Object.entries(st.dropped).map(([reason, v]): [Labels, number] => [{ bridge, reason }, v]),
+    ),
   );
 
   const connectors = (pick: (st: ConnectorStats) => number): [Labels, number][] =>
     [...s.connectors()].map(([connector, st]) => [{ connector }, pick(st)]);
-  mirroredGauge(r, 'edgeferry_connector_up', '1 when the device answers', ['connector'], () => connectors((st) => (st.up ? 1 : 0)));
-  mirroredCounter(r, 'edgeferry_connector_samples_total', 'Tag samples read', ['connector'], () => connectors((st) => st.samples));
-  mirroredCounter(r, 'edgeferry_connector_deaths_total', 'Times the device was lost (DDEATH)', ['connector'], () => connectors((st) => st.deaths));
-  mirroredCounter(r, 'edgeferry_connector_restarts_total', 'Connector restarts after a loss', ['connector'], () => connectors((st) => st.restarts));
+  mirroredGauge(r, 'edgeferry_connector_up', '1 when the device answers', ['connector'], () =>
+    connectors((st) => (st.up ? 1 : 0)),
+  );
+  mirroredCounter(r, 'edgeferry_connector_samples_total', 'Tag samples read', ['connector'], () =>
+    connectors((st) => st.samples),
+  );
+  mirroredCounter(r, 'edgeferry_connector_deaths_total', 'Times the device was lost (DDEATH)', ['connector'], () =>
+    connectors((st) => st.deaths),
+  );
+  mirroredCounter(r, 'edgeferry_connector_restarts_total', 'Connector restarts after a loss', ['connector'], () =>
+    connectors((st) => st.restarts),
+  );
 
   mirroredGauge(r, 'edgeferry_store_size_bytes', 'Bytes used by the LMDB data file', [], () => {
     const bytes = s.storeBytes();
     return bytes === undefined ? [] : [[{}, bytes]];
   });
-  mirroredCounter(r, 'edgeferry_store_corrupt_records_total', 'Damaged store records (bad checksum) skipped, never delivered', [], () => [
-    [{}, s.storeCorruptRecords()],
-  ]);
-  mirroredGauge(r, 'edgeferry_store_session_bytes', 'Store pages held by persistent sessions (subscriptions, queues, wills)', [], () => [
-    [{}, s.storeSessionBytes()],
-  ]);
-  mirroredGauge(r, 'edgeferry_store_session_max_bytes', 'The most persistent sessions may hold together (storage.sessionShare of storage.maxBytes)', [], () => [
-    [{}, s.storeMaxSessionBytes],
-  ]);
-  mirroredCounter(r, 'edgeferry_store_commits_total', 'Store transactions committed (each one flush with storage.sync: full)', [], () => [
-    [{}, s.storeCommits()],
-  ]);
+  mirroredCounter(
+    r,
+    'edgeferry_store_corrupt_records_total',
+    'Damaged store records (bad checksum) skipped, never delivered',
+    [],
+    () => [[{}, s.storeCorruptRecords()]],
+  );
+  mirroredGauge(
+    r,
+    'edgeferry_store_session_bytes',
+    'Store pages held by persistent sessions (subscriptions, queues, wills)',
+    [],
+    () => [[{}, s.storeSessionBytes()]],
+  );
+  mirroredGauge(
+    r,
+    'edgeferry_store_session_max_bytes',
+    'The most persistent sessions may hold together (storage.sessionShare of storage.maxBytes)',
+    [],
+    () => [[{}, s.storeMaxSessionBytes]],
+  );
+  mirroredCounter(
+    r,
+    'edgeferry_store_commits_total',
+    'Store transactions committed (each one flush with storage.sync: full)',
+    [],
+    () => [[{}, s.storeCommits()]],
+  );
   return r;
 }
 
@@ -229,7 +361,11 @@ class Gate {
       const user = decoded.subarray(0, colon).toString('utf8');
       const known = this.access.isUser?.(user) === true;
       const logged = known ? user : UNKNOWN_USER;
-      switch (await this.throttle.check({ ...client, user: known ? user : undefined }, () => verifyUser(user, decoded.subarray(colon + 1)))) {
+      switch (
+        await this.throttle.check({ ...client, user: known ? user : undefined }, () =>
+          verifyUser(user, decoded.subarray(colon + 1)),
+        )
+      ) {
         case 'accepted':
           return undefined;
         case 'busy':
@@ -294,7 +430,8 @@ export class MetricsServer {
         res.end();
       });
     };
-    const server = tls === undefined ? http.createServer(handler) : https.createServer({ ...tls, minVersion: 'TLSv1.2' }, handler);
+    const server =
+      tls === undefined ? http.createServer(handler) : https.createServer({ ...tls, minVersion: 'TLSv1.2' }, handler);
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err) => reject(listenerBindError('metrics endpoint', host, port, err)));
@@ -330,9 +467,18 @@ export class MetricsServer {
       const client = { address: req.socket.remoteAddress ?? '', waiting: () => !req.socket.destroyed };
       const refusal = await gate.refusal(req.headers.authorization, client);
       if (refusal !== undefined) {
-        this.audit.warn({ remote: req.socket.remoteAddress, path, user: refusal.user, why: refusal.why }, 'metrics request refused');
-        if (refusal.busy) res.writeHead(429, { 'retry-after': String(MAX_DELAY_MS / 1000), 'content-type': 'text/plain' }).end('too many login attempts: try again later\n');
-        else res.writeHead(401, { 'www-authenticate': gate.challenges, 'content-type': 'text/plain' }).end('unauthorized\n');
+        this.audit.warn(
+          { remote: req.socket.remoteAddress, path, user: refusal.user, why: refusal.why },
+          'metrics request refused',
+        );
+        if (refusal.busy)
+          res
+            .writeHead(429, { 'retry-after': String(MAX_DELAY_MS / 1000), 'content-type': 'text/plain' })
+            .end('too many login attempts: try again later\n');
+        else
+          res
+            .writeHead(401, { 'www-authenticate': gate.challenges, 'content-type': 'text/plain' })
+            .end('unauthorized\n');
         return;
       }
     }

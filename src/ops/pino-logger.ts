@@ -37,7 +37,10 @@ export class LogRing {
 
   /** Oldest first. */
   entries(): Record<string, unknown>[] {
-    const ordered = this.lines.length < this.capacity ? this.lines : [...this.lines.slice(this.next), ...this.lines.slice(0, this.next)];
+    const ordered =
+      this.lines.length < this.capacity
+        ? this.lines
+        : [...this.lines.slice(this.next), ...this.lines.slice(0, this.next)];
     return ordered.map((line) => JSON.parse(line) as Record<string, unknown>);
   }
 }
@@ -58,16 +61,33 @@ export function createLogger(
   opts: { destination?: NodeJS.WritableStream | number; ring?: LogRing } = {},
 ): RootLogger {
   const destination = opts.destination ?? 1;
-  const isTty = typeof destination === 'number' ? isatty(destination) : (destination as { isTTY?: boolean }).isTTY === true;
+  const isTty =
+    typeof destination === 'number' ? isatty(destination) : (destination as { isTTY?: boolean }).isTTY === true;
   const isPretty = settings.format === 'pretty' || (settings.format === 'auto' && isTty);
   const stream = isPretty
     ? // One line per event, fields after the message; only an error logged with `err` (a bug) adds its stack below.
-      prettyStream({ destination, sync: true, colorize: isTty, translateTime: 'SYS:standard', ignore: 'hostname', singleLine: true })
+      prettyStream({
+        destination,
+        sync: true,
+        colorize: isTty,
+        translateTime: 'SYS:standard',
+        ignore: 'hostname',
+        singleLine: true,
+      })
     : typeof destination === 'number'
       ? pino.destination({ dest: destination, sync: true })
       : destination;
   const options = { level: settings.level, redact: ['password', '*.password'] };
-  const log = opts.ring === undefined ? pino(options, stream) : pino(options, pino.multistream([{ stream, level: 'trace' }, { stream: opts.ring, level: 'info' }]));
+  const log =
+    opts.ring === undefined
+      ? pino(options, stream)
+      : pino(
+          options,
+          pino.multistream([
+            { stream, level: 'trace' },
+            { stream: opts.ring, level: 'info' },
+          ]),
+        );
   // pino children read the level through their prototype (the root) until they set their own.
   return Object.assign(log, {
     setLevel(level: LogLevel) {
@@ -84,5 +104,13 @@ export function createAuditLogger(log: Logger, auditFile: string | undefined, ri
   if (auditFile === undefined) return log.child({ mod: 'audit' });
   const file = pino.destination({ dest: auditFile, sync: true, mkdir: true, append: true });
   const options = { level: 'info', base: { mod: 'audit' } };
-  return ring === undefined ? pino(options, file) : pino(options, pino.multistream([{ stream: file, level: 'info' }, { stream: ring, level: 'info' }]));
+  return ring === undefined
+    ? pino(options, file)
+    : pino(
+        options,
+        pino.multistream([
+          { stream: file, level: 'info' },
+          { stream: ring, level: 'info' },
+        ]),
+      );
 }

@@ -95,7 +95,9 @@ export class SystemdNotifier {
     if (path.startsWith('@')) return undefined; // abstract namespace: unix-dgram cannot address it
     let socket: UnixDgramSocket;
     try {
-      const unixDgram = createRequire(import.meta.url)('unix-dgram') as { createSocket(type: 'unix_dgram'): UnixDgramSocket };
+      const unixDgram = createRequire(import.meta.url)('unix-dgram') as {
+        createSocket(type: 'unix_dgram'): UnixDgramSocket;
+      };
       socket = unixDgram.createSocket('unix_dgram');
     } catch (err) {
       this.log.debug({ err }, 'unix-dgram not available; using the systemd-notify binary');
@@ -114,7 +116,9 @@ export class SystemdNotifier {
     return (state) =>
       new Promise<void>((resolve, reject) => {
         // Blocking mode (no --no-block): the barrier avoids the PID-attribution race systemd-notify(1) warns about.
-        execFile('systemd-notify', state.split('\n'), { env: this.env, timeout: 5000 }, (err) => (err ? reject(err) : resolve()));
+        execFile('systemd-notify', state.split('\n'), { env: this.env, timeout: 5000 }, (err) =>
+          err ? reject(err) : resolve(),
+        );
       });
   }
 }

@@ -121,7 +121,14 @@ export interface PropertyTail {
 }
 
 /** The sizes of the PUBLISH being encoded: module scratch, as encoding is synchronous (measure, then write). */
-const layout = { topic: '', topicLen: 0, propsLen: 0, expiryS: undefined as number | undefined, remaining: 0, total: 0 };
+const layout = {
+  topic: '',
+  topicLen: 0,
+  propsLen: 0,
+  expiryS: undefined as number | undefined,
+  remaining: 0,
+  total: 0,
+};
 
 function measurePublish(
   msg: PublishContent,
@@ -155,7 +162,8 @@ function measurePublish(
     if (extras?.subscriptionIds) for (const id of extras.subscriptionIds) propsLen += 1 + vbiLength(id);
     if (tail) propsLen += tail.measure(tailN);
   }
-  const remaining = 2 + topicLen + (qos > 0 ? 2 : 0) + (version === 5 ? vbiLength(propsLen) + propsLen : 0) + msg.payload.length;
+  const remaining =
+    2 + topicLen + (qos > 0 ? 2 : 0) + (version === 5 ? vbiLength(propsLen) + propsLen : 0) + msg.payload.length;
   layout.topic = topic;
   layout.topicLen = topicLen;
   layout.propsLen = propsLen;
@@ -370,7 +378,11 @@ export class PublishEncodings {
     let enc = this.others?.[key];
     if (enc === undefined) {
       const bytes = Buffer.allocUnsafe(measurePublish(this.msg, version, qos, undefined).total);
-      enc = { bytes, packetIdOffset: writePublish(bytes, 0, this.msg, version, qos, retain, false, undefined, 0), handedOut: false };
+      enc = {
+        bytes,
+        packetIdOffset: writePublish(bytes, 0, this.msg, version, qos, retain, false, undefined, 0),
+        handedOut: false,
+      };
       if (this.firstKey === -1) {
         this.firstKey = key;
         this.first = enc;
@@ -443,7 +455,16 @@ function copyBytes(data: Buffer, start: number, end: number): Buffer {
 export type AckCommand = 'puback' | 'pubrec' | 'pubrel' | 'pubcomp';
 
 const ACK_FIRST_BYTE: Record<AckCommand, number> = { puback: 0x40, pubrec: 0x50, pubrel: 0x62, pubcomp: 0x70 };
-const ACK_BY_TYPE: (AckCommand | undefined)[] = [undefined, undefined, undefined, undefined, 'puback', 'pubrec', 'pubrel', 'pubcomp'];
+const ACK_BY_TYPE: (AckCommand | undefined)[] = [
+  undefined,
+  undefined,
+  undefined,
+  undefined,
+  'puback',
+  'pubrec',
+  'pubrel',
+  'pubcomp',
+];
 
 /**
  * Encodes a QoS acknowledgement. With reason code 0 the 4-byte form serves MQTT 3.1.1 and 5 alike (MQTT 5

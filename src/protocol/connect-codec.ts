@@ -31,7 +31,12 @@ function fieldEnd(data: Buffer, at: number, end: number): number {
  * undefined for anything else. Strings are checked for well-formed UTF-8 by the CONNECT handler, as for
  * mqtt-packet's. The will payload and password are views of `data`, as mqtt-packet's are.
  */
-export function decodeConnectV4(data: Buffer, first: number, bodyStart: number, end: number): ConnectPacket | undefined {
+export function decodeConnectV4(
+  data: Buffer,
+  first: number,
+  bodyStart: number,
+  end: number,
+): ConnectPacket | undefined {
   if (first !== CONNECT_FIRST_BYTE || end - bodyStart < MIN_BODY_BYTES) return undefined;
   for (let i = 0; i < PROTOCOL_V4.length; i++) if (data[bodyStart + i] !== PROTOCOL_V4[i]) return undefined;
   let at = bodyStart + PROTOCOL_V4.length;
@@ -57,7 +62,12 @@ export function decodeConnectV4(data: Buffer, first: number, bodyStart: number, 
     at = fieldStop;
     fieldStop = fieldEnd(data, at, end);
     if (fieldStop < 0) return undefined;
-    will = { topic, payload: data.subarray(at + 2, fieldStop), qos: willQos as 0 | 1 | 2, retain: (flags & WILL_RETAIN) !== 0 };
+    will = {
+      topic,
+      payload: data.subarray(at + 2, fieldStop),
+      qos: willQos as 0 | 1 | 2,
+      retain: (flags & WILL_RETAIN) !== 0,
+    };
     at = fieldStop;
   }
 

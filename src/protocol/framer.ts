@@ -26,7 +26,11 @@ export interface FrameHandler {
  * what Maximum Packet Size limits (MQTT 5 §3.1.2.11.4).
  */
 export function packetBytes(remainingLength: number): number {
-  return 1 + (remainingLength < 128 ? 1 : remainingLength < 16_384 ? 2 : remainingLength < 2_097_152 ? 3 : 4) + remainingLength;
+  return (
+    1 +
+    (remainingLength < 128 ? 1 : remainingLength < 16_384 ? 2 : remainingLength < 2_097_152 ? 3 : 4) +
+    remainingLength
+  );
 }
 
 /**
@@ -41,7 +45,11 @@ let spare: PacketFramer | undefined;
  * reads end on packet boundaries, as an idle one's CONNECT does, never has a framer of its own
  * (docs/architecture.md#what-a-connection-costs).
  */
-export function pushChunk(framer: PacketFramer | undefined, chunk: Buffer, handler: FrameHandler): PacketFramer | undefined {
+export function pushChunk(
+  framer: PacketFramer | undefined,
+  chunk: Buffer,
+  handler: FrameHandler,
+): PacketFramer | undefined {
   if (framer !== undefined) {
     framer.push(chunk, handler);
     return framer;
@@ -121,7 +129,8 @@ export class PacketFramer {
         remaining += (byte & 0x7f) * multiplier;
         if ((byte & 0x80) === 0) break;
         multiplier *= 128;
-        if (i - offset >= MAX_HEADER_BYTES) throw new ProtocolError(Reason.MalformedPacket, 'remaining length longer than 4 bytes');
+        if (i - offset >= MAX_HEADER_BYTES)
+          throw new ProtocolError(Reason.MalformedPacket, 'remaining length longer than 4 bytes');
       }
       handler.header(first >> 4, remaining);
       const end = i + remaining;

@@ -32,11 +32,18 @@ export interface Message {
  * The origins of the gateway's in-process publishers. No client may take one as its client id (CONNACK 0x85):
  * no-local, loop prevention and the command audit tell the gateway's own messages from clients' by them.
  */
-export const Origins = { edgeNode: 'edge-node', plainTopics: 'plain-topics', sys: '$SYS', bridgePrefix: 'bridge:' } as const;
+export const Origins = {
+  edgeNode: 'edge-node',
+  plainTopics: 'plain-topics',
+  sys: '$SYS',
+  bridgePrefix: 'bridge:',
+} as const;
 
 /** Whether a client id would pass for one of the gateway's in-process publishers (`Origins`). */
 export function isInProcessOrigin(id: string): boolean {
-  return id === Origins.edgeNode || id === Origins.plainTopics || id === Origins.sys || id.startsWith(Origins.bridgePrefix);
+  return (
+    id === Origins.edgeNode || id === Origins.plainTopics || id === Origins.sys || id.startsWith(Origins.bridgePrefix)
+  );
 }
 
 /** Builds a Message, computing the expiry deadline from the MQTT 5 message expiry interval. */

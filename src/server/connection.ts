@@ -3,7 +3,15 @@
  * connection (malformed bytes, protocol violations, handler exceptions) ends here, closes only this connection
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
-import { createParser, decodePublish, decodeShortAck, encodeAck, encodePacket, encodePublish, newPublishPacket } from '../protocol/codec.js';
+import {
+  createParser,
+  decodePublish,
+  decodeShortAck,
+  encodeAck,
+  encodePacket,
+  encodePublish,
+  newPublishPacket,
+} from '../protocol/codec.js';
 import { decodeConnectV4 } from '../protocol/connect-codec.js';
 import { packetBytes, pushChunk } from '../protocol/framer.js';
 import { countUserProperties } from '../protocol/property-scan.js';
@@ -173,7 +181,12 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
     return this.transport.bufferedBytes + this.pending.bytes >= this.ctx.limits.maxWriteBufferBytes / 2;
   }
 
-  sendQoS0(msg: Message, retain: boolean, subscriptionIds: readonly number[] | undefined, encodings: PublishEncodings | undefined): boolean {
+  sendQoS0(
+    msg: Message,
+    retain: boolean,
+    subscriptionIds: readonly number[] | undefined,
+    encodings: PublishEncodings | undefined,
+  ): boolean {
     return this.writePublish(msg, 0, retain, false, 0, subscriptionIds, encodings);
   }
 
@@ -204,7 +217,10 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
     }
     let bytes: Buffer;
     if (subscriptionIds === undefined && alias === undefined) {
-      bytes = encodings && !dup ? encodings.bytesFor(this.version, qos, retain, packetId) : encodePublish(msg, this.version, qos, retain, dup, undefined, packetId).bytes;
+      bytes =
+        encodings && !dup
+          ? encodings.bytesFor(this.version, qos, retain, packetId)
+          : encodePublish(msg, this.version, qos, retain, dup, undefined, packetId).bytes;
     } else {
       const extras = { subscriptionIds, topicAlias: alias, omitTopic: alias !== undefined && !aliasIsNew };
       bytes = encodePublish(msg, this.version, qos, retain, dup, extras, packetId).bytes;
@@ -270,7 +286,8 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
       // Every whole packet stopped the incomplete-packet clock (`packet`): it runs from the read that left the
       // current one incomplete, so a stream whose reads all end inside a packet is timed per packet. Bytes held
       // back by a yield or by back-pressure are packets waiting, not a trickle.
-      if (this.framer !== undefined && this.framer.pendingBytes > 0 && !this.yielding && this.heldBy === undefined) this.partialSinceMs ??= this.lastReceivedMs;
+      if (this.framer !== undefined && this.framer.pendingBytes > 0 && !this.yielding && this.heldBy === undefined)
+        this.partialSinceMs ??= this.lastReceivedMs;
     } catch (err) {
       this.protocolFailure(err);
     }
@@ -300,7 +317,14 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
 
   /** Reads from the socket again unless something still holds it: a yield, flow control, back-pressure, authentication. */
   private resumeReading(): void {
-    if (!this.yielding && this.slicing === 0 && !this.inboundHeld && this.heldBy === undefined && this.state === 'connected') this.transport.resume();
+    if (
+      !this.yielding &&
+      this.slicing === 0 &&
+      !this.inboundHeld &&
+      this.heldBy === undefined &&
+      this.state === 'connected'
+    )
+      this.transport.resume();
   }
 
   /**
@@ -359,7 +383,8 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
    */
   canTakeMore(): boolean {
     if (this.state === 'closed' || this.heldBy !== undefined || this.slicing > 0) return false;
-    if (++this.turnPackets <= PACKETS_PER_TURN && this.ctx.broker.routeWork - this.turnWorkStart < ROUTE_WORK_PER_TURN) return true;
+    if (++this.turnPackets <= PACKETS_PER_TURN && this.ctx.broker.routeWork - this.turnWorkStart < ROUTE_WORK_PER_TURN)
+      return true;
     if (!this.yielding) {
       this.yielding = true;
       this.transport.pause();
@@ -396,7 +421,11 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
       const connect = decodeConnectV4(data, first, bodyStart, end);
       if (connect) return this.dispatch(connect);
     }
-    if ((this.version === 5 || this.state === 'awaiting-connect') && this.refusedForUserProperties(data, first, bodyStart, end)) return;
+    if (
+      (this.version === 5 || this.state === 'awaiting-connect') &&
+      this.refusedForUserProperties(data, first, bodyStart, end)
+    )
+      return;
     this.parseGeneric(data.subarray(packetStart, end));
   }
 
@@ -487,7 +516,15 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
   /** Closes after a protocol violation (or a handler bug), with DISCONNECT + reason code for MQTT 5 clients. */
   protocolFailure(err: unknown): void {
     if (err instanceof ProtocolError) {
-      this.log.debug({ clientId: this.clientId, remote: this.transport.remoteAddress, reason: reasonName(err.reasonCode), err: err.message }, 'closing connection: protocol violation');
+      this.log.debug(
+        {
+          clientId: this.clientId,
+          remote: this.transport.remoteAddress,
+          reason: reasonName(err.reasonCode),
+          err: err.message,
+        },
+        'closing connection: protocol violation',
+      );
       this.close(err.reasonCode, err.message);
     } else {
       this.log.error({ err, clientId: this.clientId }, 'closing connection after an internal error');
@@ -537,7 +574,8 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
   checkTimers(nowMs: number): void {
     const limits = this.ctx.limits;
     if (this.state === 'awaiting-connect' || this.state === 'authenticating') {
-      if (nowMs - this.openedAtMs > limits.connectTimeoutMs) this.close(undefined, 'no CONNECT within the connect timeout');
+      if (nowMs - this.openedAtMs > limits.connectTimeoutMs)
+        this.close(undefined, 'no CONNECT within the connect timeout');
       return;
     }
     const heldBy = this.heldBy;
@@ -581,7 +619,13 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
     const stuckMs = nowMs - this.backedUpSinceMs;
     if (stuckMs <= this.ctx.limits.slowClientTimeoutMs) return;
     this.log.warn(
-      { clientId: this.clientId, remote: this.transport.remoteAddress, bufferedBytes: buffered, shed: this.shedSinceDrain, stuckMs: Math.round(stuckMs) },
+      {
+        clientId: this.clientId,
+        remote: this.transport.remoteAddress,
+        bufferedBytes: buffered,
+        shed: this.shedSinceDrain,
+        stuckMs: Math.round(stuckMs),
+      },
       'disconnecting a client that does not read: write buffer not drained within slowClientTimeoutMs',
     );
     this.close(Reason.QuotaExceeded, 'client does not read: write buffer not drained in time');

@@ -212,7 +212,8 @@ export class MqttServer {
     const budgetFull = (why: string, remote: string): void => {
       // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- absent until the first such disconnect
       stats.disconnects.server_busy = (stats.disconnects.server_busy ?? 0) + 1;
-      if (budgetLogDue()) this.ctx.log.warn({ listener: spec.type, port: spec.port, remote, pending: pending.size }, why);
+      if (budgetLogDue())
+        this.ctx.log.warn({ listener: spec.type, port: spec.port, remote, pending: pending.size }, why);
     };
     const accept = (transport: Transport, closeSocket: () => void): void => {
       const remote = transport.remoteAddress;
@@ -244,7 +245,12 @@ export class MqttServer {
     /** mTLS: a client certificate that did not verify closes its connection here, logged with OpenSSL's reason. */
     const isVerified = (socket: tls.TLSSocket): boolean => {
       if (!spec.tls?.requireCertificate || socket.authorized) return true;
-      const facts = { listener: spec.type, port: spec.port, remote: socket.remoteAddress, ...certificateRejection(socket) };
+      const facts = {
+        listener: spec.type,
+        port: spec.port,
+        remote: socket.remoteAddress,
+        ...certificateRejection(socket),
+      };
       this.ctx.log.info(facts, 'client certificate rejected');
       this.audit.warn(facts, 'client certificate rejected');
       socket.destroy();
@@ -266,8 +272,15 @@ export class MqttServer {
       }
     } else {
       // Node checks these timeouts every connectionsCheckingInterval (30 s by default).
-      const upgradeTimeouts = { headersTimeout: connectTimeoutMs, requestTimeout: connectTimeoutMs, connectionsCheckingInterval: TIMER_INTERVAL_MS };
-      const httpServer = spec.type === 'ws' ? http.createServer(upgradeTimeouts) : https.createServer({ ...tlsOptions!, ...upgradeTimeouts });
+      const upgradeTimeouts = {
+        headersTimeout: connectTimeoutMs,
+        requestTimeout: connectTimeoutMs,
+        connectionsCheckingInterval: TIMER_INTERVAL_MS,
+      };
+      const httpServer =
+        spec.type === 'ws'
+          ? http.createServer(upgradeTimeouts)
+          : https.createServer({ ...tlsOptions!, ...upgradeTimeouts });
       // Before the HTTP request is read: an unverified client never reaches the WebSocket upgrade.
       if (spec.type === 'wss') httpServer.on('secureConnection', (socket: tls.TLSSocket) => void isVerified(socket));
       server = httpServer;
@@ -279,25 +292,31 @@ export class MqttServer {
       const wss = new WebSocketServer({
         server: httpServer,
         path: spec.path ?? '/mqtt',
-        verifyClient: (info: { origin?: string; req: http.IncomingMessage }, done: (ok: boolean, code?: number, message?: string) => void) => {
+        verifyClient: (
+          info: { origin?: string; req: http.IncomingMessage },
+          done: (ok: boolean, code?: number, message?: string) => void,
+        ) => {
           if (isOriginAllowed(info.origin)) return done(true);
           if (originLogDue()) {
-            this.ctx.log.info({ listener: spec.type, port: spec.port, origin: info.origin, remote: info.req.socket.remoteAddress },
-              'WebSocket upgrade refused: a browser page from an origin not in allowedOrigins');
+            this.ctx.log.info(
+              { listener: spec.type, port: spec.port, origin: info.origin, remote: info.req.socket.remoteAddress },
+              'WebSocket upgrade refused: a browser page from an origin not in allowedOrigins',
+            );
           }
           done(false, 403, 'Origin not allowed');
         },
         maxPayload: this.ctx.limits.maxPacketBytes + 5,
-        handleProtocols: (protocols) => (protocols.has('mqtt') ? 'mqtt' : protocols.has('mqttv3.1') ? 'mqttv3.1' : false),
+        handleProtocols: (protocols) =>
+          protocols.has('mqtt') ? 'mqtt' : protocols.has('mqttv3.1') ? 'mqttv3.1' : false,
       });
-      wss.on('connection', (ws, req) => accept(webSocketTransport(ws, req.socket.remoteAddress ?? 'unknown', req.socket), () => ws.terminate()));
+      wss.on('connection', (ws, req) =>
+        accept(webSocketTransport(ws, req.socket.remoteAddress ?? 'unknown', req.socket), () => ws.terminate()),
+      );
       Object.assign(running, { wss });
     }
     Object.assign(running, { server });
     await new Promise<void>((resolve, reject) => {
-      server.once('error', (err) =>
-        reject(listenerBindError(`${spec.type} listener`, spec.host, spec.port, err)),
-      );
+      server.once('error', (err) => reject(listenerBindError(`${spec.type} listener`, spec.host, spec.port, err)));
       server.listen(spec.port, spec.host, () => resolve());
     });
     this.listenerLabels.set(policy, `${spec.type}:${(server.address() as AddressInfo).port}`);
@@ -399,6 +418,10 @@ export function loadTls(spec: ListenerSpec): tls.TlsOptions {
     tls.createSecureContext(options);
     return options;
   } catch (err) {
-    throw new EdgeferryError('EF_CONFIG_INVALID', `${spec.type} listener ${spec.host}:${spec.port}: its TLS files are not usable: ${asError(err).message}`, { cause: err });
+    throw new EdgeferryError(
+      'EF_CONFIG_INVALID',
+      `${spec.type} listener ${spec.host}:${spec.port}: its TLS files are not usable: ${asError(err).message}`,
+      { cause: err },
+    );
   }
 }

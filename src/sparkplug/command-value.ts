@@ -9,7 +9,10 @@ import type { MetricIn } from './payload.js';
 const FLOAT32_MAX = 3.4028234663852886e38;
 
 /** Why a command value does not fit the metric's declared datatype, or undefined if it does. */
-export function commandValueProblem(datatype: TagDatatype, metric: Pick<MetricIn, 'datatype' | 'value'>): string | undefined {
+export function commandValueProblem(
+  datatype: TagDatatype,
+  metric: Pick<MetricIn, 'datatype' | 'value'>,
+): string | undefined {
   if (metric.datatype !== undefined && metric.datatype !== datatype) {
     return `wrong type: the metric is ${datatype}, the command says ${metric.datatype}`;
   }

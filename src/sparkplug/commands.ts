@@ -59,7 +59,10 @@ export interface CommandsOptions {
   /** The node's devices by id (the live map: devices added or removed by a reload count at once). */
   readonly devices: ReadonlyMap<string, Device>;
   /** A node metric by name or alias, with its datatype; undefined when the node has no such metric. */
-  readonly nodeMetric: (metric: { name?: string; alias?: number }) => { readonly name: string; readonly datatype: TagDatatype } | undefined;
+  readonly nodeMetric: (metric: {
+    name?: string;
+    alias?: number;
+  }) => { readonly name: string; readonly datatype: TagDatatype } | undefined;
   /** Answers an accepted rebirth request. */
   readonly rebirth: () => void;
   /** Why an NCMD or DCMD is not taken at all (the node's session, docs/architecture.md#dcmd-to-the-plc), or undefined. */
@@ -82,7 +85,12 @@ export class Commands {
 
   constructor(private readonly options: CommandsOptions) {}
 
-  get stats(): { readonly rebirths: number; readonly commandsRefused: number; readonly writesOk: number; readonly writesFailed: number } {
+  get stats(): {
+    readonly rebirths: number;
+    readonly commandsRefused: number;
+    readonly writesOk: number;
+    readonly writesFailed: number;
+  } {
     return { ...this.counters };
   }
 
@@ -108,7 +116,12 @@ export class Commands {
         else this.refuse(who, msg.topic, target, 'Rebirth expects Boolean true');
         continue;
       }
-      this.refuse(who, msg.topic, target ?? `alias ${metric.alias}`, target === undefined ? 'unknown metric' : 'read-only metric');
+      this.refuse(
+        who,
+        msg.topic,
+        target ?? `alias ${metric.alias}`,
+        target === undefined ? 'unknown metric' : 'read-only metric',
+      );
     }
   }
 
@@ -138,11 +151,20 @@ export class Commands {
       // A Template instance's device knows one metric, the instance: each member in it is a write
       // [tck-id-payloads-template-instance-members]; its tags by themselves are no metrics of the device.
       if (name !== device.template || metric.template === undefined) {
-        this.refuse(who, msg.topic, name ?? `alias ${metric.alias}`, name === device.template ? 'no Template value' : 'unknown metric');
-      } else if (metric.template.isDefinition || (metric.template.ref !== undefined && metric.template.ref !== device.template)) {
+        this.refuse(
+          who,
+          msg.topic,
+          name ?? `alias ${metric.alias}`,
+          name === device.template ? 'no Template value' : 'unknown metric',
+        );
+      } else if (
+        metric.template.isDefinition ||
+        (metric.template.ref !== undefined && metric.template.ref !== device.template)
+      ) {
         this.refuse(who, msg.topic, name, `not an instance of ${device.template}`);
       } else {
-        for (const member of metric.template.members) void this.apply('DCMD', who, msg.topic, device, member.name, member, name);
+        for (const member of metric.template.members)
+          void this.apply('DCMD', who, msg.topic, device, member.name, member, name);
       }
     }
   }
@@ -196,8 +218,13 @@ export class Commands {
     const problem = commandValueProblem(def.datatype, metric);
     if (problem) return this.refuse(who, topic, label, problem, metric.value);
     const value = metric.value as TagValue;
-    const queued = this.afterWritesTo(`${device.id}/${name}`, () => this.write(via, who, topic, device, name, label, value));
-    return queued ?? this.refuse(who, topic, label, `${MAX_QUEUED_WRITES_PER_TAG} writes to this tag are already waiting`, value);
+    const queued = this.afterWritesTo(`${device.id}/${name}`, () =>
+      this.write(via, who, topic, device, name, label, value),
+    );
+    return (
+      queued ??
+      this.refuse(who, topic, label, `${MAX_QUEUED_WRITES_PER_TAG} writes to this tag are already waiting`, value)
+    );
   }
 
   /**
@@ -218,18 +245,35 @@ export class Commands {
   }
 
   /** One write and read-back; `label` names the metric in the audit lines (`instance/member` for a Template member). */
-  private async write(via: Via, who: Sender, topic: string, device: Device, name: string, label: string, value: TagValue): Promise<WriteOutcome> {
+  private async write(
+    via: Via,
+    who: Sender,
+    topic: string,
+    device: Device,
+    name: string,
+    label: string,
+    value: TagValue,
+  ): Promise<WriteOutcome> {
     let readBack: Awaited<ReturnType<Device['write']>>;
     try {
       readBack = await device.write(name, value);
     } catch (err) {
       if (err instanceof ValueRefusedError) return this.refuse(who, topic, label, err.why, value);
       this.counters.writesFailed++;
-      this.options.audit.warn({ ...who, device: device.id, metric: label, value: String(value), err: asError(err) }, `${via} write failed`);
+      this.options.audit.warn(
+        { ...who, device: device.id, metric: label, value: String(value), err: asError(err) },
+        `${via} write failed`,
+      );
       return { ok: false, why: asError(err).message };
     }
     this.counters.writesOk++;
-    const line = { ...who, device: device.id, metric: label, value: String(value), readBack: readBack && String(readBack.value) };
+    const line = {
+      ...who,
+      device: device.id,
+      metric: label,
+      value: String(value),
+      readBack: readBack && String(readBack.value),
+    };
     const matches = readBack === undefined || readBack.matches;
     if (!matches) this.options.audit.warn(line, `${via} write accepted, but the device reads back another value`);
     else this.options.audit.info(line, `${via} write done`);
@@ -240,7 +284,10 @@ export class Commands {
   private rebirth(who: Sender): boolean {
     const now = performance.now();
     if (now - this.lastRebirthMs < this.options.rebirthDebounceMs) {
-      this.options.log.info({ ...who, debounceMs: this.options.rebirthDebounceMs }, 'rebirth request ignored: one was just answered');
+      this.options.log.info(
+        { ...who, debounceMs: this.options.rebirthDebounceMs },
+        'rebirth request ignored: one was just answered',
+      );
       return false;
     }
     this.lastRebirthMs = now;
@@ -261,9 +308,18 @@ export class Commands {
     return { who: msg.origin, ...this.options.identify?.(msg.origin) };
   }
 
-  private refuse(who: Sender, topic: string, metric: string | undefined, why: string, value?: TagValue | null): WriteOutcome {
+  private refuse(
+    who: Sender,
+    topic: string,
+    metric: string | undefined,
+    why: string,
+    value?: TagValue | null,
+  ): WriteOutcome {
     this.counters.commandsRefused++;
-    this.options.audit.warn({ ...who, topic, metric, value: value == null ? undefined : String(value), why }, 'command refused');
+    this.options.audit.warn(
+      { ...who, topic, metric, value: value == null ? undefined : String(value), why },
+      'command refused',
+    );
     return { ok: false, why };
   }
 }

@@ -200,7 +200,15 @@ export class Device {
       const alias = this.memberOrAlias(name);
       if (reading === undefined) {
         // Never read (e.g. a connector that reports items one by one): known, but no value yet.
-        metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale, properties: birthProperties(def) });
+        metrics.push({
+          name,
+          alias,
+          datatype: def.datatype,
+          timestamp,
+          value: null,
+          quality: Quality.Stale,
+          properties: birthProperties(def),
+        });
         this.published.set(name, { value: null, quality: 'bad' });
         continue;
       }
@@ -237,8 +245,26 @@ export class Device {
       const timestamp = reading?.timestamp ?? Date.now();
       const alias = this.memberOrAlias(name);
       const properties = birthProperties(def);
-      if (!pub) metrics.push({ name, alias, datatype: def.datatype, timestamp, value: null, quality: Quality.Stale, properties });
-      else metrics.push({ name, alias, datatype: def.datatype, timestamp, value: pub.value, quality: QUALITY_CODES[pub.quality], properties });
+      if (!pub)
+        metrics.push({
+          name,
+          alias,
+          datatype: def.datatype,
+          timestamp,
+          value: null,
+          quality: Quality.Stale,
+          properties,
+        });
+      else
+        metrics.push({
+          name,
+          alias,
+          datatype: def.datatype,
+          timestamp,
+          value: pub.value,
+          quality: QUALITY_CODES[pub.quality],
+          properties,
+        });
     }
     return this.asInstance(metrics, Date.now(), true);
   }
@@ -250,7 +276,8 @@ export class Device {
   templateDefinition(): MetricOut | undefined {
     if (this.template === undefined) return undefined;
     const members: MetricOut[] = [];
-    for (const [name, def] of this.definitions) members.push({ name, datatype: def.datatype, properties: birthProperties(def) });
+    for (const [name, def] of this.definitions)
+      members.push({ name, datatype: def.datatype, properties: birthProperties(def) });
     return { name: this.template, datatype: 'Template', template: { isDefinition: true, members } };
   }
 
@@ -262,7 +289,9 @@ export class Device {
     const readBack = await this.connector.write(name, value);
     if (readBack === undefined || this.state !== 'online' || !this.answered) return readBack;
     const def = this.definitions.get(name);
-    const change = def && this.change({ name, value: readBack.value, timestamp: readBack.timestamp, quality: 'good' }, def, undefined);
+    const change =
+      def &&
+      this.change({ name, value: readBack.value, timestamp: readBack.timestamp, quality: 'good' }, def, undefined);
     if (change && this.host.born) {
       this.counters.changes++;
       this.host.publishDeviceData(this, this.asInstance([change], readBack.timestamp, false));
@@ -397,7 +426,15 @@ export class Device {
     if (s.quality === 'bad') {
       if (pub && pub.quality === 'bad' && pub.value === null) return undefined;
       this.published.set(s.name, { value: null, quality: 'bad' });
-      return { name, alias, datatype, valueType: def.datatype, timestamp: s.timestamp, value: null, quality: Quality.Bad };
+      return {
+        name,
+        alias,
+        datatype,
+        valueType: def.datatype,
+        timestamp: s.timestamp,
+        value: null,
+        quality: Quality.Bad,
+      };
     }
     if (pub && pub.quality === s.quality && !hasChanged(pub.value, s.value, deadband)) return undefined;
     this.published.set(s.name, { value: s.value, quality: s.quality });

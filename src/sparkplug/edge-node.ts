@@ -137,7 +137,11 @@ export class EdgeNode implements DeviceHost {
     this.primaryHost =
       primaryHostId === undefined
         ? undefined
-        : new PrimaryHost(primaryHostId, { online: () => this.onHostOnline(), offline: () => this.onHostOffline() }, this.log);
+        : new PrimaryHost(
+            primaryHostId,
+            { online: () => this.onHostOnline(), offline: () => this.onHostOffline() },
+            this.log,
+          );
     this.gateLocal = this.primaryHost !== undefined && uplink === undefined;
 
     // Aliases are unique across the whole node and stable across restarts (persisted).
@@ -150,11 +154,22 @@ export class EdgeNode implements DeviceHost {
       // bdSeq and the rebirth control carry no alias (Sparkplug 3.0 NBIRTH rules).
       { name: BDSEQ, datatype: 'Int64', value: () => BigInt(this.localBdSeq) },
       { name: REBIRTH, datatype: 'Boolean', value: () => false },
-      { name: DEVICES_ONLINE, datatype: 'UInt32', alias: aliases.get(`/${DEVICES_ONLINE}`), value: () => this.devicesOnline() },
+      {
+        name: DEVICES_ONLINE,
+        datatype: 'UInt32',
+        alias: aliases.get(`/${DEVICES_ONLINE}`),
+        value: () => this.devicesOnline(),
+      },
     ];
     const { version, backlog } = options;
     if (version !== undefined) this.nodeMetrics.push({ name: VERSION, datatype: 'String', value: () => version });
-    if (backlog) this.nodeMetrics.push({ name: BACKLOG, datatype: 'UInt64', alias: aliases.get(`/${BACKLOG}`), value: () => BigInt(backlog().messages) });
+    if (backlog)
+      this.nodeMetrics.push({
+        name: BACKLOG,
+        datatype: 'UInt64',
+        alias: aliases.get(`/${BACKLOG}`),
+        value: () => BigInt(backlog().messages),
+      });
     for (const m of this.nodeMetrics) if (m.alias !== undefined) this.nodeAliases.set(m.alias, m);
 
     this.plain =
@@ -165,7 +180,8 @@ export class EdgeNode implements DeviceHost {
         write: (msg, deviceId, tag, command) => this.commands.onPlainWrite(msg, deviceId, tag, command),
         log: this.log.child({ plain: true }),
       });
-    for (const c of options.connectors) this.addToMap(this.createDevice(c, aliases, this.templateOf(options.profiles?.get(c.id))));
+    for (const c of options.connectors)
+      this.addToMap(this.createDevice(c, aliases, this.templateOf(options.profiles?.get(c.id))));
 
     this.upstream = new UpstreamSession(
       {
@@ -180,11 +196,15 @@ export class EdgeNode implements DeviceHost {
       uplink === undefined ? undefined : this.primaryHost,
       this.log,
     );
-    this.hooks = { ...this.upstream.hooks, watch: new TwinWatch(nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId), this.log) };
+    this.hooks = {
+      ...this.upstream.hooks,
+      watch: new TwinWatch(nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId), this.log),
+    };
     this.commands = new Commands({
       rebirthDebounceMs: this.config.rebirthDebounceMs,
       devices: this.devices,
-      nodeMetric: (m) => (m.name !== undefined ? this.nodeMetrics.find((n) => n.name === m.name) : this.nodeAliases.get(m.alias ?? -1)),
+      nodeMetric: (m) =>
+        m.name !== undefined ? this.nodeMetrics.find((n) => n.name === m.name) : this.nodeAliases.get(m.alias ?? -1),
       rebirth: () => this.rebirth(),
       refusal: (msg) => this.commandRefusal(msg),
       log: this.log,
@@ -220,12 +240,23 @@ export class EdgeNode implements DeviceHost {
 
   /** Who the node is and where its local session stands, for the web console. */
   get session(): { groupId: string; edgeNodeId: string; bdSeq: number; lastCommand: LastCommand | undefined } {
-    return { groupId: this.config.groupId, edgeNodeId: this.config.edgeNodeId, bdSeq: this.localBdSeq, lastCommand: this.commands.lastCommand };
+    return {
+      groupId: this.config.groupId,
+      edgeNodeId: this.config.edgeNodeId,
+      bdSeq: this.localBdSeq,
+      lastCommand: this.commands.lastCommand,
+    };
   }
 
   /** A tag write from the web console: the DCMD path (checks, audit, read-back) for this device's DCMD topic. */
   writeTag(who: Sender, deviceId: string, name: string, value: TagValue): Promise<WriteOutcome> {
-    return this.commands.writeTag(who, deviceTopic(this.config.groupId, 'DCMD', this.config.edgeNodeId, deviceId), deviceId, name, value);
+    return this.commands.writeTag(
+      who,
+      deviceTopic(this.config.groupId, 'DCMD', this.config.edgeNodeId, deviceId),
+      deviceId,
+      name,
+      value,
+    );
   }
 
   /** A rebirth from the web console, debounced like NCMD Rebirth; false when one was just answered. */
@@ -246,7 +277,8 @@ export class EdgeNode implements DeviceHost {
    */
   private commandRefusal(msg: Message): string | undefined {
     if (msg.retain) return 'retained: a command is never executed from a retained message';
-    if (this.upstream.carries(msg.origin)) return this.upstream.bornNow ? undefined : 'the node is not born on the current uplink session';
+    if (this.upstream.carries(msg.origin))
+      return this.upstream.bornNow ? undefined : 'the node is not born on the current uplink session';
     return this.localBorn ? undefined : 'the node is not born';
   }
 
@@ -258,14 +290,22 @@ export class EdgeNode implements DeviceHost {
     const sub = { qos: 0 as QoS, origin: EDGE_NODE_ORIGIN, noLocal: true };
     // Retain As Published: a command published retained keeps its flag, so that it is recognised and refused.
     const commandSub = { ...sub, retainAsPublished: true };
-    this.unsubscribers.push(this.broker.subscribe(nodeTopic(groupId, 'NCMD', edgeNodeId), commandSub, (msg) => this.commands.onNodeCommand(msg)));
     this.unsubscribers.push(
-      this.broker.subscribe(`${deviceTopic(groupId, 'DCMD', edgeNodeId, '+')}`, commandSub, (msg) => this.commands.onDeviceCommand(msg)),
+      this.broker.subscribe(nodeTopic(groupId, 'NCMD', edgeNodeId), commandSub, (msg) =>
+        this.commands.onNodeCommand(msg),
+      ),
+    );
+    this.unsubscribers.push(
+      this.broker.subscribe(`${deviceTopic(groupId, 'DCMD', edgeNodeId, '+')}`, commandSub, (msg) =>
+        this.commands.onDeviceCommand(msg),
+      ),
     );
     const host = this.primaryHost;
     if (host) {
       // Retained STATE (bridged down from the central broker, or published locally) arrives on subscribe.
-      this.unsubscribers.push(this.broker.subscribe(stateTopic(host.hostId), { ...sub, qos: 1 }, (msg) => host.onState(msg)));
+      this.unsubscribers.push(
+        this.broker.subscribe(stateTopic(host.hostId), { ...sub, qos: 1 }, (msg) => host.onState(msg)),
+      );
     }
     // A retained online STATE may already have started the session during the subscribe above.
     if (!this.localBorn && (!this.gateLocal || host?.online)) this.startLocalSession();
@@ -297,7 +337,8 @@ export class EdgeNode implements DeviceHost {
     await devicesStopped;
     const sent = this.upstream.stop(this.config.deathTimeoutMs);
     if (this.localBorn) await this.endLocalSession();
-    if (!(await sent)) this.log.warn({ timeoutMs: this.config.deathTimeoutMs }, 'NDEATH did not leave through the uplink in time');
+    if (!(await sent))
+      this.log.warn({ timeoutMs: this.config.deathTimeoutMs }, 'NDEATH did not leave through the uplink in time');
     this.log.info('edge node stopped');
   }
 
@@ -316,7 +357,10 @@ export class EdgeNode implements DeviceHost {
    */
   addDevice(connector: Connector, profile?: string): void {
     if (this.devices.has(connector.id)) {
-      throw new EdgeferryError('EF_INTERNAL', `device ${connector.id} already exists: remove it before adding its replacement`);
+      throw new EdgeferryError(
+        'EF_INTERNAL',
+        `device ${connector.id} already exists: remove it before adding its replacement`,
+      );
     }
     const template = this.templateOf(profile);
     const aliases = this.state.assignAliases(aliasKeys(connector, template));
@@ -354,10 +398,16 @@ export class EdgeNode implements DeviceHost {
     return this.config.templates ? profile : undefined;
   }
 
-  private createDevice(connector: Connector, aliases: ReadonlyMap<string, number>, template: string | undefined): Device {
+  private createDevice(
+    connector: Connector,
+    aliases: ReadonlyMap<string, number>,
+    template: string | undefined,
+  ): Device {
     return new Device({
       connector,
-      aliases: new Map(metricNames(connector, template).map((name) => [name, aliases.get(`${connector.id}/${name}`) as number])),
+      aliases: new Map(
+        metricNames(connector, template).map((name) => [name, aliases.get(`${connector.id}/${name}`) as number]),
+      ),
       template,
       host: this,
       backoff: this.config.deviceReconnect,
@@ -440,7 +490,9 @@ export class EdgeNode implements DeviceHost {
       seq: this.nextLocalSeq(),
       metrics: this.nodeBirthMetrics(timestamp, BigInt(this.localBdSeq)),
     });
-    this.definedTemplates = new Set([...this.devices.values()].flatMap((d) => (d.template === undefined ? [] : [d.template])));
+    this.definedTemplates = new Set(
+      [...this.devices.values()].flatMap((d) => (d.template === undefined ? [] : [d.template])),
+    );
     this.devicesOnlinePublished = this.devicesOnline();
     for (const device of this.devices.values()) device.birth();
     return timestamp;
@@ -490,14 +542,22 @@ export class EdgeNode implements DeviceHost {
     }
     const backlog = this.backlog?.();
     const nowMs = performance.now();
-    if (backlog?.online && backlog.messages !== this.backlogPublished && nowMs - this.backlogPublishedAtMs >= BACKLOG_REPORT_MS) {
+    if (
+      backlog?.online &&
+      backlog.messages !== this.backlogPublished &&
+      nowMs - this.backlogPublishedAtMs >= BACKLOG_REPORT_MS
+    ) {
       this.backlogPublished = backlog.messages;
       this.backlogPublishedAtMs = nowMs;
       changed(BACKLOG, BigInt(backlog.messages));
     }
     if (metrics.length === 0) return;
     this.counters.dataMessages++;
-    void this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), { timestamp, seq: this.nextLocalSeq(), metrics });
+    void this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), {
+      timestamp,
+      seq: this.nextLocalSeq(),
+      metrics,
+    });
   }
 
   private async endLocalSession(): Promise<void> {
@@ -509,7 +569,11 @@ export class EdgeNode implements DeviceHost {
       device.unborn();
     }
     try {
-      await this.publishLocal(nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId), nodeDeathPayload(this.localBdSeq), 1);
+      await this.publishLocal(
+        nodeTopic(this.config.groupId, 'NDEATH', this.config.edgeNodeId),
+        nodeDeathPayload(this.localBdSeq),
+        1,
+      );
     } catch (err) {
       this.log.warn({ err: asError(err) }, 'NDEATH not published locally');
     }

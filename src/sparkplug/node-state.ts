@@ -35,7 +35,15 @@ export class NodeState {
   /** Loads the state for this node (a file written for another group/node id starts afresh). */
   constructor(dir: string, groupId: string, edgeNodeId: string) {
     this.file = join(dir, STATE_FILE_NAME);
-    const fresh: StateDocument = { version: 1, groupId, edgeNodeId, uplinkBdSeq: -1, localBdSeq: -1, nextAlias: 1, aliases: {} };
+    const fresh: StateDocument = {
+      version: 1,
+      groupId,
+      edgeNodeId,
+      uplinkBdSeq: -1,
+      localBdSeq: -1,
+      nextAlias: 1,
+      aliases: {},
+    };
     let loaded: StateDocument | undefined;
     try {
       loaded = JSON.parse(readFileSync(this.file, 'utf8')) as StateDocument;

@@ -26,7 +26,9 @@ const ProtoPayload = Proto.Payload;
 export type MetricDatatype = TagDatatype | 'UUID' | 'DataSet' | 'File' | 'Template';
 
 /** The Sparkplug datatypes no tag declares, which hosts may still send: how they travel (DataSet, Template: not decoded). */
-const OTHER_DATATYPES: Readonly<Record<Exclude<MetricDatatype, TagDatatype>, Pick<DatatypeSpec, 'code'> & { field?: DatatypeSpec['field'] }>> = {
+const OTHER_DATATYPES: Readonly<
+  Record<Exclude<MetricDatatype, TagDatatype>, Pick<DatatypeSpec, 'code'> & { field?: DatatypeSpec['field'] }>
+> = {
   UUID: { code: 15, field: 'stringValue' },
   DataSet: { code: 16 },
   File: { code: 18, field: 'bytesValue' },
@@ -40,7 +42,9 @@ export const DATATYPE_CODES = Object.fromEntries(
 
 /** The table's entry for a datatype: how it travels, its range. */
 function specOf(type: MetricDatatype): { field?: DatatypeSpec['field']; range?: DatatypeSpec['range'] } {
-  return type in DATATYPES ? DATATYPES[type as TagDatatype] : OTHER_DATATYPES[type as Exclude<MetricDatatype, TagDatatype>];
+  return type in DATATYPES
+    ? DATATYPES[type as TagDatatype]
+    : OTHER_DATATYPES[type as Exclude<MetricDatatype, TagDatatype>];
 }
 
 const DATATYPE_NAMES = new Map<number, MetricDatatype>(
@@ -165,7 +169,9 @@ function longBits(value: bigint): LongBits {
 /** protobufjs accepts `{low, high}` objects for 64-bit fields; its typings only name Long. */
 type Long64 = number;
 const asLong = (value: bigint | number): Long64 =>
-  (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : longBits(BigInt(value))) as unknown as Long64;
+  (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0
+    ? value
+    : longBits(BigInt(value))) as unknown as Long64;
 
 /** An NDEATH: no seq [tck-id-payloads-ndeath-seq], only the bdSeq of the session it ends [tck-id-payloads-ndeath-bdseq]. */
 export function nodeDeathPayload(bdSeq: number): PayloadOut {
@@ -191,7 +197,10 @@ function encodeMetric(m: MetricOut, inDefinition: boolean): Record<string, unkno
   const type = m.datatype ?? m.valueType;
   if (m.template !== undefined) {
     const { isDefinition, members } = m.template;
-    const template: Record<string, unknown> = { isDefinition, metrics: members.map((member) => encodeMetric(member, isDefinition)) };
+    const template: Record<string, unknown> = {
+      isDefinition,
+      metrics: members.map((member) => encodeMetric(member, isDefinition)),
+    };
     if (!m.template.isDefinition) template.templateRef = m.template.ref;
     out.templateValue = template;
   } else if (m.value === undefined || m.value === null) {
@@ -266,16 +275,37 @@ function toBigInt(value: TagValue): bigint {
   throw new TypeError('not an integer value');
 }
 
-const ARRAY_ELEMENT: Partial<Record<MetricDatatype, { bytes: number; write: (b: Buffer, v: unknown, at: number) => void; read: (b: Buffer, at: number) => number | bigint }>> = {
+const ARRAY_ELEMENT: Partial<
+  Record<
+    MetricDatatype,
+    {
+      bytes: number;
+      write: (b: Buffer, v: unknown, at: number) => void;
+      read: (b: Buffer, at: number) => number | bigint;
+    }
+  >
+> = {
   Int8Array: { bytes: 1, write: (b, v, at) => b.writeInt8(Number(v), at), read: (b, at) => b.readInt8(at) },
   UInt8Array: { bytes: 1, write: (b, v, at) => b.writeUInt8(Number(v), at), read: (b, at) => b.readUInt8(at) },
   Int16Array: { bytes: 2, write: (b, v, at) => b.writeInt16LE(Number(v), at), read: (b, at) => b.readInt16LE(at) },
   UInt16Array: { bytes: 2, write: (b, v, at) => b.writeUInt16LE(Number(v), at), read: (b, at) => b.readUInt16LE(at) },
   Int32Array: { bytes: 4, write: (b, v, at) => b.writeInt32LE(Number(v), at), read: (b, at) => b.readInt32LE(at) },
   UInt32Array: { bytes: 4, write: (b, v, at) => b.writeUInt32LE(Number(v), at), read: (b, at) => b.readUInt32LE(at) },
-  Int64Array: { bytes: 8, write: (b, v, at) => b.writeBigInt64LE(BigInt(v as bigint), at), read: (b, at) => b.readBigInt64LE(at) },
-  UInt64Array: { bytes: 8, write: (b, v, at) => b.writeBigUInt64LE(BigInt(v as bigint), at), read: (b, at) => b.readBigUInt64LE(at) },
-  DateTimeArray: { bytes: 8, write: (b, v, at) => b.writeBigInt64LE(BigInt(v as bigint), at), read: (b, at) => Number(b.readBigInt64LE(at)) },
+  Int64Array: {
+    bytes: 8,
+    write: (b, v, at) => b.writeBigInt64LE(BigInt(v as bigint), at),
+    read: (b, at) => b.readBigInt64LE(at),
+  },
+  UInt64Array: {
+    bytes: 8,
+    write: (b, v, at) => b.writeBigUInt64LE(BigInt(v as bigint), at),
+    read: (b, at) => b.readBigUInt64LE(at),
+  },
+  DateTimeArray: {
+    bytes: 8,
+    write: (b, v, at) => b.writeBigInt64LE(BigInt(v as bigint), at),
+    read: (b, at) => Number(b.readBigInt64LE(at)),
+  },
   FloatArray: { bytes: 4, write: (b, v, at) => b.writeFloatLE(Number(v), at), read: (b, at) => b.readFloatLE(at) },
   DoubleArray: { bytes: 8, write: (b, v, at) => b.writeDoubleLE(Number(v), at), read: (b, at) => b.readDoubleLE(at) },
 };
@@ -363,7 +393,11 @@ function decodeMetric(m: ProtoMetric, lookup: DatatypeLookup | undefined): Metri
 
 function decodeTemplate(t: ProtoMetric, lookup: DatatypeLookup | undefined): TemplateIn {
   const members = ((t.metrics as ProtoMetric[] | undefined) ?? []).map((m) => decodeMetric(m, lookup));
-  return { ref: Object.prototype.hasOwnProperty.call(t, 'templateRef') ? (t.templateRef as string) : undefined, isDefinition: t.isDefinition === true, members };
+  return {
+    ref: Object.prototype.hasOwnProperty.call(t, 'templateRef') ? (t.templateRef as string) : undefined,
+    isDefinition: t.isDefinition === true,
+    members,
+  };
 }
 
 /**

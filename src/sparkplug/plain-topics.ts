@@ -85,7 +85,9 @@ export class PlainTopics {
     const parts = this.config.topic.split(/(\{device\}|\{tag\})/);
     const placeholders = parts.filter((p) => p === '{device}' || p === '{tag}');
     this.setNames = { device: placeholders.indexOf('{device}') + 1, tag: placeholders.indexOf('{tag}') + 1 };
-    const source = parts.map((p) => (p === '{device}' ? '([^/]+)' : p === '{tag}' ? '(.+)' : p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+    const source = parts.map((p) =>
+      p === '{device}' ? '([^/]+)' : p === '{tag}' ? '(.+)' : p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'),
+    );
     this.setPattern = new RegExp(`^${source.join('')}${SET}$`);
   }
 
@@ -96,7 +98,15 @@ export class PlainTopics {
   addDevice(device: Device): void {
     const tags = new Map<string, PlainTag>();
     for (const [name, def] of device.definitions) {
-      const tag: PlainTag = { device, deviceId: device.id, name, datatype: def.datatype, topic: this.topicOf(device.id, name), value: null, quality: undefined };
+      const tag: PlainTag = {
+        device,
+        deviceId: device.id,
+        name,
+        datatype: def.datatype,
+        topic: this.topicOf(device.id, name),
+        value: null,
+        quality: undefined,
+      };
       tags.set(name, tag);
       this.markRetainedStale(tag);
       const alias = device.aliases.get(name);
@@ -128,7 +138,8 @@ export class PlainTopics {
     this.setFilters.clear();
     this.setTargets.clear();
     const published: Promise<unknown>[] = [];
-    for (const { tags } of this.byDevice.values()) for (const tag of tags.values()) published.push(this.markStale(tag, timestamp));
+    for (const { tags } of this.byDevice.values())
+      for (const tag of tags.values()) published.push(this.markStale(tag, timestamp));
     await Promise.all(published);
   }
 
@@ -141,7 +152,8 @@ export class PlainTopics {
       }
       // A Template instance (`sparkplug.templates`): its members are the device's tags, by name.
       const tags = this.byDevice.get(deviceId)?.tags;
-      for (const member of m.template.members) if (member.name !== undefined) this.sample(tags?.get(member.name), member);
+      for (const member of m.template.members)
+        if (member.name !== undefined) this.sample(tags?.get(member.name), member);
     }
   }
 
@@ -155,9 +167,17 @@ export class PlainTopics {
   private sample(tag: PlainTag | undefined, m: MetricOut): void {
     if (tag === undefined) return;
     const value = m.value ?? null;
-    const quality = m.quality === Quality.Bad ? 'bad' : m.quality === Quality.Stale ? 'stale' : m.quality === Quality.Uncertain ? 'uncertain' : 'good';
+    const quality =
+      m.quality === Quality.Bad
+        ? 'bad'
+        : m.quality === Quality.Stale
+          ? 'stale'
+          : m.quality === Quality.Uncertain
+            ? 'uncertain'
+            : 'good';
     // A DBIRTH repeats values (a rebirth); only what changed goes out, as with the Sparkplug data.
-    if (tag.quality === quality && (value === null ? tag.value === null : !hasChanged(tag.value, value, undefined))) return;
+    if (tag.quality === quality && (value === null ? tag.value === null : !hasChanged(tag.value, value, undefined)))
+      return;
     void this.publish(tag, value, m.timestamp ?? Date.now(), quality);
   }
 
@@ -169,7 +189,9 @@ export class PlainTopics {
 
   private topicOf(deviceId: string, tag: string): string {
     // A function, not a replacement string: `$&` in a tag name is text, not a pattern.
-    return this.config.topic.replace(/\{device\}|\{tag\}/g, (placeholder) => (placeholder === '{device}' ? deviceId : tag));
+    return this.config.topic.replace(/\{device\}|\{tag\}/g, (placeholder) =>
+      placeholder === '{device}' ? deviceId : tag,
+    );
   }
 
   private publish(tag: PlainTag, value: TagValue | null, timestamp: number, quality: string): Promise<unknown> {
@@ -182,7 +204,14 @@ export class PlainTopics {
   }
 
   private send(topic: string, json: string): Promise<unknown> {
-    const msg = createMessage({ topic, payload: Buffer.from(json), qos: this.config.qos, retain: true, properties: JSON_PROPERTIES, origin: PLAIN_ORIGIN });
+    const msg = createMessage({
+      topic,
+      payload: Buffer.from(json),
+      qos: this.config.qos,
+      retain: true,
+      properties: JSON_PROPERTIES,
+      origin: PLAIN_ORIGIN,
+    });
     return this.broker.publish(msg).catch(this.publishFailed);
   }
 
@@ -219,7 +248,11 @@ export class PlainTopics {
     }
     if (delta < 0) return;
     // Retain handling 2: a retained `/set` is applied once, when published, never again at a restart.
-    const unsubscribe = this.broker.subscribe(filter, { qos: 1, origin: PLAIN_ORIGIN, noLocal: true, retainHandling: 2 }, this.onSet);
+    const unsubscribe = this.broker.subscribe(
+      filter,
+      { qos: 1, origin: PLAIN_ORIGIN, noLocal: true, retainHandling: 2 },
+      this.onSet,
+    );
     this.setFilters.set(filter, { tags: 1, unsubscribe });
   }
 
@@ -231,6 +264,7 @@ export class PlainTopics {
     }
     // A device or tag this node does not have: refused and audited with what was sent (as text: no datatype).
     const names = this.setPattern.exec(msg.topic);
-    if (names !== null) this.write(msg, names[this.setNames.device], names[this.setNames.tag], { value: msg.payload.toString('utf8') });
+    if (names !== null)
+      this.write(msg, names[this.setNames.device], names[this.setNames.tag], { value: msg.payload.toString('utf8') });
   };
 }

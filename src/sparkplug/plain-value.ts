@@ -51,7 +51,9 @@ export function decodePlainCommand(datatype: TagDatatype, payload: Buffer): Plai
   const spec = DATATYPES[datatype];
   if (spec.range !== undefined) return integer(json, spec.field === 'longValue');
   if (datatype === 'Bytes') {
-    return typeof json === 'string' && BASE64.test(json) ? { value: Buffer.from(json, 'base64') } : { why: 'wrong type: Bytes expected as base64' };
+    return typeof json === 'string' && BASE64.test(json)
+      ? { value: Buffer.from(json, 'base64') }
+      : { why: 'wrong type: Bytes expected as base64' };
   }
   if (Array.isArray(json) && datatype.endsWith('Array')) {
     const long = datatype === 'Int64Array' || datatype === 'UInt64Array';
@@ -60,7 +62,8 @@ export function decodePlainCommand(datatype: TagDatatype, payload: Buffer): Plai
       const one = long ? integer(item, true) : { value: item };
       if ('why' in one) return one;
       const v = one.value;
-      if (long ? typeof v === 'bigint' : typeof v === 'number' || typeof v === 'boolean' || typeof v === 'string') items.push(v as number | bigint | boolean | string);
+      if (long ? typeof v === 'bigint' : typeof v === 'number' || typeof v === 'boolean' || typeof v === 'string')
+        items.push(v as number | bigint | boolean | string);
       else return { why: `wrong type: ${datatype} expected` };
     }
     return { value: items };
@@ -72,13 +75,16 @@ export function decodePlainCommand(datatype: TagDatatype, payload: Buffer): Plai
 /** An integer from a JSON number (exact only up to 2^53) or a string of digits; others pass through. */
 function integer(json: unknown, long: boolean): PlainCommand {
   if (typeof json === 'number' && Number.isInteger(json)) {
-    if (!Number.isSafeInteger(json)) return { why: `${json} is beyond 2^53 and was rounded by JSON: send it as a string of digits` };
+    if (!Number.isSafeInteger(json))
+      return { why: `${json} is beyond 2^53 and was rounded by JSON: send it as a string of digits` };
     return { value: long ? BigInt(json) : json };
   }
   if (typeof json === 'string' && DIGITS.test(json)) {
     const n = BigInt(json);
     // A number when exact, else the bigint: the range check then reports it as sent.
-    return { value: long || n > BigInt(Number.MAX_SAFE_INTEGER) || n < BigInt(Number.MIN_SAFE_INTEGER) ? n : Number(n) };
+    return {
+      value: long || n > BigInt(Number.MAX_SAFE_INTEGER) || n < BigInt(Number.MIN_SAFE_INTEGER) ? n : Number(n),
+    };
   }
   return { value: json as TagValue };
 }

@@ -27,7 +27,8 @@ export const sparkplugSchema = z.strictObject({
       maxDelayMs: z.number().int().positive().default(30_000),
     })
     .superRefine((r, ctx) => {
-      if (r.maxDelayMs < r.minDelayMs) ctx.addIssue({ code: 'custom', path: ['maxDelayMs'], message: 'must be >= minDelayMs' });
+      if (r.maxDelayMs < r.minDelayMs)
+        ctx.addIssue({ code: 'custom', path: ['maxDelayMs'], message: 'must be >= minDelayMs' });
     })
     .prefault({}),
   /** On a graceful stop, how long to wait for the NDEATH to leave through a connected uplink. */
@@ -60,7 +61,10 @@ function plainTemplateProblem(topic: string): string | undefined {
   const placeholders = topic.match(/\{[^}]*\}/g) ?? [];
   const unknown = placeholders.find((p) => p !== '{device}' && p !== '{tag}');
   if (unknown !== undefined) return `unknown placeholder ${unknown}: use {device} and {tag}`;
-  if (placeholders.filter((p) => p === '{device}').length !== 1 || placeholders.filter((p) => p === '{tag}').length !== 1) {
+  if (
+    placeholders.filter((p) => p === '{device}').length !== 1 ||
+    placeholders.filter((p) => p === '{tag}').length !== 1
+  ) {
     return 'must contain {device} and {tag} once each, so that every tag has a topic of its own';
   }
   if (/[+#\0]/.test(topic)) return 'must not contain the wildcards + and # (or NUL): it names topics to publish';
@@ -96,10 +100,12 @@ export function missingUplinkFilters(
   const comesDown = (localTopic: string) =>
     topics.some((t) => t.direction !== 'out' && topicMatches((t.localPrefix ?? '') + t.filter, localTopic));
   const missing: MissingUplinkFilter[] = [];
-  if (!comesDown(nodeTopic(groupId, 'NCMD', edgeNodeId))) missing.push({ key: 'uplink', filter: nodeTopic(groupId, 'NCMD', edgeNodeId) });
+  if (!comesDown(nodeTopic(groupId, 'NCMD', edgeNodeId)))
+    missing.push({ key: 'uplink', filter: nodeTopic(groupId, 'NCMD', edgeNodeId) });
   if (deviceIds.some((id) => !comesDown(deviceTopic(groupId, 'DCMD', edgeNodeId, id)))) {
     missing.push({ key: 'uplink', filter: deviceTopic(groupId, 'DCMD', edgeNodeId, '#') });
   }
-  if (primaryHostId !== undefined && !comesDown(stateTopic(primaryHostId))) missing.push({ key: 'primaryHostId', filter: stateTopic(primaryHostId) });
+  if (primaryHostId !== undefined && !comesDown(stateTopic(primaryHostId)))
+    missing.push({ key: 'primaryHostId', filter: stateTopic(primaryHostId) });
   return missing;
 }

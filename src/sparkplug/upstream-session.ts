@@ -171,7 +171,8 @@ export class UpstreamSession {
   rebirth(): void {
     const up = this.up;
     if (up?.born && this.control?.publishNow && this.node.nodeBirthTs() !== undefined) {
-      if (!this.control.publishNow(this.births(up, this.node.clock.nowMs()))) this.log.debug('uplink offline; upstream rebirth follows on connect');
+      if (!this.control.publishNow(this.births(up, this.node.clock.nowMs())))
+        this.log.debug('uplink offline; upstream rebirth follows on connect');
     }
   }
 
@@ -202,14 +203,19 @@ export class UpstreamSession {
     const up = this.up;
     if (!up?.born || !this.control?.online) return;
     up.born = false;
-    if (!this.control.publishNow?.([this.death(up.bdSeq)])) this.log.warn('NDEATH not sent upstream; the disconnect ends the session');
+    if (!this.control.publishNow?.([this.death(up.bdSeq)]))
+      this.log.warn('NDEATH not sent upstream; the disconnect ends the session');
     // No session until the next prologue: births must not go out on the connection that is closing.
     this.up = undefined;
     this.control.reconnect('primary host offline: Sparkplug session ended');
   }
 
   private death(bdSeq: number): Message {
-    return this.message(nodeTopic(this.node.groupId, 'NDEATH', this.node.edgeNodeId), encodePayload(nodeDeathPayload(bdSeq)), 1);
+    return this.message(
+      nodeTopic(this.node.groupId, 'NDEATH', this.node.edgeNodeId),
+      encodePayload(nodeDeathPayload(bdSeq)),
+      1,
+    );
   }
 
   private pause(reason: string): void {
@@ -282,7 +288,11 @@ export class UpstreamSession {
     const out: Message[] = [
       this.message(
         nodeTopic(groupId, 'NBIRTH', edgeNodeId),
-        encodePayload({ timestamp, seq: this.nextSeq(up), metrics: this.node.nodeBirthMetrics(timestamp, BigInt(up.bdSeq)) }),
+        encodePayload({
+          timestamp,
+          seq: this.nextSeq(up),
+          metrics: this.node.nodeBirthMetrics(timestamp, BigInt(up.bdSeq)),
+        }),
       ),
     ];
     for (const device of this.node.devices.values()) {
@@ -290,7 +300,10 @@ export class UpstreamSession {
       if (life === undefined) continue;
       up.devices.set(device.id, life);
       out.push(
-        this.message(deviceTopic(groupId, 'DBIRTH', edgeNodeId, device.id), encodePayload({ timestamp, seq: this.nextSeq(up), metrics: device.birthMetrics() })),
+        this.message(
+          deviceTopic(groupId, 'DBIRTH', edgeNodeId, device.id),
+          encodePayload({ timestamp, seq: this.nextSeq(up), metrics: device.birthMetrics() }),
+        ),
       );
     }
     this.counters.births += out.length;
@@ -333,7 +346,10 @@ export class UpstreamSession {
       return out;
     } catch (err) {
       this.counters.rewriteDropped++;
-      this.log.warn({ err: asError(err), topic: msg.topic }, 'journaled Sparkplug message could not be rewritten; dropped');
+      this.log.warn(
+        { err: asError(err), topic: msg.topic },
+        'journaled Sparkplug message could not be rewritten; dropped',
+      );
       return null;
     }
   }
@@ -370,7 +386,8 @@ export class UpstreamSession {
       case 'DBIRTH': {
         // A device born (again) after the current upstream births; births stored from before are superseded.
         const ts = readTimestamp(msg.payload);
-        if (!up.born || deviceId === undefined || !this.node.devices.has(deviceId) || ts === undefined || historical) return null;
+        if (!up.born || deviceId === undefined || !this.node.devices.has(deviceId) || ts === undefined || historical)
+          return null;
         if (ts <= (up.devices.get(deviceId) ?? -Infinity)) return null;
         up.devices.set(deviceId, ts);
         up.died.delete(deviceId);
@@ -398,7 +415,11 @@ export class UpstreamSession {
         if (type === 'NDATA' && historical) return null;
         // Data of a device not born upstream in this session (it died while the uplink was down) has no birth to
         // refer to. One that died in this session keeps the aliases of its DBIRTH: its stored data goes on, historical.
-        if (type === 'DDATA' && (deviceId === undefined || !(up.devices.has(deviceId) || (historical && up.died.has(deviceId))))) return null;
+        if (
+          type === 'DDATA' &&
+          (deviceId === undefined || !(up.devices.has(deviceId) || (historical && up.died.has(deviceId))))
+        )
+          return null;
         const seq = this.nextSeq(up);
         if (!historical) return renumbered(withSeq(msg.payload, seq));
         this.counters.historicalSent++;

@@ -52,7 +52,8 @@ function seal(buf: Buffer): Buffer {
  * the checksum, or `end` for a value from before checksums. Throws CorruptValueError when it does not hold.
  */
 export function unseal(buf: Buffer, at = 0, end = buf.length): number {
-  if (!(at >= 0 && end <= buf.length && end > at)) throw new CorruptValueError(`value bounds ${at}..${end} outside ${buf.length} bytes`);
+  if (!(at >= 0 && end <= buf.length && end > at))
+    throw new CorruptValueError(`value bounds ${at}..${end} outside ${buf.length} bytes`);
   if ((buf[at] & SEALED) === 0) return end;
   const content = end - CHECKSUM_BYTES;
   if (content <= at || crc32(buf.subarray(at, content)) !== buf.readUInt32BE(content)) {
@@ -127,7 +128,8 @@ function hasProperties(msg: Message): msg is Message & { properties: PublishProp
 
 /** Encoded size of `msg` without any value header: what a stored message costs (its checksum included). */
 export function encodedMessageBytes(msg: Message): number {
-  let n = 1 + 2 + Buffer.byteLength(msg.topic) + 2 + Buffer.byteLength(msg.origin) + msg.payload.length + CHECKSUM_BYTES;
+  let n =
+    1 + 2 + Buffer.byteLength(msg.topic) + 2 + Buffer.byteLength(msg.origin) + msg.payload.length + CHECKSUM_BYTES;
   if (msg.expiresAt !== undefined) n += 8;
   if (hasProperties(msg)) n += 4 + propertiesBytes(msg.properties);
   return n;
@@ -340,7 +342,12 @@ export function encodeStampedValue(msg: Message, stampMs: number, clock: SteadyC
 }
 
 /** Decodes the stamped value at `at`..`end` of `buf`, checked (CorruptValueError when damaged). */
-export function decodeStampedValue(buf: Buffer, clock: SteadyClock, at = 0, end = buf.length): { msg: Message; stampMs: number } {
+export function decodeStampedValue(
+  buf: Buffer,
+  clock: SteadyClock,
+  at = 0,
+  end = buf.length,
+): { msg: Message; stampMs: number } {
   const content = unseal(buf, at, end);
   if (formatOf(buf, at) !== VALUE_FORMAT) throw new CorruptValueError(`unknown value format ${buf[at]}`);
   return { msg: decodeChecked(buf, at + STAMPED_HEADER_BYTES, content, clock), stampMs: stampedValueMs(buf, at) };

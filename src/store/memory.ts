@@ -5,7 +5,15 @@
 import type { Message } from '../protocol/message.js';
 import { encodedMessageBytes, outboxEntryBytes } from './codec.js';
 import { QueueSplit } from './queue-window.js';
-import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, outboxInUseError, queueFullError } from './outbox-limits.js';
+import {
+  appendRefusal,
+  closedError,
+  emptyDropped,
+  entryTooLargeError,
+  isLimited,
+  outboxInUseError,
+  queueFullError,
+} from './outbox-limits.js';
 import {
   fitsWindow,
   SESSIONS_RESUME_BELOW,
@@ -75,7 +83,8 @@ class MemoryOutbox implements Outbox {
   }
 
   moveTo(target: Outbox, limit: number): Promise<number> {
-    if (!(target instanceof MemoryOutbox)) return Promise.reject(new StoreError('EF_STORE_WRITE', `outbox "${target.name}" is not in this store`));
+    if (!(target instanceof MemoryOutbox))
+      return Promise.reject(new StoreError('EF_STORE_WRITE', `outbox "${target.name}" is not in this store`));
     if (this.isClosed()) return Promise.reject(closedError());
     let moved = 0;
     for (const entry of this.peek(limit)) {
@@ -316,7 +325,12 @@ class MemorySessionStore implements SessionStore {
   enqueue(clientId: string, msg: Message): Promise<number> {
     if (this.isClosed()) return Promise.reject(closedError());
     if (this.sessionsFull()) {
-      return Promise.reject(new StoreError('EF_STORE_FULL', `the persistent sessions hold their share of the store (${this.maxSessionBytes} bytes)`));
+      return Promise.reject(
+        new StoreError(
+          'EF_STORE_FULL',
+          `the persistent sessions hold their share of the store (${this.maxSessionBytes} bytes)`,
+        ),
+      );
     }
     const seq = ++this.lastSeq;
     this.session(clientId).queue.set(seq, { msg });

@@ -20,23 +20,36 @@ export function queueFullError(name: string, limits: OutboxLimits, bytes: number
 }
 
 export function entryTooLargeError(name: string, limits: OutboxLimits, bytes: number): StoreError {
-  return new StoreError('EF_STORE_FULL', `a ${bytes}-byte message can never fit outbox "${name}" (maxBytes ${limits.maxBytes})`);
+  return new StoreError(
+    'EF_STORE_FULL',
+    `a ${bytes}-byte message can never fit outbox "${name}" (maxBytes ${limits.maxBytes})`,
+  );
 }
 
 /**
  * Whether an outbox holding `messages` and `held` bytes (counting appends not applied yet) refuses an entry of
  * `bytes` now: never with `drop-oldest` (it makes room), but for an entry larger than `maxBytes`.
  */
-export function appendRefusal(name: string, limits: OutboxLimits, messages: number, held: number, bytes: number): StoreError | undefined {
+export function appendRefusal(
+  name: string,
+  limits: OutboxLimits,
+  messages: number,
+  held: number,
+  bytes: number,
+): StoreError | undefined {
   const { maxBytes, maxMessages, overflow } = limits;
   if (isLimited(maxBytes) && bytes > maxBytes) return entryTooLargeError(name, limits, bytes);
   if (overflow !== 'reject-new') return undefined;
-  const full = (isLimited(maxMessages) && messages + 1 > maxMessages) || (isLimited(maxBytes) && held + bytes > maxBytes);
+  const full =
+    (isLimited(maxMessages) && messages + 1 > maxMessages) || (isLimited(maxBytes) && held + bytes > maxBytes);
   return full ? queueFullError(name, limits, bytes) : undefined;
 }
 
 export function outboxInUseError(name: string): StoreError {
-  return new StoreError('EF_STORE_WRITE', `outbox "${name}" is in use by a bridge of this process; stop edgeferry first`);
+  return new StoreError(
+    'EF_STORE_WRITE',
+    `outbox "${name}" is in use by a bridge of this process; stop edgeferry first`,
+  );
 }
 
 export function closedError(): StoreError {

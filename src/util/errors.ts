@@ -13,7 +13,7 @@ export const ErrorCodes = {
   EF_STORE_FULL: 'the store reached its size limit, or the disk is full',
   EF_UPLINK_CONNECT: 'an uplink could not connect to its central broker',
   EF_UPLINK_REJECTED: 'the central broker rejected the uplink',
-  EF_UPLINK_SESSION_TAKEN: 'the central broker gave the uplink\'s session to another client with the same client id',
+  EF_UPLINK_SESSION_TAKEN: "the central broker gave the uplink's session to another client with the same client id",
   EF_CONNECTOR_UNREACHABLE: 'a connector cannot reach its device',
   EF_CONNECTOR_WRITE: 'a write to a device was refused or failed',
   EF_INTERNAL: 'a broken invariant inside edgeferry',
@@ -91,7 +91,12 @@ export class ConnectorError extends EdgeferryError {
  * A listener that cannot bind (`what`: `tcp listener`, `metrics endpoint`): EF_LISTENER_BIND in one line that
  * names the listener, its address and port, and what probably stands in the way.
  */
-export function listenerBindError(what: string, host: string, port: number, err: NodeJS.ErrnoException): EdgeferryError {
+export function listenerBindError(
+  what: string,
+  host: string,
+  port: number,
+  err: NodeJS.ErrnoException,
+): EdgeferryError {
   const reasons: Record<string, string> = {
     EADDRINUSE:
       `port ${port} is already in use by another program: another edgeferry, or a Mosquitto service (Debian's ` +
@@ -99,7 +104,11 @@ export function listenerBindError(what: string, host: string, port: number, err:
     EACCES: `port ${port} may not be bound by this user: ports below 1024 need root or CAP_NET_BIND_SERVICE`,
     EADDRNOTAVAIL: `the address ${host} is not on this host`,
   };
-  return new EdgeferryError('EF_LISTENER_BIND', `${what} ${host}:${port} cannot listen: ${reasons[err.code ?? ''] ?? err.message}`, { cause: err });
+  return new EdgeferryError(
+    'EF_LISTENER_BIND',
+    `${what} ${host}:${port} cannot listen: ${reasons[err.code ?? ''] ?? err.message}`,
+    { cause: err },
+  );
 }
 
 /** The catalogue code of anything thrown: its own, or EF_INTERNAL for an error nothing classified. */
@@ -131,7 +140,8 @@ export function systemErrorReason(err: unknown): string | undefined {
   const e = (typeof err === 'object' && err !== null ? err : {}) as { code?: unknown; message?: unknown };
   if (typeof e.code === 'string' && SYSTEM_ERRORS[e.code] !== undefined) return SYSTEM_ERRORS[e.code];
   if (typeof e.message !== 'string') return undefined;
-  for (const [word] of e.message.matchAll(/\bE[A-Z_]+\b/g)) if (SYSTEM_ERRORS[word] !== undefined) return SYSTEM_ERRORS[word];
+  for (const [word] of e.message.matchAll(/\bE[A-Z_]+\b/g))
+    if (SYSTEM_ERRORS[word] !== undefined) return SYSTEM_ERRORS[word];
   return undefined;
 }
 
@@ -197,11 +207,12 @@ export function errorLogFields(value: unknown): ErrorLogFields {
 }
 
 /** The first error in the cause chain that carries a system error code. */
-function systemCause(value: unknown): NodeJS.ErrnoException & { address?: unknown; port?: unknown } | undefined {
+function systemCause(value: unknown): (NodeJS.ErrnoException & { address?: unknown; port?: unknown }) | undefined {
   const seen = new Set<unknown>();
   for (let e: unknown = value; e instanceof Error && !seen.has(e); e = e.cause) {
     seen.add(e);
-    if (typeof (e as NodeJS.ErrnoException).code === 'string' && systemErrorReason(e) !== undefined) return e as NodeJS.ErrnoException;
+    if (typeof (e as NodeJS.ErrnoException).code === 'string' && systemErrorReason(e) !== undefined)
+      return e as NodeJS.ErrnoException;
   }
   return undefined;
 }

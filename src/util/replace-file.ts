@@ -4,7 +4,20 @@
  * group, is fsynced, renamed over the target, and the directory is fsynced, so a crash leaves the old file or
  * the new one, never a mix, and a service that reads the file as another user keeps reading it.
  */
-import { closeSync, fchmodSync, fchownSync, fstatSync, fsyncSync, lstatSync, openSync, readlinkSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  fchmodSync,
+  fchownSync,
+  fstatSync,
+  fsyncSync,
+  lstatSync,
+  openSync,
+  readlinkSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import type { Stats } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 

@@ -33,7 +33,11 @@ describe('console configuration', () => {
       return runCli(['--config', file, '--check-config']);
     };
     writeFileSync(`${dir}/pw`, '');
-    const remote = await check({ auth: { passwordFile: `${dir}/pw` }, metrics: { host: '0.0.0.0', allowUnauthenticated: true }, console: { viewers: ['a'] } });
+    const remote = await check({
+      auth: { passwordFile: `${dir}/pw` },
+      metrics: { host: '0.0.0.0', allowUnauthenticated: true },
+      console: { viewers: ['a'] },
+    });
     expect(remote.code).toBe(2);
     expect(remote.stderr).toMatch(/console\.allowInsecureRemote.*not a loopback address/);
     const allowed = await check({
@@ -51,31 +55,51 @@ describe('console configuration', () => {
     // With the listener's own certificate, off loopback is fine.
     const pki = makeCerts(dir);
     const tls = { certFile: pki.server.cert, keyFile: pki.server.key };
-    const withTls = await check({ auth: { passwordFile: `${dir}/pw` }, metrics: { host: '0.0.0.0', allowUnauthenticated: true, tls }, console: { viewers: ['a'] } });
+    const withTls = await check({
+      auth: { passwordFile: `${dir}/pw` },
+      metrics: { host: '0.0.0.0', allowUnauthenticated: true, tls },
+      console: { viewers: ['a'] },
+    });
     expect(withTls.code, withTls.stderr).toBe(0);
   });
 
-  it('serves the console over HTTPS with metrics.tls, and the login cookie is then Secure', { timeout: 60_000 }, async () => {
-    const pki = makeCerts(tempDir('edgeferry-console-pki-'));
-    const { base } = d.add(await startConsoleGateway({ metrics: { tls: { certFile: pki.server.cert, keyFile: pki.server.key } } }));
-    const port = Number(new URL(base).port);
-    const answer = await new Promise<{ status: number; cookie: string; body: string }>((resolve, reject) => {
-      const req = https.request(
-        { host: '127.0.0.1', port, path: '/api/login', method: 'POST', ca: readFileSync(pki.ca), servername: 'localhost', headers: { 'content-type': 'application/json' } },
-        (res) => {
-          let body = '';
-          res.on('data', (c: Buffer) => (body += c.toString()));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, cookie: String(res.headers['set-cookie']), body }));
-        },
+  it(
+    'serves the console over HTTPS with metrics.tls, and the login cookie is then Secure',
+    { timeout: 60_000 },
+    async () => {
+      const pki = makeCerts(tempDir('edgeferry-console-pki-'));
+      const { base } = d.add(
+        await startConsoleGateway({ metrics: { tls: { certFile: pki.server.cert, keyFile: pki.server.key } } }),
       );
-      req.on('error', reject);
-      req.end(JSON.stringify({ user: 'maint', password: PASSWORDS.maint }));
-    });
-    expect(answer.status, answer.body).toBe(200);
-    expect(answer.cookie).toMatch(/; Secure$/);
-    // Plain HTTP is not answered on that port.
-    await expect(fetch(`${base}/api/session`)).rejects.toThrow();
-  });
+      const port = Number(new URL(base).port);
+      const answer = await new Promise<{ status: number; cookie: string; body: string }>((resolve, reject) => {
+        const req = https.request(
+          {
+            host: '127.0.0.1',
+            port,
+            path: '/api/login',
+            method: 'POST',
+            ca: readFileSync(pki.ca),
+            servername: 'localhost',
+            headers: { 'content-type': 'application/json' },
+          },
+          (res) => {
+            let body = '';
+            res.on('data', (c: Buffer) => (body += c.toString()));
+            res.on('end', () =>
+              resolve({ status: res.statusCode ?? 0, cookie: String(res.headers['set-cookie']), body }),
+            );
+          },
+        );
+        req.on('error', reject);
+        req.end(JSON.stringify({ user: 'maint', password: PASSWORDS.maint }));
+      });
+      expect(answer.status, answer.body).toBe(200);
+      expect(answer.cookie).toMatch(/; Secure$/);
+      // Plain HTTP is not answered on that port.
+      await expect(fetch(`${base}/api/session`)).rejects.toThrow();
+    },
+  );
 });
 
 describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
@@ -90,7 +114,9 @@ describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
     // People type passwords into the user field: a name that is no user is logged as <unknown>, as MQTT's are.
     const typedIntoUserField = 'Sup3r-Secret-typed-as-user';
     expect((await anonymous.login(typedIntoUserField, 'x')).status).toBe(401);
-    await waitFor(() => logLines(gw).filter((l) => l.msg === 'console login refused').length === 3, 5000, { message: 'three refusals audited' });
+    await waitFor(() => logLines(gw).filter((l) => l.msg === 'console login refused').length === 3, 5000, {
+      message: 'three refusals audited',
+    });
     const refusals = logLines(gw).filter((l) => l.msg === 'console login refused');
     expect(refusals.map((l) => [l.mod, l.user, l.why])).toEqual([
       ['audit', 'maint', 'bad user name or password'],
@@ -114,7 +140,13 @@ describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
     expect(JSON.stringify(logView.body)).not.toContain(typedIntoUserField);
     const overview = await viewer.get('overview');
     expect(overview.status).toBe(200);
-    expect(overview.body).toMatchObject({ version: expect.any(String), configFile: gw.configFile, clients: 0, ready: true, problems: [] });
+    expect(overview.body).toMatchObject({
+      version: expect.any(String),
+      configFile: gw.configFile,
+      clients: 0,
+      ready: true,
+      problems: [],
+    });
 
     // Logging out ends the login on the server, not only in the browser.
     expect((await viewer.post('logout', {})).status).toBe(200);
@@ -142,9 +174,16 @@ describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
       body: JSON.stringify({ user: 'maint', password }),
     });
     // The right password is the 20th.
-    const burst = d.add(await HttpBurst.send(port, Array.from({ length: 100 }, (_, i) => login(i === 19 ? PASSWORDS.maint : `guess-${i}`))));
+    const burst = d.add(
+      await HttpBurst.send(
+        port,
+        Array.from({ length: 100 }, (_, i) => login(i === 19 ? PASSWORDS.maint : `guess-${i}`)),
+      ),
+    );
     // At most ten wait for their turn: the others are answered at once, most of them 429 without a check.
-    await waitFor(() => burst.answered >= 90, 10_000, { message: () => `90 answers, got ${JSON.stringify(burst.statuses)}` });
+    await waitFor(() => burst.answered >= 90, 10_000, {
+      message: () => `90 answers, got ${JSON.stringify(burst.statuses)}`,
+    });
     expect(burst.count(429)).toBeGreaterThanOrEqual(80);
     // The operator's colleague on the same address gets in while maint's attempts still wait.
     await loggedIn(base, 'shift');
@@ -157,10 +196,12 @@ describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
         .map((l) => Number(l.time));
     await waitFor(() => checkedAt().length >= 8, 10_000, { message: 'eight of the waiting logins checked' });
     expectSlowedChecks(checkedAt());
-    expect(logLines(gw).filter((l) => l.msg === 'console login refused' && /are waiting/.test(String(l.why))).length).toBe(burst.count(429));
+    expect(
+      logLines(gw).filter((l) => l.msg === 'console login refused' && /are waiting/.test(String(l.why))).length,
+    ).toBe(burst.count(429));
   });
 
-  it('never refuses the operator\'s correct login because of failed logins of others from the same address, and slows a user\'s own after five failures', async () => {
+  it("never refuses the operator's correct login because of failed logins of others from the same address, and slows a user's own after five failures", async () => {
     const { gw, base } = d.add(await startConsoleGateway());
     const guesser = new ConsoleClient(base);
     for (let i = 0; i < 6; i++) expect((await guesser.login(`nobody-${i}`, 'x')).status).toBe(401);
@@ -169,10 +210,16 @@ describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
     for (let i = 0; i < 5; i++) expect((await guesser.login('maint', `guess-${i}`)).status).toBe(401);
     // Slowed (250 ms after the last check ended, by the audit log's times), not refused.
     await loggedIn(base, 'maint');
-    const maint = await waitFor(() => {
-      const lines = logLines(gw).filter((l) => l.user === 'maint' && (l.msg === 'console login' || l.msg === 'console login refused'));
-      return lines.length === 7 ? lines : undefined;
-    }, 5000, { message: "maint's logins audited" });
+    const maint = await waitFor(
+      () => {
+        const lines = logLines(gw).filter(
+          (l) => l.user === 'maint' && (l.msg === 'console login' || l.msg === 'console login refused'),
+        );
+        return lines.length === 7 ? lines : undefined;
+      },
+      5000,
+      { message: "maint's logins audited" },
+    );
     // Her first login cleared the key: the five failures and the login after them.
     expectSlowedChecks(maint.slice(1).map((l) => Number(l.time)));
   });
@@ -192,10 +239,18 @@ describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
     expect((await operator.act('disconnect-client', { clientId: 'hmi-3' })).status).toBe(403);
     // A cross-site form can send text/plain without asking first; it cannot send application/json.
     const operator2 = await loggedIn(base, 'maint');
-    expect((await operator2.act('disconnect-client', { clientId: 'hmi-3' }, { contentType: 'text/plain' })).status).toBe(415);
+    expect(
+      (await operator2.act('disconnect-client', { clientId: 'hmi-3' }, { contentType: 'text/plain' })).status,
+    ).toBe(415);
     expect(mqtt.closed).toBe(false);
-    await waitFor(() => logLines(gw).filter((l) => l.msg === 'console action refused').length === 3, 5000, { message: 'three action refusals audited' });
-    expect(logLines(gw).filter((l) => l.msg === 'console action refused').map((l) => [l.user, l.why])).toEqual([
+    await waitFor(() => logLines(gw).filter((l) => l.msg === 'console action refused').length === 3, 5000, {
+      message: 'three action refusals audited',
+    });
+    expect(
+      logLines(gw)
+        .filter((l) => l.msg === 'console action refused')
+        .map((l) => [l.user, l.why]),
+    ).toEqual([
       ['shift', 'not an operator'],
       ['maint', 'missing or wrong CSRF token'],
       ['maint', 'missing or wrong CSRF token'],
@@ -204,7 +259,7 @@ describe('console logins, roles and CSRF', { timeout: 60_000 }, () => {
 });
 
 describe('console limits per user, and routes named after Object.prototype members', { timeout: 90_000 }, () => {
-  it('a viewer who logs in 1,000 times evicts only their own oldest logins, never the operator\'s', async () => {
+  it("a viewer who logs in 1,000 times evicts only their own oldest logins, never the operator's", async () => {
     const { base } = d.add(await startConsoleGateway());
     const operator = await loggedIn(base, 'maint');
     const firstOfViewer = await loggedIn(base, 'shift');
@@ -213,11 +268,12 @@ describe('console limits per user, and routes named after Object.prototype membe
     expect((await firstOfViewer.get('overview')).status).toBe(401);
   });
 
-  it('a viewer with 50 live streams keeps no other user\'s out: the limit is per user', async () => {
+  it("a viewer with 50 live streams keeps no other user's out: the limit is per user", async () => {
     const { base } = d.add(await startConsoleGateway());
     const abort = new AbortController();
     d.defer(() => abort.abort());
-    const stream = (client: ConsoleClient) => fetch(`${base}/api/events`, { headers: { cookie: client.cookie! }, signal: abort.signal });
+    const stream = (client: ConsoleClient) =>
+      fetch(`${base}/api/events`, { headers: { cookie: client.cookie! }, signal: abort.signal });
     const viewer = await loggedIn(base, 'shift');
     const viewers = await Promise.all(Array.from({ length: 50 }, () => stream(viewer)));
     const statuses = viewers.map((res) => res.status);
@@ -242,7 +298,9 @@ describe('console limits per user, and routes named after Object.prototype membe
     }
     // A marker action after them: its audit line is the first, and nothing failed on the way.
     expect((await operator.act('disconnect-client', { clientId: 'nobody' })).status).toBe(404);
-    await waitFor(() => logLines(gw).some((l) => l.msg === 'console action failed'), 5000, { message: 'the marker action audited' });
+    await waitFor(() => logLines(gw).some((l) => l.msg === 'console action failed'), 5000, {
+      message: 'the marker action audited',
+    });
     const lines = logLines(gw);
     expect(lines.filter((l) => l.msg === 'console action')).toEqual([]);
     expect(lines.filter((l) => l.level === 'error' || l.level === 50)).toEqual([]);
@@ -255,8 +313,12 @@ describe('console actions', { timeout: 90_000 }, () => {
     const url = `mqtt://127.0.0.1:${gw.port}`;
     const hmi = d.add(await openClient(url, { clientId: 'hmi-3', protocolVersion: 5 }));
     const operator = await loggedIn(base, 'maint');
-    const listed = await operator.get<{ connected: { clientId: string; protocolVersion: number; listener: string }[] }>('clients');
-    expect(listed.body.connected).toEqual([expect.objectContaining({ clientId: 'hmi-3', protocolVersion: 5, listener: `tcp:${gw.port}` })]);
+    const listed = await operator.get<{ connected: { clientId: string; protocolVersion: number; listener: string }[] }>(
+      'clients',
+    );
+    expect(listed.body.connected).toEqual([
+      expect.objectContaining({ clientId: 'hmi-3', protocolVersion: 5, listener: `tcp:${gw.port}` }),
+    ]);
 
     expect((await operator.act('disconnect-client', { clientId: 'hmi-3' })).body).toEqual({ done: true });
     await hmi.waitForClose();
@@ -264,22 +326,42 @@ describe('console actions', { timeout: 90_000 }, () => {
     expect((await operator.act('disconnect-client', { clientId: 'hmi-3' })).status).toBe(404);
 
     // A persistent session with a queued message, offline.
-    const durable = await openClient(url, { clientId: 'historian', protocolVersion: 5, clean: false, properties: { sessionExpiryInterval: 3600 } });
+    const durable = await openClient(url, {
+      clientId: 'historian',
+      protocolVersion: 5,
+      clean: false,
+      properties: { sessionExpiryInterval: 3600 },
+    });
     await durable.subscribe('plant/#', { qos: 1 });
     await durable.disconnect();
     const publisher = d.add(await openClient(url, { clientId: 'plc-sim' }));
     await publisher.publish('plant/line4/count', '1', { qos: 1 });
-    const offline = await waitFor(async () => {
-      const c = await operator.get<{ offline: { clientId: string; queued: number; subscriptions: number }[] }>('clients');
-      return c.body.offline.find((s) => s.clientId === 'historian' && s.queued === 1);
-    }, 5000, { message: 'historian listed offline with one queued message' });
+    const offline = await waitFor(
+      async () => {
+        const c = await operator.get<{ offline: { clientId: string; queued: number; subscriptions: number }[] }>(
+          'clients',
+        );
+        return c.body.offline.find((s) => s.clientId === 'historian' && s.queued === 1);
+      },
+      5000,
+      { message: 'historian listed offline with one queued message' },
+    );
     expect(offline.subscriptions).toBe(1);
     expect((await operator.act('delete-session', { clientId: 'plc-sim' })).status).toBe(409);
     expect((await operator.act('delete-session', { clientId: 'historian' })).body).toEqual({ done: true });
     // The session is gone: resuming it finds none [MQTT-3.2.2-3 / MQTT-3.2.2-2].
-    const back = d.add(await openClient(url, { clientId: 'historian', protocolVersion: 5, clean: false, properties: { sessionExpiryInterval: 3600 } }));
+    const back = d.add(
+      await openClient(url, {
+        clientId: 'historian',
+        protocolVersion: 5,
+        clean: false,
+        properties: { sessionExpiryInterval: 3600 },
+      }),
+    );
     expect(back.connack.sessionPresent).toBe(false);
-    const audited = logLines(gw).filter((l) => l.msg === 'console action').map((l) => [l.user, l.action, (l.body as { clientId: string }).clientId]);
+    const audited = logLines(gw)
+      .filter((l) => l.msg === 'console action')
+      .map((l) => [l.user, l.action, (l.body as { clientId: string }).clientId]);
     expect(audited).toEqual([
       ['maint', 'disconnect-client', 'hmi-3'],
       ['maint', 'delete-session', 'historian'],
@@ -295,12 +377,17 @@ describe('console actions', { timeout: 90_000 }, () => {
     const bad = await operator.act('reload');
     expect(bad.status).toBe(422);
     expect(bad.body.problems).toEqual([expect.objectContaining({ path: 'broker.maxInflight' })]);
-    expect((await operator.get('overview')).body.lastReload).toMatchObject({ ok: false, error: expect.stringContaining('broker.maxInflight') });
+    expect((await operator.get('overview')).body.lastReload).toMatchObject({
+      ok: false,
+      error: expect.stringContaining('broker.maxInflight'),
+    });
 
     writeFileSync(gw.configFile, good);
     expect((await operator.act('reload')).body).toEqual({ done: true, needsRestart: [] });
     expect((await operator.get('overview')).body.lastReload).toMatchObject({ ok: true, needsRestart: [] });
-    await waitFor(() => logLines(gw).some((l) => l.msg === 'config reloaded'), 5000, { message: 'the gateway logs the reload' });
+    await waitFor(() => logLines(gw).some((l) => l.msg === 'config reloaded'), 5000, {
+      message: 'the gateway logs the reload',
+    });
 
     // A change the running broker was built from applies only after a restart: the answer and the overview say which.
     writeFileSync(gw.configFile, JSON.stringify({ ...config, broker: { ...config.broker, maxInflight: 7 } }));
@@ -313,19 +400,30 @@ describe('console actions', { timeout: 90_000 }, () => {
     const { base } = d.add(await startConsoleGateway(bridgePatch(central.url)));
     const operator = await loggedIn(base, 'maint');
     type Card = { name: string; state: string; reconnects: number; urls: string[] };
-    const before = await waitFor(async () => (await operator.get<Card[]>('bridges')).body.find((b) => b.state === 'online'), 10_000, {
-      message: 'bridge online',
-    });
+    const before = await waitFor(
+      async () => (await operator.get<Card[]>('bridges')).body.find((b) => b.state === 'online'),
+      10_000,
+      {
+        message: 'bridge online',
+      },
+    );
     expect(before.urls).toEqual([central.url]);
     expect((await operator.act('reconnect-bridge', { bridge: 'central' })).body).toEqual({ done: true });
-    await waitFor(async () => (await operator.get<Card[]>('bridges')).body.find((b) => b.state === 'online' && b.reconnects > before.reconnects), 10_000, {
-      message: 'bridge online again after the reconnect',
-    });
+    await waitFor(
+      async () =>
+        (await operator.get<Card[]>('bridges')).body.find(
+          (b) => b.state === 'online' && b.reconnects > before.reconnects,
+        ),
+      10_000,
+      {
+        message: 'bridge online again after the reconnect',
+      },
+    );
     expect(central.log().match(/New client connected .* as edgeferry-central/g)?.length).toBe(2);
     expect((await operator.act('reconnect-bridge', { bridge: 'nope' })).status).toBe(404);
   });
 
-  it('requeues a bridge\'s dead letters once Mosquitto\'s ACL allows them (they arrive in order) and deletes them, counted as dropped', async () => {
+  it("requeues a bridge's dead letters once Mosquitto's ACL allows them (they arrive in order) and deletes them, counted as dropped", async () => {
     // Mosquitto's ACL refuses plant/held/# (PUBACK 0x87 Not authorized): the bridge keeps those as dead letters.
     const aclFile = join(d.tempDir(), 'acl');
     writeFileSync(aclFile, 'topic readwrite plant/ok/#\n');
@@ -338,7 +436,9 @@ describe('console actions', { timeout: 90_000 }, () => {
       const local = await connectClient(gw.url);
       for (const payload of payloads) await local.publishAsync('plant/held/count', payload, { qos: 1 });
       await local.endAsync();
-      await waitFor(async () => (await card()).deadLetters === payloads.length, 15_000, { message: `${payloads.length} dead letters on the card` });
+      await waitFor(async () => (await card()).deadLetters === payloads.length, 15_000, {
+        message: `${payloads.length} dead letters on the card`,
+      });
     };
     const payloads = ['1', '2', '3', '4', '5'];
     await makeDeadLetters(payloads);
@@ -356,7 +456,9 @@ describe('console actions', { timeout: 90_000 }, () => {
 
     const requeued = await operator.post('bridges/central/dead-letters/requeue', {});
     expect(requeued.body).toEqual({ moved: 5, left: 0 });
-    await waitFor(() => up.payloads().length === payloads.length, 15_000, { message: () => `upstream got [${up.payloads().join(', ')}]` });
+    await waitFor(() => up.payloads().length === payloads.length, 15_000, {
+      message: () => `upstream got [${up.payloads().join(', ')}]`,
+    });
     expect(up.payloads()).toEqual(payloads);
     expect(await card()).toMatchObject({ deadLetters: 0, dropped: { dead_letter_deleted: 0 } });
 
@@ -393,10 +495,21 @@ describe('console actions', { timeout: 90_000 }, () => {
     ]);
     const { gw, base } = d.add(await startConsoleGateway({ sparkplug: SPARKPLUG, connectors: [press] }));
     const operator = await loggedIn(base, 'maint');
-    type DeviceCard = { id: string; online: boolean; readP50Ms?: number; readP99Ms?: number; tags: { name: string; value: unknown; good: boolean }[] };
-    const card = await waitFor(async () => (await operator.get<DeviceCard[]>('devices')).body.find((dev) => dev.online && dev.tags[1].value === 100), 15_000, {
-      message: 'press-1 up with setpoint 100',
-    });
+    type DeviceCard = {
+      id: string;
+      online: boolean;
+      readP50Ms?: number;
+      readP99Ms?: number;
+      tags: { name: string; value: unknown; good: boolean }[];
+    };
+    const card = await waitFor(
+      async () =>
+        (await operator.get<DeviceCard[]>('devices')).body.find((dev) => dev.online && dev.tags[1].value === 100),
+      15_000,
+      {
+        message: 'press-1 up with setpoint 100',
+      },
+    );
     // The poll latency of a polling connector: its recent cycles, p50 no more than p99.
     expect(card.readP50Ms).toBeGreaterThanOrEqual(0);
     expect(card.readP99Ms).toBeGreaterThanOrEqual(card.readP50Ms ?? Infinity);
@@ -408,8 +521,12 @@ describe('console actions', { timeout: 90_000 }, () => {
     const outOfRange = await operator.act('write-tag', { device: 'press-1', tag: 'setpoint', value: 70_000 });
     expect(outOfRange.status).toBe(422);
     expect(outOfRange.body.error).toMatch(/70000 is outside UInt16/);
-    expect((await operator.act('write-tag', { device: 'press-1', tag: 'count', value: 1 })).body.error).toBe('read-only metric');
-    expect((await operator.act('write-tag', { device: 'press-1', tag: 'setpoint', value: 'abc' })).body.error).toMatch(/not an integer/);
+    expect((await operator.act('write-tag', { device: 'press-1', tag: 'count', value: 1 })).body.error).toBe(
+      'read-only metric',
+    );
+    expect((await operator.act('write-tag', { device: 'press-1', tag: 'setpoint', value: 'abc' })).body.error).toMatch(
+      /not an integer/,
+    );
     expect((await operator.act('write-tag', { device: 'press-9', tag: 'setpoint', value: 1 })).status).toBe(404);
     expect(await sim.get(1, 'hr', 1, 1)).toEqual([250]);
 
@@ -432,14 +549,16 @@ describe('console actions', { timeout: 90_000 }, () => {
     await host.subscribe('spBv1.0/plant/NBIRTH/line4');
     expect((await operator.act('rebirth')).body).toEqual({ done: true });
     await host.waitForMessages(1, { topic: 'spBv1.0/plant/NBIRTH/line4' });
-    const sp = await operator.get<{ lastCommand: { kind: string; user: string; topic: string }; rebirths: number }>('sparkplug');
+    const sp = await operator.get<{ lastCommand: { kind: string; user: string; topic: string }; rebirths: number }>(
+      'sparkplug',
+    );
     expect(sp.body.lastCommand).toMatchObject({ kind: 'console', user: 'maint', topic: 'spBv1.0/plant/NCMD/line4' });
     expect(sp.body.rebirths).toBe(1);
   });
 });
 
 describe('console overview of a working gateway', { timeout: 60_000 }, () => {
-  it('counts the edge node\'s publishes in and the bridge\'s forwards out, with no MQTT client connected', async () => {
+  it("counts the edge node's publishes in and the bridge's forwards out, with no MQTT client connected", async () => {
     const sim = d.add(await startModbusSim({ units: [1] }));
     const press = modbusPress(sim, [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }]);
     const central = d.add(await startMosquitto());
@@ -457,12 +576,14 @@ describe('console overview of a working gateway', { timeout: 60_000 }, () => {
         return o.msgInPerS >= 2 && o.msgOutPerS >= 2 ? o : undefined;
       },
       20_000,
-      { message: 'the overview counts the DDATA in and the bridge\'s forwards out', intervalMs: 100 },
+      { message: "the overview counts the DDATA in and the bridge's forwards out", intervalMs: 100 },
     );
     expect(rates.clients).toBe(0);
     expect(upstream.messages.length).toBeGreaterThan(0);
     const metrics = await (await fetch(`${base}/metrics`)).text();
-    expect(Number(/^edgeferry_broker_messages_published_locally_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThan(count / 2);
+    expect(Number(/^edgeferry_broker_messages_published_locally_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThan(
+      count / 2,
+    );
   });
 
   it('shows a device that stops answering on the overview, and keeps its last values marked stale until it answers again', async () => {
@@ -474,12 +595,18 @@ describe('console overview of a working gateway', { timeout: 60_000 }, () => {
     type Overview = { devices: number; devicesDown: { id: string; since: number; lastError?: string }[] };
     type Tag = { name: string; value: unknown; quality: string; stale: boolean; timestamp?: number };
     const tag = async () => (await viewer.get<{ online: boolean; tags: Tag[] }[]>('devices')).body[0];
-    const read = await waitFor(async () => ((await tag()).tags[0].value === 42 ? (await tag()).tags[0] : undefined), 15_000, { message: 'count 42 read' });
+    const read = await waitFor(
+      async () => ((await tag()).tags[0].value === 42 ? (await tag()).tags[0] : undefined),
+      15_000,
+      { message: 'count 42 read' },
+    );
     expect(read).toMatchObject({ quality: 'good', stale: false });
     expect((await viewer.get<Overview>('overview')).body).toMatchObject({ devices: 1, devicesDown: [] });
 
     await sim.mute(1);
-    const down = await waitFor(async () => (await viewer.get<Overview>('overview')).body.devicesDown[0], 15_000, { message: 'press-1 listed down on the overview' });
+    const down = await waitFor(async () => (await viewer.get<Overview>('overview')).body.devicesDown[0], 15_000, {
+      message: 'press-1 listed down on the overview',
+    });
     expect(down).toEqual({ id: 'press-1', since: expect.any(Number), lastError: expect.any(String) });
     const stale = await tag();
     expect(stale.online).toBe(false);
@@ -490,7 +617,9 @@ describe('console overview of a working gateway', { timeout: 60_000 }, () => {
 
     await sim.set(1, 'hr', 0, [43]);
     await sim.unmute(1);
-    await waitFor(async () => (await tag()).tags[0].value === 43, 15_000, { message: 'count 43 read once press-1 answers again' });
+    await waitFor(async () => (await tag()).tags[0].value === 43, 15_000, {
+      message: 'count 43 read once press-1 answers again',
+    });
     expect((await tag()).tags[0]).toMatchObject({ quality: 'good', stale: false });
     expect((await viewer.get<Overview>('overview')).body.devicesDown).toEqual([]);
   });

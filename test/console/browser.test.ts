@@ -52,19 +52,39 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     // On a phone, the tags table fits the width: nothing to scroll sideways.
     const phone = await logIn(browser, base, 'maint', PASSWORDS.maint, { width: 390, height: 844 });
     await phone.click('a[href="#devices"]');
-    await waitForText(phone, '[data-testid=quality-press-1-count]', (t) => t === 'stale', 5000, 'count stale on the phone');
-    const overflow = await phone.locator('[data-testid=device-press-1] .scroll').evaluate((el) => el.scrollWidth - el.clientWidth);
+    await waitForText(
+      phone,
+      '[data-testid=quality-press-1-count]',
+      (t) => t === 'stale',
+      5000,
+      'count stale on the phone',
+    );
+    const overflow = await phone
+      .locator('[data-testid=device-press-1] .scroll')
+      .evaluate((el) => el.scrollWidth - el.clientWidth);
     expect(overflow).toBe(0);
     expect(await phone.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
     await screenshot(phone, 'phone-devices-down');
     await phone.click('a[href="#overview"]');
-    await waitForText(phone, '[data-testid=devices-down]', (t) => t.startsWith('press-1 does not answer'), 5000, 'press-1 down on the phone\'s overview');
+    await waitForText(
+      phone,
+      '[data-testid=devices-down]',
+      (t) => t.startsWith('press-1 does not answer'),
+      5000,
+      "press-1 down on the phone's overview",
+    );
     await phone.waitForSelector('.chart canvas');
     await screenshot(phone, 'phone-overview-device-down');
     await phone.close();
     // The overview names the device that does not answer.
     await page.click('a[href="#overview"]');
-    await waitForText(page, '[data-testid=devices-down]', (t) => t.startsWith('press-1 does not answer since'), 5000, 'press-1 down on the overview');
+    await waitForText(
+      page,
+      '[data-testid=devices-down]',
+      (t) => t.startsWith('press-1 does not answer since'),
+      5000,
+      'press-1 down on the overview',
+    );
     expect(await page.textContent('[data-testid=devices-up]')).toBe('0 of 1');
     await screenshot(page, 'overview-device-down');
     await page.click('a[href="#devices"]');
@@ -73,25 +93,47 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
 
     await page.fill('[data-testid=write-press-1-setpoint]', '321');
     await page.click('[data-testid=device-press-1] form.write button');
-    await waitForText(page, '[data-testid=write-press-1-setpoint-result]', (t) => t === 'read back 321', 10_000, 'the page shows the read-back');
+    await waitForText(
+      page,
+      '[data-testid=write-press-1-setpoint-result]',
+      (t) => t === 'read back 321',
+      10_000,
+      'the page shows the read-back',
+    );
     expect(await sim.get(1, 'hr', 1, 1)).toEqual([321]);
     await waitForText(page, '[data-testid=value-press-1-setpoint]', (t) => t === '321', 5000, 'the live value follows');
 
     await page.click('a[href="#sparkplug"]');
-    await waitForText(page, 'main', (t) => t.includes('console spBv1.0/plant/DCMD/line4/press-1 from maint'), 5000, 'the last command names the console user');
+    await waitForText(
+      page,
+      'main',
+      (t) => t.includes('console spBv1.0/plant/DCMD/line4/press-1 from maint'),
+      5000,
+      'the last command names the console user',
+    );
     await screenshot(page, 'sparkplug');
     await page.click('a[href="#log"]');
-    await waitForText(page, '[data-testid=log-table]', (t) => t.includes('console write done') && t.includes('device lost'), 5000, 'the write and the loss in the log');
+    await waitForText(
+      page,
+      '[data-testid=log-table]',
+      (t) => t.includes('console write done') && t.includes('device lost'),
+      5000,
+      'the write and the loss in the log',
+    );
     // Each line's details as fields to read, not JSON.
     const lost = page.locator('[data-testid=log-table] tr', { hasText: 'device lost' }).first();
-    expect(await lost.locator('.field').allTextContents()).toEqual(expect.arrayContaining([expect.stringMatching(/^device press-1$/), expect.stringMatching(/^retryInMs \d+$/)]));
+    expect(await lost.locator('.field').allTextContents()).toEqual(
+      expect.arrayContaining([expect.stringMatching(/^device press-1$/), expect.stringMatching(/^retryInMs \d+$/)]),
+    );
     expect(await page.textContent('[data-testid=log-table]')).not.toMatch(/[{}"]/);
     await screenshot(page, 'log');
     await page.click('a[href="#devices"]');
 
     // The filter keeps the matching tags only.
     await page.fill('[data-testid=tag-filter]', 'setp');
-    await waitFor(async () => (await page.locator('[data-testid=value-press-1-count]').count()) === 0, 5000, { message: 'count filtered out' });
+    await waitFor(async () => (await page.locator('[data-testid=value-press-1-count]').count()) === 0, 5000, {
+      message: 'count filtered out',
+    });
     expect(await page.locator('[data-testid=value-press-1-setpoint]').count()).toBe(1);
 
     // A reload with a change that applies only after a restart says so, and names it.
@@ -100,8 +142,20 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     await page.click('a[href="#overview"]');
     page.once('dialog', (dialog) => void dialog.accept());
     await page.click('[data-testid=reload]');
-    await waitForText(page, '[data-testid=reload-result]', (t) => t === 'done; a restart is needed for broker', 10_000, 'the reload names what needs a restart');
-    await waitForText(page, '[data-testid=needs-restart]', (t) => t.endsWith('except what needs a restart of edgeferry: broker'), 5000, 'and the last reload too');
+    await waitForText(
+      page,
+      '[data-testid=reload-result]',
+      (t) => t === 'done; a restart is needed for broker',
+      10_000,
+      'the reload names what needs a restart',
+    );
+    await waitForText(
+      page,
+      '[data-testid=needs-restart]',
+      (t) => t.endsWith('except what needs a restart of edgeferry: broker'),
+      5000,
+      'and the last reload too',
+    );
     await screenshot(page, 'overview-reload-restart');
   });
 
@@ -115,19 +169,36 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     await waitForText(page, `${card} [data-testid=bridge-state]`, (t) => t === 'online', 10_000, 'bridge online');
 
     await central.stop();
-    await waitForText(page, `${card} [data-testid=bridge-state]`, (t) => t !== 'online', 10_000, 'bridge no longer online');
+    await waitForText(
+      page,
+      `${card} [data-testid=bridge-state]`,
+      (t) => t !== 'online',
+      10_000,
+      'bridge no longer online',
+    );
     const plc = d.add(await openClient(gw.url, { clientId: 'plc-sim' }));
     for (let i = 0; i < 300; i++) await plc.publish(`plant/line4/count`, String(i), { qos: 1 });
     await waitForText(page, `${card} [data-testid=backlog]`, (t) => t === '300', 10_000, 'backlog of 300 shown');
     expect(await page.textContent(card)).toMatch(/offline|connecting/);
     // For the screenshot: once the chart history has sampled the backlog, a reload draws it at once.
     const api = await loggedIn(base, 'maint');
-    await waitFor(async () => (await api.get<{ backlog: Partial<Record<string, number[]>> }>('history')).body.backlog.central?.includes(300), 10_000, {
-      message: 'history sampled the backlog',
-    });
+    await waitFor(
+      async () =>
+        (await api.get<{ backlog: Partial<Record<string, number[]>> }>('history')).body.backlog.central?.includes(300),
+      10_000,
+      {
+        message: 'history sampled the backlog',
+      },
+    );
     await page.reload();
     await page.waitForSelector(`${card} .chart canvas`);
-    await waitForText(page, `${card} [data-testid=backlog]`, (t) => t === '300', 5000, 'backlog still 300 after the reload');
+    await waitForText(
+      page,
+      `${card} [data-testid=backlog]`,
+      (t) => t === '300',
+      5000,
+      'backlog still 300 after the reload',
+    );
     await screenshot(page, 'bridges-backlog');
 
     await central.restart();
@@ -143,13 +214,19 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     await phone.locator('html[data-theme="light"]').waitFor({ state: 'attached', timeout: 5000 });
     expect(await phone.evaluate<string>('document.documentElement.dataset.theme')).toBe('light');
     await phone.click('a[href="#bridges"]');
-    await waitForText(phone, `${card} [data-testid=bridge-state]`, (t) => t === 'online', 5000, 'bridge card on the phone');
+    await waitForText(
+      phone,
+      `${card} [data-testid=bridge-state]`,
+      (t) => t === 'online',
+      5000,
+      'bridge card on the phone',
+    );
     const width = await phone.evaluate<number>('document.documentElement.scrollWidth');
     expect(width).toBeLessThanOrEqual(390);
     await screenshot(phone, 'phone-bridges-light');
   });
 
-  it('sends a bridge\'s dead letters again from its card once Mosquitto\'s ACL allows them; the buttons go with them', async () => {
+  it("sends a bridge's dead letters again from its card once Mosquitto's ACL allows them; the buttons go with them", async () => {
     const aclFile = join(d.tempDir(), 'acl');
     writeFileSync(aclFile, 'topic readwrite plant/ok/#\n');
     const central = d.add(await startMosquitto({ extraConf: `acl_file ${aclFile}` }));
@@ -163,7 +240,13 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
 
     const plc = d.add(await openClient(gw.url, { clientId: 'plc-sim' }));
     for (const payload of ['1', '2', '3']) await plc.publish('plant/held/count', payload, { qos: 1 });
-    await waitForText(page, `${card} [data-testid=dead-letters]`, (t) => t === '3', 15_000, 'three dead letters on the card');
+    await waitForText(
+      page,
+      `${card} [data-testid=dead-letters]`,
+      (t) => t === '3',
+      15_000,
+      'three dead letters on the card',
+    );
     await screenshot(page, 'bridges-dead-letters');
 
     writeFileSync(aclFile, 'topic readwrite plant/#\n');
@@ -172,7 +255,9 @@ describe('web console in chromium', { timeout: 120_000 }, () => {
     page.once('dialog', (dialog) => void dialog.accept());
     await page.click('[data-testid=requeue-central]');
     await waitForText(page, `${card} [data-testid=dead-letters]`, (t) => t === '0', 15_000, 'no dead letters left');
-    await waitFor(() => up.payloads().length === 3, 15_000, { message: () => `upstream got [${up.payloads().join(', ')}]` });
+    await waitFor(() => up.payloads().length === 3, 15_000, {
+      message: () => `upstream got [${up.payloads().join(', ')}]`,
+    });
     expect(up.payloads()).toEqual(['1', '2', '3']);
     expect(await page.locator('[data-testid=requeue-central], [data-testid=delete-dead-central]').count()).toBe(0);
   });

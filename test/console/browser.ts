@@ -17,7 +17,13 @@ export async function openBrowser(): Promise<Browser & { dispose(): Promise<void
 }
 
 /** A page at the 1366x768 of a panel PC (dark, as the system asks), logged in through the form as `user`. */
-export async function logIn(browser: Browser, base: string, user: string, password: string, viewport = { width: 1366, height: 768 }): Promise<Page> {
+export async function logIn(
+  browser: Browser,
+  base: string,
+  user: string,
+  password: string,
+  viewport = { width: 1366, height: 768 },
+): Promise<Page> {
   const page = await browser.newPage({ viewport, colorScheme: 'dark' });
   await page.goto(`${base}/`);
   await page.fill('input[name=user]', user);
@@ -28,7 +34,13 @@ export async function logIn(browser: Browser, base: string, user: string, passwo
 }
 
 /** Waits until the text of `selector` satisfies `ok`; returns it. */
-export async function waitForText(page: Page, selector: string, ok: (text: string) => boolean, timeoutMs: number, message: string): Promise<string> {
+export async function waitForText(
+  page: Page,
+  selector: string,
+  ok: (text: string) => boolean,
+  timeoutMs: number,
+  message: string,
+): Promise<string> {
   return waitFor(
     async () => {
       const text = (await page.locator(selector).first().textContent({ timeout: 1000 })) ?? '';

@@ -22,7 +22,8 @@ export async function startConsoleGateway(patch: object = {}): Promise<ConsoleGa
   const dir = tempDir('edgeferry-console-');
   const passwordFile = join(dir, 'passwd');
   execFileSync('mosquitto_passwd', ['-c', '-b', passwordFile, 'shift', PASSWORDS.shift], { stdio: 'pipe' });
-  for (const user of ['maint', 'plc'] as const) execFileSync('mosquitto_passwd', ['-b', passwordFile, user, PASSWORDS[user]], { stdio: 'pipe' });
+  for (const user of ['maint', 'plc'] as const)
+    execFileSync('mosquitto_passwd', ['-b', passwordFile, user, PASSWORDS[user]], { stdio: 'pipe' });
   const port = await freePort();
   const mqttPort = await freePort();
   const base = {

@@ -17,7 +17,13 @@ import { silentLogger } from '../../src/util/logger.js';
 const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' };
 
 function msg(n: number, extra: Partial<Parameters<typeof createMessage>[0]> = {}): Message {
-  return createMessage({ topic: `plant/line4/${n}`, payload: Buffer.from(`payload-${n}`), qos: 1, origin: 'c1', ...extra });
+  return createMessage({
+    topic: `plant/line4/${n}`,
+    payload: Buffer.from(`payload-${n}`),
+    qos: 1,
+    origin: 'c1',
+    ...extra,
+  });
 }
 
 /** Payload length is fixed so every entry has the same size. */
@@ -213,10 +219,17 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect(box.refusal(fixed(2))?.code).toBe('EF_STORE_FULL');
       await box.remove([box.peek(1)[0].seq]);
       expect(box.refusal(fixed(2))).toBeUndefined();
-      const dropping = store.outbox('dropping', { ...UNLIMITED, maxMessages: 1, maxBytes: 100, overflow: 'drop-oldest' });
+      const dropping = store.outbox('dropping', {
+        ...UNLIMITED,
+        maxMessages: 1,
+        maxBytes: 100,
+        overflow: 'drop-oldest',
+      });
       await dropping.append(fixed(0));
       expect(dropping.refusal(fixed(1))).toBeUndefined(); // it makes room
-      expect(dropping.refusal(createMessage({ topic: 't', payload: Buffer.alloc(200), origin: 'c' }))?.code).toBe('EF_STORE_FULL');
+      expect(dropping.refusal(createMessage({ topic: 't', payload: Buffer.alloc(200), origin: 'c' }))?.code).toBe(
+        'EF_STORE_FULL',
+      );
     });
 
     it('refuses a message larger than maxBytes under either policy', async () => {
@@ -294,7 +307,8 @@ describe.each(impls)('store contract: $name', (impl) => {
 
     it('moves entries oldest first to the tail of another outbox, stopping where it is full, dropping nothing', async () => {
       const store = await open();
-      const payloads = (box: { peek(n: number): readonly { msg: Message }[] }) => box.peek(10).map((e) => e.msg.payload.toString());
+      const payloads = (box: { peek(n: number): readonly { msg: Message }[] }) =>
+        box.peek(10).map((e) => e.msg.payload.toString());
       const dead = store.outbox('central.dead-letter', UNLIMITED);
       const box = store.outbox('central', { ...UNLIMITED, maxMessages: 4, overflow: 'drop-oldest' });
       await box.append(fixed(0));
@@ -332,7 +346,9 @@ describe.each(impls)('store contract: $name', (impl) => {
       const store = await open();
       const r = store.retained;
       await r.set(msg(1, { retain: true }));
-      await r.set(msg(2, { retain: true, qos: 1, properties: { messageExpiryInterval: 3600, contentType: 'text/plain' } }));
+      await r.set(
+        msg(2, { retain: true, qos: 1, properties: { messageExpiryInterval: 3600, contentType: 'text/plain' } }),
+      );
       await r.set(createMessage({ topic: 'plant/line4/1', payload: Buffer.from('v2'), retain: true, origin: 'c2' }));
       expect(r.count).toBe(2);
       const index = [...r.loadIndex()].sort((x, y) => x.topic.localeCompare(y.topic));
@@ -342,7 +358,12 @@ describe.each(impls)('store contract: $name', (impl) => {
       ]);
       expect(r.get('plant/line4/1')?.payload.toString()).toBe('v2');
       const two = r.get('plant/line4/2')!;
-      expect([two.payload.toString(), two.origin, two.qos, two.properties?.contentType]).toEqual(['payload-2', 'c1', 1, 'text/plain']);
+      expect([two.payload.toString(), two.origin, two.qos, two.properties?.contentType]).toEqual([
+        'payload-2',
+        'c1',
+        1,
+        'text/plain',
+      ]);
       await r.set(createMessage({ topic: 'plant/line4/1', payload: Buffer.alloc(0), origin: 'c' }));
       await r.set(createMessage({ topic: 'never/set', payload: Buffer.alloc(0), origin: 'c' }));
       expect(r.count).toBe(1);
@@ -370,7 +391,13 @@ describe.each(impls)('store contract: $name', (impl) => {
       const store = await open();
       const s = store.sessions;
       await s.putSession('hmi-1', { expiryIntervalS: 3600 });
-      await s.putSubscription('hmi-1', { filter: 'a/#', qos: 1, noLocal: false, retainAsPublished: false, retainHandling: 0 });
+      await s.putSubscription('hmi-1', {
+        filter: 'a/#',
+        qos: 1,
+        noLocal: false,
+        retainAsPublished: false,
+        retainHandling: 0,
+      });
       await s.putSubscription('hmi-1', {
         filter: '$share/g/b/+',
         qos: 2,
@@ -379,7 +406,13 @@ describe.each(impls)('store contract: $name', (impl) => {
         retainHandling: 2,
         subscriptionId: 7,
       });
-      await s.putSubscription('hmi-1', { filter: 'a/#', qos: 2, noLocal: false, retainAsPublished: false, retainHandling: 1 });
+      await s.putSubscription('hmi-1', {
+        filter: 'a/#',
+        qos: 2,
+        noLocal: false,
+        retainAsPublished: false,
+        retainHandling: 1,
+      });
       await s.deleteSubscription('hmi-1', 'gone/+');
       const seq1 = await s.enqueue('hmi-1', msg(1));
       const seq2 = await s.enqueue('hmi-1', msg(2, { qos: 2 }));
@@ -398,7 +431,14 @@ describe.each(impls)('store contract: $name', (impl) => {
       expect(rec.disconnectedAtMs).toBe(1_700_000_000_000);
       const subs = [...rec.subscriptions].sort((x, y) => x.filter.localeCompare(y.filter));
       expect(subs).toEqual([
-        { filter: '$share/g/b/+', qos: 2, noLocal: true, retainAsPublished: true, retainHandling: 2, subscriptionId: 7 },
+        {
+          filter: '$share/g/b/+',
+          qos: 2,
+          noLocal: true,
+          retainAsPublished: true,
+          retainHandling: 2,
+          subscriptionId: 7,
+        },
         { filter: 'a/#', qos: 2, noLocal: false, retainAsPublished: false, retainHandling: 1 },
       ]);
       expect(rec.queue.map((q) => q.seq)).toEqual([seq2, seq3]);
@@ -414,7 +454,8 @@ describe.each(impls)('store contract: $name', (impl) => {
     it('refuses queued messages past the sessions share of the store, and nothing else (docs/reliability.md#sessions-share)', async () => {
       const store = await open({ maxSessionBytes: 64 * 1024 });
       const s = store.sessions;
-      const kib = (n: number): Message => createMessage({ topic: 'atk/x', payload: Buffer.alloc(1024, n), qos: 1, origin: 'c' });
+      const kib = (n: number): Message =>
+        createMessage({ topic: 'atk/x', payload: Buffer.alloc(1024, n), qos: 1, origin: 'c' });
       await s.putSession('atk', { expiryIntervalS: 60 });
       let queued = 0;
       const seqs: number[] = [];
@@ -507,7 +548,8 @@ describe.each(impls)('store contract: $name', (impl) => {
       const byId = new Map([...s.loadAll(window(3))].map((r) => [r.clientId, r]));
       const big = byId.get('big')!;
       expect(big.queue.map((q) => q.seq)).toEqual(seqs.slice(0, 3));
-      const payloadBytes = (from: number, to = 7) => seqs.slice(from, to).reduce((n, _, i) => n + msg(from + i).payload.length, 0);
+      const payloadBytes = (from: number, to = 7) =>
+        seqs.slice(from, to).reduce((n, _, i) => n + msg(from + i).payload.length, 0);
       expect(big.queueTail).toEqual({ count: 4, bytes: payloadBytes(3) });
       expect(byId.get('small')!.queueTail).toBeUndefined();
       expect([...s.loadAll()].find((r) => r.clientId === 'big')!.queue).toHaveLength(7); // no window: everything
@@ -524,7 +566,9 @@ describe.each(impls)('store contract: $name', (impl) => {
         [seqs[3], msg(3).topic],
         [seqs[4], msg(4).topic],
       ]);
-      expect(s.readQueue('big', seqs[2], window(10, payloadBytes(3, 6))).records.map((q) => q.seq)).toEqual(seqs.slice(3, 6));
+      expect(s.readQueue('big', seqs[2], window(10, payloadBytes(3, 6))).records.map((q) => q.seq)).toEqual(
+        seqs.slice(3, 6),
+      );
       expect(s.readQueue('big', seqs[2], window(10, 1)).records.map((q) => q.seq)).toEqual([seqs[3]]);
       expect(s.readQueue('big', seqs[4], window(10)).records.map((q) => q.seq)).toEqual(seqs.slice(5));
       expect(s.readQueue('big', seqs[6], window(10))).toEqual({ records: [], skipped: 0, lastSeq: undefined });
@@ -539,7 +583,13 @@ describe.each(impls)('store contract: $name', (impl) => {
       const s = store.sessions;
       for (const id of ['a', 'ab', 'b']) {
         await s.putSession(id, { expiryIntervalS: 60 });
-        await s.putSubscription(id, { filter: 'x', qos: 1, noLocal: false, retainAsPublished: false, retainHandling: 0 });
+        await s.putSubscription(id, {
+          filter: 'x',
+          qos: 1,
+          noLocal: false,
+          retainAsPublished: false,
+          retainHandling: 0,
+        });
         await s.enqueue(id, msg(1));
       }
       await s.drop('a');

@@ -42,7 +42,14 @@ export async function collect(
   // and MQTT.js would emit (and acknowledge) them before an await on the connection let us attach a listener.
   const messages: Received[] = [];
   client.on('message', (topic, payload, packet) => {
-    messages.push({ topic, payload, qos: packet.qos, retain: packet.retain, dup: packet.dup, properties: packet.properties });
+    messages.push({
+      topic,
+      payload,
+      qos: packet.qos,
+      retain: packet.retain,
+      dup: packet.dup,
+      properties: packet.properties,
+    });
   });
   await new Promise<void>((resolve, reject) => {
     client.once('connect', () => resolve());

@@ -4,7 +4,14 @@
  * and the schema record 1. What the first open of a store of that release finds and moves to the journal.
  */
 import type { Message } from '../../src/protocol/message.js';
-import { encodeJsonValue, encodeSchemaValue, encodeStampedValue, MARK, ownerPrefix, seqKey } from '../../src/store/codec.js';
+import {
+  encodeJsonValue,
+  encodeSchemaValue,
+  encodeStampedValue,
+  MARK,
+  ownerPrefix,
+  seqKey,
+} from '../../src/store/codec.js';
 import { chunkKey, encodeChunk } from '../../src/store/lmdb/outbox-chunk.js';
 import { outboxMetaKey, type OutboxMeta } from '../../src/store/lmdb/outbox.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';

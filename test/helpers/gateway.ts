@@ -81,7 +81,10 @@ export function privateHostsProblem(): string | undefined {
  *   const gw = useGateway({ broker: { maxQueuedMessages: 5 } });
  *   it('...', async () => { const c = await openClient(gw.url); ... });
  */
-export function useGateway(patch: object | (() => object | Promise<object>) = {}, options: GatewayOptions = {}): Gateway {
+export function useGateway(
+  patch: object | (() => object | Promise<object>) = {},
+  options: GatewayOptions = {},
+): Gateway {
   let current: Gateway | undefined;
   beforeAll(async () => {
     current = await startGateway(typeof patch === 'function' ? await patch() : patch, options);
@@ -165,7 +168,8 @@ export async function startGateway(patch: object = {}, options: GatewayOptions =
           throw new Error(`gateway exited (${child.exitCode ?? child.signalCode}) before it was ready:\n${tail(out)}`);
         }
         if (notify ? notify.messages.some((m) => m.startsWith('READY=1')) : await accepts(actualPort)) return;
-        if (Date.now() > deadline) throw new Error(`gateway was not ready on port ${actualPort} in time:\n${tail(out)}`);
+        if (Date.now() > deadline)
+          throw new Error(`gateway was not ready on port ${actualPort} in time:\n${tail(out)}`);
         await delay(50);
       }
     } catch (err) {
@@ -265,7 +269,10 @@ export function deepMerge(base: Record<string, unknown>, patch: Record<string, u
  * A `startGateway` patch with one bridge `central` to `url`, tuned for tests: fast reconnects, short liveness
  * timeouts, replay unpaced. `bridge` is merged into the bridge entry (objects deeply, arrays replaced).
  */
-export function bridgePatch(url: string | string[], bridge: Record<string, unknown> = {}): { bridges: Record<string, unknown>[] } {
+export function bridgePatch(
+  url: string | string[],
+  bridge: Record<string, unknown> = {},
+): { bridges: Record<string, unknown>[] } {
   const base = {
     name: 'central',
     remote: { urls: Array.isArray(url) ? url : [url], clientId: 'edgeferry-central', keepaliveS: 5 },
@@ -278,7 +285,10 @@ export function bridgePatch(url: string | string[], bridge: Record<string, unkno
 }
 
 /** Runs `edgeferry <args>` to completion (killed after 15 s), with `stdin` piped in (undefined: closed at once). */
-export function runCli(args: readonly string[], stdin?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runCli(
+  args: readonly string[],
+  stdin?: string,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolveRun, reject) => {
     const child = spawn(process.execPath, [CLI, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';

@@ -5,7 +5,9 @@ export const PAGE = 4096;
 
 /** The root page of a named database: its record in the main database's root page (a leaf in a small store). */
 export function namedDatabaseRoot(file: Buffer, name: string): number {
-  const meta = [0, PAGE].map((at) => ({ at, txn: file.readBigUInt64LE(at + 152) })).sort((a, b) => Number(b.txn - a.txn))[0].at;
+  const meta = [0, PAGE]
+    .map((at) => ({ at, txn: file.readBigUInt64LE(at + 152) }))
+    .sort((a, b) => Number(b.txn - a.txn))[0].at;
   const main = Number(file.readBigUInt64LE(meta + 24 + 24 + 48 + 40)) * PAGE;
   for (let i = 0; i < file.readUInt16LE(main + 20) >> 1; i++) {
     const node = main + 24 + file.readUInt16LE(main + 24 + 2 * i);
@@ -14,4 +16,3 @@ export function namedDatabaseRoot(file: Buffer, name: string): number {
   }
   throw new Error(`no database ${name} in the main database's root page`);
 }
-

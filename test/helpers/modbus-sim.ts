@@ -54,7 +54,9 @@ export function hasSocat(): boolean {
   return spawnSync('socat', ['-V'], { stdio: 'ignore' }).status === 0;
 }
 
-export async function startModbusSim(options: { units?: readonly number[]; rtu?: boolean; baudRate?: number } = {}): Promise<ModbusSim> {
+export async function startModbusSim(
+  options: { units?: readonly number[]; rtu?: boolean; baudRate?: number } = {},
+): Promise<ModbusSim> {
   const units = (options.units ?? [1]).join(',');
   let socat: ChildProcess | undefined;
   let dir: string | undefined;
@@ -64,7 +66,9 @@ export async function startModbusSim(options: { units?: readonly number[]; rtu?:
     dir = tempDir('edgeferry-pty-');
     const serverPath = join(dir, 'server');
     clientPath = join(dir, 'client');
-    socat = spawn('socat', [`pty,raw,echo=0,link=${serverPath}`, `pty,raw,echo=0,link=${clientPath}`], { stdio: 'ignore' });
+    socat = spawn('socat', [`pty,raw,echo=0,link=${serverPath}`, `pty,raw,echo=0,link=${clientPath}`], {
+      stdio: 'ignore',
+    });
     const deadline = Date.now() + 5000;
     while (!(existsSync(serverPath) && existsSync(clientPath))) {
       if (Date.now() > deadline || socat.exitCode !== null) throw new Error('socat did not create the pty pair');
@@ -126,9 +130,16 @@ export async function startModbusSim(options: { units?: readonly number[]; rtu?:
     port: typeof ready.port === 'number' ? ready.port : 0,
     clientPath,
     set: async (unit, table, address, values) => {
-      await command({ cmd: 'set', unit, table, address, values: values.map((v) => (typeof v === 'boolean' ? (v ? 1 : 0) : v)) });
+      await command({
+        cmd: 'set',
+        unit,
+        table,
+        address,
+        values: values.map((v) => (typeof v === 'boolean' ? (v ? 1 : 0) : v)),
+      });
     },
-    get: async (unit, table, address, count) => (await command({ cmd: 'get', unit, table, address, count })).values as number[],
+    get: async (unit, table, address, count) =>
+      (await command({ cmd: 'get', unit, table, address, count })).values as number[],
     requests: async () => (await command({ cmd: 'stats' })).requests as SimRequest[],
     resetRequests: async () => {
       await command({ cmd: 'reset' });

@@ -91,7 +91,8 @@ export async function startMosquitto(options: MosquittoOptions = {}): Promise<Mo
         throw new Error(`mosquitto exited (${child.exitCode ?? child.signalCode}): ${stderr}\n${readLog()}`);
       }
       if (await canConnect(port, host)) return;
-      if (Date.now() > deadline) throw new Error(`mosquitto did not listen on ${host}:${port}: ${stderr}\n${readLog()}`);
+      if (Date.now() > deadline)
+        throw new Error(`mosquitto did not listen on ${host}:${port}: ${stderr}\n${readLog()}`);
       await delay(25);
     }
   };

@@ -18,7 +18,13 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import mqttPacket from 'mqtt-packet';
 import type { IConnackPacket, IConnectPacket, IDisconnectPacket, IPublishPacket, Packet } from 'mqtt-packet';
-import { connect, type IClientOptions, type IClientPublishOptions, type IClientSubscribeOptions, type MqttClient } from 'mqtt';
+import {
+  connect,
+  type IClientOptions,
+  type IClientPublishOptions,
+  type IClientSubscribeOptions,
+  type MqttClient,
+} from 'mqtt';
 import { waitFor } from './wait.js';
 
 export const DEFAULT_DEADLINE_MS = 5000;
@@ -97,7 +103,10 @@ export class TestClient {
   }
 
   /** Waits until at least `count` messages (on `topic`, if given) arrived; returns them. */
-  async waitForMessages(count: number, options: { topic?: string; timeoutMs?: number } = {}): Promise<ReceivedMessage[]> {
+  async waitForMessages(
+    count: number,
+    options: { topic?: string; timeoutMs?: number } = {},
+  ): Promise<ReceivedMessage[]> {
     await waitFor(() => this.received(options.topic).length >= count, options.timeoutMs ?? DEFAULT_DEADLINE_MS, {
       message: () =>
         `${count} message(s)${options.topic ? ` on ${options.topic}` : ''}, got ${JSON.stringify(this.messages.map((m) => [m.topic, m.payload]))}`,
@@ -124,7 +133,9 @@ export class TestClient {
   async disconnect(reasonCode?: number): Promise<void> {
     if (this.closed) return;
     await withDeadline(
-      new Promise<void>((resolve) => this.client.end(false, reasonCode === undefined ? {} : { reasonCode }, () => resolve())),
+      new Promise<void>((resolve) =>
+        this.client.end(false, reasonCode === undefined ? {} : { reasonCode }, () => resolve()),
+      ),
       DEFAULT_DEADLINE_MS,
       'DISCONNECT',
     );
@@ -138,8 +149,10 @@ export class TestClient {
 
   async stop(): Promise<void> {
     if (this.client.disconnected && this.closed) return;
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- MQTT.js types the stream as always there
-    await withDeadline(this.client.endAsync(true), DEFAULT_DEADLINE_MS, 'client end').catch(() => this.client.stream?.destroy());
+    await withDeadline(this.client.endAsync(true), DEFAULT_DEADLINE_MS, 'client end').catch(() =>
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- MQTT.js types the stream as always there
+      this.client.stream?.destroy(),
+    );
   }
 }
 
@@ -147,7 +160,11 @@ export class TestClient {
  * Connects an MQTT.js client (no reconnect) and resolves once CONNACK accepted it; rejects with `ConnectFailure`
  * (carrying the CONNACK code) if refused, closed, or nothing happened within `deadlineMs`.
  */
-export function openClient(url: string, options: IClientOptions = {}, deadlineMs = DEFAULT_DEADLINE_MS): Promise<TestClient> {
+export function openClient(
+  url: string,
+  options: IClientOptions = {},
+  deadlineMs = DEFAULT_DEADLINE_MS,
+): Promise<TestClient> {
   const client = connect(url, { reconnectPeriod: 0, connectTimeout: deadlineMs, ...options });
   const tc = new TestClient(client);
   return new Promise<TestClient>((resolve, reject) => {
@@ -170,7 +187,10 @@ export function openClient(url: string, options: IClientOptions = {}, deadlineMs
     const onError = (err: Error & { code?: unknown }): void =>
       fail(new ConnectFailure(`connect refused: ${err.message}`, typeof err.code === 'number' ? err.code : undefined));
     const onClose = (): void => fail(new ConnectFailure('connection closed before CONNACK', undefined));
-    const timer = setTimeout(() => fail(new ConnectFailure(`no CONNACK within ${deadlineMs} ms`, undefined)), deadlineMs);
+    const timer = setTimeout(
+      () => fail(new ConnectFailure(`no CONNACK within ${deadlineMs} ms`, undefined)),
+      deadlineMs,
+    );
     client.on('connect', onConnect);
     client.on('error', onError);
     client.on('close', onClose);
@@ -249,7 +269,11 @@ export class RawClient {
    * Opens a connection and sends CONNECT (protocol name and level from `version` unless given), resolving with
    * the CONNACK. Does not check the code.
    */
-  static async connect(port: number, version: 3 | 4 | 5, fields: Partial<IConnectPacket> = {}): Promise<{ raw: RawClient; connack: IConnackPacket }> {
+  static async connect(
+    port: number,
+    version: 3 | 4 | 5,
+    fields: Partial<IConnectPacket> = {},
+  ): Promise<{ raw: RawClient; connack: IConnackPacket }> {
     const raw = await RawClient.open(port, version);
     raw.write(
       encodeConnect({
@@ -283,7 +307,10 @@ export class RawClient {
     const packet = await waitFor(
       () => this.packets.find((p) => !this.consumed.has(p) && (cmd === undefined || p.cmd === cmd)),
       timeoutMs,
-      { message: () => `a ${cmd ?? 'packet'} from the server; got ${JSON.stringify(this.packets.map((p) => p.cmd))}${this.isClosed ? ' (socket closed)' : ''}` },
+      {
+        message: () =>
+          `a ${cmd ?? 'packet'} from the server; got ${JSON.stringify(this.packets.map((p) => p.cmd))}${this.isClosed ? ' (socket closed)' : ''}`,
+      },
     );
     this.consumed.add(packet);
     return packet;
@@ -310,7 +337,8 @@ export class RawClient {
  */
 export function encodeConnect(packet: IConnectPacket): Buffer {
   const version = packet.protocolVersion ?? 4;
-  if (packet.clientId !== '' || (packet.clean !== false && version >= 4)) return mqttPacket.generate(packet, { protocolVersion: version });
+  if (packet.clientId !== '' || (packet.clean !== false && version >= 4))
+    return mqttPacket.generate(packet, { protocolVersion: version });
   // Encode with a one-character id, then cut that character out and fix the remaining length.
   const bytes = mqttPacket.generate({ ...packet, clientId: 'x' }, { protocolVersion: version });
   const { value: remaining, bytes: vbiBytes } = readVbi(bytes, 1);
@@ -389,7 +417,9 @@ export function runTool(tool: Tool, args: readonly string[], timeoutMs = 10_000)
 export async function runToolOk(tool: Tool, args: readonly string[], timeoutMs = 10_000): Promise<ToolResult> {
   const r = await runTool(tool, args, timeoutMs);
   if (r.code !== 0) {
-    throw new Error(`${tool} ${args.join(' ')} exited ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${r.stderr}${r.stdout}`);
+    throw new Error(
+      `${tool} ${args.join(' ')} exited ${r.code ?? r.signal}${r.timedOut ? ' (timed out)' : ''}: ${r.stderr}${r.stdout}`,
+    );
   }
   return r;
 }
@@ -437,7 +467,11 @@ export class ToolProcess {
     return out;
   }
 
-  async waitForLine(predicate: (line: string) => boolean, timeoutMs = DEFAULT_DEADLINE_MS, what = 'an output line'): Promise<string> {
+  async waitForLine(
+    predicate: (line: string) => boolean,
+    timeoutMs = DEFAULT_DEADLINE_MS,
+    what = 'an output line',
+  ): Promise<string> {
     return waitFor(() => this.lines.find(predicate), timeoutMs, {
       message: () => `${what}; output so far:\n${this.lines.join('\n')}\n${this.stderr}`,
     });
@@ -445,7 +479,8 @@ export class ToolProcess {
 
   async waitForMessages(count: number, timeoutMs = DEFAULT_DEADLINE_MS): Promise<ToolMessage[]> {
     await waitFor(() => this.messages().length >= count, timeoutMs, {
-      message: () => `${count} message(s) at ${this.child.spawnargs.join(' ')}; output:\n${this.lines.join('\n')}\n${this.stderr}`,
+      message: () =>
+        `${count} message(s) at ${this.child.spawnargs.join(' ')}; output:\n${this.lines.join('\n')}\n${this.stderr}`,
     });
     return this.messages();
   }
@@ -470,7 +505,11 @@ export function spawnTool(tool: Tool, args: readonly string[]): ToolProcess {
  * Starts `mosquitto_sub -d` printing messages in the `MSG` format, and resolves once its SUBACK arrived (so a
  * publish after this is seen). `args` adds options such as `-t`, `-q`, `-V mqttv5`, `--will-topic`.
  */
-export async function startMosquittoSub(port: number, args: readonly string[], timeoutMs = DEFAULT_DEADLINE_MS): Promise<ToolProcess> {
+export async function startMosquittoSub(
+  port: number,
+  args: readonly string[],
+  timeoutMs = DEFAULT_DEADLINE_MS,
+): Promise<ToolProcess> {
   const proc = spawnTool('mosquitto_sub', ['-h', '127.0.0.1', '-p', String(port), '-d', '-F', SUB_FORMAT, ...args]);
   try {
     await proc.waitForLine((l) => l.includes('received SUBACK'), timeoutMs, 'mosquitto_sub SUBACK');

@@ -157,11 +157,18 @@ export class RawClient {
     const list = typeof subscriptions === 'string' ? [{ topic: subscriptions, qos: 1 as const }] : subscriptions;
     const messageId = options.messageId ?? 1;
     this.send({ cmd: 'subscribe', messageId, subscriptions: list, properties: options.properties } as Packet);
-    return (await this.expect((p) => p.cmd === 'suback' && p.messageId === messageId, options.timeoutMs)) as ISubackPacket;
+    return (await this.expect(
+      (p) => p.cmd === 'suback' && p.messageId === messageId,
+      options.timeoutMs,
+    )) as ISubackPacket;
   }
 
   /** PUBLISH (QoS 0 by default); does not wait for any acknowledgement. */
-  publish(topic: string, payload: string | Buffer, options: Partial<Omit<IPublishPacket, 'cmd' | 'topic' | 'payload'>> = {}): void {
+  publish(
+    topic: string,
+    payload: string | Buffer,
+    options: Partial<Omit<IPublishPacket, 'cmd' | 'topic' | 'payload'>> = {},
+  ): void {
     this.send({
       cmd: 'publish',
       topic,
@@ -233,14 +240,22 @@ export class RawClient {
   }
 
   /** Waits (bounded) until `predicate` returns a truthy value, re-checked whenever something arrives. */
-  async until<T>(predicate: () => T | undefined, timeoutMs = DEFAULT_WAIT_MS, what = 'condition', failOnClose = false): Promise<T> {
+  async until<T>(
+    predicate: () => T | undefined,
+    timeoutMs = DEFAULT_WAIT_MS,
+    what = 'condition',
+    failOnClose = false,
+  ): Promise<T> {
     const first = predicate();
     if (first) return first;
     return new Promise<T>((resolve, reject) => {
       const check = (): void => {
         const value = predicate();
         if (value) return finish(undefined, value);
-        if (failOnClose && this.closed) return finish(new Error(`raw client: connection closed while waiting for ${what}; received ${this.describe()}`));
+        if (failOnClose && this.closed)
+          return finish(
+            new Error(`raw client: connection closed while waiting for ${what}; received ${this.describe()}`),
+          );
       };
       const finish = (err: Error | undefined, value?: T): void => {
         clearTimeout(timer);

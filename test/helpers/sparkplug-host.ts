@@ -70,14 +70,28 @@ export interface SparkplugHost {
   waitFor<T>(predicate: (host: SparkplugHost) => T, timeoutMs: number, what?: string): Promise<NonNullable<T>>;
   rebirth(edgeNodeId: string): Promise<void>;
   /** DCMD with metric names (and datatype, as Sparkplug hosts send them). */
-  write(edgeNodeId: string, deviceId: string, metrics: { name: string; datatype: MetricDatatype; value: TagValue }[]): Promise<void>;
+  write(
+    edgeNodeId: string,
+    deviceId: string,
+    metrics: { name: string; datatype: MetricDatatype; value: TagValue }[],
+  ): Promise<void>;
   /** Publishes this host's STATE (retained, QoS 1), as a primary host application does. */
   publishState(hostId: string, online: boolean, timestamp: number): Promise<void>;
   stop(): Promise<void>;
 }
 
-export async function startSparkplugHost(url: string, groupId: string, options: { clientId?: string; username?: string } = {}): Promise<SparkplugHost> {
-  const client = await connectAsync(url, { reconnectPeriod: 0, connectTimeout: 5000, clientId: options.clientId, username: options.username, protocolVersion: 5 });
+export async function startSparkplugHost(
+  url: string,
+  groupId: string,
+  options: { clientId?: string; username?: string } = {},
+): Promise<SparkplugHost> {
+  const client = await connectAsync(url, {
+    reconnectPeriod: 0,
+    connectTimeout: 5000,
+    clientId: options.clientId,
+    username: options.username,
+    protocolVersion: 5,
+  });
   const messages: HostMessage[] = [];
   const violations: string[] = [];
   const sessions = new Map<string, NodeSession>();
@@ -98,7 +112,9 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
     const s = session(topic.edgeNodeId);
     let payload: PayloadIn;
     try {
-      payload = decodePayload(payloadBuf, (m) => (m.alias !== undefined ? s.aliases.get(m.alias)?.datatype : undefined));
+      payload = decodePayload(payloadBuf, (m) =>
+        m.alias !== undefined ? s.aliases.get(m.alias)?.datatype : undefined,
+      );
     } catch (err) {
       violations.push(`${topicName}: undecodable payload (${(err as Error).message})`);
       return;
@@ -165,7 +181,8 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
       }
       for (const metric of p.metrics) {
         if (metric.name === undefined) violations.push(`${where(m)}: birth metric without a name`);
-        if (metric.datatype === undefined) violations.push(`${where(m)}: birth metric ${metric.name} without a datatype`);
+        if (metric.datatype === undefined)
+          violations.push(`${where(m)}: birth metric ${metric.name} without a datatype`);
         if (metric.alias !== undefined) {
           const owner = s.aliases.get(metric.alias);
           if (owner && (owner.deviceId !== m.deviceId || owner.name !== metric.name)) {
@@ -173,7 +190,8 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
           }
           s.aliases.set(metric.alias, { name: metric.name ?? '', datatype: metric.datatype, deviceId: m.deviceId });
         }
-        if (metric.name !== undefined && !metric.isHistorical) values.set(`${m.edgeNodeId}/${m.deviceId ?? ''}/${metric.name}`, metric.value);
+        if (metric.name !== undefined && !metric.isHistorical)
+          values.set(`${m.edgeNodeId}/${m.deviceId ?? ''}/${metric.name}`, metric.value);
       }
       return;
     }
@@ -206,15 +224,18 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
     client,
     messages,
     violations,
-    of: (type, deviceId) => messages.filter((m) => m.type === type && (deviceId === undefined || m.deviceId === deviceId)),
+    of: (type, deviceId) =>
+      messages.filter((m) => m.type === type && (deviceId === undefined || m.deviceId === deviceId)),
     births: (type, deviceId) => host.of(type, deviceId),
     value: (node, device, metric) => values.get(`${node}/${device ?? ''}/${metric}`),
-    nameOf: (node, metric) => metric.name ?? (metric.alias !== undefined ? sessions.get(node)?.aliases.get(metric.alias)?.name : undefined),
+    nameOf: (node, metric) =>
+      metric.name ?? (metric.alias !== undefined ? sessions.get(node)?.aliases.get(metric.alias)?.name : undefined),
     isOnline: (node) => sessions.get(node)?.online ?? false,
     isDeviceOnline: (node, device) => sessions.get(node)?.devicesOnline.has(device) ?? false,
     waitFor: (predicate, timeoutMs, what) =>
       waitFor(() => predicate(host), timeoutMs, {
-        message: () => `${what ?? 'host condition'}; received: ${messages.map((m) => `${m.type}:${m.deviceId ?? ''}:${m.payload.seq}`).join(' ')}`,
+        message: () =>
+          `${what ?? 'host condition'}; received: ${messages.map((m) => `${m.type}:${m.deviceId ?? ''}:${m.payload.seq}`).join(' ')}`,
       }),
     rebirth: async (node) => {
       const payload = encodePayload({
@@ -224,11 +245,17 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
       await client.publishAsync(`spBv1.0/${groupId}/NCMD/${node}`, payload, { qos: 0 });
     },
     write: async (node, device, metrics) => {
-      const payload = encodePayload({ timestamp: Date.now(), metrics: metrics.map((m) => ({ name: m.name, datatype: m.datatype, value: m.value })) });
+      const payload = encodePayload({
+        timestamp: Date.now(),
+        metrics: metrics.map((m) => ({ name: m.name, datatype: m.datatype, value: m.value })),
+      });
       await client.publishAsync(`spBv1.0/${groupId}/DCMD/${node}/${device}`, payload, { qos: 0 });
     },
     publishState: async (hostId, online, timestamp) => {
-      await client.publishAsync(`spBv1.0/STATE/${hostId}`, JSON.stringify({ online, timestamp }), { qos: 1, retain: true });
+      await client.publishAsync(`spBv1.0/STATE/${hostId}`, JSON.stringify({ online, timestamp }), {
+        qos: 1,
+        retain: true,
+      });
     },
     stop: () => client.endAsync(true),
   };
@@ -242,10 +269,22 @@ export async function startSparkplugHost(url: string, groupId: string, options: 
  */
 export function sparkplugUplink(
   url: string,
-  options: { group: string; node: string; keepaliveS?: number; maxDelayMs?: number; state?: boolean; extraIn?: readonly string[] },
+  options: {
+    group: string;
+    node: string;
+    keepaliveS?: number;
+    maxDelayMs?: number;
+    state?: boolean;
+    extraIn?: readonly string[];
+  },
 ) {
   const { group, node, keepaliveS, maxDelayMs = 300, state = true, extraIn = [] } = options;
-  const inFilters = [`spBv1.0/${group}/NCMD/${node}`, `spBv1.0/${group}/DCMD/${node}/#`, ...(state ? ['spBv1.0/STATE/+'] : []), ...extraIn];
+  const inFilters = [
+    `spBv1.0/${group}/NCMD/${node}`,
+    `spBv1.0/${group}/DCMD/${node}/#`,
+    ...(state ? ['spBv1.0/STATE/+'] : []),
+    ...extraIn,
+  ];
   return {
     name: 'central',
     remote: { urls: [url], clientId: node, ...(keepaliveS === undefined ? {} : { keepaliveS }) },

@@ -2,7 +2,15 @@
  * Test doubles for the edge node's unit tests: the real broker in process (recording what is published) and a
  * connector the test drives by hand.
  */
-import type { Connector, ReadBack, TagDefinition, TagQuality, TagSample, TagSink, TagValue } from '../../connectors/contract.js';
+import type {
+  Connector,
+  ReadBack,
+  TagDefinition,
+  TagQuality,
+  TagSample,
+  TagSink,
+  TagValue,
+} from '../../connectors/contract.js';
 import { ConnectorError } from '../../src/util/errors.js';
 import type { Message, QoS } from '../../src/protocol/message.js';
 import { createMessage } from '../../src/protocol/message.js';
@@ -45,7 +53,9 @@ export class RecordingBroker {
 
   /** Sends a message as another client would. */
   inject(topic: string, payload: Buffer, options: { origin?: string; retain?: boolean; qos?: QoS } = {}): void {
-    void this.publish(createMessage({ topic, payload, origin: options.origin ?? 'host-app', retain: options.retain, qos: options.qos }));
+    void this.publish(
+      createMessage({ topic, payload, origin: options.origin ?? 'host-app', retain: options.retain, qos: options.qos }),
+    );
   }
 
   /** Subscriptions made by the code under test (the recorder's own is not counted). */
@@ -102,7 +112,8 @@ export class FakeConnector implements Connector {
 
   start(sink: TagSink): Promise<void> {
     this.starts++;
-    if (!this.reachable) return Promise.reject(new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, 'connection refused'));
+    if (!this.reachable)
+      return Promise.reject(new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, 'connection refused'));
     this.sink = sink;
     return Promise.resolve();
   }

@@ -63,7 +63,13 @@ export async function fillStore(d: Disposer, gw: Gateway, topic: string, firstId
  * Connects persistent session `clientId` and reads its whole queue on `topic` (acknowledging, which frees the
  * store): at least `expected` messages, then whatever else arrives before a round trip of its own.
  */
-export async function drainSession(d: Disposer, gw: Gateway, clientId: string, topic: string, expected: number): Promise<number[]> {
+export async function drainSession(
+  d: Disposer,
+  gw: Gateway,
+  clientId: string,
+  topic: string,
+  expected: number,
+): Promise<number[]> {
   const sub = d.add(await openClient(gw.url, persistent(clientId)));
   await sub.waitForMessages(expected, { topic, timeoutMs: 30_000 });
   await sub.publish(`probe/${clientId}`, 'x', { qos: 1 });

@@ -26,7 +26,12 @@ describe('bridge: SIGKILL', { timeout: 120_000 }, () => {
     // Keep publishing (50 in flight) until the kill: everything PUBACKed before it is in the ledger.
     const concurrency = 50;
     const acked: string[] = [];
-    const publishing = publishSequence(local, 'plant/crash', 1_000_000, { qos: 1, prefix: 'k', concurrency, ledger: acked });
+    const publishing = publishSequence(local, 'plant/crash', 1_000_000, {
+      qos: 1,
+      prefix: 'k',
+      concurrency,
+      ledger: acked,
+    });
     await waitFor(() => acked.length >= 3000, 60_000);
     await gw.kill('SIGKILL');
     await publishing;
@@ -70,7 +75,9 @@ describe('bridge: SIGKILL', { timeout: 120_000 }, () => {
     await gw.kill('SIGKILL');
     const atKill = up.messages.length;
     await gw.restart();
-    await waitFor(() => new Set(up.payloads()).size >= n, 60_000, { message: () => `${new Set(up.payloads()).size}/${n} upstream` });
+    await waitFor(() => new Set(up.payloads()).size >= n, 60_000, {
+      message: () => `${new Set(up.payloads()).size}/${n} upstream`,
+    });
     expect(atKill).toBeLessThan(n);
     return { check: checkSequence(up.payloads(), acked), atKill, ids: checkMessageIds(up.messages) };
   }
@@ -114,7 +121,9 @@ describe('bridge: SIGKILL', { timeout: 120_000 }, () => {
     expect(check.duplicates).toBeLessThanOrEqual(inflight * 2);
     // Every duplicate carries the id of its first copy, so a consumer drops exactly the duplicates.
     expect(ids).toEqual({ withoutId: 0, reused: 0, changed: 0, dropped: check.duplicates });
-    console.info(`[bridge-crash] SIGKILL during replay at ${atKill}/5000: ${check.duplicates} duplicates, each with the id of its first copy (inflight ${inflight})`);
+    console.info(
+      `[bridge-crash] SIGKILL during replay at ${atKill}/5000: ${check.duplicates} duplicates, each with the id of its first copy (inflight ${inflight})`,
+    );
   });
 
   it('loses nothing acknowledged through SIGKILL during a live-first drain, with live messages acknowledged ahead of older backlog ones', async () => {
@@ -123,7 +132,10 @@ describe('bridge: SIGKILL', { timeout: 120_000 }, () => {
     const proxy = d.add(await startFaultProxy(central.port));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1, protocolVersion: 5 }));
     // The backlog drains at half of 1,500 msg/s: about 7 s, while live traffic goes unpaced beside it.
-    const bridge = bridgePatch(proxy.url, { inflight: 50, replay: { order: 'live-first', share: 0.5, messagesPerS: 1500, bytesPerS: 0 } });
+    const bridge = bridgePatch(proxy.url, {
+      inflight: 50,
+      replay: { order: 'live-first', share: 0.5, messagesPerS: 1500, bytesPerS: 0 },
+    });
     const gw = d.add(await startGateway({ ...bridge, gateway: { id: GATEWAY_ID } }));
     const local = await connectClient(gw.url);
     proxy.refuse();
@@ -134,7 +146,12 @@ describe('bridge: SIGKILL', { timeout: 120_000 }, () => {
     await waitFor(() => up.messages.length > 0, 10_000, { intervalMs: 5 });
     const concurrency = 10;
     const live: string[] = [];
-    const publishing = publishSequence(local, 'plant/live', 1_000_000, { qos: 1, prefix: 'l', concurrency, ledger: live });
+    const publishing = publishSequence(local, 'plant/live', 1_000_000, {
+      qos: 1,
+      prefix: 'l',
+      concurrency,
+      ledger: live,
+    });
     const upstream = (topic: string) => up.messages.filter((m) => m.topic === topic).map((m) => m.payload.toString());
     await waitFor(() => upstream('plant/live').length >= 500, 30_000);
     await gw.kill('SIGKILL');
@@ -145,9 +162,14 @@ describe('bridge: SIGKILL', { timeout: 120_000 }, () => {
     live.sort((x, y) => Number(x.slice(1)) - Number(y.slice(1)));
 
     await gw.restart();
-    await waitFor(() => new Set(upstream('plant/backlog')).size >= n && new Set(upstream('plant/live')).size >= live.length, 60_000, {
-      message: () => `${new Set(upstream('plant/backlog')).size}/${n} backlog, ${new Set(upstream('plant/live')).size}/${live.length} live upstream`,
-    });
+    await waitFor(
+      () => new Set(upstream('plant/backlog')).size >= n && new Set(upstream('plant/live')).size >= live.length,
+      60_000,
+      {
+        message: () =>
+          `${new Set(upstream('plant/backlog')).size}/${n} backlog, ${new Set(upstream('plant/live')).size}/${live.length} live upstream`,
+      },
+    );
     const backlogCheck = checkSequence(upstream('plant/backlog'), backlog);
     const liveCheck = checkSequence(upstream('plant/live'), live);
     expect(backlogCheck).toMatchObject({ missing: [], unexpected: [], outOfOrder: 0 });

@@ -24,9 +24,15 @@ describe('bridge: dead letters', { timeout: 120_000 }, () => {
     const central = d.add(await startMosquitto({ extraConf: `acl_file ${aclFile}` }));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     const metricsPort = await freePort();
-    const gw = d.add(await startGateway({ ...bridgePatch(central.url), metrics: { host: '127.0.0.1', port: metricsPort } }));
+    const gw = d.add(
+      await startGateway({ ...bridgePatch(central.url), metrics: { host: '127.0.0.1', port: metricsPort } }),
+    );
     const local = await connectClient(gw.url);
-    for (const [topic, payload] of [['plant/denied', 'x'], ['plant/denied', 'y'], ['plant/ok/1', 'z']]) {
+    for (const [topic, payload] of [
+      ['plant/denied', 'x'],
+      ['plant/denied', 'y'],
+      ['plant/ok/1', 'z'],
+    ]) {
       await local.publishAsync(topic, payload, { qos: 1 });
     }
     await local.endAsync();
@@ -43,8 +49,12 @@ describe('bridge: dead letters', { timeout: 120_000 }, () => {
     const listed = await runCli(['store', 'list', '-c', gw.configFile]);
     expect(listed, listed.stderr).toMatchObject({ code: 0 });
     expect(listed.stdout).toContain('outbox central: 0 messages');
-    expect(listed.stdout).toMatch(/outbox central\.dead-letter: 2 messages, \d+ bytes, oldest \d+ s, dropped none; cursor slot \d+, floor \d+, marks 0 removed \/ 0 released {2}\(refused/);
-    expect(listed.stdout).toContain('(refused by the central broker; send again with "edgeferry store requeue central")');
+    expect(listed.stdout).toMatch(
+      /outbox central\.dead-letter: 2 messages, \d+ bytes, oldest \d+ s, dropped none; cursor slot \d+, floor \d+, marks 0 removed \/ 0 released {2}\(refused/,
+    );
+    expect(listed.stdout).toContain(
+      '(refused by the central broker; send again with "edgeferry store requeue central")',
+    );
     // Not warned about as an orphan at start: it belongs to a configured bridge.
     expect(gw.output()).not.toContain('outboxes of bridges no longer in the configuration');
 
@@ -53,12 +63,17 @@ describe('bridge: dead letters', { timeout: 120_000 }, () => {
     await central.restart();
     const after = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     const requeued = await runCli(['store', 'requeue', 'central', '-c', gw.configFile]);
-    expect(requeued, requeued.stderr).toMatchObject({ code: 0, stdout: 'moved 2 dead letters of bridge "central" to its outbox\n' });
+    expect(requeued, requeued.stderr).toMatchObject({
+      code: 0,
+      stdout: 'moved 2 dead letters of bridge "central" to its outbox\n',
+    });
     const again = await runCli(['store', 'requeue', 'central', '-c', gw.configFile]);
     expect(again.stdout).toBe('bridge "central" has no dead letters\n');
 
     await gw.restart();
-    await waitFor(() => after.payloads().includes('y'), 10_000, { message: () => `upstream got [${after.payloads().join(', ')}]` });
+    await waitFor(() => after.payloads().includes('y'), 10_000, {
+      message: () => `upstream got [${after.payloads().join(', ')}]`,
+    });
     expect(after.payloads()).toEqual(['x', 'y']);
     await waitFor(async () => (await gauge()) === '0', 5000);
   });

@@ -34,7 +34,10 @@ describe('bridge: the central broker by host name (docs/reliability.md#fault-sce
     const second = d.add(await startMosquitto({ port, host: '127.0.0.2' }));
     const metricsPort = await freePort();
     const gw = d.add(
-      await startGateway({ ...bridgePatch(`mqtt://${NAME}:${port}`), metrics: { host: '127.0.0.1', port: metricsPort } }, { hostsFile: hosts }),
+      await startGateway(
+        { ...bridgePatch(`mqtt://${NAME}:${port}`), metrics: { host: '127.0.0.1', port: metricsPort } },
+        { hostsFile: hosts },
+      ),
     );
     const local = await connectClient(gw.url);
     d.defer(() => local.endAsync(true));
@@ -48,7 +51,9 @@ describe('bridge: the central broker by host name (docs/reliability.md#fault-sce
     // The name appears: a later attempt resolves it and the backlog goes up, in order.
     const atFirst = d.add(await collect(first.url, 'plant/#', { qos: 1 }));
     resolveTo('127.0.0.1');
-    await waitFor(() => atFirst.messages.length >= 200, 20_000, { message: () => `${atFirst.messages.length}/200 at the first broker` });
+    await waitFor(() => atFirst.messages.length >= 200, 20_000, {
+      message: () => `${atFirst.messages.length}/200 at the first broker`,
+    });
     expect(checkSequence(atFirst.payloads(), early)).toMatchObject({ missing: [], unexpected: [], outOfOrder: 0 });
 
     // The name moves to another address and the first broker goes away: the reconnect resolves the name again.
@@ -56,7 +61,9 @@ describe('bridge: the central broker by host name (docs/reliability.md#fault-sce
     resolveTo('127.0.0.2');
     await first.stop();
     const late = await publishSequence(local, 'plant/dns', 200, { qos: 1, prefix: 'b' });
-    await waitFor(() => atSecond.messages.length >= 200, 20_000, { message: () => `${atSecond.messages.length}/200 at the second broker` });
+    await waitFor(() => atSecond.messages.length >= 200, 20_000, {
+      message: () => `${atSecond.messages.length}/200 at the second broker`,
+    });
     expect(checkSequence(atSecond.payloads(), late)).toMatchObject({ missing: [], unexpected: [], outOfOrder: 0 });
     expect(await bridgeGauge(metricsPort, 'edgeferry_bridge_connected')).toBe(1);
   });

@@ -25,10 +25,15 @@ describe('bridge: steady stream and inbound commands', { timeout: 120_000 }, () 
     const acked = await publishSequence(local, 'plant/line4/temp', 2000, { qos: 1, prefix: 's', concurrency: 50 });
     expect(acked).toHaveLength(2000);
     await waitFor(() => up.messages.length >= 2000, 20_000, { message: () => `${up.messages.length}/2000 upstream` });
-    expect(checkSequence(up.payloads(), sequence(2000, 's'))).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(checkSequence(up.payloads(), sequence(2000, 's'))).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
   });
 
-  it('bridges over WebSocket (ws://) to Mosquitto\'s websockets listener: every QoS 1 and QoS 0 message, in order', async () => {
+  it("bridges over WebSocket (ws://) to Mosquitto's websockets listener: every QoS 1 and QoS 0 message, in order", async () => {
     const wsPort = await freePort();
     const central = d.add(await startMosquitto({ extraConf: `listener ${wsPort} 127.0.0.1\nprotocol websockets` }));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
@@ -38,8 +43,14 @@ describe('bridge: steady stream and inbound commands', { timeout: 120_000 }, () 
     const acked = await publishSequence(local, 'plant/ws/q1', 500, { qos: 1, prefix: 'w', concurrency: 50 });
     const q0 = await publishSequence(local, 'plant/ws/q0', 100, { qos: 0, prefix: 'z', concurrency: 10 });
     await waitFor(() => up.messages.length >= 600, 20_000, { message: () => `${up.messages.length}/600 upstream` });
-    const on = (topic: string): string[] => up.messages.filter((m) => m.topic === topic).map((m) => m.payload.toString());
-    expect(checkSequence(on('plant/ws/q1'), acked)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    const on = (topic: string): string[] =>
+      up.messages.filter((m) => m.topic === topic).map((m) => m.payload.toString());
+    expect(checkSequence(on('plant/ws/q1'), acked)).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
     expect(checkSequence(on('plant/ws/q0'), q0)).toMatchObject({ missing: [], outOfOrder: 0 });
   });
 
@@ -50,7 +61,10 @@ describe('bridge: steady stream and inbound commands', { timeout: 120_000 }, () 
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     const gw = d.add(
       await startGateway(
-        bridgePatch(central.url, { topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }], queue: { deadLetter: { maxMessages: 0 } } }),
+        bridgePatch(central.url, {
+          topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }],
+          queue: { deadLetter: { maxMessages: 0 } },
+        }),
       ),
     );
     const local = await connectClient(gw.url);
@@ -72,7 +86,17 @@ describe('bridge: steady stream and inbound commands', { timeout: 120_000 }, () 
     const gw = d.add(await startGateway(bridgePatch(central.url)));
     const expected = sequence(500, 'line');
     await new Promise<void>((resolve, reject) => {
-      const pub = spawn('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(gw.port), '-t', 'plant/pub', '-q', '0', '-l']);
+      const pub = spawn('mosquitto_pub', [
+        '-h',
+        '127.0.0.1',
+        '-p',
+        String(gw.port),
+        '-t',
+        'plant/pub',
+        '-q',
+        '0',
+        '-l',
+      ]);
       pub.on('error', reject);
       pub.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`mosquitto_pub exited ${code}`))));
       pub.stdin.end(expected.join('\n') + '\n');

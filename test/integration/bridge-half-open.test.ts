@@ -51,7 +51,9 @@ describe('bridge: half-open uplink', { timeout: 120_000 }, () => {
       expect(check.missing).toEqual([]);
       expect(check.outOfOrder).toBe(0);
       expect(Date.now() - blackholedAt).toBeLessThan(20_000);
-      console.info(`[bridge-half-open] QoS ${qos}: ${sent.length} sent, ${check.duplicates} duplicates after the blackhole`);
+      console.info(
+        `[bridge-half-open] QoS ${qos}: ${sent.length} sent, ${check.duplicates} duplicates after the blackhole`,
+      );
     });
   }
 });

@@ -44,7 +44,12 @@ describe('bridge forwarding to a real Mosquitto', () => {
     // Concurrent publishes: the journal keeps their order, and each PUBACK waits for its append.
     await Promise.all(expected.map((p) => publishLocal(broker, 'plant/line4/temp', p)));
     await waitFor(() => up.messages.length >= 500, 10_000);
-    expect(checkSequence(up.payloads(), expected)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(checkSequence(up.payloads(), expected)).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
     await waitFor(() => outbox.depth.messages === 0, 5000);
     expect(bridge.stats.acked).toBe(500);
     expect(up.messages.every((m) => m.qos === 1)).toBe(true);
@@ -186,10 +191,14 @@ describe('bridge forwarding to a real Mosquitto', () => {
     const remote = await connectClient(central.url);
     d.defer(() => remote.endAsync(true));
     // The SUBACK may lag the CONNACK: publish until the first one crosses.
-    await waitFor(async () => {
-      await remote.publishAsync('cmd/line4/stop', 'now', { qos: 1 });
-      return local.length > 0;
-    }, 5000, { intervalMs: 200 });
+    await waitFor(
+      async () => {
+        await remote.publishAsync('cmd/line4/stop', 'now', { qos: 1 });
+        return local.length > 0;
+      },
+      5000,
+      { intervalMs: 200 },
+    );
     expect(local[0]).toMatchObject({ topic: 'cmd/line4/stop', origin: 'bridge:central' });
     // A local command goes up once; the remote one never comes back up as a second copy.
     await publishLocal(broker, 'cmd/line4/start', 'local');
@@ -259,8 +268,16 @@ describe('bridge forwarding to a real Mosquitto', () => {
     const seen: boolean[] = [];
     let births = 0;
     const hooks: UplinkHooks = {
-      will: () => createMessage({ topic: 'spBv1.0/g/NDEATH/n', payload: Buffer.from('death'), qos: 1, origin: 'edge-node' }),
-      prologue: () => [createMessage({ topic: 'spBv1.0/g/NBIRTH/n', payload: Buffer.from(`birth${births++}`), qos: 0, origin: 'edge-node' })],
+      will: () =>
+        createMessage({ topic: 'spBv1.0/g/NDEATH/n', payload: Buffer.from('death'), qos: 1, origin: 'edge-node' }),
+      prologue: () => [
+        createMessage({
+          topic: 'spBv1.0/g/NBIRTH/n',
+          payload: Buffer.from(`birth${births++}`),
+          qos: 0,
+          origin: 'edge-node',
+        }),
+      ],
       rewrite: (e: OutboxEntry, backlog: boolean) => {
         seen.push(backlog);
         if (e.msg.payload.toString() === 'drop-me') return null;
@@ -317,13 +334,24 @@ describe('bridge uplink connection management', () => {
     const dir = d.tempDir();
     writeFileSync(join(dir, 'client.key'), 'not a key');
     writeFileSync(join(dir, 'client.crt'), 'not a certificate');
-    const tls = { keyFile: join(dir, 'client.key'), certFile: join(dir, 'client.crt'), rejectUnauthorized: true, ciphers: DEFAULT_TLS_CIPHERS };
-    const { broker, bridge, outbox, log } = setup(['mqtts://127.0.0.1:1'], { reconnect: { minDelayMs: 50, maxDelayMs: 100 }, remote: { tls } });
+    const tls = {
+      keyFile: join(dir, 'client.key'),
+      certFile: join(dir, 'client.crt'),
+      rejectUnauthorized: true,
+      ciphers: DEFAULT_TLS_CIPHERS,
+    };
+    const { broker, bridge, outbox, log } = setup(['mqtts://127.0.0.1:1'], {
+      reconnect: { minDelayMs: 50, maxDelayMs: 100 },
+      remote: { tls },
+    });
     await bridge.start();
     await publishLocal(broker, 'plant/a', 'kept');
     const failedAttempts = (): number => log.lines.filter((l) => l.msg.startsWith('uplink attempt failed (')).length;
     await waitFor(() => failedAttempts() >= 3, 5000);
-    expect(bridge.status).toMatchObject({ type: 'offline', error: expect.stringMatching(/^cannot connect to mqtts:\/\/127\.0\.0\.1:1: .*PEM/) });
+    expect(bridge.status).toMatchObject({
+      type: 'offline',
+      error: expect.stringMatching(/^cannot connect to mqtts:\/\/127\.0\.0\.1:1: .*PEM/),
+    });
     expect(outbox.depth.messages).toBe(1);
   });
 

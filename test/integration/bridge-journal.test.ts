@@ -30,9 +30,15 @@ async function upstream(name: string): Promise<Upstream> {
   return { name, proxy, up };
 }
 
-function bridges(ups: readonly Upstream[], extra: Record<string, Record<string, unknown>> = {}): { bridges: Record<string, unknown>[] } {
+function bridges(
+  ups: readonly Upstream[],
+  extra: Record<string, Record<string, unknown>> = {},
+): { bridges: Record<string, unknown>[] } {
   return {
-    bridges: ups.map(({ name, proxy }) => bridgePatch(proxy.url, { name, remote: { clientId: `ef-${name}` }, ...extra[name] }).bridges[0]),
+    bridges: ups.map(
+      ({ name, proxy }) =>
+        bridgePatch(proxy.url, { name, remote: { clientId: `ef-${name}` }, ...extra[name] }).bridges[0],
+    ),
   };
 }
 
@@ -51,11 +57,16 @@ function down(u: Upstream): void {
 }
 
 /** `edgeferry store list` of the stopped gateway: per outbox messages and bytes, and the journal's entries and bytes. */
-async function storeList(gw: Gateway): Promise<{ outboxes: Map<string, { messages: number; bytes: number; dropped: string }>; journal: { entries: number; bytes: number } }> {
+async function storeList(gw: Gateway): Promise<{
+  outboxes: Map<string, { messages: number; bytes: number; dropped: string }>;
+  journal: { entries: number; bytes: number };
+}> {
   const listed = await runCli(['store', 'list', '-c', gw.configFile]);
   expect(listed, listed.stderr).toMatchObject({ code: 0 });
   const outboxes = new Map<string, { messages: number; bytes: number; dropped: string }>();
-  for (const m of listed.stdout.matchAll(/^outbox (\S+): (\d+) messages, (\d+) bytes, oldest \S+(?: s)?, dropped ([^;]+);/gm)) {
+  for (const m of listed.stdout.matchAll(
+    /^outbox (\S+): (\d+) messages, (\d+) bytes, oldest \S+(?: s)?, dropped ([^;]+);/gm,
+  )) {
     outboxes.set(m[1], { messages: Number(m[2]), bytes: Number(m[3]), dropped: m[4] });
   }
   const j = /^journal \(shared by the outboxes\): (\d+) entries in \d+ chunks, (\d+) bytes/m.exec(listed.stdout);
@@ -84,15 +95,24 @@ describe('bridge: one journal for many upstreams', { timeout: 180_000 }, () => {
     const perOutbox = held.outboxes.get('a')!.bytes;
     expect(held.journal.entries).toBe(n);
     expect(held.journal.bytes).toBeLessThan(1.5 * perOutbox);
-    console.info(`[bridge-journal] ${n} messages for 3 bridges: journal ${held.journal.bytes} bytes, ${perOutbox} bytes per outbox`);
+    console.info(
+      `[bridge-journal] ${n} messages for 3 bridges: journal ${held.journal.bytes} bytes, ${perOutbox} bytes per outbox`,
+    );
 
     // a and b come back; c stays down and keeps the journal's entries for itself.
     ups[0].proxy.restore();
     ups[1].proxy.restore();
     await gw.restart();
     for (const u of ups.slice(0, 2)) {
-      await waitFor(() => new Set(u.up.payloads()).size >= n, 60_000, { message: () => `${u.name}: ${u.up.messages.length}/${n}` });
-      expect(checkSequence(u.up.payloads(), acked)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+      await waitFor(() => new Set(u.up.payloads()).size >= n, 60_000, {
+        message: () => `${u.name}: ${u.up.messages.length}/${n}`,
+      });
+      expect(checkSequence(u.up.payloads(), acked)).toEqual({
+        missing: [],
+        unexpected: [],
+        duplicates: 0,
+        outOfOrder: 0,
+      });
     }
     expect(ups[2].up.messages).toHaveLength(0);
     await emptied(metricsPort, 'a');
@@ -106,8 +126,15 @@ describe('bridge: one journal for many upstreams', { timeout: 180_000 }, () => {
 
     ups[2].proxy.restore();
     await gw.restart();
-    await waitFor(() => new Set(ups[2].up.payloads()).size >= n, 60_000, { message: () => `c: ${ups[2].up.messages.length}/${n}` });
-    expect(checkSequence(ups[2].up.payloads(), acked)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    await waitFor(() => new Set(ups[2].up.payloads()).size >= n, 60_000, {
+      message: () => `c: ${ups[2].up.messages.length}/${n}`,
+    });
+    expect(checkSequence(ups[2].up.payloads(), acked)).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
     await emptied(metricsPort, 'c');
     await gw.stop();
     const empty = await storeList(gw);
@@ -119,14 +146,18 @@ describe('bridge: one journal for many upstreams', { timeout: 180_000 }, () => {
     down(ups[1]);
     const queue = { queue: { maxMessages: 100, overflow: 'drop-oldest' } };
     const metricsPort = await freePort();
-    const gw = d.add(await startGateway({ ...bridges(ups, { c: queue }), metrics: { host: '127.0.0.1', port: metricsPort } }));
+    const gw = d.add(
+      await startGateway({ ...bridges(ups, { c: queue }), metrics: { host: '127.0.0.1', port: metricsPort } }),
+    );
     const local = await connectClient(gw.url);
     d.defer(() => local.endAsync(true));
     const n = 2000;
     // One at a time: many small journal chunks, so that c's moving floor frees them as it goes.
     const acked = await publishSequence(local, 'plant/line2/temp', n, { qos: 1, prefix: 'q' });
     expect(acked).toHaveLength(n);
-    await waitFor(() => new Set(ups[0].up.payloads()).size >= n, 60_000, { message: () => `a: ${ups[0].up.messages.length}/${n}` });
+    await waitFor(() => new Set(ups[0].up.payloads()).size >= n, 60_000, {
+      message: () => `a: ${ups[0].up.messages.length}/${n}`,
+    });
     expect(checkSequence(ups[0].up.payloads(), acked)).toMatchObject({ missing: [], duplicates: 0, outOfOrder: 0 });
     await emptied(metricsPort, 'a');
     await local.endAsync();
@@ -141,8 +172,15 @@ describe('bridge: one journal for many upstreams', { timeout: 180_000 }, () => {
     ups[1].proxy.restore();
     await gw.restart();
     const last = acked.slice(n - 100);
-    await waitFor(() => new Set(ups[1].up.payloads()).size >= 100, 60_000, { message: () => `c: ${ups[1].up.messages.length}/100` });
-    expect(checkSequence(ups[1].up.payloads(), last)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    await waitFor(() => new Set(ups[1].up.payloads()).size >= 100, 60_000, {
+      message: () => `c: ${ups[1].up.messages.length}/100`,
+    });
+    expect(checkSequence(ups[1].up.payloads(), last)).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
   });
 
   it('loses nothing PUBACKed on any bridge through SIGKILL during the fan-out and during a replay', async () => {
@@ -152,7 +190,12 @@ describe('bridge: one journal for many upstreams', { timeout: 180_000 }, () => {
     const local = await connectClient(gw.url, { clientId: 'publisher' });
     const concurrency = 50;
     const acked: string[] = [];
-    const publishing = publishSequence(local, 'plant/line3/temp', 1_000_000, { qos: 1, prefix: 'k', concurrency, ledger: acked });
+    const publishing = publishSequence(local, 'plant/line3/temp', 1_000_000, {
+      qos: 1,
+      prefix: 'k',
+      concurrency,
+      ledger: acked,
+    });
     await waitFor(() => acked.length >= 4000, 60_000);
     await gw.kill('SIGKILL'); // a and b are sending, c's share is only journaled
     await publishing;

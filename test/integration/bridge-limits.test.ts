@@ -25,7 +25,9 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     const central = d.add(await startMosquitto());
     const proxy = d.add(await startFaultProxy(central.port));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
-    const gw = d.add(await startGateway(bridgePatch(proxy.url, { queue: { maxMessages: 100, overflow: 'drop-oldest' } })));
+    const gw = d.add(
+      await startGateway(bridgePatch(proxy.url, { queue: { maxMessages: 100, overflow: 'drop-oldest' } })),
+    );
     const local = await connectClient(gw.url);
     d.defer(() => local.endAsync(true));
     proxy.refuse();
@@ -36,7 +38,12 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     await waitFor(() => up.messages.length >= 100, 15_000);
     await delay(500); // nothing more may come
     // Exactly the newest 100 survive: 200 dropped, counted.
-    expect(checkSequence(up.payloads(), sequence(100, 'd', 200))).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(checkSequence(up.payloads(), sequence(100, 'd', 200))).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
     expect(warnings(gw.output(), 'dropping oldest')).toBe(1);
     // After the episode, the bridge works normally again.
     await local.publishAsync('plant/limit', 'after', { qos: 1 });
@@ -47,7 +54,9 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     const central = d.add(await startMosquitto());
     const proxy = d.add(await startFaultProxy(central.port));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
-    const gw = d.add(await startGateway(bridgePatch(proxy.url, { queue: { maxMessages: 100, overflow: 'reject-new' } })));
+    const gw = d.add(
+      await startGateway(bridgePatch(proxy.url, { queue: { maxMessages: 100, overflow: 'reject-new' } })),
+    );
     const local = await connectClient(gw.url, { protocolVersion: 5 });
     d.defer(() => local.endAsync(true));
     proxy.refuse();
@@ -69,7 +78,12 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     proxy.restore();
     await waitFor(() => up.messages.length >= 100, 15_000);
     await delay(300);
-    expect(checkSequence(up.payloads(), accepted)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(checkSequence(up.payloads(), accepted)).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
   });
 
   it('acknowledges pipelined publishes in their order, journaled or not, refused or not [MQTT-4.6.0-2]', async () => {
@@ -78,7 +92,8 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     const nobody = `mqtt://127.0.0.1:${await freePort()}`; // the uplink stays down
     const gw = d.add(await startGateway(bridgePatch(nobody, { queue: { maxMessages: 10, overflow: 'reject-new' } })));
     const pipeline = (raw: RawClient, bridged: (id: number) => boolean): void => {
-      for (let id = 1; id <= 40; id++) raw.publish(bridged(id) ? 'plant/order' : 'other/order', `m${id}`, { qos: 1, messageId: id });
+      for (let id = 1; id <= 40; id++)
+        raw.publish(bridged(id) ? 'plant/order' : 'other/order', `m${id}`, { qos: 1, messageId: id });
     };
     const pubacks = (raw: RawClient): [number, number][] =>
       raw.packets('puback').map((p: Packet & { cmd: 'puback' }) => [p.messageId!, p.reasonCode ?? 0]);
@@ -87,7 +102,9 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     const v5 = d.add(await RawClient.connect(gw.port, { clientId: 'order-v5' }, { protocolVersion: 5 }));
     pipeline(v5, (id) => id % 2 === 1);
     await v5.until(() => (v5.packets('puback').length >= 40 ? true : undefined), 10_000, '40 PUBACKs');
-    expect(pubacks(v5)).toEqual(Array.from({ length: 40 }, (_, i) => [i + 1, i + 1 >= 21 && (i + 1) % 2 === 1 ? 0x97 : 0]));
+    expect(pubacks(v5)).toEqual(
+      Array.from({ length: 40 }, (_, i) => [i + 1, i + 1 >= 21 && (i + 1) % 2 === 1 ? 0x97 : 0]),
+    );
 
     // MQTT 3.1.1 cannot refuse: the connection closes at the first refused publish, after acknowledging exactly
     // the publishes before it, in order. The outbox is full now, so that is the first bridged one.
@@ -100,7 +117,12 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
   it('stores a message that a full reject-new outbox refuses nowhere else: no local subscriber, live or persistent, gets it', async () => {
     const nobody = `mqtt://127.0.0.1:${await freePort()}`; // the uplink stays down
     const gw = d.add(await startGateway(bridgePatch(nobody, { queue: { maxMessages: 5, overflow: 'reject-new' } })));
-    const persistent = { clientId: 'historian', clean: false, protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
+    const persistent = {
+      clientId: 'historian',
+      clean: false,
+      protocolVersion: 5 as const,
+      properties: { sessionExpiryInterval: 3600 },
+    };
     const historian = await openClient(gw.url, persistent);
     await historian.subscribe('plant/#', { qos: 1 });
     await historian.disconnect();
@@ -111,7 +133,9 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     const pub = d.add(await RawClient.connect(gw.port, { clientId: 'filler' }, { protocolVersion: 5 }));
     for (let id = 1; id <= 8; id++) pub.publish('plant/line', `m${id}`, { qos: 1, messageId: id });
     await pub.until(() => (pub.packets('puback').length >= 8 ? true : undefined), 10_000, '8 PUBACKs');
-    expect(pub.packets('puback').map((p: Packet & { cmd: 'puback' }) => p.reasonCode ?? 0)).toEqual([0, 0, 0, 0, 0, 0x97, 0x97, 0x97]);
+    expect(pub.packets('puback').map((p: Packet & { cmd: 'puback' }) => p.reasonCode ?? 0)).toEqual([
+      0, 0, 0, 0, 0, 0x97, 0x97, 0x97,
+    ]);
 
     // Deliveries happen before the PUBACK goes out: a round trip of the subscriber's own brings in all there is.
     await hmi.publish('probe/y', 'y', { qos: 1 });
@@ -122,4 +146,3 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     expect(back.payloads()).toEqual(['m1', 'm2', 'm3', 'm4', 'm5']);
   });
 });
-

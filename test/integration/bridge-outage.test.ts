@@ -3,7 +3,14 @@
  * 10,000-message stream (scenario 2), upstream Mosquitto restarted mid-replay (scenario 6).
  */
 import { describe, expect, it } from 'vitest';
-import { checkSequence, collect, connectClient, publishSequence, sequence, type Collector } from '../helpers/collector.js';
+import {
+  checkSequence,
+  collect,
+  connectClient,
+  publishSequence,
+  sequence,
+  type Collector,
+} from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { bridgeGauge, bridgePatch, startGateway } from '../helpers/gateway.js';
@@ -46,7 +53,9 @@ describe('bridge: outages', { timeout: 120_000 }, () => {
     const drainRate = n / ((Date.now() - t1) / 1000);
     const check = checkSequence(received(collectors), ['w', ...acked]);
     expect(check).toMatchObject({ missing: [], unexpected: [], outOfOrder: 0 });
-    console.info(`[bridge-outage] ${n} QoS 1 buffered at ${bufferRate.toFixed(0)} msg/s (PUBACKed, via MQTT.js), drained at ${drainRate.toFixed(0)} msg/s (restart to last received), duplicates ${check.duplicates}`);
+    console.info(
+      `[bridge-outage] ${n} QoS 1 buffered at ${bufferRate.toFixed(0)} msg/s (PUBACKed, via MQTT.js), drained at ${drainRate.toFixed(0)} msg/s (restart to last received), duplicates ${check.duplicates}`,
+    );
   });
 
   it('replays a 20,000-message backlog in order once the link returns (drain rate reported)', async () => {
@@ -67,19 +76,29 @@ describe('bridge: outages', { timeout: 120_000 }, () => {
     // The uplink retries every <= 1 s; time the drain from the first message upstream.
     await waitFor(() => up.messages.length > 0, 10_000, { intervalMs: 5 });
     const t1 = Date.now();
-    await waitFor(() => up.messages.length >= n, 60_000, { intervalMs: 5, message: () => `${up.messages.length}/${n} upstream` });
+    await waitFor(() => up.messages.length >= n, 60_000, {
+      intervalMs: 5,
+      message: () => `${up.messages.length}/${n} upstream`,
+    });
     const drainRate = n / ((Date.now() - t1) / 1000);
     expect(checkSequence(up.payloads(), acked)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
-    console.info(`[bridge-outage] backlog ${n} x QoS 1: buffered ${bufferRate.toFixed(0)} msg/s (500 in flight, PUBACKed), replayed ${drainRate.toFixed(0)} msg/s (unpaced, inflight 500)`);
+    console.info(
+      `[bridge-outage] backlog ${n} x QoS 1: buffered ${bufferRate.toFixed(0)} msg/s (500 in flight, PUBACKed), replayed ${drainRate.toFixed(0)} msg/s (unpaced, inflight 500)`,
+    );
   });
 
-  it('over a slow uplink keeps at most the broker\'s Receive Maximum in flight, queues on disk and delivers in order (docs/reliability.md#fault-scenarios)', async () => {
+  it("over a slow uplink keeps at most the broker's Receive Maximum in flight, queues on disk and delivers in order (docs/reliability.md#fault-scenarios)", async () => {
     // Mosquitto announces its max_inflight_messages as MQTT 5 Receive Maximum (the test default is 0, unlimited).
     const central = d.add(await startMosquitto({ extraConf: 'max_inflight_messages 20' }));
     const proxy = d.add(await startFaultProxy(central.port));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     const metricsPort = await freePort();
-    const gw = d.add(await startGateway({ ...bridgePatch(proxy.url, { inflight: 100, ackTimeoutS: 10 }), metrics: { host: '127.0.0.1', port: metricsPort } }));
+    const gw = d.add(
+      await startGateway({
+        ...bridgePatch(proxy.url, { inflight: 100, ackTimeoutS: 10 }),
+        metrics: { host: '127.0.0.1', port: metricsPort },
+      }),
+    );
     await waitFor(async () => (await bridgeGauge(metricsPort, 'edgeferry_bridge_connected')) === 1, 10_000);
     proxy.setDelayMs(50); // 100 ms round trip: at most 20 acknowledgements per round trip come back
     const local = await connectClient(gw.url);
@@ -91,7 +110,10 @@ describe('bridge: outages', { timeout: 120_000 }, () => {
     let maxBacklog = 0;
     await waitFor(
       async () => {
-        maxInflight = Math.max(maxInflight, (await bridgeGauge(metricsPort, 'edgeferry_bridge_inflight_messages')) ?? 0);
+        maxInflight = Math.max(
+          maxInflight,
+          (await bridgeGauge(metricsPort, 'edgeferry_bridge_inflight_messages')) ?? 0,
+        );
         maxBacklog = Math.max(maxBacklog, (await bridgeGauge(metricsPort, 'edgeferry_bridge_backlog_messages')) ?? 0);
         return up.messages.length >= n;
       },
@@ -122,7 +144,9 @@ describe('bridge: outages', { timeout: 120_000 }, () => {
     proxy.restore();
     const acked = await publishing;
     expect(acked).toHaveLength(n);
-    await waitFor(() => new Set(up.payloads()).size >= n, 60_000, { message: () => `${new Set(up.payloads()).size}/${n} upstream` });
+    await waitFor(() => new Set(up.payloads()).size >= n, 60_000, {
+      message: () => `${new Set(up.payloads()).size}/${n} upstream`,
+    });
     const check = checkSequence(up.payloads(), sequence(n, 'c'));
     expect(check).toMatchObject({ missing: [], unexpected: [], outOfOrder: 0 });
     expect(cutAt).toBeLessThan(n); // the cut really happened mid-stream

@@ -14,7 +14,10 @@ import { waitFor } from '../helpers/wait.js';
 const d = useDisposer();
 
 function logCount(gw: Gateway, msg: string): number {
-  return gw.output().split('\n').filter((l) => l.includes(`"msg":"${msg}"`)).length;
+  return gw
+    .output()
+    .split('\n')
+    .filter((l) => l.includes(`"msg":"${msg}"`)).length;
 }
 
 /** The parts of the written config file these tests edit. */
@@ -49,13 +52,21 @@ describe('SIGHUP reload of bridges', { timeout: 60_000 }, () => {
       gw,
       (config) => {
         config.bridges[0].topics = [{ filter: 'line/#', direction: 'out' }];
-        config.bridges.push({ ...config.bridges[0], name: 'backup', remote: { ...config.bridges[0].remote, urls: [backup.url], clientId: 'edgeferry-backup' }, topics: [{ filter: 'plant/#', direction: 'out' }] });
+        config.bridges.push({
+          ...config.bridges[0],
+          name: 'backup',
+          remote: { ...config.bridges[0].remote, urls: [backup.url], clientId: 'edgeferry-backup' },
+          topics: [{ filter: 'plant/#', direction: 'out' }],
+        });
       },
       'bridge added',
     );
     await local.publish('plant/2', 'to-backup', { qos: 1 });
     await local.publish('line/1', 'to-central', { qos: 1 });
-    await waitFor(() => atBackup.payloads().includes('to-backup') && atCentral.payloads().includes('to-central'), 10_000);
+    await waitFor(
+      () => atBackup.payloads().includes('to-backup') && atCentral.payloads().includes('to-central'),
+      10_000,
+    );
     expect(atCentral.payloads()).not.toContain('to-backup');
 
     // Removing backup stops it; its messages are no longer forwarded, central carries on.

@@ -35,7 +35,11 @@ describe('bridge: TLS uplinks', { timeout: 120_000 }, () => {
     d.add(central);
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     const withCert = d.add(
-      await startGateway(bridgePatch(tlsUrl, { remote: { tls: { caFile: certs.ca, certFile: certs.clients.client.cert, keyFile: certs.clients.client.key } } })),
+      await startGateway(
+        bridgePatch(tlsUrl, {
+          remote: { tls: { caFile: certs.ca, certFile: certs.clients.client.cert, keyFile: certs.clients.client.key } },
+        }),
+      ),
     );
     const local = await connectClient(withCert.url);
     d.defer(() => local.endAsync(true));
@@ -43,7 +47,9 @@ describe('bridge: TLS uplinks', { timeout: 120_000 }, () => {
     await waitFor(() => up.payloads().includes('with-cert'), 10_000);
 
     const withoutCert = d.add(
-      await startGateway(bridgePatch(tlsUrl, { name: 'central', remote: { clientId: 'no-cert', tls: { caFile: certs.ca } } })),
+      await startGateway(
+        bridgePatch(tlsUrl, { name: 'central', remote: { clientId: 'no-cert', tls: { caFile: certs.ca } } }),
+      ),
     );
     const local2 = await connectClient(withoutCert.url);
     d.defer(() => local2.endAsync(true));
@@ -83,7 +89,12 @@ describe('bridge: TLS uplinks', { timeout: 120_000 }, () => {
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
     // A TLS front of the central broker that speaks only TLS 1.2 with a CBC suite (not AEAD), as old appliances do.
     const front = tls.createServer(
-      { cert: readFileSync(certs.server.cert), key: readFileSync(certs.server.key), maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-SHA' },
+      {
+        cert: readFileSync(certs.server.cert),
+        key: readFileSync(certs.server.key),
+        maxVersion: 'TLSv1.2',
+        ciphers: 'ECDHE-ECDSA-AES128-SHA',
+      },
       (socket) => {
         const upstream = netConnect(central.port, '127.0.0.1');
         socket.pipe(upstream).pipe(socket);
@@ -97,7 +108,9 @@ describe('bridge: TLS uplinks', { timeout: 120_000 }, () => {
     const handshakes = { failed: 0 };
     front.on('tlsClientError', () => handshakes.failed++);
 
-    const strict = d.add(await startGateway(bridgePatch(frontUrl, { remote: { clientId: 'strict', tls: { caFile: certs.ca } } })));
+    const strict = d.add(
+      await startGateway(bridgePatch(frontUrl, { remote: { clientId: 'strict', tls: { caFile: certs.ca } } })),
+    );
     const local = await connectClient(strict.url);
     d.defer(() => local.endAsync(true));
     await local.publishAsync('plant/ciphers', 'refused-suite', { qos: 1 }); // accepted locally: buffered
@@ -105,7 +118,11 @@ describe('bridge: TLS uplinks', { timeout: 120_000 }, () => {
     expect(up.payloads()).not.toContain('refused-suite');
 
     const legacy = d.add(
-      await startGateway(bridgePatch(frontUrl, { remote: { clientId: 'legacy', tls: { caFile: certs.ca, ciphers: 'ECDHE-ECDSA-AES128-SHA' } } })),
+      await startGateway(
+        bridgePatch(frontUrl, {
+          remote: { clientId: 'legacy', tls: { caFile: certs.ca, ciphers: 'ECDHE-ECDSA-AES128-SHA' } },
+        }),
+      ),
     );
     const local2 = await connectClient(legacy.url);
     d.defer(() => local2.endAsync(true));

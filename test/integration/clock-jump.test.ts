@@ -65,7 +65,10 @@ async function journalIn1970() {
   const gw = d.add(
     await startGateway(
       {
-        ...bridgePatch(`mqtts://127.0.0.1:${proxy.port}`, { remote: { tls: { caFile: pki.ca } }, queue: { maxAgeS: 3600 } }),
+        ...bridgePatch(`mqtts://127.0.0.1:${proxy.port}`, {
+          remote: { tls: { caFile: pki.ca } },
+          queue: { maxAgeS: 3600 },
+        }),
         metrics: { host: '127.0.0.1', port: metricsPort },
       },
       { env: fakeClockEnv(clockFile) },
@@ -83,7 +86,10 @@ async function journalIn1970() {
   const local = await connectClient(gw.url, { protocolVersion: 5 });
   const payloads = sequence(20, 'm');
   for (const [i, payload] of payloads.entries()) {
-    await local.publishAsync('plant/line1', payload, { qos: 1, properties: i % 2 === 0 ? { messageExpiryInterval: 3600 } : {} });
+    await local.publishAsync('plant/line1', payload, {
+      qos: 1,
+      properties: i % 2 === 0 ? { messageExpiryInterval: 3600 } : {},
+    });
   }
   await local.endAsync();
   expect(up.messages).toHaveLength(0);
@@ -148,7 +154,13 @@ describe('clock jumps (docs/reliability.md#fault-scenarios)', { timeout: 120_000
       protocolVersion: 5,
       clientId: 'will-across-a-step',
       properties: { sessionExpiryInterval: 60 },
-      will: { topic: 'wills/line1', payload: Buffer.from('gone'), qos: 1, retain: false, properties: { willDelayInterval: 2 } },
+      will: {
+        topic: 'wills/line1',
+        payload: Buffer.from('gone'),
+        qos: 1,
+        retain: false,
+        properties: { willDelayInterval: 2 },
+      },
     });
     const droppedAt = performance.now();
     client.stream.destroy(); // lost, not a DISCONNECT: the will is due in 2 s

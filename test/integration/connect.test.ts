@@ -85,14 +85,25 @@ describe('CONNACK return and reason codes', () => {
     expect(typeof assigned).toBe('string');
     expect(assigned!.length).toBeGreaterThan(0);
     // Also with clean start 0 (MQTT 5 allows it; MQTT.js does not, hence a raw socket), and each id is unique.
-    const { raw: b, connack } = await RawClient.connect(gw.port, 5, { clientId: '', clean: false, properties: { sessionExpiryInterval: 10 } });
+    const { raw: b, connack } = await RawClient.connect(gw.port, 5, {
+      clientId: '',
+      clean: false,
+      properties: { sessionExpiryInterval: 10 },
+    });
     d.add(b);
     expect(connack.reasonCode).toBe(0);
     const assignedB = connack.properties?.assignedClientIdentifier;
     expect(assignedB).toBeTruthy();
     expect(assignedB).not.toBe(assigned);
     // The assigned id is the session's real id: connecting with it resumes the session and takes it over.
-    const again = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: assignedB!, clean: false, properties: { sessionExpiryInterval: 10 } }));
+    const again = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: assignedB!,
+        clean: false,
+        properties: { sessionExpiryInterval: 10 },
+      }),
+    );
     expect(again.connack.sessionPresent).toBe(true);
     expect(((await b.next('disconnect')) as IDisconnectPacket).reasonCode).toBe(0x8e);
     await b.waitForClose();
@@ -133,7 +144,15 @@ describe('CONNACK return and reason codes', () => {
     expect(connack.returnCode).toBe(0);
     raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: 'v31/t', qos: 1 }] });
     expect(await raw.next('suback')).toMatchObject({ granted: [1] });
-    raw.send({ cmd: 'publish', topic: 'v31/t', payload: Buffer.from('hi'), qos: 1, messageId: 2, retain: false, dup: false });
+    raw.send({
+      cmd: 'publish',
+      topic: 'v31/t',
+      payload: Buffer.from('hi'),
+      qos: 1,
+      messageId: 2,
+      retain: false,
+      dup: false,
+    });
     expect(await raw.next('puback')).toMatchObject({ messageId: 2 });
     const p = (await raw.next('publish')) as IPublishPacket;
     expect(p).toMatchObject({ topic: 'v31/t', qos: 1 });
@@ -142,7 +161,9 @@ describe('CONNACK return and reason codes', () => {
 
   it('reports session present 0 for a fresh client in both versions [MQTT-3.2.2-3]', async () => {
     for (const protocolVersion of [4, 5] as const) {
-      const c = d.add(await openClient(gw.url, { protocolVersion, clientId: `fresh-${protocolVersion}`, clean: false }));
+      const c = d.add(
+        await openClient(gw.url, { protocolVersion, clientId: `fresh-${protocolVersion}`, clean: false }),
+      );
       expect(c.connack.sessionPresent).toBe(false);
       await c.disconnect();
     }
@@ -226,7 +247,14 @@ describe('keep alive', () => {
     d.add(raw);
     const until = Date.now() + 3500;
     while (Date.now() < until) {
-      raw.send({ cmd: 'publish', topic: 'keepalive/activity', payload: Buffer.from('x'), qos: 0, retain: false, dup: false });
+      raw.send({
+        cmd: 'publish',
+        topic: 'keepalive/activity',
+        payload: Buffer.from('x'),
+        qos: 0,
+        retain: false,
+        dup: false,
+      });
       await new Promise((r) => setTimeout(r, 400));
     }
     expect(raw.isClosed).toBe(false);
@@ -257,7 +285,10 @@ describe('maximum keep alive (broker.maxKeepaliveS: 60)', () => {
 
   it('refuses a 3.1.1 client whose keep alive is above the maximum or 0 with CONNACK 0x02 (as Mosquitto does) [docs/reliability.md rule 30]', async () => {
     for (const keepalive of [61, 65535, 0]) {
-      expect(await connectRefused(limited.url, { protocolVersion: 4, keepalive, clientId: `ka3-${keepalive}` }), `keepalive ${keepalive}`).toBe(0x02);
+      expect(
+        await connectRefused(limited.url, { protocolVersion: 4, keepalive, clientId: `ka3-${keepalive}` }),
+        `keepalive ${keepalive}`,
+      ).toBe(0x02);
     }
   });
 
@@ -281,7 +312,10 @@ describe('MQTT over WebSocket', () => {
       const atWs = await overWs.waitForMessages(2);
       const atTcp = await overTcp.waitForMessages(2);
       for (const got of [atWs, atTcp]) {
-        expect(got.map((m) => m.topic).sort()).toEqual([`ws/${protocolVersion}/from-tcp`, `ws/${protocolVersion}/from-ws`]);
+        expect(got.map((m) => m.topic).sort()).toEqual([
+          `ws/${protocolVersion}/from-tcp`,
+          `ws/${protocolVersion}/from-ws`,
+        ]);
         expect(got.find((m) => m.topic.endsWith('from-ws'))!.payload.length).toBe(70_000);
         expect(got.every((m) => m.qos === 1)).toBe(true);
       }
@@ -332,7 +366,10 @@ describe('WebSocket allowedOrigins', () => {
     const ws = await freePort();
     const g = d.add(
       await startGateway({
-        listeners: [{ type: 'tcp', host: '127.0.0.1', port }, { type: 'ws', host: '127.0.0.1', port: ws, ...listener }],
+        listeners: [
+          { type: 'tcp', host: '127.0.0.1', port },
+          { type: 'ws', host: '127.0.0.1', port: ws, ...listener },
+        ],
         ...patch,
       }),
     );
@@ -347,9 +384,15 @@ describe('WebSocket allowedOrigins', () => {
     expect(await upgradeStatus(ws, undefined)).toBe(101);
     // MQTT end to end: a page of the listed origin connects; one of another origin does not.
     const url = `ws://127.0.0.1:${ws}/mqtt`;
-    const listed = d.add(await openClient(url, { protocolVersion: 5, wsOptions: { origin: 'https://hmi.example:8443' } }));
+    const listed = d.add(
+      await openClient(url, { protocolVersion: 5, wsOptions: { origin: 'https://hmi.example:8443' } }),
+    );
     expect(listed.connack.reasonCode).toBe(0);
-    const foreign = await openClient(url, { protocolVersion: 5, wsOptions: { origin: 'https://evil.example' } }, 3000).then(
+    const foreign = await openClient(
+      url,
+      { protocolVersion: 5, wsOptions: { origin: 'https://evil.example' } },
+      3000,
+    ).then(
       (c) => (d.add(c), 'connected'),
       () => 'refused',
     );
@@ -368,9 +411,11 @@ describe('WebSocket allowedOrigins', () => {
     execFileSync('mosquitto_passwd', ['-c', '-b', passwordFile, 'hmi', 'hmi-secret'], { stdio: 'pipe' });
     const open = await wsGateway({ allowAnonymous: false }, { auth: { passwordFile } });
     expect(await upgradeStatus(open.ws, 'https://any.example')).toBe(101);
-    const listed = await wsGateway({ allowAnonymous: false, allowedOrigins: ['https://hmi.example'] }, { auth: { passwordFile } });
+    const listed = await wsGateway(
+      { allowAnonymous: false, allowedOrigins: ['https://hmi.example'] },
+      { auth: { passwordFile } },
+    );
     expect(await upgradeStatus(listed.ws, 'https://any.example')).toBe(403);
     expect(await upgradeStatus(listed.ws, 'https://hmi.example')).toBe(101);
   });
 });
-

@@ -222,7 +222,9 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
       expect(central.log()).toMatch(/Client line7-central already connected, closing old connection/);
       for (const twin of twins) {
         // Not a loop of warnings: the first quick closes, then silence but for the one error.
-        expect(logLines(twin).filter((l) => String(l.msg).startsWith('uplink lost; buffering (')).length).toBeLessThanOrEqual(3);
+        expect(
+          logLines(twin).filter((l) => String(l.msg).startsWith('uplink lost; buffering (')).length,
+        ).toBeLessThanOrEqual(3);
         const errors = logLines(twin).filter((l) => l.level === 'error' || l.level === 50);
         expect(errors.length).toBeLessThanOrEqual(1);
         for (const e of errors) {

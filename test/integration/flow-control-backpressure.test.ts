@@ -36,7 +36,13 @@ async function gateway(slowClientTimeoutMs: number): Promise<{ gw: Gateway; metr
   const gw = d.add(
     await startGateway({
       metrics: { host: '127.0.0.1', port: metricsPort },
-      broker: { maxQueuedMessages: 0, queueHighWater: HIGH_WATER, maxInflight: MAX_INFLIGHT, slowClientTimeoutMs, sysIntervalS: 0 },
+      broker: {
+        maxQueuedMessages: 0,
+        queueHighWater: HIGH_WATER,
+        maxInflight: MAX_INFLIGHT,
+        slowClientTimeoutMs,
+        sysIntervalS: 0,
+      },
     }),
   );
   return { gw, metricsPort };
@@ -74,7 +80,12 @@ function burst(topic: string, count: number, size: number, version: ProtocolVers
   for (let i = 0; i < count; i++) {
     const payload = Buffer.alloc(size, i % 251);
     payload.writeUInt32BE(i, 0);
-    packets.push(encode({ cmd: 'publish', topic, payload, qos: 1, messageId: (i % 65535) + 1, dup: false, retain: false }, version));
+    packets.push(
+      encode(
+        { cmd: 'publish', topic, payload, qos: 1, messageId: (i % 65535) + 1, dup: false, retain: false },
+        version,
+      ),
+    );
   }
   return Buffer.concat(packets);
 }
@@ -99,7 +110,7 @@ async function settled(value: () => number, quietMs: number, timeoutMs: number, 
 }
 
 describe('back-pressure from a slow QoS 1 subscriber', { timeout: 90_000 }, () => {
-  it('stops reading a 3.1.1 publisher while the subscriber\'s queue is at queueHighWater (its PUBACKs stop, RSS stays flat with unlimited queues), then resumes and delivers everything in order', async () => {
+  it("stops reading a 3.1.1 publisher while the subscriber's queue is at queueHighWater (its PUBACKs stop, RSS stays flat with unlimited queues), then resumes and delivers everything in order", async () => {
     const { gw } = await gateway(60_000);
     const sub = await slowSubscriber(gw, 'bp-slow', 'bp/a');
     const pub = d.add(await RawClient.connect(gw.port, { clientId: 'bp-pub', keepalive: 0 }, { protocolVersion: 4 }));
@@ -111,7 +122,11 @@ describe('back-pressure from a slow QoS 1 subscriber', { timeout: 90_000 }, () =
     pub.write(data);
 
     // The subscriber got its inflight window and stopped; the publisher's acknowledgements stop near the mark.
-    await sub.c.until(() => sub.c.publishes.length >= MAX_INFLIGHT || undefined, 10_000, `${MAX_INFLIGHT} PUBLISH at the subscriber`);
+    await sub.c.until(
+      () => sub.c.publishes.length >= MAX_INFLIGHT || undefined,
+      10_000,
+      `${MAX_INFLIGHT} PUBLISH at the subscriber`,
+    );
     const held = await settled(() => pub.packets('puback').length, 1000, 20_000, 'PUBACKs to the held publisher');
     const rssHeld = rssBytes(gw);
     expect(held).toBeGreaterThanOrEqual(HIGH_WATER);
@@ -125,7 +140,12 @@ describe('back-pressure from a slow QoS 1 subscriber', { timeout: 90_000 }, () =
     // The subscriber acknowledges: the publisher is read again, and every message arrives, once, in order.
     sub.ack();
     await pub.until(() => pub.packets('puback').length >= count || undefined, 60_000, `${count} PUBACK`, true);
-    await sub.c.until(() => sub.c.publishes.length >= count || undefined, 60_000, `${count} PUBLISH at the subscriber`, true);
+    await sub.c.until(
+      () => sub.c.publishes.length >= count || undefined,
+      60_000,
+      `${count} PUBLISH at the subscriber`,
+      true,
+    );
     const indexes = sub.c.publishes.map((p) => (p.payload as Buffer).readUInt32BE(0));
     expect(indexes).toEqual(Array.from({ length: count }, (_, i) => i));
   });
@@ -139,7 +159,12 @@ describe('back-pressure from a slow QoS 1 subscriber', { timeout: 90_000 }, () =
     const count = 1000;
     const startedAt = performance.now();
     pub.write(burst('bp/b', count, 64, 5));
-    await pub.until(() => pub.packets('puback').length >= HIGH_WATER || undefined, 10_000, `${HIGH_WATER} PUBACK`, true);
+    await pub.until(
+      () => pub.packets('puback').length >= HIGH_WATER || undefined,
+      10_000,
+      `${HIGH_WATER} PUBACK`,
+      true,
+    );
     const held = pub.packets('puback').length;
     expect(held).toBeLessThan(count);
 
@@ -151,13 +176,18 @@ describe('back-pressure from a slow QoS 1 subscriber', { timeout: 90_000 }, () =
     const dropped = await droppedSlowClient(metricsPort);
     expect(dropped).toBeGreaterThan(0);
     expect(dropped).toBeLessThanOrEqual(count - HIGH_WATER);
-    const warnings = gw.output().split('\n').filter((line) => line.includes('holds them no more'));
+    const warnings = gw
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('holds them no more'));
     expect(warnings).toHaveLength(1);
     expect(JSON.parse(warnings[0])).toMatchObject({ clientId: 'bp-stuck' });
 
     // Acknowledging at last, the subscriber gets what its queue kept, in order, and nothing was lost twice over.
     sub.ack();
-    await waitFor(() => sub.c.publishes.length + dropped >= count, 10_000, { message: () => `${sub.c.publishes.length} delivered + ${dropped} dropped of ${count}` });
+    await waitFor(() => sub.c.publishes.length + dropped >= count, 10_000, {
+      message: () => `${sub.c.publishes.length} delivered + ${dropped} dropped of ${count}`,
+    });
     expect(sub.c.publishes.length + dropped).toBe(count);
     const indexes = sub.c.publishes.map((p) => (p.payload as Buffer).readUInt32BE(0));
     expect(indexes).toEqual([...indexes].sort((a, b) => a - b));
@@ -191,7 +221,12 @@ describe('back-pressure from a slow QoS 1 subscriber', { timeout: 90_000 }, () =
     expect(held.packets('puback').length).toBeLessThan(count);
     sub.ack();
     await held.until(() => held.packets('puback').length >= count || undefined, 30_000, `${count} PUBACK`, true);
-    await sub.c.until(() => sub.c.publishes.length >= count || undefined, 30_000, `${count} PUBLISH at the subscriber`, true);
+    await sub.c.until(
+      () => sub.c.publishes.length >= count || undefined,
+      30_000,
+      `${count} PUBLISH at the subscriber`,
+      true,
+    );
   });
 });
 
@@ -201,15 +236,30 @@ describe('the read budget per turn (delivery first)', { timeout: 30_000 }, () =>
     const sub = d.add(await RawClient.connect(gw.port, { clientId: 'budget-sub' }, { protocolVersion: 4 }));
     await sub.subscribe([{ topic: 'budget/#', qos: 0 }]);
     const pub = d.add(
-      await RawClient.connect(gw.port, { clientId: 'budget-pub', will: { topic: 'budget/will', payload: Buffer.from('gone'), qos: 0, retain: false } }, { protocolVersion: 4 }),
+      await RawClient.connect(
+        gw.port,
+        { clientId: 'budget-pub', will: { topic: 'budget/will', payload: Buffer.from('gone'), qos: 0, retain: false } },
+        { protocolVersion: 4 },
+      ),
     );
     const count = 2000;
     const packets: Buffer[] = [];
-    for (let i = 0; i < count; i++) packets.push(encode({ cmd: 'publish', topic: 'budget/data', payload: Buffer.from(`m${i}`), qos: 0, dup: false, retain: false }, 4));
+    for (let i = 0; i < count; i++)
+      packets.push(
+        encode(
+          { cmd: 'publish', topic: 'budget/data', payload: Buffer.from(`m${i}`), qos: 0, dup: false, retain: false },
+          4,
+        ),
+      );
     packets.push(encode({ cmd: 'disconnect' }, 4));
     // One write, then the socket closes at once: the gateway sees the close while most of it is still unframed.
     pub.socket.end(Buffer.concat(packets));
-    await sub.until(() => sub.publishes.length >= count || undefined, 15_000, `${count} PUBLISH at the subscriber`, true);
+    await sub.until(
+      () => sub.publishes.length >= count || undefined,
+      15_000,
+      `${count} PUBLISH at the subscriber`,
+      true,
+    );
     expect(sub.publishes.map((p) => p.payload.toString())).toEqual(Array.from({ length: count }, (_, i) => `m${i}`));
     // The DISCONNECT at the end was read too: no will [MQTT-3.1.2-10].
     await sub.ping();

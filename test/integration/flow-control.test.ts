@@ -69,12 +69,27 @@ describe('Receive Maximum and inflight windows', () => {
     const received = await persistentSubscriber(gw, 'flow/v4', 1);
     const pub = d.add(await RawClient.connect(gw.port, { clientId: 'flow-v4-pub' }, { protocolVersion: 4 }));
     const count = 40 * RECEIVE_MAXIMUM;
-    const burst = Array.from({ length: count }, (_, i) => encode({ cmd: 'publish', topic: 'flow/v4', payload: Buffer.from(`b${i}`), qos: 1, messageId: i + 1, dup: false, retain: false }, 4));
+    const burst = Array.from({ length: count }, (_, i) =>
+      encode(
+        {
+          cmd: 'publish',
+          topic: 'flow/v4',
+          payload: Buffer.from(`b${i}`),
+          qos: 1,
+          messageId: i + 1,
+          dup: false,
+          retain: false,
+        },
+        4,
+      ),
+    );
     pub.write(Buffer.concat(burst));
     await pub.until(() => pub.packets('puback').length >= count || undefined, 10_000, `${count} PUBACK`, true);
     expect(pub.closed).toBe(false);
     expect(pub.packets('puback').map((p) => p.messageId)).toEqual(Array.from({ length: count }, (_, i) => i + 1));
-    await waitFor(() => received.length >= count, 10_000, { message: () => `${received.length} of ${count} messages at the subscriber` });
+    await waitFor(() => received.length >= count, 10_000, {
+      message: () => `${received.length} of ${count} messages at the subscriber`,
+    });
     expect(received).toEqual(Array.from({ length: count }, (_, i) => `b${i}`));
   });
 
@@ -83,13 +98,32 @@ describe('Receive Maximum and inflight windows', () => {
     const pub = d.add(await RawClient.connect(gw.port, { clientId: 'flow-v4-pub2' }, { protocolVersion: 4 }));
     const count = 10 * RECEIVE_MAXIMUM;
     const ids = Array.from({ length: count }, (_, i) => i + 1);
-    pub.write(Buffer.concat(ids.map((id) => encode({ cmd: 'publish', topic: 'flow/v4q2', payload: Buffer.from(`c${id}`), qos: 2, messageId: id, dup: false, retain: false }, 4))));
+    pub.write(
+      Buffer.concat(
+        ids.map((id) =>
+          encode(
+            {
+              cmd: 'publish',
+              topic: 'flow/v4q2',
+              payload: Buffer.from(`c${id}`),
+              qos: 2,
+              messageId: id,
+              dup: false,
+              retain: false,
+            },
+            4,
+          ),
+        ),
+      ),
+    );
     await pub.until(() => pub.packets('pubrec').length >= count || undefined, 10_000, `${count} PUBREC`, true);
     expect(pub.packets('pubrec').map((p) => p.messageId)).toEqual(ids);
     pub.write(Buffer.concat(ids.map((id) => encode({ cmd: 'pubrel', messageId: id }, 4))));
     await pub.until(() => pub.packets('pubcomp').length >= count || undefined, 10_000, `${count} PUBCOMP`, true);
     expect(pub.packets('pubcomp').map((p) => p.messageId)).toEqual(ids);
-    await waitFor(() => received.length >= count, 10_000, { message: () => `${received.length} of ${count} messages at the subscriber` });
+    await waitFor(() => received.length >= count, 10_000, {
+      message: () => `${received.length} of ${count} messages at the subscriber`,
+    });
     expect(received).toEqual(ids.map((id) => `c${id}`));
   });
 
@@ -125,7 +159,9 @@ describe('Receive Maximum and inflight windows', () => {
     expect(sub.publishes).toHaveLength(MAX_INFLIGHT);
     for (const p of sub.publishes.slice()) sub.send({ cmd: 'puback', messageId: p.messageId });
     await sub.until(() => sub.publishes.length >= MAX_INFLIGHT + 4, 5000, 'the rest after the acks');
-    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(Array.from({ length: MAX_INFLIGHT + 4 }, (_, i) => `c${i}`));
+    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(
+      Array.from({ length: MAX_INFLIGHT + 4 }, (_, i) => `c${i}`),
+    );
   });
 
   it('applies the same window to QoS 2, counting a flow until PUBCOMP', async () => {
@@ -155,7 +191,7 @@ describe('the client Maximum Packet Size', () => {
     return 1 + (remaining < 128 ? 1 : 2) + remaining;
   }
 
-  it('does not send a PUBLISH larger than the client\'s Maximum Packet Size, and sends the next one that fits [MQTT-3.1.2-24] [MQTT-3.1.2-25]', async () => {
+  it("does not send a PUBLISH larger than the client's Maximum Packet Size, and sends the next one that fits [MQTT-3.1.2-24] [MQTT-3.1.2-25]", async () => {
     const max = 128;
     const topic = 'flow/size';
     // receiveMaximum 1: a discarded message must not hold the only inflight slot either.
@@ -197,8 +233,12 @@ describe('a subscriber that stops reading', () => {
   const MAX_WRITE_BUFFER_BYTES = 256 * 1024;
   const SLOW_CLIENT_TIMEOUT_MS = 1500;
   const gw = useGateway({
-      broker: { maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES, slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS, sysIntervalS: 1 },
-    });
+    broker: {
+      maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES,
+      slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS,
+      sysIntervalS: 1,
+    },
+  });
 
   it('keeps delivering every QoS 0 message to a healthy subscriber while another one never reads, and disconnects the stalled one after slowClientTimeoutMs [docs/reliability.md rule 34]', async () => {
     const connected: number[] = [];
@@ -231,7 +271,11 @@ describe('a subscriber that stops reading', () => {
       payload.writeUInt32BE(i, 0);
       pub.publish('flow/stream', payload, { qos: 0 });
       // Stay at most two messages ahead of the healthy subscriber: this measures it, not the publisher's buffer.
-      if (i - healthyCount >= 2) await waitFor(() => i - healthyCount < 2, 5000, { intervalMs: 1, message: () => `healthy stuck at ${healthyCount}` });
+      if (i - healthyCount >= 2)
+        await waitFor(() => i - healthyCount < 2, 5000, {
+          intervalMs: 1,
+          message: () => `healthy stuck at ${healthyCount}`,
+        });
     }
     await waitFor(() => healthyCount >= count, 10_000, { message: () => `healthy got ${healthyCount} of ${count}` });
     const streamMs = performance.now() - startedAt;
@@ -260,7 +304,9 @@ describe('subscribers that read a trickle', () => {
   /** Each slow reader takes this much every TRICKLE_MS: 320 KB/s, well below the stream sent to it. */
   const TRICKLE_BYTES = 16 * 1024;
   const TRICKLE_MS = 50;
-  const gw = useGateway({ broker: { maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES, slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS } });
+  const gw = useGateway({
+    broker: { maxWriteBufferBytes: MAX_WRITE_BUFFER_BYTES, slowClientTimeoutMs: SLOW_CLIENT_TIMEOUT_MS },
+  });
 
   /** The gateway process's resident memory, from the kernel. */
   function gatewayRssBytes(): number {
@@ -270,7 +316,10 @@ describe('subscribers that read a trickle', () => {
 
   /** The client ids in the gateway's slow-reader warnings so far. */
   function warnedClientIds(): string[] {
-    const lines = gw.output().split('\n').filter((line) => line.includes('disconnecting a client that does not read'));
+    const lines = gw
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('disconnecting a client that does not read'));
     return lines.map((line) => (JSON.parse(line) as { clientId: string }).clientId);
   }
 
@@ -280,7 +329,8 @@ describe('subscribers that read a trickle', () => {
     await c.subscribe([{ topic: 'trickle/stream', qos: 0 }]);
     c.pause();
     const timer = setInterval(() => {
-      if (!c.closed && c.socket.isPaused()) c.socket.read(Math.min(TRICKLE_BYTES, c.socket.readableLength) || undefined);
+      if (!c.closed && c.socket.isPaused())
+        c.socket.read(Math.min(TRICKLE_BYTES, c.socket.readableLength) || undefined);
     }, TRICKLE_MS);
     d.defer(() => clearInterval(timer));
     return c;
@@ -311,21 +361,31 @@ describe('subscribers that read a trickle', () => {
         p.writeUInt32BE(sent++, 0);
         pub.publish('trickle/stream', p, { qos: 0 });
       }
-      await waitFor(() => sent - fastCount <= 64, 5000, { intervalMs: 1, message: () => `fast subscriber stuck at ${fastCount} of ${sent}` });
+      await waitFor(() => sent - fastCount <= 64, 5000, {
+        intervalMs: 1,
+        message: () => `fast subscriber stuck at ${fastCount} of ${sent}`,
+      });
       await delay(10);
       rssPeak = Math.max(rssPeak, gatewayRssBytes());
       // A reader the gateway gave up on reads at full speed from then on, to reach the DISCONNECT behind its backlog.
       for (const id of warnedClientIds()) slow[Number(id.slice('trickle-'.length))]?.resume();
     }
     const closedAfterMs = slow.map((c) => (c.closedAtMs ?? Infinity) - startedAt);
-    expect(closedAfterMs.every((ms) => ms < 12_000), `slow readers still open after 12 s: ${slow.filter((c) => !c.closed).length}`).toBe(true);
+    expect(
+      closedAfterMs.every((ms) => ms < 12_000),
+      `slow readers still open after 12 s: ${slow.filter((c) => !c.closed).length}`,
+    ).toBe(true);
     expect(Math.min(...closedAfterMs)).toBeGreaterThan(SLOW_CLIENT_TIMEOUT_MS);
     // The fast subscriber was not held back and lost nothing.
     await waitFor(() => fastCount >= sent, 5000, { message: () => `fast subscriber got ${fastCount} of ${sent}` });
     expect(outOfOrder).toBe(0);
     expect(fast.connected).toBe(true);
     // Each slow reader got DISCONNECT 0x97 Quota exceeded at the end of what it had not read (it read on, slowly).
-    for (const c of slow) expect(c.packets('disconnect').map((p) => p.reasonCode), c.describe()).toEqual([0x97]);
+    for (const c of slow)
+      expect(
+        c.packets('disconnect').map((p) => p.reasonCode),
+        c.describe(),
+      ).toEqual([0x97]);
     // One warning per slow reader, none for the fast one.
     expect(warnedClientIds().sort()).toEqual(slow.map((_, i) => `trickle-${i}`).sort());
     // Memory stayed within the write buffers of the slow readers plus a margin for the heap, not with the stream: a

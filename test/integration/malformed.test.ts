@@ -70,7 +70,11 @@ async function expectBrokerHealthy(logFrom = 0): Promise<void> {
   expect(gw.proc.exitCode, 'gateway exit code').toBeNull();
   expect(gw.proc.signalCode, 'gateway exit signal').toBeNull();
   // pino levels 50/60: error/fatal. A handler exception is logged at error before the 0x83 close.
-  const errors = gw.output().slice(logFrom).split('\n').filter((line) => /"level":(50|60)/.test(line));
+  const errors = gw
+    .output()
+    .slice(logFrom)
+    .split('\n')
+    .filter((line) => /"level":(50|60)/.test(line));
   expect(errors, 'error-level log lines').toEqual([]);
 }
 
@@ -141,71 +145,99 @@ describe('#1 the first packet is not CONNECT [MQTT-3.1.0-1]', () => {
     });
   }
 
-  malformed('closes at the fixed header when a non-CONNECT first packet declares 268,435,455 bytes, before any body (CVE-2023-0809)', async () => {
-    const c = await open();
-    c.write('82 ff ff ff 7f');
-    await c.waitForClose(PROMPT_MS);
-    expect(c.bytesReceived).toBe(0);
-  });
+  malformed(
+    'closes at the fixed header when a non-CONNECT first packet declares 268,435,455 bytes, before any body (CVE-2023-0809)',
+    async () => {
+      const c = await open();
+      c.write('82 ff ff ff 7f');
+      await c.waitForClose(PROMPT_MS);
+      expect(c.bytesReceived).toBe(0);
+    },
+  );
 });
 
 describe('#2 and #6: a CONNECT that never comes', () => {
-  malformed(`closes a connection that sends nothing after broker.connectTimeoutMs (${CONNECT_TIMEOUT_MS} ms)`, async () => {
-    const c = await open();
-    await c.waitForClose(CONNECT_TIMEOUT_MS + 3000);
-    const afterMs = (c.closedAtMs as number) - c.openedAtMs;
-    expect(afterMs).toBeGreaterThanOrEqual(CONNECT_TIMEOUT_MS - 50);
-    expect(c.bytesReceived).toBe(0);
-  });
+  malformed(
+    `closes a connection that sends nothing after broker.connectTimeoutMs (${CONNECT_TIMEOUT_MS} ms)`,
+    async () => {
+      const c = await open();
+      await c.waitForClose(CONNECT_TIMEOUT_MS + 3000);
+      const afterMs = (c.closedAtMs as number) - c.openedAtMs;
+      expect(afterMs).toBeGreaterThanOrEqual(CONNECT_TIMEOUT_MS - 50);
+      expect(c.bytesReceived).toBe(0);
+    },
+  );
 
-  malformed('closes a CONNECT trickled one byte at a time (slowloris) at the connect timeout, not when the bytes stop', async () => {
-    const c = await open();
-    const connect = generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: true, keepalive: 30, clientId: 'x'.repeat(200) }, 4);
-    let sent = 0;
-    const trickle = setInterval(() => {
-      if (sent < connect.length - 1) c.write(connect.subarray(sent, ++sent)); // never the last byte
-    }, 50);
-    d.defer(() => clearInterval(trickle));
-    await c.waitForClose(CONNECT_TIMEOUT_MS + 3000);
-    clearInterval(trickle);
-    const afterMs = (c.closedAtMs as number) - c.openedAtMs;
-    expect(afterMs).toBeGreaterThanOrEqual(CONNECT_TIMEOUT_MS - 50);
-    expect(sent).toBeGreaterThan(10); // it was still sending when it was cut off
-    expect(c.bytesReceived).toBe(0);
-  });
+  malformed(
+    'closes a CONNECT trickled one byte at a time (slowloris) at the connect timeout, not when the bytes stop',
+    async () => {
+      const c = await open();
+      const connect = generate(
+        {
+          cmd: 'connect',
+          protocolId: 'MQTT',
+          protocolVersion: 4,
+          clean: true,
+          keepalive: 30,
+          clientId: 'x'.repeat(200),
+        },
+        4,
+      );
+      let sent = 0;
+      const trickle = setInterval(() => {
+        if (sent < connect.length - 1) c.write(connect.subarray(sent, ++sent)); // never the last byte
+      }, 50);
+      d.defer(() => clearInterval(trickle));
+      await c.waitForClose(CONNECT_TIMEOUT_MS + 3000);
+      clearInterval(trickle);
+      const afterMs = (c.closedAtMs as number) - c.openedAtMs;
+      expect(afterMs).toBeGreaterThanOrEqual(CONNECT_TIMEOUT_MS - 50);
+      expect(sent).toBeGreaterThan(10); // it was still sending when it was cut off
+      expect(c.bytesReceived).toBe(0);
+    },
+  );
 
-  malformed(`keeps a publisher whose every write ends inside a packet, for longer than the connect timeout: each packet is timed, not the stream`, async () => {
-    const sub = await connected(5);
-    await sub.subscribe('stream/#');
-    // Keep alive 1 s: the deadline for one packet is then the connect timeout.
-    const c = await connected(5, { keepalive: 1 });
-    const one = generate({ cmd: 'publish', topic: 'stream/x', payload: Buffer.alloc(100, 1), qos: 0, dup: false, retain: false }, 5);
-    const stream = Buffer.concat(Array.from({ length: 500 }, () => one));
-    // Writes of one packet and a byte every 35 ms: each read ends inside a packet that the next one completes, and
-    // one ends on a packet boundary only every `one.length` (113, a prime) writes, 4 s.
-    expect(one.length).toBe(113);
-    const step = one.length + 1;
-    const startedAt = performance.now();
-    let offset = 0;
-    while (performance.now() - startedAt < CONNECT_TIMEOUT_MS * 2 && !c.closed) {
-      c.write(stream.subarray(offset, offset + step));
-      offset += step;
-      await delay(35);
-    }
-    expect(c.closed, c.describe()).toBe(false);
-    // Finish the last packet, then every one went through.
-    const whole = Math.ceil(offset / one.length);
-    c.write(stream.subarray(offset, whole * one.length));
-    await c.ping();
-    await sub.until(() => sub.publishes.length >= whole, 5000, `${whole} messages`);
-  });
+  malformed(
+    `keeps a publisher whose every write ends inside a packet, for longer than the connect timeout: each packet is timed, not the stream`,
+    async () => {
+      const sub = await connected(5);
+      await sub.subscribe('stream/#');
+      // Keep alive 1 s: the deadline for one packet is then the connect timeout.
+      const c = await connected(5, { keepalive: 1 });
+      const one = generate(
+        { cmd: 'publish', topic: 'stream/x', payload: Buffer.alloc(100, 1), qos: 0, dup: false, retain: false },
+        5,
+      );
+      const stream = Buffer.concat(Array.from({ length: 500 }, () => one));
+      // Writes of one packet and a byte every 35 ms: each read ends inside a packet that the next one completes, and
+      // one ends on a packet boundary only every `one.length` (113, a prime) writes, 4 s.
+      expect(one.length).toBe(113);
+      const step = one.length + 1;
+      const startedAt = performance.now();
+      let offset = 0;
+      while (performance.now() - startedAt < CONNECT_TIMEOUT_MS * 2 && !c.closed) {
+        c.write(stream.subarray(offset, offset + step));
+        offset += step;
+        await delay(35);
+      }
+      expect(c.closed, c.describe()).toBe(false);
+      // Finish the last packet, then every one went through.
+      const whole = Math.ceil(offset / one.length);
+      c.write(stream.subarray(offset, whole * one.length));
+      await c.ping();
+      await sub.until(() => sub.publishes.length >= whole, 5000, `${whole} messages`);
+    },
+  );
 
-  malformed('refuses a CONNECT header declaring 268,435,455 bytes with no buffering: closed before the body comes', async () => {
-    const c = await open();
-    c.write('10 ff ff ff 7f 00 04 4d 51 54 54');
-    await c.waitForClose(PROMPT_MS);
-    expect(c.bytesReceived).toBe(0);
-  });
+  malformed(
+    'refuses a CONNECT header declaring 268,435,455 bytes with no buffering: closed before the body comes',
+    async () => {
+      const c = await open();
+      c.write('10 ff ff ff 7f 00 04 4d 51 54 54');
+      await c.waitForClose(PROMPT_MS);
+      expect(c.bytesReceived).toBe(0);
+    },
+  );
 
   malformed('refuses 50 such CONNECT headers at once without the gateway growing by their declared size', async () => {
     const rssBefore = rssKb(gw.proc.pid as number);
@@ -263,11 +295,14 @@ describe(`#5 a packet larger than broker.maxPacketBytes (${MAX_PACKET_BYTES})`, 
     return bytes;
   }
 
-  malformed('MQTT 5: DISCONNECT 0x95 Packet too large, decided at the fixed header before the body comes [MQTT-3.2.2-15]', async () => {
-    const c = await connected(5);
-    c.write('30 80 80 08'); // declares 131,072 bytes; nothing follows
-    await expectDisconnect(c, 0x95);
-  });
+  malformed(
+    'MQTT 5: DISCONNECT 0x95 Packet too large, decided at the fixed header before the body comes [MQTT-3.2.2-15]',
+    async () => {
+      const c = await connected(5);
+      c.write('30 80 80 08'); // declares 131,072 bytes; nothing follows
+      await expectDisconnect(c, 0x95);
+    },
+  );
 
   malformed('MQTT 3.1.1: close at the fixed header', async () => {
     const c = await connected(4);
@@ -275,32 +310,46 @@ describe(`#5 a packet larger than broker.maxPacketBytes (${MAX_PACKET_BYTES})`, 
     await expectSilentClose(c);
   });
 
-  malformed('MQTT 5: refuses a too-large packet that arrives whole in one write, and delivers nothing of it', async () => {
-    const sub = await connected(5);
-    await sub.subscribe('m/#');
-    const c = await connected(5);
-    c.write(publishOfSize(MAX_PACKET_BYTES + 1000));
-    await expectDisconnect(c, 0x95);
-    await sub.ping();
-    expect(sub.publishes).toEqual([]);
-  });
+  malformed(
+    'MQTT 5: refuses a too-large packet that arrives whole in one write, and delivers nothing of it',
+    async () => {
+      const sub = await connected(5);
+      await sub.subscribe('m/#');
+      const c = await connected(5);
+      c.write(publishOfSize(MAX_PACKET_BYTES + 1000));
+      await expectDisconnect(c, 0x95);
+      await sub.ping();
+      expect(sub.publishes).toEqual([]);
+    },
+  );
 
-  malformed('counts the whole packet against the Maximum Packet Size: exactly the maximum is accepted, one byte more is not (MQTT 5 §3.1.2.11.4)', async () => {
-    const sub = await connected(5);
-    await sub.subscribe('m/#');
-    const c = await connected(5);
-    c.write(publishOfSize(MAX_PACKET_BYTES));
-    await sub.until(() => sub.publishes.length >= 1, 5000, 'the maximum-size message');
-    c.write(publishOfSize(MAX_PACKET_BYTES + 1));
-    await expectDisconnect(c, 0x95);
-    await sub.ping();
-    expect(sub.publishes).toHaveLength(1);
-  });
+  malformed(
+    'counts the whole packet against the Maximum Packet Size: exactly the maximum is accepted, one byte more is not (MQTT 5 §3.1.2.11.4)',
+    async () => {
+      const sub = await connected(5);
+      await sub.subscribe('m/#');
+      const c = await connected(5);
+      c.write(publishOfSize(MAX_PACKET_BYTES));
+      await sub.until(() => sub.publishes.length >= 1, 5000, 'the maximum-size message');
+      c.write(publishOfSize(MAX_PACKET_BYTES + 1));
+      await expectDisconnect(c, 0x95);
+      await sub.ping();
+      expect(sub.publishes).toHaveLength(1);
+    },
+  );
 
   malformed('refuses a CONNECT larger than the maximum before answering it', async () => {
     const c = await open(5);
     const connect = generate(
-      { cmd: 'connect', protocolId: 'MQTT', protocolVersion: 5, clean: true, keepalive: 30, clientId: 'big', will: { topic: 'w', payload: Buffer.alloc(MAX_PACKET_BYTES), qos: 0, retain: false } },
+      {
+        cmd: 'connect',
+        protocolId: 'MQTT',
+        protocolVersion: 5,
+        clean: true,
+        keepalive: 30,
+        clientId: 'big',
+        will: { topic: 'w', payload: Buffer.alloc(MAX_PACKET_BYTES), qos: 0, retain: false },
+      },
       5,
     );
     c.write(connect);
@@ -361,10 +410,13 @@ describe('#9 unknown protocol name or level', () => {
     expect(c.bytesReceived).toBe(0);
   });
 
-  malformed('accepts MQTT 3.1 (MQIsdp, level 3), so the refusals above are about the bytes, not the client', async () => {
-    const c = await connected(3, { clientId: 'mqtt31' });
-    await c.ping();
-  });
+  malformed(
+    'accepts MQTT 3.1 (MQIsdp, level 3), so the refusals above are about the bytes, not the client',
+    async () => {
+      const c = await connected(3, { clientId: 'mqtt31' });
+      await c.ping();
+    },
+  );
 });
 
 describe('#10 malformed CONNECT flags', () => {
@@ -389,14 +441,17 @@ describe('#10 malformed CONNECT flags', () => {
     expect(c.bytesReceived).toBe(0);
   });
 
-  malformed('MQTT 5: refuses a CONNECT with Will QoS 3 with CONNACK 0x81 Malformed Packet [MQTT-3.1.2-12]', async () => {
-    const c = await open(5);
-    // As above with empty CONNECT and will property lists.
-    c.write('10 16 0004 4d515454 05 1e 001e 00 0002 6964 00 0001 74 0001 70');
-    const connack = (await c.expect('connack', PROMPT_MS)) as IConnackPacket;
-    expect(connack.reasonCode).toBe(0x81);
-    await c.waitForClose(PROMPT_MS);
-  });
+  malformed(
+    'MQTT 5: refuses a CONNECT with Will QoS 3 with CONNACK 0x81 Malformed Packet [MQTT-3.1.2-12]',
+    async () => {
+      const c = await open(5);
+      // As above with empty CONNECT and will property lists.
+      c.write('10 16 0004 4d515454 05 1e 001e 00 0002 6964 00 0001 74 0001 70');
+      const connack = (await c.expect('connack', PROMPT_MS)) as IConnackPacket;
+      expect(connack.reasonCode).toBe(0x81);
+      await c.waitForClose(PROMPT_MS);
+    },
+  );
 
   malformed('MQTT 3.1.1: closes on a password without a user name [MQTT-3.1.2-22]', async () => {
     const c = await open();
@@ -416,13 +471,16 @@ describe('#10 malformed CONNECT flags', () => {
 });
 
 describe('#11 zero-length client id', () => {
-  malformed('MQTT 3.1.1: CONNACK 0x02 Identifier rejected with Clean Session 0, then close [MQTT-3.1.3-8]', async () => {
-    const c = await open(4);
-    c.write('10 0c 0004 4d515454 04 00 001e 0000'); // hand-made: mqtt-packet refuses to encode this
-    const connack = (await c.expect('connack')) as IConnackPacket;
-    expect(connack.returnCode).toBe(0x02);
-    await c.waitForClose(3000);
-  });
+  malformed(
+    'MQTT 3.1.1: CONNACK 0x02 Identifier rejected with Clean Session 0, then close [MQTT-3.1.3-8]',
+    async () => {
+      const c = await open(4);
+      c.write('10 0c 0004 4d515454 04 00 001e 0000'); // hand-made: mqtt-packet refuses to encode this
+      const connack = (await c.expect('connack')) as IConnackPacket;
+      expect(connack.returnCode).toBe(0x02);
+      await c.waitForClose(3000);
+    },
+  );
 
   malformed('MQTT 3.1.1: accepted with Clean Session 1 [MQTT-3.1.3-7]', async () => {
     const c = await open(4);
@@ -544,53 +602,77 @@ describe('#17 packet identifier 0 [MQTT-2.3.1-1]', () => {
 });
 
 describe('#18 a flood of QoS 2 PUBLISHes beyond Receive Maximum', () => {
-  malformed(`MQTT 5: 2000 unreleased QoS 2 PUBLISHes in one write get DISCONNECT 0x93 after the first ${RECEIVE_MAXIMUM} (CVE-2023-28366)`, async () => {
-    const sub = await connected(5);
-    await sub.subscribe('flood/#');
-    const c = await connected(5);
-    const flood = Buffer.concat(
-      Array.from({ length: 2000 }, (_, i) => generate({ cmd: 'publish', topic: 'flood/x', payload: Buffer.from(String(i)), qos: 2, messageId: i + 1, dup: false, retain: false }, 5)),
-    );
-    c.write(flood);
-    await expectDisconnect(c, 0x93);
-    expect(c.packets('pubrec')).toHaveLength(RECEIVE_MAXIMUM);
-    // What was accepted was delivered once; nothing after the violation was.
-    await sub.until(() => sub.publishes.length >= RECEIVE_MAXIMUM, 5000, 'the accepted messages');
-    await sub.ping();
-    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(Array.from({ length: RECEIVE_MAXIMUM }, (_, i) => String(i)));
-  });
+  malformed(
+    `MQTT 5: 2000 unreleased QoS 2 PUBLISHes in one write get DISCONNECT 0x93 after the first ${RECEIVE_MAXIMUM} (CVE-2023-28366)`,
+    async () => {
+      const sub = await connected(5);
+      await sub.subscribe('flood/#');
+      const c = await connected(5);
+      const flood = Buffer.concat(
+        Array.from({ length: 2000 }, (_, i) =>
+          generate(
+            {
+              cmd: 'publish',
+              topic: 'flood/x',
+              payload: Buffer.from(String(i)),
+              qos: 2,
+              messageId: i + 1,
+              dup: false,
+              retain: false,
+            },
+            5,
+          ),
+        ),
+      );
+      c.write(flood);
+      await expectDisconnect(c, 0x93);
+      expect(c.packets('pubrec')).toHaveLength(RECEIVE_MAXIMUM);
+      // What was accepted was delivered once; nothing after the violation was.
+      await sub.until(() => sub.publishes.length >= RECEIVE_MAXIMUM, 5000, 'the accepted messages');
+      await sub.ping();
+      expect(sub.publishes.map((p) => p.payload.toString())).toEqual(
+        Array.from({ length: RECEIVE_MAXIMUM }, (_, i) => String(i)),
+      );
+    },
+  );
 });
 
 describe('#19 and #20: acknowledgement abuse', () => {
-  malformed('delivers a QoS 2 PUBLISH repeated 50 times with the same packet id and no PUBREL exactly once, without using up Receive Maximum (MQTT 5 §4.3.3)', async () => {
-    const sub = await connected(5);
-    await sub.subscribe('qos2/#');
-    const c = await connected(5);
-    for (let i = 0; i < 50; i++) c.publish('qos2/repeat', 'once', { qos: 2, messageId: 7, dup: i > 0 });
-    await c.until(() => c.packets('pubrec').length >= 50, 5000, '50 PUBREC');
-    expect(c.packets('pubrec').every((p) => p.messageId === 7 && (p.reasonCode ?? 0) === 0)).toBe(true);
-    await sub.until(() => sub.publishes.length >= 1, 5000, 'the message');
-    await sub.ping();
-    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(['once']);
-    // The id is released by PUBREL; after that the same id carries a new message.
-    c.send({ cmd: 'pubrel', messageId: 7 });
-    expect(await c.expect('pubcomp')).toMatchObject({ messageId: 7, reasonCode: 0 });
-    c.publish('qos2/repeat', 'second', { qos: 2, messageId: 7 });
-    await sub.until(() => sub.publishes.length >= 2, 5000, 'the second message');
-    expect(sub.publishes.map((p) => p.payload.toString())).toEqual(['once', 'second']);
-  });
+  malformed(
+    'delivers a QoS 2 PUBLISH repeated 50 times with the same packet id and no PUBREL exactly once, without using up Receive Maximum (MQTT 5 §4.3.3)',
+    async () => {
+      const sub = await connected(5);
+      await sub.subscribe('qos2/#');
+      const c = await connected(5);
+      for (let i = 0; i < 50; i++) c.publish('qos2/repeat', 'once', { qos: 2, messageId: 7, dup: i > 0 });
+      await c.until(() => c.packets('pubrec').length >= 50, 5000, '50 PUBREC');
+      expect(c.packets('pubrec').every((p) => p.messageId === 7 && (p.reasonCode ?? 0) === 0)).toBe(true);
+      await sub.until(() => sub.publishes.length >= 1, 5000, 'the message');
+      await sub.ping();
+      expect(sub.publishes.map((p) => p.payload.toString())).toEqual(['once']);
+      // The id is released by PUBREL; after that the same id carries a new message.
+      c.send({ cmd: 'pubrel', messageId: 7 });
+      expect(await c.expect('pubcomp')).toMatchObject({ messageId: 7, reasonCode: 0 });
+      c.publish('qos2/repeat', 'second', { qos: 2, messageId: 7 });
+      await sub.until(() => sub.publishes.length >= 2, 5000, 'the second message');
+      expect(sub.publishes.map((p) => p.payload.toString())).toEqual(['once', 'second']);
+    },
+  );
 
-  malformed('ignores PUBACK and PUBCOMP for unknown packet ids and answers PUBREC/PUBREL for unknown ids with 0x92, staying connected', async () => {
-    const c = await connected(5);
-    c.send({ cmd: 'puback', messageId: 4001 });
-    c.send({ cmd: 'pubcomp', messageId: 4002 });
-    c.send({ cmd: 'pubrec', messageId: 4003 });
-    c.send({ cmd: 'pubrel', messageId: 4004 });
-    expect(await c.expect('pubrel')).toMatchObject({ messageId: 4003, reasonCode: 0x92 });
-    expect(await c.expect('pubcomp')).toMatchObject({ messageId: 4004, reasonCode: 0x92 });
-    await c.ping();
-    expect(c.closed).toBe(false);
-  });
+  malformed(
+    'ignores PUBACK and PUBCOMP for unknown packet ids and answers PUBREC/PUBREL for unknown ids with 0x92, staying connected',
+    async () => {
+      const c = await connected(5);
+      c.send({ cmd: 'puback', messageId: 4001 });
+      c.send({ cmd: 'pubcomp', messageId: 4002 });
+      c.send({ cmd: 'pubrec', messageId: 4003 });
+      c.send({ cmd: 'pubrel', messageId: 4004 });
+      expect(await c.expect('pubrel')).toMatchObject({ messageId: 4003, reasonCode: 0x92 });
+      expect(await c.expect('pubcomp')).toMatchObject({ messageId: 4004, reasonCode: 0x92 });
+      await c.ping();
+      expect(c.closed).toBe(false);
+    },
+  );
 
   malformed('MQTT 3.1.1: ignores acknowledgements for unknown packet ids and stays connected', async () => {
     const c = await connected(4);
@@ -654,12 +736,18 @@ describe('#22 SUBSCRIBE and UNSUBSCRIBE without topic filters', () => {
 describe('#23 invalid topic filters are refused per filter, not per connection', () => {
   const bad = ['a/#/b', 'a+', 'a/b#', '#/a', '+a/b', ''];
 
-  malformed('MQTT 5: SUBACK 0x8F for each invalid filter, the valid one in the same packet granted [MQTT-4.7.1-2] [MQTT-4.7.1-3]', async () => {
-    const c = await connected(5);
-    const suback = await c.subscribe([...bad.map((topic) => ({ topic, qos: 1 as const })), { topic: 'ok/+', qos: 1 }]);
-    expect(suback.granted).toEqual([...bad.map(() => 0x8f), 1]);
-    await c.ping();
-  });
+  malformed(
+    'MQTT 5: SUBACK 0x8F for each invalid filter, the valid one in the same packet granted [MQTT-4.7.1-2] [MQTT-4.7.1-3]',
+    async () => {
+      const c = await connected(5);
+      const suback = await c.subscribe([
+        ...bad.map((topic) => ({ topic, qos: 1 as const })),
+        { topic: 'ok/+', qos: 1 },
+      ]);
+      expect(suback.granted).toEqual([...bad.map(() => 0x8f), 1]);
+      await c.ping();
+    },
+  );
 
   malformed('MQTT 3.1.1: SUBACK 0x80 for each invalid filter [MQTT-3.9.3-2]', async () => {
     const c = await connected(4);
@@ -670,18 +758,25 @@ describe('#23 invalid topic filters are refused per filter, not per connection',
 });
 
 describe('#26 wildcards and topics starting with $ [MQTT-4.7.2-1]', () => {
-  malformed('does not deliver a $-topic to # or +/… subscribers, but does to a filter that names the $ level', async () => {
-    const wild = await connected(5);
-    await wild.subscribe([{ topic: '#', qos: 0 }, { topic: '+/dollar', qos: 0 }, { topic: '+/+', qos: 0 }]);
-    const named = await connected(5);
-    await named.subscribe([{ topic: '$app/#', qos: 0 }]);
-    const pub = await connected(5);
-    pub.publish('$app/dollar', 'hidden', { qos: 1, messageId: 3 });
-    expect(await pub.expect('puback')).toMatchObject({ reasonCode: 0 });
-    await named.until(() => named.publishes.length >= 1, 5000, 'the $app message');
-    await wild.ping();
-    expect(wild.publishes.filter((p) => p.topic.startsWith('$'))).toEqual([]);
-  });
+  malformed(
+    'does not deliver a $-topic to # or +/… subscribers, but does to a filter that names the $ level',
+    async () => {
+      const wild = await connected(5);
+      await wild.subscribe([
+        { topic: '#', qos: 0 },
+        { topic: '+/dollar', qos: 0 },
+        { topic: '+/+', qos: 0 },
+      ]);
+      const named = await connected(5);
+      await named.subscribe([{ topic: '$app/#', qos: 0 }]);
+      const pub = await connected(5);
+      pub.publish('$app/dollar', 'hidden', { qos: 1, messageId: 3 });
+      expect(await pub.expect('puback')).toMatchObject({ reasonCode: 0 });
+      await named.until(() => named.publishes.length >= 1, 5000, 'the $app message');
+      await wild.ping();
+      expect(wild.publishes.filter((p) => p.topic.startsWith('$'))).toEqual([]);
+    },
+  );
 });
 
 describe('#29 user property floods (CVE-2021-41039)', () => {
@@ -709,40 +804,59 @@ describe('#29 user property floods (CVE-2021-41039)', () => {
 
   malformed('MQTT 5: a CONNECT with 65 user properties is refused without a session', async () => {
     const c = await open(5);
-    c.send({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 5, clean: true, keepalive: 30, clientId: 'props-connect', properties: { userProperties: props(65) } });
+    c.send({
+      cmd: 'connect',
+      protocolId: 'MQTT',
+      protocolVersion: 5,
+      clean: true,
+      keepalive: 30,
+      clientId: 'props-connect',
+      properties: { userProperties: props(65) },
+    });
     await expectRefusedConnect(c);
   });
 
   malformed('MQTT 5: a SUBSCRIBE with 65 user properties gets DISCONNECT 0x95', async () => {
     const c = await connected(5);
-    c.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: 'a', qos: 0 }], properties: { userProperties: props(65) } });
+    c.send({
+      cmd: 'subscribe',
+      messageId: 1,
+      subscriptions: [{ topic: 'a', qos: 0 }],
+      properties: { userProperties: props(65) },
+    });
     await expectDisconnect(c, 0x95);
   });
 });
 
 describe(`#30 keep alive above broker.maxKeepaliveS (${MAX_KEEPALIVE_S})`, () => {
-  malformed('MQTT 5: accepted with Server Keep Alive set to the maximum for 120 s and for 0 (no keep alive) (MQTT 5 §3.2.2.3.14)', async () => {
-    for (const keepalive of [120, 0]) {
-      const c = await open(5);
-      const connack = await c.connect({ keepalive });
-      expect(connack.reasonCode).toBe(0);
-      expect(connack.properties?.serverKeepAlive, `keepalive ${keepalive}`).toBe(MAX_KEEPALIVE_S);
-    }
-    const within = await open(5);
-    const connack = await within.connect({ keepalive: 30 });
-    expect(connack.properties?.serverKeepAlive).toBeUndefined();
-  });
+  malformed(
+    'MQTT 5: accepted with Server Keep Alive set to the maximum for 120 s and for 0 (no keep alive) (MQTT 5 §3.2.2.3.14)',
+    async () => {
+      for (const keepalive of [120, 0]) {
+        const c = await open(5);
+        const connack = await c.connect({ keepalive });
+        expect(connack.reasonCode).toBe(0);
+        expect(connack.properties?.serverKeepAlive, `keepalive ${keepalive}`).toBe(MAX_KEEPALIVE_S);
+      }
+      const within = await open(5);
+      const connack = await within.connect({ keepalive: 30 });
+      expect(connack.properties?.serverKeepAlive).toBeUndefined();
+    },
+  );
 
-  malformed('MQTT 3.1.1: refused with CONNACK 0x02 for 120 s and for 0, as Mosquitto does with max_keepalive (CVE-2020-13849)', async () => {
-    for (const keepalive of [120, 0]) {
-      const c = await open(4);
-      const connack = await c.connect({ keepalive });
-      expect(connack.returnCode, `keepalive ${keepalive}`).toBe(0x02);
-      await c.waitForClose(3000);
-    }
-    const within = await open(4);
-    expect((await within.connect({ keepalive: MAX_KEEPALIVE_S })).returnCode).toBe(0);
-  });
+  malformed(
+    'MQTT 3.1.1: refused with CONNACK 0x02 for 120 s and for 0, as Mosquitto does with max_keepalive (CVE-2020-13849)',
+    async () => {
+      for (const keepalive of [120, 0]) {
+        const c = await open(4);
+        const connack = await c.connect({ keepalive });
+        expect(connack.returnCode, `keepalive ${keepalive}`).toBe(0x02);
+        await c.waitForClose(3000);
+      }
+      const within = await open(4);
+      expect((await within.connect({ keepalive: MAX_KEEPALIVE_S })).returnCode).toBe(0);
+    },
+  );
 });
 
 describe('#31 keep-alive expiry', () => {
@@ -752,27 +866,39 @@ describe('#31 keep-alive expiry', () => {
     return w;
   }
 
-  malformed('MQTT 5: nothing received for 1.5 × keep alive gets DISCONNECT 0x8D and the will is published [MQTT-3.1.2-22]', async () => {
-    const watcher = await willWatcher('will/ka5');
-    const c = await open(5);
-    await c.connect({ keepalive: 1, will: { topic: 'will/ka5', payload: Buffer.from('gone'), qos: 1, retain: false } });
-    const connectedAt = performance.now();
-    await expectDisconnect(c, 0x8d);
-    const afterMs = performance.now() - connectedAt;
-    expect(afterMs).toBeGreaterThanOrEqual(1500 - 50);
-    expect(afterMs).toBeLessThan(1500 + 2000);
-    await watcher.until(() => watcher.publishes.length >= 1, 5000, 'the will');
-    expect(watcher.publishes[0].payload.toString()).toBe('gone');
-  });
+  malformed(
+    'MQTT 5: nothing received for 1.5 × keep alive gets DISCONNECT 0x8D and the will is published [MQTT-3.1.2-22]',
+    async () => {
+      const watcher = await willWatcher('will/ka5');
+      const c = await open(5);
+      await c.connect({
+        keepalive: 1,
+        will: { topic: 'will/ka5', payload: Buffer.from('gone'), qos: 1, retain: false },
+      });
+      const connectedAt = performance.now();
+      await expectDisconnect(c, 0x8d);
+      const afterMs = performance.now() - connectedAt;
+      expect(afterMs).toBeGreaterThanOrEqual(1500 - 50);
+      expect(afterMs).toBeLessThan(1500 + 2000);
+      await watcher.until(() => watcher.publishes.length >= 1, 5000, 'the will');
+      expect(watcher.publishes[0].payload.toString()).toBe('gone');
+    },
+  );
 
-  malformed('MQTT 3.1.1: nothing received for 1.5 × keep alive closes the connection and publishes the will [MQTT-3.1.2-24 (3.1.1)]', async () => {
-    const watcher = await willWatcher('will/ka4');
-    const c = await open(4);
-    await c.connect({ keepalive: 1, will: { topic: 'will/ka4', payload: Buffer.from('gone4'), qos: 0, retain: false } });
-    await expectSilentClose(c, 4000);
-    await watcher.until(() => watcher.publishes.length >= 1, 5000, 'the will');
-    expect(watcher.publishes[0].payload.toString()).toBe('gone4');
-  });
+  malformed(
+    'MQTT 3.1.1: nothing received for 1.5 × keep alive closes the connection and publishes the will [MQTT-3.1.2-24 (3.1.1)]',
+    async () => {
+      const watcher = await willWatcher('will/ka4');
+      const c = await open(4);
+      await c.connect({
+        keepalive: 1,
+        will: { topic: 'will/ka4', payload: Buffer.from('gone4'), qos: 0, retain: false },
+      });
+      await expectSilentClose(c, 4000);
+      await watcher.until(() => watcher.publishes.length >= 1, 5000, 'the will');
+      expect(watcher.publishes[0].payload.toString()).toBe('gone4');
+    },
+  );
 
   malformed('keeps a client that sends PINGREQ within the keep alive', async () => {
     const c = await open(5);
@@ -790,7 +916,8 @@ describe('#35 many idle TCP connections', () => {
     'keeps serving while 500 connections sit idle without CONNECT, and closes them all at the connect timeout',
     async () => {
       const idle: RawClient[] = [];
-      for (let batch = 0; batch < 10; batch++) idle.push(...(await Promise.all(Array.from({ length: 50 }, () => open()))));
+      for (let batch = 0; batch < 10; batch++)
+        idle.push(...(await Promise.all(Array.from({ length: 50 }, () => open()))));
       await expectBrokerHealthy();
       await waitFor(() => idle.every((c) => c.closed), CONNECT_TIMEOUT_MS + 5000, {
         message: () => `${idle.filter((c) => !c.closed).length} idle connections still open`,

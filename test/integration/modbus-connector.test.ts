@@ -55,10 +55,19 @@ function captureLogger(lines: LogLines): Logger {
   const fn =
     (level: string): LogFn =>
     (a: object | string, b?: string) => {
-      lines.push(typeof a === 'string' ? { level, fields: {}, msg: a } : { level, fields: a as Record<string, unknown>, msg: b ?? '' });
+      lines.push(
+        typeof a === 'string'
+          ? { level, fields: {}, msg: a }
+          : { level, fields: a as Record<string, unknown>, msg: b ?? '' },
+      );
     };
   const log: Logger = {
-    fatal: fn('fatal'), error: fn('error'), warn: fn('warn'), info: fn('info'), debug: fn('debug'), trace: fn('trace'),
+    fatal: fn('fatal'),
+    error: fn('error'),
+    warn: fn('warn'),
+    info: fn('info'),
+    debug: fn('debug'),
+    trace: fn('trace'),
     child: () => log,
     isLevelEnabled: () => true,
   };
@@ -132,7 +141,11 @@ describe('Modbus TCP against pymodbus', () => {
     const v = (name: string) => rec.latest(name)?.value;
     expect([v('f_abcd'), v('f_cdab'), v('f_badc'), v('f_dcba')]).toEqual([12.5, 12.5, 12.5, 12.5]);
     expect([v('i32_abcd'), v('i32_cdab'), v('i16'), v('u16')]).toEqual([-123456789, -123456789, -2, 0x1234]);
-    expect([v('u64_abcdefgh'), v('i64_ghefcdab'), v('u64_hgfedcba')]).toEqual([0x0102030405060708n, 0x0102030405060708n, 0x0102030405060708n]);
+    expect([v('u64_abcdefgh'), v('i64_ghefcdab'), v('u64_hgfedcba')]).toEqual([
+      0x0102030405060708n,
+      0x0102030405060708n,
+      0x0102030405060708n,
+    ]);
     expect(v('f64')).toBe(-1.5);
     expect([v('text'), v('bit3'), v('u32_input')]).toEqual(['HELLO', true, 0xffffffff]);
     expect(v('scaled')).toBeCloseTo(15);
@@ -168,13 +181,24 @@ describe('Modbus TCP against pymodbus', () => {
     await sim.bad(1, 'hr', [5]);
     const logs: LogLines = [];
     const rec = recorder();
-    const tags = Array.from({ length: 8 }, (_, i) => ({ name: `r${i}`, table: 'holding', address: i, datatype: 'uint16' }));
+    const tags = Array.from({ length: 8 }, (_, i) => ({
+      name: `r${i}`,
+      table: 'holding',
+      address: i,
+      datatype: 'uint16',
+    }));
     const c = connector(sim, { tags, pollIntervalMs: 150 }, logs);
     await c.start(sinkFor(rec));
     const first = rec.batches[0];
     expect(first.filter((s) => s.quality === 'bad').map((s) => s.name)).toEqual(['r5']);
     expect(first.filter((s) => s.quality === 'good').map((s) => [s.name, s.value])).toEqual([
-      ['r0', 1], ['r1', 2], ['r2', 3], ['r3', 4], ['r4', 6 - 1], ['r6', 7], ['r7', 8],
+      ['r0', 1],
+      ['r1', 2],
+      ['r2', 3],
+      ['r3', 4],
+      ['r4', 6 - 1],
+      ['r6', 7],
+      ['r7', 8],
     ]);
     expect(logs.filter((l) => l.level === 'warn').map((l) => [l.msg, l.fields.tag, l.fields.exception])).toEqual([
       ['device refuses tag; reported with bad quality', 'r5', 2],
@@ -183,7 +207,11 @@ describe('Modbus TCP against pymodbus', () => {
     await sim.resetRequests();
     await waitFor(async () => (await reads(sim)).length >= 6, 5000);
     const cycle = (await reads(sim)).slice(0, 3).map((r) => [r.address, r.count]);
-    expect(cycle).toEqual([[0, 5], [5, 1], [6, 2]]);
+    expect(cycle).toEqual([
+      [0, 5],
+      [5, 1],
+      [6, 2],
+    ]);
     // When the address becomes readable again, the tag recovers and the blocks merge again.
     await sim.bad(1, 'hr', []);
     await waitFor(() => rec.latest('r5')?.quality === 'good', 5000);
@@ -212,21 +240,35 @@ describe('Modbus TCP against pymodbus', () => {
     expect(await c.write('total', 2n ** 40n + 5n)).toMatchObject({ value: 2n ** 40n + 5n, matches: true });
     const requests = await sim.requests();
     expect(requests.map((r) => [r.op, r.table, r.address, r.count])).toEqual([
-      ['write', 'co', 3, 1], ['read', 'co', 3, 1],
-      ['write', 'hr', 10, 1], ['read', 'hr', 10, 1],
-      ['write', 'hr', 12, 2], ['read', 'hr', 12, 2],
-      ['write', 'hr', 20, 4], ['read', 'hr', 20, 4],
+      ['write', 'co', 3, 1],
+      ['read', 'co', 3, 1],
+      ['write', 'hr', 10, 1],
+      ['read', 'hr', 10, 1],
+      ['write', 'hr', 12, 2],
+      ['read', 'hr', 12, 2],
+      ['write', 'hr', 20, 4],
+      ['read', 'hr', 20, 4],
     ]);
     expect(await sim.get(1, 'co', 3, 1)).toEqual([1]);
     expect(await sim.get(1, 'hr', 10, 1)).toEqual([0x10000 - 300]);
     expect(await sim.get(1, 'hr', 12, 2)).toEqual([0x0000, 0x4148]);
     expect(await sim.get(1, 'hr', 20, 4)).toEqual([0, 0x0100, 0, 5]);
 
-    const refusal = (p: Promise<unknown>) => p.then(() => 'accepted', (e: unknown) => (e instanceof ConnectorError ? `${e.code}: ${e.message}` : String(e)));
+    const refusal = (p: Promise<unknown>) =>
+      p.then(
+        () => 'accepted',
+        (e: unknown) => (e instanceof ConnectorError ? `${e.code}: ${e.message}` : String(e)),
+      );
     await sim.resetRequests();
-    expect(await refusal(c.write('speed', 40_000))).toBe('EF_CONNECTOR_WRITE: write speed refused: 40000 is outside int16 (-32768..32767)');
-    expect(await refusal(c.write('speed', 70_000))).toBe('EF_CONNECTOR_WRITE: write speed refused: 70000 is outside int16 (-32768..32767)');
-    expect(await refusal(c.write('speed', Number.NaN))).toBe('EF_CONNECTOR_WRITE: write speed refused: NaN is not a finite number');
+    expect(await refusal(c.write('speed', 40_000))).toBe(
+      'EF_CONNECTOR_WRITE: write speed refused: 40000 is outside int16 (-32768..32767)',
+    );
+    expect(await refusal(c.write('speed', 70_000))).toBe(
+      'EF_CONNECTOR_WRITE: write speed refused: 70000 is outside int16 (-32768..32767)',
+    );
+    expect(await refusal(c.write('speed', Number.NaN))).toBe(
+      'EF_CONNECTOR_WRITE: write speed refused: NaN is not a finite number',
+    );
     expect(await refusal(c.write('ro', 1))).toMatch(/read-only/);
     expect(await refusal(c.write('nope', 1))).toMatch(/no such tag/);
     expect(await refusal(c.write('valve', 1))).toMatch(/expects a boolean/);
@@ -241,7 +283,10 @@ describe('Modbus TCP against pymodbus', () => {
     await multi.write('valve', false);
     await multi.write('speed', 7);
     const multiWrites = (await sim.requests()).filter((r) => r.op === 'write');
-    expect(multiWrites.map((r) => [r.table, r.address, r.count])).toEqual([['co', 3, 1], ['hr', 10, 1]]);
+    expect(multiWrites.map((r) => [r.table, r.address, r.count])).toEqual([
+      ['co', 3, 1],
+      ['hr', 10, 1],
+    ]);
     expect(await sim.get(1, 'hr', 10, 1)).toEqual([7]);
   });
 
@@ -249,7 +294,10 @@ describe('Modbus TCP against pymodbus', () => {
     const sim = d.add(await startModbusSim({ units: [1, 2] }));
     const tags = [{ name: 'x', table: 'holding', address: 0, datatype: 'uint16' }];
     const dead = connector(sim, { id: 'dead', port: 1, tags });
-    await expect(dead.start(sinkFor(recorder()))).rejects.toMatchObject({ code: 'EF_CONNECTOR_UNREACHABLE', connectorId: 'dead' });
+    await expect(dead.start(sinkFor(recorder()))).rejects.toMatchObject({
+      code: 'EF_CONNECTOR_UNREACHABLE',
+      connectorId: 'dead',
+    });
 
     const rec1 = recorder();
     const rec2 = recorder();
@@ -285,11 +333,28 @@ describe.skipIf(!hasSocat())('Modbus RTU over a socat pty pair against pymodbus'
     const sim = d.add(await startModbusSim({ rtu: true, units: [1, 2] }));
     await sim.set(1, 'hr', 0, [0x4148, 0x0000]);
     await sim.set(2, 'hr', 0, [7]);
-    const base = { transport: 'rtu', path: sim.clientPath, baudRate: 19200, pollIntervalMs: 100, timeoutMs: 200, retries: 0 };
+    const base = {
+      transport: 'rtu',
+      path: sim.clientPath,
+      baudRate: 19200,
+      pollIntervalMs: 100,
+      timeoutMs: 200,
+      retries: 0,
+    };
     const rec1 = recorder();
     const rec2 = recorder();
-    const u1 = connector(sim, { ...base, id: 'u1', unitId: 1, tags: [{ name: 'f', table: 'holding', address: 0, datatype: 'float32' }] });
-    const u2 = connector(sim, { ...base, id: 'u2', unitId: 2, tags: [{ name: 'n', table: 'holding', address: 0, datatype: 'uint16', writable: true }] });
+    const u1 = connector(sim, {
+      ...base,
+      id: 'u1',
+      unitId: 1,
+      tags: [{ name: 'f', table: 'holding', address: 0, datatype: 'float32' }],
+    });
+    const u2 = connector(sim, {
+      ...base,
+      id: 'u2',
+      unitId: 2,
+      tags: [{ name: 'n', table: 'holding', address: 0, datatype: 'uint16', writable: true }],
+    });
     await u1.start(sinkFor(rec1));
     await u2.start(sinkFor(rec2));
     expect(rec1.latest('f')?.value).toBe(12.5);
@@ -340,7 +405,11 @@ describe('overlapping Modbus tags', () => {
     ];
     const c = connector(sim, { tags }, logs);
     expect(logs.filter((l) => l.level === 'warn').map((l) => [l.msg, l.fields.tags, l.fields.at])).toEqual([
-      ['tags overlap: both read the shared registers, each its own way', ['temperature', 'low-word'], ['holding 0..1', 'holding 1']],
+      [
+        'tags overlap: both read the shared registers, each its own way',
+        ['temperature', 'low-word'],
+        ['holding 0..1', 'holding 1'],
+      ],
     ]);
     const rec = recorder();
     await c.start(sinkFor(rec));
@@ -360,7 +429,10 @@ describe('Modbus connector errors an operator can read', () => {
     ];
     const refusedPort = await freePort();
     const dead = connector(sim, { id: 'dead', port: refusedPort, tags });
-    const startErr = await dead.start(sinkFor(recorder())).then(() => undefined, (e: unknown) => e);
+    const startErr = await dead.start(sinkFor(recorder())).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(logged(startErr)).toBe(`unit 1 at tcp://127.0.0.1:${refusedPort}: connect: connection refused`);
 
     const rec = recorder();
@@ -368,21 +440,34 @@ describe('Modbus connector errors an operator can read', () => {
     await c.start(sinkFor(rec));
     // A device that refuses an address: exception 2 (Modbus Application Protocol v1.1b3 §7), named.
     await sim.bad(1, 'hr', [4]);
-    const writeErr = await c.write('y', 1).then(() => undefined, (e: unknown) => e);
-    expect(logged(writeErr)).toBe(`write y: unit 1 at tcp://127.0.0.1:${sim.port} refused: write holding 4+1: exception 2 "illegal data address"`);
+    const writeErr = await c.write('y', 1).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(logged(writeErr)).toBe(
+      `write y: unit 1 at tcp://127.0.0.1:${sim.port} refused: write holding 4+1: exception 2 "illegal data address"`,
+    );
     await sim.bad(1, 'hr', []);
     // A hung device: the timeout and its length, once, no [object Object].
     await sim.mute(1);
     await waitFor(() => rec.lost.length === 1, 5000);
-    expect(logged(rec.lost[0])).toBe(`unit 1 at tcp://127.0.0.1:${sim.port}: read holding 0+5: no answer within 300 ms`);
+    expect(logged(rec.lost[0])).toBe(
+      `unit 1 at tcp://127.0.0.1:${sim.port}: read holding 0+5: no answer within 300 ms`,
+    );
   });
 });
 
 describe('a write during a poll cycle', () => {
-  it('is never followed by that cycle\'s older reading of the tag: after each write, samples of it carry the written value', async () => {
+  it("is never followed by that cycle's older reading of the tag: after each write, samples of it carry the written value", async () => {
     const sim = d.add(await startModbusSim());
     // One register per request, so a cycle takes many requests and a write nearly always lands inside one.
-    const tags = Array.from({ length: 40 }, (_, i) => ({ name: `r${i}`, table: 'holding', address: i, datatype: 'uint16', writable: i === 0 }));
+    const tags = Array.from({ length: 40 }, (_, i) => ({
+      name: `r${i}`,
+      table: 'holding',
+      address: i,
+      datatype: 'uint16',
+      writable: i === 0,
+    }));
     const rec = recorder();
     const c = connector(sim, { tags, pollIntervalMs: 10, maxGapRegisters: 0, maxRegistersPerRead: 1 });
     await c.start(sinkFor(rec));
@@ -392,7 +477,10 @@ describe('a write during a poll cycle', () => {
       // Let a few cycles complete: every reading of r0 delivered after the write must be the written value.
       await waitFor(() => rec.batches.length >= from + 2, 5000);
       const later = rec.batches.slice(from).flatMap((b) => b.filter((s) => s.name === 'r0').map((s) => s.value));
-      expect(later.every((v) => v === value), `after writing ${value}: ${later.join(', ')}`).toBe(true);
+      expect(
+        later.every((v) => v === value),
+        `after writing ${value}: ${later.join(', ')}`,
+      ).toBe(true);
     }
   });
 });

@@ -66,7 +66,10 @@ describe('expected network events in the log', () => {
   it('are one line each on a terminal (pino-pretty)', async () => {
     const [uplinkPort, devicePort] = [await freePort(), await freePort()];
     const gw = d.add(await startGateway(unreachable(uplinkPort, devicePort, 'pretty')));
-    await waitFor(() => gw.output().includes('device unreachable; retrying') && gw.output().includes('uplink offline; buffering'), 10_000);
+    await waitFor(
+      () => gw.output().includes('device unreachable; retrying') && gw.output().includes('uplink offline; buffering'),
+      10_000,
+    );
     const lines = gw.output().split('\n');
     for (const what of ['uplink offline; buffering (', 'device unreachable; retrying (']) {
       const at = lines.findIndex((l) => l.includes(what));

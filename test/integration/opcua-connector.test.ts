@@ -126,7 +126,11 @@ describe('OPC UA connector against a node-opcua server', () => {
 
   const d = useDisposer();
 
-  function connector(input: Partial<OpcuaConnectorInput> & Pick<OpcuaConnectorInput, 'tags'>, log: Logger = recordingLogger(), pkiDir?: string) {
+  function connector(
+    input: Partial<OpcuaConnectorInput> & Pick<OpcuaConnectorInput, 'tags'>,
+    log: Logger = recordingLogger(),
+    pkiDir?: string,
+  ) {
     const config = opcuaConnectorSchema.parse({ id: 'plc-ua', type: 'opcua', endpoint: server.endpoint, ...input });
     const c = new OpcuaConnector(config, log, { pkiDir: pkiDir ?? join(d.tempDir('edgeferry-opcua-client-'), 'pki') });
     d.add(c);
@@ -241,7 +245,7 @@ describe('OPC UA connector against a node-opcua server', () => {
     expect(sink.samples.some((s) => ['text', 'mismatch', 'ghost', 'lost-path'].includes(s.name))).toBe(false);
   });
 
-  it('writes with the node\'s own data type, reads each written node back; the server has the value and the next sample shows it', async () => {
+  it("writes with the node's own data type, reads each written node back; the server has the value and the next sample shows it", async () => {
     const c = connector({
       subscription: { publishingIntervalMs: 100 },
       tags: [
@@ -334,7 +338,11 @@ describe('OPC UA connector against a node-opcua server', () => {
 
   it('start() rejects with a retryable ConnectorError when nothing listens at the endpoint', async () => {
     const port = await freePort();
-    const c = connector({ endpoint: `opc.tcp://127.0.0.1:${port}/UA/Fixture`, connectTimeoutMs: 5000, tags: [scalarTags[0]] });
+    const c = connector({
+      endpoint: `opc.tcp://127.0.0.1:${port}/UA/Fixture`,
+      connectTimeoutMs: 5000,
+      tags: [scalarTags[0]],
+    });
     const started = Date.now();
     const err = await c.start(new RecordingSink()).then(
       () => undefined,
@@ -343,7 +351,9 @@ describe('OPC UA connector against a node-opcua server', () => {
     expect(err).toBeInstanceOf(ConnectorError);
     expect(err).toMatchObject({ code: 'EF_CONNECTOR_UNREACHABLE', retryable: true, connectorId: 'plc-ua' });
     // The log line (pino appends the messages of causes) says it once, in short: where and why.
-    expect(pino.stdSerializers.err(err as Error).message).toBe(`cannot reach opc.tcp://127.0.0.1:${port}/UA/Fixture: connection refused`);
+    expect(pino.stdSerializers.err(err as Error).message).toBe(
+      `cannot reach opc.tcp://127.0.0.1:${port}/UA/Fixture: connection refused`,
+    );
     // No retrying inside the connector: the runtime's backoff decides when to try again.
     expect(Date.now() - started).toBeLessThan(5000);
   });
@@ -352,7 +362,12 @@ describe('OPC UA connector against a node-opcua server', () => {
     const pkiDir = join(d.tempDir('edgeferry-opcua-untrusted-'), 'pki');
     const log = recordingLogger();
     const c = connector(
-      { securityMode: 'SignAndEncrypt', securityPolicy: 'Basic256Sha256', user: { type: 'username', username: 'operator', password: 'secret' }, tags: [scalarTags[0]] },
+      {
+        securityMode: 'SignAndEncrypt',
+        securityPolicy: 'Basic256Sha256',
+        user: { type: 'username', username: 'operator', password: 'secret' },
+        tags: [scalarTags[0]],
+      },
       log,
       pkiDir,
     );
@@ -385,7 +400,9 @@ describe('OPC UA connector against a node-opcua server', () => {
 
   it('trust refuses a server whose certificate does not have the expected thumbprint', async () => {
     const pkiDir = join(d.tempDir('edgeferry-opcua-trust-'), 'pki');
-    await expect(trustServer(server.endpoint, { pkiDir, expectedThumbprint: 'AA:BB' })).rejects.toThrow(/not the expected thumbprint aabb; nothing was trusted/);
+    await expect(trustServer(server.endpoint, { pkiDir, expectedThumbprint: 'AA:BB' })).rejects.toThrow(
+      /not the expected thumbprint aabb; nothing was trusted/,
+    );
     expect(listCertificates(pkiDir).trusted).toEqual([]);
   });
 
@@ -407,7 +424,11 @@ describe('OPC UA connector against a node-opcua server', () => {
 
   it('a wrong password is a clear, non-retryable ConnectorError', async () => {
     const c = connector(
-      { securityMode: 'SignAndEncrypt', user: { type: 'username', username: 'operator', password: 'wrong' }, tags: [scalarTags[0]] },
+      {
+        securityMode: 'SignAndEncrypt',
+        user: { type: 'username', username: 'operator', password: 'wrong' },
+        tags: [scalarTags[0]],
+      },
       recordingLogger(),
       trustedPki,
     );
@@ -417,7 +438,9 @@ describe('OPC UA connector against a node-opcua server', () => {
     );
     expect(err).toBeInstanceOf(ConnectorError);
     expect(err).toMatchObject({ code: 'EF_CONNECTOR_UNREACHABLE', retryable: false });
-    expect((err as Error).message).toMatch(/rejected user "operator" \(Bad(UserAccessDenied|IdentityTokenRejected|IdentityTokenInvalid)\): check the username and password/);
+    expect((err as Error).message).toMatch(
+      /rejected user "operator" \(Bad(UserAccessDenied|IdentityTokenRejected|IdentityTokenInvalid)\): check the username and password/,
+    );
   });
 
   it('a security mode the server does not offer is named, with what it offers', async () => {
@@ -426,7 +449,9 @@ describe('OPC UA connector against a node-opcua server', () => {
       recordingLogger(),
       trustedPki,
     );
-    await expect(c.start(new RecordingSink())).rejects.toThrow(/offers no SignAndEncrypt\/Aes256_Sha256_RsaPss endpoint \(it offers: .*SignAndEncrypt\/Basic256Sha256/);
+    await expect(c.start(new RecordingSink())).rejects.toThrow(
+      /offers no SignAndEncrypt\/Aes256_Sha256_RsaPss endpoint \(it offers: .*SignAndEncrypt\/Basic256Sha256/,
+    );
   });
 
   it('a half-open link (no bytes, no FIN) is detected by the keep-alive deadline and reported with lost()', async () => {
@@ -455,7 +480,11 @@ describe('OPC UA connector against a node-opcua server', () => {
   });
 
   it('browse lists the fixture variables with NodeId, browse path, data type and access, and renders a tag list', async () => {
-    const rows = await browse(server.endpoint, { pkiDir: join(d.tempDir('edgeferry-opcua-browse-'), 'pki'), node: 'ns=1;s=Fixture', depth: 3 });
+    const rows = await browse(server.endpoint, {
+      pkiDir: join(d.tempDir('edgeferry-opcua-browse-'), 'pki'),
+      node: 'ns=1;s=Fixture',
+      depth: 3,
+    });
     const byId = new Map(rows.map((r) => [r.nodeId, r]));
     expect(byId.get(ns('Scalars.Double'))).toMatchObject({
       browsePath: '/Objects/1:Fixture/1:Scalars/1:Double',
@@ -465,22 +494,32 @@ describe('OPC UA connector against a node-opcua server', () => {
       access: 'r',
     });
     expect(byId.get(ns('Writable.Setpoint'))).toMatchObject({ access: 'rw', datatype: 'Double' });
-    expect(byId.get(ns('Arrays.Int64Array'))).toMatchObject({ dataType: 'Int64', valueRank: 1, datatype: 'Int64Array' });
+    expect(byId.get(ns('Arrays.Int64Array'))).toMatchObject({
+      dataType: 'Int64',
+      valueRank: 1,
+      datatype: 'Int64Array',
+    });
     expect(byId.get(ns('Unmapped.Text'))).toMatchObject({ dataType: 'LocalizedText' });
     expect(byId.get(ns('Unmapped.Text'))!.datatype).toBeUndefined();
     for (const t of [...scalarTags, ...arrayTags]) {
       if ('nodeId' in t) expect(byId.has(t.nodeId), t.nodeId).toBe(true);
     }
     const table = formatBrowseTable(rows);
-    expect(table).toMatch(/ns=1;s=Fixture\.Scalars\.UInt64\s+\/Objects\/1:Fixture\/1:Scalars\/1:UInt64\s+UInt64\s+UInt64\s+r/);
+    expect(table).toMatch(
+      /ns=1;s=Fixture\.Scalars\.UInt64\s+\/Objects\/1:Fixture\/1:Scalars\/1:UInt64\s+UInt64\s+UInt64\s+r/,
+    );
 
     // The rendered tag list is valid connector config, and the browse path of a row resolves to the same node.
     const { parse } = await import('yaml');
     const list = renderTagList(rows, { indent: 0 });
-    expect(list).toContain('# - { name: "Unmapped/Text", nodeId: "ns=1;s=Fixture.Unmapped.Text" }  # LocalizedText has no Sparkplug datatype');
+    expect(list).toContain(
+      '# - { name: "Unmapped/Text", nodeId: "ns=1;s=Fixture.Unmapped.Text" }  # LocalizedText has no Sparkplug datatype',
+    );
     const tags = (parse(list) as { tags: OpcuaConnectorInput['tags'] }).tags;
     expect(tags.length).toBe(rows.filter((r) => r.datatype !== undefined).length);
-    const c = connector({ tags: [...tags, { name: 'by-path', browsePath: byId.get(ns('Scalars.Int32'))!.browsePath, datatype: 'Int32' }] });
+    const c = connector({
+      tags: [...tags, { name: 'by-path', browsePath: byId.get(ns('Scalars.Int32'))!.browsePath, datatype: 'Int32' }],
+    });
     const sink = new RecordingSink();
     await c.start(sink);
     await waitFor(() => sink.latest('Scalars/Int32') && sink.latest('by-path'), 15_000);
@@ -498,10 +537,14 @@ describe('OPC UA connector against a node-opcua server', () => {
     };
     const table = await run('browse', server.endpoint, '--node', 'ns=1;s=Fixture.Writable', '--depth', '1');
     expect(table).toMatchObject({ code: 0, err: '' });
-    expect(table.out).toMatch(/ns=1;s=Fixture\.Writable\.Total\s+\/Objects\/1:Fixture\/1:Writable\/1:Total\s+Int64\s+Int64\s+rw/);
+    expect(table.out).toMatch(
+      /ns=1;s=Fixture\.Writable\.Total\s+\/Objects\/1:Fixture\/1:Writable\/1:Total\s+Int64\s+Int64\s+rw/,
+    );
     expect(table.out).toContain('10 variables');
     const tags = await run('browse', server.endpoint, '--node', 'ns=1;s=Fixture.Writable', '--tags');
-    expect(tags.out).toContain('- { name: "Setpoint", nodeId: "ns=1;s=Fixture.Writable.Setpoint", datatype: Double }  # writable on the server');
+    expect(tags.out).toContain(
+      '- { name: "Setpoint", nodeId: "ns=1;s=Fixture.Writable.Setpoint", datatype: Double }  # writable on the server',
+    );
 
     const secured = await run('browse', server.endpoint, '--security-mode', 'SignAndEncrypt');
     expect(secured.code).toBe(1);
@@ -542,7 +585,11 @@ describe('OPC UA connector recovery', () => {
 
     await server.kill();
     await waitFor(() => sink.losses.length > 0, 10_000);
-    expect(sink.losses[0]).toMatchObject({ code: 'EF_CONNECTOR_UNREACHABLE', retryable: true, connectorId: 'plc-restart' });
+    expect(sink.losses[0]).toMatchObject({
+      code: 'EF_CONNECTOR_UNREACHABLE',
+      retryable: true,
+      connectorId: 'plc-restart',
+    });
     expect(c.isConnected).toBe(false);
 
     // What the runtime does: stop, then start again after backoff (here: until the server is back).

@@ -18,12 +18,25 @@ describe('audit log file', () => {
     const auditFile = join(dir, 'audit.log');
     const gw = d.add(await startGateway({ auth: { passwordFile: passwd }, log: { auditFile } }, { logLevel: 'info' }));
 
-    d.add(await openClient(gw.url, { username: 'alice', password: 's3cret', protocolVersion: 5, clientId: 'audit-ok' }));
-    expect(await connectRefused(gw.url, { username: 'alice', password: 'wrong-pw', protocolVersion: 5, clientId: 'audit-bad' })).toBe(0x86);
+    d.add(
+      await openClient(gw.url, { username: 'alice', password: 's3cret', protocolVersion: 5, clientId: 'audit-ok' }),
+    );
+    expect(
+      await connectRefused(gw.url, {
+        username: 'alice',
+        password: 'wrong-pw',
+        protocolVersion: 5,
+        clientId: 'audit-bad',
+      }),
+    ).toBe(0x86);
 
     const lines = await waitFor(() => {
       if (!existsSync(auditFile)) return undefined;
-      const entries = readFileSync(auditFile, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>);
+      const entries = readFileSync(auditFile, 'utf8')
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
       return entries.length >= 2 ? entries : undefined;
     }, 5000);
     expect(lines.every((l) => l.mod === 'audit')).toBe(true);

@@ -9,7 +9,14 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
 import { logLines, startGateway } from '../helpers/gateway.js';
-import { RawClient, connectRefused, openClient, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
+import {
+  RawClient,
+  connectRefused,
+  openClient,
+  runToolOk,
+  startMosquittoSub,
+  type TestClient,
+} from '../helpers/mqtt-client.js';
 import { RawClient as PacketClient, connectPacket } from '../helpers/raw-client.js';
 import { expectSlowedChecks } from '../helpers/login-throttle.js';
 import { freePort } from '../helpers/ports.js';
@@ -17,7 +24,13 @@ import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
-const PASSWORDS = { admin: 'admin-secret', alice: 'alice secret with spaces', bob: 'bob-secret', legacy: 'legacy-secret', iter: 'iter-secret' };
+const PASSWORDS = {
+  admin: 'admin-secret',
+  alice: 'alice secret with spaces',
+  bob: 'bob-secret',
+  legacy: 'legacy-secret',
+  iter: 'iter-secret',
+};
 
 /** A password file made by mosquitto_passwd: PBKDF2 `$7$` lines (101 and 1000 iterations) and one legacy `$6$` line. */
 function mosquittoPasswordFile(dir: string): string {
@@ -118,8 +131,25 @@ describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () 
     expect(v4.connack.returnCode ?? 0).toBe(0);
     d.add(await openClient(strictUrl, login('iter')));
 
-    const sub = d.add(await startMosquittoSub(strictPort, ['-u', 'bob', '-P', PASSWORDS.bob, '-t', 'auth/#', '-q', '1']));
-    await runToolOk('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(strictPort), '-u', 'admin', '-P', PASSWORDS.admin, '-t', 'auth/x', '-q', '1', '-m', 'ok']);
+    const sub = d.add(
+      await startMosquittoSub(strictPort, ['-u', 'bob', '-P', PASSWORDS.bob, '-t', 'auth/#', '-q', '1']),
+    );
+    await runToolOk('mosquitto_pub', [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(strictPort),
+      '-u',
+      'admin',
+      '-P',
+      PASSWORDS.admin,
+      '-t',
+      'auth/x',
+      '-q',
+      '1',
+      '-m',
+      'ok',
+    ]);
     const [m] = await sub.waitForMessages(1);
     expect(m).toMatchObject({ topic: 'auth/x', payload: 'ok' });
   });
@@ -128,7 +158,9 @@ describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () 
     const { strictUrl, strictPort } = await authGateway();
     expect(await connectRefused(strictUrl, { username: 'alice', password: 'wrong', protocolVersion: 5 })).toBe(0x86);
     expect(await connectRefused(strictUrl, { username: 'alice', password: 'wrong', protocolVersion: 4 })).toBe(4);
-    expect(await connectRefused(strictUrl, { username: 'nobody', password: PASSWORDS.alice, protocolVersion: 5 })).toBe(0x86);
+    expect(await connectRefused(strictUrl, { username: 'nobody', password: PASSWORDS.alice, protocolVersion: 5 })).toBe(
+      0x86,
+    );
     // A user name without a password is not enough (raw CONNECT: MQTT.js would always send what it is given).
     const { raw, connack } = await RawClient.connect(strictPort, 5, { clientId: 'no-password', username: 'alice' });
     d.add(raw);
@@ -147,7 +179,14 @@ describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () 
     expect(await connectRefused(strictUrl, { username: 'alice', password: wrong, protocolVersion: 5 })).toBe(0x86);
     // People type passwords into the user field: a user name that is not in the password file is not logged.
     const typedIntoUserField = 'Sup3r-Secret-typed-as-user';
-    expect(await connectRefused(strictUrl, { username: typedIntoUserField, password: wrong, protocolVersion: 4, clientId: 'mallory-client' })).toBe(4);
+    expect(
+      await connectRefused(strictUrl, {
+        username: typedIntoUserField,
+        password: wrong,
+        protocolVersion: 4,
+        clientId: 'mallory-client',
+      }),
+    ).toBe(4);
     d.add(await openClient(strictUrl, login('alice')));
     const refused = await waitFor(
       () => {
@@ -168,10 +207,18 @@ describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () 
   it('checks five of 90 CONNECTs sent at once for one user together, the rest one at a time 250 ms, 500 ms, 1 s apart or refused unchecked (0x9F); another user gets in meanwhile', async () => {
     const { gw, strictUrl, strictPort } = await authGateway();
     // All 90 sockets open first, then the CONNECTs written in one go; the right password is the 20th.
-    const burst = await Promise.all(Array.from({ length: 90 }, () => PacketClient.open(strictPort, { protocolVersion: 5 })));
+    const burst = await Promise.all(
+      Array.from({ length: 90 }, () => PacketClient.open(strictPort, { protocolVersion: 5 })),
+    );
     for (const raw of burst) d.add(raw);
     burst.forEach((raw, i) =>
-      raw.send(connectPacket(5, { clientId: `guess-${i}`, username: 'alice', password: Buffer.from(i === 19 ? PASSWORDS.alice : `guess-${i}`) })),
+      raw.send(
+        connectPacket(5, {
+          clientId: `guess-${i}`,
+          username: 'alice',
+          password: Buffer.from(i === 19 ? PASSWORDS.alice : `guess-${i}`),
+        }),
+      ),
     );
     const codes = () => burst.map((raw) => raw.packets('connack')[0]?.reasonCode);
     const answered = () => codes().filter((c) => c !== undefined).length;
@@ -187,17 +234,29 @@ describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () 
     // log's times: the server's clock).
     const checkedAt = () =>
       logLines(gw)
-        .filter((l) => l.mod === 'audit' && l.username === 'alice' && (l.msg === 'login' || l.why === 'bad user name or password'))
+        .filter(
+          (l) =>
+            l.mod === 'audit' && l.username === 'alice' && (l.msg === 'login' || l.why === 'bad user name or password'),
+        )
         .map((l) => Number(l.time));
-    await waitFor(() => checkedAt().length >= 8, 10_000, { message: () => `eight of alice's logins checked in:\n${gw.output()}` });
+    await waitFor(() => checkedAt().length >= 8, 10_000, {
+      message: () => `eight of alice's logins checked in:\n${gw.output()}`,
+    });
     expectSlowedChecks(checkedAt());
   });
 
-  it('never refuses a correct password because of failed logins of others from the same address, and slows a user\'s own after five failures', async () => {
+  it("never refuses a correct password because of failed logins of others from the same address, and slows a user's own after five failures", async () => {
     const { gw, strictUrl } = await authGateway({ logLevel: 'info' });
     // Any local program can send these: names that are no user, no account needed.
-    for (let i = 0; i < 6; i++) expect(await connectRefused(strictUrl, { username: `nobody-${i}`, password: 'x', protocolVersion: 5 })).toBe(0x86);
-    for (let i = 0; i < 5; i++) expect(await connectRefused(strictUrl, { username: 'alice', password: `guess-${i}`, protocolVersion: 5 }), `attempt ${i + 1}`).toBe(0x86);
+    for (let i = 0; i < 6; i++)
+      expect(await connectRefused(strictUrl, { username: `nobody-${i}`, password: 'x', protocolVersion: 5 })).toBe(
+        0x86,
+      );
+    for (let i = 0; i < 5; i++)
+      expect(
+        await connectRefused(strictUrl, { username: 'alice', password: `guess-${i}`, protocolVersion: 5 }),
+        `attempt ${i + 1}`,
+      ).toBe(0x86);
     d.add(await openClient(strictUrl, login('admin')));
     d.add(await openClient(strictUrl, login('bob', { protocolVersion: 4 })));
     d.add(await openClient(gw.url, { protocolVersion: 5 }));
@@ -206,10 +265,14 @@ describe('authentication with a mosquitto_passwd file', { timeout: 60_000 }, () 
     d.add(await openClient(strictUrl, login('alice')));
     const audited = logLines(gw).filter((l) => l.mod === 'audit' && l.msg === 'login refused');
     expect(audited.map((l) => l.username)).toEqual([...Array(6).fill('<unknown>'), ...Array(5).fill('alice')]);
-    const alice = await waitFor(() => {
-      const lines = logLines(gw).filter((l) => l.mod === 'audit' && l.username === 'alice');
-      return lines.some((l) => l.msg === 'login') ? lines : undefined;
-    }, 5000, { message: "alice's login audited" });
+    const alice = await waitFor(
+      () => {
+        const lines = logLines(gw).filter((l) => l.mod === 'audit' && l.username === 'alice');
+        return lines.some((l) => l.msg === 'login') ? lines : undefined;
+      },
+      5000,
+      { message: "alice's login audited" },
+    );
     expectSlowedChecks(alice.map((l) => Number(l.time)));
   });
 });
@@ -268,10 +331,20 @@ describe('authorization with a Mosquitto ACL file', { timeout: 60_000 }, () => {
     const alice = d.add(await openClient(strictUrl, login('alice')));
     // alice: readwrite sensors/#, deny sensors/secret/#, read public/#. A dashboard subscribing # works (as in
     // Mosquitto); a filter inside the denied subtree or outside every grant is refused.
-    expect(await subackCodes(alice, ['#', 'sensors/#', 'sensors/+/x', 'sensors/secret/a', 'sensors/secret/#', 'sensors/public/#', 'plant/#'])).toEqual([
-      1, 1, 1, 0x87, 0x87, 1, 0x87,
-    ]);
-    expect(await subackCodes(alice, ['$share/g/#', '$share/g/sensors/secret/#', '$share/g/sensors/+/x', '$share/g/plant/#'])).toEqual([1, 0x87, 1, 0x87]);
+    expect(
+      await subackCodes(alice, [
+        '#',
+        'sensors/#',
+        'sensors/+/x',
+        'sensors/secret/a',
+        'sensors/secret/#',
+        'sensors/public/#',
+        'plant/#',
+      ]),
+    ).toEqual([1, 1, 1, 0x87, 0x87, 1, 0x87]);
+    expect(
+      await subackCodes(alice, ['$share/g/#', '$share/g/sensors/secret/#', '$share/g/sensors/+/x', '$share/g/plant/#']),
+    ).toEqual([1, 0x87, 1, 0x87]);
     // MQTT 3.1.1 says 0x80 for the same refusals.
     const alice4 = d.add(await openClient(strictUrl, login('alice', { protocolVersion: 4, clientId: 'alice-v4' })));
     expect(await subackCodes(alice4, ['#', '$share/g/sensors/secret/#', 'sensors/public/#'])).toEqual([1, 0x80, 1]);
@@ -338,8 +411,17 @@ describe('authorization with a Mosquitto ACL file', { timeout: 60_000 }, () => {
     const bob = d.add(await openClient(strictUrl, login('bob')));
     expect(await subackCodes(admin, ['wills/#', 'sensors/#'])).toEqual([1, 1]);
     expect(await subackCodes(bob, ['#'])).toEqual([1]);
-    const dying = await openClient(strictUrl, login('admin', { clientId: 'dying', will: { topic: 'wills/dying', payload: Buffer.from('gone'), qos: 1 } }));
-    const dyingToo = await openClient(strictUrl, login('admin', { clientId: 'dying-2', will: { topic: 'sensors/dying', payload: Buffer.from('gone too'), qos: 1 } }));
+    const dying = await openClient(
+      strictUrl,
+      login('admin', { clientId: 'dying', will: { topic: 'wills/dying', payload: Buffer.from('gone'), qos: 1 } }),
+    );
+    const dyingToo = await openClient(
+      strictUrl,
+      login('admin', {
+        clientId: 'dying-2',
+        will: { topic: 'sensors/dying', payload: Buffer.from('gone too'), qos: 1 },
+      }),
+    );
     dying.drop();
     dyingToo.drop();
     await admin.waitForMessages(2);

@@ -4,7 +4,18 @@
  * `mosquitto_passwd` without disturbing their other lines.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PasswordFile } from '../../src/broker/password-file.js';
@@ -22,8 +33,27 @@ function passwd(args: string[], stdin?: string): Promise<{ code: number | null; 
 }
 
 /** mosquitto_pub to `port` as `user`: resolves with its exit code and stderr. */
-async function mosquittoLogin(port: number, user: string, password: string): Promise<{ code: number | null; stderr: string }> {
-  const r = await runTool('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(port), '-u', user, '-P', password, '-t', 'cli/test', '-q', '1', '-m', 'x']);
+async function mosquittoLogin(
+  port: number,
+  user: string,
+  password: string,
+): Promise<{ code: number | null; stderr: string }> {
+  const r = await runTool('mosquitto_pub', [
+    '-h',
+    '127.0.0.1',
+    '-p',
+    String(port),
+    '-u',
+    user,
+    '-P',
+    password,
+    '-t',
+    'cli/test',
+    '-q',
+    '1',
+    '-m',
+    'x',
+  ]);
   return { code: r.code, stderr: r.stderr + r.stdout };
 }
 
@@ -63,13 +93,28 @@ describe('edgeferry passwd', { timeout: 60_000 }, () => {
     const strict = await freePort();
     const gw = d.add(
       await startGateway({
-        listeners: [{ type: 'tcp', host: '127.0.0.1', port }, { type: 'tcp', host: '127.0.0.1', port: strict, allowAnonymous: false }],
+        listeners: [
+          { type: 'tcp', host: '127.0.0.1', port },
+          { type: 'tcp', host: '127.0.0.1', port: strict, allowAnonymous: false },
+        ],
         auth: { passwordFile: file },
       }),
     );
     void gw;
-    d.add(await openClient(`mqtt://127.0.0.1:${strict}`, { username: 'alice', password: 'correct horse battery staple', protocolVersion: 5 }));
-    expect(await connectRefused(`mqtt://127.0.0.1:${strict}`, { username: 'alice', password: 'correct horse', protocolVersion: 5 })).toBe(0x86);
+    d.add(
+      await openClient(`mqtt://127.0.0.1:${strict}`, {
+        username: 'alice',
+        password: 'correct horse battery staple',
+        protocolVersion: 5,
+      }),
+    );
+    expect(
+      await connectRefused(`mqtt://127.0.0.1:${strict}`, {
+        username: 'alice',
+        password: 'correct horse',
+        protocolVersion: 5,
+      }),
+    ).toBe(0x86);
   });
 
   it('adds, changes and deletes users in a mosquitto_passwd file, keeping the other lines as they were', async () => {
@@ -119,7 +164,7 @@ describe('edgeferry passwd', { timeout: 60_000 }, () => {
     expect(readdirSync(dir)).toEqual(['passwd']);
   });
 
-  it('writes through a symlink to its target, keeping the link and the target\'s mode, owner and group', async () => {
+  it("writes through a symlink to its target, keeping the link and the target's mode, owner and group", async () => {
     const dir = d.tempDir('edgeferry-passwd-');
     mkdirSync(join(dir, 'real'));
     const target = join(dir, 'real', 'passwd');
@@ -149,7 +194,8 @@ describe('edgeferry passwd', { timeout: 60_000 }, () => {
         child.stdout.on('data', (chunk: Buffer) => {
           output += chunk.toString();
           // A prompt ends the output so far: type the next answer.
-          while (asked < answers.length && (output.match(/[Pp]assword: $/gm) ?? []).length > asked) child.stdin.write(`${answers[asked++]}\r`);
+          while (asked < answers.length && (output.match(/[Pp]assword: $/gm) ?? []).length > asked)
+            child.stdin.write(`${answers[asked++]}\r`);
         });
         const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
         child.once('error', reject);
@@ -161,7 +207,9 @@ describe('edgeferry passwd', { timeout: 60_000 }, () => {
       });
     const set = await onTerminal('alice', ['Alice-pw-1', 'Alice-pw-1']);
     expect(set.code).toBe(0);
-    expect(set.output.replace(/\r/g, '')).toBe(`Password: \nReenter password: \nset the password of "alice" in ${file}\n`);
+    expect(set.output.replace(/\r/g, '')).toBe(
+      `Password: \nReenter password: \nset the password of "alice" in ${file}\n`,
+    );
     const { file: passwords } = PasswordFile.parse(readFileSync(file, 'utf8'));
     expect(await passwords.verify('alice', Buffer.from('Alice-pw-1'))).toBe(true);
 
@@ -194,13 +242,26 @@ describe('bridge URL credentials', { timeout: 60_000 }, () => {
   it('refuses user:password@ in a bridge url with exit code 2, naming the keys to use and never printing the password', async () => {
     const dir = d.tempDir('edgeferry-bridge-url-');
     const file = join(dir, 'gw.yaml');
-    writeFileSync(file, ['bridges:', '  - name: central', '    remote: { urls: ["mqtts://line4:Pl4nt-S3cret@backbone.example:8883"] }', '    topics: [{ filter: "a/#" }]', ''].join('\n'));
-    for (const args of [['--check-config', '--config', file], ['--config', file]]) {
+    writeFileSync(
+      file,
+      [
+        'bridges:',
+        '  - name: central',
+        '    remote: { urls: ["mqtts://line4:Pl4nt-S3cret@backbone.example:8883"] }',
+        '    topics: [{ filter: "a/#" }]',
+        '',
+      ].join('\n'),
+    );
+    for (const args of [
+      ['--check-config', '--config', file],
+      ['--config', file],
+    ]) {
       const r = await runCli(args);
       expect(r.code, args.join(' ')).toBe(2);
-      expect(r.stderr + r.stdout).toMatch(/bridges\.0\.remote\.urls\.0: must not carry credentials \(user:password@\): set remote\.username, and remote\.password or remote\.passwordFile/);
+      expect(r.stderr + r.stdout).toMatch(
+        /bridges\.0\.remote\.urls\.0: must not carry credentials \(user:password@\): set remote\.username, and remote\.password or remote\.passwordFile/,
+      );
       expect(r.stderr + r.stdout).not.toContain('Pl4nt-S3cret');
     }
   });
 });
-

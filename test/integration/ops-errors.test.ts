@@ -63,18 +63,29 @@ describe('EF_ codes on start-up errors', { timeout: 60_000 }, () => {
     expect(missing.stderr).toBe('');
     const [line, ...rest] = jsonLines(missing.stdout);
     expect(rest).toEqual([]);
-    expect(line).toMatchObject({ level: 60, code: 'EF_CONFIG_UNREADABLE', msg: expect.stringContaining('cannot read the file: ENOENT'), pid: expect.any(Number) });
+    expect(line).toMatchObject({
+      level: 60,
+      code: 'EF_CONFIG_UNREADABLE',
+      msg: expect.stringContaining('cannot read the file: ENOENT'),
+      pid: expect.any(Number),
+    });
 
     const file = join(dir, 'gw.yaml');
     writeFileSync(file, 'broker:\n  maxInflight: 0\n');
     const invalid = await runCli(['--config', file, '--log-format', 'json']);
     expect(invalid.code).toBe(2);
     expect(jsonLines(invalid.stdout)).toEqual([
-      expect.objectContaining({ level: 60, code: 'EF_CONFIG_INVALID', problems: [expect.objectContaining({ path: 'broker.maxInflight', location: `${file}:2:16` })] }),
+      expect.objectContaining({
+        level: 60,
+        code: 'EF_CONFIG_INVALID',
+        problems: [expect.objectContaining({ path: 'broker.maxInflight', location: `${file}:2:16` })],
+      }),
     ]);
     // Without the flag, text for people, with the code.
     const text = await runCli(['--check-config', '--config', file]);
-    expect(text.stderr).toMatch(new RegExp(`^edgeferry: EF_CONFIG_INVALID: ${file}: 1 problem\\n  ${file}:2:16 broker.maxInflight: `));
+    expect(text.stderr).toMatch(
+      new RegExp(`^edgeferry: EF_CONFIG_INVALID: ${file}: 1 problem\\n  ${file}:2:16 broker.maxInflight: `),
+    );
   });
 
   it('a start-up failure logs the code of its cause: a taken port is one EF_LISTENER_BIND line (exit 1), an audit file that cannot be opened EF_CONFIG_INVALID (exit 2)', async () => {
@@ -84,7 +95,10 @@ describe('EF_ codes on start-up errors', { timeout: 60_000 }, () => {
     const dir = d.tempDir('edgeferry-errors-');
     const file = join(dir, 'gw.yaml');
     const { port } = blocker.address() as { port: number };
-    writeFileSync(file, JSON.stringify({ listeners: [{ port }], storage: { path: join(dir, 'data') }, log: { format: 'json' } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ listeners: [{ port }], storage: { path: join(dir, 'data') }, log: { format: 'json' } }),
+    );
     const taken = await runCli(['--config', file]);
     expect(taken.code).toBe(1);
     // One line: which listener, which port, what probably holds it; found before the store opens, so no store lines
@@ -92,22 +106,49 @@ describe('EF_ codes on start-up errors', { timeout: 60_000 }, () => {
     const inUse = `port ${port} is already in use by another program: another edgeferry, or a Mosquitto service (Debian's mosquitto package starts one on 1883)? \`ss -ltnp 'sport = :${port}'\` names it`;
     expect(jsonLines(taken.stdout).map(({ level, msg, code, err }) => ({ level, msg, code, err }))).toEqual([
       { level: 30, msg: 'edgeferry starting', code: undefined, err: undefined },
-      { level: 60, msg: `tcp listener 127.0.0.1:${port} cannot listen: ${inUse}`, code: 'EF_LISTENER_BIND', err: undefined },
+      {
+        level: 60,
+        msg: `tcp listener 127.0.0.1:${port} cannot listen: ${inUse}`,
+        code: 'EF_LISTENER_BIND',
+        err: undefined,
+      },
     ]);
     // The metrics listener alike.
-    writeFileSync(file, JSON.stringify({ listeners: [{ port: await freePort() }], metrics: { port }, storage: { path: join(dir, 'data') }, log: { format: 'json' } }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        listeners: [{ port: await freePort() }],
+        metrics: { port },
+        storage: { path: join(dir, 'data') },
+        log: { format: 'json' },
+      }),
+    );
     const metricsTaken = await runCli(['--config', file]);
     expect(metricsTaken.code).toBe(1);
-    expect(jsonLines(metricsTaken.stdout).map((l) => l.msg)).toEqual(['edgeferry starting', `metrics endpoint 127.0.0.1:${port} cannot listen: ${inUse}`]);
+    expect(jsonLines(metricsTaken.stdout).map((l) => l.msg)).toEqual([
+      'edgeferry starting',
+      `metrics endpoint 127.0.0.1:${port} cannot listen: ${inUse}`,
+    ]);
     expect(existsSync(join(dir, 'data'))).toBe(false);
 
     // Below a regular file no directory can be made, nor a file opened, also by root.
     writeFileSync(join(dir, 'plain'), '');
     const auditFile = join(dir, 'plain', 'audit.log');
-    writeFileSync(file, JSON.stringify({ listeners: [{ port: await freePort() }], storage: { path: join(dir, 'data') }, log: { format: 'json', auditFile } }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        listeners: [{ port: await freePort() }],
+        storage: { path: join(dir, 'data') },
+        log: { format: 'json', auditFile },
+      }),
+    );
     const audit = await runCli(['--config', file]);
     expect(audit.code).toBe(2);
-    expect(jsonLines(audit.stdout).at(-1)).toMatchObject({ level: 60, code: 'EF_CONFIG_INVALID', problems: [{ path: 'log.auditFile', message: expect.stringMatching(/^cannot open the file for appending: /) }] });
+    expect(jsonLines(audit.stdout).at(-1)).toMatchObject({
+      level: 60,
+      code: 'EF_CONFIG_INVALID',
+      problems: [{ path: 'log.auditFile', message: expect.stringMatching(/^cannot open the file for appending: /) }],
+    });
   });
 });
 
@@ -119,20 +160,36 @@ describe('EF_ codes on a rejected SIGHUP reload', { timeout: 60_000 }, () => {
     const gw = d.add(await startGateway({ auth: { aclFile } }, { logLevel: 'info' }));
     const good = readFileSync(gw.configFile, 'utf8');
 
-    writeFileSync(gw.configFile, good.replace('"broker"', '"brokre"').replace('"auth"', '"broker": { "maxInflight": 0 }, "auth"'));
+    writeFileSync(
+      gw.configFile,
+      good.replace('"broker"', '"brokre"').replace('"auth"', '"broker": { "maxInflight": 0 }, "auth"'),
+    );
     const invalid = await sighup(gw, 'config reload rejected, keeping the running config');
-    expect(invalid).toMatchObject({ level: 50, code: 'EF_CONFIG_INVALID', configFile: gw.configFile, problems: [expect.objectContaining({ path: 'broker.maxInflight' })] });
+    expect(invalid).toMatchObject({
+      level: 50,
+      code: 'EF_CONFIG_INVALID',
+      configFile: gw.configFile,
+      problems: [expect.objectContaining({ path: 'broker.maxInflight' })],
+    });
 
     rmSync(gw.configFile);
     mkdirSync(gw.configFile);
     const unreadable = await sighup(gw, 'config reload rejected, keeping the running config');
-    expect(unreadable).toMatchObject({ level: 50, code: 'EF_CONFIG_UNREADABLE', problems: [expect.objectContaining({ message: expect.stringContaining('EISDIR') })] });
+    expect(unreadable).toMatchObject({
+      level: 50,
+      code: 'EF_CONFIG_UNREADABLE',
+      problems: [expect.objectContaining({ message: expect.stringContaining('EISDIR') })],
+    });
     rmSync(gw.configFile, { recursive: true });
     writeFileSync(gw.configFile, good);
 
     writeFileSync(aclFile, 'topik read typo/#\n');
     const acl = await sighup(gw, 'config reload failed');
-    expect(acl).toMatchObject({ level: 50, code: 'EF_CONFIG_INVALID', problems: [expect.objectContaining({ path: 'auth.aclFile', location: `${aclFile}:1` })] });
+    expect(acl).toMatchObject({
+      level: 50,
+      code: 'EF_CONFIG_INVALID',
+      problems: [expect.objectContaining({ path: 'auth.aclFile', location: `${aclFile}:1` })],
+    });
 
     expect(gw.proc.exitCode).toBeNull();
     d.add(await openClient(gw.url, { protocolVersion: 5 }));
@@ -151,7 +208,10 @@ describe('EF_ codes for TLS files that do not work', { timeout: 60_000 }, () => 
     const port = await freePort();
     const file = join(dir, 'gw.yaml');
     const tlsListener = { type: 'tls', host: '127.0.0.1', port, tls: { certFile, keyFile } };
-    writeFileSync(file, JSON.stringify({ listeners: [tlsListener], storage: { path: join(dir, 'data') }, log: { format: 'json' } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ listeners: [tlsListener], storage: { path: join(dir, 'data') }, log: { format: 'json' } }),
+    );
     const start = await runCli(['--config', file]);
     expect(start.code).toBe(2);
     expect(jsonLines(start.stdout).at(-1)).toMatchObject({
@@ -161,7 +221,12 @@ describe('EF_ codes for TLS files that do not work', { timeout: 60_000 }, () => 
     });
 
     copyFileSync(pki.server.cert, certFile);
-    const gw = d.add(await startGateway({ listeners: [{ type: 'tcp', host: '127.0.0.1', port: await freePort() }, tlsListener] }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        { listeners: [{ type: 'tcp', host: '127.0.0.1', port: await freePort() }, tlsListener] },
+        { logLevel: 'info' },
+      ),
+    );
     copyFileSync(other.server.cert, certFile);
     const reload = await sighup(gw, 'TLS files not reloaded, the listeners keep their current certificates');
     expect(reload).toMatchObject({ level: 50, code: 'EF_CONFIG_INVALID' });
@@ -183,7 +248,10 @@ describe('--check-config reads every file the start reads', { timeout: 60_000 },
     writeFileSync(
       file,
       JSON.stringify({
-        listeners: [{ port: await freePort() }, { type: 'tls', host: '127.0.0.1', port, tls: { certFile: other.server.cert, keyFile: pki.server.key } }],
+        listeners: [
+          { port: await freePort() },
+          { type: 'tls', host: '127.0.0.1', port, tls: { certFile: other.server.cert, keyFile: pki.server.key } },
+        ],
         auth: { aclFile, passwordFile },
         metrics: { port: await freePort(), auth: { tokenFile } },
         storage: { path: join(dir, 'data') },
@@ -199,7 +267,11 @@ describe('--check-config reads every file the start reads', { timeout: 60_000 },
       `  ${aclFile}:2 auth.aclFile: unknown keyword "topc"`,
       `  ${aclFile}:3 auth.aclFile: user without a name`,
     ]);
-    expect(lines[4]).toMatch(new RegExp(`^  ${file} listeners\\.1\\.tls: tls listener 127\\.0\\.0\\.1:${port}: its TLS files are not usable: `));
+    expect(lines[4]).toMatch(
+      new RegExp(
+        `^  ${file} listeners\\.1\\.tls: tls listener 127\\.0\\.0\\.1:${port}: its TLS files are not usable: `,
+      ),
+    );
     expect(lines[5]).toBe(`  ${file} metrics.auth.tokenFile: the token file is empty`);
     // The start refuses the same file with the same code: the check said so first (the unit's ExecStartPre).
     const start = await runCli(['--config', file, '--log-format', 'json']);
@@ -218,7 +290,16 @@ describe('--check-config reads every file the start reads', { timeout: 60_000 },
       listeners: [{ type: 'tcp', host: '127.0.0.1', port: await freePort(), allowAnonymous: true }],
       metrics: { host: '127.0.0.1', port: await freePort(), auth: { users: ['prometheus'] } },
       console: { viewers: ['alice', 'bob'], operators: ['carol'] },
-      bridges: [{ name: 'central', remote: { urls: [`mqtts://127.0.0.1:${await freePort()}`], tls: { certFile: other.server.cert, keyFile: pki.server.key } }, topics: [{ filter: 'plant/#' }] }],
+      bridges: [
+        {
+          name: 'central',
+          remote: {
+            urls: [`mqtts://127.0.0.1:${await freePort()}`],
+            tls: { certFile: other.server.cert, keyFile: pki.server.key },
+          },
+          topics: [{ filter: 'plant/#' }],
+        },
+      ],
     };
     const file = join(dir, 'gw.yaml');
     writeFileSync(file, JSON.stringify({ ...patch, storage: { path: join(dir, 'data') } }));
@@ -231,10 +312,16 @@ describe('--check-config reads every file the start reads', { timeout: 60_000 },
       'edgeferry: warning: console.operators: user "carol" is not in auth.passwordFile: it cannot log in',
       'edgeferry: warning: metrics.auth.users: user "prometheus" is not in auth.passwordFile: it cannot log in',
     ]);
-    expect(warnings[3]).toMatch(/^edgeferry: warning: bridges\.0\.remote\.tls: the TLS files do not load, the bridge cannot connect: .*key values mismatch/);
+    expect(warnings[3]).toMatch(
+      /^edgeferry: warning: bridges\.0\.remote\.tls: the TLS files do not load, the bridge cannot connect: .*key values mismatch/,
+    );
 
     const gw = d.add(await startGateway(patch));
-    expect(logLines(gw).filter((l) => l.key !== undefined).map((l) => [l.level, l.key, l.msg])).toEqual([
+    expect(
+      logLines(gw)
+        .filter((l) => l.key !== undefined)
+        .map((l) => [l.level, l.key, l.msg]),
+    ).toEqual([
       [40, 'console.viewers', 'user "bob" is not in auth.passwordFile: it cannot log in'],
       [40, 'console.operators', 'user "carol" is not in auth.passwordFile: it cannot log in'],
       [40, 'metrics.auth.users', 'user "prometheus" is not in auth.passwordFile: it cannot log in'],
@@ -254,12 +341,18 @@ describe('a data directory held by another edgeferry', { timeout: 90_000 }, () =
     expect(gateway.code).toBe(3);
     const fatal = jsonLines(gateway.stdout).at(-1);
     expect(fatal).toMatchObject({ level: 60, code: 'EF_STORE_IN_USE' });
-    expect(fatal?.msg).toMatch(new RegExp(`in use by another edgeferry, process ${holder} \\(.*cli\\.js.*\\): stop it first`));
+    expect(fatal?.msg).toMatch(
+      new RegExp(`in use by another edgeferry, process ${holder} \\(.*cli\\.js.*\\): stop it first`),
+    );
     expect(gateway.stdout).not.toContain('--reset-store');
 
     const list = await runCli(['store', 'list', '-c', gw.configFile]);
     expect(list.code).toBe(3);
-    expect(list.stderr).toMatch(new RegExp(`^edgeferry store: EF_STORE_IN_USE: the data directory .* is in use by another edgeferry, process ${holder}`));
+    expect(list.stderr).toMatch(
+      new RegExp(
+        `^edgeferry store: EF_STORE_IN_USE: the data directory .* is in use by another edgeferry, process ${holder}`,
+      ),
+    );
     expect(list.stderr).not.toContain('--reset-store');
 
     const reset = await runCli(['--config', second, '--reset-store', '--log-format', 'json']);

@@ -46,7 +46,10 @@ function parseMetrics(text: string): Pick<Scrape, 'samples' | 'types'> {
     const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$/.exec(line);
     if (!m) throw new Error(`not a Prometheus sample line: ${line}`);
     const labels: Record<string, string> = {};
-    for (const [, k, v] of ((m[2] as string | undefined) ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[k] = v;
+    for (const [, k, v] of ((m[2] as string | undefined) ?? '').matchAll(
+      /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g,
+    ))
+      labels[k] = v;
     samples.push({ name: m[1], labels, value: Number(m[3]) });
   }
   return { samples, types };
@@ -61,8 +64,12 @@ async function scrape(port: number): Promise<Scrape> {
     samples,
     types,
     value: (name, labels = {}) =>
-      samples.find((s) => s.name === name && Object.keys(s.labels).length === Object.keys(labels).length && Object.entries(labels).every(([k, v]) => s.labels[k] === v))
-        ?.value,
+      samples.find(
+        (s) =>
+          s.name === name &&
+          Object.keys(s.labels).length === Object.keys(labels).length &&
+          Object.entries(labels).every(([k, v]) => s.labels[k] === v),
+      )?.value,
   };
 }
 
@@ -73,7 +80,9 @@ async function getJson(port: number, path: string): Promise<{ status: number; bo
 
 async function metricsGateway(patch: Record<string, unknown> = {}) {
   const metricsPort = await freePort();
-  const gw = d.add(await startGateway({ metrics: { host: '127.0.0.1', port: metricsPort }, broker: { sysIntervalS: 0 }, ...patch }));
+  const gw = d.add(
+    await startGateway({ metrics: { host: '127.0.0.1', port: metricsPort }, broker: { sysIntervalS: 0 }, ...patch }),
+  );
   return { gw, metricsPort };
 }
 
@@ -188,11 +197,11 @@ describe('metrics endpoint', { timeout: 60_000 }, () => {
     let last = down;
     await waitFor(async () => (last = await getJson(metricsPort, '/readyz')).status === 200, 15_000, {
       // Seen once under full-suite load, not reproduced: say what was not ready, and what the gateway logged.
-      message: () => `/readyz 200 after the upstream came back; last answer ${last.status} ${last.body}\n${gw.output().slice(-2000)}`,
+      message: () =>
+        `/readyz 200 after the upstream came back; last answer ${last.status} ${last.body}\n${gw.output().slice(-2000)}`,
     });
     expect((await scrape(metricsPort)).value('edgeferry_bridge_connected', { bridge: 'central' })).toBe(1);
   });
-
 });
 
 describe('metrics.auth', { timeout: 60_000 }, () => {
@@ -231,7 +240,9 @@ describe('metrics.auth', { timeout: 60_000 }, () => {
     // /healthz tells only that the process answers: open, for a service manager's probe.
     expect((await request(metricsPort, '/healthz')).status).toBe(200);
     // Refusals are audited, without the credentials.
-    await waitFor(() => (gw.output().match(/"msg":"metrics request refused"/g) ?? []).length >= 4, 5000, { message: () => gw.output() });
+    await waitFor(() => (gw.output().match(/"msg":"metrics request refused"/g) ?? []).length >= 4, 5000, {
+      message: () => gw.output(),
+    });
     expect(gw.output()).not.toMatch(/scrape-secret|wrong|alice-secret/);
   });
 
@@ -245,15 +256,29 @@ describe('metrics.auth', { timeout: 60_000 }, () => {
     const metricsPort = await freePort();
     const mqttPort = await freePort();
     const gw = d.add(
-      await startGateway({
-        auth: { passwordFile },
-        listeners: [{ type: 'tcp', host: '127.0.0.1', port: mqttPort, allowAnonymous: true }],
-        metrics: { host: '127.0.0.1', port: metricsPort, auth: { users: ['prometheus'], tokenFile } },
-      }, { logLevel: 'info' }), // accepted logins are audited at info
+      await startGateway(
+        {
+          auth: { passwordFile },
+          listeners: [{ type: 'tcp', host: '127.0.0.1', port: mqttPort, allowAnonymous: true }],
+          metrics: { host: '127.0.0.1', port: metricsPort, auth: { users: ['prometheus'], tokenFile } },
+        },
+        { logLevel: 'info' },
+      ), // accepted logins are audited at info
     );
-    const guess = (password: string): BurstRequest => ({ method: 'GET', path: '/metrics', headers: { authorization: basic('prometheus', password) } });
-    const burst = d.add(await HttpBurst.send(metricsPort, Array.from({ length: 100 }, (_, i) => guess(i === 19 ? 'scrape-secret' : `guess-${i}`))));
-    await waitFor(() => burst.answered >= 90, 10_000, { message: () => `90 answers, got ${JSON.stringify(burst.statuses)}` });
+    const guess = (password: string): BurstRequest => ({
+      method: 'GET',
+      path: '/metrics',
+      headers: { authorization: basic('prometheus', password) },
+    });
+    const burst = d.add(
+      await HttpBurst.send(
+        metricsPort,
+        Array.from({ length: 100 }, (_, i) => guess(i === 19 ? 'scrape-secret' : `guess-${i}`)),
+      ),
+    );
+    await waitFor(() => burst.answered >= 90, 10_000, {
+      message: () => `90 answers, got ${JSON.stringify(burst.statuses)}`,
+    });
     expect(burst.count(429)).toBeGreaterThanOrEqual(80);
     // The token, and another user of the password file from the same address, are not held up.
     expect((await request(metricsPort, '/metrics', 'Bearer scrape-token')).status).toBe(200);
@@ -261,18 +286,26 @@ describe('metrics.auth', { timeout: 60_000 }, () => {
     d.add(await openClient(mqttUrl, { username: 'alice', password: 'alice-secret', protocolVersion: 5 }));
     expect(burst.answered).toBeLessThan(100);
     // Five checked together, then one at a time (the audit log's times: the server's clock).
-    const checkedAt = () => logLines(gw).filter((l) => l.user === 'prometheus' && l.why === 'bad user name or password').map((l) => Number(l.time));
+    const checkedAt = () =>
+      logLines(gw)
+        .filter((l) => l.user === 'prometheus' && l.why === 'bad user name or password')
+        .map((l) => Number(l.time));
     await waitFor(() => checkedAt().length >= 8, 10_000, { message: 'eight of the guesses checked' });
     expectSlowedChecks(checkedAt());
     // One throttle: five guesses of alice's password here slow her next MQTT login from this address (250 ms after
     // the last guess was checked, by the audit log's times).
-    for (let i = 0; i < 5; i++) expect((await request(metricsPort, '/metrics', basic('alice', `guess-${i}`))).status).toBe(401);
+    for (let i = 0; i < 5; i++)
+      expect((await request(metricsPort, '/metrics', basic('alice', `guess-${i}`))).status).toBe(401);
     d.add(await openClient(mqttUrl, { username: 'alice', password: 'alice-secret', protocolVersion: 5 }));
-    const lines = await waitFor(() => {
-      const guesses = logLines(gw).filter((l) => l.msg === 'metrics request refused' && l.user === 'alice');
-      const mqtt = logLines(gw).filter((l) => l.msg === 'login' && l.username === 'alice');
-      return guesses.length === 5 && mqtt.length === 2 ? [...guesses, mqtt[1]] : undefined;
-    }, 5000, { message: "alice's guesses and her second login audited" });
+    const lines = await waitFor(
+      () => {
+        const guesses = logLines(gw).filter((l) => l.msg === 'metrics request refused' && l.user === 'alice');
+        const mqtt = logLines(gw).filter((l) => l.msg === 'login' && l.username === 'alice');
+        return guesses.length === 5 && mqtt.length === 2 ? [...guesses, mqtt[1]] : undefined;
+      },
+      5000,
+      { message: "alice's guesses and her second login audited" },
+    );
     expectSlowedChecks(lines.map((l) => Number(l.time)));
   });
 
@@ -291,7 +324,9 @@ describe('metrics.auth', { timeout: 60_000 }, () => {
     expect((await request(metricsPort, '/metrics', 'first-token-0123456789')).status).toBe(401);
     expect((await request(metricsPort, '/metrics', 'Bearer first-token-0123456789')).status).toBe(200);
     // Refusals are audited without what was sent, even a bare token without a scheme.
-    await waitFor(() => (gw.output().match(/"msg":"metrics request refused"/g) ?? []).length >= 5, 5000, { message: () => gw.output() });
+    await waitFor(() => (gw.output().match(/"msg":"metrics request refused"/g) ?? []).length >= 5, 5000, {
+      message: () => gw.output(),
+    });
     expect(gw.output()).not.toContain('first-token');
 
     writeFileSync(tokenFile, 'second-token\n');
@@ -306,7 +341,9 @@ describe('metrics.auth', { timeout: 60_000 }, () => {
     writeFileSync(file, 'metrics: { host: 0.0.0.0, port: 9883 }\n');
     const refused = await runCli(['--check-config', '--config', file]);
     expect(refused.code).toBe(2);
-    expect(refused.stderr).toMatch(/metrics\.auth: 0\.0\.0\.0 is not a loopback address: set metrics\.auth \(users or tokenFile\), or allowUnauthenticated: true/);
+    expect(refused.stderr).toMatch(
+      /metrics\.auth: 0\.0\.0\.0 is not a loopback address: set metrics\.auth \(users or tokenFile\), or allowUnauthenticated: true/,
+    );
     writeFileSync(file, 'metrics: { host: 0.0.0.0, port: 9883, allowUnauthenticated: true }\n');
     expect((await runCli(['--check-config', '--config', file])).code).toBe(0);
   });
@@ -326,10 +363,14 @@ describe('/readyz and the devices behind the connectors', { timeout: 90_000 }, (
     await waitFor(async () => (await readyz('?devices=1')).status === 200, 15_000, { message: 'press-1 answering' });
 
     await sim.mute(1);
-    const dead = await waitFor(async () => {
-      const r = await readyz('?devices=1');
-      return r.status === 503 ? r : undefined;
-    }, 15_000, { message: '/readyz?devices=1 503 once press-1 stopped answering' });
+    const dead = await waitFor(
+      async () => {
+        const r = await readyz('?devices=1');
+        return r.status === 503 ? r : undefined;
+      },
+      15_000,
+      { message: '/readyz?devices=1 503 once press-1 stopped answering' },
+    );
     expect(dead.problems).toEqual([expect.stringMatching(/^device press-1 is not answering \((backoff|starting)\)$/)]);
     // Without the question, the PLC is not the gateway's readiness.
     expect(await readyz()).toEqual({ status: 200, problems: [] });
@@ -344,6 +385,8 @@ describe('/readyz and the devices behind the connectors', { timeout: 90_000 }, (
     expect(always.problems.join('\n')).toMatch(/device press-1 is not answering/);
 
     await sim.unmute(1);
-    await waitFor(async () => (await readyz()).status === 200, 15_000, { message: '/readyz 200 once press-1 answers again' });
+    await waitFor(async () => (await readyz()).status === 200, 15_000, {
+      message: '/readyz 200 once press-1 answers again',
+    });
   });
 });

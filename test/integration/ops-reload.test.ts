@@ -15,7 +15,15 @@ import { waitFor } from '../helpers/wait.js';
 const d = useDisposer();
 
 const ACL_V1 = ['user admin', 'topic readwrite #', '', 'user alice', 'topic readwrite sensors/#', ''].join('\n');
-const ACL_V2 = ['user admin', 'topic readwrite #', '', 'user alice', 'topic read sensors/#', 'topic readwrite other/#', ''].join('\n');
+const ACL_V2 = [
+  'user admin',
+  'topic readwrite #',
+  '',
+  'user alice',
+  'topic read sensors/#',
+  'topic readwrite other/#',
+  '',
+].join('\n');
 const ACL_V3 = ['user admin', 'topic readwrite #', '', 'user alice', 'topic readwrite other/#', ''].join('\n');
 
 /** Sends SIGHUP and waits for the next log line with message `msg` (one more than before the signal). */
@@ -147,7 +155,13 @@ describe('SIGHUP reload', { timeout: 60_000 }, () => {
     while (second === port) second = await freePort();
     const gw = d.add(
       await startGateway(
-        { listeners: [{ type: 'tcp', host: '127.0.0.1', port }, { type: 'tcp', host: '127.0.0.1', port: second }], broker: { sysIntervalS: 0 } },
+        {
+          listeners: [
+            { type: 'tcp', host: '127.0.0.1', port },
+            { type: 'tcp', host: '127.0.0.1', port: second },
+          ],
+          broker: { sysIntervalS: 0 },
+        },
         { logLevel: 'info' },
       ),
     );
@@ -160,9 +174,13 @@ describe('SIGHUP reload', { timeout: 60_000 }, () => {
     });
     const before = logLines(gw).filter((l) => l.msg === 'configuration changes that need a restart to apply').length;
     await sighup(gw, 'config reloaded');
-    const warning = await waitFor(() => logLines(gw).filter((l) => l.msg === 'configuration changes that need a restart to apply')[before], 5000, {
-      message: () => `the restart warning after SIGHUP; output:\n${gw.output()}`,
-    });
+    const warning = await waitFor(
+      () => logLines(gw).filter((l) => l.msg === 'configuration changes that need a restart to apply')[before],
+      5000,
+      {
+        message: () => `the restart warning after SIGHUP; output:\n${gw.output()}`,
+      },
+    );
     expect(warning.level).toBe(40);
     expect(warning.sections).toEqual(['listeners']);
     // Nothing was rebound: the old port still serves, the new one is not listening, the client stayed.

@@ -18,11 +18,22 @@ describe('edgeferry store', { timeout: 90_000 }, () => {
     const deadPort = await freePort();
     const gw = d.add(
       await startGateway({
-        bridges: [{ name: 'retired', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }] }],
+        bridges: [
+          {
+            name: 'retired',
+            remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] },
+            topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }],
+          },
+        ],
       }),
     );
     // A persistent session offline: its queue is counted too.
-    const sub = await openClient(gw.url, { clientId: 'store-cmd-sub', clean: false, protocolVersion: 5, properties: { sessionExpiryInterval: 3600 } });
+    const sub = await openClient(gw.url, {
+      clientId: 'store-cmd-sub',
+      clean: false,
+      protocolVersion: 5,
+      properties: { sessionExpiryInterval: 3600 },
+    });
     await sub.subscribe('plant/#', { qos: 1 });
     await sub.disconnect();
     const pub = await openClient(gw.url, { clientId: 'store-cmd-pub' });
@@ -37,8 +48,12 @@ describe('edgeferry store', { timeout: 90_000 }, () => {
 
     const listed = await runCli(['store', 'list', '-c', gw.configFile]);
     expect(listed, listed.stderr).toMatchObject({ code: 0 });
-    expect(listed.stdout).toMatch(/outbox retired: 3 messages, \d+ bytes, oldest \d+ s, dropped none; cursor slot 0, floor 1, marks 0 removed \/ 0 released\n/);
-    expect(listed.stdout).toMatch(/journal \(shared by the outboxes\): 3 entries in \d+ chunks, \d+ bytes, seq 1\.\.3\n/);
+    expect(listed.stdout).toMatch(
+      /outbox retired: 3 messages, \d+ bytes, oldest \d+ s, dropped none; cursor slot 0, floor 1, marks 0 removed \/ 0 released\n/,
+    );
+    expect(listed.stdout).toMatch(
+      /journal \(shared by the outboxes\): 3 entries in \d+ chunks, \d+ bytes, seq 1\.\.3\n/,
+    );
     expect(listed.stdout).toContain('persistent sessions: 1 (3 queued messages)');
     // Still configured: deleting it would only last until the next start.
     const refused = await runCli(['store', 'delete-outbox', 'retired', '-c', gw.configFile]);
@@ -49,7 +64,9 @@ describe('edgeferry store', { timeout: 90_000 }, () => {
     delete config.bridges;
     writeFileSync(gw.configFile, JSON.stringify(config));
     await gw.restart();
-    expect(gw.output()).toMatch(/outboxes of bridges no longer in the configuration stay on disk.*"outboxes":\["retired"\]|"outboxes":\["retired"\].*outboxes of bridges no longer in the configuration/);
+    expect(gw.output()).toMatch(
+      /outboxes of bridges no longer in the configuration stay on disk.*"outboxes":\["retired"\]|"outboxes":\["retired"\].*outboxes of bridges no longer in the configuration/,
+    );
     await gw.stop();
 
     const listedAgain = await runCli(['store', 'list', '-c', gw.configFile]);

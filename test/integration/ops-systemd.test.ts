@@ -61,7 +61,11 @@ async function openAbstractNotifySocket(): Promise<{ address: string; messages()
     await exited;
   };
   await waitFor(() => lines.includes('bound'), 5000, { message: 'python notify listener bound' });
-  return { address: `@${name}`, messages: () => lines.filter((l) => l !== 'bound').map((l) => JSON.parse(l) as string), stop };
+  return {
+    address: `@${name}`,
+    messages: () => lines.filter((l) => l !== 'bound').map((l) => JSON.parse(l) as string),
+    stop,
+  };
 }
 
 describe('systemd notify protocol, real gateway process', { timeout: 60_000 }, () => {
@@ -82,8 +86,15 @@ describe('systemd notify protocol, real gateway process', { timeout: 60_000 }, (
       }
     })();
     try {
-      d.add(await startGateway({ listeners: [{ type: 'tcp', host: '127.0.0.1', port }] }, { env: { NOTIFY_SOCKET: sock.path } }));
-      await waitFor(() => acceptingAtReady !== undefined, 10_000, { message: () => `READY=1; got ${JSON.stringify(sock.messages)}` });
+      d.add(
+        await startGateway(
+          { listeners: [{ type: 'tcp', host: '127.0.0.1', port }] },
+          { env: { NOTIFY_SOCKET: sock.path } },
+        ),
+      );
+      await waitFor(() => acceptingAtReady !== undefined, 10_000, {
+        message: () => `READY=1; got ${JSON.stringify(sock.messages)}`,
+      });
     } finally {
       watching = false;
       await watcher;
@@ -135,7 +146,9 @@ describe('systemd notify protocol, real gateway process', { timeout: 60_000 }, (
     await waitFor(() => pings() >= 1, 5000, { message: 'a first WATCHDOG=1' });
     const first = pings();
     const started = performance.now();
-    await waitFor(() => pings() >= first + 6, 10_000, { message: () => `6 more WATCHDOG=1; got ${JSON.stringify(sock.messages)}` });
+    await waitFor(() => pings() >= first + 6, 10_000, {
+      message: () => `6 more WATCHDOG=1; got ${JSON.stringify(sock.messages)}`,
+    });
     const elapsedMs = performance.now() - started;
     // Six periods of 300 ms: never faster than asked, and well inside the 600 ms watchdog.
     expect(elapsedMs).toBeGreaterThan(6 * 300 * 0.8);
@@ -143,7 +156,9 @@ describe('systemd notify protocol, real gateway process', { timeout: 60_000 }, (
 
     await gw.stop();
     expect(gw.proc.exitCode).toBe(0);
-    await waitFor(() => sock.messages.includes('STOPPING=1'), 5000, { message: () => `STOPPING=1; got ${JSON.stringify(sock.messages)}` });
+    await waitFor(() => sock.messages.includes('STOPPING=1'), 5000, {
+      message: () => `STOPPING=1; got ${JSON.stringify(sock.messages)}`,
+    });
     const stoppingAt = sock.messages.indexOf('STOPPING=1');
     expect(sock.messages.indexOf(sock.messages.find((m) => m.startsWith('READY=1')) ?? '')).toBeLessThan(stoppingAt);
     expect(sock.messages.slice(stoppingAt + 1)).not.toContain('WATCHDOG=1');
@@ -152,7 +167,9 @@ describe('systemd notify protocol, real gateway process', { timeout: 60_000 }, (
   it('does not ping a watchdog meant for another process (WATCHDOG_PID), but still sends READY', async () => {
     const sock = openNotifySocket(d.tempDir('edgeferry-notify-'));
     d.defer(() => sock.close());
-    const gw = d.add(await startGateway({}, { env: { NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '200000', WATCHDOG_PID: '1' } }));
+    const gw = d.add(
+      await startGateway({}, { env: { NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '200000', WATCHDOG_PID: '1' } }),
+    );
     await waitFor(() => sock.messages.some((m) => m.startsWith('READY=1')), 5000);
     // Ten would-be periods (100 ms each) after READY; a MQTT round trip paces the wait.
     const c = d.add(await openClient(gw.url));
@@ -165,12 +182,18 @@ describe('systemd notify protocol, real gateway process', { timeout: 60_000 }, (
     const abstract = await openAbstractNotifySocket();
     d.defer(() => abstract.stop());
     const gw = d.add(await startGateway({}, { env: { NOTIFY_SOCKET: abstract.address, WATCHDOG_USEC: '1000000' } }));
-    await waitFor(() => abstract.messages().some((m) => m.startsWith('READY=1')), 10_000, { message: () => `READY=1; got ${JSON.stringify(abstract.messages())}` });
+    await waitFor(() => abstract.messages().some((m) => m.startsWith('READY=1')), 10_000, {
+      message: () => `READY=1; got ${JSON.stringify(abstract.messages())}`,
+    });
     expect(abstract.messages().find((m) => m.startsWith('READY=1'))).toMatch(/^READY=1\nSTATUS=1 listener\(s\)/);
-    await waitFor(() => abstract.messages().includes('WATCHDOG=1'), 5000, { message: () => `WATCHDOG=1; got ${JSON.stringify(abstract.messages())}` });
+    await waitFor(() => abstract.messages().includes('WATCHDOG=1'), 5000, {
+      message: () => `WATCHDOG=1; got ${JSON.stringify(abstract.messages())}`,
+    });
     await gw.stop();
     expect(gw.proc.exitCode).toBe(0);
-    await waitFor(() => abstract.messages().includes('STOPPING=1'), 5000, { message: () => `STOPPING=1; got ${JSON.stringify(abstract.messages())}` });
+    await waitFor(() => abstract.messages().includes('STOPPING=1'), 5000, {
+      message: () => `STOPPING=1; got ${JSON.stringify(abstract.messages())}`,
+    });
     expect(gw.output()).not.toMatch(/systemd notification failed/);
   });
 });
@@ -188,12 +211,18 @@ describe('systemd unit file', { timeout: 60_000 }, () => {
     // installed (test/package verifies the installed unit), so here the unit runs this Node.
     const copy = join(d.tempDir('edgeferry-verify-'), 'edgeferry.service');
     writeFileSync(copy, unit.replaceAll(BUNDLED_NODE, process.execPath));
-    const out = execFileSync('systemd-analyze', ['verify', '--man=no', copy], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    const out = execFileSync('systemd-analyze', ['verify', '--man=no', copy], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     expect(out).toBe('');
   });
 
   it('has an exposure of at most 2.0 ("OK") in systemd-analyze security --offline', () => {
-    const out = execFileSync('systemd-analyze', ['security', '--offline=true', '--no-pager', UNIT], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    const out = execFileSync('systemd-analyze', ['security', '--offline=true', '--no-pager', UNIT], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const m = /Overall exposure level for edgeferry\.service: (\d+\.\d+) (\S+)/.exec(out);
     expect(m, out).not.toBeNull();
     expect(Number(m![1])).toBeLessThanOrEqual(2.0);
@@ -223,7 +252,14 @@ describe('systemd unit file', { timeout: 60_000 }, () => {
     const dir = d.tempDir('edgeferry-unit-');
     const port = await freePort();
     const config = join(dir, 'edgeferry.yaml');
-    writeFileSync(config, JSON.stringify({ listeners: [{ port }], storage: { path: join(dir, 'data') }, log: { level: 'info', format: 'json' } }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listeners: [{ port }],
+        storage: { path: join(dir, 'data') },
+        log: { level: 'info', format: 'json' },
+      }),
+    );
     // The unit's own command lines, with the install paths pointed at this checkout and the temp config.
     const argv = (key: string): string[] => {
       const line = directive(key)[0];
@@ -240,7 +276,11 @@ describe('systemd unit file', { timeout: 60_000 }, () => {
     const sock = openNotifySocket(dir);
     d.defer(() => sock.close());
     const [exe, ...args] = argv('ExecStart');
-    const child = spawn(exe, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '30000000' } });
+    const child = spawn(exe, args, {
+      cwd: dir,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '30000000' },
+    });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));
@@ -248,7 +288,9 @@ describe('systemd unit file', { timeout: 60_000 }, () => {
     d.defer(() => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     });
-    await waitFor(() => sock.messages.some((m) => m.startsWith('READY=1')), 15_000, { message: () => `READY=1 from ExecStart; output:\n${out}` });
+    await waitFor(() => sock.messages.some((m) => m.startsWith('READY=1')), 15_000, {
+      message: () => `READY=1 from ExecStart; output:\n${out}`,
+    });
     expect(await canConnect(port)).toBe(true);
     // `--log-format json` from ExecStart: every line is JSON.
     expect(out.split('\n').filter((l) => l !== '' && !l.startsWith('{'))).toEqual([]);

@@ -11,7 +11,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts, opensslVersion, type TestPki } from '../fixtures/certs.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startGateway, type Gateway, type GatewayOptions } from '../helpers/gateway.js';
-import { ConnectFailure, openClient, runTool, runToolOk, startMosquittoSub, type TestClient } from '../helpers/mqtt-client.js';
+import {
+  ConnectFailure,
+  openClient,
+  runTool,
+  runToolOk,
+  startMosquittoSub,
+  type TestClient,
+} from '../helpers/mqtt-client.js';
 import { freePort } from '../helpers/ports.js';
 import { RawClient } from '../helpers/raw-client.js';
 import { waitFor } from '../helpers/wait.js';
@@ -30,13 +37,20 @@ afterAll(() => {
 });
 
 /** A gateway with a plain TCP listener first (the helper's readiness probe) and `secure` second. */
-async function gatewayWith(secure: Record<string, unknown>, patch: Record<string, unknown> = {}, options: GatewayOptions = {}) {
+async function gatewayWith(
+  secure: Record<string, unknown>,
+  patch: Record<string, unknown> = {},
+  options: GatewayOptions = {},
+) {
   const tcpPort = await freePort();
   const securePort = await freePort();
   const gw = d.add(
     await startGateway(
       {
-        listeners: [{ type: 'tcp', host: '127.0.0.1', port: tcpPort }, { host: '127.0.0.1', port: securePort, ...secure }],
+        listeners: [
+          { type: 'tcp', host: '127.0.0.1', port: tcpPort },
+          { host: '127.0.0.1', port: securePort, ...secure },
+        ],
         ...patch,
       },
       options,
@@ -45,7 +59,11 @@ async function gatewayWith(secure: Record<string, unknown>, patch: Record<string
   return { gw, securePort };
 }
 
-const serverTls = (extra: Record<string, unknown> = {}) => ({ certFile: pki.server.cert, keyFile: pki.server.key, ...extra });
+const serverTls = (extra: Record<string, unknown> = {}) => ({
+  certFile: pki.server.cert,
+  keyFile: pki.server.key,
+  ...extra,
+});
 
 /** SUBACK codes of one SUBSCRIBE; MQTT.js rejects when any filter was refused, with the SUBACK attached. */
 async function subackCodes(c: TestClient, filters: string[], qos: 0 | 1 | 2 = 1): Promise<number[]> {
@@ -93,11 +111,35 @@ describe('TLS listener', { timeout: 60_000 }, () => {
   it('serves mosquitto_sub --cafile and mosquitto_pub --cafile', async () => {
     const { securePort } = await gatewayWith({ type: 'tls', tls: serverTls() });
     const sub = d.add(await startMosquittoSub(securePort, ['--cafile', pki.ca, '-t', 'tls/mosq', '-q', '1']));
-    await runToolOk('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(securePort), '--cafile', pki.ca, '-t', 'tls/mosq', '-q', '1', '-m', 'hello']);
+    await runToolOk('mosquitto_pub', [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(securePort),
+      '--cafile',
+      pki.ca,
+      '-t',
+      'tls/mosq',
+      '-q',
+      '1',
+      '-m',
+      'hello',
+    ]);
     const [m] = await sub.waitForMessages(1);
     expect(m).toMatchObject({ topic: 'tls/mosq', payload: 'hello', qos: 1 });
     // Without the CA, mosquitto_pub cannot verify the server and fails.
-    const refused = await runTool('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(securePort), '--cafile', pki.rogueCa, '-t', 'tls/mosq', '-m', 'x']);
+    const refused = await runTool('mosquitto_pub', [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(securePort),
+      '--cafile',
+      pki.rogueCa,
+      '-t',
+      'tls/mosq',
+      '-m',
+      'x',
+    ]);
     expect(refused.code).not.toBe(0);
   });
 
@@ -105,7 +147,13 @@ describe('TLS listener', { timeout: 60_000 }, () => {
     const { securePort } = await gatewayWith({ type: 'tls', tls: serverTls({ minVersion: 'TLSv1.3' }) });
     const handshake = (maxVersion: tls.SecureVersion) =>
       new Promise<string>((resolve) => {
-        const socket = tls.connect({ host: '127.0.0.1', port: securePort, ca: readFileSync(pki.ca), maxVersion, servername: 'localhost' });
+        const socket = tls.connect({
+          host: '127.0.0.1',
+          port: securePort,
+          ca: readFileSync(pki.ca),
+          maxVersion,
+          servername: 'localhost',
+        });
         socket.once('secureConnect', () => {
           resolve(socket.getProtocol() ?? 'unknown');
           socket.destroy();
@@ -119,7 +167,10 @@ describe('TLS listener', { timeout: 60_000 }, () => {
 
 describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
   it('refuses a client without a certificate or with one from another CA, and accepts a client certificate from the CA', async () => {
-    const { securePort } = await gatewayWith({ type: 'tls', tls: serverTls({ caFile: pki.ca, requireCertificate: true }) });
+    const { securePort } = await gatewayWith({
+      type: 'tls',
+      tls: serverTls({ caFile: pki.ca, requireCertificate: true }),
+    });
     const url = `mqtts://127.0.0.1:${securePort}`;
     const ca = readFileSync(pki.ca);
 
@@ -128,7 +179,11 @@ describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
       (e: unknown) => e,
     );
     expect(none, 'no client certificate').toBeInstanceOf(ConnectFailure);
-    const rogue = await openClient(url, { ca, cert: readFileSync(pki.rogueClient.cert), key: readFileSync(pki.rogueClient.key) }, 3000).then(
+    const rogue = await openClient(
+      url,
+      { ca, cert: readFileSync(pki.rogueClient.cert), key: readFileSync(pki.rogueClient.key) },
+      3000,
+    ).then(
       (c) => (d.add(c), undefined),
       (e: unknown) => e,
     );
@@ -140,17 +195,48 @@ describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
     await roundTrip(pub, sub, 'mtls/a');
 
     // Debian's clients with --cert/--key work too; without them the handshake fails.
-    await runToolOk('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(securePort), '--cafile', pki.ca,
-      '--cert', pki.clients.bob.cert, '--key', pki.clients.bob.key, '-t', 'mtls/a', '-q', '1', '-m', 'from-bob']);
+    await runToolOk('mosquitto_pub', [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(securePort),
+      '--cafile',
+      pki.ca,
+      '--cert',
+      pki.clients.bob.cert,
+      '--key',
+      pki.clients.bob.key,
+      '-t',
+      'mtls/a',
+      '-q',
+      '1',
+      '-m',
+      'from-bob',
+    ]);
     await sub.waitForMessages(2, { topic: 'mtls/a' });
-    const bare = await runTool('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(securePort), '--cafile', pki.ca, '-t', 'mtls/a', '-m', 'x']);
+    const bare = await runTool('mosquitto_pub', [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(securePort),
+      '--cafile',
+      pki.ca,
+      '-t',
+      'mtls/a',
+      '-m',
+      'x',
+    ]);
     expect(bare.code).not.toBe(0);
     expect(sub.payloads('mtls/a')).toEqual(['over-tls', 'from-bob']);
   });
 
   it('logs each rejected client certificate at info with the TLS reason (no certificate, unknown CA, expired), plus an audit line', async () => {
     for (const type of ['tls', 'wss'] as const) {
-      const { gw, securePort } = await gatewayWith({ type, tls: serverTls({ caFile: pki.ca, requireCertificate: true }) }, {}, { logLevel: 'info' });
+      const { gw, securePort } = await gatewayWith(
+        { type, tls: serverTls({ caFile: pki.ca, requireCertificate: true }) },
+        {},
+        { logLevel: 'info' },
+      );
       const url = type === 'tls' ? `mqtts://127.0.0.1:${securePort}` : `wss://127.0.0.1:${securePort}/mqtt`;
       const ca = readFileSync(pki.ca);
       const attempts = [
@@ -170,9 +256,14 @@ describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
           .output()
           .split('\n')
           .filter((l) => l.includes('"msg":"client certificate rejected"'))
-          .map((l) => JSON.parse(l) as { level: number; mod: string; reason: string; subject?: string; remote: string });
+          .map(
+            (l) => JSON.parse(l) as { level: number; mod: string; reason: string; subject?: string; remote: string },
+          );
       await waitFor(() => rejections().length >= 6, 5000, { message: () => gw.output() });
-      const byMod = (mod: string) => rejections().filter((r) => r.mod === mod).map((r) => ({ level: r.level, reason: r.reason, subject: r.subject }));
+      const byMod = (mod: string) =>
+        rejections()
+          .filter((r) => r.mod === mod)
+          .map((r) => ({ level: r.level, reason: r.reason, subject: r.subject }));
       const expected = (level: number) => [
         { level, reason: 'no certificate', subject: undefined },
         { level, reason: 'unknown CA', subject: 'rogue' },
@@ -187,7 +278,10 @@ describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
   it('uses the certificate CN as the user name for the ACL with useIdentityAsUsername, ignoring the CONNECT user name', async () => {
     const dir = d.tempDir('edgeferry-acl-');
     const aclFile = join(dir, 'acl');
-    writeFileSync(aclFile, ['user alice', 'topic readwrite alice/#', '', 'user bob', 'topic readwrite bob/#', ''].join('\n'));
+    writeFileSync(
+      aclFile,
+      ['user alice', 'topic readwrite alice/#', '', 'user bob', 'topic readwrite bob/#', ''].join('\n'),
+    );
     const { securePort } = await gatewayWith(
       { type: 'tls', tls: serverTls({ caFile: pki.ca, requireCertificate: true, useIdentityAsUsername: true }) },
       { auth: { aclFile } },
@@ -196,14 +290,27 @@ describe('mutual TLS (requireCertificate)', { timeout: 60_000 }, () => {
     const ca = readFileSync(pki.ca);
     // alice's certificate, claiming to be bob in CONNECT (no password: the certificate is the credential).
     const alice = d.add(
-      await openClient(url, { ca, cert: readFileSync(pki.clients.alice.cert), key: readFileSync(pki.clients.alice.key), protocolVersion: 5, username: 'bob' }),
+      await openClient(url, {
+        ca,
+        cert: readFileSync(pki.clients.alice.cert),
+        key: readFileSync(pki.clients.alice.key),
+        protocolVersion: 5,
+        username: 'bob',
+      }),
     );
     expect(await subackCodes(alice, ['alice/in', 'bob/in'])).toEqual([1, 0x87]);
     await alice.publish('alice/in', 'mine', { qos: 1 });
     await expect(alice.publish('bob/in', 'not mine', { qos: 1 })).rejects.toMatchObject({ code: 0x87 });
     await alice.waitForMessages(1, { topic: 'alice/in' });
 
-    const bob = d.add(await openClient(url, { ca, cert: readFileSync(pki.clients.bob.cert), key: readFileSync(pki.clients.bob.key), protocolVersion: 5 }));
+    const bob = d.add(
+      await openClient(url, {
+        ca,
+        cert: readFileSync(pki.clients.bob.cert),
+        key: readFileSync(pki.clients.bob.key),
+        protocolVersion: 5,
+      }),
+    );
     expect(await bob.subscribe('bob/in', { qos: 1 })).toEqual([1]);
     await bob.publish('bob/in', 'bob-own', { qos: 1 });
     await bob.waitForMessages(1, { topic: 'bob/in' });
@@ -243,7 +350,12 @@ describe('secure WebSocket listener (wss)', { timeout: 60_000 }, () => {
     );
     expect(none).toBe('refused');
     const alice = d.add(
-      await openClient(url, { ca, cert: readFileSync(pki.clients.alice.cert), key: readFileSync(pki.clients.alice.key), protocolVersion: 5 }),
+      await openClient(url, {
+        ca,
+        cert: readFileSync(pki.clients.alice.cert),
+        key: readFileSync(pki.clients.alice.key),
+        protocolVersion: 5,
+      }),
     );
     expect(await subackCodes(alice, ['alice/#', 'other/#'])).toEqual([1, 0x87]);
     await alice.publish('alice/x', 'via-wss', { qos: 1 });
@@ -258,18 +370,26 @@ describe('secure WebSocket listener (wss)', { timeout: 60_000 }, () => {
 function negotiatedCipher(port: number, options: readonly string[]): Promise<string> {
   return new Promise((resolve, reject) => {
     // stdin closed at once: s_client ends after the handshake.
-    const child = execFile('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', 'localhost', ...options],
-      { timeout: 10_000, encoding: 'utf8' }, (_err, stdout) => {
+    const child = execFile(
+      'openssl',
+      ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', 'localhost', ...options],
+      { timeout: 10_000, encoding: 'utf8' },
+      (_err, stdout) => {
         const m = /Cipher is (\S+)/.exec(stdout);
         if (m) resolve(m[1]);
         else reject(new Error(`no "Cipher is" line from openssl s_client ${options.join(' ')}:\n${stdout}`));
-      });
+      },
+    );
     child.stdin?.end();
   });
 }
 
 describe('TLS cipher policy (tls.ciphers)', { timeout: 60_000 }, () => {
-  const rsaTls = (extra: Record<string, unknown> = {}) => ({ certFile: pki.rsaServer!.cert, keyFile: pki.rsaServer!.key, ...extra });
+  const rsaTls = (extra: Record<string, unknown> = {}) => ({
+    certFile: pki.rsaServer!.cert,
+    keyFile: pki.rsaServer!.key,
+    ...extra,
+  });
 
   it('offers only forward-secret AEAD suites on TLS 1.2 by default (ECDHE with AES-GCM or CHACHA20-POLY1305), TLS 1.3 as is', async () => {
     const { securePort } = await gatewayWith({ type: 'tls', tls: rsaTls() });
@@ -277,23 +397,33 @@ describe('TLS cipher policy (tls.ciphers)', { timeout: 60_000 }, () => {
     expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'AES128-SHA'])).toBe('(NONE)');
     expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES128-SHA'])).toBe('(NONE)');
     expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES256-SHA384'])).toBe('(NONE)');
-    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES128-GCM-SHA256'])).toBe('ECDHE-RSA-AES128-GCM-SHA256');
-    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-CHACHA20-POLY1305'])).toBe('ECDHE-RSA-CHACHA20-POLY1305');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES128-GCM-SHA256'])).toBe(
+      'ECDHE-RSA-AES128-GCM-SHA256',
+    );
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-CHACHA20-POLY1305'])).toBe(
+      'ECDHE-RSA-CHACHA20-POLY1305',
+    );
     // A client offering a weak suite first still gets a strong one: the server's order decides.
-    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'AES128-SHA:ECDHE-RSA-AES256-GCM-SHA384'])).toBe('ECDHE-RSA-AES256-GCM-SHA384');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'AES128-SHA:ECDHE-RSA-AES256-GCM-SHA384'])).toBe(
+      'ECDHE-RSA-AES256-GCM-SHA384',
+    );
     expect(await negotiatedCipher(securePort, ['-tls1_3'])).toMatch(/^TLS_/);
   });
 
   it('applies the same default to wss listeners, with an ECDSA certificate too', async () => {
     const { securePort } = await gatewayWith({ type: 'wss', tls: serverTls() });
     expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-ECDSA-AES128-SHA'])).toBe('(NONE)');
-    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-ECDSA-AES128-GCM-SHA256'])).toBe('ECDHE-ECDSA-AES128-GCM-SHA256');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-ECDSA-AES128-GCM-SHA256'])).toBe(
+      'ECDHE-ECDSA-AES128-GCM-SHA256',
+    );
   });
 
   it('uses the configured OpenSSL cipher string instead', async () => {
     const { securePort } = await gatewayWith({ type: 'tls', tls: rsaTls({ ciphers: 'ECDHE-RSA-AES256-GCM-SHA384' }) });
     expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES128-GCM-SHA256'])).toBe('(NONE)');
-    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES256-GCM-SHA384'])).toBe('ECDHE-RSA-AES256-GCM-SHA384');
+    expect(await negotiatedCipher(securePort, ['-tls1_2', '-cipher', 'ECDHE-RSA-AES256-GCM-SHA384'])).toBe(
+      'ECDHE-RSA-AES256-GCM-SHA384',
+    );
   });
 });
 
@@ -318,7 +448,14 @@ describe('pre-CONNECT phases bounded by broker.connectTimeoutMs', { timeout: 60_
     for (const c of [...silent, partial]) d.add(c);
     // Before: Node's defaults kept them 120 s (TLS handshake) and 60-300 s (HTTP headers and request).
     const names = [...Object.keys(ports), 'ws partial'];
-    const outcomes = await Promise.all([...silent, partial].map((c, i) => c.waitForClose(5000).then(() => `${names[i]} closed`, () => `${names[i]} open`)));
+    const outcomes = await Promise.all(
+      [...silent, partial].map((c, i) =>
+        c.waitForClose(5000).then(
+          () => `${names[i]} closed`,
+          () => `${names[i]} open`,
+        ),
+      ),
+    );
     expect(outcomes).toEqual(names.map((n) => `${n} closed`));
   });
 });
@@ -326,7 +463,11 @@ describe('pre-CONNECT phases bounded by broker.connectTimeoutMs', { timeout: 60_
 describe('certificate renewal on SIGHUP', { timeout: 60_000 }, () => {
   /** Sends SIGHUP and waits for the next log line with message `msg`. */
   async function sighup(gw: Gateway, msg: string): Promise<void> {
-    const count = () => gw.output().split('\n').filter((l) => l.includes(`"msg":"${msg}"`)).length;
+    const count = () =>
+      gw
+        .output()
+        .split('\n')
+        .filter((l) => l.includes(`"msg":"${msg}"`)).length;
     const before = count();
     gw.proc.kill('SIGHUP');
     await waitFor(() => count() > before, 10_000, { message: () => `"${msg}" after SIGHUP; output:\n${gw.output()}` });
@@ -368,7 +509,9 @@ describe('certificate renewal on SIGHUP', { timeout: 60_000 }, () => {
     // Half-renewed: the new certificate with the old key.
     copyFileSync(renewed.server.cert, certFile);
     await sighup(gw, 'TLS files not reloaded, the listeners keep their current certificates');
-    const c = d.add(await openClient(`mqtts://127.0.0.1:${securePort}`, { ca: readFileSync(pki.ca), protocolVersion: 5 }));
+    const c = d.add(
+      await openClient(`mqtts://127.0.0.1:${securePort}`, { ca: readFileSync(pki.ca), protocolVersion: 5 }),
+    );
     expect(c.closed).toBe(false);
     expect(gw.proc.exitCode).toBeNull();
   });

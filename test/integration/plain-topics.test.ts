@@ -65,13 +65,21 @@ async function plainGateway(sim: ModbusSim, plain: object) {
   writeFileSync(aclFile, ACL);
   return d.add(
     await startGateway(
-      { auth: { aclFile }, broker: { sysIntervalS: 0 }, sparkplug: sparkplug(plain), connectors: [modbusPress(sim, TAGS)] },
+      {
+        auth: { aclFile },
+        broker: { sysIntervalS: 0 },
+        sparkplug: sparkplug(plain),
+        connectors: [modbusPress(sim, TAGS)],
+      },
       { logLevel: 'info' },
     ),
   );
 }
 
-const json = (c: TestClient, tag: string) => c.received(`${AT}/${tag}`).map((m) => JSON.parse(m.payload) as { value: unknown; ts: number; quality: string; unit?: string });
+const json = (c: TestClient, tag: string) =>
+  c
+    .received(`${AT}/${tag}`)
+    .map((m) => JSON.parse(m.payload) as { value: unknown; ts: number; quality: string; unit?: string });
 const last = (c: TestClient, tag: string) => json(c, tag).at(-1);
 
 describe('plain topics', () => {
@@ -88,8 +96,14 @@ describe('plain topics', () => {
     await late.subscribe(`${AT}/#`, { qos: 1 });
     const retained = await late.waitForMessages(5);
     expect(retained.every((m) => m.retain && m.qos === 1)).toBe(true);
-    expect(retained.every((m) => m.properties?.contentType === 'application/json' && m.properties.payloadFormatIndicator === true)).toBe(true);
-    expect(Object.fromEntries(retained.map((m) => [m.topic.slice(AT.length + 1), JSON.parse(m.payload).value]))).toEqual({
+    expect(
+      retained.every(
+        (m) => m.properties?.contentType === 'application/json' && m.properties.payloadFormatIndicator === true,
+      ),
+    ).toBe(true);
+    expect(
+      Object.fromEntries(retained.map((m) => [m.topic.slice(AT.length + 1), JSON.parse(m.payload).value])),
+    ).toEqual({
       temperature: 21.5,
       count: 7,
       setpoint: 5,
@@ -109,16 +123,22 @@ describe('plain topics', () => {
     await late.waitForMessages(6);
     await sim.set(1, 'hr', 2, [0, 9]);
     await waitFor(() => last(late, 'count')?.value === 9, 5000, { message: 'count 9' });
-    expect(late.messages.slice(5).map((m) => [m.topic.slice(AT.length + 1), JSON.parse(m.payload).value, m.retain])).toEqual([
+    expect(
+      late.messages.slice(5).map((m) => [m.topic.slice(AT.length + 1), JSON.parse(m.payload).value, m.retain]),
+    ).toEqual([
       ['count', 8, false],
       ['count', 9, false],
     ]);
 
     // Device loss: the last values stay, marked stale (as a Sparkplug host marks them after DDEATH).
     await sim.kill();
-    await waitFor(() => ['temperature', 'count', 'setpoint', 'total', 'running'].every((t) => last(late, t)?.quality === 'stale'), 10_000, {
-      message: 'stale values',
-    });
+    await waitFor(
+      () => ['temperature', 'count', 'setpoint', 'total', 'running'].every((t) => last(late, t)?.quality === 'stale'),
+      10_000,
+      {
+        message: 'stale values',
+      },
+    );
     expect(last(late, 'count')?.value).toBe(9);
     expect(last(late, 'temperature')?.value).toBe(21.5);
   });
@@ -179,8 +199,12 @@ describe('plain topics', () => {
     await operator.publish(`${AT}/running/set`, 'true', { qos: 1 });
     // 64-bit integers beyond 2^53 come as strings of digits (a JSON number would be rounded).
     await operator.publish(`${AT}/total/set`, '{"value": "-9000000000000000001"}', { qos: 1 });
-    await waitFor(() => last(operator, 'setpoint')?.value === -42 && last(operator, 'running')?.value === true, 5000, { message: 'read back' });
-    await waitFor(() => operator.payloads(`${AT}/total`).at(-1)?.startsWith('{"value":-9000000000000000001,'), 5000, { message: 'total read back' });
+    await waitFor(() => last(operator, 'setpoint')?.value === -42 && last(operator, 'running')?.value === true, 5000, {
+      message: 'read back',
+    });
+    await waitFor(() => operator.payloads(`${AT}/total`).at(-1)?.startsWith('{"value":-9000000000000000001,'), 5000, {
+      message: 'total read back',
+    });
     expect(await sim.get(1, 'hr', 4, 5)).toEqual([0x10000 - 42, 0x8319, 0x93af, 0x1d7b, 0xffff]);
     expect(await sim.get(1, 'co', 0, 1)).toEqual([1]);
     // Audited like a DCMD: who (client id, user, address), what, and the value read back.
@@ -211,12 +235,32 @@ describe('plain topics', () => {
     await operator.publish(`${AT}/count/set`, '{"value": 3}', { qos: 1 });
     await operator.publish(`${AT}/nosuch/set`, '{"value": 4}', { qos: 1 });
     await operator.publish('plant1/line4/press-9/setpoint/set', '5', { qos: 1 });
-    await waitFor(() => logLines(gw).filter((l) => l.msg === 'command refused').length === 8, 10_000, { message: 'eight refusals' });
-    expect(logLines(gw).filter((l) => l.msg === 'command refused').map((l) => [l.who, l.user, l.topic, l.metric, l.value, l.why])).toEqual([
+    await waitFor(() => logLines(gw).filter((l) => l.msg === 'command refused').length === 8, 10_000, {
+      message: 'eight refusals',
+    });
+    expect(
+      logLines(gw)
+        .filter((l) => l.msg === 'command refused')
+        .map((l) => [l.who, l.user, l.topic, l.metric, l.value, l.why]),
+    ).toEqual([
       ['hmi-7', 'operator', `${AT}/setpoint/set`, 'setpoint', '70000', '70000 is outside Int16 (-32768..32767)'],
       ['hmi-7', 'operator', `${AT}/setpoint/set`, 'setpoint', '1.5', '1.5 is not an integer (Int16)'],
-      ['hmi-7', 'operator', `${AT}/setpoint/set`, 'setpoint', undefined, 'not JSON: send {"value": ...} or a bare JSON value'],
-      ['hmi-7', 'operator', `${AT}/total/set`, 'total', undefined, '9007199254740992 is beyond 2^53 and was rounded by JSON: send it as a string of digits'],
+      [
+        'hmi-7',
+        'operator',
+        `${AT}/setpoint/set`,
+        'setpoint',
+        undefined,
+        'not JSON: send {"value": ...} or a bare JSON value',
+      ],
+      [
+        'hmi-7',
+        'operator',
+        `${AT}/total/set`,
+        'total',
+        undefined,
+        '9007199254740992 is beyond 2^53 and was rounded by JSON: send it as a string of digits',
+      ],
       ['hmi-7', 'operator', `${AT}/running/set`, 'running', undefined, 'a JSON object needs a "value"'],
       ['hmi-7', 'operator', `${AT}/count/set`, 'count', '3', 'read-only metric'],
       ['hmi-7', 'operator', `${AT}/nosuch/set`, 'nosuch', '{"value": 4}', 'unknown metric'],
@@ -240,7 +284,11 @@ describe('plain topics', () => {
     // MQTT 5: PUBACK 0x87 Not authorized; 3.1.1: acknowledged and dropped.
     await expect(viewer.publish(`${AT}/setpoint/set`, '7', { qos: 1 })).rejects.toThrow(/135|authori/i);
     await anonymous.publish(`${AT}/setpoint/set`, '8', { qos: 1 });
-    await waitFor(() => logLines(gw).filter((l) => l.msg === 'denied by ACL' && l.action === 'publish').length === 2, 5000, { message: 'two ACL denials' });
+    await waitFor(
+      () => logLines(gw).filter((l) => l.msg === 'denied by ACL' && l.action === 'publish').length === 2,
+      5000,
+      { message: 'two ACL denials' },
+    );
     // A write the ACL allows still goes through afterwards: the two above were refused, not just slow.
     const operator = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'hmi-7', username: 'operator' }));
     await operator.publish(`${AT}/setpoint/set`, '9', { qos: 1 });
@@ -252,13 +300,22 @@ describe('plain topics', () => {
   it('is off by default: no plain topics, and a /set is no write', async () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 4, [5]);
-    const gw = d.add(await startGateway({ broker: { sysIntervalS: 0 }, sparkplug: sparkplug(), connectors: [modbusPress(sim, TAGS)] }));
+    const gw = d.add(
+      await startGateway({ broker: { sysIntervalS: 0 }, sparkplug: sparkplug(), connectors: [modbusPress(sim, TAGS)] }),
+    );
     const all = d.add(await openClient(gw.url, { protocolVersion: 5 }));
     await all.subscribe('#', { qos: 1 });
     await all.publish(`${AT}/setpoint/set`, '7', { qos: 1 });
     await sim.set(1, 'hr', 2, [0, 9]);
-    await waitFor(() => all.received().some((m) => m.topic === 'spBv1.0/plant1/DDATA/line4-gw/press-1'), 10_000, { message: 'DDATA' });
-    expect(all.received().filter((m) => !m.topic.startsWith('spBv1.0/')).map((m) => m.topic)).toEqual([`${AT}/setpoint/set`]);
+    await waitFor(() => all.received().some((m) => m.topic === 'spBv1.0/plant1/DDATA/line4-gw/press-1'), 10_000, {
+      message: 'DDATA',
+    });
+    expect(
+      all
+        .received()
+        .filter((m) => !m.topic.startsWith('spBv1.0/'))
+        .map((m) => m.topic),
+    ).toEqual([`${AT}/setpoint/set`]);
     expect((await sim.requests()).filter((r) => r.op === 'write')).toEqual([]);
   });
 
@@ -271,11 +328,19 @@ describe('plain topics', () => {
         JSON.stringify({
           storage: { path: join(dir, 'data') },
           sparkplug: sparkplug(plain),
-          connectors: [{ ...modbusPress({ port: 502 } as ModbusSim, [{ name: 'a+b', table: 'holding', address: 0, datatype: 'int16' }]) }],
+          connectors: [
+            {
+              ...modbusPress({ port: 502 } as ModbusSim, [
+                { name: 'a+b', table: 'holding', address: 0, datatype: 'int16' },
+              ]),
+            },
+          ],
           ...extra,
         }),
       );
-      const r = spawnSync(process.execPath, ['dist/src/cli.js', '--check-config', '--config', file], { encoding: 'utf8' });
+      const r = spawnSync(process.execPath, ['dist/src/cli.js', '--check-config', '--config', file], {
+        encoding: 'utf8',
+      });
       return { status: r.status, out: r.stderr + r.stdout };
     };
     const template = check({ topic: 'plant1/{tag}' });

@@ -12,8 +12,13 @@ import { openClient, RawClient, runToolOk, startMosquittoSub, toolVersion, VERSI
 const d = useDisposer();
 const gw = useGateway();
 
-
-function publishPacket(topic: string, payload: string, qos: 0 | 1 | 2, messageId?: number, dup = false): IPublishPacket {
+function publishPacket(
+  topic: string,
+  payload: string,
+  qos: 0 | 1 | 2,
+  messageId?: number,
+  dup = false,
+): IPublishPacket {
   return { cmd: 'publish', topic, payload: Buffer.from(payload), qos, messageId, retain: false, dup };
 }
 
@@ -129,7 +134,14 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     for (const name of ['a', 'b', 'c']) {
       const { raw } = await RawClient.connect(gw.port, v, { clientId: `raw-q1-shared-${name}-${v}` });
       d.add(raw);
-      raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic, qos: 1 }, { topic: `${topic}/warm/${name}`, qos: 1 }] });
+      raw.send({
+        cmd: 'subscribe',
+        messageId: 1,
+        subscriptions: [
+          { topic, qos: 1 },
+          { topic: `${topic}/warm/${name}`, qos: 1 },
+        ],
+      });
       await raw.next('suback');
       subs.push(raw);
     }
@@ -145,7 +157,8 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     // One message to all three: one encoding, each subscriber's PUBLISH with its own id, none overwritten by another's.
     await pub.publish(topic, 'the one', { qos: 1 });
     const got = await Promise.all(subs.map(async (raw) => (await raw.next('publish')) as IPublishPacket));
-    for (const p of got) expect(p).toMatchObject({ topic, qos: 1, dup: false, retain: false, payload: Buffer.from('the one') });
+    for (const p of got)
+      expect(p).toMatchObject({ topic, qos: 1, dup: false, retain: false, payload: Buffer.from('the one') });
     expect(got.map((p) => p.messageId)).toEqual([3, 2, 1]);
   });
 
@@ -180,14 +193,33 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     const expected = sequence(200, 'm');
     await Promise.all(expected.map((p) => pub.publish(topic, p, { qos: 1 })));
     await sub.waitForMessages(200);
-    expect(checkSequence(sub.payloads(), expected)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(checkSequence(sub.payloads(), expected)).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
   });
 
   it('carries QoS 2 between mosquitto_pub and mosquitto_sub with the full four-packet flow on both sides', async () => {
     const topic = `tools/q2/${v}`;
-    const sub = d.add(await startMosquittoSub(gw.port, ['-V', toolVersion(v), '-q', '2', '-t', topic, '-i', `mosq-sub-${v}`]));
+    const sub = d.add(
+      await startMosquittoSub(gw.port, ['-V', toolVersion(v), '-q', '2', '-t', topic, '-i', `mosq-sub-${v}`]),
+    );
     expect(sub.lines.some((l) => l.startsWith('Subscribed') && l.trim().endsWith(': 2'))).toBe(true);
-    const pub = await runToolOk('mosquitto_pub', ['-p', String(gw.port), '-V', toolVersion(v), '-q', '2', '-t', topic, '-m', 'hello q2', '-d']);
+    const pub = await runToolOk('mosquitto_pub', [
+      '-p',
+      String(gw.port),
+      '-V',
+      toolVersion(v),
+      '-q',
+      '2',
+      '-t',
+      topic,
+      '-m',
+      'hello q2',
+      '-d',
+    ]);
     expect(pub.stdout).toMatch(/received PUBREC/);
     expect(pub.stdout).toMatch(/received PUBCOMP/);
     const [m] = await sub.waitForMessages(1);
@@ -201,7 +233,18 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
   it('downgrades a mosquitto_pub QoS 2 message for a QoS 1 mosquitto_sub subscription', async () => {
     const topic = `tools/down/${v}`;
     const sub = d.add(await startMosquittoSub(gw.port, ['-V', toolVersion(v), '-q', '1', '-t', topic]));
-    await runToolOk('mosquitto_pub', ['-p', String(gw.port), '-V', toolVersion(v), '-q', '2', '-t', topic, '-m', 'down']);
+    await runToolOk('mosquitto_pub', [
+      '-p',
+      String(gw.port),
+      '-V',
+      toolVersion(v),
+      '-q',
+      '2',
+      '-t',
+      topic,
+      '-m',
+      'down',
+    ]);
     const [m] = await sub.waitForMessages(1);
     expect(m.qos).toBe(1);
     expect(sub.lines.some((l) => l.includes('sending PUBACK'))).toBe(true);
@@ -222,7 +265,22 @@ describe('request / response', () => {
     });
     const rr = await runToolOk(
       'mosquitto_rr',
-      ['-p', String(gw.port), '-V', 'mqttv5', '-t', 'rr/request', '-e', 'rr/response', '-m', 'ping', '-q', '1', '-W', '5'],
+      [
+        '-p',
+        String(gw.port),
+        '-V',
+        'mqttv5',
+        '-t',
+        'rr/request',
+        '-e',
+        'rr/response',
+        '-m',
+        'ping',
+        '-q',
+        '1',
+        '-W',
+        '5',
+      ],
       10_000,
     );
     expect(rr.stdout.trim()).toBe('pong:ping');

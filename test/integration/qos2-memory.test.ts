@@ -24,9 +24,18 @@ describe(`${COUNT} QoS 2 PUBLISHes with one packet id and no PUBREL`, () => {
   for (const version of [4, 5] as const) {
     it(`MQTT ${version === 5 ? '5' : '3.1.1'}: one PUBREC each, one delivery, no copy per resend and nothing left after close [MQTT-4.3.3-10]`, () => {
       const dataDir = d.tempDir('edgeferry-qos2-heap-');
-      const run = spawnSync(process.execPath, ['--expose-gc', FIXTURE, ROOT, dataDir, String(version), String(COUNT)], { encoding: 'utf8', timeout: 60_000 });
+      const run = spawnSync(process.execPath, ['--expose-gc', FIXTURE, ROOT, dataDir, String(version), String(COUNT)], {
+        encoding: 'utf8',
+        timeout: 60_000,
+      });
       expect(run.status, run.stderr).toBe(0);
-      const m = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as { before: number; open: number; closed: number; pubrecs: number; delivered: number };
+      const m = JSON.parse(run.stdout.trim().split('\n').at(-1)!) as {
+        before: number;
+        open: number;
+        closed: number;
+        pubrecs: number;
+        delivered: number;
+      };
       expect(m.pubrecs).toBe(COUNT);
       expect(m.delivered).toBe(1);
       const mb = (n: number): string => `${(n / 1e6).toFixed(1)} MB`;

@@ -17,7 +17,18 @@ const d = useDisposer();
 async function preload(gw: Gateway, count: number, qos: 0 | 1 = 0): Promise<void> {
   const loader = await RawClient.connect(gw.port, { clientId: 'loader' });
   const packets = Array.from({ length: count }, (_, i) =>
-    encode({ cmd: 'publish', topic: `r/${i}/x`, payload: Buffer.from(String(i)), qos, messageId: qos === 0 ? undefined : i + 1, retain: true, dup: false }, 4),
+    encode(
+      {
+        cmd: 'publish',
+        topic: `r/${i}/x`,
+        payload: Buffer.from(String(i)),
+        qos,
+        messageId: qos === 0 ? undefined : i + 1,
+        retain: true,
+        dup: false,
+      },
+      4,
+    ),
   );
   loader.write(Buffer.concat(packets));
   // Packets of one connection are handled in order: the PINGRESP comes after the last PUBLISH was.
@@ -89,7 +100,10 @@ describe('retained messages at scale', { timeout: 120_000 }, () => {
   it('refuses retained messages beyond broker.maxRetainedMessages/maxRetainedBytes: MQTT 5 QoS 1 with 0x97, others delivered but not retained, counted', async () => {
     const metricsPort = await freePort();
     const gw = d.add(
-      await startGateway({ broker: { sysIntervalS: 0, maxRetainedMessages: 3, maxRetainedBytes: 1000 }, metrics: { host: '127.0.0.1', port: metricsPort } }),
+      await startGateway({
+        broker: { sysIntervalS: 0, maxRetainedMessages: 3, maxRetainedBytes: 1000 },
+        metrics: { host: '127.0.0.1', port: metricsPort },
+      }),
     );
     const watcher = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'watcher' }));
     await watcher.subscribe('r/#', { qos: 1 });

@@ -6,11 +6,17 @@ import { describe, expect, it } from 'vitest';
 import { useGateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { waitFor } from '../helpers/wait.js';
-import { openClient, runToolOk, startMosquittoSub, toolVersion, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
+import {
+  openClient,
+  runToolOk,
+  startMosquittoSub,
+  toolVersion,
+  type TestClient,
+  VERSIONS,
+} from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
 const gw = useGateway();
-
 
 /**
  * Publishes a live (non-retained) message on `topic` and waits for `sub` to receive it. Retained messages for a
@@ -108,7 +114,10 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     await sub.subscribe(`ret${v}/wild/#`, { qos: 1 });
     await sub.waitForMessages(3);
     await barrier(pub, sub, `ret${v}/wild/barrier`);
-    const got = sub.received().filter((m) => m.retain).map((m) => [m.topic, m.qos]);
+    const got = sub
+      .received()
+      .filter((m) => m.retain)
+      .map((m) => [m.topic, m.qos]);
     expect(got.sort()).toEqual([
       [`ret${v}/wild/a`, 1],
       [`ret${v}/wild/b/c`, 0],
@@ -119,14 +128,54 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
   it('stores a mosquitto_pub -r message (QoS 2) and mosquitto_sub receives it retained; -n deletes it', async () => {
     const topic = `tools/ret${v}/t`;
     const port = String(gw.port);
-    await runToolOk('mosquitto_pub', ['-p', port, '-V', toolVersion(v), '-q', '2', '-r', '-t', topic, '-m', 'from mosquitto_pub']);
-    const got = await runToolOk('mosquitto_sub', ['-p', port, '-V', toolVersion(v), '-q', '2', '-t', topic, '-C', '1', '-W', '5', '-F', '%r %q %t %p']);
+    await runToolOk('mosquitto_pub', [
+      '-p',
+      port,
+      '-V',
+      toolVersion(v),
+      '-q',
+      '2',
+      '-r',
+      '-t',
+      topic,
+      '-m',
+      'from mosquitto_pub',
+    ]);
+    const got = await runToolOk('mosquitto_sub', [
+      '-p',
+      port,
+      '-V',
+      toolVersion(v),
+      '-q',
+      '2',
+      '-t',
+      topic,
+      '-C',
+      '1',
+      '-W',
+      '5',
+      '-F',
+      '%r %q %t %p',
+    ]);
     expect(got.stdout.trim()).toBe(`1 2 ${topic} from mosquitto_pub`);
 
     await runToolOk('mosquitto_pub', ['-p', port, '-V', toolVersion(v), '-q', '1', '-r', '-n', '-t', topic]);
     // --retained-only prints retained messages and exits at the first live one, our barrier.
-    const sub = d.add(await startMosquittoSub(gw.port, ['-V', toolVersion(v), '-q', '1', '-t', `tools/ret${v}/#`, '--retained-only']));
-    await runToolOk('mosquitto_pub', ['-p', port, '-V', toolVersion(v), '-q', '1', '-t', `tools/ret${v}/barrier`, '-m', 'live']);
+    const sub = d.add(
+      await startMosquittoSub(gw.port, ['-V', toolVersion(v), '-q', '1', '-t', `tools/ret${v}/#`, '--retained-only']),
+    );
+    await runToolOk('mosquitto_pub', [
+      '-p',
+      port,
+      '-V',
+      toolVersion(v),
+      '-q',
+      '1',
+      '-t',
+      `tools/ret${v}/barrier`,
+      '-m',
+      'live',
+    ]);
     await sub.waitForLine((l) => l.includes(`'tools/ret${v}/barrier'`), 5000, 'the live barrier message');
     expect(sub.messages()).toEqual([]);
   });
@@ -201,7 +250,12 @@ describe('MQTT 5 retain handling and retain as published', () => {
     await pub.publish('retprops/t', '{"v":1}', {
       qos: 1,
       retain: true,
-      properties: { contentType: 'application/json', userProperties: { unit: 'degC' }, responseTopic: 'retprops/reply', correlationData: Buffer.from('c1') },
+      properties: {
+        contentType: 'application/json',
+        userProperties: { unit: 'degC' },
+        responseTopic: 'retprops/reply',
+        correlationData: Buffer.from('c1'),
+      },
     });
     const sub5 = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'ret-props-sub5' }));
     await sub5.subscribe('retprops/t', { qos: 1, properties: { subscriptionIdentifier: 9 } });

@@ -10,7 +10,12 @@ import { delay } from '../helpers/wait.js';
 
 const disposer = useDisposer();
 
-const persistent = (clientId: string) => ({ clientId, clean: false, protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } });
+const persistent = (clientId: string) => ({
+  clientId,
+  clean: false,
+  protocolVersion: 5 as const,
+  properties: { sessionExpiryInterval: 3600 },
+});
 
 describe('persistent sessions across a crash', () => {
   it('delivers every acknowledged QoS 1 and QoS 2 message after SIGKILL and restart, QoS 2 exactly once [MQTT-4.3.3-1]', async () => {
@@ -101,14 +106,26 @@ describe('persistent sessions across a crash', () => {
 
   it('counts the time spent down towards session expiry: an expired session is gone after restart', async () => {
     const gw = disposer.add(await startGateway());
-    const sub = await openClient(gw.url, { clientId: 'short-lived', clean: false, protocolVersion: 5, properties: { sessionExpiryInterval: 1 } });
+    const sub = await openClient(gw.url, {
+      clientId: 'short-lived',
+      clean: false,
+      protocolVersion: 5,
+      properties: { sessionExpiryInterval: 1 },
+    });
     await sub.subscribe('short/#', { qos: 1 });
     await sub.disconnect();
     // A graceful stop records the disconnect time for sure; then the gateway stays down longer than the expiry.
     await gw.stop();
     await delay(1500);
     await gw.restart();
-    const again = disposer.add(await openClient(gw.url, { clientId: 'short-lived', clean: false, protocolVersion: 5, properties: { sessionExpiryInterval: 1 } }));
+    const again = disposer.add(
+      await openClient(gw.url, {
+        clientId: 'short-lived',
+        clean: false,
+        protocolVersion: 5,
+        properties: { sessionExpiryInterval: 1 },
+      }),
+    );
     expect(again.connack.sessionPresent).toBe(false);
   });
 
@@ -119,7 +136,14 @@ describe('persistent sessions across a crash', () => {
     sub.drop();
     await gw.kill('SIGKILL');
     await gw.restart();
-    const again = disposer.add(await openClient(gw.url, { clientId: 'ephemeral', clean: false, protocolVersion: 5, properties: { sessionExpiryInterval: 60 } }));
+    const again = disposer.add(
+      await openClient(gw.url, {
+        clientId: 'ephemeral',
+        clean: false,
+        protocolVersion: 5,
+        properties: { sessionExpiryInterval: 60 },
+      }),
+    );
     expect(again.connack.sessionPresent).toBe(false);
   });
 
@@ -129,7 +153,15 @@ describe('persistent sessions across a crash', () => {
     await sub.subscribe('exactly/once', { qos: 2 });
 
     const first = await RawClient.connect(gw.port, 4, { clientId: 'qos2-pub', clean: false });
-    first.raw.send({ cmd: 'publish', topic: 'exactly/once', payload: Buffer.from('one'), qos: 2, messageId: 7, retain: false, dup: false });
+    first.raw.send({
+      cmd: 'publish',
+      topic: 'exactly/once',
+      payload: Buffer.from('one'),
+      qos: 2,
+      messageId: 7,
+      retain: false,
+      dup: false,
+    });
     expect(await first.raw.next('pubrec')).toMatchObject({ messageId: 7 });
     await sub.waitForMessages(1);
     sub.drop();
@@ -139,12 +171,28 @@ describe('persistent sessions across a crash', () => {
     // The publisher resends the PUBLISH (DUP) and then releases it; the id is still known, so nothing is routed again.
     const again = await RawClient.connect(gw.port, 4, { clientId: 'qos2-pub', clean: false });
     expect(again.connack.sessionPresent).toBe(true);
-    again.raw.send({ cmd: 'publish', topic: 'exactly/once', payload: Buffer.from('one'), qos: 2, messageId: 7, retain: false, dup: true });
+    again.raw.send({
+      cmd: 'publish',
+      topic: 'exactly/once',
+      payload: Buffer.from('one'),
+      qos: 2,
+      messageId: 7,
+      retain: false,
+      dup: true,
+    });
     expect(await again.raw.next('pubrec')).toMatchObject({ messageId: 7 });
     again.raw.send({ cmd: 'pubrel', messageId: 7 });
     expect(await again.raw.next('pubcomp')).toMatchObject({ messageId: 7 });
     // A new message under the same id after PUBCOMP is a new message and is delivered.
-    again.raw.send({ cmd: 'publish', topic: 'exactly/once', payload: Buffer.from('two'), qos: 2, messageId: 7, retain: false, dup: false });
+    again.raw.send({
+      cmd: 'publish',
+      topic: 'exactly/once',
+      payload: Buffer.from('two'),
+      qos: 2,
+      messageId: 7,
+      retain: false,
+      dup: false,
+    });
     expect(await again.raw.next('pubrec')).toMatchObject({ messageId: 7 });
     again.raw.send({ cmd: 'pubrel', messageId: 7 });
     await again.raw.next('pubcomp');
@@ -167,7 +215,9 @@ describe('outgoing QoS 2 flows across a crash', () => {
   }
 
   /** A persistent QoS 2 subscriber on `flight/#` that has received one PUBLISH and answered nothing yet. */
-  async function receivedOne(gw: Gateway): Promise<{ raw: RawClient; publish: Awaited<ReturnType<RawClient['next']>> }> {
+  async function receivedOne(
+    gw: Gateway,
+  ): Promise<{ raw: RawClient; publish: Awaited<ReturnType<RawClient['next']>> }> {
     const { raw } = await subscriber(gw.port);
     raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: 'flight/#', qos: 2 }] });
     await raw.next('suback');
@@ -229,7 +279,13 @@ describe('delayed wills across a restart', () => {
       clean: false,
       protocolVersion: 5,
       properties: { sessionExpiryInterval: expiryS },
-      will: { topic, payload: Buffer.from(`${clientId} offline`), qos: 1, retain: true, properties: { willDelayInterval: delayS } },
+      will: {
+        topic,
+        payload: Buffer.from(`${clientId} offline`),
+        qos: 1,
+        retain: true,
+        properties: { willDelayInterval: delayS },
+      },
     });
 
   it('publishes a delayed will after SIGKILL and restart when its delay ends, counting the time spent down', async () => {
@@ -286,7 +342,12 @@ describe('delayed wills across a restart', () => {
     const watcher = disposer.add(await openClient(gw.url, { clientId: 'will-watcher-3' }));
     await watcher.subscribe('lastwill/#', { qos: 1 });
     const back = disposer.add(
-      await openClient(gw.url, { clientId: 'returning-plc', clean: false, protocolVersion: 5, properties: { sessionExpiryInterval: 3600 } }),
+      await openClient(gw.url, {
+        clientId: 'returning-plc',
+        clean: false,
+        protocolVersion: 5,
+        properties: { sessionExpiryInterval: 3600 },
+      }),
     );
     expect(back.connack.sessionPresent).toBe(true);
     expect(Date.now() - droppedAt).toBeLessThan(7500); // else the check below proves nothing on a slow machine

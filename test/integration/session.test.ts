@@ -7,15 +7,27 @@ import type { IConnectPacket, IDisconnectPacket, IPublishPacket, IPubrelPacket }
 import { useGateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { checkSequence, sequence } from '../helpers/collector.js';
-import { openClient, RawClient, runToolOk, startMosquittoSub, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
+import {
+  openClient,
+  RawClient,
+  runToolOk,
+  startMosquittoSub,
+  type TestClient,
+  VERSIONS,
+} from '../helpers/mqtt-client.js';
 
 const d = useDisposer();
 const gw = useGateway();
 
-
 /** MQTT.js options for a session that survives the connection, in either version. */
-function persistent(v: 4 | 5, clientId: string, expiryS = 300): { protocolVersion: 4 | 5; clientId: string; clean: false; properties?: { sessionExpiryInterval: number } } {
-  return v === 5 ? { protocolVersion: 5, clientId, clean: false, properties: { sessionExpiryInterval: expiryS } } : { protocolVersion: 4, clientId, clean: false };
+function persistent(
+  v: 4 | 5,
+  clientId: string,
+  expiryS = 300,
+): { protocolVersion: 4 | 5; clientId: string; clean: false; properties?: { sessionExpiryInterval: number } } {
+  return v === 5
+    ? { protocolVersion: 5, clientId, clean: false, properties: { sessionExpiryInterval: expiryS } }
+    : { protocolVersion: 4, clientId, clean: false };
 }
 
 /** Raw CONNECT fields for a session that survives the connection. */
@@ -79,7 +91,12 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     await back.waitForMessages(expected.length);
     // Order as sent by the broker (MQTT.js itself emits QoS 2 messages late, at PUBREL).
     const got = back.wire.filter((p) => p.qos > 0);
-    expect(checkSequence(got.map((p) => p.payload.toString()), expected)).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    expect(
+      checkSequence(
+        got.map((p) => p.payload.toString()),
+        expected,
+      ),
+    ).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
     for (const p of got) expect(p.qos).toBe(Number(p.payload.toString().slice(-1)));
   });
 
@@ -152,18 +169,42 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     const sub = d.add(await openClient(gw.url, { protocolVersion: v, clientId: `${id}-sub` }));
     await sub.subscribe(topic, { qos: 2 });
     const { raw: first } = await RawClient.connect(gw.port, v, rawPersistent(v, id));
-    first.send({ cmd: 'publish', topic, payload: Buffer.from('once'), qos: 2, messageId: 5, retain: false, dup: false });
+    first.send({
+      cmd: 'publish',
+      topic,
+      payload: Buffer.from('once'),
+      qos: 2,
+      messageId: 5,
+      retain: false,
+      dup: false,
+    });
     expect((await first.next('pubrec')).messageId).toBe(5);
     first.stop(); // the PUBREC may as well have been lost
 
     const { raw: second, connack } = await RawClient.connect(gw.port, v, rawPersistent(v, id));
     d.add(second);
     expect(connack.sessionPresent).toBe(true);
-    second.send({ cmd: 'publish', topic, payload: Buffer.from('once'), qos: 2, messageId: 5, retain: false, dup: true });
+    second.send({
+      cmd: 'publish',
+      topic,
+      payload: Buffer.from('once'),
+      qos: 2,
+      messageId: 5,
+      retain: false,
+      dup: true,
+    });
     expect((await second.next('pubrec')).messageId).toBe(5);
     second.send({ cmd: 'pubrel', messageId: 5 } as IPubrelPacket);
     expect((await second.next('pubcomp')).messageId).toBe(5);
-    second.send({ cmd: 'publish', topic, payload: Buffer.from('sentinel'), qos: 1, messageId: 6, retain: false, dup: false });
+    second.send({
+      cmd: 'publish',
+      topic,
+      payload: Buffer.from('sentinel'),
+      qos: 1,
+      messageId: 6,
+      retain: false,
+      dup: false,
+    });
     await second.next('puback');
     await sub.waitForMessages(2);
     expect(sub.wire.map((p) => p.payload.toString())).toEqual(['once', 'sentinel']);
@@ -176,9 +217,36 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     const first = await startMosquittoSub(gw.port, ['-V', version, '-c', '-i', clientId, '-q', '2', '-t', topic]);
     await first.stop('SIGTERM'); // mosquitto_sub disconnects cleanly on SIGTERM
     for (const [i, qos] of ['1', '2', '1'].entries()) {
-      await runToolOk('mosquitto_pub', ['-p', String(gw.port), '-V', version, '-q', qos, '-t', topic, '-m', `offline-${i}`]);
+      await runToolOk('mosquitto_pub', [
+        '-p',
+        String(gw.port),
+        '-V',
+        version,
+        '-q',
+        qos,
+        '-t',
+        topic,
+        '-m',
+        `offline-${i}`,
+      ]);
     }
-    const back = await runToolOk('mosquitto_sub', ['-p', String(gw.port), '-V', version, '-c', '-i', clientId, '-q', '2', '-t', topic, '-C', '3', '-W', '5']);
+    const back = await runToolOk('mosquitto_sub', [
+      '-p',
+      String(gw.port),
+      '-V',
+      version,
+      '-c',
+      '-i',
+      clientId,
+      '-q',
+      '2',
+      '-t',
+      topic,
+      '-C',
+      '3',
+      '-W',
+      '5',
+    ]);
     // mosquitto_sub prints a QoS 2 message at PUBREL, after a QoS 1 message sent behind it: compare as a set.
     expect(back.stdout.trim().split('\n').sort()).toEqual(['offline-0', 'offline-1', 'offline-2']);
   });
@@ -186,7 +254,14 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
 
 describe('MQTT 5 session expiry', () => {
   it('ends a session with expiry 0 when the connection closes, even with clean start 0 [MQTT-3.1.2-23]', async () => {
-    const first = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'expiry-zero', clean: false, properties: { sessionExpiryInterval: 0 } }));
+    const first = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'expiry-zero',
+        clean: false,
+        properties: { sessionExpiryInterval: 0 },
+      }),
+    );
     await first.subscribe('expiry0/t', { qos: 1 });
     await first.disconnect();
     const again = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'expiry-zero', clean: false }));
@@ -200,7 +275,13 @@ describe('MQTT 5 session expiry', () => {
       clientId: 'expiry-one',
       clean: false,
       properties: { sessionExpiryInterval: 1 },
-      will: { topic: 'expiry1/ended', payload: Buffer.from('session over'), qos: 1, retain: false, properties: { willDelayInterval: 3600 } },
+      will: {
+        topic: 'expiry1/ended',
+        payload: Buffer.from('session over'),
+        qos: 1,
+        retain: false,
+        properties: { willDelayInterval: 3600 },
+      },
     });
     raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: 'expiry1/t', qos: 1 }] });
     await raw.next('suback');
@@ -208,29 +289,64 @@ describe('MQTT 5 session expiry', () => {
     raw.stop();
     await watcher.waitForMessages(1, { timeoutMs: 6000 });
     expect(Date.now() - droppedAt).toBeGreaterThanOrEqual(900);
-    const again = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'expiry-one', clean: false, properties: { sessionExpiryInterval: 1 } }));
+    const again = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'expiry-one',
+        clean: false,
+        properties: { sessionExpiryInterval: 1 },
+      }),
+    );
     expect(again.connack.sessionPresent).toBe(false);
   });
 
   it('keeps a session with expiry N across a reconnect within N seconds', async () => {
-    const first = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'expiry-n', clean: false, properties: { sessionExpiryInterval: 30 } }));
+    const first = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'expiry-n',
+        clean: false,
+        properties: { sessionExpiryInterval: 30 },
+      }),
+    );
     await first.subscribe('expiryn/t', { qos: 1 });
     first.drop();
     await first.waitForClose();
-    const again = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'expiry-n', clean: false, properties: { sessionExpiryInterval: 30 } }));
+    const again = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'expiry-n',
+        clean: false,
+        properties: { sessionExpiryInterval: 30 },
+      }),
+    );
     expect(again.connack.sessionPresent).toBe(true);
   });
 
   it('lets DISCONNECT shorten the session expiry to 0, ending the session [MQTT-3.14.2-2]', async () => {
-    const { raw } = await RawClient.connect(gw.port, 5, { clientId: 'expiry-shorten', clean: false, properties: { sessionExpiryInterval: 300 } });
+    const { raw } = await RawClient.connect(gw.port, 5, {
+      clientId: 'expiry-shorten',
+      clean: false,
+      properties: { sessionExpiryInterval: 300 },
+    });
     raw.send({ cmd: 'disconnect', reasonCode: 0, properties: { sessionExpiryInterval: 0 } } as IDisconnectPacket);
     await raw.waitForClose();
-    const again = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'expiry-shorten', clean: false, properties: { sessionExpiryInterval: 300 } }));
+    const again = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'expiry-shorten',
+        clean: false,
+        properties: { sessionExpiryInterval: 300 },
+      }),
+    );
     expect(again.connack.sessionPresent).toBe(false);
   });
 
   it('answers DISCONNECT that sets a non-zero expiry after 0 at CONNECT with DISCONNECT 0x82 [MQTT-3.14.2-2]', async () => {
-    const { raw } = await RawClient.connect(gw.port, 5, { clientId: 'expiry-extend', properties: { sessionExpiryInterval: 0 } });
+    const { raw } = await RawClient.connect(gw.port, 5, {
+      clientId: 'expiry-extend',
+      properties: { sessionExpiryInterval: 0 },
+    });
     d.add(raw);
     raw.send({ cmd: 'disconnect', reasonCode: 0, properties: { sessionExpiryInterval: 60 } } as IDisconnectPacket);
     const disconnect = (await raw.next('disconnect')) as IDisconnectPacket;
@@ -239,10 +355,24 @@ describe('MQTT 5 session expiry', () => {
   });
 
   it('discards an existing session on clean start 1 [MQTT-3.1.2-4] [MQTT-3.2.2-2]', async () => {
-    const first = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'cleanstart', clean: false, properties: { sessionExpiryInterval: 300 } }));
+    const first = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'cleanstart',
+        clean: false,
+        properties: { sessionExpiryInterval: 300 },
+      }),
+    );
     await first.subscribe('cleanstart/t', { qos: 1 });
     await first.disconnect();
-    const fresh = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'cleanstart', clean: true, properties: { sessionExpiryInterval: 300 } }));
+    const fresh = d.add(
+      await openClient(gw.url, {
+        protocolVersion: 5,
+        clientId: 'cleanstart',
+        clean: true,
+        properties: { sessionExpiryInterval: 300 },
+      }),
+    );
     expect(fresh.connack.sessionPresent).toBe(false);
     const pub = await publisher(5, 'cleanstart');
     await pub.publish('cleanstart/t', 'gone', { qos: 1 });
@@ -256,26 +386,37 @@ describe('MQTT 5 session expiry', () => {
 describe('session limits (broker.maxQueuedMessages: 5, maxSessionExpiryS: 100, receiveMaximum: 2)', () => {
   const limited = useGateway({ broker: { maxQueuedMessages: 5, maxSessionExpiryS: 100, receiveMaximum: 2 } });
 
-  it.each(VERSIONS)('keeps at most maxQueuedMessages for an offline MQTT %s session, dropping the newest beyond it', async (v) => {
-    const id = `bounded-${v}`;
-    const topic = `bounded${v}/t`;
-    const sub = d.add(await openClient(limited.url, persistent(v, id)));
-    await sub.subscribe(topic, { qos: 1 });
-    await sub.disconnect();
-    const pub = d.add(await openClient(limited.url, { protocolVersion: v, clientId: `${id}-pub` }));
-    for (const p of sequence(12, 'm')) await pub.publish(topic, p, { qos: 1 });
-    const back = d.add(await openClient(limited.url, persistent(v, id)));
-    await back.waitForMessages(5);
-    // A live message after the queue drained: anything queued beyond 5 would have come before it.
-    await pub.publish(topic, 'live', { qos: 1 });
-    await back.waitForMessages(6);
-    expect(back.payloads()).toEqual([...sequence(5, 'm'), 'live']);
-  });
+  it.each(VERSIONS)(
+    'keeps at most maxQueuedMessages for an offline MQTT %s session, dropping the newest beyond it',
+    async (v) => {
+      const id = `bounded-${v}`;
+      const topic = `bounded${v}/t`;
+      const sub = d.add(await openClient(limited.url, persistent(v, id)));
+      await sub.subscribe(topic, { qos: 1 });
+      await sub.disconnect();
+      const pub = d.add(await openClient(limited.url, { protocolVersion: v, clientId: `${id}-pub` }));
+      for (const p of sequence(12, 'm')) await pub.publish(topic, p, { qos: 1 });
+      const back = d.add(await openClient(limited.url, persistent(v, id)));
+      await back.waitForMessages(5);
+      // A live message after the queue drained: anything queued beyond 5 would have come before it.
+      await pub.publish(topic, 'live', { qos: 1 });
+      await back.waitForMessages(6);
+      expect(back.payloads()).toEqual([...sequence(5, 'm'), 'live']);
+    },
+  );
 
   it('does not let a QoS 2 flow finished after a reconnect loosen the Receive Maximum of the new connection [MQTT-3.3.4-9]', async () => {
     const fields = { clientId: 'recvmax-resume', clean: false, properties: { sessionExpiryInterval: 60 } };
     const { raw: first } = await RawClient.connect(limited.port, 5, fields);
-    first.send({ cmd: 'publish', topic: 'recvmax/t', payload: Buffer.from('a'), qos: 2, messageId: 1, retain: false, dup: false });
+    first.send({
+      cmd: 'publish',
+      topic: 'recvmax/t',
+      payload: Buffer.from('a'),
+      qos: 2,
+      messageId: 1,
+      retain: false,
+      dup: false,
+    });
     await first.next('pubrec');
     first.stop();
     const { raw: second } = await RawClient.connect(limited.port, 5, fields);
@@ -285,7 +426,16 @@ describe('session limits (broker.maxQueuedMessages: 5, maxSessionExpiryS: 100, r
     await second.next('pubcomp');
     // Three unreleased QoS 2 publishes against a Receive Maximum of 2: the third is one too many. (The PUBRECs of
     // a persistent session wait until the packet id is stored, so they are awaited before the third publish.)
-    const publish = (id: number) => second.send({ cmd: 'publish', topic: 'recvmax/t', payload: Buffer.from('b'), qos: 2, messageId: id, retain: false, dup: false });
+    const publish = (id: number) =>
+      second.send({
+        cmd: 'publish',
+        topic: 'recvmax/t',
+        payload: Buffer.from('b'),
+        qos: 2,
+        messageId: id,
+        retain: false,
+        dup: false,
+      });
     publish(2);
     publish(3);
     await second.next('pubrec');
@@ -297,9 +447,23 @@ describe('session limits (broker.maxQueuedMessages: 5, maxSessionExpiryS: 100, r
   });
 
   it('caps the MQTT 5 session expiry and announces the value it uses in CONNACK', async () => {
-    const c = d.add(await openClient(limited.url, { protocolVersion: 5, clientId: 'capped', clean: false, properties: { sessionExpiryInterval: 3600 } }));
+    const c = d.add(
+      await openClient(limited.url, {
+        protocolVersion: 5,
+        clientId: 'capped',
+        clean: false,
+        properties: { sessionExpiryInterval: 3600 },
+      }),
+    );
     expect(c.connack.properties?.sessionExpiryInterval).toBe(100);
-    const ok = d.add(await openClient(limited.url, { protocolVersion: 5, clientId: 'uncapped', clean: false, properties: { sessionExpiryInterval: 50 } }));
+    const ok = d.add(
+      await openClient(limited.url, {
+        protocolVersion: 5,
+        clientId: 'uncapped',
+        clean: false,
+        properties: { sessionExpiryInterval: 50 },
+      }),
+    );
     expect(ok.connack.properties?.sessionExpiryInterval).toBeUndefined();
   });
 });

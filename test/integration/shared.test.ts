@@ -61,7 +61,10 @@ describe('shared subscriptions: distribution', () => {
 
   it('gives every group one copy and ordinary subscribers their own copy of each message (MQTT 5 §4.8.2)', async () => {
     const g1 = [await member('$share/one/shared/groups/#'), await member('$share/one/shared/groups/#')];
-    const g2 = [await member('$share/two/shared/groups/#', { protocolVersion: 4 }), await member('$share/two/shared/groups/+')];
+    const g2 = [
+      await member('$share/two/shared/groups/#', { protocolVersion: 4 }),
+      await member('$share/two/shared/groups/+'),
+    ];
     const plain = await member('shared/groups/#');
     const pub = await client();
     const sent = numbered('g', 12);
@@ -81,7 +84,10 @@ describe('shared subscriptions: distribution', () => {
   });
 
   it('lets MQTT 3.1.1 clients join a shared group as Mosquitto does', async () => {
-    const members = [await member('$share/v3/shared/v3', { protocolVersion: 4 }), await member('$share/v3/shared/v3', { protocolVersion: 4 })];
+    const members = [
+      await member('$share/v3/shared/v3', { protocolVersion: 4 }),
+      await member('$share/v3/shared/v3', { protocolVersion: 4 }),
+    ];
     const pub = await client();
     for (const p of numbered('v', 4)) await pub.publishAsync('shared/v3', p, { qos: 1 });
     await waitFor(() => members[0].payloads.length + members[1].payloads.length >= 4, 5000, { message: 'incomplete' });
@@ -93,7 +99,9 @@ describe('shared subscriptions: distribution', () => {
     await pub.publishAsync('shared/retained', 'old', { qos: 1, retain: true });
     const m = await member('$share/ret/shared/retained');
     const plain = await member('shared/retained');
-    await waitFor(() => plain.payloads.length >= 1, 5000, { message: 'the ordinary subscriber got no retained message' });
+    await waitFor(() => plain.payloads.length >= 1, 5000, {
+      message: 'the ordinary subscriber got no retained message',
+    });
     await pub.publishAsync('shared/retained', 'new', { qos: 1 });
     await waitFor(() => m.payloads.length >= 1, 5000, { message: 'the shared member got nothing' });
     expect(m.payloads).toEqual(['new']);
@@ -135,7 +143,11 @@ describe('shared subscriptions: redelivery', () => {
 
   it('redelivers messages queued behind a full inflight window too, and keeps the group working afterwards', async () => {
     const silent = d.add(
-      await RawClient.connect(gw.port, { clientId: 'shared-window', properties: { receiveMaximum: 1 } }, { protocolVersion: 5 }),
+      await RawClient.connect(
+        gw.port,
+        { clientId: 'shared-window', properties: { receiveMaximum: 1 } },
+        { protocolVersion: 5 },
+      ),
     );
     await silent.subscribe([{ topic: '$share/window/shared/window', qos: 1 }]);
     const good = await member('$share/window/shared/window');
@@ -146,7 +158,9 @@ describe('shared subscriptions: redelivery', () => {
     await silent.until(() => silent.publishes.length >= 1, 5000, 'a PUBLISH to the silent member');
     await waitFor(() => good.payloads.length >= 5, 5000, { message: 'the good member got less than its half' });
     silent.destroy();
-    await waitFor(() => good.payloads.length >= 10, 5000, { message: () => `good member has ${good.payloads.length} of 10` });
+    await waitFor(() => good.payloads.length >= 10, 5000, {
+      message: () => `good member has ${good.payloads.length} of 10`,
+    });
     expect([...new Set(good.payloads)].sort()).toEqual([...sent].sort());
     // The group still has its remaining member: new messages keep flowing.
     await pub.publishAsync('shared/window', 'after', { qos: 1 });
@@ -155,17 +169,29 @@ describe('shared subscriptions: redelivery', () => {
 });
 
 describe('shared subscriptions: bad filters', () => {
-  const invalid = ['$share/ab', '$share//shared/x', '$share/g+/shared/x', '$share/g#/shared/x', '$share/g/', '$share/', '$share', '$share/g/a/#/b'];
+  const invalid = [
+    '$share/ab',
+    '$share//shared/x',
+    '$share/g+/shared/x',
+    '$share/g#/shared/x',
+    '$share/g/',
+    '$share/',
+    '$share',
+    '$share/g/a/#/b',
+  ];
 
   it('refuses malformed shared filters per filter with SUBACK 0x8F, keeps the connection, and stores nothing [MQTT-4.8.2-1] [MQTT-4.8.2-2] [docs/reliability.md rule 24]', async () => {
     const raw = d.add(await RawClient.connect(gw.port, {}, { protocolVersion: 5 }));
-    const suback = await raw.subscribe([...invalid.map((topic) => ({ topic, qos: 1 as const })), { topic: 'shared/bad/ok', qos: 1 }]);
+    const suback = await raw.subscribe([
+      ...invalid.map((topic) => ({ topic, qos: 1 as const })),
+      { topic: 'shared/bad/ok', qos: 1 },
+    ]);
     expect(suback.granted).toEqual([...invalid.map(() => 0x8f), 1]);
     // Nothing was stored under the bad filters: publishing to what they might have meant reaches nobody.
     const pub = await client();
     for (const topic of ['ab', 'shared/x', 'a/x/b']) await pub.publishAsync(topic, 'x', { qos: 1 });
     await pub.publishAsync('shared/bad/ok', 'ok', { qos: 1 });
-    await raw.until(() => raw.publishes.length >= 1, 5000, 'the valid subscription\'s message');
+    await raw.until(() => raw.publishes.length >= 1, 5000, "the valid subscription's message");
     await raw.ping();
     expect(raw.publishes.map((p) => p.topic)).toEqual(['shared/bad/ok']);
   });

@@ -23,17 +23,41 @@ interface SoakSummary {
   acked: number;
   gatewayErrors: number;
   bridges: { name: string; arrived: number; missing: number; outOfOrder: number }[];
-  samples: { killed: boolean; bridges: { name: string; backlog: number | undefined; drainS: number | undefined; lagging: boolean }[] }[];
+  samples: {
+    killed: boolean;
+    bridges: { name: string; backlog: number | undefined; drainS: number | undefined; lagging: boolean }[];
+  }[];
   problems: string[];
 }
 
 describe('soak (bench/soak.ts), short run', () => {
   it('loses nothing on any bridge and keeps order through outages, a lagging bridge and a SIGKILL, with no error logged (docs/reliability.md#fault-scenarios)', async () => {
     const out = path.join(dir, 'soak.json');
-    const args = ['--bridges', '3', '--duration', '39s', '--cycle-s', '13', '--outage-s', '2', '--kill-every', '2', '--rate', '1000', '--warmup-cycles', '2', '--out', out];
+    const args = [
+      '--bridges',
+      '3',
+      '--duration',
+      '39s',
+      '--cycle-s',
+      '13',
+      '--outage-s',
+      '2',
+      '--kill-every',
+      '2',
+      '--rate',
+      '1000',
+      '--warmup-cycles',
+      '2',
+      '--out',
+      out,
+    ];
     const result = await new Promise<{ code: number | null; output: string }>((resolve) => {
-      const child = execFile(process.execPath, [path.join(root, 'dist/bench/soak.js'), ...args], { timeout: 150_000 }, (err, stdout, stderr) =>
-        resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, output: stdout + stderr }),
+      const child = execFile(
+        process.execPath,
+        [path.join(root, 'dist/bench/soak.js'), ...args],
+        { timeout: 150_000 },
+        (err, stdout, stderr) =>
+          resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, output: stdout + stderr }),
       );
       child.stdin?.end();
     });

@@ -71,13 +71,16 @@ const auditLines = (gw: { output(): string }, msg: string) =>
     .filter((l) => l.includes(`"${msg}"`))
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 
-const metric = (host: SparkplugHost, m: HostMessage, name: string) => m.payload.metrics.find((x) => host.nameOf(NODE, x) === name);
+const metric = (host: SparkplugHost, m: HostMessage, name: string) =>
+  m.payload.metrics.find((x) => host.nameOf(NODE, x) === name);
 
 describe('Sparkplug edge node on the local broker', () => {
   it('answers a late host with births, reports Modbus changes by exception and writes DCMD values into the device', async () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [...float32(20), 0, 7, 5]);
-    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: connectors(sim) }));
+    const gw = d.add(
+      await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: connectors(sim) }),
+    );
     // Without a password file the user name is taken as given (as in Mosquitto): enough to see it in the audit log.
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-1', username: 'operator-7' }));
     // A host that joins late asks for a rebirth [tck-id-operational-behavior-host-application-...rebirth].
@@ -105,7 +108,11 @@ describe('Sparkplug edge node on the local broker', () => {
       { name: 'setpoint', datatype: 'Int16', value: -42 },
       { name: 'running', datatype: 'Boolean', value: true },
     ]);
-    await host.waitFor((h) => h.value(NODE, 'press-1', 'setpoint') === -42 && h.value(NODE, 'press-1', 'running') === true, 5000, 'written values');
+    await host.waitFor(
+      (h) => h.value(NODE, 'press-1', 'setpoint') === -42 && h.value(NODE, 'press-1', 'running') === true,
+      5000,
+      'written values',
+    );
     expect(await sim.get(1, 'hr', 4, 1)).toEqual([0x10000 - 42]);
     expect(await sim.get(1, 'co', 0, 1)).toEqual([1]);
 
@@ -125,7 +132,15 @@ describe('Sparkplug edge node on the local broker', () => {
     expect(refusals.map((l) => [l.mod, l.who, l.user, l.remote, l.metric, l.value, l.why])).toEqual([
       ['audit', 'scada-1', 'operator-7', '127.0.0.1', 'count', '1', 'read-only metric'],
       ['audit', 'scada-1', 'operator-7', '127.0.0.1', 'nosuch', '2', 'unknown metric'],
-      ['audit', 'scada-1', 'operator-7', '127.0.0.1', 'setpoint', 'hot', 'wrong type: the metric is Int16, the command says String'],
+      [
+        'audit',
+        'scada-1',
+        'operator-7',
+        '127.0.0.1',
+        'setpoint',
+        'hot',
+        'wrong type: the metric is Int16, the command says String',
+      ],
     ]);
     expect(await sim.get(1, 'hr', 2, 2)).toEqual([0, 9]);
 
@@ -137,7 +152,9 @@ describe('Sparkplug edge node on the local broker', () => {
 
   it('publishes DDEATH when the unit stops answering and DBIRTH before its data when it is back', async () => {
     const sim = d.add(await startModbusSim());
-    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: connectors(sim) }));
+    const gw = d.add(
+      await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: connectors(sim) }),
+    );
     const host = d.add(await startSparkplugHost(gw.url, GROUP));
     await host.rebirth(NODE);
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births');
@@ -152,7 +169,9 @@ describe('Sparkplug edge node on the local broker', () => {
     expect(lost.map((l) => [l.device, l.code, l.err])).toEqual([['press-1', 'EF_CONNECTOR_UNREACHABLE', undefined]]);
     // The poll cycle was at one of its two blocks when the unit went quiet.
     expect(lost[0].reason).toMatch(
-      new RegExp(`^unit 1 at tcp://127\\.0\\.0\\.1:${sim.port}: read (holding 0\\+5|coil 0\\+1): no answer within 1500 ms$`),
+      new RegExp(
+        `^unit 1 at tcp://127\\.0\\.0\\.1:${sim.port}: read (holding 0\\+5|coil 0\\+1): no answer within 1500 ms$`,
+      ),
     );
     expect(lost[0].msg).toBe(`device lost (${lost[0].reason})`);
     await sim.set(1, 'hr', 2, [0, 1234]);
@@ -172,7 +191,11 @@ describe('Sparkplug edge node over the bridge uplink', () => {
     await sim.set(1, 'hr', 0, [...float32(20), 0, 1, 5]);
     const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-host' }));
     const gw = d.add(
-      await startGateway({ bridges: [bridgeTo(proxy.url)], sparkplug: sparkplug({ uplink: 'central' }), connectors: connectors(sim) }),
+      await startGateway({
+        bridges: [bridgeTo(proxy.url)],
+        sparkplug: sparkplug({ uplink: 'central' }),
+        connectors: connectors(sim),
+      }),
     );
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length >= 1, 15_000, 'upstream births');
     return { central, proxy, sim, host, gw };
@@ -276,15 +299,26 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
   };
 
   /** A DCMD as a host on the Tahu JS library (`sparkplug-payload`) builds it: datatype in every metric. */
-  const tahuDcmd = async (host: SparkplugHost, metrics: { name: string; type: string; value: unknown }[]): Promise<void> => {
+  const tahuDcmd = async (
+    host: SparkplugHost,
+    metrics: { name: string; type: string; value: unknown }[],
+  ): Promise<void> => {
     const tahu = getSparkplug('spBv1.0');
     if (!tahu) throw new Error('sparkplug-payload has no spBv1.0');
-    await host.client.publishAsync(`spBv1.0/${GROUP}/DCMD/${NODE}/press-1`, Buffer.from(tahu.encodePayload({ timestamp: Date.now(), metrics: metrics as never })));
+    await host.client.publishAsync(
+      `spBv1.0/${GROUP}/DCMD/${NODE}/press-1`,
+      Buffer.from(tahu.encodePayload({ timestamp: Date.now(), metrics: metrics as never })),
+    );
   };
 
   it('writes every datatype a sparkplug-payload host sends, and confirms each with the value read back from the PLC', async () => {
     const sim = d.add(await startModbusSim());
-    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        { auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) },
+        { logLevel: 'info' },
+      ),
+    );
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
     await host.waitFor(rebornAfter, 10_000, 'births');
@@ -304,7 +338,11 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
       { name: 'speed', type: 'Double', value: 21.5 },
       { name: 'valve', type: 'Boolean', value: true },
     ]);
-    await host.waitFor((h) => h.value(NODE, 'press-1', 'valve') === true && h.value(NODE, 'press-1', 'label') === 'OK-7', 10_000, 'confirmations');
+    await host.waitFor(
+      (h) => h.value(NODE, 'press-1', 'valve') === true && h.value(NODE, 'press-1', 'label') === 'OK-7',
+      10_000,
+      'confirmations',
+    );
     // Big-endian register images (ABCD), as the PLC holds them.
     expect(await sim.get(1, 'hr', 0, 20)).toEqual([
       0x8000, 0xffff, 0x88ca, 0x6c00, 0xee6b, 0x2800, 0x8319, 0x93af, 0x1d7c, 0x0000, 0xf9cc, 0xd8a1, 0xc508, 0x0000,
@@ -312,10 +350,36 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     ]);
     expect(await sim.get(1, 'hr', 20, 4)).toEqual([0x4f4b, 0x2d37, 0, 0]);
     expect(await sim.get(1, 'hr', 30, 1)).toEqual([215]);
-    const values = ['i16', 'u16', 'i32', 'u32', 'i64', 'u64', 'f32', 'f64', 'label', 'speed', 'valve'].map((n) => host.value(NODE, 'press-1', n));
-    expect(values).toEqual([-32_768, 65_535, -2_000_000_000, 4_000_000_000, -9_000_000_000_000_000_000n, 18_000_000_000_000_000_000n, 1.5, Math.PI, 'OK-7', 21.5, true]);
+    const values = ['i16', 'u16', 'i32', 'u32', 'i64', 'u64', 'f32', 'f64', 'label', 'speed', 'valve'].map((n) =>
+      host.value(NODE, 'press-1', n),
+    );
+    expect(values).toEqual([
+      -32_768,
+      65_535,
+      -2_000_000_000,
+      4_000_000_000,
+      -9_000_000_000_000_000_000n,
+      18_000_000_000_000_000_000n,
+      1.5,
+      Math.PI,
+      'OK-7',
+      21.5,
+      true,
+    ]);
     const done = auditLines(gw, 'DCMD write done');
-    expect(done.map((l) => l.metric).sort()).toEqual(['f32', 'f64', 'i16', 'i32', 'i64', 'label', 'speed', 'u16', 'u32', 'u64', 'valve']);
+    expect(done.map((l) => l.metric).sort()).toEqual([
+      'f32',
+      'f64',
+      'i16',
+      'i32',
+      'i64',
+      'label',
+      'speed',
+      'u16',
+      'u32',
+      'u64',
+      'valve',
+    ]);
     expect(done.every((l) => l.who === 'tahu-host' && l.value === l.readBack)).toBe(true);
     expect(host.violations.slice(joined)).toEqual([]);
   });
@@ -324,7 +388,12 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [5]);
     await sim.set(1, 'hr', 30, [100]);
-    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        { auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) },
+        { logLevel: 'info' },
+      ),
+    );
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
     await host.waitFor(rebornAfter, 10_000, 'births');
@@ -340,7 +409,13 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     expect(auditLines(gw, 'command refused').map((l) => [l.mod, l.who, l.metric, l.value, l.why])).toEqual([
       ['audit', 'tahu-host', 'i16', '70000', '70000 is outside Int16 (-32768..32767)'],
       ['audit', 'tahu-host', 'u16', '4294967295', '4294967295 is outside UInt16 (0..65535)'],
-      ['audit', 'tahu-host', 'speed', '21.55', '21.55 is no exact int16 register value with scale 0.1 and offset 0 (the nearest, 216, reads as 21.6; set roundWrites to round)'],
+      [
+        'audit',
+        'tahu-host',
+        'speed',
+        '21.55',
+        '21.55 is no exact int16 register value with scale 0.1 and offset 0 (the nearest, 216, reads as 21.6; set roundWrites to round)',
+      ],
       ['audit', 'tahu-host', 'label', 'TOO-LONG!', '9 characters do not fit 4 registers'],
     ]);
     expect((await sim.requests()).filter((r) => r.op === 'write')).toEqual([]);
@@ -350,12 +425,17 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     expect(host.violations.slice(joined)).toEqual([]);
   });
 
-  it('publishes a scaled integer rounded to the scale\'s decimals, in the DBIRTH, DDATA, the plain topic and a write\'s read-back', async () => {
+  it("publishes a scaled integer rounded to the scale's decimals, in the DBIRTH, DDATA, the plain topic and a write's read-back", async () => {
     const sim = d.add(await startModbusSim());
     // 207 * 0.1 is 20.700000000000003 in float arithmetic; 187 * 0.1 is 18.700000000000003.
     await sim.set(1, 'hr', 30, [207]);
     const plain = { topic: 'plant1/line4/{device}/{tag}' };
-    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug({ plain }), connectors: typed(sim) }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        { auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug({ plain }), connectors: typed(sim) },
+        { logLevel: 'info' },
+      ),
+    );
     const reader = d.add(await openClient(gw.url));
     await reader.subscribe('plant1/line4/press-1/speed');
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
@@ -363,7 +443,9 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     await host.waitFor(rebornAfter, 10_000, 'births');
     const birth = host.births('DBIRTH', 'press-1').at(-1) as HostMessage;
     expect(metric(host, birth, 'speed')?.value).toBe(20.7);
-    await waitFor(() => reader.received('plant1/line4/press-1/speed').length > 0, 10_000, { message: 'the plain topic' });
+    await waitFor(() => reader.received('plant1/line4/press-1/speed').length > 0, 10_000, {
+      message: 'the plain topic',
+    });
     expect(JSON.parse(reader.received('plant1/line4/press-1/speed')[0].payload)).toMatchObject({ value: 20.7 });
 
     await sim.set(1, 'hr', 30, [206]);
@@ -371,16 +453,25 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
     await tahuDcmd(host, [{ name: 'speed', type: 'Double', value: 18.7 }]);
     await host.waitFor((h) => h.value(NODE, 'press-1', 'speed') === 18.7, 10_000, 'the read-back of 18.7');
     expect(await sim.get(1, 'hr', 30, 1)).toEqual([187]);
-    expect(auditLines(gw, 'DCMD write done').map((l) => [l.metric, l.value, l.readBack])).toEqual([['speed', '18.7', '18.7']]);
+    expect(auditLines(gw, 'DCMD write done').map((l) => [l.metric, l.value, l.readBack])).toEqual([
+      ['speed', '18.7', '18.7'],
+    ]);
     await waitFor(() => reader.received('plant1/line4/press-1/speed').length >= 3, 10_000, { message: 'plain values' });
-    expect(reader.received('plant1/line4/press-1/speed').map((m) => (JSON.parse(m.payload) as { value: number }).value)).toEqual([20.7, 20.6, 18.7]);
+    expect(
+      reader.received('plant1/line4/press-1/speed').map((m) => (JSON.parse(m.payload) as { value: number }).value),
+    ).toEqual([20.7, 20.6, 18.7]);
   });
 
   it('confirms a write the PLC clamped with the value it holds, and logs that it reads back differently', async () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 31, [10]);
     await sim.clamp(1, 'hr', 31, 100);
-    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        { auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: typed(sim) },
+        { logLevel: 'info' },
+      ),
+    );
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'tahu-host' }));
     await host.rebirth(NODE);
     await host.waitFor(rebornAfter, 10_000, 'births');
@@ -396,7 +487,9 @@ describe('DCMD writes through the gateway never write a wrong value', () => {
       .flatMap((m) => m.payload.metrics.filter((x) => host.nameOf(NODE, x) === 'limit').map((x) => x.value));
     expect(limits).toEqual([100]);
     const lines = auditLines(gw, 'DCMD write accepted, but the device reads back another value');
-    expect(lines.map((l) => [l.level, l.who, l.metric, l.value, l.readBack])).toEqual([[40, 'tahu-host', 'limit', '250', '100']]);
+    expect(lines.map((l) => [l.level, l.who, l.metric, l.value, l.readBack])).toEqual([
+      [40, 'tahu-host', 'limit', '250', '100'],
+    ]);
     expect(host.violations.slice(joined)).toEqual([]);
   });
 });
@@ -416,7 +509,12 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
     if (serverDir) removeDir(serverDir);
   });
 
-  const ua = (name: string, datatype: string) => ({ name, nodeId: `ns=1;s=Fixture.Writable.${name}`, datatype, writable: true });
+  const ua = (name: string, datatype: string) => ({
+    name,
+    nodeId: `ns=1;s=Fixture.Writable.${name}`,
+    datatype,
+    writable: true,
+  });
 
   it('writes Int8, UInt8, Float and DateTime from a sparkplug-payload host, refuses values outside the datatype, and confirms with the value read back (a limiting PLC: audited)', async () => {
     const gw = d.add(
@@ -430,7 +528,13 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
               type: 'opcua',
               endpoint: server.endpoint,
               subscription: { publishingIntervalMs: 100 },
-              tags: [ua('Small', 'Int8'), ua('Octet', 'UInt8'), ua('Ratio', 'Float'), ua('When', 'DateTime'), ua('Clamped', 'UInt16')],
+              tags: [
+                ua('Small', 'Int8'),
+                ua('Octet', 'UInt8'),
+                ua('Ratio', 'Float'),
+                ua('When', 'DateTime'),
+                ua('Clamped', 'UInt16'),
+              ],
             },
           ],
         },
@@ -443,7 +547,10 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
     const tahu = getSparkplug('spBv1.0');
     if (!tahu) throw new Error('sparkplug-payload has no spBv1.0');
     const dcmd = (metrics: { name: string; type: string; value: unknown }[]) =>
-      host.client.publishAsync(`spBv1.0/${GROUP}/DCMD/${NODE}/oven-1`, Buffer.from(tahu.encodePayload({ timestamp: Date.now(), metrics: metrics as never })));
+      host.client.publishAsync(
+        `spBv1.0/${GROUP}/DCMD/${NODE}/oven-1`,
+        Buffer.from(tahu.encodePayload({ timestamp: Date.now(), metrics: metrics as never })),
+      );
     const when = Date.parse('2026-12-01T10:00:00.123Z');
     await dcmd([
       { name: 'Small', type: 'Int8', value: -128 },
@@ -460,7 +567,8 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
       10_000,
       'confirmations',
     );
-    const written = (name: string) => server.events.filter((e) => e.event === 'write' && e.name === name).map((e) => e.value);
+    const written = (name: string) =>
+      server.events.filter((e) => e.event === 'write' && e.name === name).map((e) => e.value);
     expect([written('Small'), written('Octet'), written('Ratio')]).toEqual([[-128], [255], [0.25]]);
 
     // Out of range for the Sparkplug datatype: refused by the node, nothing reaches the server.
@@ -469,14 +577,21 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
     // The PLC limits the value: the DDATA says what it holds, and the audit log that it differs.
     await dcmd([{ name: 'Clamped', type: 'UInt16', value: 250 }]);
     await host.waitFor((h) => h.value(NODE, 'oven-1', 'Clamped') === 100, 10_000, 'clamped read-back');
-    await waitFor(() => auditLines(gw, 'DCMD write accepted, but the device reads back another value').length === 1, 10_000);
+    await waitFor(
+      () => auditLines(gw, 'DCMD write accepted, but the device reads back another value').length === 1,
+      10_000,
+    );
     expect(auditLines(gw, 'command refused').map((l) => [l.metric, l.value, l.why])).toEqual([
       ['Small', '128', '128 is outside Int8 (-128..127)'],
       ['Octet', '256', '256 is outside UInt8 (0..255)'],
     ]);
-    expect(auditLines(gw, 'DCMD write accepted, but the device reads back another value').map((l) => [l.metric, l.value, l.readBack])).toEqual([
-      ['Clamped', '250', '100'],
-    ]);
+    expect(
+      auditLines(gw, 'DCMD write accepted, but the device reads back another value').map((l) => [
+        l.metric,
+        l.value,
+        l.readBack,
+      ]),
+    ).toEqual([['Clamped', '250', '100']]);
     expect([written('Small'), written('Octet'), written('Clamped')]).toEqual([[-128], [255], [250]]);
   });
 
@@ -487,7 +602,15 @@ describe('DCMD writes to OPC UA variables through the gateway', () => {
       await startGateway({
         auth: hostsMayCommand(d.tempDir()),
         sparkplug: sparkplug({ plain }),
-        connectors: [{ id: 'oven-1', type: 'opcua', endpoint: server.endpoint, subscription: { publishingIntervalMs: 100 }, tags: [status('Doubtful'), status('Broken')] }],
+        connectors: [
+          {
+            id: 'oven-1',
+            type: 'opcua',
+            endpoint: server.endpoint,
+            subscription: { publishingIntervalMs: 100 },
+            tags: [status('Doubtful'), status('Broken')],
+          },
+        ],
       }),
     );
     const reader = d.add(await openClient(gw.url));

@@ -12,7 +12,12 @@ import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startGateway } from '../helpers/gateway.js';
 import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
-import { hostsMayCommand, startSparkplugHost, type HostMessage, type SparkplugHost } from '../helpers/sparkplug-host.js';
+import {
+  hostsMayCommand,
+  startSparkplugHost,
+  type HostMessage,
+  type SparkplugHost,
+} from '../helpers/sparkplug-host.js';
 import { delay } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -59,7 +64,12 @@ async function outageWithBacklog() {
           ],
         },
       ],
-      sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } },
+      sparkplug: {
+        groupId: GROUP,
+        edgeNodeId: NODE,
+        uplink: 'central',
+        deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
+      },
       connectors: [press],
       auth: hostsMayCommand(d.tempDir()),
     }),
@@ -85,7 +95,11 @@ async function outageWithBacklog() {
   // The local host's rebirth request may or may not have made a second NBIRTH before the outage: count from here.
   const birthsBefore = upstream.births('NBIRTH').length;
   proxy.restore();
-  await upstream.waitFor((h) => h.births('NBIRTH').length > birthsBefore && counts(h, upstreamMark).length > 0, 15_000, 'births and the drain after the outage');
+  await upstream.waitFor(
+    (h) => h.births('NBIRTH').length > birthsBefore && counts(h, upstreamMark).length > 0,
+    15_000,
+    'births and the drain after the outage',
+  );
   return { sim, upstream, local, stored, upstreamMark };
 }
 
@@ -94,7 +108,11 @@ describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
     const { sim, upstream, local, stored, upstreamMark } = await outageWithBacklog();
     await sim.set(1, 'hr', 2, [0, LIVE]);
     await local.waitFor((h) => h.value(NODE, 'press-1', 'count') === LIVE, 5000, 'the live value read');
-    await upstream.waitFor((h) => counts(h, upstreamMark).some((c) => c.value === LIVE), 5000, 'the live value upstream');
+    await upstream.waitFor(
+      (h) => counts(h, upstreamMark).some((c) => c.value === LIVE),
+      5000,
+      'the live value upstream',
+    );
     const readAt = (counts(local).find((c) => c.value === LIVE) as { atMs: number }).atMs;
     const after = counts(upstream, upstreamMark);
     const live = after.find((c) => c.value === LIVE) as { atMs: number; historical: boolean };
@@ -103,22 +121,37 @@ describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
     expect(live.atMs - readAt).toBeLessThan(1000);
     expect(drainedBefore).toBeLessThan(stored.length); // the backlog was still draining
 
-    await upstream.waitFor((h) => counts(h, upstreamMark).filter((c) => c.historical).length >= stored.length, 30_000, 'the whole backlog upstream');
+    await upstream.waitFor(
+      (h) => counts(h, upstreamMark).filter((c) => c.historical).length >= stored.length,
+      30_000,
+      'the whole backlog upstream',
+    );
     await delay(200); // nothing more may follow
     const historical = counts(upstream, upstreamMark).filter((c) => c.historical);
     expect(historical.map((c) => c.value)).toEqual(stored);
     expect(upstream.violations).toEqual([]);
-    console.info(`[sparkplug-live-first] live DDATA upstream ${live.atMs - readAt} ms after it was read, ${drainedBefore}/${stored.length} stored values drained then`);
+    console.info(
+      `[sparkplug-live-first] live DDATA upstream ${live.atMs - readAt} ms after it was read, ${drainedBefore}/${stored.length} stored values drained then`,
+    );
   });
 
   /** The DDEATHs of press-1 a host received since `from` (index into its messages). */
-  const deaths = (host: SparkplugHost, from: number) => host.messages.slice(from).filter((m) => m.type === 'DDEATH' && m.deviceId === 'press-1');
+  const deaths = (host: SparkplugHost, from: number) =>
+    host.messages.slice(from).filter((m) => m.type === 'DDEATH' && m.deviceId === 'press-1');
 
   it('a device that dies while its stored data drains: its DDEATH reaches the central host within 1 s, and the rest of its stored data follows it, historical, in order, once', async () => {
     const { sim, upstream, local, stored, upstreamMark } = await outageWithBacklog();
     await sim.kill();
-    const [localDeath] = await local.waitFor((h) => (h.of('DDEATH', 'press-1').length > 0 ? h.of('DDEATH', 'press-1') : undefined), 10_000, 'the live DDEATH');
-    const [upstreamDeath] = await upstream.waitFor((h) => (deaths(h, upstreamMark).length > 0 ? deaths(h, upstreamMark) : undefined), 5000, 'the DDEATH upstream');
+    const [localDeath] = await local.waitFor(
+      (h) => (h.of('DDEATH', 'press-1').length > 0 ? h.of('DDEATH', 'press-1') : undefined),
+      10_000,
+      'the live DDEATH',
+    );
+    const [upstreamDeath] = await upstream.waitFor(
+      (h) => (deaths(h, upstreamMark).length > 0 ? deaths(h, upstreamMark) : undefined),
+      5000,
+      'the DDEATH upstream',
+    );
     // The host marks the device offline and its metrics stale now, with the DDEATH's timestamp
     // [tck-id-operational-behavior-edge-node-termination-host-action-ddeath-devices-offline]
     // [tck-id-operational-behavior-edge-node-termination-host-action-ddeath-devices-tags-stale].
@@ -129,7 +162,11 @@ describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
     const drainedAtDeath = counts(upstream, upstreamMark).length;
     expect(drainedAtDeath).toBeLessThan(stored.length); // it died during the drain
 
-    await upstream.waitFor((h) => counts(h, upstreamMark).length >= stored.length, 30_000, 'the whole backlog upstream');
+    await upstream.waitFor(
+      (h) => counts(h, upstreamMark).length >= stored.length,
+      30_000,
+      'the whole backlog upstream',
+    );
     await delay(200); // nothing more may follow
     const deathAt = upstream.messages.indexOf(upstreamDeath);
     // Every stored value, each once, in order, flagged historical: those after the death too. A historical value is
@@ -143,19 +180,33 @@ describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
     // Seqs +1 per message across the DDEATH [tck-id-topics-ddeath-seq-num] [tck-id-payloads-sequence-num-incrementing];
     // after it only historical data of the device, whose aliases its DBIRTH of this session gave.
     expect(upstream.violations).toEqual([]);
-    console.info(`[sparkplug-live-first] device died with ${drainedAtDeath}/${stored.length} stored values drained; its DDEATH upstream ${lagMs} ms after the local one`);
+    console.info(
+      `[sparkplug-live-first] device died with ${drainedAtDeath}/${stored.length} stored values drained; its DDEATH upstream ${lagMs} ms after the local one`,
+    );
   });
 
   it('a device that dies and comes back while its stored data drains: DDEATH at once, then its new DBIRTH, and every stored value still goes up', async () => {
     const { sim, upstream, local, stored, upstreamMark } = await outageWithBacklog();
     await sim.mute(1);
-    const [localDeath] = await local.waitFor((h) => (h.of('DDEATH', 'press-1').length > 0 ? h.of('DDEATH', 'press-1') : undefined), 10_000, 'the live DDEATH');
-    const [upstreamDeath] = await upstream.waitFor((h) => (deaths(h, upstreamMark).length > 0 ? deaths(h, upstreamMark) : undefined), 5000, 'the DDEATH upstream');
+    const [localDeath] = await local.waitFor(
+      (h) => (h.of('DDEATH', 'press-1').length > 0 ? h.of('DDEATH', 'press-1') : undefined),
+      10_000,
+      'the live DDEATH',
+    );
+    const [upstreamDeath] = await upstream.waitFor(
+      (h) => (deaths(h, upstreamMark).length > 0 ? deaths(h, upstreamMark) : undefined),
+      5000,
+      'the DDEATH upstream',
+    );
     expect(upstreamDeath.receivedAtMs - localDeath.receivedAtMs).toBeLessThan(1000);
     await sim.unmute(1);
     const upstreamSince = (h: SparkplugHost) => h.messages.slice(upstreamMark);
     // The prologue's DBIRTH is the first after the reconnect; the device's new life brings a second one.
-    await upstream.waitFor((h) => upstreamSince(h).filter((m) => m.type === 'DBIRTH' && m.deviceId === 'press-1').length === 2, 15_000, 'the new DBIRTH upstream');
+    await upstream.waitFor(
+      (h) => upstreamSince(h).filter((m) => m.type === 'DBIRTH' && m.deviceId === 'press-1').length === 2,
+      15_000,
+      'the new DBIRTH upstream',
+    );
     const drainedAtRebirth = counts(upstream, upstreamMark).length;
     expect(drainedAtRebirth).toBeLessThan(stored.length); // it came back during the drain
     const after = upstreamSince(upstream);
@@ -165,7 +216,11 @@ describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
     expect(rebirthAt).toBeGreaterThan(deathAt);
     expect(upstream.isDeviceOnline(NODE, 'press-1')).toBe(true);
 
-    await upstream.waitFor((h) => counts(h, upstreamMark).filter((c) => c.historical).length >= stored.length, 30_000, 'the whole backlog upstream');
+    await upstream.waitFor(
+      (h) => counts(h, upstreamMark).filter((c) => c.historical).length >= stored.length,
+      30_000,
+      'the whole backlog upstream',
+    );
     await delay(200); // nothing more may follow
     expect(
       counts(upstream, upstreamMark)
@@ -173,6 +228,8 @@ describe('Sparkplug uplink: live-first catch-up', { timeout: 120_000 }, () => {
         .map((c) => c.value),
     ).toEqual(stored);
     expect(upstream.violations).toEqual([]);
-    console.info(`[sparkplug-live-first] device reborn with ${drainedAtRebirth}/${stored.length} stored values drained; DDEATH upstream at once, before its DBIRTH`);
+    console.info(
+      `[sparkplug-live-first] device reborn with ${drainedAtRebirth}/${stored.length} stored values drained; DDEATH upstream at once, before its DBIRTH`,
+    );
   });
 });

@@ -38,7 +38,10 @@ describe('Sparkplug primary host STATE', () => {
   it('on the local broker: no births before the host is online; its death ends the session; a stale online is ignored', async () => {
     const sim = d.add(await startModbusSim());
     const gw = d.add(
-      await startGateway({ sparkplug: { groupId: GROUP, edgeNodeId: NODE, primaryHostId: 'scada-1' }, connectors: [device(sim.port)] }),
+      await startGateway({
+        sparkplug: { groupId: GROUP, edgeNodeId: NODE, primaryHostId: 'scada-1' },
+        connectors: [device(sim.port)],
+      }),
     );
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-1' }));
     await delay(500);
@@ -55,7 +58,11 @@ describe('Sparkplug primary host STATE', () => {
     await delay(500);
     expect(host.births('NBIRTH')).toHaveLength(1);
     await host.publishState('scada-1', true, bornAt + 1000);
-    await host.waitFor((h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH').length === 2, 10_000, 'births after the host is back');
+    await host.waitFor(
+      (h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH').length === 2,
+      10_000,
+      'births after the host is back',
+    );
     expect(bdSeq(host.births('NBIRTH')[1])).toBe(bdSeq(host.births('NBIRTH')[0]) + 1);
     expect(host.violations).toEqual([]);
   });
@@ -68,9 +75,7 @@ describe('Sparkplug primary host STATE', () => {
     const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
     const gw = d.add(
       await startGateway({
-        bridges: [
-          bridgeTo(central.url),
-        ],
+        bridges: [bridgeTo(central.url)],
         sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
         connectors: [device(sim.port)],
       }),
@@ -99,7 +104,11 @@ describe('Sparkplug primary host STATE', () => {
     await host.waitFor((h) => h.of('NDEATH').length === 1, 10_000, 'NDEATH upstream after STATE offline');
     expect(bdSeq(host.of('NDEATH')[0])).toBe(bdSeq(host.births('NBIRTH')[0]));
     await host.publishState('scada-1', true, bornAt + 1);
-    await host.waitFor((h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH').length === 2, 10_000, 'births when the host is back');
+    await host.waitFor(
+      (h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH').length === 2,
+      10_000,
+      'births when the host is back',
+    );
     expect(host.violations).toEqual([]);
   });
 
@@ -118,9 +127,7 @@ describe('Sparkplug primary host STATE', () => {
     const gw = d.add(
       await startGateway(
         {
-          bridges: [
-            bridgeTo(proxy.url),
-          ],
+          bridges: [bridgeTo(proxy.url)],
           sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
           connectors: [device(sim.port)],
         },
@@ -153,7 +160,11 @@ describe('Sparkplug primary host STATE', () => {
 
     const secondLife = Date.now();
     await after.publishState('scada-1', true, secondLife);
-    await after.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 10_000, 'births once the host is online again');
+    await after.waitFor(
+      (h) => h.births('DBIRTH', 'press-1').length === 1,
+      10_000,
+      'births once the host is online again',
+    );
     const secondBdSeq = bdSeq(after.births('NBIRTH')[0]);
     expect(secondBdSeq).toBeGreaterThan(firstBdSeq);
     await delay(500);

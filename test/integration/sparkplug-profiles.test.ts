@@ -16,10 +16,15 @@ const d = useDisposer();
 const GROUP = 'plant1';
 const NODE = 'line4-gw';
 
-const sparkplug = { groupId: GROUP, edgeNodeId: NODE, rebirthDebounceMs: 0, deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } };
+const sparkplug = {
+  groupId: GROUP,
+  edgeNodeId: NODE,
+  rebirthDebounceMs: 0,
+  deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
+};
 
 describe('device profiles', () => {
-  it('runs two devices from one profile, each on its own unit id, with the profile\'s tags, poll settings and properties; an edited profile reaches both at SIGHUP', async () => {
+  it("runs two devices from one profile, each on its own unit id, with the profile's tags, poll settings and properties; an edited profile reaches both at SIGHUP", async () => {
     const sim = d.add(await startModbusSim({ units: [1, 2] }));
     await sim.set(1, 'hr', 0, [215, 10]);
     await sim.set(2, 'hr', 0, [180, 20]);
@@ -52,8 +57,15 @@ describe('device profiles', () => {
     );
     const host = d.add(await startSparkplugHost(gw.url, GROUP));
     await host.rebirth(NODE);
-    await host.waitFor((h) => h.births('DBIRTH', 'press-1').length > 0 && h.births('DBIRTH', 'press-2').length > 0, 20_000, 'both DBIRTHs');
-    for (const [device, temperature, setpoint] of [['press-1', 21.5, 10], ['press-2', 18, 20]] as const) {
+    await host.waitFor(
+      (h) => h.births('DBIRTH', 'press-1').length > 0 && h.births('DBIRTH', 'press-2').length > 0,
+      20_000,
+      'both DBIRTHs',
+    );
+    for (const [device, temperature, setpoint] of [
+      ['press-1', 21.5, 10],
+      ['press-2', 18, 20],
+    ] as const) {
       const birth = host.births('DBIRTH', device)[0];
       expect(birth.payload.metrics.map((m) => m.name)).toEqual(['temperature', 'setpoint']);
       expect(birth.payload.metrics[0].value).toBeCloseTo(temperature, 9);
@@ -81,14 +93,20 @@ describe('device profiles', () => {
     writeFileSync(gw.configFile, JSON.stringify(config));
     gw.proc.kill('SIGHUP');
     await host.waitFor(
-      (h) => ['press-1', 'press-2'].every((id) => h.births('DBIRTH', id).at(-1)?.payload.metrics.some((m) => m.name === 'running')),
+      (h) =>
+        ['press-1', 'press-2'].every((id) =>
+          h
+            .births('DBIRTH', id)
+            .at(-1)
+            ?.payload.metrics.some((m) => m.name === 'running'),
+        ),
       20_000,
-      'both devices reborn with the profile\'s new tag',
+      "both devices reborn with the profile's new tag",
     );
     expect(host.violations).toEqual([]);
   });
 
-  it('--check-config expands every device: a bad profile reference names the key, a bad profile key is reported once at the profile, a device\'s own conflict names the device', async () => {
+  it("--check-config expands every device: a bad profile reference names the key, a bad profile key is reported once at the profile, a device's own conflict names the device", async () => {
     const file = join(d.tempDir('edgeferry-profiles-'), 'gw.yaml');
     writeFileSync(
       file,
@@ -118,7 +136,10 @@ describe('device profiles', () => {
     );
     const r = await runCli(['--check-config', '--config', file]);
     expect(r.code).toBe(2);
-    const lines = r.stderr.split('\n').map((l) => l.trim()).filter((l) => l.startsWith(file));
+    const lines = r.stderr
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l.startsWith(file));
     expect(lines).toEqual([
       `${file}:17:29 connectors.2.profile: no profile named "presss" (profiles: press, oven)`,
       `${file}:20:25 connectors.5.type: profile "oven" is for opcua connectors, not modbus`,

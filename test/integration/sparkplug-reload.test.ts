@@ -38,7 +38,8 @@ function modbus(sim: ModbusSim, id: string, unitId: number, tags: object[]) {
   };
 }
 
-const press = (sim: ModbusSim) => modbus(sim, 'press-1', 1, [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }]);
+const press = (sim: ModbusSim) =>
+  modbus(sim, 'press-1', 1, [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }]);
 const LEVEL = { name: 'level', table: 'holding', address: 0, datatype: 'uint16' };
 const ALARM = { name: 'alarm', table: 'coil', address: 0, datatype: 'bool' };
 
@@ -65,7 +66,9 @@ async function reload(gw: Gateway, edit: (config: ConfigFile) => void, msg: stri
   writeFileSync(gw.configFile, JSON.stringify(config, null, 2));
   const before = linesWith(gw, msg).length;
   gw.proc.kill('SIGHUP');
-  return waitFor(() => linesWith(gw, msg)[before], 15_000, { message: () => `log line "${msg}" after SIGHUP:\n${gw.output()}` });
+  return waitFor(() => linesWith(gw, msg)[before], 15_000, {
+    message: () => `log line "${msg}" after SIGHUP:\n${gw.output()}`,
+  });
 }
 
 const names = (m: HostMessage | undefined) => m?.payload.metrics.map((x) => x.name);
@@ -75,7 +78,17 @@ describe('SIGHUP reload of connectors', { timeout: 90_000 }, () => {
     const sim = d.add(await startModbusSim({ units: [1, 2] }));
     await sim.set(1, 'hr', 0, [1]);
     await sim.set(2, 'hr', 0, [40]);
-    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: [press(sim)], broker: { sysIntervalS: 0 } }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        {
+          auth: hostsMayCommand(d.tempDir()),
+          sparkplug: sparkplug(),
+          connectors: [press(sim)],
+          broker: { sysIntervalS: 0 },
+        },
+        { logLevel: 'info' },
+      ),
+    );
     const local = d.add(await openClient(gw.url, { clientId: 'local-pub', protocolVersion: 5 }));
     const host = d.add(await startSparkplugHost(gw.url, GROUP));
     await host.rebirth(NODE);
@@ -128,7 +141,11 @@ describe('SIGHUP reload of connectors', { timeout: 90_000 }, () => {
 
     // Connector changes no longer need a restart; the sparkplug section itself still does.
     expect(linesWith(gw, 'configuration changes that need a restart to apply')).toEqual([]);
-    const warning = await reload(gw, (c) => (c.sparkplug.rebirthDebounceMs = 5000), 'configuration changes that need a restart to apply');
+    const warning = await reload(
+      gw,
+      (c) => (c.sparkplug.rebirthDebounceMs = 5000),
+      'configuration changes that need a restart to apply',
+    );
     expect(warning.sections).toEqual(['sparkplug']);
 
     // The local client's connection lived through every reload.
@@ -154,7 +171,10 @@ describe('SIGHUP reload of connectors', { timeout: 90_000 }, () => {
       ],
     };
     const gw = d.add(
-      await startGateway({ bridges: [bridge], sparkplug: sparkplug({ uplink: 'central' }), connectors: [press(sim)] }, { logLevel: 'info' }),
+      await startGateway(
+        { bridges: [bridge], sparkplug: sparkplug({ uplink: 'central' }), connectors: [press(sim)] },
+        { logLevel: 'info' },
+      ),
     );
     await upstream.waitFor((h) => h.births('DBIRTH', 'press-1').length === 1, 15_000, 'upstream births');
 

@@ -77,7 +77,13 @@ describe('Sparkplug upstream session', () => {
     const port = await freePort();
     // Nothing listens yet: every attempt is refused before a CONNECT can leave.
     const gw = d.add(
-      await startGateway({ bridges: [uplinkBridge(`mqtt://127.0.0.1:${port}`)], sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central' } }, { logLevel: 'debug' }),
+      await startGateway(
+        {
+          bridges: [uplinkBridge(`mqtt://127.0.0.1:${port}`)],
+          sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central' },
+        },
+        { logLevel: 'debug' },
+      ),
     );
     const refused = () => logLines(gw).filter((l) => l.msg === 'uplink error').length;
     await waitFor(() => refused() >= 5, 10_000, { message: 'five refused uplink attempts' });
@@ -113,7 +119,12 @@ describe('Sparkplug upstream session', () => {
     const caFile = join(d.tempDir('edgeferry-sp-ca-'), 'ca.pem');
     copyFileSync(certs.rogueCa, caFile);
     const bridge = { ...uplinkBridge(tlsUrl), remote: { urls: [tlsUrl], clientId: NODE, tls: { caFile } } };
-    const gw = d.add(await startGateway({ bridges: [bridge], sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central' } }, { logLevel: 'debug' }));
+    const gw = d.add(
+      await startGateway(
+        { bridges: [bridge], sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central' } },
+        { logLevel: 'debug' },
+      ),
+    );
     const failed = () => logLines(gw).filter((l) => l.msg === 'uplink error').length;
     await waitFor(() => failed() >= 5, 10_000, { message: 'five failed TLS handshakes' });
     copyFileSync(certs.ca, caFile);
@@ -154,7 +165,11 @@ describe('Sparkplug upstream session', () => {
     await local.waitForMessages(1, { timeoutMs: 10_000 });
 
     await host.publishState('scada-1', true, bornAt + 1000);
-    await host.waitFor((h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH', 'press-1').length === 2, 10_000, 'births when the host is back');
+    await host.waitFor(
+      (h) => h.births('NBIRTH').length === 2 && h.births('DBIRTH', 'press-1').length === 2,
+      10_000,
+      'births when the host is back',
+    );
     expect(bdSeq(host.births('NBIRTH')[1])).toBe(first + 1);
     expect(host.of('NDEATH')).toHaveLength(1);
     await host.waitFor(
@@ -174,21 +189,41 @@ describe('Sparkplug upstream session', () => {
     const file = join(d.tempDir('edgeferry-sp-config-'), 'gw.yaml');
     const config = (inFilters: readonly string[]) => ({
       storage: { path: join(d.tempDir('edgeferry-sp-data-'), 'data') },
-      bridges: [{ ...uplinkBridge('mqtt://127.0.0.1:1', []), topics: [{ filter: 'spBv1.0/#', direction: 'out' }, ...inFilters.map((filter) => ({ filter, direction: 'in' }))] }],
+      bridges: [
+        {
+          ...uplinkBridge('mqtt://127.0.0.1:1', []),
+          topics: [
+            { filter: 'spBv1.0/#', direction: 'out' },
+            ...inFilters.map((filter) => ({ filter, direction: 'in' })),
+          ],
+        },
+      ],
       sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
       connectors: [device(1502)],
     });
     writeFileSync(file, JSON.stringify(config([])));
-    for (const args of [['--check-config', '--config', file], ['--config', file]]) {
+    for (const args of [
+      ['--check-config', '--config', file],
+      ['--config', file],
+    ]) {
       const r = await runCli(args);
       expect(r.code, args.join(' ')).toBe(2);
       const out = r.stderr + r.stdout;
-      expect(out).toContain(`sparkplug.uplink: the uplink bridge "central" has no in filter for spBv1.0/${GROUP}/NCMD/${NODE}: add { filter: "spBv1.0/${GROUP}/NCMD/${NODE}", direction: in } to bridges[0].topics`);
-      expect(out).toContain(`sparkplug.uplink: the uplink bridge "central" has no in filter for spBv1.0/${GROUP}/DCMD/${NODE}/#: add { filter: "spBv1.0/${GROUP}/DCMD/${NODE}/#", direction: in } to bridges[0].topics`);
-      expect(out).toContain('sparkplug.primaryHostId: the uplink bridge "central" has no in filter for spBv1.0/STATE/scada-1: add { filter: "spBv1.0/STATE/scada-1", direction: in } to bridges[0].topics');
+      expect(out).toContain(
+        `sparkplug.uplink: the uplink bridge "central" has no in filter for spBv1.0/${GROUP}/NCMD/${NODE}: add { filter: "spBv1.0/${GROUP}/NCMD/${NODE}", direction: in } to bridges[0].topics`,
+      );
+      expect(out).toContain(
+        `sparkplug.uplink: the uplink bridge "central" has no in filter for spBv1.0/${GROUP}/DCMD/${NODE}/#: add { filter: "spBv1.0/${GROUP}/DCMD/${NODE}/#", direction: in } to bridges[0].topics`,
+      );
+      expect(out).toContain(
+        'sparkplug.primaryHostId: the uplink bridge "central" has no in filter for spBv1.0/STATE/scada-1: add { filter: "spBv1.0/STATE/scada-1", direction: in } to bridges[0].topics',
+      );
     }
     // Wildcards that cover the topics do.
-    writeFileSync(file, JSON.stringify(config([`spBv1.0/${GROUP}/+/${NODE}/#`, `spBv1.0/${GROUP}/NCMD/+`, 'spBv1.0/STATE/+'])));
+    writeFileSync(
+      file,
+      JSON.stringify(config([`spBv1.0/${GROUP}/+/${NODE}/#`, `spBv1.0/${GROUP}/NCMD/+`, 'spBv1.0/STATE/+'])),
+    );
     const ok = await runCli(['--check-config', '--config', file]);
     expect([ok.code, ok.stdout.trim()]).toEqual([0, `config OK: ${file}`]);
   });
@@ -208,13 +243,22 @@ describe('Sparkplug upstream session', () => {
       }),
     );
     const devicesOnline = (m: { payload: { metrics: readonly { value: unknown }[] } }) => m.payload.metrics[0]?.value;
-    await host.waitFor((h) => h.of('NDATA').some((m) => devicesOnline(m) === 2), 15_000, 'NDATA with both devices online');
+    await host.waitFor(
+      (h) => h.of('NDATA').some((m) => devicesOnline(m) === 2),
+      15_000,
+      'NDATA with both devices online',
+    );
     const order = host.messages.map((m) => (m.deviceId === undefined ? m.type : `${m.type}:${m.deviceId}`));
     expect(order.indexOf('DBIRTH:press-1')).toBeGreaterThan(0);
     // No node data between the NBIRTH and the DBIRTHs of the devices that came up with the node.
     expect(order.indexOf('NDATA')).toBeGreaterThan(order.indexOf('DBIRTH:oven-1'));
     expect(host.of('NDATA').map(devicesOnline)).toEqual([2]);
-    expect(host.of('NDATA').flatMap((m) => m.payload.metrics).filter((x) => x.isHistorical)).toEqual([]);
+    expect(
+      host
+        .of('NDATA')
+        .flatMap((m) => m.payload.metrics)
+        .filter((x) => x.isHistorical),
+    ).toEqual([]);
     expect(host.violations).toEqual([]);
   });
 });

@@ -21,7 +21,12 @@ const d = useDisposer();
 const GROUP = 'plant1';
 const NODE = 'line4-gw';
 
-const sparkplug = { groupId: GROUP, edgeNodeId: NODE, rebirthDebounceMs: 0, deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 } };
+const sparkplug = {
+  groupId: GROUP,
+  edgeNodeId: NODE,
+  rebirthDebounceMs: 0,
+  deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
+};
 
 interface TahuProperty {
   readonly type: string;
@@ -40,7 +45,10 @@ if (!tahu) throw new Error('sparkplug-payload has no spBv1.0');
  * The first DBIRTH of `deviceId` and the DDATA after it as a Tahu host decodes them: a host joins, asks for a
  * rebirth and reads the raw payloads itself (our own decoder in `host` follows the values).
  */
-async function tahuBirth(gw: Gateway, deviceId: string): Promise<{ birth: TahuMetric[]; data: TahuMetric[][]; host: SparkplugHost }> {
+async function tahuBirth(
+  gw: Gateway,
+  deviceId: string,
+): Promise<{ birth: TahuMetric[]; data: TahuMetric[][]; host: SparkplugHost }> {
   const host = d.add(await startSparkplugHost(gw.url, GROUP));
   const births: TahuMetric[][] = [];
   const data: TahuMetric[][] = [];
@@ -60,16 +68,28 @@ const propertiesOf = (metrics: TahuMetric[], name: string): Record<string, TahuP
   metrics.find((m) => m.name === name)?.properties;
 
 describe('metric properties in the DBIRTH', () => {
-  it('publishes a Modbus tag\'s engUnit, engLow, engHigh and description, and readOnly from writable; DDATA carries none of them', async () => {
+  it("publishes a Modbus tag's engUnit, engLow, engHigh and description, and readOnly from writable; DDATA carries none of them", async () => {
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [215, 40]);
     const tags = [
       // Raw tenths of a degree, published in °C: the range is in published units.
-      { name: 'temperature', table: 'holding', address: 0, datatype: 'int16', scale: 0.1, engUnit: '°C', engLow: -20, engHigh: 150, description: 'Oil temperature at the pump' },
+      {
+        name: 'temperature',
+        table: 'holding',
+        address: 0,
+        datatype: 'int16',
+        scale: 0.1,
+        engUnit: '°C',
+        engLow: -20,
+        engHigh: 150,
+        description: 'Oil temperature at the pump',
+      },
       { name: 'setpoint', table: 'holding', address: 1, datatype: 'uint16', writable: true, engUnit: 'bar' },
       { name: 'running', table: 'coil', address: 0, datatype: 'bool' },
     ];
-    const gw = d.add(await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug, connectors: [modbusPress(sim, tags)] }));
+    const gw = d.add(
+      await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug, connectors: [modbusPress(sim, tags)] }),
+    );
     const { birth, data, host } = await tahuBirth(gw, 'press-1');
 
     // Sparkplug 3.0 §6.4.8: every property value carries its type [tck-id-payloads-metric-propertyvalue-type-req].
@@ -80,12 +100,19 @@ describe('metric properties in the DBIRTH', () => {
       documentation: { type: 'String', value: 'Oil temperature at the pump' },
       readOnly: { type: 'Boolean', value: true },
     });
-    expect(propertiesOf(birth, 'setpoint')).toEqual({ engUnit: { type: 'String', value: 'bar' }, readOnly: { type: 'Boolean', value: false } });
+    expect(propertiesOf(birth, 'setpoint')).toEqual({
+      engUnit: { type: 'String', value: 'bar' },
+      readOnly: { type: 'Boolean', value: false },
+    });
     expect(propertiesOf(birth, 'running')).toEqual({ readOnly: { type: 'Boolean', value: true } });
 
     // Properties describe the metric once, in the birth: a change goes out as alias and value only.
     await sim.set(1, 'hr', 0, [230]);
-    await host.waitFor((h) => Math.abs(Number(h.value(NODE, 'press-1', 'temperature')) - 23) < 1e-9, 10_000, 'DDATA with 23.0 °C');
+    await host.waitFor(
+      (h) => Math.abs(Number(h.value(NODE, 'press-1', 'temperature')) - 23) < 1e-9,
+      10_000,
+      'DDATA with 23.0 °C',
+    );
     expect(data.length).toBeGreaterThan(0);
     for (const metrics of data) for (const m of metrics) expect(m.properties ?? {}).toEqual({});
   });
@@ -126,7 +153,7 @@ describe('metric properties of OPC UA tags', () => {
     if (serverDir) removeDir(serverDir);
   });
 
-  it('publishes an AnalogItem\'s EngineeringUnits, EURange and Description, under what the tag\'s config overrides (nodes named with a nodeIdPrefix)', async () => {
+  it("publishes an AnalogItem's EngineeringUnits, EURange and Description, under what the tag's config overrides (nodes named with a nodeIdPrefix)", async () => {
     const gw = d.add(
       await startGateway({
         auth: hostsMayCommand(d.tempDir()),
@@ -142,7 +169,13 @@ describe('metric properties of OPC UA tags', () => {
             tags: [
               { name: 'pressure', nodeId: 'Analog.Pressure', datatype: 'Double' },
               // The same node, with the config's own unit and description: the config wins, the range stays the server's.
-              { name: 'pressure-psi', nodeId: 'Analog.Pressure', datatype: 'Double', engUnit: 'psi', description: 'Pump pressure' },
+              {
+                name: 'pressure-psi',
+                nodeId: 'Analog.Pressure',
+                datatype: 'Double',
+                engUnit: 'psi',
+                description: 'Pump pressure',
+              },
               { name: 'setpoint', nodeId: 'Writable.Setpoint', datatype: 'Double', writable: true, engHigh: 90 },
             ],
           },
@@ -150,7 +183,11 @@ describe('metric properties of OPC UA tags', () => {
       }),
     );
     const { birth, host } = await tahuBirth(gw, 'oven-1');
-    expect(host.births('DBIRTH', 'oven-1')[0].payload.metrics.map((m) => [m.name, m.value])).toEqual([['pressure', 120.5], ['pressure-psi', 120.5], ['setpoint', 42.5]]);
+    expect(host.births('DBIRTH', 'oven-1')[0].payload.metrics.map((m) => [m.name, m.value])).toEqual([
+      ['pressure', 120.5],
+      ['pressure-psi', 120.5],
+      ['setpoint', 42.5],
+    ]);
     expect(propertiesOf(birth, 'pressure')).toEqual({
       engUnit: { type: 'String', value: 'bar' },
       engLow: { type: 'Double', value: 0 },
@@ -166,6 +203,9 @@ describe('metric properties of OPC UA tags', () => {
       readOnly: { type: 'Boolean', value: true },
     });
     // A plain variable has no unit or range on the server: only what the config says.
-    expect(propertiesOf(birth, 'setpoint')).toEqual({ engHigh: { type: 'Double', value: 90 }, readOnly: { type: 'Boolean', value: false } });
+    expect(propertiesOf(birth, 'setpoint')).toEqual({
+      engHigh: { type: 'Double', value: 90 },
+      readOnly: { type: 'Boolean', value: false },
+    });
   }, 90_000);
 });

@@ -58,15 +58,25 @@ async function twoPresses(templates: boolean | undefined, plain?: object): Promi
   await sim.set(1, 'hr', 0, [215, 10]);
   await sim.set(2, 'hr', 0, [180, 20]);
   const gw = d.add(
-    await startGateway({
-      auth: hostsMayCommand(d.tempDir()),
-      sparkplug: { groupId: GROUP, edgeNodeId: NODE, rebirthDebounceMs: 0, deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 }, templates, plain },
-      profiles: { press: { ...press, port: sim.port } },
-      connectors: [
-        { id: 'press-1', profile: 'press', unitId: 1 },
-        { id: 'press-2', profile: 'press', unitId: 2 },
-      ],
-    }, { logLevel: 'info' }),
+    await startGateway(
+      {
+        auth: hostsMayCommand(d.tempDir()),
+        sparkplug: {
+          groupId: GROUP,
+          edgeNodeId: NODE,
+          rebirthDebounceMs: 0,
+          deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
+          templates,
+          plain,
+        },
+        profiles: { press: { ...press, port: sim.port } },
+        connectors: [
+          { id: 'press-1', profile: 'press', unitId: 1 },
+          { id: 'press-2', profile: 'press', unitId: 2 },
+        ],
+      },
+      { logLevel: 'info' },
+    ),
   );
   return { sim, gw };
 }
@@ -81,8 +91,14 @@ async function joinHost(gw: Gateway) {
   });
   await host.rebirth(NODE);
   const last = (type: string, device?: string) =>
-    decoded.filter((m) => m.topic === `spBv1.0/${GROUP}/${type}/${NODE}${device === undefined ? '' : `/${device}`}`).at(-1);
-  await host.waitFor(() => last('NBIRTH') && last('DBIRTH', 'press-1') && last('DBIRTH', 'press-2'), 20_000, 'NBIRTH and both DBIRTHs');
+    decoded
+      .filter((m) => m.topic === `spBv1.0/${GROUP}/${type}/${NODE}${device === undefined ? '' : `/${device}`}`)
+      .at(-1);
+  await host.waitFor(
+    () => last('NBIRTH') && last('DBIRTH', 'press-1') && last('DBIRTH', 'press-2'),
+    20_000,
+    'NBIRTH and both DBIRTHs',
+  );
   return { host, decoded, last };
 }
 
@@ -100,19 +116,28 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
     expect(definitions.map((m) => m.name)).toEqual(['press']);
     const definition = definitions[0].value as TahuTemplate;
     expect(definition.isDefinition).toBe(true);
-    expect(definition.metrics?.map((m) => [m.name, m.type])).toEqual([['temperature', 'Double'], ['setpoint', 'UInt16']]);
+    expect(definition.metrics?.map((m) => [m.name, m.type])).toEqual([
+      ['temperature', 'Double'],
+      ['setpoint', 'UInt16'],
+    ]);
     expect(definition.metrics?.[0].properties).toMatchObject({ engUnit: { value: '°C' }, readOnly: { value: true } });
     expect(definition.metrics?.[1].properties).toMatchObject({ readOnly: { value: false } });
     // The raw definition members carry no value at all, not even is_null.
     const rawNbirth = host.messages.filter((m) => m.type === 'NBIRTH').at(-1)!;
     const rawDefinition = rawNbirth.payload.metrics.find((m) => m.name === 'press')!;
     expect(rawDefinition.template?.ref).toBeUndefined(); // Tahu reads an absent template_ref as ''
-    expect(rawDefinition.template?.members.map((m) => [m.value, m.isNull])).toEqual([[null, false], [null, false]]);
+    expect(rawDefinition.template?.members.map((m) => [m.value, m.isNull])).toEqual([
+      [null, false],
+      [null, false],
+    ]);
 
     // DBIRTH: one instance metric per device, named and typed Template, is_definition false, template_ref the profile
     // [tck-id-payloads-template-instance-is-definition] [tck-id-payloads-template-instance-ref], with every member
     // and its value [tck-id-payloads-template-instance-members-birth].
-    for (const [device, temperature, setpoint] of [['press-1', 21.5, 10], ['press-2', 18, 20]] as const) {
+    for (const [device, temperature, setpoint] of [
+      ['press-1', 21.5, 10],
+      ['press-2', 18, 20],
+    ] as const) {
       const metrics = last('DBIRTH', device)!.metrics;
       expect(metrics.map((m) => [m.name, m.type])).toEqual([['press', 'Template']]);
       const instance = metrics[0].value as TahuTemplate;
@@ -150,19 +175,42 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
         {
           name: 'press',
           type: 'Template',
-          value: { templateRef: 'press', isDefinition: false, metrics: [{ name: 'temperature', type: 'Double', value: 99 }, { name: 'setpoint', type: 'UInt16', value: 77 }] },
+          value: {
+            templateRef: 'press',
+            isDefinition: false,
+            metrics: [
+              { name: 'temperature', type: 'Double', value: 99 },
+              { name: 'setpoint', type: 'UInt16', value: 77 },
+            ],
+          },
         },
       ],
     } as never);
     await host.client.publishAsync(`spBv1.0/${GROUP}/DCMD/${NODE}/press-1`, Buffer.from(dcmd), { qos: 0 });
-    await host.waitFor((h) => h.messages.some((m) => m.type === 'DDATA' && m.deviceId === 'press-1' && m.payload.metrics[0]?.template?.members.some((x) => x.name === 'setpoint' && x.value === 77)), 10_000, 'press-1 setpoint 77 read back');
+    await host.waitFor(
+      (h) =>
+        h.messages.some(
+          (m) =>
+            m.type === 'DDATA' &&
+            m.deviceId === 'press-1' &&
+            m.payload.metrics[0]?.template?.members.some((x) => x.name === 'setpoint' && x.value === 77),
+        ),
+      10_000,
+      'press-1 setpoint 77 read back',
+    );
     expect(await sim.get(1, 'hr', 0, 2)).toEqual([215, 77]);
     expect(await sim.get(2, 'hr', 1, 1)).toEqual([33]);
-    await waitFor(() => gw.output().includes('read-only metric'), 5000, { message: 'the refusal of the read-only member in the audit log' });
-    expect(gw.output()).toMatch(/"metric":"press\/temperature".*"why":"read-only metric"|"why":"read-only metric".*"metric":"press\/temperature"/);
+    await waitFor(() => gw.output().includes('read-only metric'), 5000, {
+      message: 'the refusal of the read-only member in the audit log',
+    });
+    expect(gw.output()).toMatch(
+      /"metric":"press\/temperature".*"why":"read-only metric"|"why":"read-only metric".*"metric":"press\/temperature"/,
+    );
     // A member is named `profile/tag` in every audit line, the write done as the refusal.
     const done = logLines(gw).filter((l) => l.msg === 'DCMD write done');
-    expect(done.map((l) => [l.device, l.metric, l.value, l.readBack])).toEqual([['press-1', 'press/setpoint', '77', '77']]);
+    expect(done.map((l) => [l.device, l.metric, l.value, l.readBack])).toEqual([
+      ['press-1', 'press/setpoint', '77', '77'],
+    ]);
     expect(host.violations).toEqual([]);
   });
 
@@ -184,25 +232,44 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
     const nbirths = host.births('NBIRTH').length;
 
     const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as { profiles: object; connectors: object[] };
-    config.profiles = { ...config.profiles, oven: { ...press, port: sim.port, tags: [{ name: 'heat', table: 'holding', address: 0, datatype: 'uint16' }] } };
+    config.profiles = {
+      ...config.profiles,
+      oven: { ...press, port: sim.port, tags: [{ name: 'heat', table: 'holding', address: 0, datatype: 'uint16' }] },
+    };
     config.connectors.push(
       { id: 'oven-1', profile: 'oven', unitId: 2 },
-      { id: 'press-3', profile: 'press', unitId: 3, tags: [{ name: 'temperature', table: 'holding', address: 0, datatype: 'int16' }] },
+      {
+        id: 'press-3',
+        profile: 'press',
+        unitId: 3,
+        tags: [{ name: 'temperature', table: 'holding', address: 0, datatype: 'int16' }],
+      },
     );
     writeFileSync(gw.configFile, JSON.stringify(config));
     gw.proc.kill('SIGHUP');
-    await host.waitFor((h) => h.births('DBIRTH', 'oven-1').length > 0 && h.births('DBIRTH', 'press-3').length > 0, 20_000, 'DBIRTHs of oven-1 and press-3');
+    await host.waitFor(
+      (h) => h.births('DBIRTH', 'oven-1').length > 0 && h.births('DBIRTH', 'press-3').length > 0,
+      20_000,
+      'DBIRTHs of oven-1 and press-3',
+    );
 
     // The new NBIRTH defines both profiles in use, and comes before oven-1's DBIRTH [tck-id-topics-nbirth-templates].
     const nbirth = host.births('NBIRTH').at(-1)!;
     expect(host.births('NBIRTH').length).toBe(nbirths + 1);
-    expect(nbirth.payload.metrics.filter((m) => m.datatype === 'Template').map((m) => m.name)).toEqual(['press', 'oven']);
+    expect(nbirth.payload.metrics.filter((m) => m.datatype === 'Template').map((m) => m.name)).toEqual([
+      'press',
+      'oven',
+    ]);
     const oven = host.births('DBIRTH', 'oven-1')[0];
     expect(host.messages.indexOf(nbirth)).toBeLessThan(host.messages.indexOf(oven));
-    expect(oven.payload.metrics.map((m) => [m.name, m.datatype, m.template?.ref])).toEqual([['oven', 'Template', 'oven']]);
+    expect(oven.payload.metrics.map((m) => [m.name, m.datatype, m.template?.ref])).toEqual([
+      ['oven', 'Template', 'oven'],
+    ]);
     expect(oven.payload.metrics[0].template?.members.map((m) => [m.name, m.value])).toEqual([['heat', 450]]);
     // press-3 lists its own tags: plain metrics, as without templates.
-    expect(host.births('DBIRTH', 'press-3')[0].payload.metrics.map((m) => [m.name, m.datatype])).toEqual([['temperature', 'Int16']]);
+    expect(host.births('DBIRTH', 'press-3')[0].payload.metrics.map((m) => [m.name, m.datatype])).toEqual([
+      ['temperature', 'Int16'],
+    ]);
     expect(host.violations).toEqual([]);
   });
 
@@ -231,14 +298,29 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
       }),
     );
     await host.waitFor((h) => h.births('DBIRTH', 'press-1').length > 0, 20_000, 'upstream DBIRTH of press-1');
-    const definition = host.births('NBIRTH').at(-1)!.payload.metrics.find((m) => m.datatype === 'Template');
-    expect([definition?.name, definition?.template?.isDefinition, definition?.template?.members.map((m) => m.name)]).toEqual(['press', true, ['temperature', 'setpoint']]);
+    const definition = host
+      .births('NBIRTH')
+      .at(-1)!
+      .payload.metrics.find((m) => m.datatype === 'Template');
+    expect([
+      definition?.name,
+      definition?.template?.isDefinition,
+      definition?.template?.members.map((m) => m.name),
+    ]).toEqual(['press', true, ['temperature', 'setpoint']]);
     const instance = host.births('DBIRTH', 'press-1').at(-1)!.payload.metrics;
-    expect(instance.map((m) => [m.name, m.template?.ref, m.template?.members.map((x) => x.value)])).toEqual([['press', 'press', [21.5, 10]]]);
+    expect(instance.map((m) => [m.name, m.template?.ref, m.template?.members.map((x) => x.value)])).toEqual([
+      ['press', 'press', [21.5, 10]],
+    ]);
 
     await sim.set(1, 'hr', 1, [12]);
-    const ddata = await host.waitFor((h) => h.of('DDATA', 'press-1').find((m) => !m.payload.metrics[0]?.isHistorical), 10_000, 'upstream DDATA');
-    expect(ddata.payload.metrics.map((m) => [m.alias, m.template?.ref, m.template?.members.map((x) => [x.name, x.value])])).toEqual([[instance[0].alias, 'press', [['setpoint', 12]]]]);
+    const ddata = await host.waitFor(
+      (h) => h.of('DDATA', 'press-1').find((m) => !m.payload.metrics[0]?.isHistorical),
+      10_000,
+      'upstream DDATA',
+    );
+    expect(
+      ddata.payload.metrics.map((m) => [m.alias, m.template?.ref, m.template?.members.map((x) => [x.name, x.value])]),
+    ).toEqual([[instance[0].alias, 'press', [['setpoint', 12]]]]);
     expect(host.violations).toEqual([]);
   });
 
@@ -246,7 +328,10 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
     const { gw } = await twoPresses(undefined);
     const { host, last } = await joinHost(gw);
     expect(last('NBIRTH')!.metrics.filter((m) => m.type === 'Template')).toEqual([]);
-    expect(last('DBIRTH', 'press-1')!.metrics.map((m) => [m.name, m.type])).toEqual([['temperature', 'Double'], ['setpoint', 'UInt16']]);
+    expect(last('DBIRTH', 'press-1')!.metrics.map((m) => [m.name, m.type])).toEqual([
+      ['temperature', 'Double'],
+      ['setpoint', 'UInt16'],
+    ]);
     expect(host.violations).toEqual([]);
   });
 
@@ -258,7 +343,9 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
       const last = reader.received(`plant1/line4/${device}/${tag}`).at(-1);
       return last === undefined ? undefined : (JSON.parse(last.payload) as { value: unknown }).value;
     };
-    await waitFor(() => value('press-2', 'setpoint') === 20 && value('press-1', 'temperature') === 21.5, 20_000, { message: 'plain values of the births' });
+    await waitFor(() => value('press-2', 'setpoint') === 20 && value('press-1', 'temperature') === 21.5, 20_000, {
+      message: 'plain values of the births',
+    });
     await sim.set(2, 'hr', 1, [33]);
     await waitFor(() => value('press-2', 'setpoint') === 33, 10_000, { message: 'plain value of a DDATA member' });
     expect(value('press-1', 'setpoint')).toBe(10);

@@ -24,7 +24,6 @@ const CLI = join(ROOT, 'dist', 'src', 'cli.js');
 const SEEDS = [1, 2, 3, 4, 5, 6];
 const MESSAGES = 1500;
 
-
 /** Overwrites 4 KiB at a random offset past LMDB's two meta pages with random bytes; returns the offset. */
 function damage(file: string, seed: number): number {
   const random = seededRandom(seed);
@@ -38,13 +37,24 @@ function damage(file: string, seed: number): number {
   return offset;
 }
 
-const persistent = { clientId: 'historian', clean: false, protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
+const persistent = {
+  clientId: 'historian',
+  clean: false,
+  protocolVersion: 5 as const,
+  properties: { sessionExpiryInterval: 3600 },
+};
 
 describe('a damaged data file', () => {
   it('is refused with exit 3 and a message, never crashes the gateway, and salvage recovers all it does not report lost', async () => {
     const deadPort = await freePort();
     const patch = {
-      bridges: [{ name: 'central', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }] }],
+      bridges: [
+        {
+          name: 'central',
+          remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] },
+          topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }],
+        },
+      ],
       broker: { maxQueuedMessages: 0 },
       storage: { verifyOnStart: 'full' },
     };
@@ -55,7 +65,8 @@ describe('a damaged data file', () => {
     await sub.disconnect();
     const pub = d.add(await RawClient.connect(gw.port, { clientId: 'filler' }, { protocolVersion: 5 }));
     for (let id = 0; id < MESSAGES; id += 50) {
-      for (let i = 0; i < 50; i++) pub.publish('plant/line', `m${id + i};`.padEnd(1024, 'x'), { qos: 1, messageId: i + 1 });
+      for (let i = 0; i < 50; i++)
+        pub.publish('plant/line', `m${id + i};`.padEnd(1024, 'x'), { qos: 1, messageId: i + 1 });
       for (let i = 0; i < 50; i++) expect(((await pub.expect('puback')) as IPubackPacket).reasonCode ?? 0).toBe(0);
     }
     pub.stop();
@@ -69,11 +80,23 @@ describe('a damaged data file', () => {
       cpSync(gw.dataDir, dir, { recursive: true });
       const offset = damage(join(dir, 'data.mdb'), seed);
       const config = join(dir, '..', 'gw.yaml');
-      writeFileSync(config, JSON.stringify({ ...patch, listeners: [{ port: 0, host: '127.0.0.1' }], storage: { path: dir, verifyOnStart: 'full' }, log: { format: 'json' } }));
+      writeFileSync(
+        config,
+        JSON.stringify({
+          ...patch,
+          listeners: [{ port: 0, host: '127.0.0.1' }],
+          storage: { path: dir, verifyOnStart: 'full' },
+          log: { format: 'json' },
+        }),
+      );
 
       // The start: refused with exit 3 (the unit does not restart it), or, when the bytes fell on pages in no use, a
       // normal start (stopped here by SIGTERM). Never a crash.
-      const start = spawnSync(process.execPath, [CLI, '--config', config], { encoding: 'utf8', timeout: 8000, killSignal: 'SIGTERM' });
+      const start = spawnSync(process.execPath, [CLI, '--config', config], {
+        encoding: 'utf8',
+        timeout: 8000,
+        killSignal: 'SIGTERM',
+      });
       const said = start.stdout + start.stderr;
       expect(start.signal, `seed ${seed}: ${said.slice(-2000)}`).toBeNull();
       if (start.status === 0) {
@@ -105,7 +128,9 @@ describe('a damaged data file', () => {
       expect(ids).toEqual([...ids].sort((a, b) => a - b));
       expect(new Set(ids).size).toBe(ids.length);
       expect(historian.payloads().every((p) => p.length === 1024 && p.endsWith('x'))).toBe(true);
-      rates.push(`seed ${seed} @${offset}: ${expected}/${MESSAGES} queued messages recovered; ${salvaged.stdout.split('\n').slice(1).join(' ').trim()}`);
+      rates.push(
+        `seed ${seed} @${offset}: ${expected}/${MESSAGES} queued messages recovered; ${salvaged.stdout.split('\n').slice(1).join(' ').trim()}`,
+      );
       await historian.stop();
       await again.stop();
     }
@@ -115,7 +140,12 @@ describe('a damaged data file', () => {
 
   it('skips a damaged queued message while running: never delivered, counted in the metrics, logged with its session and seq', async () => {
     const metricsPort = await freePort();
-    const gw = d.add(await startGateway({ metrics: { host: '127.0.0.1', port: metricsPort }, broker: { sysIntervalS: 0 } }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        { metrics: { host: '127.0.0.1', port: metricsPort }, broker: { sysIntervalS: 0 } },
+        { logLevel: 'info' },
+      ),
+    );
     const sub = await openClient(gw.url, persistent);
     await sub.subscribe('plant/#', { qos: 1 });
     await sub.disconnect();
@@ -143,7 +173,10 @@ describe('a damaged data file', () => {
     expect(historian.payloads().every((p) => /^m\d+;y+$/.test(p))).toBe(true); // nothing damaged delivered
     const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     expect(metrics).toMatch(/^edgeferry_store_corrupt_records_total 1$/m);
-    const line = gw.output().split('\n').find((l) => l.includes('damaged records in the store skipped'));
+    const line = gw
+      .output()
+      .split('\n')
+      .find((l) => l.includes('damaged records in the store skipped'));
     expect(line, gw.output().slice(-2000)).toBeDefined();
     expect(JSON.parse(line!)).toMatchObject({ what: 'queued messages', clientIds: ['historian'], records: 1 });
   }, 60_000);
@@ -156,7 +189,8 @@ describe('a damaged data file', () => {
     const pub = d.add(await RawClient.connect(gw.port, { clientId: 'filler' }, { protocolVersion: 5 }));
     const total = 600;
     for (let id = 0; id < total; id += 50) {
-      for (let i = 0; i < 50; i++) pub.publish('plant/line', `m${id + i};`.padEnd(1024, 'x'), { qos: 1, messageId: i + 1 });
+      for (let i = 0; i < 50; i++)
+        pub.publish('plant/line', `m${id + i};`.padEnd(1024, 'x'), { qos: 1, messageId: i + 1 });
       for (let i = 0; i < 50; i++) await pub.expect('puback');
     }
     pub.stop();
@@ -172,7 +206,9 @@ describe('a damaged data file', () => {
     writeFileSync(file, bytes);
     const start = spawnSync(process.execPath, [CLI, '--config', gw.configFile], { encoding: 'utf8', timeout: 8000 });
     expect(start.status, start.stdout + start.stderr).toBe(3);
-    expect((start.stdout + start.stderr).replaceAll('\\"', '"')).toContain(`database "session-queue": page ${root} carries the page number`);
+    expect((start.stdout + start.stderr).replaceAll('\\"', '"')).toContain(
+      `database "session-queue": page ${root} carries the page number`,
+    );
 
     const salvaged = await runCli(['store', 'salvage', '-c', gw.configFile]);
     expect(salvaged.code, salvaged.stderr).toBe(0);
@@ -183,10 +219,16 @@ describe('a damaged data file', () => {
     expect(historian.payloads().map((p) => Number(p.slice(1, p.indexOf(';'))))).toEqual([...Array(total).keys()]);
   }, 120_000);
 
-  it("refuses a store whose counter record is damaged, whatever verifyOnStart says, and salvage counts it again from the records", async () => {
+  it('refuses a store whose counter record is damaged, whatever verifyOnStart says, and salvage counts it again from the records', async () => {
     const deadPort = await freePort();
     const patch = {
-      bridges: [{ name: 'central', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }] }],
+      bridges: [
+        {
+          name: 'central',
+          remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] },
+          topics: [{ filter: 'plant/#', direction: 'out', qos: 1 }],
+        },
+      ],
       storage: { verifyOnStart: 'off' },
     };
     const gw = d.add(await startGateway(patch));

@@ -16,14 +16,15 @@ import { openClient } from '../helpers/mqtt-client.js';
 import { RawClient } from '../helpers/raw-client.js';
 import { drainSession, fillStore, payload, persistent } from '../helpers/store-fill.js';
 
-
 const d = useDisposer();
 const QUOTA_EXCEEDED = 0x97;
 const TMPFS_SIZE = '8m';
 
 /** Why a tmpfs cannot be mounted here (not root), or undefined. */
 function mountProblem(dir: string): string | undefined {
-  const probe = spawnSync('sh', ['-c', 'mount -t tmpfs -o size=1m tmpfs "$1" && umount "$1"', 'sh', dir], { encoding: 'utf8' });
+  const probe = spawnSync('sh', ['-c', 'mount -t tmpfs -o size=1m tmpfs "$1" && umount "$1"', 'sh', dir], {
+    encoding: 'utf8',
+  });
   if (probe.error !== undefined) return probe.error.message;
   return probe.status === 0 ? undefined : probe.stderr.trim() || `mount exited ${probe.status}`;
 }
@@ -49,7 +50,9 @@ describe('a full disk', () => {
   it('refuses with 0x97, never delivers what it refused (live or after SIGKILL), and logs once per episode', async (ctx) => {
     const dataDir = smallDisk();
     if (typeof dataDir !== 'string') return ctx.skip(dataDir.skip);
-    const gw = d.add(await startGateway({ storage: { path: dataDir }, broker: { maxQueuedMessages: 0 } }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway({ storage: { path: dataDir }, broker: { maxQueuedMessages: 0 } }, { logLevel: 'info' }),
+    );
 
     const sub = await openClient(gw.url, persistent('historian'));
     await sub.subscribe('fill/#', { qos: 1 });
@@ -67,7 +70,7 @@ describe('a full disk', () => {
     // line on stderr that nothing can catch. The store asks the filesystem (statfs) instead, once a second.
     const writeErrors = (): number => gw.output().split('Write error').length - 1;
     const errorsAtStart = writeErrors();
-    for (let id = 1_000_000, until = Date.now() + 3500; Date.now() < until; ) {
+    for (let id = 1_000_000, until = Date.now() + 3500; Date.now() < until;) {
       const more = await fillDisk(gw, id, 16);
       expect(more.accepted).toEqual([]);
       id = more.next;
@@ -93,7 +96,10 @@ describe('a full disk', () => {
     // The disk has room again: the next message is accepted and the episode ends with its count.
     const after = await fillDisk(gw, first.next, 1);
     expect(after.accepted.length).toBeGreaterThan(0);
-    const end = gw.output().split('\n').find((l) => l.includes('store accepts messages again'));
+    const end = gw
+      .output()
+      .split('\n')
+      .find((l) => l.includes('store accepts messages again'));
     expect(end, gw.output().slice(-3000)).toBeDefined();
     expect(JSON.parse(end!).refused).toBeGreaterThanOrEqual(first.refused.length + 1);
 

@@ -60,17 +60,23 @@ describe('group commit on a slow disk', () => {
     });
     const before = await commits(metricsPort);
     const acked = await Promise.all(
-      publishers.map((c, p) => publishSequence(c, `plant/line${p}`, PER_PUBLISHER, { qos: 1, prefix: `p${p}-`, concurrency: IN_FLIGHT })),
+      publishers.map((c, p) =>
+        publishSequence(c, `plant/line${p}`, PER_PUBLISHER, { qos: 1, prefix: `p${p}-`, concurrency: IN_FLIGHT }),
+      ),
     );
     const perCommit = (PUBLISHERS * PER_PUBLISHER) / ((await commits(metricsPort)) - before);
-    console.info(`[group-commit] ${PUBLISHERS} publishers x ${IN_FLIGHT} in flight, flush +50 ms: ${perCommit.toFixed(0)} messages per commit`);
+    console.info(
+      `[group-commit] ${PUBLISHERS} publishers x ${IN_FLIGHT} in flight, flush +50 ms: ${perCommit.toFixed(0)} messages per commit`,
+    );
     // Split into two groups that take turns, a commit carries about half of the 160 in flight; waiting for the
     // group, nearly all of them (the first commits, before the store has measured its flush, are split).
     expect(perCommit).toBeGreaterThan(100);
 
     const drained = d.add(await collect(gw.url, 'plant/#', { qos: 1, clientId: 'historian', clean: false }));
     const total = PUBLISHERS * PER_PUBLISHER;
-    await waitFor(() => drained.messages.length >= total, 30_000, { message: () => `${drained.messages.length}/${total} delivered` });
+    await waitFor(() => drained.messages.length >= total, 30_000, {
+      message: () => `${drained.messages.length}/${total} delivered`,
+    });
     for (let p = 0; p < PUBLISHERS; p++) {
       const got = drained.messages.filter((m) => m.topic === `plant/line${p}`).map((m) => m.payload.toString());
       expect(checkSequence(got, acked[p])).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });

@@ -24,7 +24,12 @@ const ROUNDS = 8;
 
 describe('storage.maxBytes between the targets of one message', () => {
   it('stores a refused message in no target and an accepted one in every target; MQTT 5 hears 0x97', async () => {
-    const gw = d.add(await startGateway({ storage: { maxBytes: MAX_BYTES, sessionShare: 1 }, broker: { maxQueuedMessages: 0 } }, { logLevel: 'info' }));
+    const gw = d.add(
+      await startGateway(
+        { storage: { maxBytes: MAX_BYTES, sessionShare: 1 }, broker: { maxQueuedMessages: 0 } },
+        { logLevel: 'info' },
+      ),
+    );
     for (const clientId of SESSIONS) {
       const sub = await openClient(gw.url, persistent(clientId));
       await sub.subscribe('fill/#', { qos: 1 });
@@ -42,7 +47,10 @@ describe('storage.maxBytes between the targets of one message', () => {
       refused += fill.refused.length;
       // Every accepted message in every session, in order; nothing refused in any.
       for (const clientId of SESSIONS) {
-        expect(await drainSession(d, gw, clientId, 'fill/q', fill.accepted.length), `${clientId}, round ${round}`).toEqual(fill.accepted);
+        expect(
+          await drainSession(d, gw, clientId, 'fill/q', fill.accepted.length),
+          `${clientId}, round ${round}`,
+        ).toEqual(fill.accepted);
       }
     }
     expect(refused).toBeGreaterThanOrEqual(ROUNDS * 64);
@@ -57,7 +65,13 @@ describe('storage.maxBytes between the targets of one message', () => {
       await startGateway({
         storage: { maxBytes: MAX_BYTES, sessionShare: 1 },
         broker: { maxQueuedMessages: 0 },
-        bridges: [{ name: 'central', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'fill/#', direction: 'out', qos: 1 }] }],
+        bridges: [
+          {
+            name: 'central',
+            remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] },
+            topics: [{ filter: 'fill/#', direction: 'out', qos: 1 }],
+          },
+        ],
       }),
     );
     const sub = await openClient(gw.url, persistent('historian'));
@@ -70,20 +84,32 @@ describe('storage.maxBytes between the targets of one message', () => {
     await gw.stop();
     // The outbox journaled what was accepted (past the limit it may drop its own oldest, counted), nothing refused.
     const listed = await runCli(['store', 'list', '-c', gw.configFile]);
-    const outbox = /outbox central: (\d+) messages, \d+ bytes, oldest [^,]+, dropped (none|queue_full (\d+))/.exec(listed.stdout);
+    const outbox = /outbox central: (\d+) messages, \d+ bytes, oldest [^,]+, dropped (none|queue_full (\d+))/.exec(
+      listed.stdout,
+    );
     expect(outbox, listed.stdout).not.toBeNull();
     expect(Number(outbox![1]) + Number((outbox![3] as string | undefined) ?? 0)).toBe(fill.accepted.length);
   }, 120_000);
 });
 
-
 describe('storage.maxBytes when a shared subscription hands a message on', () => {
   it('keeps running when the member that takes over cannot store it: the message still goes out live, the failure is logged', async () => {
     // A reject-new bridge outbox fills the store, so the sessions are below their share and still store what they queue.
     const deadPort = await freePort();
-    const bridge = { name: 'central', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics: [{ filter: 'fill/#', direction: 'out', qos: 1 }] };
+    const bridge = {
+      name: 'central',
+      remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] },
+      topics: [{ filter: 'fill/#', direction: 'out', qos: 1 }],
+    };
     const gw = d.add(
-      await startGateway({ storage: { maxBytes: MAX_BYTES }, broker: { maxQueuedMessages: 0 }, bridges: [{ ...bridge, queue: { overflow: 'reject-new' } }] }, { logLevel: 'info' }),
+      await startGateway(
+        {
+          storage: { maxBytes: MAX_BYTES },
+          broker: { maxQueuedMessages: 0 },
+          bridges: [{ ...bridge, queue: { overflow: 'reject-new' } }],
+        },
+        { logLevel: 'info' },
+      ),
     );
     // worker: a persistent member of the group, offline while the message is routed, so it goes to the other one.
     const worker = await openClient(gw.url, persistent('worker'));
@@ -100,7 +126,9 @@ describe('storage.maxBytes when a shared subscription hands a message on', () =>
     // The taker leaves with the job in flight: it goes to worker, whose store write is refused (quota).
     taker.destroy();
     await back.waitForMessages(1, { topic: 'work' });
-    await waitFor(() => gw.output().includes('shared subscription redelivery could not be stored'), 5000, { message: () => gw.output().slice(-3000) });
+    await waitFor(() => gw.output().includes('shared subscription redelivery could not be stored'), 5000, {
+      message: () => gw.output().slice(-3000),
+    });
     // Still serving: a round trip after the refusal.
     await publisher.publish('after', 'x', { qos: 1 });
   }, 60_000);

@@ -20,7 +20,9 @@ function run(configFile: string, extra: string[] = [], timeoutMs = 20_000, asNob
   // --check-config would not open the store; a real start that exits at once is what we need, so the gateway is
   // started and stopped by a short timeout when it comes up.
   const command = [process.execPath, CLI, '--config', configFile, ...extra];
-  const [file, ...args] = asNobody ? ['setpriv', '--reuid=nobody', '--regid=nogroup', '--clear-groups', ...command] : command;
+  const [file, ...args] = asNobody
+    ? ['setpriv', '--reuid=nobody', '--regid=nogroup', '--clear-groups', ...command]
+    : command;
   return spawnSync(file, args, { encoding: 'utf8', timeout: timeoutMs, killSignal: 'SIGTERM' });
 }
 
@@ -50,7 +52,8 @@ describe('an unreadable data directory', () => {
     // A store root made (a start as root), then not the service user's.
     expect(run(configFile, [], 6000).stdout).toMatch(/edgeferry started/);
     chmodSync(data, 0o700);
-    const fatal = (stdout: string) => JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as { code?: string; msg?: string; err?: unknown };
+    const fatal = (stdout: string) =>
+      JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as { code?: string; msg?: string; err?: unknown };
     const expected = new RegExp(
       `^cannot open the data directory ${data}: edgeferry\\.lock cannot be read \\(EACCES: permission denied.*\\)\\. It is not damaged: ` +
         `.* keeps out the user edgeferry runs as \\(nobody\\)\\. Give it to that user: chown -R nobody: ${data}$`,
@@ -58,7 +61,12 @@ describe('an unreadable data directory', () => {
     for (const extra of [[], ['--reset-store']]) {
       const refused = run(configFile, extra, 20_000, true);
       expect(refused.status).toBe(3);
-      expect(fatal(refused.stdout)).toEqual({ ...fatal(refused.stdout), code: 'EF_STORE_OPEN', msg: expect.stringMatching(expected), err: undefined });
+      expect(fatal(refused.stdout)).toEqual({
+        ...fatal(refused.stdout),
+        code: 'EF_STORE_OPEN',
+        msg: expect.stringMatching(expected),
+        err: undefined,
+      });
       expect(refused.stdout).not.toMatch(/backup|--reset-store/);
     }
     expect(readdirSync(dir).filter((name) => name.startsWith('data.reset-'))).toEqual([]);
@@ -79,9 +87,17 @@ describe('an unreadable data directory', () => {
     for (const extra of [[], ['--reset-store']]) {
       const refused = run(configFile, extra);
       expect(refused.status).toBe(3);
-      const fatal = JSON.parse(refused.stdout.trim().split('\n').at(-1) ?? '{}') as { code?: string; msg?: string; err?: unknown };
+      const fatal = JSON.parse(refused.stdout.trim().split('\n').at(-1) ?? '{}') as {
+        code?: string;
+        msg?: string;
+        err?: unknown;
+      };
       expect(fatal.code).toBe('EF_STORE_OPEN');
-      expect(fatal.msg).toMatch(new RegExp(`^storage\\.path ${data} cannot be the data directory: ${data} is a file, not a directory\\. Set storage\\.path to a directory`));
+      expect(fatal.msg).toMatch(
+        new RegExp(
+          `^storage\\.path ${data} cannot be the data directory: ${data} is a file, not a directory\\. Set storage\\.path to a directory`,
+        ),
+      );
       expect(fatal.err).toBeUndefined();
       // `edgeferry starting`, then that one line: no system error text repeated in a stack and its cause.
       expect(refused.stdout.trim().split('\n')).toHaveLength(2);

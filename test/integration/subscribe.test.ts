@@ -21,7 +21,6 @@ afterAll(async () => {
   await gw?.dispose();
 });
 
-
 /** Publishes `sentinel` last and waits for it: anything published before it to `sub` has arrived by then. */
 async function barrier(pub: TestClient, sub: TestClient, topic: string): Promise<void> {
   const before = sub.received(topic).length;
@@ -84,7 +83,14 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
       subs.set(f, s);
     }
     const pub = d.add(await openClient(gw.url, { protocolVersion: v, clientId: `wild-${v}-pub` }));
-    const topics = [base, `${base}/tennis`, `${base}/tennis/player1`, `${base}/tennis/player1/ranking`, `${base}/golf/player1`, `${base}/tennis/`];
+    const topics = [
+      base,
+      `${base}/tennis`,
+      `${base}/tennis/player1`,
+      `${base}/tennis/player1/ranking`,
+      `${base}/golf/player1`,
+      `${base}/tennis/`,
+    ];
     for (const t of topics) await pub.publish(t, t, { qos: 1 });
     await pub.publish(done, 'end', { qos: 1 });
     const expected: Record<string, string[]> = {
@@ -137,7 +143,10 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     for (const [r, sub] of subs.entries()) {
       await barrier(pub, sub, `overlap${v}/end`);
       // On the wire (MQTT.js emits the QoS 2 one only at PUBREL, possibly after the QoS 1 one).
-      expect(sub.wire.filter((p) => p.topic === topic).map((p) => [p.payload.toString(), p.qos]), `rotation ${r}`).toEqual([
+      expect(
+        sub.wire.filter((p) => p.topic === topic).map((p) => [p.payload.toString(), p.qos]),
+        `rotation ${r}`,
+      ).toEqual([
         ['one', 2],
         ['two', 1],
       ]);
@@ -164,7 +173,15 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
   it('stops delivering after UNSUBSCRIBE and answers UNSUBACK even when nothing matched [MQTT-3.10.4-2] [MQTT-3.10.4-5]', async () => {
     const { raw } = await RawClient.connect(gw.port, v, { clientId: `unsub-${v}` });
     d.add(raw);
-    raw.send({ cmd: 'subscribe', messageId: 1, subscriptions: [{ topic: `unsub${v}/a`, qos: 1 }, { topic: `unsub${v}/+`, qos: 0 }, { topic: `unsub${v}/end`, qos: 1 }] });
+    raw.send({
+      cmd: 'subscribe',
+      messageId: 1,
+      subscriptions: [
+        { topic: `unsub${v}/a`, qos: 1 },
+        { topic: `unsub${v}/+`, qos: 0 },
+        { topic: `unsub${v}/end`, qos: 1 },
+      ],
+    });
     await raw.next('suback');
     // `unsub/a` removed; `unsub/b` never subscribed; `unsub/+` is not removed by unsubscribing `unsub/x` [MQTT-3.10.4-1].
     raw.send({ cmd: 'unsubscribe', messageId: 2, unsubscriptions: [`unsub${v}/a`, `unsub${v}/b`, `unsub${v}/x`] });
@@ -247,9 +264,14 @@ describe('a SUBSCRIBE of many filters', () => {
     const many = d.add(await startGateway({ broker: { sysIntervalS: 0, maxSubscriptionsPerClient: 20_000 } }));
     const big = d.add(await Raw.connect(many.port, { clientId: 'big' }));
     const other = d.add(await Raw.connect(many.port, { clientId: 'other' }));
-    const filters = [{ topic: 'first/live', qos: 0 as const }, ...Array.from({ length: 19_999 }, (_, i) => ({ topic: `f/${i}/+`, qos: 0 as const }))];
+    const filters = [
+      { topic: 'first/live', qos: 0 as const },
+      ...Array.from({ length: 19_999 }, (_, i) => ({ topic: `f/${i}/+`, qos: 0 as const })),
+    ];
     // The SUBSCRIBE and a PINGREQ in one write: the PINGREQ waits for the whole SUBSCRIBE (packet order).
-    big.write(Buffer.concat([encode({ cmd: 'subscribe', messageId: 9, subscriptions: filters }, 4), Buffer.from([0xc0, 0x00])]));
+    big.write(
+      Buffer.concat([encode({ cmd: 'subscribe', messageId: 9, subscriptions: filters }, 4), Buffer.from([0xc0, 0x00])]),
+    );
     // Another client publishes to the first filter, round trip after round trip, until the SUBACK is there. Worked on
     // in one piece, the SUBSCRIBE would make its filters and send its SUBACK in one turn: no such message before it.
     for (let n = 0; big.packets('suback').length === 0; n++) {

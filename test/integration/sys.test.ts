@@ -69,7 +69,14 @@ async function client(options: Parameters<typeof connectClient>[1] = {}): Promis
 describe('$SYS/broker tree', () => {
   it('publishes version, uptime, clients/connected, messages/received, subscriptions/count and retained messages/count, retained so a new subscriber gets them at once', async () => {
     const sys = await watchSys();
-    const topics = ['version', 'uptime', 'clients/connected', 'messages/received', 'subscriptions/count', 'retained messages/count'];
+    const topics = [
+      'version',
+      'uptime',
+      'clients/connected',
+      'messages/received',
+      'subscriptions/count',
+      'retained messages/count',
+    ];
     await waitFor(() => topics.every((t) => sys.values.has(`$SYS/broker/${t}`)), 5000, {
       message: () => `missing: ${topics.filter((t) => !sys.values.has(`$SYS/broker/${t}`)).join(', ')}`,
     });
@@ -85,7 +92,9 @@ describe('$SYS/broker tree', () => {
     const sys = await watchSys();
     await waitFor(() => !Number.isNaN(sys.number('uptime')), 5000, { message: 'no uptime' });
     const first = sys.number('uptime');
-    await waitFor(() => sys.number('uptime') >= first + 2, 5000, { message: () => `uptime stuck at ${sys.number('uptime')}` });
+    await waitFor(() => sys.number('uptime') >= first + 2, 5000, {
+      message: () => `uptime stuck at ${sys.number('uptime')}`,
+    });
   });
 
   it('counts clients/connected up and down as clients come and go', async () => {
@@ -131,7 +140,9 @@ describe('$SYS/broker tree', () => {
 
   it('counts retained messages/count up on a retained PUBLISH and down when an empty payload deletes it', async () => {
     const sys = await watchSys();
-    await waitFor(() => !Number.isNaN(sys.number('retained messages/count')), 5000, { message: 'no retained messages/count' });
+    await waitFor(() => !Number.isNaN(sys.number('retained messages/count')), 5000, {
+      message: 'no retained messages/count',
+    });
     const before = sys.number('retained messages/count');
     const pub = await client();
     await pub.publishAsync('sys/retained/one', 'kept', { qos: 1, retain: true });

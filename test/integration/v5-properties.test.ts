@@ -24,7 +24,11 @@ const MAX_PACKET_BYTES = 65_536;
 let gw: Gateway;
 beforeAll(async () => {
   gw = await startGateway({
-    broker: { topicAliasMaximum: TOPIC_ALIAS_MAXIMUM, receiveMaximum: RECEIVE_MAXIMUM, maxPacketBytes: MAX_PACKET_BYTES },
+    broker: {
+      topicAliasMaximum: TOPIC_ALIAS_MAXIMUM,
+      receiveMaximum: RECEIVE_MAXIMUM,
+      maxPacketBytes: MAX_PACKET_BYTES,
+    },
   });
 });
 afterAll(async () => {
@@ -84,7 +88,10 @@ describe('CONNACK announcements', () => {
 
   it('refuses CONNECT with an authentication method it does not support: CONNACK 0x8C, then close [MQTT-4.12.0-1]', async () => {
     const c = d.add(await RawClient.open(gw.port, { protocolVersion: 5 }));
-    const connack = await c.connect({ clientId: 'v5-auth', properties: { authenticationMethod: 'SCRAM-SHA-256', authenticationData: Buffer.from('n,,n=user,r=abc') } });
+    const connack = await c.connect({
+      clientId: 'v5-auth',
+      properties: { authenticationMethod: 'SCRAM-SHA-256', authenticationData: Buffer.from('n,,n=user,r=abc') },
+    });
     expect(connack.reasonCode).toBe(0x8c);
     await c.waitForClose(3000);
     expect(c.received.map((p) => p.cmd)).toEqual(['connack']);
@@ -162,18 +169,25 @@ describe('topic aliases, client to broker', () => {
 
   it.each([
     ['alias 0', 0, 'v5/alias/zero'],
-    [`alias ${TOPIC_ALIAS_MAXIMUM + 1}, above the announced Topic Alias Maximum`, TOPIC_ALIAS_MAXIMUM + 1, 'v5/alias/big'],
+    [
+      `alias ${TOPIC_ALIAS_MAXIMUM + 1}, above the announced Topic Alias Maximum`,
+      TOPIC_ALIAS_MAXIMUM + 1,
+      'v5/alias/big',
+    ],
     ['an alias never set, with an empty topic', 2, ''],
-  ])('disconnects with 0x94 Topic Alias invalid on %s [MQTT-3.3.2-8] [MQTT-3.3.2-9] [docs/reliability.md rule 16]', async (_what, alias, topic) => {
-    const sub = await rawSubscriber('v5/alias/#');
-    const pub = await raw5();
-    pub.publish(topic, 'bad', { qos: 1, messageId: 5, properties: { topicAlias: alias } });
-    await expectDisconnectedWith(pub, 0x94);
-    expect(pub.packets('puback')).toEqual([]);
-    await sub.ping();
-    expect(sub.publishes).toEqual([]);
-    await expectBrokerServing();
-  });
+  ])(
+    'disconnects with 0x94 Topic Alias invalid on %s [MQTT-3.3.2-8] [MQTT-3.3.2-9] [docs/reliability.md rule 16]',
+    async (_what, alias, topic) => {
+      const sub = await rawSubscriber('v5/alias/#');
+      const pub = await raw5();
+      pub.publish(topic, 'bad', { qos: 1, messageId: 5, properties: { topicAlias: alias } });
+      await expectDisconnectedWith(pub, 0x94);
+      expect(pub.packets('puback')).toEqual([]);
+      await sub.ping();
+      expect(sub.publishes).toEqual([]);
+      await expectBrokerServing();
+    },
+  );
 
   it('does not carry topic aliases from one connection to the next [MQTT-3.3.2-7]', async () => {
     const first = await raw5({ clientId: 'v5-alias-carry' });
@@ -194,7 +208,11 @@ describe('topic aliases, broker to client', () => {
     const order = ['a', 'a', 'b', 'a', 'b', 'c', 'c'];
     for (const [i, t] of order.entries()) await pub.publishAsync(`v5/alias/out/${t}`, `${t}${i}`, { qos: 1 });
     await sub.until(() => sub.publishes.length >= order.length, 5000, 'all messages');
-    const seen = sub.publishes.map((p) => ({ topic: p.topic, alias: p.properties?.topicAlias, payload: p.payload.toString() }));
+    const seen = sub.publishes.map((p) => ({
+      topic: p.topic,
+      alias: p.properties?.topicAlias,
+      payload: p.payload.toString(),
+    }));
     expect(seen).toEqual([
       { topic: 'v5/alias/out/a', alias: 1, payload: 'a0' },
       { topic: '', alias: 1, payload: 'a1' },
@@ -225,7 +243,8 @@ describe('topic aliases, broker to client', () => {
     sub.on('message', (topic, payload) => got.push(`${topic}=${payload.toString()}`));
     await sub.subscribeAsync('v5/alias/mqttjs/+', { qos: 1 });
     const pub = await client();
-    for (const [i, t] of ['x', 'x', 'y', 'x'].entries()) await pub.publishAsync(`v5/alias/mqttjs/${t}`, String(i), { qos: 1 });
+    for (const [i, t] of ['x', 'x', 'y', 'x'].entries())
+      await pub.publishAsync(`v5/alias/mqttjs/${t}`, String(i), { qos: 1 });
     await waitFor(() => got.length >= 4, 5000, { message: () => JSON.stringify(got) });
     expect(got).toEqual(['v5/alias/mqttjs/x=0', 'v5/alias/mqttjs/x=1', 'v5/alias/mqttjs/y=2', 'v5/alias/mqttjs/x=3']);
   });
@@ -235,7 +254,10 @@ describe('application message properties', () => {
   it('forwards user properties unaltered and in order, repeated names included [MQTT-3.3.2-17] [MQTT-3.3.2-18]', async () => {
     const sub = await rawSubscriber('v5/userprops');
     const pub = await client();
-    await pub.publishAsync('v5/userprops', 'x', { qos: 1, properties: { userProperties: { a: '1', b: ['x', 'y', 'z'], 'ü-name': 'välue' } } });
+    await pub.publishAsync('v5/userprops', 'x', {
+      qos: 1,
+      properties: { userProperties: { a: '1', b: ['x', 'y', 'z'], 'ü-name': 'välue' } },
+    });
     const p = (await sub.expect('publish')) as IPublishPacket;
     expect(p.properties?.userProperties).toEqual({ a: '1', b: ['x', 'y', 'z'], 'ü-name': 'välue' });
     expect(Object.keys(p.properties?.userProperties ?? {})).toEqual(['a', 'b', 'ü-name']);
@@ -245,14 +267,42 @@ describe('application message properties', () => {
     const sub = await rawSubscriber('v5/mosquitto/props');
     await run(
       'mosquitto_pub',
-      ['-V', 'mqttv5', '-h', '127.0.0.1', '-p', String(gw.port), '-q', '1', '-t', 'v5/mosquitto/props', '-m', '{"t":21.5}',
-        '-D', 'publish', 'content-type', 'application/json', '-D', 'publish', 'user-property', 'site', 'line4',
-        '-D', 'publish', 'payload-format-indicator', '1'],
+      [
+        '-V',
+        'mqttv5',
+        '-h',
+        '127.0.0.1',
+        '-p',
+        String(gw.port),
+        '-q',
+        '1',
+        '-t',
+        'v5/mosquitto/props',
+        '-m',
+        '{"t":21.5}',
+        '-D',
+        'publish',
+        'content-type',
+        'application/json',
+        '-D',
+        'publish',
+        'user-property',
+        'site',
+        'line4',
+        '-D',
+        'publish',
+        'payload-format-indicator',
+        '1',
+      ],
       { timeout: 10_000 },
     );
     const p = (await sub.expect('publish')) as IPublishPacket;
     expect(p.payload.toString()).toBe('{"t":21.5}');
-    expect(p.properties).toMatchObject({ contentType: 'application/json', userProperties: { site: 'line4' }, payloadFormatIndicator: true });
+    expect(p.properties).toMatchObject({
+      contentType: 'application/json',
+      userProperties: { site: 'line4' },
+      payloadFormatIndicator: true,
+    });
   });
 
   it('passes response topic and correlation data through a request/response with mosquitto_rr [MQTT-3.3.2-15] [MQTT-3.3.2-16]', async () => {
@@ -262,14 +312,37 @@ describe('application message properties', () => {
       const props = packet.properties ?? {};
       requests.push({ responseTopic: props.responseTopic, correlationData: props.correlationData?.toString() });
       if (props.responseTopic) {
-        responder.publish(props.responseTopic, `pong:${payload.toString()}`, { qos: 1, properties: { correlationData: props.correlationData } });
+        responder.publish(props.responseTopic, `pong:${payload.toString()}`, {
+          qos: 1,
+          properties: { correlationData: props.correlationData },
+        });
       }
     });
     await responder.subscribeAsync('v5/rr/request', { qos: 1 });
     const { stdout } = await run(
       'mosquitto_rr',
-      ['-V', 'mqttv5', '-h', '127.0.0.1', '-p', String(gw.port), '-q', '1', '-t', 'v5/rr/request', '-e', 'v5/rr/response',
-        '-m', 'ping', '-D', 'publish', 'correlation-data', 'req-42', '-W', '5'],
+      [
+        '-V',
+        'mqttv5',
+        '-h',
+        '127.0.0.1',
+        '-p',
+        String(gw.port),
+        '-q',
+        '1',
+        '-t',
+        'v5/rr/request',
+        '-e',
+        'v5/rr/response',
+        '-m',
+        'ping',
+        '-D',
+        'publish',
+        'correlation-data',
+        'req-42',
+        '-W',
+        '5',
+      ],
       { timeout: 10_000 },
     );
     expect(stdout.trim()).toBe('pong:ping');
@@ -315,7 +388,10 @@ describe('subscription identifiers', () => {
   it('carries the identifier of every matching subscription in one PUBLISH, and none for a subscription without one [MQTT-3.3.4-3]', async () => {
     const sub = await raw5();
     await sub.subscribe([{ topic: 'v5/sid/+', qos: 1 }], { messageId: 1, properties: { subscriptionIdentifier: 7 } });
-    await sub.subscribe([{ topic: 'v5/sid/#', qos: 1 }], { messageId: 2, properties: { subscriptionIdentifier: 268_435_455 } });
+    await sub.subscribe([{ topic: 'v5/sid/#', qos: 1 }], {
+      messageId: 2,
+      properties: { subscriptionIdentifier: 268_435_455 },
+    });
     await sub.subscribe([{ topic: 'v5/sid/plain/#', qos: 1 }], { messageId: 3 });
     const pub = await client();
     await pub.publishAsync('v5/sid/x', 'both', { qos: 1 });

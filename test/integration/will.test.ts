@@ -7,7 +7,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IConnectPacket } from 'mqtt-packet';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { openClient, RawClient, runToolOk, startMosquittoSub, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
+import {
+  openClient,
+  RawClient,
+  runToolOk,
+  startMosquittoSub,
+  type TestClient,
+  VERSIONS,
+} from '../helpers/mqtt-client.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -22,7 +29,6 @@ afterAll(async () => {
   await gw?.dispose();
 });
 
-
 type Will = NonNullable<IConnectPacket['will']>;
 
 function will(topic: string, payload: string, extra: Partial<Will> = {}): Will {
@@ -31,7 +37,9 @@ function will(topic: string, payload: string, extra: Partial<Will> = {}): Will {
 
 /** A subscriber on `filter` (QoS 2) that records everything, including the will. */
 async function watcher(filter: string, v: 4 | 5 = 5): Promise<TestClient> {
-  const w = d.add(await openClient(gw.url, { protocolVersion: v, clientId: `watch-${filter.replace(/[/#+]/g, '_')}-${v}` }));
+  const w = d.add(
+    await openClient(gw.url, { protocolVersion: v, clientId: `watch-${filter.replace(/[/#+]/g, '_')}-${v}` }),
+  );
   await w.subscribe(filter, { qos: 2 });
   return w;
 }
@@ -47,7 +55,11 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
   it('publishes the will when the connection is lost without DISCONNECT [MQTT-3.1.2-8]', async () => {
     const sub = await watcher(`will${v}/lost/#`);
     const c = d.add(
-      await openClient(gw.url, { protocolVersion: v, clientId: `will-lost-${v}`, will: { topic: `will${v}/lost/t`, payload: Buffer.from('gone'), qos: 1, retain: false } }),
+      await openClient(gw.url, {
+        protocolVersion: v,
+        clientId: `will-lost-${v}`,
+        will: { topic: `will${v}/lost/t`, payload: Buffer.from('gone'), qos: 1, retain: false },
+      }),
     );
     c.drop();
     const [m] = await sub.waitForMessages(1);
@@ -56,7 +68,10 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
 
   it('discards the will on a normal DISCONNECT [MQTT-3.1.2-10]', async () => {
     const sub = await watcher(`will${v}/clean/#`);
-    const { raw } = await RawClient.connect(gw.port, v, { clientId: `will-clean-${v}`, will: will(`will${v}/clean/t`, 'must not appear') });
+    const { raw } = await RawClient.connect(gw.port, v, {
+      clientId: `will-clean-${v}`,
+      will: will(`will${v}/clean/t`, 'must not appear'),
+    });
     d.add(raw);
     raw.send({ cmd: 'disconnect' });
     // The broker closes the socket after handling DISCONNECT; any will would be routed by then.
@@ -67,7 +82,11 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
 
   it('publishes the will when the keep alive expires [MQTT-3.1.2-24] [docs/reliability.md rule 31]', async () => {
     const sub = await watcher(`will${v}/keepalive/#`);
-    const { raw } = await RawClient.connect(gw.port, v, { clientId: `will-ka-${v}`, keepalive: 1, will: will(`will${v}/keepalive/t`, 'timed out') });
+    const { raw } = await RawClient.connect(gw.port, v, {
+      clientId: `will-ka-${v}`,
+      keepalive: 1,
+      will: will(`will${v}/keepalive/t`, 'timed out'),
+    });
     d.add(raw);
     const [m] = await sub.waitForMessages(1, { timeoutMs: 6000 });
     expect(m.payload).toBe('timed out');
@@ -76,10 +95,20 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
 
   it('publishes the will when the broker closes the connection for a protocol error [MQTT-3.1.2-8]', async () => {
     const sub = await watcher(`will${v}/violation/#`);
-    const { raw } = await RawClient.connect(gw.port, v, { clientId: `will-violation-${v}`, will: will(`will${v}/violation/t`, 'broke the rules') });
+    const { raw } = await RawClient.connect(gw.port, v, {
+      clientId: `will-violation-${v}`,
+      will: will(`will${v}/violation/t`, 'broke the rules'),
+    });
     d.add(raw);
     // A second CONNECT is a protocol violation [MQTT-3.1.0-2].
-    raw.send({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: v, clean: true, clientId: `will-violation-${v}`, keepalive: 0 } as IConnectPacket);
+    raw.send({
+      cmd: 'connect',
+      protocolId: 'MQTT',
+      protocolVersion: v,
+      clean: true,
+      clientId: `will-violation-${v}`,
+      keepalive: 0,
+    } as IConnectPacket);
     await raw.waitForClose();
     const [m] = await sub.waitForMessages(1);
     expect(m.payload).toBe('broke the rules');
@@ -88,7 +117,11 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
   it('publishes the will of a connection that is taken over by the same client id [MQTT-3.1.4-2] [MQTT-3.1.4-3]', async () => {
     const sub = await watcher(`will${v}/takeover/#`);
     const old = d.add(
-      await openClient(gw.url, { protocolVersion: v, clientId: `will-takeover-${v}`, will: { topic: `will${v}/takeover/t`, payload: Buffer.from('replaced'), qos: 1, retain: false } }),
+      await openClient(gw.url, {
+        protocolVersion: v,
+        clientId: `will-takeover-${v}`,
+        will: { topic: `will${v}/takeover/t`, payload: Buffer.from('replaced'), qos: 1, retain: false },
+      }),
     );
     d.add(await openClient(gw.url, { protocolVersion: v, clientId: `will-takeover-${v}` }));
     await old.waitForClose();
@@ -98,7 +131,13 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
 
   it('publishes a retained will as a retained message [MQTT-3.1.2-17]', async () => {
     const topic = `will${v}/retained/t`;
-    const c = d.add(await openClient(gw.url, { protocolVersion: v, clientId: `will-retained-${v}`, will: { topic, payload: Buffer.from('last words'), qos: 1, retain: true } }));
+    const c = d.add(
+      await openClient(gw.url, {
+        protocolVersion: v,
+        clientId: `will-retained-${v}`,
+        will: { topic, payload: Buffer.from('last words'), qos: 1, retain: true },
+      }),
+    );
     const live = await watcher(topic);
     c.drop();
     const [m] = await live.waitForMessages(1);
@@ -114,12 +153,39 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     const version = v === 5 ? 'mqttv5' : 'mqttv311';
     const observer = d.add(await startMosquittoSub(gw.port, ['-V', version, '-q', '2', '-t', topic]));
     const victim = d.add(
-      await startMosquittoSub(gw.port, ['-V', version, '-t', `tools/will${v}/unrelated`, '--will-topic', topic, '--will-payload', 'killed', '--will-qos', '2', '--will-retain']),
+      await startMosquittoSub(gw.port, [
+        '-V',
+        version,
+        '-t',
+        `tools/will${v}/unrelated`,
+        '--will-topic',
+        topic,
+        '--will-payload',
+        'killed',
+        '--will-qos',
+        '2',
+        '--will-retain',
+      ]),
     );
     await victim.stop('SIGKILL');
     const [m] = await observer.waitForMessages(1);
     expect(m).toEqual({ retain: false, qos: 2, topic, payload: 'killed' });
-    const late = await runToolOk('mosquitto_sub', ['-p', String(gw.port), '-V', version, '-q', '2', '-t', topic, '-C', '1', '-W', '5', '-F', '%r %q %p']);
+    const late = await runToolOk('mosquitto_sub', [
+      '-p',
+      String(gw.port),
+      '-V',
+      version,
+      '-q',
+      '2',
+      '-t',
+      topic,
+      '-C',
+      '1',
+      '-W',
+      '5',
+      '-F',
+      '%r %q %p',
+    ]);
     expect(late.stdout.trim()).toBe('1 2 killed');
   });
 
@@ -127,7 +193,20 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     const topic = `tools/will${v}/clean`;
     const sub = await watcher(`tools/will${v}/clean/#`);
     const version = v === 5 ? 'mqttv5' : 'mqttv311';
-    await runToolOk('mosquitto_pub', ['-p', String(gw.port), '-V', version, '-t', `${topic}/data`, '-m', 'x', '--will-topic', `${topic}/will`, '--will-payload', 'no']);
+    await runToolOk('mosquitto_pub', [
+      '-p',
+      String(gw.port),
+      '-V',
+      version,
+      '-t',
+      `${topic}/data`,
+      '-m',
+      'x',
+      '--will-topic',
+      `${topic}/will`,
+      '--will-payload',
+      'no',
+    ]);
     await barrier(sub, `${topic}/barrier`);
     expect(sub.received(`${topic}/will`)).toEqual([]);
     expect(sub.payloads(`${topic}/data`)).toEqual(['x']);
@@ -137,7 +216,10 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
 describe('MQTT 5 will specifics', () => {
   it('sends the will on DISCONNECT with reason code 0x04 [MQTT-3.14.4-3]', async () => {
     const sub = await watcher('will5x/with/#');
-    const { raw } = await RawClient.connect(gw.port, 5, { clientId: 'will-0x04', will: will('will5x/with/t', 'sent on purpose') });
+    const { raw } = await RawClient.connect(gw.port, 5, {
+      clientId: 'will-0x04',
+      will: will('will5x/with/t', 'sent on purpose'),
+    });
     d.add(raw);
     raw.send({ cmd: 'disconnect', reasonCode: 0x04 });
     const [m] = await sub.waitForMessages(1);
@@ -207,7 +289,11 @@ describe('MQTT 5 will specifics', () => {
     const { raw: control } = await connectWithWill('control');
     returning.stop();
     control.stop();
-    const { raw: back, connack } = await RawClient.connect(gw.port, 5, { clientId: 'returning', clean: false, properties: { sessionExpiryInterval: 60 } });
+    const { raw: back, connack } = await RawClient.connect(gw.port, 5, {
+      clientId: 'returning',
+      clean: false,
+      properties: { sessionExpiryInterval: 60 },
+    });
     d.add(back);
     expect(connack.sessionPresent).toBe(true);
     await sub.waitForMessages(1, { topic: 'will5x/cancel/control', timeoutMs: 5000 });

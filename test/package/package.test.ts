@@ -29,9 +29,16 @@ const DATA = '/var/lib/edgeferry';
 const UNIT = '/lib/systemd/system/edgeferry.service';
 
 function run(command: string, args: readonly string[], options: { cwd?: string } = {}): string {
-  const result = spawnSync(command, args, { encoding: 'utf8', cwd: options.cwd, timeout: 120_000, maxBuffer: 64 << 20 });
+  const result = spawnSync(command, args, {
+    encoding: 'utf8',
+    cwd: options.cwd,
+    timeout: 120_000,
+    maxBuffer: 64 << 20,
+  });
   if (result.status !== 0) {
-    throw new Error(`${command} ${args.join(' ')} exited ${result.status ?? result.signal}:\n${result.stdout}\n${result.stderr}`);
+    throw new Error(
+      `${command} ${args.join(' ')} exited ${result.status ?? result.signal}:\n${result.stdout}\n${result.stderr}`,
+    );
   }
   return result.stdout;
 }
@@ -53,7 +60,8 @@ function installedVersion(): string | undefined {
 /** The release's .deb (exactly one in EDGEFERRY_RELEASE) and its version. */
 function releaseDeb(): { deb: string; version: string } {
   const debs = readdirSync(RELEASE).filter((f) => /^edgeferry_.+_amd64\.deb$/.test(f));
-  if (debs.length !== 1) throw new Error(`expected one edgeferry_<version>_amd64.deb in ${RELEASE}, found ${JSON.stringify(debs)}`);
+  if (debs.length !== 1)
+    throw new Error(`expected one edgeferry_<version>_amd64.deb in ${RELEASE}, found ${JSON.stringify(debs)}`);
   return { deb: join(RELEASE, debs[0]), version: /^edgeferry_(.+)_amd64\.deb$/.exec(debs[0])![1] };
 }
 
@@ -120,8 +128,14 @@ function editConfig(original: string, port: number, extra = ''): string {
 /** Undoes everything the package and this file put on the machine (only what they made: see beforeAll). */
 function removeEverything(): void {
   spawnSync('dpkg', ['--purge', 'edgeferry'], { encoding: 'utf8' });
-  for (const path of ['/opt/edgeferry', '/etc/edgeferry', DATA, '/usr/bin/edgeferry', '/etc/systemd/system/edgeferry.service',
-    '/usr/share/bash-completion/completions/edgeferry']) {
+  for (const path of [
+    '/opt/edgeferry',
+    '/etc/edgeferry',
+    DATA,
+    '/usr/bin/edgeferry',
+    '/etc/systemd/system/edgeferry.service',
+    '/usr/share/bash-completion/completions/edgeferry',
+  ]) {
     rmSync(path, { recursive: true, force: true });
   }
   spawnSync('userdel', ['edgeferry'], { encoding: 'utf8' });
@@ -144,7 +158,9 @@ describe('the release package, installed into this machine', { timeout: 180_000 
       spawnSync('getent', ['passwd', 'edgeferry']).status === 0 && 'the edgeferry user',
     ].filter(Boolean);
     if (found.length > 0) {
-      throw new Error(`test/package needs a machine without edgeferry and removes what it installs; found ${found.join(', ')}`);
+      throw new Error(
+        `test/package needs a machine without edgeferry and removes what it installs; found ${found.join(', ')}`,
+      );
     }
   });
   afterAll(removeEverything);
@@ -157,16 +173,27 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     for (const file of ['/opt/edgeferry/node/bin/node', '/usr/bin/edgeferry']) {
       expect(statSync(file).mode & 0o111, file).not.toBe(0);
     }
-    for (const file of [UNIT, CONFIG, '/opt/edgeferry/dist/src/cli.js', '/opt/edgeferry/package.json', '/opt/edgeferry/node_modules/lmdb/package.json',
-      '/opt/edgeferry/config/edgeferry.example.yaml', '/usr/share/bash-completion/completions/edgeferry']) {
+    for (const file of [
+      UNIT,
+      CONFIG,
+      '/opt/edgeferry/dist/src/cli.js',
+      '/opt/edgeferry/package.json',
+      '/opt/edgeferry/node_modules/lmdb/package.json',
+      '/opt/edgeferry/config/edgeferry.example.yaml',
+      '/usr/share/bash-completion/completions/edgeferry',
+    ]) {
       expect(existsSync(file), file).toBe(true);
     }
     const files = run('dpkg', ['-L', 'edgeferry']).split('\n');
     expect(files.filter((f) => /^\/opt\/edgeferry\/(dist\/(test|bench)|src|test|bench)(\/|$)/.test(f))).toEqual([]);
-    expect(files.filter((f) => f.startsWith('/opt/edgeferry/') && !f.includes('/node_modules/') && /\.ts$/.test(f))).toEqual([]);
+    expect(
+      files.filter((f) => f.startsWith('/opt/edgeferry/') && !f.includes('/node_modules/') && /\.ts$/.test(f)),
+    ).toEqual([]);
     // The data directory is not the package's: no dpkg operation can remove it.
     expect(files.filter((f) => f.startsWith(DATA))).toEqual([]);
-    expect(run('dpkg-query', ['-W', '-f=${Conffiles}', 'edgeferry'])).toMatch(/^ \/etc\/edgeferry\/edgeferry\.yaml [0-9a-f]{32}$/m);
+    expect(run('dpkg-query', ['-W', '-f=${Conffiles}', 'edgeferry'])).toMatch(
+      /^ \/etc\/edgeferry\/edgeferry\.yaml [0-9a-f]{32}$/m,
+    );
     // Every installed file checks out against the package's checksums (postinst changed only the config's group).
     expect(run('dpkg', ['--verify', 'edgeferry'])).toBe('');
 
@@ -186,20 +213,31 @@ describe('the release package, installed into this machine', { timeout: 180_000 
 
   it('runs /usr/bin/edgeferry on the bundled Node.js 24 with no network and no PATH, with its native addons; --help and the bash completion agree', () => {
     // A network namespace of its own (only a loopback that is down) and an empty environment.
-    const offline = (args: string[], cwd = '/'): string => run('env', ['-i', '/usr/bin/unshare', '-n', ...args], { cwd });
+    const offline = (args: string[], cwd = '/'): string =>
+      run('env', ['-i', '/usr/bin/unshare', '-n', ...args], { cwd });
     expect(offline(['/usr/bin/edgeferry', '--version'])).toBe(`${version}\n`);
     expect(offline(['/opt/edgeferry/node/bin/node', '--version'])).toMatch(/^v24\./);
     // Every dependency loads from the installed tree, the native addons (built for this runtime) among them.
-    const pkg = JSON.parse(readFileSync('/opt/edgeferry/package.json', 'utf8')) as { dependencies: object; optionalDependencies: object };
-    const modules = [...Object.keys(pkg.dependencies), ...Object.keys(pkg.optionalDependencies), '@serialport/bindings-cpp'];
+    const pkg = JSON.parse(readFileSync('/opt/edgeferry/package.json', 'utf8')) as {
+      dependencies: object;
+      optionalDependencies: object;
+    };
+    const modules = [
+      ...Object.keys(pkg.dependencies),
+      ...Object.keys(pkg.optionalDependencies),
+      '@serialport/bindings-cpp',
+    ];
     expect(modules).toEqual(expect.arrayContaining(['lmdb', 'unix-dgram', 'node-opcua-client', 'modbus-serial']));
     const load = `for (const m of ${JSON.stringify(modules)}) await import(m); console.log('loaded'); process.exit(0)`;
-    expect(offline(['/opt/edgeferry/node/bin/node', '--input-type=module', '-e', load], '/opt/edgeferry')).toBe('loaded\n');
+    expect(offline(['/opt/edgeferry/node/bin/node', '--input-type=module', '-e', load], '/opt/edgeferry')).toBe(
+      'loaded\n',
+    );
 
     const help = offline(['/usr/bin/edgeferry', '--help']);
     const complete = (line: string): string[] => {
       const words = line.split(' ');
-      const script = `source /usr/share/bash-completion/completions/edgeferry; COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')});` +
+      const script =
+        `source /usr/share/bash-completion/completions/edgeferry; COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')});` +
         ` COMP_CWORD=${words.length - 1}; _edgeferry; printf '%s\\n' "\${COMPREPLY[@]}"`;
       return run('bash', ['-c', script]).split('\n').filter(Boolean);
     };
@@ -214,20 +252,38 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     const r = spawnSync('systemd-analyze', ['verify', '--man=no', UNIT], { encoding: 'utf8' });
     expect(r.status, r.stderr).toBe(0);
     expect(`${r.stdout}${r.stderr}`).not.toMatch(/edgeferry/);
-    expect(readFileSync(UNIT, 'utf8')).toMatch(/^ExecStart=\/opt\/edgeferry\/node\/bin\/node --enable-source-maps --no-memory-reducer /m);
+    expect(readFileSync(UNIT, 'utf8')).toMatch(
+      /^ExecStart=\/opt\/edgeferry\/node\/bin\/node --enable-source-maps --no-memory-reducer /m,
+    );
   });
 
   it('starts by hand as the edgeferry user with the installed config (its port edited) and carries publish and subscribe', async () => {
     const port = await freePort();
     editConfig(original, port);
     const gw = await startInstalled();
-    const starting = JSON.parse(gw.output().split('\n').find((l) => l.includes('"msg":"edgeferry starting"'))!) as Record<string, string>;
+    const starting = JSON.parse(
+      gw
+        .output()
+        .split('\n')
+        .find((l) => l.includes('"msg":"edgeferry starting"'))!,
+    ) as Record<string, string>;
     expect(starting.node).toMatch(/^v24\./);
     expect(starting.version).toBe(version);
     expect(existsSync(join(DATA, 'data.mdb'))).toBe(true);
 
     const sub = d.add(await startMosquittoSub(port, ['-t', 'plant/#', '-q', '1']));
-    await runToolOk('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(port), '-t', 'plant/line4/temp', '-m', '21.5', '-q', '1']);
+    await runToolOk('mosquitto_pub', [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(port),
+      '-t',
+      'plant/line4/temp',
+      '-m',
+      '21.5',
+      '-q',
+      '1',
+    ]);
     expect((await sub.waitForMessages(1)).map((m) => [m.topic, m.payload])).toEqual([['plant/line4/temp', '21.5']]);
     expect(await gw.stop()).toBe(0);
   });
@@ -242,7 +298,12 @@ describe('the release package, installed into this machine', { timeout: 180_000 
       `bridges:\n  - name: central\n    remote:\n      urls: [${central.url}]\n    topics:\n      - filter: plant/#\n        direction: out\n        qos: 1\n`,
     );
     const url = `mqtt://127.0.0.1:${port}`;
-    const hmi = { clientId: 'hmi', clean: false, protocolVersion: 5 as const, properties: { sessionExpiryInterval: 86_400 } };
+    const hmi = {
+      clientId: 'hmi',
+      clean: false,
+      protocolVersion: 5 as const,
+      properties: { sessionExpiryInterval: 86_400 },
+    };
     const messages = Array.from({ length: 20 }, (_, i) => `m${i}`);
 
     let gw = await startInstalled();
@@ -280,14 +341,24 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     expect(installedVersion()).toBe(version);
     const gw = await startInstalled();
     const url = `mqtt://127.0.0.1:${/^ {4}port: (\d+)$/m.exec(readFileSync(CONFIG, 'utf8'))![1]}`;
-    const resumed = d.add(await openClient(url, { clientId: 'hmi', clean: false, protocolVersion: 5, properties: { sessionExpiryInterval: 86_400 } }));
+    const resumed = d.add(
+      await openClient(url, {
+        clientId: 'hmi',
+        clean: false,
+        protocolVersion: 5,
+        properties: { sessionExpiryInterval: 86_400 },
+      }),
+    );
     expect(resumed.connack.sessionPresent).toBe(true); // the session N+1 kept, read by N
     await resumed.disconnect();
     expect(await gw.stop()).toBe(0);
 
     // A store the way a later release with another format would leave it.
     const dir = d.tempDir('edgeferry-newer-');
-    const newer = await openLmdbStore({ path: join(dir, 'data'), sync: 'full', maxBytes: 0, log: silentLogger }, { schemaVersion: SCHEMA_VERSION + 1 });
+    const newer = await openLmdbStore(
+      { path: join(dir, 'data'), sync: 'full', maxBytes: 0, log: silentLogger },
+      { schemaVersion: SCHEMA_VERSION + 1 },
+    );
     await newer.close();
     const config = join(dir, 'edgeferry.yaml');
     writeFileSync(config, readFileSync(CONFIG, 'utf8').replace(/^ {2}path: .*$/m, `  path: ${join(dir, 'data')}`));
@@ -324,7 +395,11 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     const top = join(dir, `edgeferry-${version}-linux-x64`);
     // Both archives' listings, files and links (directories end in /), as paths from the root.
     const listing = (pipeline: string, prefix: string): string[] =>
-      run('sh', ['-c', pipeline]).split('\n').filter((p) => p.startsWith(prefix) && !p.endsWith('/')).map((p) => p.slice(prefix.length)).sort();
+      run('sh', ['-c', pipeline])
+        .split('\n')
+        .filter((p) => p.startsWith(prefix) && !p.endsWith('/'))
+        .map((p) => p.slice(prefix.length))
+        .sort();
     const debFiles = listing(`dpkg-deb --fsys-tarfile ${deb} | tar -t`, './');
     const tarFiles = listing(`tar -tzf ${tarball}`, `edgeferry-${version}-linux-x64/root/`);
     expect(debFiles.length).toBeGreaterThan(1000);

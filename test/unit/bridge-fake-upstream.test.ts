@@ -77,7 +77,13 @@ async function startFakeUpstream(): Promise<FakeUpstream> {
       }
       if (packet.cmd === 'connect') {
         connections.push(conn);
-        conn.send({ cmd: 'connack', returnCode: 0, reasonCode: 0, sessionPresent: fake.connack.sessionPresent, properties: fake.connack.properties } as Packet);
+        conn.send({
+          cmd: 'connack',
+          returnCode: 0,
+          reasonCode: 0,
+          sessionPresent: fake.connack.sessionPresent,
+          properties: fake.connack.properties,
+        } as Packet);
         return;
       }
       if (packet.cmd === 'pingreq') {
@@ -104,7 +110,8 @@ async function setup(url: string, patch: Parameters<typeof bridgeConfig>[1] = {}
   const config = bridgeConfig([url], patch);
   const outbox = givenOutbox ?? store.outbox(config.name, config.queue);
   const bridge = d.add(new Bridge({ config, broker, outbox, log: silentLogger }));
-  const publish = (payload: string) => broker.publish(createMessage({ topic: 'plant/x', payload: Buffer.from(payload), qos, origin: 'local' }));
+  const publish = (payload: string) =>
+    broker.publish(createMessage({ topic: 'plant/x', payload: Buffer.from(payload), qos, origin: 'local' }));
   return { bridge, outbox, publish };
 }
 
@@ -118,8 +125,10 @@ function flows(conn: FakeConnection): [string, string, number | undefined][] {
 /** Answers every QoS 2 PUBLISH with PUBREC (except payloads in `withhold`) and, if `complete`, PUBREL with PUBCOMP. */
 function answerQoS2(up: FakeUpstream, opts: { complete: boolean; withhold?: string[] }): void {
   up.onPacket = (c, p) => {
-    if (p.cmd === 'publish' && !opts.withhold?.includes(p.payload.toString())) c.send({ cmd: 'pubrec', messageId: p.messageId, reasonCode: 0 } as Packet);
-    if (p.cmd === 'pubrel' && opts.complete) c.send({ cmd: 'pubcomp', messageId: p.messageId, reasonCode: 0 } as Packet);
+    if (p.cmd === 'publish' && !opts.withhold?.includes(p.payload.toString()))
+      c.send({ cmd: 'pubrec', messageId: p.messageId, reasonCode: 0 } as Packet);
+    if (p.cmd === 'pubrel' && opts.complete)
+      c.send({ cmd: 'pubcomp', messageId: p.messageId, reasonCode: 0 } as Packet);
   };
 }
 
@@ -164,7 +173,9 @@ describe('bridge against a scriptable fake upstream', () => {
       ] as typeof config.topics,
     });
     const outbox = store.outbox(config.name, config.queue);
-    const prologue = () => [createMessage({ topic: 'plant/birth', payload: Buffer.from('birth'), qos: 0, origin: 'sparkplug' })];
+    const prologue = () => [
+      createMessage({ topic: 'plant/birth', payload: Buffer.from('birth'), qos: 0, origin: 'sparkplug' }),
+    ];
     const bridge = d.add(new Bridge({ config, broker, outbox, hooks: { prologue }, log: silentLogger }));
     up.refuse = true;
     await bridge.start();
@@ -172,7 +183,12 @@ describe('bridge against a scriptable fake upstream', () => {
     up.refuse = false;
     await waitFor(() => up.connections.length === 1 && publishes(up.connections[0]).length === 2, 5000);
     const order = up.connections[0].packets.filter((p) => p.cmd !== 'pingreq');
-    expect(order.map((p) => (p.cmd === 'publish' ? p.payload.toString() : p.cmd))).toEqual(['connect', 'subscribe', 'birth', 'backlog']);
+    expect(order.map((p) => (p.cmd === 'publish' ? p.payload.toString() : p.cmd))).toEqual([
+      'connect',
+      'subscribe',
+      'birth',
+      'backlog',
+    ]);
   });
 
   it('never has more QoS 1 messages unacknowledged than the CONNACK Receive Maximum', async () => {
@@ -274,7 +290,8 @@ describe('bridge against a scriptable fake upstream', () => {
     up.onPacket = (c, p) => {
       if (p.cmd === 'publish') c.send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
     };
-    for (const p of publishes(up.connections[1])) up.connections[1].send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
+    for (const p of publishes(up.connections[1]))
+      up.connections[1].send({ cmd: 'puback', messageId: p.messageId, reasonCode: 0 } as Packet);
     await waitFor(() => outbox.depth.messages === 0, 5000);
   });
 
@@ -284,10 +301,14 @@ describe('bridge against a scriptable fake upstream', () => {
     const gateways = 20;
     const attempts = 5;
     for (let i = 0; i < gateways; i++) {
-      const { bridge } = await setup(up.url, { reconnect: { minDelayMs: 50, maxDelayMs: 2000 }, remote: { clientId: `gw-${i}` } });
+      const { bridge } = await setup(up.url, {
+        reconnect: { minDelayMs: 50, maxDelayMs: 2000 },
+        remote: { clientId: `gw-${i}` },
+      });
       void bridge.start();
     }
-    const nth = (clientId: string): number | undefined => up.refused.filter((c) => c.clientId === clientId)[attempts - 1]?.atMs;
+    const nth = (clientId: string): number | undefined =>
+      up.refused.filter((c) => c.clientId === clientId)[attempts - 1]?.atMs;
     const ids = Array.from({ length: gateways }, (_, i) => `gw-${i}`);
     await waitFor(() => ids.every((id) => nth(id) !== undefined), 30_000);
     // All started within a few ms; a backoff without jitter would keep them in lockstep, each attempt a burst.
@@ -339,15 +360,26 @@ describe('bridge against a scriptable fake upstream', () => {
   async function inboundBridge(maxPacketBytes?: number) {
     const up = d.add(await startFakeUpstream());
     up.onPacket = (c, p) => {
-      if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [1], reasonCode: 0 } as unknown as Packet);
+      if (p.cmd === 'subscribe')
+        c.send({ cmd: 'suback', messageId: p.messageId, granted: [1], reasonCode: 0 } as unknown as Packet);
     };
     const { broker } = testBroker();
     const local: Message[] = [];
     broker.subscribe('cmd/#', { qos: 1, origin: 'observer' }, (msg) => {
       local.push(msg);
     });
-    const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'] });
-    const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger, maxPacketBytes }));
+    const config = bridgeConfig([up.url], {
+      topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'],
+    });
+    const bridge = d.add(
+      new Bridge({
+        config,
+        broker,
+        outbox: createMemoryStore().outbox(config.name, config.queue),
+        log: silentLogger,
+        maxPacketBytes,
+      }),
+    );
     await bridge.start();
     await waitFor(() => bridge.status.type === 'online', 5000);
     return { up, bridge, local };
@@ -356,13 +388,29 @@ describe('bridge against a scriptable fake upstream', () => {
   it('announces its Maximum Packet Size (MQTT 5) and drops a connection whose broker sends a larger packet, unpublished [MQTT-3.1.2-24]', async () => {
     const maxPacketBytes = 1024;
     const { up, bridge, local } = await inboundBridge(maxPacketBytes);
-    const connect = up.connections[0].packets.find((p) => p.cmd === 'connect') as Packet & { properties?: { maximumPacketSize?: number } };
+    const connect = up.connections[0].packets.find((p) => p.cmd === 'connect') as Packet & {
+      properties?: { maximumPacketSize?: number };
+    };
     expect(connect.properties?.maximumPacketSize).toBe(maxPacketBytes);
-    up.connections[0].send({ cmd: 'publish', topic: 'cmd/big', payload: Buffer.alloc(2000), qos: 0, retain: false, dup: false } as Packet);
+    up.connections[0].send({
+      cmd: 'publish',
+      topic: 'cmd/big',
+      payload: Buffer.alloc(2000),
+      qos: 0,
+      retain: false,
+      dup: false,
+    } as Packet);
     await waitFor(() => up.connections.length === 2, 5000);
     // Dropped before it was handled: not published locally. What fits goes through on the next connection.
     await waitFor(() => bridge.status.type === 'online', 5000);
-    up.connections[1].send({ cmd: 'publish', topic: 'cmd/small', payload: Buffer.from('ok'), qos: 0, retain: false, dup: false } as Packet);
+    up.connections[1].send({
+      cmd: 'publish',
+      topic: 'cmd/small',
+      payload: Buffer.from('ok'),
+      qos: 0,
+      retain: false,
+      dup: false,
+    } as Packet);
     await waitFor(() => local.length === 1, 5000);
     expect(local.map((m) => m.payload.toString())).toEqual(['ok']);
     // Refused at its fixed header: a PUBLISH declaring 10 MB is not waited for, the connection drops at once.
@@ -372,7 +420,15 @@ describe('bridge against a scriptable fake upstream', () => {
 
   it('drops a connection whose broker uses a Topic Alias it was never allowed, with DISCONNECT 0x94, unpublished [MQTT-3.3.2-11]', async () => {
     const { up, local } = await inboundBridge();
-    up.connections[0].send({ cmd: 'publish', topic: 'cmd/a', payload: Buffer.from('x'), qos: 0, retain: false, dup: false, properties: { topicAlias: 1 } } as Packet);
+    up.connections[0].send({
+      cmd: 'publish',
+      topic: 'cmd/a',
+      payload: Buffer.from('x'),
+      qos: 0,
+      retain: false,
+      dup: false,
+      properties: { topicAlias: 1 },
+    } as Packet);
     await waitFor(() => up.connections[0].packets.some((p) => p.cmd === 'disconnect'), 5000);
     expect(up.connections[0].packets.find((p) => p.cmd === 'disconnect')).toMatchObject({ reasonCode: 0x94 });
     await waitFor(() => up.connections.length === 2, 5000);
@@ -460,7 +516,19 @@ describe('bridge against a scriptable fake upstream', () => {
     it('frees the packet id of an unacknowledged message dropped by the outbox limits: PUBREL on the resumed session, no PUBLISH [MQTT-4.3.3-10]', async () => {
       const up = d.add(await startFakeUpstream());
       // The first connection acknowledges nothing: 'a' and then 'b' stay in flight.
-      const { bridge, outbox, publish } = await setup(up.url, { queue: { maxBytes: 1 << 30, maxMessages: 1, maxAgeS: 0, overflow: 'drop-oldest', deadLetter: { maxMessages: 0, maxBytes: 1 } } }, 2);
+      const { bridge, outbox, publish } = await setup(
+        up.url,
+        {
+          queue: {
+            maxBytes: 1 << 30,
+            maxMessages: 1,
+            maxAgeS: 0,
+            overflow: 'drop-oldest',
+            deadLetter: { maxMessages: 0, maxBytes: 1 },
+          },
+        },
+        2,
+      );
       await bridge.start();
       await waitFor(() => up.connections.length === 1, 5000);
       await publish('a');
@@ -476,7 +544,8 @@ describe('bridge against a scriptable fake upstream', () => {
       answerQoS2(up, { complete: true });
       up.onPacket = ((answer) => (c: FakeConnection, p: Packet) => {
         answer(c, p);
-        if (p.cmd === 'pubrel' && p.messageId === idA) c.send({ cmd: 'pubcomp', messageId: idA, reasonCode: 0 } as Packet);
+        if (p.cmd === 'pubrel' && p.messageId === idA)
+          c.send({ cmd: 'pubcomp', messageId: idA, reasonCode: 0 } as Packet);
       })(up.onPacket);
       first.socket.destroy();
       await waitFor(() => up.connections.length === 2 && outbox.depth.messages === 0, 5000);
@@ -497,7 +566,8 @@ describe('bridge against a scriptable fake upstream', () => {
       up.connack = { sessionPresent: true };
       const received: { cmd: string; at: number }[] = [];
       up.onPacket = (c, p) => {
-        if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [2], reasonCode: 0 } as unknown as Packet);
+        if (p.cmd === 'subscribe')
+          c.send({ cmd: 'suback', messageId: p.messageId, granted: [2], reasonCode: 0 } as unknown as Packet);
         if (p.cmd === 'pubrec' || p.cmd === 'pubcomp') received.push({ cmd: p.cmd, at: local.length });
       };
       const { broker } = testBroker();
@@ -505,15 +575,30 @@ describe('bridge against a scriptable fake upstream', () => {
       broker.subscribe('cmd/#', { qos: 2, origin: 'observer' }, (msg) => {
         local.push(msg.payload.toString());
       });
-      const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] });
+      const config = bridgeConfig([up.url], {
+        topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }],
+      });
       const start = async () => {
-        const bridge = new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger });
+        const bridge = new Bridge({
+          config,
+          broker,
+          outbox: createMemoryStore().outbox(config.name, config.queue),
+          log: silentLogger,
+        });
         await bridge.start();
         await waitFor(() => bridge.status.type === 'online', 5000);
         return bridge;
       };
       const first = await start();
-      const publish = { cmd: 'publish', topic: 'cmd/stop', payload: Buffer.from('now'), qos: 2, retain: false, dup: false, messageId: 7 } as Packet;
+      const publish = {
+        cmd: 'publish',
+        topic: 'cmd/stop',
+        payload: Buffer.from('now'),
+        qos: 2,
+        retain: false,
+        dup: false,
+        messageId: 7,
+      } as Packet;
       up.connections[0].send(publish);
       await waitFor(() => received.length === 1, 5000);
       // Already in the local broker when PUBREC leaves: the central broker now only sends PUBREL.
@@ -536,7 +621,8 @@ describe('bridge against a scriptable fake upstream', () => {
       const up = d.add(await startFakeUpstream());
       const pubrecs: number[] = [];
       up.onPacket = (c, p) => {
-        if (p.cmd === 'subscribe') c.send({ cmd: 'suback', messageId: p.messageId, granted: [2], reasonCode: 0 } as unknown as Packet);
+        if (p.cmd === 'subscribe')
+          c.send({ cmd: 'suback', messageId: p.messageId, granted: [2], reasonCode: 0 } as unknown as Packet);
         if (p.cmd === 'pubrec') pubrecs.push(local.length);
       };
       const { broker } = testBroker();
@@ -544,12 +630,29 @@ describe('bridge against a scriptable fake upstream', () => {
       broker.subscribe('cmd/#', { qos: 2, origin: 'observer' }, (msg) => {
         local.push(msg.payload.toString());
       });
-      const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] });
-      const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger }));
+      const config = bridgeConfig([up.url], {
+        topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }],
+      });
+      const bridge = d.add(
+        new Bridge({
+          config,
+          broker,
+          outbox: createMemoryStore().outbox(config.name, config.queue),
+          log: silentLogger,
+        }),
+      );
       await bridge.start();
       await waitFor(() => bridge.status.type === 'online', 5000);
       // Both in one read: the second arrives before the first is published locally.
-      const publish = { cmd: 'publish', topic: 'cmd/open', payload: Buffer.from('valve'), qos: 2, retain: false, dup: false, messageId: 9 } as Packet;
+      const publish = {
+        cmd: 'publish',
+        topic: 'cmd/open',
+        payload: Buffer.from('valve'),
+        qos: 2,
+        retain: false,
+        dup: false,
+        messageId: 9,
+      } as Packet;
       const generate = (packet: Packet) => mqttPacket.generate(packet, { protocolVersion: 5 });
       up.connections[0].socket.write(Buffer.concat([generate(publish), generate({ ...publish, dup: true } as Packet)]));
       await waitFor(() => pubrecs.length === 2, 5000);
@@ -597,10 +700,26 @@ describe('bridge against a scriptable fake upstream', () => {
     it('sends its CONNECT with the MQTT 5 properties, credentials and the Will (remaining expiry), and DISCONNECT 0x00 on stop so the broker discards the Will [MQTT-3.1.2-8]', async () => {
       const up = d.add(await startFakeUpstream());
       const { broker } = testBroker();
-      const config = bridgeConfig([up.url], { remote: { username: 'gw', password: 'secret', keepaliveS: 15, sessionExpiryS: 600, cleanStart: true } });
-      const deathMsg = createMessage({ topic: 'plant/death', payload: Buffer.from('bye'), qos: 1, retain: true, origin: 'sparkplug', properties: { contentType: 'text/plain' } });
+      const config = bridgeConfig([up.url], {
+        remote: { username: 'gw', password: 'secret', keepaliveS: 15, sessionExpiryS: 600, cleanStart: true },
+      });
+      const deathMsg = createMessage({
+        topic: 'plant/death',
+        payload: Buffer.from('bye'),
+        qos: 1,
+        retain: true,
+        origin: 'sparkplug',
+        properties: { contentType: 'text/plain' },
+      });
       const will = () => ({ ...deathMsg, expiresAt: performance.now() + 120_000 });
-      const bridge = new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), hooks: { will }, log: silentLogger, maxPacketBytes: 4096 });
+      const bridge = new Bridge({
+        config,
+        broker,
+        outbox: createMemoryStore().outbox(config.name, config.queue),
+        hooks: { will },
+        log: silentLogger,
+        maxPacketBytes: 4096,
+      });
       await bridge.start();
       await waitFor(() => bridge.status.type === 'online', 5000);
       const connect = up.connections[0].packets[0] as Packet & { cmd: 'connect' };
@@ -627,11 +746,28 @@ describe('bridge against a scriptable fake upstream', () => {
     it('answers a packet above its Maximum Packet Size with DISCONNECT 0x95 Packet too large before it closes [MQTT-3.1.2-25]', async () => {
       const up = d.add(await startFakeUpstream());
       const { broker } = testBroker();
-      const config = bridgeConfig([up.url], { topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'] });
-      const bridge = d.add(new Bridge({ config, broker, outbox: createMemoryStore().outbox(config.name, config.queue), log: silentLogger, maxPacketBytes: 1024 }));
+      const config = bridgeConfig([up.url], {
+        topics: [{ filter: 'cmd/#', direction: 'in', localPrefix: '', remotePrefix: '' }] as BridgeConfig['topics'],
+      });
+      const bridge = d.add(
+        new Bridge({
+          config,
+          broker,
+          outbox: createMemoryStore().outbox(config.name, config.queue),
+          log: silentLogger,
+          maxPacketBytes: 1024,
+        }),
+      );
       await bridge.start();
       await waitFor(() => bridge.status.type === 'online', 5000);
-      up.connections[0].send({ cmd: 'publish', topic: 'cmd/big', payload: Buffer.alloc(2000), qos: 0, retain: false, dup: false } as Packet);
+      up.connections[0].send({
+        cmd: 'publish',
+        topic: 'cmd/big',
+        payload: Buffer.alloc(2000),
+        qos: 0,
+        retain: false,
+        dup: false,
+      } as Packet);
       await waitFor(() => up.connections[0].packets.some((p) => p.cmd === 'disconnect'), 5000);
       expect(up.connections[0].packets.find((p) => p.cmd === 'disconnect')).toMatchObject({ reasonCode: 0x95 });
     });

@@ -102,7 +102,13 @@ describe('outage log', () => {
       'uplink down; next attempt at 2026-12-06T20:02:01.000Z (attempt 122; refused)',
       'uplink online',
     ]);
-    expect(log.lines[0].obj).toMatchObject({ code: 'EF_UPLINK_CONNECT', reason: 'refused', nextAttemptAt: '2026-12-06T20:00:01.000Z', attempt: 2, backlog: 42 });
+    expect(log.lines[0].obj).toMatchObject({
+      code: 'EF_UPLINK_CONNECT',
+      reason: 'refused',
+      nextAttemptAt: '2026-12-06T20:00:01.000Z',
+      attempt: 2,
+      backlog: 42,
+    });
     // An expected network error: no `err`, so no stack in the log (docs/architecture.md#errors-and-logs).
     expect(log.lines[0].obj).not.toHaveProperty('err');
   });

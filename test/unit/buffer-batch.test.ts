@@ -20,7 +20,9 @@ describe('BufferBatch', () => {
     const batch = new BufferBatch();
     for (let round = 0; round < 50; round++) {
       // Some rounds past the 1,024 slots a batch keeps.
-      const parts = Array.from({ length: round % 10 === 9 ? 1500 : ((round * 7) % 23) + 1 }, (_, i) => Buffer.from(`${round}.${i};`));
+      const parts = Array.from({ length: round % 10 === 9 ? 1500 : ((round * 7) % 23) + 1 }, (_, i) =>
+        Buffer.from(`${round}.${i};`),
+      );
       for (const part of parts) batch.push(part);
       expect(batch.take()).toEqual(Buffer.concat(parts));
     }

@@ -88,16 +88,39 @@ describe('edgeferry command line', () => {
   it('--help reads like a manual page: every option, command, signal and exit status, and exits 0', async () => {
     const r = run(['--help']);
     expect(await r.exited).toBe(0);
-    const sections = ['NAME', 'SYNOPSIS', 'DESCRIPTION', 'OPTIONS', 'COMMANDS', 'FILES', 'SIGNALS', 'EXIT STATUS', 'SEE ALSO'];
+    const sections = [
+      'NAME',
+      'SYNOPSIS',
+      'DESCRIPTION',
+      'OPTIONS',
+      'COMMANDS',
+      'FILES',
+      'SIGNALS',
+      'EXIT STATUS',
+      'SEE ALSO',
+    ];
     const at = sections.map((s) => r.stdout().indexOf(`\n${s}\n`));
-    expect(at.every((i) => i >= 0), `sections at ${at.join(', ')}`).toBe(true);
+    expect(
+      at.every((i) => i >= 0),
+      `sections at ${at.join(', ')}`,
+    ).toBe(true);
     expect(at).toEqual([...at].sort((a, b) => a - b)); // in manual page order
-    for (const word of ['--config', '--check-config', '--reset-store', '--log-format', '--version', '--help', 'SIGHUP', 'store salvage', 'passwd FILE USER']) {
+    for (const word of [
+      '--config',
+      '--check-config',
+      '--reset-store',
+      '--log-format',
+      '--version',
+      '--help',
+      'SIGHUP',
+      'store salvage',
+      'passwd FILE USER',
+    ]) {
       expect(r.stdout()).toContain(word);
     }
   });
 
-  it('COMMAND --help prints that command\'s usage and exits 0', async () => {
+  it("COMMAND --help prints that command's usage and exits 0", async () => {
     const store = run(['store', '--help']);
     expect(await store.exited).toBe(0);
     expect(store.stdout()).toContain('edgeferry store salvage');
@@ -182,7 +205,9 @@ describe('edgeferry command line', () => {
       expect(logLines(r.stdout()).at(-1)).toMatchObject({
         level: 60,
         code: 'EF_LISTENER_BIND',
-        msg: expect.stringMatching(new RegExp(`^tcp listener 127\\.0\\.0\\.1:${port} cannot listen: port ${port} is already in use`)),
+        msg: expect.stringMatching(
+          new RegExp(`^tcp listener 127\\.0\\.0\\.1:${port} cannot listen: port ${port} is already in use`),
+        ),
       });
     });
   });
@@ -227,10 +252,18 @@ describe('createLogger', () => {
     const pretty = capture();
     const log = createLogger({ level: 'info', format: 'pretty' }, { destination: pretty.destination });
     log.warn({ bridge: 'central' }, 'uplink offline');
-    await waitFor(() => pretty.text().includes('uplink offline'), () => 'the pretty line', 2000);
+    await waitFor(
+      () => pretty.text().includes('uplink offline'),
+      () => 'the pretty line',
+      2000,
+    );
     expect(pretty.text()).toMatch(/^\[.*\] WARN \(\d+\): uplink offline \{"bridge":"central"\}\n$/);
     log.error({ err: new TypeError('a bug') }, 'handling failed');
-    await waitFor(() => pretty.text().includes('handling failed'), () => 'the error line', 2000);
+    await waitFor(
+      () => pretty.text().includes('handling failed'),
+      () => 'the error line',
+      2000,
+    );
     expect(pretty.text()).toMatch(/handling failed *\n(.*\n)*\s+TypeError: a bug\n\s+at /);
 
     const auto = capture();

@@ -30,7 +30,11 @@ describe('steady clock', () => {
   });
 
   it('after a reboot counts the time down by the system clock when the recorded timeline is plausible', () => {
-    const earlier = { bootId: 'an-earlier-boot', baseMs: Date.now() - 48 * HOUR_MS, lastSeenMs: Date.now() - 5 * HOUR_MS };
+    const earlier = {
+      bootId: 'an-earlier-boot',
+      baseMs: Date.now() - 48 * HOUR_MS,
+      lastSeenMs: Date.now() - 5 * HOUR_MS,
+    };
     clock.adopt(earlier, thisBoot);
     expect(offBy(Date.now())).toBeLessThan(1000);
     // The same from a record that has the system clock too.
@@ -43,7 +47,15 @@ describe('steady clock', () => {
     // timeline did not step with it), and the record kept both. Down for 5 hours since: they count.
     const stoppedAt1970 = Date.UTC(1970, 0, 3);
     const systemThen = Date.now() - 5 * HOUR_MS;
-    clock.adopt({ bootId: 'an-earlier-boot', baseMs: Date.UTC(1970, 0, 1), lastSeenMs: stoppedAt1970, lastSeenSystemMs: systemThen }, thisBoot);
+    clock.adopt(
+      {
+        bootId: 'an-earlier-boot',
+        baseMs: Date.UTC(1970, 0, 1),
+        lastSeenMs: stoppedAt1970,
+        lastSeenSystemMs: systemThen,
+      },
+      thisBoot,
+    );
     expect(offBy(stoppedAt1970 + 5 * HOUR_MS)).toBeLessThan(1000);
     const record = clock.record()!;
     expect(Math.abs(record.lastSeenSystemMs - Date.now())).toBeLessThan(1000);

@@ -91,7 +91,15 @@ describe('encodePublish', () => {
   });
 
   it('round-trips an MQTT 5 PUBLISH with every property through mqtt-packet', () => {
-    const { bytes } = encodePublish(every, 5, 2, true, false, { subscriptionIds: [1, 300, 268435455], topicAlias: 7 }, 65535);
+    const { bytes } = encodePublish(
+      every,
+      5,
+      2,
+      true,
+      false,
+      { subscriptionIds: [1, 300, 268435455], topicAlias: 7 },
+      65535,
+    );
     const p = parsePublish(bytes, 5);
     expect(p).toMatchObject({ topic: 'plant/ä/line-4', qos: 2, retain: true, dup: false, messageId: 65535 });
     expect(p.payload.toString()).toBe('{"t":21.5}');
@@ -107,7 +115,13 @@ describe('encodePublish', () => {
   });
 
   it('encodes a single subscription identifier and payload format 0', () => {
-    const msg = createMessage({ topic: 't', payload: Buffer.from([0xff, 0xfe]), qos: 0, origin: 'x', properties: { payloadFormatIndicator: false } });
+    const msg = createMessage({
+      topic: 't',
+      payload: Buffer.from([0xff, 0xfe]),
+      qos: 0,
+      origin: 'x',
+      properties: { payloadFormatIndicator: false },
+    });
     const p = parsePublish(encodePublish(msg, 5, 0, false, false, { subscriptionIds: [16384] }).bytes, 5);
     expect(p.properties?.payloadFormatIndicator).toBe(false);
     expect(p.properties?.subscriptionIdentifier).toBe(16384);
@@ -162,18 +176,32 @@ describe('encodePublish', () => {
       topic: '€'.repeat(50),
       payload: Buffer.from('p'),
       origin: 'x',
-      properties: { userProperties: { 'ключ': '値'.repeat(40) } },
+      properties: { userProperties: { ключ: '値'.repeat(40) } },
     });
     const p = parsePublish(encodePublish(msg, 5, 0, false, false).bytes, 5);
     expect(p.topic).toBe('€'.repeat(50));
-    expect({ ...p.properties?.userProperties }).toEqual({ 'ключ': '値'.repeat(40) });
+    expect({ ...p.properties?.userProperties }).toEqual({ ключ: '値'.repeat(40) });
   });
 
   it('writes every topic name as its UTF-8 bytes: short and long ASCII, Latin-1 range, multi-byte, lone surrogate', () => {
     // writeString takes a different path for short ASCII, longer ASCII and anything else.
-    const topics = ['a', 'x'.repeat(16), 'y'.repeat(17), `plant/line-1/${'z'.repeat(300)}`, 'café/ü', '温度/1', 'bad\uD800'];
+    const topics = [
+      'a',
+      'x'.repeat(16),
+      'y'.repeat(17),
+      `plant/line-1/${'z'.repeat(300)}`,
+      'café/ü',
+      '温度/1',
+      'bad\uD800',
+    ];
     for (const topic of topics) {
-      const bytes = encodePublish(createMessage({ topic, payload: Buffer.from('p'), origin: 'x' }), 4, 0, false, false).bytes;
+      const bytes = encodePublish(
+        createMessage({ topic, payload: Buffer.from('p'), origin: 'x' }),
+        4,
+        0,
+        false,
+        false,
+      ).bytes;
       const expected = Buffer.from(topic, 'utf8');
       const at = bytes.length - 1 - expected.length; // the topic, then a 1-byte payload
       expect(bytes.readUInt16BE(at - 2)).toBe(expected.length);
@@ -185,7 +213,8 @@ describe('encodePublish', () => {
 describe('PacketArena and appendPublish', () => {
   it('encodes packets back to back; what was taken stays intact while later packets fill and outgrow the arena', () => {
     const arena = new PacketArena(16); // small, so the packets below need new memory several times
-    const msg = (i: number): Message => createMessage({ topic: `t/${i}`, payload: Buffer.alloc(100, i), qos: 1, origin: 'test' });
+    const msg = (i: number): Message =>
+      createMessage({ topic: `t/${i}`, payload: Buffer.alloc(100, i), qos: 1, origin: 'test' });
     arena.append(encodeAck('pubrel', 12, 0, 5));
     appendPublish(arena, msg(1), 5, 1, false, false, 11);
     appendPublish(arena, msg(2), 5, 1, true, true, 13);
@@ -271,7 +300,9 @@ describe('encodePacket and createParser', () => {
   });
 
   it('encodes a 3.1.1 CONNACK with a return code and no properties', () => {
-    expect(encodePacket({ cmd: 'connack', sessionPresent: false, returnCode: 2 }, 4)).toEqual(Buffer.from([0x20, 2, 0, 2]));
+    expect(encodePacket({ cmd: 'connack', sessionPresent: false, returnCode: 2 }, 4)).toEqual(
+      Buffer.from([0x20, 2, 0, 2]),
+    );
   });
 
   it('parses MQTT 5 packets after a v5 CONNECT on the same parser (properties included)', () => {
@@ -279,7 +310,15 @@ describe('encodePacket and createParser', () => {
     const packets: Packet[] = [];
     parser.on('packet', (p: Packet) => packets.push(p));
     const connect = mqttPacket.generate(
-      { cmd: 'connect', protocolId: 'MQTT', protocolVersion: 5, clean: true, clientId: 'c', keepalive: 10, properties: { sessionExpiryInterval: 60 } },
+      {
+        cmd: 'connect',
+        protocolId: 'MQTT',
+        protocolVersion: 5,
+        clean: true,
+        clientId: 'c',
+        keepalive: 10,
+        properties: { sessionExpiryInterval: 60 },
+      },
       { protocolVersion: 5 },
     );
     const publish = encodePublish(every, 5, 1, false, false, undefined, 3).bytes;
@@ -297,9 +336,25 @@ describe('encodePacket and createParser', () => {
     const parser = createParser();
     const packets: Packet[] = [];
     parser.on('packet', (p: Packet) => packets.push(p));
-    parser.parse(mqttPacket.generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: true, clientId: 'c', keepalive: 0 }));
+    parser.parse(
+      mqttPacket.generate({
+        cmd: 'connect',
+        protocolId: 'MQTT',
+        protocolVersion: 4,
+        clean: true,
+        clientId: 'c',
+        keepalive: 0,
+      }),
+    );
     parser.parse(encodePublish(every, 4, 2, true, true, undefined, 12).bytes);
-    expect(packets[1]).toMatchObject({ cmd: 'publish', qos: 2, retain: true, dup: true, messageId: 12, topic: every.topic });
+    expect(packets[1]).toMatchObject({
+      cmd: 'publish',
+      qos: 2,
+      retain: true,
+      dup: true,
+      messageId: 12,
+      topic: every.topic,
+    });
   });
 });
 
@@ -315,12 +370,24 @@ describe('decodePublish (the hot-path PUBLISH decoder)', () => {
   for (const version of [4, 5] as const) {
     for (const qos of [0, 1, 2] as const) {
       it(`decodes what encodePublish wrote: v${version} QoS ${qos}, like mqtt-packet does`, () => {
-        const msg = createMessage({ topic: 'a/ü/c', payload: Buffer.from('payload'), qos, retain: qos === 1, origin: 'x' });
+        const msg = createMessage({
+          topic: 'a/ü/c',
+          payload: Buffer.from('payload'),
+          qos,
+          retain: qos === 1,
+          origin: 'x',
+        });
         const bytes = encodePublish(msg, version, qos, qos === 1, qos === 2, undefined, 513).bytes;
         const f = frame(bytes);
         const p = decodePublish(f.data, f.first, f.start, f.end, version)!;
         const reference = parsePublish(bytes, version);
-        expect(p).toMatchObject({ cmd: 'publish', topic: reference.topic, qos: reference.qos, retain: reference.retain, dup: reference.dup });
+        expect(p).toMatchObject({
+          cmd: 'publish',
+          topic: reference.topic,
+          qos: reference.qos,
+          retain: reference.retain,
+          dup: reference.dup,
+        });
         expect(p.messageId).toBe(qos > 0 ? 513 : undefined);
         expect((p.payload as Buffer).toString()).toBe('payload');
         // The payload is a copy: reusing the read buffer does not change the message.
@@ -331,17 +398,35 @@ describe('decodePublish (the hot-path PUBLISH decoder)', () => {
   }
 
   it('decodes an empty payload', () => {
-    const bytes = encodePublish(createMessage({ topic: 't', payload: Buffer.alloc(0), origin: 'x' }), 4, 0, true, false).bytes;
+    const bytes = encodePublish(
+      createMessage({ topic: 't', payload: Buffer.alloc(0), origin: 'x' }),
+      4,
+      0,
+      true,
+      false,
+    ).bytes;
     const f = frame(bytes);
     expect((decodePublish(f.data, f.first, f.start, f.end, 4)!.payload as Buffer).length).toBe(0);
   });
 
   it('fills the packet it is given, one object for every PUBLISH, each decode replacing every field', () => {
     const into = newPublishPacket();
-    const a = frame(encodePublish(createMessage({ topic: 'a', payload: Buffer.from('1'), origin: 'x' }), 4, 1, true, true, undefined, 9).bytes);
+    const a = frame(
+      encodePublish(
+        createMessage({ topic: 'a', payload: Buffer.from('1'), origin: 'x' }),
+        4,
+        1,
+        true,
+        true,
+        undefined,
+        9,
+      ).bytes,
+    );
     expect(decodePublish(a.data, a.first, a.start, a.end, 4, into)).toBe(into);
     expect(into).toMatchObject({ cmd: 'publish', topic: 'a', qos: 1, retain: true, dup: true, messageId: 9 });
-    const b = frame(encodePublish(createMessage({ topic: 'b/c', payload: Buffer.from('22'), origin: 'x' }), 4, 0, false, false).bytes);
+    const b = frame(
+      encodePublish(createMessage({ topic: 'b/c', payload: Buffer.from('22'), origin: 'x' }), 4, 0, false, false).bytes,
+    );
     expect(decodePublish(b.data, b.first, b.start, b.end, 4, into)).toBe(into);
     expect(into).toMatchObject({ topic: 'b/c', qos: 0, retain: false, dup: false, messageId: undefined });
     expect((into.payload as Buffer).toString()).toBe('22');
@@ -353,13 +438,29 @@ describe('decodePublish (the hot-path PUBLISH decoder)', () => {
   });
 
   it('refuses QoS 3 as malformed [MQTT-3.3.1-4]', () => {
-    const bytes = encodePublish(createMessage({ topic: 't', payload: Buffer.from('x'), origin: 'x' }), 4, 1, false, false, undefined, 1).bytes;
+    const bytes = encodePublish(
+      createMessage({ topic: 't', payload: Buffer.from('x'), origin: 'x' }),
+      4,
+      1,
+      false,
+      false,
+      undefined,
+      1,
+    ).bytes;
     const f = frame(bytes);
     expect(() => decodePublish(f.data, f.first | 0x06, f.start, f.end, 4)).toThrow(ProtocolError);
   });
 
   it('refuses truncated bodies as malformed instead of reading past the packet', () => {
-    const bytes = encodePublish(createMessage({ topic: 'topic', payload: Buffer.alloc(0), origin: 'x' }), 5, 1, false, false, undefined, 1).bytes;
+    const bytes = encodePublish(
+      createMessage({ topic: 'topic', payload: Buffer.alloc(0), origin: 'x' }),
+      5,
+      1,
+      false,
+      false,
+      undefined,
+      1,
+    ).bytes;
     const f = frame(bytes);
     // Cut before the property length, inside the packet id, inside the topic, inside the topic length.
     for (const cut of [1, 2, 4, 7, 9]) {

@@ -35,7 +35,15 @@ describe('config files', () => {
   it('the embedded default is a loopback-only broker with anonymous access and data under the package root', () => {
     const config = loadConfig(join(configDir, 'edgeferry.yaml'));
     expect(config.listeners).toEqual([
-      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true, maxPendingConnections: 1000, maxPendingPerAddress: 100 },
+      {
+        type: 'tcp',
+        host: '127.0.0.1',
+        port: 1883,
+        path: '/mqtt',
+        allowAnonymous: true,
+        maxPendingConnections: 1000,
+        maxPendingPerAddress: 100,
+      },
     ]);
     expect(config.storage.path).toBe(join(root, 'data'));
     expect(config.bridges).toEqual([]);
@@ -49,7 +57,7 @@ describe('config files', () => {
     expect([...keys].filter((key) => !new RegExp(`\\b${key}:`).test(text))).toEqual([]);
   });
 
-  it('the example\'s optional sections, sparkplug and both connector types, are valid once uncommented', () => {
+  it("the example's optional sections, sparkplug and both connector types, are valid once uncommented", () => {
     const text = readFileSync(join(configDir, 'edgeferry.example.yaml'), 'utf8');
     const at = text.indexOf('# sparkplug:');
     // One level of `# ` comes off; the alternatives inside (`#   # path: ...`) stay comments.

@@ -36,13 +36,27 @@ describe('defaults', () => {
   it('an empty file gives the broker-only defaults, with storage relative to the config directory', () => {
     const config = parse('');
     expect(config.listeners).toEqual([
-      { type: 'tcp', host: '127.0.0.1', port: 1883, path: '/mqtt', allowAnonymous: true, maxPendingConnections: 1000, maxPendingPerAddress: 100 },
+      {
+        type: 'tcp',
+        host: '127.0.0.1',
+        port: 1883,
+        path: '/mqtt',
+        allowAnonymous: true,
+        maxPendingConnections: 1000,
+        maxPendingPerAddress: 100,
+      },
     ]);
     expect(config.broker.maxPacketBytes).toBe(1_048_576);
     // Bounded by default, so that offline sessions cannot fill the store (docs/reliability.md#sessions-share).
     expect(config.broker.maxSessionExpiryS).toBe(604_800);
     expect(config.broker.maxQueuedBytes).toBe(16_777_216);
-    expect(config.storage).toEqual({ path: join(dir, 'data'), sync: 'full', maxBytes: 2_147_483_648, sessionShare: 0.25, verifyOnStart: 'quick' });
+    expect(config.storage).toEqual({
+      path: join(dir, 'data'),
+      sync: 'full',
+      maxBytes: 2_147_483_648,
+      sessionShare: 0.25,
+      verifyOnStart: 'quick',
+    });
     expect(config.log).toEqual({ level: 'info', format: 'auto' });
     expect(config.bridges).toEqual([]);
   });
@@ -64,16 +78,25 @@ listeners:
   });
 
   it('a listener others can reach needs a password file or an explicit allowAnonymous: true (secure by default)', () => {
-    const problems = problemsOf('listeners:\n  - { host: 0.0.0.0, port: 4 }\n  - { host: 10.0.0.5, port: 5, allowAnonymous: false }\n');
+    const problems = problemsOf(
+      'listeners:\n  - { host: 0.0.0.0, port: 4 }\n  - { host: 10.0.0.5, port: 5, allowAnonymous: false }\n',
+    );
     expect(problems.map((p) => p.path)).toEqual(['listeners.0.allowAnonymous', 'listeners.1.allowAnonymous']);
     expect(problems[0].message).toMatch(/not a loopback address: set auth.passwordFile, or allowAnonymous: true/);
     writeFileSync(join(dir, 'passwd'), '');
-    expect(parse('auth: { passwordFile: passwd }\nlisteners: [{ host: 0.0.0.0, port: 4 }]\n').listeners[0].allowAnonymous).toBe(false);
+    expect(
+      parse('auth: { passwordFile: passwd }\nlisteners: [{ host: 0.0.0.0, port: 4 }]\n').listeners[0].allowAnonymous,
+    ).toBe(false);
   });
 
   it('a bridge gets every default, and its client id is derived from the gateway id (the host name) and its name', () => {
     const [b] = parse(bridge('')).bridges;
-    expect(b.remote).toMatchObject({ clientId: `${hostname()}-central`, protocolVersion: 5, keepaliveS: 60, cleanStart: false });
+    expect(b.remote).toMatchObject({
+      clientId: `${hostname()}-central`,
+      protocolVersion: 5,
+      keepaliveS: 60,
+      cleanStart: false,
+    });
     expect(b.topics).toEqual([{ filter: 'a/#', direction: 'out', localPrefix: '', remotePrefix: '' }]);
     expect(b.queue).toEqual({
       maxBytes: 1_073_741_824,
@@ -86,9 +109,14 @@ listeners:
   });
 
   it('two gateways with the same bridge name get different default client ids; an explicit one is kept', () => {
-    const ids = ['line1', 'line2'].map((id) => parse(`${bridge('')}\ngateway: { id: ${id} }\n`).bridges[0].remote.clientId);
+    const ids = ['line1', 'line2'].map(
+      (id) => parse(`${bridge('')}\ngateway: { id: ${id} }\n`).bridges[0].remote.clientId,
+    );
     expect(ids).toEqual(['line1-central', 'line2-central']);
-    expect(parse(`${bridge('').replace('remote: {', 'remote: { clientId: gw4,')}\ngateway: { id: line1 }\n`).bridges[0].remote.clientId).toBe('gw4');
+    expect(
+      parse(`${bridge('').replace('remote: {', 'remote: { clientId: gw4,')}\ngateway: { id: line1 }\n`).bridges[0]
+        .remote.clientId,
+    ).toBe('gw4');
     expect(problemsOf(`${bridge('')}\ngateway: { id: "line/#" }\n`).map((p) => p.path)).toEqual(['gateway.id']);
   });
 
@@ -112,7 +140,11 @@ log: { level: loud }
 `);
     expect(problems).toEqual([
       { path: 'listeners.0.port', message: 'Too big: expected number to be <=65535', location: 'gw.yaml:2:11' },
-      { path: 'listeners.1.port', message: 'Invalid input: expected number, received string', location: 'gw.yaml:3:11' },
+      {
+        path: 'listeners.1.port',
+        message: 'Invalid input: expected number, received string',
+        location: 'gw.yaml:3:11',
+      },
       { path: 'broker.maxInflight', message: 'Too small: expected number to be >=1', location: 'gw.yaml:5:16' },
       { path: 'log.level', message: expect.stringContaining('expected one of'), location: 'gw.yaml:6:15' },
     ]);
@@ -126,7 +158,11 @@ brdiges: []
 bogus: 1
 `);
     expect(problems).toEqual([
-      { path: 'broker.maxInfligth', message: 'unknown key "maxInfligth": did you mean "maxInflight"?', location: 'gw.yaml:3:3' },
+      {
+        path: 'broker.maxInfligth',
+        message: 'unknown key "maxInfligth": did you mean "maxInflight"?',
+        location: 'gw.yaml:3:3',
+      },
       { path: 'brdiges', message: 'unknown key "brdiges": did you mean "bridges"?', location: 'gw.yaml:4:1' },
       { path: 'bogus', message: 'unknown key "bogus"', location: 'gw.yaml:5:1' },
     ]);
@@ -167,20 +203,29 @@ connectors:
     expect(problemsOf('broker:\n  maxInflight: 10\n   maxQueuedMessages: 5\nstorage:\n  path: x\n')).toEqual([
       {
         path: '(root)',
-        message: 'this line is indented deeper than the key above it (line 2): keys of one mapping start at the same column, and a value that is a mapping goes on the lines after its key',
+        message:
+          'this line is indented deeper than the key above it (line 2): keys of one mapping start at the same column, and a value that is a mapping goes on the lines after its key',
         location: 'gw.yaml:3:4',
       },
     ]);
     // One indented less than its siblings.
     expect(problemsOf('bridges:\n  - name: central\n    remote:\n      urls: [mqtt://x]\n     topics: []\n')).toEqual([
-      { path: '(root)', message: 'All mapping items must start at the same column (BAD_INDENT)', location: 'gw.yaml:5:1' },
+      {
+        path: '(root)',
+        message: 'All mapping items must start at the same column (BAD_INDENT)',
+        location: 'gw.yaml:5:1',
+      },
     ]);
   });
 
   it('refuses more bridges than the store has outboxes for, counting dead-letter outboxes', () => {
     const bridges = (n: number, deadLetters: number) =>
       'bridges:\n' +
-      Array.from({ length: n }, (_, i) => `  - { name: b${i}, remote: { urls: ["mqtt://c.example"] }, topics: [{ filter: "a/#" }], queue: { deadLetter: { maxMessages: ${deadLetters} } } }\n`).join('');
+      Array.from(
+        { length: n },
+        (_, i) =>
+          `  - { name: b${i}, remote: { urls: ["mqtt://c.example"] }, topics: [{ filter: "a/#" }], queue: { deadLetter: { maxMessages: ${deadLetters} } } }\n`,
+      ).join('');
     expect(parse(bridges(16, 10)).bridges).toHaveLength(16);
     expect(parse(bridges(32, 0)).bridges).toHaveLength(32);
     expect(problemsOf(bridges(17, 10))).toEqual([
@@ -255,10 +300,17 @@ describe('listener rules', () => {
 
   it('tls.ciphers defaults to forward-secret AEAD suites and must select at least one cipher', () => {
     const config = parse('listeners: [{ type: tls, port: 8883, tls: { certFile: /dev/null, keyFile: /dev/null } }]\n');
-    expect(config.listeners[0].tls?.ciphers.split(':').every((c) => /^ECDHE-(ECDSA|RSA)-(AES(128|256)-GCM-SHA(256|384)|CHACHA20-POLY1305)$/.test(c))).toBe(true);
+    expect(
+      config.listeners[0].tls?.ciphers
+        .split(':')
+        .every((c) => /^ECDHE-(ECDSA|RSA)-(AES(128|256)-GCM-SHA(256|384)|CHACHA20-POLY1305)$/.test(c)),
+    ).toBe(true);
     const problems = problemsOf(`listeners:
   - { type: tls, port: 8883, tls: { certFile: /dev/null, keyFile: /dev/null, ciphers: "NO-SUCH-CIPHER" } }
-${bridge('').replace('remote: {', 'remote: { tls: { ciphers: "" },').replace('mqtt://', 'mqtts://').replace(/^\nbridges:/, 'bridges:')}`);
+${bridge('')
+  .replace('remote: {', 'remote: { tls: { ciphers: "" },')
+  .replace('mqtt://', 'mqtts://')
+  .replace(/^\nbridges:/, 'bridges:')}`);
     expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
       'listeners.0.tls.ciphers: not an OpenSSL cipher string that selects any cipher (see `openssl ciphers -v STRING`)',
       expect.stringMatching(/^bridges\.0\.remote\.tls\.ciphers: Too small/),
@@ -270,7 +322,11 @@ ${bridge('').replace('remote: {', 'remote: { tls: { ciphers: "" },').replace('mq
   - { type: tcp, port: 1, allowedOrigins: ["https://a.example"] }
   - { type: ws, port: 2, allowedOrigins: ["https://a.example/", "a.example", "http://b.example:8080"] }
 `);
-    expect(problems.map((p) => p.path)).toEqual(['listeners.0.allowedOrigins', 'listeners.1.allowedOrigins.0', 'listeners.1.allowedOrigins.1']);
+    expect(problems.map((p) => p.path)).toEqual([
+      'listeners.0.allowedOrigins',
+      'listeners.1.allowedOrigins.0',
+      'listeners.1.allowedOrigins.1',
+    ]);
   });
 
   it('a path is only for WebSocket listeners, and defaults to /mqtt', () => {
@@ -313,14 +369,26 @@ ${bridge('').replace('remote: {', 'remote: { tls: { ciphers: "" },').replace('mq
 describe('metrics rules', () => {
   it('metrics off loopback need auth or allowUnauthenticated: true; basic auth needs the password file', () => {
     const problems = problemsOf('metrics: { host: 0.0.0.0, auth: { users: [prometheus] } }\n');
-    expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual(['metrics.auth.users: basic auth checks passwords in auth.passwordFile: set it']);
+    expect(problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'metrics.auth.users: basic auth checks passwords in auth.passwordFile: set it',
+    ]);
     expect(problemsOf('metrics: { host: 10.0.0.5 }\n').map((p) => p.path)).toEqual(['metrics.auth']);
     expect(problemsOf('metrics: { auth: {} }\n').map((p) => `${p.path}: ${p.message}`)).toEqual([
       'metrics.auth: set users (basic auth), tokenFile (bearer token), or both',
     ]);
-    expect(problemsOf('metrics: { auth: { tokenFile: nope.token } }\n').map((p) => p.path)).toEqual(['metrics.auth.tokenFile']);
-    expect(parse('metrics: { host: 0.0.0.0, allowUnauthenticated: true }\n').metrics).toMatchObject({ host: '0.0.0.0', allowUnauthenticated: true });
-    expect(parse('metrics: {}\n').metrics).toEqual({ host: '127.0.0.1', port: 9883, allowUnauthenticated: false, readyRequiresDevices: false });
+    expect(problemsOf('metrics: { auth: { tokenFile: nope.token } }\n').map((p) => p.path)).toEqual([
+      'metrics.auth.tokenFile',
+    ]);
+    expect(parse('metrics: { host: 0.0.0.0, allowUnauthenticated: true }\n').metrics).toMatchObject({
+      host: '0.0.0.0',
+      allowUnauthenticated: true,
+    });
+    expect(parse('metrics: {}\n').metrics).toEqual({
+      host: '127.0.0.1',
+      port: 9883,
+      allowUnauthenticated: false,
+      readyRequiresDevices: false,
+    });
   });
 });
 
@@ -335,17 +403,24 @@ bridges:
     expect(config.bridges[0].topics).toHaveLength(5);
   });
 
-  it.each(['a/#/b', 'a#', 'a/b+', '+a/b', '', 'a/\u0000'])('rejects the topic filter %j [MQTT-4.7.1-2] [MQTT-4.7.1-3]', (filter) => {
-    const problems = problemsOf(`
+  it.each(['a/#/b', 'a#', 'a/b+', '+a/b', '', 'a/\u0000'])(
+    'rejects the topic filter %j [MQTT-4.7.1-2] [MQTT-4.7.1-3]',
+    (filter) => {
+      const problems = problemsOf(`
 bridges:
   - name: b
     remote: { urls: ["mqtt://h"] }
     topics: [{ filter: ${JSON.stringify(filter)} }]
 `);
-    expect(problems).toEqual([
-      { path: 'bridges.0.topics.0.filter', message: expect.stringContaining('not a valid MQTT topic filter'), location: 'gw.yaml:5:24' },
-    ]);
-  });
+      expect(problems).toEqual([
+        {
+          path: 'bridges.0.topics.0.filter',
+          message: expect.stringContaining('not a valid MQTT topic filter'),
+          location: 'gw.yaml:5:24',
+        },
+      ]);
+    },
+  );
 
   it('rejects wildcards in prefixes, bad url schemes, bad names, and duplicate names', () => {
     const problems = problemsOf(`
@@ -388,9 +463,16 @@ bridges:
   });
 
   it('refuses credentials inside a url, pointing at username and password/passwordFile, without repeating them', () => {
-    for (const url of ['mqtt://gw:s3cret@backbone.example:1883', 'mqtts://gw@backbone.example', 'wss://:s3cret@backbone.example/mqtt']) {
+    for (const url of [
+      'mqtt://gw:s3cret@backbone.example:1883',
+      'mqtts://gw@backbone.example',
+      'wss://:s3cret@backbone.example/mqtt',
+    ]) {
       const problems = problemsOf(bridge('').replace('mqtt://backbone.example:1883', url));
-      expect(problems.map((p) => `${p.path}: ${p.message}`), url).toEqual([
+      expect(
+        problems.map((p) => `${p.path}: ${p.message}`),
+        url,
+      ).toEqual([
         'bridges.0.remote.urls.0: must not carry credentials (user:password@): set remote.username, and remote.password or remote.passwordFile',
       ]);
       try {
@@ -415,7 +497,12 @@ bridges:
     const problems = problemsOf(`${bridge('    replay: { order: newest, share: 0 }\n    messageId: { property: "" }')}
 gateway: { id: "line 4:gw" }
 `);
-    expect(problems.map((p) => p.path)).toEqual(['gateway.id', 'bridges.0.replay.order', 'bridges.0.replay.share', 'bridges.0.messageId.property']);
+    expect(problems.map((p) => p.path)).toEqual([
+      'gateway.id',
+      'bridges.0.replay.order',
+      'bridges.0.replay.share',
+      'bridges.0.messageId.property',
+    ]);
   });
 
   it('reads passwordFile into password, relative to the config directory', () => {
@@ -449,19 +536,34 @@ profiles:
 connectors:
 ${connectors}`;
 
-  it('expands each device from its profile, the device\'s own keys winning (tags replace the whole list)', () => {
+  it("expands each device from its profile, the device's own keys winning (tags replace the whole list)", () => {
     const config = parse(
       profiles(`  - { id: p1, profile: press, host: 10.0.0.1, unitId: 3, tags: [ { name: own, table: coil, address: 0, datatype: bool } ] }
   - { id: p2, profile: press, host: 10.0.0.2, pollIntervalMs: 100, tags: [ { name: t, table: holding, address: 0, datatype: int16 } ] }`),
     );
-    expect(config.connectors.map((c) => ({ id: c.id, type: c.type, unitId: 'unitId' in c && c.unitId, poll: 'pollIntervalMs' in c && c.pollIntervalMs, tags: c.tags.map((t) => t.name) }))).toEqual([
+    expect(
+      config.connectors.map((c) => ({
+        id: c.id,
+        type: c.type,
+        unitId: 'unitId' in c && c.unitId,
+        poll: 'pollIntervalMs' in c && c.pollIntervalMs,
+        tags: c.tags.map((t) => t.name),
+      })),
+    ).toEqual([
       { id: 'p1', type: 'modbus', unitId: 3, poll: 500, tags: ['own'] },
       { id: 'p2', type: 'modbus', unitId: 1, poll: 100, tags: ['t'] },
     ]);
   });
 
   it('reports a problem in a profile once, at the profile, however many devices take it', () => {
-    const problems = problemsOf(profiles(['p1', 'p2', 'p3'].map((id) => `  - { id: ${id}, profile: press, host: 10.0.0.1 }`).join('\n'), ', bogus: 1'));
-    expect(problems.map((p) => `${p.location} ${p.path}: ${p.message}`)).toEqual(['gw.yaml:9:69 profiles.press.tags.0.bogus: unknown key "bogus"']);
+    const problems = problemsOf(
+      profiles(
+        ['p1', 'p2', 'p3'].map((id) => `  - { id: ${id}, profile: press, host: 10.0.0.1 }`).join('\n'),
+        ', bogus: 1',
+      ),
+    );
+    expect(problems.map((p) => `${p.location} ${p.path}: ${p.message}`)).toEqual([
+      'gw.yaml:9:69 profiles.press.tags.0.bogus: unknown key "bogus"',
+    ]);
   });
 });

@@ -25,7 +25,9 @@ describe('parseTagValue', () => {
     expect(parseTagValue('Float', 'abc')).toEqual({ problem: '"abc" is not a number (Float)' });
     expect(parseTagValue('Boolean', 1)).toEqual({ problem: '1 is not true or false (Boolean)' });
     expect(parseTagValue('String', 5)).toEqual({ problem: 'a string expected (String)' });
-    expect(parseTagValue('Int16Array', '[1]')).toEqual({ problem: 'Int16Array tags cannot be written from the console' });
+    expect(parseTagValue('Int16Array', '[1]')).toEqual({
+      problem: 'Int16Array tags cannot be written from the console',
+    });
     // 70000 parses as a UInt16 form; command-value.ts refuses it as out of range.
     expect(parseTagValue('UInt16', 70_000)).toEqual({ value: 70_000 });
   });

@@ -23,7 +23,8 @@ function importsOf(file: string): { local: string[]; packages: string[]; typeOnl
   const local: string[] = [];
   const packages: string[] = [];
   const typeOnly = new Set<string>();
-  const re = /^\s*(import|export)\s+(type\s+)?(?:[^'";]*?\sfrom\s+)?['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|createRequire\([^)]*\)\(\s*['"]([^'"]+)['"]\s*\)/gm;
+  const re =
+    /^\s*(import|export)\s+(type\s+)?(?:[^'";]*?\sfrom\s+)?['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|createRequire\([^)]*\)\(\s*['"]([^'"]+)['"]\s*\)/gm;
   for (const m of text.matchAll(re)) {
     // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- a group that did not match is undefined
     const spec = m[3] ?? m[4] ?? m[5];
@@ -49,16 +50,50 @@ function moduleOf(path: string): string {
 const rules: Partial<Record<string, { uses: string[]; types?: string[] }>> = {
   'src/util': { uses: [] },
   'src/protocol': { uses: ['src/util'] },
-  'src/config': { uses: ['src/util', 'src/protocol/topics.ts', 'src/sparkplug/schema.ts', 'connectors/modbus/schema.ts', 'connectors/opcua/schema.ts'] },
+  'src/config': {
+    uses: [
+      'src/util',
+      'src/protocol/topics.ts',
+      'src/sparkplug/schema.ts',
+      'connectors/modbus/schema.ts',
+      'connectors/opcua/schema.ts',
+    ],
+  },
   'src/store': { uses: ['src/util', 'src/protocol'] },
   'src/broker': { uses: ['src/util', 'src/protocol', 'src/store/types.ts'] },
   'src/server': { uses: ['src/util', 'src/protocol', 'src/broker', 'src/store/types.ts'] },
-  'src/bridge': { uses: ['src/util', 'src/protocol', 'src/broker', 'src/store/types.ts'], types: ['src/config/schema.ts'] },
-  'src/sparkplug': { uses: ['src/util', 'src/protocol', 'src/broker', 'connectors/contract.ts'], types: ['src/bridge', 'src/config/schema.ts'] },
+  'src/bridge': {
+    uses: ['src/util', 'src/protocol', 'src/broker', 'src/store/types.ts'],
+    types: ['src/config/schema.ts'],
+  },
+  'src/sparkplug': {
+    uses: ['src/util', 'src/protocol', 'src/broker', 'connectors/contract.ts'],
+    types: ['src/bridge', 'src/config/schema.ts'],
+  },
   'src/ops': { uses: ['src/util'], types: ['src/broker', 'src/bridge', 'src/sparkplug', 'src/config/schema.ts'] },
-  'src/console': { uses: ['src/util', 'connectors/contract.ts'], types: ['src/broker', 'src/bridge', 'src/server', 'src/sparkplug'] },
-  'connectors/modbus': { uses: ['connectors/contract.ts', 'connectors/polling.ts', 'connectors/tag-properties.ts', 'connectors/modbus', 'src/util/errors.ts', 'src/util/logger.ts'] },
-  'connectors/opcua': { uses: ['connectors/contract.ts', 'connectors/tag-properties.ts', 'connectors/opcua', 'src/util/errors.ts', 'src/util/logger.ts'] },
+  'src/console': {
+    uses: ['src/util', 'connectors/contract.ts'],
+    types: ['src/broker', 'src/bridge', 'src/server', 'src/sparkplug'],
+  },
+  'connectors/modbus': {
+    uses: [
+      'connectors/contract.ts',
+      'connectors/polling.ts',
+      'connectors/tag-properties.ts',
+      'connectors/modbus',
+      'src/util/errors.ts',
+      'src/util/logger.ts',
+    ],
+  },
+  'connectors/opcua': {
+    uses: [
+      'connectors/contract.ts',
+      'connectors/tag-properties.ts',
+      'connectors/opcua',
+      'src/util/errors.ts',
+      'src/util/logger.ts',
+    ],
+  },
 };
 
 /** Where each third-party package may be imported (path prefixes). */
@@ -106,7 +141,8 @@ describe('dependency rules (docs/architecture.md#dependency-rules)', () => {
       for (const pkg of importsOf(file).packages) {
         const homes = pkg.startsWith('node-opcua') ? ['connectors/opcua/'] : packageHomes[pkg];
         if (!homes) violations.push(`${path} imports ${pkg}, which has no home in the rules`);
-        else if (!homes.some((home) => path.startsWith(home))) violations.push(`${path} imports ${pkg} (allowed in ${homes.join(', ')})`);
+        else if (!homes.some((home) => path.startsWith(home)))
+          violations.push(`${path} imports ${pkg} (allowed in ${homes.join(', ')})`);
       }
     }
     expect(violations).toEqual([]);

@@ -34,18 +34,37 @@ describe('errorLogFields', () => {
       port,
     });
     const wrapped = new UplinkError('EF_UPLINK_CONNECT', 'mqtt://127.0.0.1:1: connection refused', { cause: refused });
-    expect(errorLogFields(wrapped)).toMatchObject({ code: 'EF_UPLINK_CONNECT', reason: 'mqtt://127.0.0.1:1: connection refused', errno: 'ECONNREFUSED' });
+    expect(errorLogFields(wrapped)).toMatchObject({
+      code: 'EF_UPLINK_CONNECT',
+      reason: 'mqtt://127.0.0.1:1: connection refused',
+      errno: 'ECONNREFUSED',
+    });
     expect(errorLogFields(wrapped)).not.toHaveProperty('err');
   });
 
   it('a typed error, with a library error or none as its cause, is expected; its first line is the reason', () => {
-    const lost = new ConnectorError('EF_CONNECTOR_UNREACHABLE', 'press-1', 'lost opc.tcp://plc:4840: BadCommunicationError', {
-      cause: new Error('BadCommunicationError'),
-    });
+    const lost = new ConnectorError(
+      'EF_CONNECTOR_UNREACHABLE',
+      'press-1',
+      'lost opc.tcp://plc:4840: BadCommunicationError',
+      {
+        cause: new Error('BadCommunicationError'),
+      },
+    );
     expect(isOperationalError(lost)).toBe(true);
-    expect(errorLogFields(lost)).toEqual({ code: 'EF_CONNECTOR_UNREACHABLE', reason: 'lost opc.tcp://plc:4840: BadCommunicationError' });
-    const config = new ConfigError('gw.yaml', [{ path: 'a', message: 'bad' }, { path: 'b', message: 'worse' }]);
-    expect(errorLogFields(config)).toEqual({ code: 'EF_CONFIG_INVALID', reason: 'gw.yaml: 2 problems', problems: config.problems });
+    expect(errorLogFields(lost)).toEqual({
+      code: 'EF_CONNECTOR_UNREACHABLE',
+      reason: 'lost opc.tcp://plc:4840: BadCommunicationError',
+    });
+    const config = new ConfigError('gw.yaml', [
+      { path: 'a', message: 'bad' },
+      { path: 'b', message: 'worse' },
+    ]);
+    expect(errorLogFields(config)).toEqual({
+      code: 'EF_CONFIG_INVALID',
+      reason: 'gw.yaml: 2 problems',
+      problems: config.problems,
+    });
   });
 
   it('a bug keeps its stack: a TypeError, even wrapped in a typed error; EF_INTERNAL; an unclassified Error', () => {
@@ -53,7 +72,12 @@ describe('errorLogFields', () => {
     const wrapped = new UplinkError('EF_UPLINK_CONNECT', 'handling a packet failed', { cause: bug });
     const internal = new UplinkError('EF_INTERNAL', 'no free packet id');
     const plain = new Error('something nobody classified');
-    for (const [value, code] of [[bug, 'EF_INTERNAL'], [wrapped, 'EF_UPLINK_CONNECT'], [internal, 'EF_INTERNAL'], [plain, 'EF_INTERNAL']] as const) {
+    for (const [value, code] of [
+      [bug, 'EF_INTERNAL'],
+      [wrapped, 'EF_UPLINK_CONNECT'],
+      [internal, 'EF_INTERNAL'],
+      [plain, 'EF_INTERNAL'],
+    ] as const) {
       expect(isOperationalError(value)).toBe(false);
       const fields = errorLogFields(value);
       expect(fields).toMatchObject({ code, reason: value.message });

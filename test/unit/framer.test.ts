@@ -18,7 +18,15 @@ function collect(): FrameHandler & { packets: Buffer[]; headers: [number, number
 
 const stream = Buffer.concat(
   Array.from({ length: 50 }, (_, i) =>
-    mqttPacket.generate({ cmd: 'publish', topic: `t/${i}`, payload: Buffer.alloc(i * 7, i), qos: 1, messageId: i + 1, retain: false, dup: false }),
+    mqttPacket.generate({
+      cmd: 'publish',
+      topic: `t/${i}`,
+      payload: Buffer.alloc(i * 7, i),
+      qos: 1,
+      messageId: i + 1,
+      retain: false,
+      dup: false,
+    }),
   ),
 );
 
@@ -75,7 +83,9 @@ describe('PacketFramer', () => {
   });
 
   it('refuses a remaining length longer than four bytes as malformed', () => {
-    expect(() => new PacketFramer().push(Buffer.from([0x30, 0xff, 0xff, 0xff, 0xff, 0x01]), collect())).toThrow(/longer than 4 bytes/);
+    expect(() => new PacketFramer().push(Buffer.from([0x30, 0xff, 0xff, 0xff, 0xff, 0x01]), collect())).toThrow(
+      /longer than 4 bytes/,
+    );
   });
 
   it('gives a connection a framer of its own only once a read ends inside a packet (pushChunk)', () => {
@@ -96,7 +106,7 @@ describe('PacketFramer', () => {
     expect(split.packets).toEqual(whole.packets);
   });
 
-  it('keeps two streams apart when one is framed from within the other\'s handler (pushChunk)', () => {
+  it("keeps two streams apart when one is framed from within the other's handler (pushChunk)", () => {
     const whole = collect();
     new PacketFramer().push(stream, whole);
     const inner = collect();
@@ -108,14 +118,17 @@ describe('PacketFramer', () => {
       packet: (data, _first, start, _body, end) => {
         outerPackets.push(Buffer.from(data.subarray(start, end)));
         // Another connection's read, handled while this one's is being framed: it ends inside a packet.
-        if (innerAt < stream.length) innerFramer = pushChunk(innerFramer, stream.subarray(innerAt, (innerAt += 37)), inner);
+        if (innerAt < stream.length)
+          innerFramer = pushChunk(innerFramer, stream.subarray(innerAt, (innerAt += 37)), inner);
       },
       isOpen: () => true,
       canTakeMore: () => true,
     };
     let outerFramer: PacketFramer | undefined;
-    for (let i = 0; i < stream.length; i += 251) outerFramer = pushChunk(outerFramer, stream.subarray(i, i + 251), outer);
-    while (innerAt < stream.length) innerFramer = pushChunk(innerFramer, stream.subarray(innerAt, (innerAt += 37)), inner);
+    for (let i = 0; i < stream.length; i += 251)
+      outerFramer = pushChunk(outerFramer, stream.subarray(i, i + 251), outer);
+    while (innerAt < stream.length)
+      innerFramer = pushChunk(innerFramer, stream.subarray(innerAt, (innerAt += 37)), inner);
     expect(outerPackets).toEqual(whole.packets);
     expect(inner.packets).toEqual(whole.packets);
     expect(outerFramer).not.toBe(innerFramer);

@@ -12,7 +12,13 @@ function clock(): { now: () => number; advance: (ms: number) => void } {
 }
 
 /** A commit of `ops` that took `tookMs`, whose writers all came back `returnMs` after it. */
-function roundTrip(group: GroupCommit, c: ReturnType<typeof clock>, ops: number, tookMs: number, returnMs: number): void {
+function roundTrip(
+  group: GroupCommit,
+  c: ReturnType<typeof clock>,
+  ops: number,
+  tookMs: number,
+  returnMs: number,
+): void {
   group.committed(ops, tookMs);
   c.advance(returnMs);
   for (let i = 0; i < ops; i++) group.queued();

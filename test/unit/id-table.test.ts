@@ -20,7 +20,12 @@ describe('IdTable', () => {
     t.set(3, 'again');
     t.set(65535, 'replaced'); // in its place, as Map.set does
     expect(t.size).toBe(4);
-    expect(entries(t)).toEqual([[7, 'm7'], [65535, 'replaced'], [1, 'm1'], [3, 'again']]);
+    expect(entries(t)).toEqual([
+      [7, 'm7'],
+      [65535, 'replaced'],
+      [1, 'm1'],
+      [3, 'again'],
+    ]);
   });
 
   it('lets forEach delete the entry it is on and others, as a resend after a reconnect does', () => {
@@ -33,7 +38,10 @@ describe('IdTable', () => {
       if (id === 3) t.delete(5);
     });
     expect(seen).toEqual([1, 2, 3, 4, 6]);
-    expect(entries(t)).toEqual([[1, 10], [3, 30]]);
+    expect(entries(t)).toEqual([
+      [1, 10],
+      [3, 30],
+    ]);
     t.forEach((_, id) => t.delete(id));
     expect([t.size, entries(t)]).toEqual([0, []]);
   });

@@ -7,7 +7,8 @@ import type { ModbusTable } from '../../connectors/modbus/schema.js';
 const LIMITS = { maxRegisters: 125, maxBits: 2000, maxGapRegisters: 4, maxGapBits: 16 };
 let n = 0;
 const t = (table: ModbusTable, address: number, width = 1): PlannedTag => ({ index: n++, table, address, width });
-const shape = (blocks: ReturnType<typeof planBlocks>) => blocks.map((b) => [b.table, b.address, b.count, b.tags.length]);
+const shape = (blocks: ReturnType<typeof planBlocks>) =>
+  blocks.map((b) => [b.table, b.address, b.count, b.tags.length]);
 
 describe('Modbus block planning', () => {
   it('coalesces adjacent and near tags of one table into one read, and never mixes tables', () => {
@@ -82,10 +83,24 @@ describe('Modbus connector config', () => {
   const base = { id: 'press-1', type: 'modbus', transport: 'tcp', host: '127.0.0.1', addressBase: 0 };
 
   it('accepts a TCP and an RTU device with defaults filled in', () => {
-    const tcp = modbusConnectorSchema.parse({ ...base, tags: [{ name: 't', table: 'holding', address: 0, datatype: 'float32' }] });
-    expect(tcp).toMatchObject({ port: 502, unitId: 1, pollIntervalMs: 1000, retries: 1, tags: [{ byteOrder: 'ABCD', writable: false }] });
+    const tcp = modbusConnectorSchema.parse({
+      ...base,
+      tags: [{ name: 't', table: 'holding', address: 0, datatype: 'float32' }],
+    });
+    expect(tcp).toMatchObject({
+      port: 502,
+      unitId: 1,
+      pollIntervalMs: 1000,
+      retries: 1,
+      tags: [{ byteOrder: 'ABCD', writable: false }],
+    });
     const rtu = modbusConnectorSchema.parse({
-      id: 'meter-3', type: 'modbus', transport: 'rtu', path: '/dev/ttyUSB0', unitId: 3, addressBase: 1,
+      id: 'meter-3',
+      type: 'modbus',
+      transport: 'rtu',
+      path: '/dev/ttyUSB0',
+      unitId: 3,
+      addressBase: 1,
       tags: [{ name: 'kwh', table: 'input', address: 1, datatype: 'uint32' }],
     });
     expect(rtu).toMatchObject({ baudRate: 9600, parity: 'none', dataBits: 8, stopBits: 1 });
@@ -96,19 +111,44 @@ describe('Modbus connector config', () => {
       const r = modbusConnectorSchema.safeParse({ ...base, ...extra, tags });
       return r.success ? [] : r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
     };
-    expect(problems([{ name: 'a', table: 'coil', address: 0, datatype: 'int16' }])).toEqual(['tags.0.datatype: a coil holds one bit: use bool']);
-    expect(problems([{ name: 'a', table: 'input', address: 0, datatype: 'int16', writable: true }])[0]).toMatch(/tags.0.writable: input registers are read-only/);
-    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'string' }])[0]).toMatch(/tags.0.length: required/);
-    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'bit' }])[0]).toMatch(/tags.0.bit: required/);
-    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int32', byteOrder: 'HGFEDCBA' }])[0]).toMatch(/tags.0.byteOrder/);
-    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }, { name: 'a', table: 'holding', address: 1, datatype: 'int16' }])[0]).toMatch(/tags.1.name: "a" is already/);
-    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }], { addressBase: 1 })[0]).toMatch(/tags.0.address: must be >= 1/);
-    expect(problems([{ name: 'a', table: 'holding', address: 65_535, datatype: 'int32' }])[0]).toMatch(/beyond address 65535/);
-    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }], { id: 'a/b' })[0]).toMatch(/^id: /);
-    expect(modbusConnectorSchema.safeParse({ ...base, addressBase: undefined, tags: [{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }] }).success).toBe(false);
-    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16', roundWrites: true, writable: true }])).toEqual([
-      'tags.0.roundWrites: applies to writable integer tags with a scale or offset only',
+    expect(problems([{ name: 'a', table: 'coil', address: 0, datatype: 'int16' }])).toEqual([
+      'tags.0.datatype: a coil holds one bit: use bool',
     ]);
+    expect(problems([{ name: 'a', table: 'input', address: 0, datatype: 'int16', writable: true }])[0]).toMatch(
+      /tags.0.writable: input registers are read-only/,
+    );
+    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'string' }])[0]).toMatch(
+      /tags.0.length: required/,
+    );
+    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'bit' }])[0]).toMatch(/tags.0.bit: required/);
+    expect(
+      problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int32', byteOrder: 'HGFEDCBA' }])[0],
+    ).toMatch(/tags.0.byteOrder/);
+    expect(
+      problems([
+        { name: 'a', table: 'holding', address: 0, datatype: 'int16' },
+        { name: 'a', table: 'holding', address: 1, datatype: 'int16' },
+      ])[0],
+    ).toMatch(/tags.1.name: "a" is already/);
+    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }], { addressBase: 1 })[0]).toMatch(
+      /tags.0.address: must be >= 1/,
+    );
+    expect(problems([{ name: 'a', table: 'holding', address: 65_535, datatype: 'int32' }])[0]).toMatch(
+      /beyond address 65535/,
+    );
+    expect(problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }], { id: 'a/b' })[0]).toMatch(
+      /^id: /,
+    );
+    expect(
+      modbusConnectorSchema.safeParse({
+        ...base,
+        addressBase: undefined,
+        tags: [{ name: 'a', table: 'holding', address: 0, datatype: 'int16' }],
+      }).success,
+    ).toBe(false);
+    expect(
+      problems([{ name: 'a', table: 'holding', address: 0, datatype: 'int16', roundWrites: true, writable: true }]),
+    ).toEqual(['tags.0.roundWrites: applies to writable integer tags with a scale or offset only']);
   });
 
   it('refuses overlapping tags when one of them is writable, naming both; read-only overlaps and bits of one register pass', () => {
@@ -133,10 +173,26 @@ describe('Modbus connector config', () => {
         ],
         { addressBase: 1 },
       ),
-    ).toEqual(['tags.0.address: "code" (holding 13..14) overlaps "label" (holding 10..13); a writable tag must not share registers or bits with another tag']);
+    ).toEqual([
+      'tags.0.address: "code" (holding 13..14) overlaps "label" (holding 10..13); a writable tag must not share registers or bits with another tag',
+    ]);
     expect(problems([temperature, mode])).toEqual([]);
-    expect(problems([{ ...mode, writable: true }, { ...mode, name: 'mode-coil', table: 'coil', datatype: 'bool', writable: true }])).toEqual([]);
-    expect(problems([{ ...mode, writable: true }, { name: 'ready', table: 'holding', address: 1, datatype: 'bit', bit: 3 }])).toEqual([]);
-    expect(overlappingTags(modbusConnectorSchema.parse({ ...base, tags: [temperature, mode, { ...mode, name: 'm2', address: 2 }] }).tags)).toEqual([[0, 1]]);
+    expect(
+      problems([
+        { ...mode, writable: true },
+        { ...mode, name: 'mode-coil', table: 'coil', datatype: 'bool', writable: true },
+      ]),
+    ).toEqual([]);
+    expect(
+      problems([
+        { ...mode, writable: true },
+        { name: 'ready', table: 'holding', address: 1, datatype: 'bit', bit: 3 },
+      ]),
+    ).toEqual([]);
+    expect(
+      overlappingTags(
+        modbusConnectorSchema.parse({ ...base, tags: [temperature, mode, { ...mode, name: 'm2', address: 2 }] }).tags,
+      ),
+    ).toEqual([[0, 1]]);
   });
 });

@@ -3,7 +3,11 @@ import { decodeRegisters, encodeRegisters, EncodeError, sparkplugDatatype } from
 import type { RegisterTag } from '../../connectors/modbus/registers.js';
 import type { ByteOrder, ModbusDatatype } from '../../connectors/modbus/schema.js';
 
-const tag = (datatype: ModbusDatatype, byteOrder: ByteOrder = 'ABCD', extra: Partial<RegisterTag> = {}): RegisterTag => ({
+const tag = (
+  datatype: ModbusDatatype,
+  byteOrder: ByteOrder = 'ABCD',
+  extra: Partial<RegisterTag> = {},
+): RegisterTag => ({
   table: 'holding',
   datatype,
   byteOrder,
@@ -43,7 +47,11 @@ const IMAGES: { datatype: ModbusDatatype; value: number | bigint; images: Partia
       CDAB: [0x0708, 0x0506, 0x0304, 0x0102],
     },
   },
-  { datatype: 'int64', value: -2n, images: { ABCDEFGH: [0xffff, 0xffff, 0xffff, 0xfffe], HGFEDCBA: [0xfeff, 0xffff, 0xffff, 0xffff] } },
+  {
+    datatype: 'int64',
+    value: -2n,
+    images: { ABCDEFGH: [0xffff, 0xffff, 0xffff, 0xfffe], HGFEDCBA: [0xfeff, 0xffff, 0xffff, 0xffff] },
+  },
   {
     datatype: 'uint64',
     value: 0xfedcba9876543210n,
@@ -52,7 +60,12 @@ const IMAGES: { datatype: ModbusDatatype; value: number | bigint; images: Partia
   {
     datatype: 'float64',
     value: -1.5, // 0xBFF8000000000000
-    images: { ABCDEFGH: [0xbff8, 0, 0, 0], BADCFEHG: [0xf8bf, 0, 0, 0], GHEFCDAB: [0, 0, 0, 0xbff8], HGFEDCBA: [0, 0, 0, 0xf8bf] },
+    images: {
+      ABCDEFGH: [0xbff8, 0, 0, 0],
+      BADCFEHG: [0xf8bf, 0, 0, 0],
+      GHEFCDAB: [0, 0, 0, 0xbff8],
+      HGFEDCBA: [0, 0, 0, 0xf8bf],
+    },
   },
 ];
 
@@ -108,7 +121,9 @@ describe('Modbus register images', () => {
     expect(decodeRegisters(tag('uint16', 'ABCD', { scale: 0.1, offset: 0.05 }), [7], 0)).toBe(0.75);
     expect(decodeRegisters(tag('uint16', 'ABCD', { scale: 3 }), [7], 0)).toBe(21);
     // The refusal names the nearest value as it would read.
-    expect(() => encodeRegisters(tag('int16', 'ABCD', { scale: 0.1 }), 20.74)).toThrow('(the nearest, 207, reads as 20.7;');
+    expect(() => encodeRegisters(tag('int16', 'ABCD', { scale: 0.1 }), 20.74)).toThrow(
+      '(the nearest, 207, reads as 20.7;',
+    );
   });
 
   it('refuses a scaled value between two register values, or rounds it with roundWrites', () => {
@@ -126,8 +141,12 @@ describe('Modbus register images', () => {
 
   it('range-checks every integer register type at both ends, and NaN/Infinity', () => {
     const bounds: [ModbusDatatype, number | bigint, number | bigint][] = [
-      ['int16', -32_768, 32_767], ['uint16', 0, 65_535], ['int32', -2_147_483_648, 2_147_483_647], ['uint32', 0, 4_294_967_295],
-      ['int64', -(2n ** 63n), 2n ** 63n - 1n], ['uint64', 0n, 2n ** 64n - 1n],
+      ['int16', -32_768, 32_767],
+      ['uint16', 0, 65_535],
+      ['int32', -2_147_483_648, 2_147_483_647],
+      ['uint32', 0, 4_294_967_295],
+      ['int64', -(2n ** 63n), 2n ** 63n - 1n],
+      ['uint64', 0n, 2n ** 64n - 1n],
     ];
     for (const [datatype, min, max] of bounds) {
       const t = tag(datatype, datatype.endsWith('64') ? 'ABCDEFGH' : 'ABCD');
@@ -144,7 +163,9 @@ describe('Modbus register images', () => {
     expect(() => encodeRegisters(tag('int16'), 70_000)).toThrow('70000 is outside int16 (-32768..32767)');
     // A string register block holds 2 characters per register, no more.
     expect(encodeRegisters(tag('string', 'ABCD', { length: 2 }), 'ABCD')).toEqual([0x4142, 0x4344]);
-    expect(() => encodeRegisters(tag('string', 'ABCD', { length: 2 }), 'ABCDE')).toThrow('5 characters do not fit 2 registers');
+    expect(() => encodeRegisters(tag('string', 'ABCD', { length: 2 }), 'ABCDE')).toThrow(
+      '5 characters do not fit 2 registers',
+    );
   });
 
   it('refuses writes out of range or of the wrong type', () => {

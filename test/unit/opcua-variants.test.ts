@@ -34,7 +34,15 @@ describe('OPC UA variants', () => {
   it('carries 64-bit integers as exact bigints in both directions', () => {
     expect(variantToTagValue(scalar(BuiltInType.Int64, [0xfffffeff, 0xfffffffb]), 'Int64')).toBe(-(2n ** 40n) - 5n);
     expect(variantToTagValue(scalar(BuiltInType.UInt64, [0xffffffff, 0xffffffff]), 'UInt64')).toBe(2n ** 64n - 1n);
-    expect(variantToTagValue(array(BuiltInType.Int64, [[0, 1], [0xffffffff, 0xffffffff]]), 'Int64Array')).toEqual([1n, -1n]);
+    expect(
+      variantToTagValue(
+        array(BuiltInType.Int64, [
+          [0, 1],
+          [0xffffffff, 0xffffffff],
+        ]),
+        'Int64Array',
+      ),
+    ).toEqual([1n, -1n]);
     expect(tagValueToVariant(-1n, BuiltInType.Int64, false).value).toEqual([0xffffffff, 0xffffffff]);
     expect(tagValueToVariant(2n ** 53n + 1n, BuiltInType.UInt64, false).value).toEqual([2 ** 21, 1]);
     expect(tagValueToVariant(7, BuiltInType.Int64, false).value).toEqual([0, 7]);
@@ -70,11 +78,16 @@ describe('OPC UA variants', () => {
     expect(() => tagValueToVariant(Buffer.from('x'), BuiltInType.String, false)).toThrow(/got bytes/);
   });
 
-  it('range-checks writes against the node\'s DataType like Modbus registers: every integer type, NaN/Infinity, float32', () => {
+  it("range-checks writes against the node's DataType like Modbus registers: every integer type, NaN/Infinity, float32", () => {
     const bounds: [number, bigint, bigint][] = [
-      [BuiltInType.SByte, -128n, 127n], [BuiltInType.Byte, 0n, 255n], [BuiltInType.Int16, -32_768n, 32_767n],
-      [BuiltInType.UInt16, 0n, 65_535n], [BuiltInType.Int32, -(2n ** 31n), 2n ** 31n - 1n], [BuiltInType.UInt32, 0n, 2n ** 32n - 1n],
-      [BuiltInType.Int64, -(2n ** 63n), 2n ** 63n - 1n], [BuiltInType.UInt64, 0n, 2n ** 64n - 1n],
+      [BuiltInType.SByte, -128n, 127n],
+      [BuiltInType.Byte, 0n, 255n],
+      [BuiltInType.Int16, -32_768n, 32_767n],
+      [BuiltInType.UInt16, 0n, 65_535n],
+      [BuiltInType.Int32, -(2n ** 31n), 2n ** 31n - 1n],
+      [BuiltInType.UInt32, 0n, 2n ** 32n - 1n],
+      [BuiltInType.Int64, -(2n ** 63n), 2n ** 63n - 1n],
+      [BuiltInType.UInt64, 0n, 2n ** 64n - 1n],
     ];
     for (const [builtIn, min, max] of bounds) {
       const name = builtInTypeName(builtIn);
@@ -85,7 +98,9 @@ describe('OPC UA variants', () => {
       expect(() => tagValueToVariant(Number.NaN, builtIn, false)).toThrow(WriteTypeError);
       expect(() => tagValueToVariant(Infinity, builtIn, false)).toThrow(WriteTypeError);
     }
-    expect(() => tagValueToVariant(70_000, BuiltInType.Int16, false)).toThrow('70000 is out of range for Int16 (-32768..32767)');
+    expect(() => tagValueToVariant(70_000, BuiltInType.Int16, false)).toThrow(
+      '70000 is out of range for Int16 (-32768..32767)',
+    );
     expect(() => tagValueToVariant(1e39, BuiltInType.Float, false)).toThrow('1e+39 is out of range for Float');
     expect(tagValueToVariant(1e39, BuiltInType.Double, false).value).toBe(1e39);
     expect(tagValueToVariant(Number.NaN, BuiltInType.Float, false).value).toBeNaN();
@@ -93,7 +108,7 @@ describe('OPC UA variants', () => {
 });
 
 describe('OPC UA write read-back comparison', () => {
-  it('matches a read-back at the node\'s precision and tells a different value apart', () => {
+  it("matches a read-back at the node's precision and tells a different value apart", () => {
     expect(sameValue(0.1, Math.fround(0.1), BuiltInType.Float)).toBe(true);
     expect(sameValue(0.1, Math.fround(0.1), BuiltInType.Double)).toBe(false);
     expect(sameValue(250, 100, BuiltInType.UInt16)).toBe(false);
@@ -108,7 +123,12 @@ describe('OPC UA write read-back comparison', () => {
 });
 
 describe('OPC UA connector config', () => {
-  const base = { id: 'press-2', type: 'opcua', endpoint: 'opc.tcp://10.0.0.30:4840', tags: [{ name: 't', nodeId: 'ns=3;s=Line4.Press.Temperature', datatype: 'Double' }] };
+  const base = {
+    id: 'press-2',
+    type: 'opcua',
+    endpoint: 'opc.tcp://10.0.0.30:4840',
+    tags: [{ name: 't', nodeId: 'ns=3;s=Line4.Press.Temperature', datatype: 'Double' }],
+  };
   const problems = (input: unknown) => {
     const result = opcuaConnectorSchema.safeParse(input);
     return result.success ? [] : result.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
@@ -117,15 +137,38 @@ describe('OPC UA connector config', () => {
   it('fills in defaults: no security, anonymous, Basic256Sha256 once secured', () => {
     const config = opcuaConnectorSchema.parse(base);
     expect(config).toMatchObject({ securityMode: 'None', securityPolicy: 'None', user: { type: 'anonymous' } });
-    expect(config.subscription).toEqual({ publishingIntervalMs: 1000, keepAliveCount: 10, lifetimeCount: 60, maxNotificationsPerPublish: 0, priority: 0 });
-    expect(config.tags[0]).toMatchObject({ queueSize: 1, discardOldest: true, trigger: 'status-value', writable: false });
-    expect(opcuaConnectorSchema.parse({ ...base, securityMode: 'SignAndEncrypt' }).securityPolicy).toBe('Basic256Sha256');
+    expect(config.subscription).toEqual({
+      publishingIntervalMs: 1000,
+      keepAliveCount: 10,
+      lifetimeCount: 60,
+      maxNotificationsPerPublish: 0,
+      priority: 0,
+    });
+    expect(config.tags[0]).toMatchObject({
+      queueSize: 1,
+      discardOldest: true,
+      trigger: 'status-value',
+      writable: false,
+    });
+    expect(opcuaConnectorSchema.parse({ ...base, securityMode: 'SignAndEncrypt' }).securityPolicy).toBe(
+      'Basic256Sha256',
+    );
   });
 
   it('accepts every NodeId form and browse paths', () => {
-    const ids = ['i=2258', 'ns=2;i=1001', 'ns=3;s=Line4.Press.Temperature', 'ns=2;g=09087e75-8e5e-499b-954f-f2a9603db28a', 'ns=2;b=M/RbKBsRVkePCePcx24oRA==', 'nsu=urn:acme:plc;s=Press.T'];
-    for (const nodeId of ids) expect(problems({ ...base, tags: [{ name: 't', nodeId, datatype: 'Double' }] }), nodeId).toEqual([]);
-    expect(problems({ ...base, tags: [{ name: 't', browsePath: '/Objects/3:Line4/3:Press', datatype: 'Double' }] })).toEqual([]);
+    const ids = [
+      'i=2258',
+      'ns=2;i=1001',
+      'ns=3;s=Line4.Press.Temperature',
+      'ns=2;g=09087e75-8e5e-499b-954f-f2a9603db28a',
+      'ns=2;b=M/RbKBsRVkePCePcx24oRA==',
+      'nsu=urn:acme:plc;s=Press.T',
+    ];
+    for (const nodeId of ids)
+      expect(problems({ ...base, tags: [{ name: 't', nodeId, datatype: 'Double' }] }), nodeId).toEqual([]);
+    expect(
+      problems({ ...base, tags: [{ name: 't', browsePath: '/Objects/3:Line4/3:Press', datatype: 'Double' }] }),
+    ).toEqual([]);
   });
 
   it('reports every mistake at once, on the key that is wrong', () => {
@@ -162,6 +205,8 @@ describe('OPC UA connector config', () => {
     expect(problems({ ...base, securityMode: 'Sign', securityPolicy: 'Basic128Rsa15' })).toEqual([
       'securityPolicy: Basic128Rsa15 is deprecated (SHA-1); set allowDeprecatedPolicies: true to use it anyway',
     ]);
-    expect(problems({ ...base, tags: [base.tags[0], base.tags[0]] })).toEqual(['tags.1.name: "t" is already the name of tags.0']);
+    expect(problems({ ...base, tags: [base.tags[0], base.tags[0]] })).toEqual([
+      'tags.1.name: "t" is already the name of tags.0',
+    ]);
   });
 });

@@ -18,8 +18,6 @@ import { createMemoryStore } from '../../src/store/memory.js';
 import { recordingLogger, type LoggedError } from '../helpers/logger.js';
 import { seededRandom } from '../helpers/random.js';
 
-
-
 class FakeTransport implements Transport {
   readonly remoteAddress = '127.0.0.1';
   bufferedBytes = 0;
@@ -67,12 +65,28 @@ const LIMITS: ServerLimits = {
 
 function context(errors: LoggedError[]): ConnectionContext {
   const log = recordingLogger(errors);
-  const broker = new Broker({ limits: { maxInflight: 4, maxQueuedMessages: 16, maxQueuedBytes: 0 }, store: createMemoryStore(), log });
-  return { broker, auth: new FileAuth(undefined, undefined), limits: LIMITS, log, flusher: new WriteFlusher(), clients: new Map() };
+  const broker = new Broker({
+    limits: { maxInflight: 4, maxQueuedMessages: 16, maxQueuedBytes: 0 },
+    store: createMemoryStore(),
+    log,
+  });
+  return {
+    broker,
+    auth: new FileAuth(undefined, undefined),
+    limits: LIMITS,
+    log,
+    flusher: new WriteFlusher(),
+    clients: new Map(),
+  };
 }
 
 /** The listener every fuzzed connection comes in on: its counts show that all of them closed. */
-const fuzzListener: ListenerPolicy = { allowAnonymous: true, identityIsUsername: false, connections: 0, pending: new PendingConnections(1000, 100) };
+const fuzzListener: ListenerPolicy = {
+  allowAnonymous: true,
+  identityIsUsername: false,
+  connections: 0,
+  pending: new PendingConnections(1000, 100),
+};
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
@@ -83,7 +97,14 @@ function corpus(version: 4 | 5): Buffer[] {
     { cmd: 'publish', topic: 'fuzz/a', payload: Buffer.from('hello'), qos: 0, dup: false, retain: false },
     { cmd: 'publish', topic: 'fuzz/b/c', payload: Buffer.alloc(40, 7), qos: 1, messageId: 1, dup: false, retain: true },
     { cmd: 'publish', topic: 'fuzz/q2', payload: Buffer.from('x'), qos: 2, messageId: 2, dup: false, retain: false },
-    { cmd: 'subscribe', messageId: 3, subscriptions: [{ topic: 'fuzz/#', qos: 2 }, { topic: '$share/g/fuzz/+', qos: 1 }] },
+    {
+      cmd: 'subscribe',
+      messageId: 3,
+      subscriptions: [
+        { topic: 'fuzz/#', qos: 2 },
+        { topic: '$share/g/fuzz/+', qos: 1 },
+      ],
+    },
     { cmd: 'unsubscribe', messageId: 4, unsubscriptions: ['fuzz/#'] },
     { cmd: 'puback', messageId: 1 },
     { cmd: 'pubrec', messageId: 2 },
@@ -112,8 +133,21 @@ function corpus(version: 4 | 5): Buffer[] {
           contentType: 'text/plain',
         },
       },
-      { cmd: 'publish', topic: '', payload: Buffer.from('alias'), qos: 0, dup: false, retain: false, properties: { topicAlias: 2 } },
-      { cmd: 'subscribe', messageId: 6, subscriptions: [{ topic: 'fuzz/+', qos: 1, nl: true, rap: true, rh: 1 }], properties: { subscriptionIdentifier: 42 } },
+      {
+        cmd: 'publish',
+        topic: '',
+        payload: Buffer.from('alias'),
+        qos: 0,
+        dup: false,
+        retain: false,
+        properties: { topicAlias: 2 },
+      },
+      {
+        cmd: 'subscribe',
+        messageId: 6,
+        subscriptions: [{ topic: 'fuzz/+', qos: 1, nl: true, rap: true, rh: 1 }],
+        properties: { subscriptionIdentifier: 42 },
+      },
       { cmd: 'auth', reasonCode: 0x18, properties: { authenticationMethod: 'x' } },
       { cmd: 'disconnect', reasonCode: 0x04, properties: { sessionExpiryInterval: 0 } },
     );
@@ -144,7 +178,8 @@ function mutate(bytes: Buffer, random: () => number): Buffer {
   switch (Math.floor(random() * 6)) {
     case 0: {
       // Flip a few bits anywhere, fixed header included.
-      for (let i = 0, n = 1 + Math.floor(random() * 3); i < n; i++) out[Math.floor(random() * out.length)] ^= 1 << Math.floor(random() * 8);
+      for (let i = 0, n = 1 + Math.floor(random() * 3); i < n; i++)
+        out[Math.floor(random() * out.length)] ^= 1 << Math.floor(random() * 8);
       return out;
     }
     case 1:
@@ -167,7 +202,7 @@ function mutate(bytes: Buffer, random: () => number): Buffer {
 
 function chunks(bytes: Buffer, random: () => number): Buffer[] {
   const out: Buffer[] = [];
-  for (let i = 0; i < bytes.length; ) {
+  for (let i = 0; i < bytes.length;) {
     const n = 1 + Math.floor(random() * Math.min(64, bytes.length - i));
     out.push(bytes.subarray(i, i + n));
     i += n;
@@ -182,7 +217,8 @@ async function runCase(ctx: ConnectionContext, seed: number): Promise<void> {
   const parts: Buffer[] = [];
   const connect = connectBytes(version, `fuzz-${seed}`);
   parts.push(random() < 0.15 ? mutate(connect, random) : connect);
-  if (random() < 0.1) parts.push(Buffer.from(Array.from({ length: Math.floor(random() * 200) }, () => Math.floor(random() * 256))));
+  if (random() < 0.1)
+    parts.push(Buffer.from(Array.from({ length: Math.floor(random() * 200) }, () => Math.floor(random() * 256))));
   for (let i = 0, n = 1 + Math.floor(random() * 10); i < n; i++) {
     const base = seeds[Math.floor(random() * seeds.length)];
     parts.push(random() < 0.5 ? mutate(base, random) : base);
@@ -207,39 +243,67 @@ async function runCase(ctx: ConnectionContext, seed: number): Promise<void> {
 const CASES = Number(process.env.FUZZ_CASES ?? 3000);
 
 describe('Connection under fuzzed input', () => {
-  it(`survives ${CASES} seeded cases of mutated packets and random bytes without an exception or a handler failure (0x83), and keeps routing [docs/reliability.md#bad-input-rules]`, async () => {
-    const errors: LoggedError[] = [];
-    const ctx = context(errors);
-    const failures: string[] = [];
-    for (let seed = 1; seed <= CASES; seed++) {
-      try {
-        await runCase(ctx, seed);
-      } catch (err) {
-        failures.push(`seed ${seed}: ${(err as Error).stack ?? String(err)}`);
+  it(
+    `survives ${CASES} seeded cases of mutated packets and random bytes without an exception or a handler failure (0x83), and keeps routing [docs/reliability.md#bad-input-rules]`,
+    async () => {
+      const errors: LoggedError[] = [];
+      const ctx = context(errors);
+      const failures: string[] = [];
+      for (let seed = 1; seed <= CASES; seed++) {
+        try {
+          await runCase(ctx, seed);
+        } catch (err) {
+          failures.push(`seed ${seed}: ${(err as Error).stack ?? String(err)}`);
+        }
+        if (errors.length > 0) {
+          const what = errors.map(
+            ({ obj, msg }) => `${msg}: ${(obj.err as Error | undefined)?.stack ?? JSON.stringify(obj)}`,
+          );
+          failures.push(`seed ${seed}: logged at error/fatal: ${what.join('; ')}`);
+          errors.length = 0;
+        }
+        if (failures.length >= 5) break;
       }
-      if (errors.length > 0) {
-        const what = errors.map(({ obj, msg }) => `${msg}: ${(obj.err as Error | undefined)?.stack ?? JSON.stringify(obj)}`);
-        failures.push(`seed ${seed}: logged at error/fatal: ${what.join('; ')}`);
-        errors.length = 0;
-      }
-      if (failures.length >= 5) break;
-    }
-    expect(failures).toEqual([]);
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- absent until the first such disconnect
-    expect(ctx.broker.stats.disconnects.implementation_specific_error ?? 0).toBe(0);
-    // Every fuzzed connection is gone, and a well-behaved client still gets its messages.
-    expect(fuzzListener.connections).toBe(0);
-    expect(fuzzListener.pending.size).toBe(0);
-    expect(ctx.clients.size).toBe(0);
-    const got: string[] = [];
-    const unsubscribe = ctx.broker.subscribe('after/#', { qos: 0, origin: 'checker' }, (msg) => void got.push(msg.payload.toString()));
-    const transport = new FakeTransport();
-    new Connection(transport, ctx, { allowAnonymous: true, identityIsUsername: false, connections: 0, pending: new PendingConnections(1000, 100) });
-    transport.feed(connectBytes(4, 'after-fuzz'));
-    await turn();
-    transport.feed(mqttPacket.generate({ cmd: 'publish', topic: 'after/x', payload: Buffer.from('ok'), qos: 1, messageId: 1, dup: false, retain: false }, { protocolVersion: 4 }));
-    await turn();
-    unsubscribe();
-    expect(got).toEqual(['ok']);
-  }, Math.max(60_000, CASES * 20));
+      expect(failures).toEqual([]);
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- absent until the first such disconnect
+      expect(ctx.broker.stats.disconnects.implementation_specific_error ?? 0).toBe(0);
+      // Every fuzzed connection is gone, and a well-behaved client still gets its messages.
+      expect(fuzzListener.connections).toBe(0);
+      expect(fuzzListener.pending.size).toBe(0);
+      expect(ctx.clients.size).toBe(0);
+      const got: string[] = [];
+      const unsubscribe = ctx.broker.subscribe(
+        'after/#',
+        { qos: 0, origin: 'checker' },
+        (msg) => void got.push(msg.payload.toString()),
+      );
+      const transport = new FakeTransport();
+      new Connection(transport, ctx, {
+        allowAnonymous: true,
+        identityIsUsername: false,
+        connections: 0,
+        pending: new PendingConnections(1000, 100),
+      });
+      transport.feed(connectBytes(4, 'after-fuzz'));
+      await turn();
+      transport.feed(
+        mqttPacket.generate(
+          {
+            cmd: 'publish',
+            topic: 'after/x',
+            payload: Buffer.from('ok'),
+            qos: 1,
+            messageId: 1,
+            dup: false,
+            retain: false,
+          },
+          { protocolVersion: 4 },
+        ),
+      );
+      await turn();
+      unsubscribe();
+      expect(got).toEqual(['ok']);
+    },
+    Math.max(60_000, CASES * 20),
+  );
 });

@@ -43,7 +43,8 @@ describe('Mosquitto password files', () => {
   });
 
   it('verifies the legacy $6$ format (salted SHA-512)', async () => {
-    const line = 'alice:$6$IycKO8PZOBxcNN5n$IkGphdbgt0dW5w1d6GdyTiOIW6SmtpiwQlFPiJ41XQLqLfhxTawZjgAArf34tc0ojf0+9wEE7RgcqYjW8XgTyg==';
+    const line =
+      'alice:$6$IycKO8PZOBxcNN5n$IkGphdbgt0dW5w1d6GdyTiOIW6SmtpiwQlFPiJ41XQLqLfhxTawZjgAArf34tc0ojf0+9wEE7RgcqYjW8XgTyg==';
     const { file, problems } = PasswordFile.parse(line);
     expect(problems).toEqual([]);
     expect(file.has('alice')).toBe(true);
@@ -51,7 +52,9 @@ describe('Mosquitto password files', () => {
   });
 
   it('never turns a malformed or blank line into a user without a password (CVE-2018-12551)', async () => {
-    const { file, problems } = PasswordFile.parse('\n   \n# comment\nnocolon\neve:\nmallory:$7$101$$\ntrent:plaintext\n');
+    const { file, problems } = PasswordFile.parse(
+      '\n   \n# comment\nnocolon\neve:\nmallory:$7$101$$\ntrent:plaintext\n',
+    );
     expect(file.size).toBe(0);
     expect(problems.map((p) => p.line)).toEqual([4, 5, 6, 7]);
     expect(await file.verify('eve', Buffer.from(''))).toBe(false);

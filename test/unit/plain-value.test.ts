@@ -42,8 +42,12 @@ describe('plain JSON values', () => {
 
   it('refuses what does not fit, never rounding or narrowing it', () => {
     expect(checked('Int16', '70000')).toEqual({ why: '70000 is outside Int16 (-32768..32767)' });
-    expect(checked('Int32', '"99999999999999999999"')).toEqual({ why: '99999999999999999999 is outside Int32 (-2147483648..2147483647)' });
-    expect(checked('Int64', '9007199254740993')).toEqual({ why: '9007199254740992 is beyond 2^53 and was rounded by JSON: send it as a string of digits' });
+    expect(checked('Int32', '"99999999999999999999"')).toEqual({
+      why: '99999999999999999999 is outside Int32 (-2147483648..2147483647)',
+    });
+    expect(checked('Int64', '9007199254740993')).toEqual({
+      why: '9007199254740992 is beyond 2^53 and was rounded by JSON: send it as a string of digits',
+    });
     expect(checked('Int16', '1.5')).toEqual({ why: '1.5 is not an integer (Int16)' });
     expect(checked('Boolean', '"true"')).toEqual({ why: 'wrong type: Boolean expected' });
     expect(checked('Double', '[1]')).toEqual({ why: 'wrong type: Double expected' });

@@ -67,8 +67,14 @@ describe('planReload', () => {
   });
 
   it('swaps connectors by id on the running edge node; the sparkplug section itself waits for a restart', () => {
-    const old = config({ sparkplug: { groupId: 'g', edgeNodeId: 'n' }, connectors: [modbus('keep'), modbus('edit'), modbus('gone')] });
-    const next = config({ sparkplug: { groupId: 'g', edgeNodeId: 'n', rebirthDebounceMs: 5000 }, connectors: [modbus('keep'), modbus('edit', 7), modbus('new')] });
+    const old = config({
+      sparkplug: { groupId: 'g', edgeNodeId: 'n' },
+      connectors: [modbus('keep'), modbus('edit'), modbus('gone')],
+    });
+    const next = config({
+      sparkplug: { groupId: 'g', edgeNodeId: 'n', rebirthDebounceMs: 5000 },
+      connectors: [modbus('keep'), modbus('edit', 7), modbus('new')],
+    });
     const plan = planReload(old, next);
     expect(ids(plan.connectors.add)).toEqual(['new']);
     expect(ids(plan.connectors.change)).toEqual(['edit']);
@@ -99,7 +105,15 @@ describe('planReload', () => {
       log: { level: 'debug', format: 'pretty', auditFile: '/tmp/audit.log' },
     });
     const plan = planReload(old, next);
-    expect(plan.needsRestart).toEqual(['listeners', 'broker', 'storage', 'metrics', 'gateway', 'log.format', 'log.auditFile']);
+    expect(plan.needsRestart).toEqual([
+      'listeners',
+      'broker',
+      'storage',
+      'metrics',
+      'gateway',
+      'log.format',
+      'log.auditFile',
+    ]);
     expect(plan.inForce.gateway).toEqual(old.gateway); // the id in the running bridges' message ids
     expect(plan.inForce.listeners).toEqual(old.listeners);
     expect(plan.inForce.broker).toEqual(old.broker);

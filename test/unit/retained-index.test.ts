@@ -22,7 +22,10 @@ function index(limits = { maxMessages: 1000, maxBytes: 1 << 20 }): RetainedIndex
 }
 
 function matches(idx: RetainedIndex, filter: string): string[] {
-  return [...idx.matching(filter)].filter((m) => m !== undefined).map((m) => m!.topic).sort();
+  return [...idx.matching(filter)]
+    .filter((m) => m !== undefined)
+    .map((m) => m!.topic)
+    .sort();
 }
 
 describe('RetainedIndex', () => {
@@ -77,7 +80,11 @@ describe('RetainedIndex', () => {
   });
 
   it('walks only the levels a filter names, and reports progress on long wildcard walks', () => {
-    const idx = new RetainedIndex(createMemoryStore().retained, { maxMessages: 100_000, maxBytes: 1 << 30 }, silentLogger);
+    const idx = new RetainedIndex(
+      createMemoryStore().retained,
+      { maxMessages: 100_000, maxBytes: 1 << 30 },
+      silentLogger,
+    );
     for (let i = 0; i < 10_000; i++) void idx.set(retained(`r/${i}/x`));
     // A filter whose levels exist only in part: no step over the 10,000 children of `r`.
     expect([...idx.matching('r/5/y')]).toEqual([]);

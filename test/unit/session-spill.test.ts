@@ -34,10 +34,17 @@ const WINDOW = 1000;
 const PAYLOAD_BYTES = 20_000;
 const SUBSCRIPTION_ID = 5;
 
-async function open(dir: string, window: Partial<SessionLimits> = { maxQueuedInMemory: WINDOW }): Promise<{ broker: Broker; store: Store }> {
+async function open(
+  dir: string,
+  window: Partial<SessionLimits> = { maxQueuedInMemory: WINDOW },
+): Promise<{ broker: Broker; store: Store }> {
   const store = await openLmdbStore({ path: dir, sync: 'relaxed', maxBytes: 0, log: silentLogger });
   stores.push(store);
-  const broker = new Broker({ limits: { maxInflight: 20, maxQueuedMessages: 0, maxQueuedBytes: 0, ...window }, store, log: silentLogger });
+  const broker = new Broker({
+    limits: { maxInflight: 20, maxQueuedMessages: 0, maxQueuedBytes: 0, ...window },
+    store,
+    log: silentLogger,
+  });
   brokers.push(broker);
   return { broker, store };
 }
@@ -54,7 +61,9 @@ async function publishRange(broker: Broker, from: number, to: number): Promise<W
       const payload = Buffer.alloc(PAYLOAD_BYTES);
       payload.writeUInt32BE(i);
       refs.push(new WeakRef(payload));
-      batch.push(broker.publish(createMessage({ topic: `plant/${i % 3}`, payload, qos: (1 + (i % 2)) as QoS, origin: 'plc' })));
+      batch.push(
+        broker.publish(createMessage({ topic: `plant/${i % 3}`, payload, qos: (1 + (i % 2)) as QoS, origin: 'plc' })),
+      );
     }
     await Promise.all(batch);
   }
@@ -98,7 +107,14 @@ function attachClient(session: Session): { numbers: number[]; ids: (readonly num
 
 function subscribe(broker: Broker, clientId: string): Session {
   const { session } = broker.openSession(clientId, null, false, 3600);
-  const record = { filter: 'plant/#', qos: 2 as QoS, noLocal: false, retainAsPublished: false, retainHandling: 0 as const, subscriptionId: SUBSCRIPTION_ID };
+  const record = {
+    filter: 'plant/#',
+    qos: 2 as QoS,
+    noLocal: false,
+    retainAsPublished: false,
+    retainHandling: 0 as const,
+    subscriptionId: SUBSCRIPTION_ID,
+  };
   void broker.persistSubscriptions(session, [record]);
   broker.subscribeSession(session, record);
   broker.sessionDisconnected(session);
@@ -121,7 +137,9 @@ describe('persistent session queue beyond its memory window', () => {
     // Live traffic while the stored part is read back goes behind it.
     await waitFor(() => got.numbers.length >= WINDOW / 2, 10_000);
     await publishRange(broker, total, total + 200);
-    await waitFor(() => got.numbers.length >= total + 200, 20_000, { message: () => `${got.numbers.length}/${total + 200}` });
+    await waitFor(() => got.numbers.length >= total + 200, 20_000, {
+      message: () => `${got.numbers.length}/${total + 200}`,
+    });
     expect(got.numbers).toEqual(range(0, total + 200));
     // Read back from the store, the subscription identifier is that of the matching subscription [MQTT-3.3.4-3].
     expect(got.ids.every((ids) => ids?.[0] === SUBSCRIPTION_ID)).toBe(true);
@@ -130,7 +148,10 @@ describe('persistent session queue beyond its memory window', () => {
 
   it('bounds the window by payload bytes too (broker.maxQueuedBytesInMemory): large payloads spill sooner', async () => {
     const inMemory = 150;
-    const { broker } = await open(d.tempDir(), { maxQueuedInMemory: 0, maxQueuedBytesInMemory: inMemory * PAYLOAD_BYTES });
+    const { broker } = await open(d.tempDir(), {
+      maxQueuedInMemory: 0,
+      maxQueuedBytesInMemory: inMemory * PAYLOAD_BYTES,
+    });
     const session = subscribe(broker, 'historian');
     const total = 1000;
     const payloads = await publishRange(broker, 0, total);

@@ -45,8 +45,21 @@ afterEach(async () => {
 });
 
 function setup(
-  options: { config?: Partial<SparkplugConfig>; connectors?: FakeConnector[]; profiles?: ReadonlyMap<string, string>; dir?: string } = {},
-): { node: EdgeNode; broker: RecordingBroker; press: FakeConnector; logs: LogLine[]; dir: string; decoder: Decoder; decoded: () => ReturnType<Decoder['decode']>[] } {
+  options: {
+    config?: Partial<SparkplugConfig>;
+    connectors?: FakeConnector[];
+    profiles?: ReadonlyMap<string, string>;
+    dir?: string;
+  } = {},
+): {
+  node: EdgeNode;
+  broker: RecordingBroker;
+  press: FakeConnector;
+  logs: LogLine[];
+  dir: string;
+  decoder: Decoder;
+  decoded: () => ReturnType<Decoder['decode']>[];
+} {
   const dir = options.dir ?? tempDir('edgeferry-sp-');
   if (!options.dir) dirs.push(dir);
   const broker = new RecordingBroker();
@@ -67,7 +80,14 @@ function setup(
     deathTimeoutMs: 200,
     ...options.config,
   });
-  const node = new EdgeNode({ config, broker, connectors: options.connectors ?? [press], profiles: options.profiles, stateDir: dir, log: captureLogger(logs) });
+  const node = new EdgeNode({
+    config,
+    broker,
+    connectors: options.connectors ?? [press],
+    profiles: options.profiles,
+    stateDir: dir,
+    log: captureLogger(logs),
+  });
   nodes.push(node);
   const decoder = new Decoder();
   let seen = 0;
@@ -120,7 +140,9 @@ describe('Sparkplug edge node: births, data, deaths', () => {
     press.emit({ temperature: 20.6, count: 2, setpoint: 5, big: 0n }, 3000);
     const last = decoded().at(-1);
     expect(kinds([last as never])).toEqual(['DDATA:press-1#3']);
-    expect(last?.payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.name, m.datatype])).toEqual([
+    expect(
+      last?.payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.name, m.datatype]),
+    ).toEqual([
       ['temperature', 20.6, 3000, undefined, undefined],
       ['count', 2, 3000, undefined, undefined],
     ]);
@@ -155,7 +177,11 @@ describe('Sparkplug edge node: births, data, deaths', () => {
     press.emit({ temperature: 19.5 });
     press.emit({ temperature: { value: 0, quality: 'bad' } });
     const data = decoded().filter((m) => m.type === 'DDATA');
-    expect(data.map((m) => m.payload.metrics.map((x) => [x.value, x.quality]))).toEqual([[[19.5, 64]], [[19.5, 192]], [[null, 0]]]);
+    expect(data.map((m) => m.payload.metrics.map((x) => [x.value, x.quality]))).toEqual([
+      [[19.5, 64]],
+      [[19.5, 192]],
+      [[null, 0]],
+    ]);
   });
 
   it('publishes DDEATH when a device is lost, restarts it with backoff and sends DBIRTH again before its data', async () => {
@@ -195,7 +221,9 @@ describe('Sparkplug edge node: births, data, deaths', () => {
     broker.inject('spBv1.0/plant1/NCMD/line4-gw', rebirth);
     const msgs = decoded();
     expect(kinds(msgs).slice(-3)).toEqual(['DDATA:press-1#3', 'NBIRTH#0', 'DBIRTH:press-1#1']);
-    const bdSeqs = msgs.filter((m) => m.type === 'NBIRTH').map((m) => m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
+    const bdSeqs = msgs
+      .filter((m) => m.type === 'NBIRTH')
+      .map((m) => m.payload.metrics.find((x) => x.name === 'bdSeq')?.value);
     expect(bdSeqs).toEqual([0n, 0n]);
     expect(msgs.at(-1)?.payload.metrics.find((m) => m.name === 'count')?.value).toBe(2);
     expect(node.stats.rebirths).toBe(1);
@@ -208,7 +236,10 @@ describe('Sparkplug edge node: DCMD', () => {
     await node.start();
     press.emit({ temperature: 20, count: 1, setpoint: 1, big: 0n });
     const alias = decoded()[1].payload.metrics.find((m) => m.name === 'big')?.alias;
-    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ name: 'setpoint', datatype: 'Float', value: 12.5 }]));
+    broker.inject(
+      'spBv1.0/plant1/DCMD/line4-gw/press-1',
+      command([{ name: 'setpoint', datatype: 'Float', value: 12.5 }]),
+    );
     broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ alias, valueType: 'Int64', value: -5n }]));
     await waitFor(() => node.stats.writesOk === 2, 1000);
     expect(press.writes).toEqual([
@@ -234,7 +265,9 @@ describe('Sparkplug edge node: DCMD', () => {
       { tag: 'big', value: 7n },
     ]);
     const why = `${MAX_QUEUED_WRITES_PER_TAG} writes to this tag are already waiting`;
-    expect(logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.metric, l.fields.value, l.fields.why])).toEqual([
+    expect(
+      logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.metric, l.fields.value, l.fields.why]),
+    ).toEqual([
       ['setpoint', '101', why],
       ['setpoint', '102', why],
     ]);
@@ -257,7 +290,9 @@ describe('Sparkplug edge node: DCMD', () => {
     dcmd([{ name: 'setpoint', datatype: 'Float', value: 1 }], 'press-9');
     broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', Buffer.from('not protobuf at all'), { origin: 'scada-1' });
     expect(press.writes).toEqual([]);
-    const refused = logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.who, l.fields.metric, l.fields.why]);
+    const refused = logs
+      .filter((l) => l.msg === 'command refused')
+      .map((l) => [l.fields.who, l.fields.metric, l.fields.why]);
     expect(refused.slice(0, 5)).toEqual([
       ['scada-1', 'nope', 'unknown metric'],
       ['scada-1', 'count', 'read-only metric'],
@@ -270,12 +305,16 @@ describe('Sparkplug edge node: DCMD', () => {
     expect(kinds(decoded()).at(-1)).toMatch(/^DDATA:press-1/);
   });
 
-  it('on a Template instance\'s device, writes the instance\'s members (by its alias) and refuses its tags as plain metrics, another template, a read-only or out-of-range member [tck-id-payloads-template-instance-members]', async () => {
+  it("on a Template instance's device, writes the instance's members (by its alias) and refuses its tags as plain metrics, another template, a read-only or out-of-range member [tck-id-payloads-template-instance-members]", async () => {
     const gauge = new FakeConnector('press-1', [
       { name: 'setpoint', datatype: 'Int16', writable: true },
       { name: 'count', datatype: 'UInt32' },
     ]);
-    const { node, broker, logs, decoded } = setup({ connectors: [gauge], profiles: new Map([['press-1', 'press']]), config: { templates: true } });
+    const { node, broker, logs, decoded } = setup({
+      connectors: [gauge],
+      profiles: new Map([['press-1', 'press']]),
+      config: { templates: true },
+    });
     await node.start();
     gauge.emit({ setpoint: 5, count: 1 });
     const alias = decoded()[1].payload.metrics[0].alias;
@@ -288,8 +327,19 @@ describe('Sparkplug edge node: DCMD', () => {
       broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command(metrics), { origin: 'scada-1' });
     dcmd([{ name: 'setpoint', datatype: 'Int16', value: 7 }]);
     dcmd([instance('oven', [{ name: 'setpoint', datatype: 'Int16', value: 7 }])]);
-    dcmd([instance('press', [{ name: 'count', datatype: 'UInt32', value: 2 }, { name: 'setpoint', datatype: 'Int16', value: 70_000 }])]);
-    dcmd([{ alias, valueType: 'Template', template: { isDefinition: false, ref: 'press', members: [{ name: 'setpoint', datatype: 'Int16', value: -9 }] } }]);
+    dcmd([
+      instance('press', [
+        { name: 'count', datatype: 'UInt32', value: 2 },
+        { name: 'setpoint', datatype: 'Int16', value: 70_000 },
+      ]),
+    ]);
+    dcmd([
+      {
+        alias,
+        valueType: 'Template',
+        template: { isDefinition: false, ref: 'press', members: [{ name: 'setpoint', datatype: 'Int16', value: -9 }] },
+      },
+    ]);
     await waitFor(() => node.stats.writesOk === 1, 1000);
     expect(gauge.writes).toEqual([{ tag: 'setpoint', value: -9 }]);
     expect(logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.metric, l.fields.why])).toEqual([
@@ -300,10 +350,12 @@ describe('Sparkplug edge node: DCMD', () => {
     ]);
     // The read-back goes out as the instance with that member.
     const ddata = decoded().at(-1)!;
-    expect(ddata.payload.metrics.map((m) => [m.alias, m.template?.members.map((x) => [x.name, x.value])])).toEqual([[alias, [['setpoint', -9]]]]);
+    expect(ddata.payload.metrics.map((m) => [m.alias, m.template?.members.map((x) => [x.name, x.value])])).toEqual([
+      [alias, [['setpoint', -9]]],
+    ]);
   });
 
-  it('refuses a value outside the metric\'s datatype, and one the connector finds does not fit the device, with a command refused line and no write', async () => {
+  it("refuses a value outside the metric's datatype, and one the connector finds does not fit the device, with a command refused line and no write", async () => {
     const gauge = new FakeConnector('press-1', [
       { name: 'setpoint', datatype: 'Int16', writable: true },
       { name: 'speed', datatype: 'Double', writable: true },
@@ -317,10 +369,16 @@ describe('Sparkplug edge node: DCMD', () => {
     dcmd([{ name: 'setpoint', datatype: 'Int16', value: 70_000 }]);
     dcmd([{ name: 'setpoint', datatype: 'Int16', value: -32_769 }]);
     expect(gauge.writes).toEqual([]);
-    gauge.writeError = new ValueRefusedError('press-1', 'speed', '21.55 is no exact int16 register value with scale 0.1 and offset 0');
+    gauge.writeError = new ValueRefusedError(
+      'press-1',
+      'speed',
+      '21.55 is no exact int16 register value with scale 0.1 and offset 0',
+    );
     dcmd([{ name: 'speed', datatype: 'Double', value: 21.55 }]);
     await waitFor(() => logs.filter((l) => l.msg === 'command refused').length === 3, 1000);
-    const refused = logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.metric, l.fields.value, l.fields.why]);
+    const refused = logs
+      .filter((l) => l.msg === 'command refused')
+      .map((l) => [l.fields.metric, l.fields.value, l.fields.why]);
     expect(refused).toEqual([
       ['setpoint', '70000', '70000 is outside Int16 (-32768..32767)'],
       ['setpoint', '-32769', '-32769 is outside Int16 (-32768..32767)'],
@@ -335,8 +393,13 @@ describe('Sparkplug edge node: DCMD', () => {
     await node.start();
     oven.emit({ setpoint: 20 });
     const dcmd = (value: number) =>
-      broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ name: 'setpoint', datatype: 'Float', value }]), { origin: 'scada-1' });
-    const ddata = () => decoded().filter((m) => m.type === 'DDATA').map((m) => m.payload.metrics[0].value);
+      broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ name: 'setpoint', datatype: 'Float', value }]), {
+        origin: 'scada-1',
+      });
+    const ddata = () =>
+      decoded()
+        .filter((m) => m.type === 'DDATA')
+        .map((m) => m.payload.metrics[0].value);
     // Inside the deadband (5), but a host waits for the confirmation of its own write.
     dcmd(21);
     await waitFor(() => ddata().length === 1, 1000);
@@ -346,7 +409,9 @@ describe('Sparkplug edge node: DCMD', () => {
     dcmd(250);
     await waitFor(() => ddata().length === 2, 1000);
     expect(ddata()).toEqual([21, 100]);
-    const audit = logs.filter((l) => l.msg.startsWith('DCMD write')).map((l) => [l.level, l.msg, l.fields.value, l.fields.readBack]);
+    const audit = logs
+      .filter((l) => l.msg.startsWith('DCMD write'))
+      .map((l) => [l.level, l.msg, l.fields.value, l.fields.readBack]);
     expect(audit).toEqual([
       ['info', 'DCMD write done', '21', '21'],
       ['warn', 'DCMD write accepted, but the device reads back another value', '250', '100'],
@@ -362,7 +427,11 @@ describe('Sparkplug edge node: DCMD', () => {
     await node.start();
     press.emit({ temperature: 20 });
     press.writeError = new Error('Modbus exception 2');
-    broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', command([{ name: 'setpoint', datatype: 'Float', value: 3 }]), { origin: 'scada-1' });
+    broker.inject(
+      'spBv1.0/plant1/DCMD/line4-gw/press-1',
+      command([{ name: 'setpoint', datatype: 'Float', value: 3 }]),
+      { origin: 'scada-1' },
+    );
     await waitFor(() => logs.some((l) => l.msg === 'DCMD write failed'), 1000);
     expect(node.stats.writesFailed).toBe(1);
   });
@@ -370,7 +439,8 @@ describe('Sparkplug edge node: DCMD', () => {
 
 describe('Sparkplug edge node: commands only to a born node, never retained', () => {
   const setpoint = command([{ name: 'setpoint', datatype: 'Float', value: 12.5 }]);
-  const refusals = (logs: LogLine[]) => logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.who, l.fields.topic, l.fields.why]);
+  const refusals = (logs: LogLine[]) =>
+    logs.filter((l) => l.msg === 'command refused').map((l) => [l.fields.who, l.fields.topic, l.fields.why]);
 
   it('refuses a retained NCMD or DCMD, live or delivered at subscribe, with an audit line and no write', async () => {
     const { node, press, broker, logs } = setup();
@@ -379,7 +449,11 @@ describe('Sparkplug edge node: commands only to a born node, never retained', ()
     await node.start();
     press.emit({ temperature: 20 });
     broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'scada-1', retain: true });
-    broker.inject('spBv1.0/plant1/NCMD/line4-gw', command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]), { origin: 'scada-1', retain: true });
+    broker.inject(
+      'spBv1.0/plant1/NCMD/line4-gw',
+      command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]),
+      { origin: 'scada-1', retain: true },
+    );
     broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'scada-1' });
     await waitFor(() => node.stats.writesOk === 1, 1000);
     const why = 'retained: a command is never executed from a retained message';
@@ -394,11 +468,18 @@ describe('Sparkplug edge node: commands only to a born node, never retained', ()
 
   it('takes a command from the uplink only while the node is born on its current connection [tck-id-principles-persistence-clean-session-50]', async () => {
     const { node, press, broker, logs } = setup({ config: { uplink: 'central' } });
-    const control = { online: false, pause: () => undefined, resume: () => undefined, reconnect: () => undefined, origin: 'bridge:central' };
+    const control = {
+      online: false,
+      pause: () => undefined,
+      resume: () => undefined,
+      reconnect: () => undefined,
+      origin: 'bridge:central',
+    };
     node.attachUplink(control);
     await node.start();
     press.emit({ temperature: 20 });
-    const fromUplink = () => broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'bridge:central' });
+    const fromUplink = () =>
+      broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'bridge:central' });
     fromUplink(); // before any connection
     control.online = true;
     node.hooks.will();
@@ -421,13 +502,21 @@ describe('Sparkplug edge node: commands only to a born node, never retained', ()
 
   it('waiting for the primary host, the node is not born and refuses commands; a new connection refuses them until its births', async () => {
     const { node, press, broker, logs } = setup({ config: { uplink: 'central', primaryHostId: 'scada' } });
-    const control = { online: true, pause: () => undefined, resume: () => undefined, reconnect: () => undefined, publishNow: () => true, origin: 'bridge:central' };
+    const control = {
+      online: true,
+      pause: () => undefined,
+      resume: () => undefined,
+      reconnect: () => undefined,
+      publishNow: () => true,
+      origin: 'bridge:central',
+    };
     node.attachUplink(control);
     await node.start();
     press.emit({ temperature: 20 });
     node.hooks.will();
     node.hooks.prologue();
-    const fromUplink = () => broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'bridge:central' });
+    const fromUplink = () =>
+      broker.inject('spBv1.0/plant1/DCMD/line4-gw/press-1', setpoint, { origin: 'bridge:central' });
     fromUplink();
     broker.inject('spBv1.0/STATE/scada', Buffer.from(JSON.stringify({ online: true, timestamp: 1 })), { retain: true });
     fromUplink();
@@ -435,14 +524,21 @@ describe('Sparkplug edge node: commands only to a born node, never retained', ()
     node.hooks.will();
     node.hooks.prologue(); // reconnected: the host's STATE on this connection has not come yet
     fromUplink();
-    expect(refusals(logs).map(([, , why]) => why)).toEqual(['the node is not born on the current uplink session', 'the node is not born on the current uplink session']);
+    expect(refusals(logs).map(([, , why]) => why)).toEqual([
+      'the node is not born on the current uplink session',
+      'the node is not born on the current uplink session',
+    ]);
     expect(press.writes).toHaveLength(1);
   });
 
   it('without an uplink, a command to a node that is not born (waiting for its primary host) is refused', async () => {
     const { node, broker, logs } = setup({ config: { primaryHostId: 'scada' } });
     await node.start();
-    broker.inject('spBv1.0/plant1/NCMD/line4-gw', command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]), { origin: 'scada-1' });
+    broker.inject(
+      'spBv1.0/plant1/NCMD/line4-gw',
+      command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]),
+      { origin: 'scada-1' },
+    );
     expect(refusals(logs)).toEqual([['scada-1', 'spBv1.0/plant1/NCMD/line4-gw', 'the node is not born']]);
     expect(node.stats.rebirths).toBe(0);
   });
@@ -501,16 +597,23 @@ describe('Sparkplug edge node: the uplink seam', () => {
       'spBv1.0/plant1/DBIRTH/line4-gw/press-1#1',
     ]);
     prologue.forEach((m) => decoder.decode(m));
-    expect(decodePayload(prologue[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value).toBe(decodePayload(will.payload).metrics[0].value);
+    expect(decodePayload(prologue[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value).toBe(
+      decodePayload(will.payload).metrics[0].value,
+    );
     const sent = journaled.map((e) => node.hooks.rewrite(e, true)).filter((m): m is Message => m !== null);
     // The old births are superseded, and so is the node's NDATA (the NBIRTH has its metrics' current values); data
     // stored before the session goes up historical, renumbered after the births.
     const out = sent.map((m) => decoder.decode(m));
     expect(kinds(out)).toEqual(['DDATA:press-1#2']);
-    expect(out[0].payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.isHistorical])).toEqual([['count', 2, 2000, true]]);
+    expect(out[0].payload.metrics.map((m) => [decoder.nameOf(m.alias), m.value, m.timestamp, m.isHistorical])).toEqual([
+      ['count', 2, 2000, true],
+    ]);
     // Live data continues the upstream seq, not historical.
     press.emit({ count: 3 }, 3000);
-    const live = node.hooks.rewrite(entry(broker.published.at(-1) as Message, broker.clock.nowMs() + 1), false) as Message;
+    const live = node.hooks.rewrite(
+      entry(broker.published.at(-1) as Message, broker.clock.nowMs() + 1),
+      false,
+    ) as Message;
     const d = decoder.decode(live);
     expect([d.payload.seq, d.payload.metrics[0].isHistorical]).toEqual([3, false]);
     expect(node.hooks.rewrite(entry({ ...live, topic: 'plant/other' }, 0), true)?.topic).toBe('plant/other');
@@ -524,14 +627,20 @@ describe('Sparkplug edge node: the uplink seam', () => {
     const prologue = node.hooks.prologue();
     const upBdSeq = decodePayload(prologue[0].payload).metrics.find((m) => m.name === 'bdSeq')?.value;
     const mark = broker.published.length;
-    const later = () => broker.published.slice(mark).map((m) => node.hooks.rewrite(entry(m, broker.clock.nowMs() + 1), false));
+    const later = () =>
+      broker.published.slice(mark).map((m) => node.hooks.rewrite(entry(m, broker.clock.nowMs() + 1), false));
     press.lose();
     await waitFor(() => press.running, 2000);
     press.emit({ temperature: 30 });
     press.emit({ temperature: 40 });
-    broker.inject('spBv1.0/plant1/NCMD/line4-gw', command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]));
+    broker.inject(
+      'spBv1.0/plant1/NCMD/line4-gw',
+      command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]),
+    );
     const results = later();
-    const shown = results.map((m) => (m === null ? 'dropped' : `${m.topic.split('/')[2]}#${decodePayload(m.payload).seq ?? '-'}`));
+    const shown = results.map((m) =>
+      m === null ? 'dropped' : `${m.topic.split('/')[2]}#${decodePayload(m.payload).seq ?? '-'}`,
+    );
     // The NCMD (a host's command journaled on its way) passes untouched.
     expect(shown).toEqual(['DDEATH#2', 'NDATA#3', 'DBIRTH#4', 'NDATA#5', 'DDATA#6', 'NCMD#-', 'NBIRTH#0', 'DBIRTH#1']);
     const nbirth = results.find((m) => m?.topic.includes('NBIRTH')) as Message;
@@ -572,7 +681,10 @@ describe('Sparkplug edge node: the uplink seam', () => {
     expect(node.stats.uplinkBorn).toBe(true);
     state(false, 1000); // the host's Will reuses its birth timestamp
     expect(sentNow[1].map((m) => [m.topic, m.qos])).toEqual([['spBv1.0/plant1/NDEATH/line4-gw', 1]]);
-    expect(events.slice(-2)).toEqual(['pause:primary host offline', 'reconnect:primary host offline: Sparkplug session ended']);
+    expect(events.slice(-2)).toEqual([
+      'pause:primary host offline',
+      'reconnect:primary host offline: Sparkplug session ended',
+    ]);
     // Back before the uplink reconnected: no births on the connection that is closing.
     state(true, 2000);
     expect(sentNow).toHaveLength(2);
@@ -665,21 +777,32 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     press.emit({ count: 2 });
     const msgs = decoded();
     // No NBIRTH again: the session (bdSeq, seq) goes on; the device count follows its birth.
-    expect(kinds(msgs)).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2', 'DBIRTH:oven-1#3', 'NDATA#4', 'DDATA:press-1#5']);
+    expect(kinds(msgs)).toEqual([
+      'NBIRTH#0',
+      'DBIRTH:press-1#1',
+      'NDATA#2',
+      'DBIRTH:oven-1#3',
+      'NDATA#4',
+      'DDATA:press-1#5',
+    ]);
     expect(msgs[4].payload.metrics[0].value).toBe(2);
     const dbirth = msgs[3].payload;
     expect(dbirth.metrics.map((m) => [m.name, m.datatype, m.value])).toEqual([
       ['temperature', 'Float', 180],
       ['door', 'Boolean', false],
     ]);
-    const all = [msgs[0], msgs[1], msgs[3]].flatMap((m) => m.payload.metrics.map((x) => x.alias)).filter((a) => a !== undefined);
+    const all = [msgs[0], msgs[1], msgs[3]]
+      .flatMap((m) => m.payload.metrics.map((x) => x.alias))
+      .filter((a) => a !== undefined);
     expect(new Set(all).size).toBe(all.length);
     expect(press.starts).toBe(1);
     expect(press.stops).toBe(0);
     // Its data and its commands work like the others'.
     oven.emit({ temperature: 185, door: false });
     const ddata = decoded().at(-1);
-    expect([ddata?.deviceId, decoder.nameOf(ddata?.payload.metrics[0].alias), ddata?.payload.metrics[0].value]).toEqual(['oven-1', 'temperature', 185]);
+    expect([ddata?.deviceId, decoder.nameOf(ddata?.payload.metrics[0].alias), ddata?.payload.metrics[0].value]).toEqual(
+      ['oven-1', 'temperature', 185],
+    );
     await node.stop();
     expect(oven.stops).toBeGreaterThanOrEqual(1);
   });
@@ -698,11 +821,23 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     oven.emit({ door: true });
     press.emit({ count: 2 });
     const msgs = decoded();
-    expect(kinds(msgs)).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'DBIRTH:oven-1#2', 'NDATA#3', 'DDEATH:oven-1#4', 'NDATA#5', 'DDATA:press-1#6']);
+    expect(kinds(msgs)).toEqual([
+      'NBIRTH#0',
+      'DBIRTH:press-1#1',
+      'DBIRTH:oven-1#2',
+      'NDATA#3',
+      'DDEATH:oven-1#4',
+      'NDATA#5',
+      'DDATA:press-1#6',
+    ]);
     expect(msgs[3].payload.metrics[0].value).toBe(2);
     expect(msgs[5].payload.metrics[0].value).toBe(1);
     expect(msgs[4].payload.timestamp).toBeGreaterThan(msgs[2].payload.timestamp as number);
-    broker.inject('spBv1.0/plant1/DCMD/line4-gw/oven-1', command([{ name: 'door', datatype: 'Boolean', value: true }]), { origin: 'scada-1' });
+    broker.inject(
+      'spBv1.0/plant1/DCMD/line4-gw/oven-1',
+      command([{ name: 'door', datatype: 'Boolean', value: true }]),
+      { origin: 'scada-1' },
+    );
     expect(oven.writes).toEqual([]);
     expect(logs.filter((l) => l.msg === 'command refused').map((l) => l.fields.why)).toEqual(['unknown device']);
     expect(node.deviceList.map((d) => d.id)).toEqual(['press-1']);
@@ -740,7 +875,15 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     await waitFor(() => replacement.running, 1000);
     replacement.emit({ count: 3, pressure: 1.5 });
     const msgs = decoded();
-    expect(kinds(msgs)).toEqual(['NBIRTH#0', 'DBIRTH:press-1#1', 'NDATA#2', 'DDEATH:press-1#3', 'NDATA#4', 'DBIRTH:press-1#5', 'NDATA#6']);
+    expect(kinds(msgs)).toEqual([
+      'NBIRTH#0',
+      'DBIRTH:press-1#1',
+      'NDATA#2',
+      'DDEATH:press-1#3',
+      'NDATA#4',
+      'DBIRTH:press-1#5',
+      'NDATA#6',
+    ]);
     const second = msgs[5];
     expect(second.payload.metrics.map((m) => [m.name, m.value])).toEqual([
       ['count', 3],
@@ -749,7 +892,9 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     const before = aliasesOf(first);
     const after = aliasesOf(second);
     expect(after.count).toBe(before.count);
-    const used = [...Object.values(before), ...msgs[0].payload.metrics.map((m) => m.alias)].filter((a) => a !== undefined);
+    const used = [...Object.values(before), ...msgs[0].payload.metrics.map((m) => m.alias)].filter(
+      (a) => a !== undefined,
+    );
     expect(used).not.toContain(after.pressure);
     // The old connector was stopped before the new one started: one device connection at a time.
     expect(press.stops).toBe(1);
@@ -771,13 +916,18 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     expect(alias).toBeDefined();
     await one.node.stop();
     const oven2 = new FakeConnector('oven-1', [{ name: 'door', datatype: 'Boolean' }]);
-    const two = setup({ dir, connectors: [new FakeConnector('press-1', [{ name: 'temperature', datatype: 'Double', deadband: 0.5 }]), oven2] });
+    const two = setup({
+      dir,
+      connectors: [new FakeConnector('press-1', [{ name: 'temperature', datatype: 'Double', deadband: 0.5 }]), oven2],
+    });
     await two.node.start();
     oven2.emit({ door: false });
-    expect(two.decoded().find((m) => m.type === 'DBIRTH' && m.deviceId === 'oven-1')?.payload.metrics[0].alias).toBe(alias);
+    expect(two.decoded().find((m) => m.type === 'DBIRTH' && m.deviceId === 'oven-1')?.payload.metrics[0].alias).toBe(
+      alias,
+    );
   });
 
-  it('upstream: the added device\'s DBIRTH and the removed device\'s DDEATH pass the rewrite in the uplink session, and the next prologue lists only the current devices', async () => {
+  it("upstream: the added device's DBIRTH and the removed device's DDEATH pass the rewrite in the uplink session, and the next prologue lists only the current devices", async () => {
     const { node, press, broker } = setup();
     await node.start();
     press.emit({ temperature: 20 });
@@ -793,9 +943,16 @@ describe('Sparkplug edge node: devices added, removed and replaced while it runs
     const shown = broker.published
       .slice(mark)
       .map((m) => node.hooks.rewrite({ msg: m, appendedAtMs: broker.clock.nowMs() + 1 }, false))
-      .map((m) => (m === null ? 'dropped' : `${m.topic.split('/').slice(2).join(':').replace(':line4-gw', '')}#${decodePayload(m.payload).seq ?? '-'}`));
+      .map((m) =>
+        m === null
+          ? 'dropped'
+          : `${m.topic.split('/').slice(2).join(':').replace(':line4-gw', '')}#${decodePayload(m.payload).seq ?? '-'}`,
+      );
     expect(shown).toEqual(['DBIRTH:oven-1#2', 'NDATA#3', 'DDATA:oven-1#4', 'DDEATH:press-1#5', 'NDATA#6']);
     node.hooks.will();
-    expect(node.hooks.prologue().map((m) => m.topic)).toEqual(['spBv1.0/plant1/NBIRTH/line4-gw', 'spBv1.0/plant1/DBIRTH/line4-gw/oven-1']);
+    expect(node.hooks.prologue().map((m) => m.topic)).toEqual([
+      'spBv1.0/plant1/NBIRTH/line4-gw',
+      'spBv1.0/plant1/DBIRTH/line4-gw/oven-1',
+    ]);
   });
 });

@@ -19,21 +19,42 @@ import type { TagValue } from '../../connectors/contract.js';
 const rawDecode = (buf: Buffer) => sparkplugProto.org.eclipse.tahu.protobuf.Payload.decode(buf);
 
 const CASES: [MetricDatatype, TagValue][] = [
-  ['Int8', -5], ['Int16', -30_000], ['Int32', -2_000_000_000], ['Int64', -(2n ** 62n)],
-  ['UInt8', 250], ['UInt16', 65_000], ['UInt32', 4_000_000_000], ['UInt64', 2n ** 64n - 1n],
-  ['Float', 1.5], ['Double', Math.PI], ['Boolean', true], ['String', 'grüße'], ['Text', 'long text'],
-  ['DateTime', 1_700_000_000_123], ['Bytes', Buffer.from([1, 2, 3])],
-  ['Int16Array', [-1, 2, -3]], ['UInt32Array', [1, 4_000_000_000]], ['Int64Array', [-1n, 2n ** 40n]],
-  ['FloatArray', [1.5, -2.25]], ['DoubleArray', [Math.E]], ['BooleanArray', [true, false, true, true, false, false, false, false, true]],
+  ['Int8', -5],
+  ['Int16', -30_000],
+  ['Int32', -2_000_000_000],
+  ['Int64', -(2n ** 62n)],
+  ['UInt8', 250],
+  ['UInt16', 65_000],
+  ['UInt32', 4_000_000_000],
+  ['UInt64', 2n ** 64n - 1n],
+  ['Float', 1.5],
+  ['Double', Math.PI],
+  ['Boolean', true],
+  ['String', 'grüße'],
+  ['Text', 'long text'],
+  ['DateTime', 1_700_000_000_123],
+  ['Bytes', Buffer.from([1, 2, 3])],
+  ['Int16Array', [-1, 2, -3]],
+  ['UInt32Array', [1, 4_000_000_000]],
+  ['Int64Array', [-1n, 2n ** 40n]],
+  ['FloatArray', [1.5, -2.25]],
+  ['DoubleArray', [Math.E]],
+  ['BooleanArray', [true, false, true, true, false, false, false, false, true]],
   ['StringArray', ['a', 'bc', '']],
 ];
 
 describe('Sparkplug payload encoding', () => {
   for (const [datatype, value] of CASES) {
     it(`round-trips a ${datatype} metric in a birth, and in data where the datatype comes from the birth`, () => {
-      const birth = decodePayload(encodePayload({ timestamp: 1, seq: 0, metrics: [{ name: 'm', alias: 7, datatype, timestamp: 2, value }] }));
+      const birth = decodePayload(
+        encodePayload({ timestamp: 1, seq: 0, metrics: [{ name: 'm', alias: 7, datatype, timestamp: 2, value }] }),
+      );
       expect(birth.metrics[0]).toMatchObject({ name: 'm', alias: 7, datatype, timestamp: 2, value, isNull: false });
-      const data = encodePayload({ timestamp: 1, seq: 1, metrics: [{ alias: 7, valueType: datatype, timestamp: 3, value }] });
+      const data = encodePayload({
+        timestamp: 1,
+        seq: 1,
+        metrics: [{ alias: 7, valueType: datatype, timestamp: 3, value }],
+      });
       const decoded = decodePayload(data, (m) => (m.alias === 7 ? datatype : undefined));
       expect(decoded.metrics[0]).toMatchObject({ alias: 7, timestamp: 3, value });
       expect(decoded.metrics[0].datatype).toBeUndefined();
@@ -57,17 +78,24 @@ describe('Sparkplug payload encoding', () => {
     expect(raw.metrics[1].intValue).toBe(0xffffffff);
     expect(Object.keys(raw.metrics[2])).toContain('longValue');
     // And the reference decoder reads our signed 32-bit values right.
-    const reference = getSparkplug('spBv1.0')?.decodePayload(encodePayload({ timestamp: 1, metrics: [{ name: 'i', datatype: 'Int32', value: -7 }] }));
+    const reference = getSparkplug('spBv1.0')?.decodePayload(
+      encodePayload({ timestamp: 1, metrics: [{ name: 'i', datatype: 'Int32', value: -7 }] }),
+    );
     expect(reference?.metrics?.[0].value).toBe(-7);
   });
 
   it('writes no datatype and no name into data metrics [tck-id-payloads-alias-data-cmd-requirement]', () => {
-    const raw = rawDecode(encodePayload({ timestamp: 1, seq: 5, metrics: [{ alias: 3, valueType: 'Double', timestamp: 2, value: 1.5 }] }));
+    const raw = rawDecode(
+      encodePayload({ timestamp: 1, seq: 5, metrics: [{ alias: 3, valueType: 'Double', timestamp: 2, value: 1.5 }] }),
+    );
     expect(Object.keys(raw.metrics[0]).sort()).toEqual(['alias', 'doubleValue', 'timestamp']);
   });
 
   it('sends a bad reading as is_null with the Quality property (Int32 0) and no stale value', () => {
-    const buf = encodePayload({ timestamp: 1, metrics: [{ alias: 1, valueType: 'Float', timestamp: 2, value: null, quality: Quality.Bad }] });
+    const buf = encodePayload({
+      timestamp: 1,
+      metrics: [{ alias: 1, valueType: 'Float', timestamp: 2, value: null, quality: Quality.Bad }],
+    });
     const raw = rawDecode(buf);
     expect(raw.metrics[0].isNull).toBe(true);
     expect(Object.keys(raw.metrics[0])).not.toContain('floatValue');
@@ -76,13 +104,28 @@ describe('Sparkplug payload encoding', () => {
     expect(decodePayload(buf).metrics[0]).toMatchObject({ value: null, isNull: true, quality: 0 });
   });
 
-  it('puts a birth metric\'s Quality and its meaning in one PropertySet, one typed value per key [tck-id-payloads-propertyset-keys-array-size] [tck-id-payloads-metric-propertyvalue-type-req]', () => {
+  it("puts a birth metric's Quality and its meaning in one PropertySet, one typed value per key [tck-id-payloads-propertyset-keys-array-size] [tck-id-payloads-metric-propertyvalue-type-req]", () => {
     const properties = { engUnit: 'bar', engLow: -1, engHigh: 250, documentation: 'Pump pressure', readOnly: true };
-    const buf = encodePayload({ timestamp: 1, seq: 0, metrics: [{ name: 'p', alias: 1, datatype: 'Float', timestamp: 2, value: null, quality: Quality.Stale, properties }] });
+    const buf = encodePayload({
+      timestamp: 1,
+      seq: 0,
+      metrics: [
+        { name: 'p', alias: 1, datatype: 'Float', timestamp: 2, value: null, quality: Quality.Stale, properties },
+      ],
+    });
     const raw = rawDecode(buf);
-    expect(raw.metrics[0].properties?.keys).toEqual(['Quality', 'engUnit', 'engLow', 'engHigh', 'documentation', 'readOnly']);
+    expect(raw.metrics[0].properties?.keys).toEqual([
+      'Quality',
+      'engUnit',
+      'engLow',
+      'engHigh',
+      'documentation',
+      'readOnly',
+    ]);
     expect(raw.metrics[0].properties?.values?.map((v) => v.type)).toEqual([3, 12, 10, 10, 12, 11]);
-    const tahu = getSparkplug('spBv1.0')!.decodePayload(buf) as unknown as { metrics: { properties: Record<string, { type: string; value: unknown }> }[] };
+    const tahu = getSparkplug('spBv1.0')!.decodePayload(buf) as unknown as {
+      metrics: { properties: Record<string, { type: string; value: unknown }> }[];
+    };
     expect(tahu.metrics[0].properties).toEqual({
       Quality: { type: 'Int32', value: 500 },
       engUnit: { type: 'String', value: 'bar' },
@@ -92,7 +135,12 @@ describe('Sparkplug payload encoding', () => {
       readOnly: { type: 'Boolean', value: true },
     });
     // Properties left out are not sent, not even as null.
-    const bare = rawDecode(encodePayload({ timestamp: 1, metrics: [{ name: 'q', datatype: 'Boolean', value: true, properties: { readOnly: false } }] }));
+    const bare = rawDecode(
+      encodePayload({
+        timestamp: 1,
+        metrics: [{ name: 'q', datatype: 'Boolean', value: true, properties: { readOnly: false } }],
+      }),
+    );
     expect(bare.metrics[0].properties?.keys).toEqual(['readOnly']);
   });
 
@@ -101,8 +149,17 @@ describe('Sparkplug payload encoding', () => {
       timestamp: 1,
       seq: 0,
       metrics: [
-        { name: 'press', datatype: 'Template', template: { isDefinition: true, members: [{ name: 't', datatype: 'Int16', properties: { readOnly: true } }] } },
-        { name: 'p1', alias: 4, datatype: 'Template', template: { isDefinition: false, ref: 'press', members: [{ name: 't', datatype: 'Int16', value: -3 }] } },
+        {
+          name: 'press',
+          datatype: 'Template',
+          template: { isDefinition: true, members: [{ name: 't', datatype: 'Int16', properties: { readOnly: true } }] },
+        },
+        {
+          name: 'p1',
+          alias: 4,
+          datatype: 'Template',
+          template: { isDefinition: false, ref: 'press', members: [{ name: 't', datatype: 'Int16', value: -3 }] },
+        },
       ],
     });
     const [definition, instance] = rawDecode(buf).metrics;
@@ -111,16 +168,33 @@ describe('Sparkplug payload encoding', () => {
     expect(Object.keys(definition.templateValue!.metrics![0]).sort()).toEqual(['datatype', 'name', 'properties']);
     expect([instance.templateValue?.isDefinition, instance.templateValue?.templateRef]).toEqual([false, 'press']);
     const decoded = decodePayload(buf).metrics;
-    expect(decoded[0].template).toMatchObject({ ref: undefined, isDefinition: true, members: [{ name: 't', datatype: 'Int16', value: null, isNull: false }] });
-    expect(decoded[1]).toMatchObject({ alias: 4, datatype: 'Template', value: null, template: { ref: 'press', isDefinition: false, members: [{ name: 't', value: -3 }] } });
+    expect(decoded[0].template).toMatchObject({
+      ref: undefined,
+      isDefinition: true,
+      members: [{ name: 't', datatype: 'Int16', value: null, isNull: false }],
+    });
+    expect(decoded[1]).toMatchObject({
+      alias: 4,
+      datatype: 'Template',
+      value: null,
+      template: { ref: 'press', isDefinition: false, members: [{ name: 't', value: -3 }] },
+    });
   });
 
   it('rewrites seq in place, keeps everything else, and flags history', () => {
-    const original = encodePayload({ timestamp: 1_700_000_000_000, seq: 200, metrics: [{ alias: 1, valueType: 'Int16', timestamp: 5, value: -3 }] });
+    const original = encodePayload({
+      timestamp: 1_700_000_000_000,
+      seq: 200,
+      metrics: [{ alias: 1, valueType: 'Int16', timestamp: 5, value: -3 }],
+    });
     const renumbered = withSeq(original, 7);
     expect(readSeq(renumbered)).toBe(7);
     expect(readTimestamp(renumbered)).toBe(1_700_000_000_000);
-    expect(decodePayload(renumbered, () => 'Int16').metrics[0]).toMatchObject({ alias: 1, value: -3, isHistorical: false });
+    expect(decodePayload(renumbered, () => 'Int16').metrics[0]).toMatchObject({
+      alias: 1,
+      value: -3,
+      isHistorical: false,
+    });
     expect(readSeq(withSeq(encodePayload({ timestamp: 1, metrics: [] }), 0))).toBe(0);
     const historical = decodePayload(asHistorical(original, 9), () => 'Int16');
     expect(historical.seq).toBe(9);

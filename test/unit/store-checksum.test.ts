@@ -8,7 +8,14 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
-import { CorruptValueError, decodePlainValue, decodeQueuedValue, encodePlainValue, encodeStampedValue, decodeStampedValue } from '../../src/store/codec.js';
+import {
+  CorruptValueError,
+  decodePlainValue,
+  decodeQueuedValue,
+  encodePlainValue,
+  encodeStampedValue,
+  decodeStampedValue,
+} from '../../src/store/codec.js';
 import { SteadyClock } from '../../src/util/clock.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
@@ -30,7 +37,6 @@ function tempDir(): string {
   dirs.push(d);
   return d;
 }
-
 
 async function openStore(dir: string, log: Logger): Promise<LmdbStore> {
   const s = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log });
@@ -80,7 +86,10 @@ describe('stored value checksums', () => {
     const seqs: number[] = [];
     for (let i = 0; i < 5; i++) seqs.push(await store.sessions.enqueue('historian', msg(i)));
     await store.retained.set({ ...msg(7), retain: true });
-    await store.retained.set({ ...createMessage({ topic: 'plant/8', payload: Buffer.alloc(50, 8), qos: 1, origin: 'c' }), retain: true });
+    await store.retained.set({
+      ...createMessage({ topic: 'plant/8', payload: Buffer.alloc(50, 8), qos: 1, origin: 'c' }),
+      retain: true,
+    });
     const box = store.outbox('central', UNLIMITED);
     await Promise.all([0, 1, 2, 3].map((i) => box.append(msg(10 + i)))); // one chunk of four
     const queueKey = [...store.queueDb.getKeys({ snapshot: false })][2];
@@ -169,7 +178,12 @@ describe('stored value checksums', () => {
     expect(store.meta.get('schema')!.toString()).toMatch(/^\{"version":2,/); // plain JSON, readable by every release
     // Counters as written before checksums: plain JSON.
     store.meta.putSync('sessionSeq', Buffer.from('41'));
-    store.meta.putSync('outbox:central', Buffer.from('{"lastSeq":9,"messages":1,"bytes":146,"dropped":{"queue_full":2,"expired":0,"rejected_upstream":0},"floor":1,"slot":0}'));
+    store.meta.putSync(
+      'outbox:central',
+      Buffer.from(
+        '{"lastSeq":9,"messages":1,"bytes":146,"dropped":{"queue_full":2,"expired":0,"rejected_upstream":0},"floor":1,"slot":0}',
+      ),
+    );
     await closeStore(store);
     store = await openStore(dir, recordingLogger(errors));
     expect(await store.sessions.enqueue('historian', msg(3))).toBe(42);
@@ -194,4 +208,3 @@ describe('stored value checksums', () => {
     expect(errors).toEqual([]);
   });
 });
-

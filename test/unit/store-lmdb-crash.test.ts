@@ -38,8 +38,20 @@ beforeAll(() => {
     process.execPath,
     [
       path.join(root, 'node_modules/typescript/bin/tsc'),
-      '--outDir', buildDir, '--rootDir', root, '--module', 'NodeNext', '--moduleResolution', 'NodeNext',
-      '--target', 'ES2022', '--strict', '--skipLibCheck', '--types', 'node',
+      '--outDir',
+      buildDir,
+      '--rootDir',
+      root,
+      '--module',
+      'NodeNext',
+      '--moduleResolution',
+      'NodeNext',
+      '--target',
+      'ES2022',
+      '--strict',
+      '--skipLibCheck',
+      '--types',
+      'node',
       path.join(root, 'src/store/lmdb/open.ts'),
     ],
     { cwd: root, encoding: 'utf8' },
@@ -92,7 +104,9 @@ describe('LMDB store under crashes', () => {
     const setup = (await openLmdbStore({ path: dir, sync: 'relaxed', maxBytes: 0, log: silentLogger })) as LmdbStore;
     const payloads = (name: string): string[] => Array.from({ length: n }, (_, i) => `${name}:${i}`);
     for (const name of names) {
-      const messages = payloads(name).map((p) => createMessage({ topic: 'plant/t', payload: Buffer.from(p), qos: 1, origin: 'c' }));
+      const messages = payloads(name).map((p) =>
+        createMessage({ topic: 'plant/t', payload: Buffer.from(p), qos: 1, origin: 'c' }),
+      );
       writeFormat1Outbox(setup, { name, messages, chunkEntries: 128, floor: 1, removed: [], released: [] });
     }
     await setup.close();
@@ -106,7 +120,9 @@ describe('LMDB store under crashes', () => {
       await s.close();`;
     let kills = 0;
     for (let round = 0; round < 10; round++) {
-      const child = spawn(process.execPath, ['--input-type=module', '-e', opener, compiledStore, dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(process.execPath, ['--input-type=module', '-e', opener, compiledStore, dir], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       children.push(child);
       let stdout = '';
       let stderr = '';
@@ -155,7 +171,11 @@ describe('LMDB store under crashes', () => {
       let stderr = '';
       child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-      await waitFor(() => stdout.includes('ready\n') || child.exitCode !== null, 30_000, 'the writer to open the store');
+      await waitFor(
+        () => stdout.includes('ready\n') || child.exitCode !== null,
+        30_000,
+        'the writer to open the store',
+      );
       expect(child.exitCode, stderr).toBeNull();
 
       if (round === 0) {
@@ -235,7 +255,9 @@ describe('LMDB store under crashes', () => {
     const count = 5000;
     let moves = 0;
     for (let round = 0; round < 6; round++) {
-      const child = spawn(process.execPath, [moverFixture, compiledStore, dir, String(count)], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(process.execPath, [moverFixture, compiledStore, dir, String(count)], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       children.push(child);
       let stdout = '';
       let stderr = '';
@@ -286,8 +308,15 @@ describe('LMDB store under crashes', () => {
     const child = spawn(
       'unshare',
       [
-        '-m', 'sh', '-c', 'mount -t tmpfs -o size=6m tmpfs "$1" && exec "$2" "$3" "$4" "$1"', 'sh',
-        dir, process.execPath, diskFullFixture, compiledStore,
+        '-m',
+        'sh',
+        '-c',
+        'mount -t tmpfs -o size=6m tmpfs "$1" && exec "$2" "$3" "$4" "$1"',
+        'sh',
+        dir,
+        process.execPath,
+        diskFullFixture,
+        compiledStore,
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -311,11 +340,15 @@ describe('LMDB store under crashes', () => {
     expect(result.depthAfterReopen).toBe(expected);
     expect(result.intact).toBe(true);
     // One warning for the episode, and its end once space was freed; nothing per refused append.
-    expect((result.logged as string[]).filter((line) => line.includes('store full') || line.includes('accepts messages'))).toEqual([
+    expect(
+      (result.logged as string[]).filter((line) => line.includes('store full') || line.includes('accepts messages')),
+    ).toEqual([
       'store full (the disk is full): new messages are refused until there is room',
       'store accepts messages again (the disk has room)',
     ]);
     // Report what freeing space achieved (LMDB may need free pages even to delete).
-    console.log(`disk full: acked ${String(result.acked)}, then ${JSON.stringify(result.errors)}; appended after freeing: ${String(result.appendedAfter)}`);
+    console.log(
+      `disk full: acked ${String(result.acked)}, then ${JSON.stringify(result.errors)}; appended after freeing: ${String(result.appendedAfter)}`,
+    );
   }, 120_000);
 });

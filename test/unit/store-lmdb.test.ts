@@ -55,7 +55,12 @@ async function openError(p: Promise<Store>): Promise<StoreError> {
 }
 
 function small(n: number, bytes = 64): Message {
-  return createMessage({ topic: 'spBv1.0/plant1/DDATA/gw/dev', payload: Buffer.alloc(bytes, n & 0xff), qos: 1, origin: 'c' });
+  return createMessage({
+    topic: 'spBv1.0/plant1/DDATA/gw/dev',
+    payload: Buffer.alloc(bytes, n & 0xff),
+    qos: 1,
+    origin: 'c',
+  });
 }
 
 describe('LMDB store', () => {
@@ -115,7 +120,8 @@ describe('LMDB store', () => {
     // The first chunk is gone, the second still holds live entries; one mark is left (the last entry).
     const impl = store as unknown as LmdbStore;
     const prefix = ownerPrefix('central');
-    const journalChunks = (): number => [...impl.outboxDb.getKeys({ start: JOURNAL_PREFIX, end: prefixEnd(JOURNAL_PREFIX), snapshot: false })].length;
+    const journalChunks = (): number =>
+      [...impl.outboxDb.getKeys({ start: JOURNAL_PREFIX, end: prefixEnd(JOURNAL_PREFIX), snapshot: false })].length;
     expect(journalChunks()).toBe(2);
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(1);
     await box.remove(seqs.slice(200, 299));
@@ -124,7 +130,7 @@ describe('LMDB store', () => {
     expect([...impl.outboxRemovedDb.getKeys({ start: prefix, snapshot: false })].length).toBe(0);
   });
 
-  it('shares a journal entry only between the bridges\' copies of one message, never between two messages of equal content', async () => {
+  it("shares a journal entry only between the bridges' copies of one message, never between two messages of equal content", async () => {
     const store = await openStore(tempDir());
     const a = store.outbox('a', UNLIMITED);
     const b = store.outbox('b', UNLIMITED);
@@ -132,10 +138,25 @@ describe('LMDB store', () => {
     const first = createMessage({ topic: 't', payload: Buffer.from('same'), qos: 1, origin: 'c' });
     const second = createMessage({ topic: 't', payload: Buffer.from('same'), qos: 1, origin: 'c' });
     const third = createMessage({ topic: 'u', payload: Buffer.from('x'), qos: 1, origin: 'c' });
-    await Promise.all([a.append(first), b.append(first), a.append(second), b.append(second), a.append(third), a.append(third)]);
+    await Promise.all([
+      a.append(first),
+      b.append(first),
+      a.append(second),
+      b.append(second),
+      a.append(third),
+      a.append(third),
+    ]);
     expect(store.journalDepth?.().entries).toBe(4);
-    expect(a.peek(10).map((e) => [e.msg.topic, e.msg.payload.toString()])).toEqual([['t', 'same'], ['t', 'same'], ['u', 'x'], ['u', 'x']]);
-    expect(b.peek(10).map((e) => [e.msg.topic, e.msg.payload.toString()])).toEqual([['t', 'same'], ['t', 'same']]);
+    expect(a.peek(10).map((e) => [e.msg.topic, e.msg.payload.toString()])).toEqual([
+      ['t', 'same'],
+      ['t', 'same'],
+      ['u', 'x'],
+      ['u', 'x'],
+    ]);
+    expect(b.peek(10).map((e) => [e.msg.topic, e.msg.payload.toString()])).toEqual([
+      ['t', 'same'],
+      ['t', 'same'],
+    ]);
     // The chunk goes when the last cursor holding any of its entries has passed them.
     await a.remove(a.peek(10).map((e) => e.seq));
     expect([a.depth.messages, store.journalDepth?.().entries]).toEqual([0, 4]);
@@ -160,10 +181,14 @@ describe('LMDB store', () => {
     // Journal seqs follow the old outbox's last seq (5), so that old marks and new ones never share a key.
     store = await openStore(dir);
     let box = store.outbox('central', UNLIMITED);
-    expect(box.peek(10).map((e) => [e.seq, e.appendedAtMs, e.msg.payload[0]])).toEqual(values.map(([seq], i) => [6 + i, 1000 + seq, seq]));
+    expect(box.peek(10).map((e) => [e.seq, e.appendedAtMs, e.msg.payload[0]])).toEqual(
+      values.map(([seq], i) => [6 + i, 1000 + seq, seq]),
+    );
     expect(box.depth.oldestAppendedAtMs).toBe(1002);
     expect(box.depth.dropped.dead_letter_deleted).toBe(0);
-    expect([...(store as unknown as LmdbStore).outboxDb.getKeys({ start: prefix, end: prefixEnd(prefix), snapshot: false })]).toEqual([]);
+    expect([
+      ...(store as unknown as LmdbStore).outboxDb.getKeys({ start: prefix, end: prefixEnd(prefix), snapshot: false }),
+    ]).toEqual([]);
     await box.remove([5, 7]); // 5 is not one of its seqs: ignored
     await box.markReleased(5);
     expect(box.depth.messages).toBe(2);
@@ -188,19 +213,37 @@ describe('LMDB store', () => {
     const impl = store as unknown as LmdbStore;
     const central = Array.from({ length: 300 }, (_, i) => small(i + 1));
     const historian = Array.from({ length: 50 }, (_, i) => small(1000 + i));
-    writeFormat1Outbox(impl, { name: 'central', messages: central, chunkEntries: 100, floor: 1, removed: [5, 150], released: [7] });
-    writeFormat1Outbox(impl, { name: 'historian', messages: historian, chunkEntries: 50, floor: 11, removed: [], released: [] });
+    writeFormat1Outbox(impl, {
+      name: 'central',
+      messages: central,
+      chunkEntries: 100,
+      floor: 1,
+      removed: [5, 150],
+      released: [7],
+    });
+    writeFormat1Outbox(impl, {
+      name: 'historian',
+      messages: historian,
+      chunkEntries: 50,
+      floor: 11,
+      removed: [],
+      released: [],
+    });
     await closeStore(store);
 
     store = await openStore(dir);
     const box = store.outbox('central', UNLIMITED);
     const entries = box.peek(1000);
-    expect(entries.map((e) => e.msg.payload[0])).toEqual(central.filter((_, i) => i + 1 !== 5 && i + 1 !== 150).map((m) => m.payload[0]));
+    expect(entries.map((e) => e.msg.payload[0])).toEqual(
+      central.filter((_, i) => i + 1 !== 5 && i + 1 !== 150).map((m) => m.payload[0]),
+    );
     expect(entries.map((e) => e.appendedAtMs)).toEqual([...entries.map((e) => e.appendedAtMs)].sort((x, y) => x - y));
     expect(entries.filter((e) => e.released).map((e) => e.msg.payload[0])).toEqual([7]);
     expect(box.depth).toMatchObject({ messages: 298, dropped: { queue_full: 3 } });
     const other = store.outbox('historian', UNLIMITED);
-    expect(other.peek(1000).map((e) => e.msg.payload.readUInt8(0))).toEqual(historian.slice(10).map((m) => m.payload[0]));
+    expect(other.peek(1000).map((e) => e.msg.payload.readUInt8(0))).toEqual(
+      historian.slice(10).map((m) => m.payload[0]),
+    );
     expect(other.depth.bytes).toBe(other.peek(1000).reduce((sum, e) => sum + e.bytes, 0));
     // Nothing is left in the old layout; the schema record says format 2.
     const impl2 = store as unknown as LmdbStore;
@@ -240,7 +283,12 @@ describe('LMDB store', () => {
     const again = store.outbox('other', UNLIMITED);
     await again.append(small(10));
     expect(again.peek(1)[0].released === true).toBe(false);
-    expect(store.outbox('central', UNLIMITED).peek(3).map((e) => e.released === true)).toEqual([false, true, false]);
+    expect(
+      store
+        .outbox('central', UNLIMITED)
+        .peek(3)
+        .map((e) => e.released === true),
+    ).toEqual([false, true, false]);
   });
 
   it('lists every outbox on disk and deletes a closed one in chunks, leaving the others alone', async () => {
@@ -270,13 +318,23 @@ describe('LMDB store', () => {
     await store.retained.set(createMessage({ topic: 'cfg/a', payload: Buffer.from('A'), retain: true, origin: 'x' }));
     await store.retained.set(createMessage({ topic: 'cfg/b', payload: Buffer.from('B'), retain: true, origin: 'x' }));
     await store.sessions.putSession('hmi', { expiryIntervalS: 0xffffffff, disconnectedAtMs: 1234 });
-    await store.sessions.putSubscription('hmi', { filter: 'cfg/#', qos: 1, noLocal: false, retainAsPublished: false, retainHandling: 0 });
+    await store.sessions.putSubscription('hmi', {
+      filter: 'cfg/#',
+      qos: 1,
+      noLocal: false,
+      retainAsPublished: false,
+      retainHandling: 0,
+    });
     const seq = await store.sessions.enqueue('hmi', small(7));
     await closeStore(store);
 
     store = await openStore(dir);
     expect(store.retained.count).toBe(2);
-    expect([...store.retained.loadIndex()].map((m) => `${m.topic}=${store.retained.get(m.topic)?.payload.toString()}`).sort()).toEqual(['cfg/a=A', 'cfg/b=B']);
+    expect(
+      [...store.retained.loadIndex()]
+        .map((m) => `${m.topic}=${store.retained.get(m.topic)?.payload.toString()}`)
+        .sort(),
+    ).toEqual(['cfg/a=A', 'cfg/b=B']);
     const [rec] = [...store.sessions.loadAll()];
     expect(rec).toMatchObject({ clientId: 'hmi', expiryIntervalS: 0xffffffff, disconnectedAtMs: 1234 });
     expect(rec.subscriptions.map((s) => s.filter)).toEqual(['cfg/#']);
@@ -303,7 +361,12 @@ describe('LMDB store', () => {
   it('keeps a message expiry deadline on the wall clock, so time spent down counts', async () => {
     const dir = tempDir();
     let store = await openStore(dir);
-    const m = createMessage({ topic: 't', payload: Buffer.from('x'), origin: 'c', properties: { messageExpiryInterval: 60 } });
+    const m = createMessage({
+      topic: 't',
+      payload: Buffer.from('x'),
+      origin: 'c',
+      properties: { messageExpiryInterval: 60 },
+    });
     await store.outbox('central', UNLIMITED).append(m);
     const remainingBefore = m.expiresAt! - performance.now();
     await closeStore(store);
@@ -367,7 +430,9 @@ describe('LMDB store', () => {
     let accepted = 0;
     let full: StoreError | undefined;
     for (let i = 0; i < 200 && full === undefined; i++) {
-      const results = await Promise.allSettled(Array.from({ length: 50 }, (_, j) => reject.append(small(i * 50 + j, 1000))));
+      const results = await Promise.allSettled(
+        Array.from({ length: 50 }, (_, j) => reject.append(small(i * 50 + j, 1000))),
+      );
       for (const r of results) {
         if (r.status === 'fulfilled') accepted++;
         else full ??= r.reason as StoreError;
@@ -403,16 +468,26 @@ describe('LMDB store', () => {
     let store = await openStore(dir, { sync: 'relaxed' });
     const impl = store as unknown as LmdbStore;
     const queueBytes = (): number => {
-      const st = impl.queueDb.getStats() as { treeBranchPageCount: number; treeLeafPageCount: number; overflowPages: number; pageSize: number };
+      const st = impl.queueDb.getStats() as {
+        treeBranchPageCount: number;
+        treeLeafPageCount: number;
+        overflowPages: number;
+        pageSize: number;
+      };
       return (st.treeBranchPageCount + st.treeLeafPageCount + st.overflowPages) * st.pageSize;
     };
     // One offline session, 1 KiB messages: three fit a 4 KiB page; split in halves it held two.
-    for (let i = 0; i < 3000; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => store.sessions.enqueue('historian', small(i + j, 1024))));
+    for (let i = 0; i < 3000; i += 50)
+      await Promise.all(Array.from({ length: 50 }, (_, j) => store.sessions.enqueue('historian', small(i + j, 1024))));
     const perMessage = queueBytes() / 3000;
     console.log(`session queue: ${Math.round(perMessage)} bytes of pages per queued 1 KiB message`);
     expect(perMessage).toBeLessThan(1450);
     // Sessions that sort before it are not last: written the usual way, interleaved in batches, also after a reopen.
-    const sent = new Map<string, number[]>([['historian', []], ['a-first', []], ['zz-last', []]]);
+    const sent = new Map<string, number[]>([
+      ['historian', []],
+      ['a-first', []],
+      ['zz-last', []],
+    ]);
     const round = async (): Promise<void> => {
       for (let i = 0; i < 20; i++) {
         await Promise.all(
@@ -459,19 +534,30 @@ describe('LMDB store', () => {
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(StoreError);
-    expect(err).toMatchObject({ code: 'EF_STORE_IN_USE', message: expect.stringContaining('already open in this process') });
+    expect(err).toMatchObject({
+      code: 'EF_STORE_IN_USE',
+      message: expect.stringContaining('already open in this process'),
+    });
   });
 
   it('refuses a store written with another schema version, naming the directory', async () => {
     const dir = tempDir();
-    const newer = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }, { schemaVersion: SCHEMA_VERSION + 1 });
+    const newer = await openLmdbStore(
+      { path: dir, sync: 'full', maxBytes: 0, log: silentLogger },
+      { schemaVersion: SCHEMA_VERSION + 1 },
+    );
     await newer.outbox('central', UNLIMITED).append(small(1));
     await newer.close();
     const err = await openError(openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }));
     expect(err.message).toContain(dir);
-    expect(err.message).toContain(`store format is version ${SCHEMA_VERSION + 1}, written by a newer edgeferry release`);
+    expect(err.message).toContain(
+      `store format is version ${SCHEMA_VERSION + 1}, written by a newer edgeferry release`,
+    );
     // Refusing changed nothing: the newer release can still read its data.
-    const again = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }, { schemaVersion: SCHEMA_VERSION + 1 });
+    const again = await openLmdbStore(
+      { path: dir, sync: 'full', maxBytes: 0, log: silentLogger },
+      { schemaVersion: SCHEMA_VERSION + 1 },
+    );
     expect(again.outbox('central', UNLIMITED).depth.messages).toBe(1);
     await again.close();
   });
@@ -480,7 +566,9 @@ describe('LMDB store', () => {
     async function damaged(damage: (dataFile: string) => void): Promise<StoreError> {
       const dir = tempDir();
       const store = await openStore(dir);
-      await Promise.all(Array.from({ length: 500 }, (_, i) => store.outbox('central', UNLIMITED).append(small(i, 200))));
+      await Promise.all(
+        Array.from({ length: 500 }, (_, i) => store.outbox('central', UNLIMITED).append(small(i, 200))),
+      );
       await closeStore(store);
       damage(path.join(dir, 'data.mdb'));
       const err = await openError(openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger }));

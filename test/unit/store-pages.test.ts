@@ -21,7 +21,11 @@ async function writtenStore(): Promise<string> {
   const db = env.openDB<Buffer, Buffer>('session-queue', { encoding: 'binary', keyEncoding: 'binary' });
   for (let round = 0; round < 4; round++) {
     await db.batch(() => {
-      for (let i = 0; i < 400; i++) void db.put(Buffer.from(`k${String(i).padStart(4, '0')}`), Buffer.alloc(round === 3 && i === 7 ? 9000 : 300, round));
+      for (let i = 0; i < 400; i++)
+        void db.put(
+          Buffer.from(`k${String(i).padStart(4, '0')}`),
+          Buffer.alloc(round === 3 && i === 7 ? 9000 : 300, round),
+        );
     });
   }
   await env.close();
@@ -41,7 +45,8 @@ function leafPagesWith(bytes: Buffer, text: string): number[] {
   const found: number[] = [];
   for (let pgno = 2; pgno * PAGE < bytes.length; pgno++) {
     const page = bytes.subarray(pgno * PAGE, (pgno + 1) * PAGE);
-    if (Number(page.readBigUInt64LE(0)) === pgno && page.readUInt16LE(18) === 0x02 && page.includes(text)) found.push(pgno);
+    if (Number(page.readBigUInt64LE(0)) === pgno && page.readUInt16LE(18) === 0x02 && page.includes(text))
+      found.push(pgno);
   }
   return found;
 }
@@ -71,7 +76,9 @@ describe('the page check of data.mdb', () => {
     bytes.writeBigUInt64LE(BigInt(meta.txnId + 1000), pgno * PAGE + 8);
     fs.writeFileSync(file, bytes);
     expect(keyWalkPasses(dir)).toBe(true);
-    expect(checkPages(file).join('\n')).toMatch(new RegExp(`database "session-queue": page ${pgno} carries transaction \\d+, newer than`));
+    expect(checkPages(file).join('\n')).toMatch(
+      new RegExp(`database "session-queue": page ${pgno} carries transaction \\d+, newer than`),
+    );
   });
 
   it('finds a freelist record that names a page in use (LMDB would hand it out and overwrite live data)', async () => {
@@ -97,13 +104,16 @@ describe('the page check of data.mdb', () => {
     let overflow = -1;
     for (let pgno = 2; pgno * PAGE < bytes.length && overflow < 0; pgno++) {
       const at = pgno * PAGE;
-      if (Number(bytes.readBigUInt64LE(at)) === pgno && bytes.readUInt16LE(at + 18) === 0x04 && bytes[at + 24] === 3) overflow = pgno;
+      if (Number(bytes.readBigUInt64LE(at)) === pgno && bytes.readUInt16LE(at + 18) === 0x04 && bytes[at + 24] === 3)
+        overflow = pgno;
     }
     expect(overflow).toBeGreaterThan(1);
     bytes.fill(0xa5, overflow * PAGE, overflow * PAGE + 24);
     fs.writeFileSync(file, bytes);
     expect(keyWalkPasses(dir)).toBe(true);
-    expect(checkPages(file).join('\n')).toContain(`database "session-queue": overflow page ${overflow} has a damaged header`);
+    expect(checkPages(file).join('\n')).toContain(
+      `database "session-queue": overflow page ${overflow} has a damaged header`,
+    );
   });
 
   it('finds a branch or leaf page replaced by random bytes, and a file cut short', async () => {
@@ -113,7 +123,9 @@ describe('the page check of data.mdb', () => {
     const [pgno] = leafPagesWith(bytes, 'k0300');
     for (let i = 0; i < PAGE; i++) bytes[pgno * PAGE + i] = (i * 131 + 7) & 0xff;
     fs.writeFileSync(file, bytes);
-    expect(checkPages(file).join('\n')).toMatch(new RegExp(`database "session-queue": page ${pgno} carries the page number`));
+    expect(checkPages(file).join('\n')).toMatch(
+      new RegExp(`database "session-queue": page ${pgno} carries the page number`),
+    );
     fs.truncateSync(file, pgno * PAGE);
     expect(checkPages(file)).toEqual([expect.stringMatching(/^the file ends before its last page \d+$/)]);
   });
@@ -126,7 +138,8 @@ describe('the page check of data.mdb', () => {
     const total = 80_000;
     for (let from = 0; from < total; from += 10_000) {
       await db.batch(() => {
-        for (let i = from; i < from + 10_000; i++) void db.put(Buffer.from(`historian\0${String(i).padStart(8, '0')}`), Buffer.alloc(1024, i));
+        for (let i = from; i < from + 10_000; i++)
+          void db.put(Buffer.from(`historian\0${String(i).padStart(8, '0')}`), Buffer.alloc(1024, i));
       });
     }
     await env.close();
@@ -151,9 +164,10 @@ describe('the page check of data.mdb', () => {
     }
     expect(read).toBe(total);
     expect(seen.every((s) => s === 1)).toBe(true); // every record intact, also those the damaged root cut off
-    console.log(`pageRecords over a ${Math.round(fileBytes / 1e6)} MB file: ${read} records, at most ${Math.round(peak / 1e6)} MB more held while reading`);
+    console.log(
+      `pageRecords over a ${Math.round(fileBytes / 1e6)} MB file: ${read} records, at most ${Math.round(peak / 1e6)} MB more held while reading`,
+    );
     expect(fileBytes).toBeGreaterThan(100e6);
     expect(peak).toBeLessThan(fileBytes / 4); // holding them all: some 100 MB
   }, 120_000);
 });
-

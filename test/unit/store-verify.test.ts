@@ -37,7 +37,10 @@ describe('the store integrity walk', () => {
   it('passes an intact store, also one from before some databases existed', async () => {
     const dir = tempDir();
     const store = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger });
-    await store.sessions.enqueue('historian', createMessage({ topic: 't', payload: Buffer.from('x'), qos: 1, origin: 'c' }));
+    await store.sessions.enqueue(
+      'historian',
+      createMessage({ topic: 't', payload: Buffer.from('x'), qos: 1, origin: 'c' }),
+    );
     await store.close();
     expect(walk(dir, 'quick')).toMatchObject({ damaged: [], errors: [] });
     expect(walk(dir, 'full')).toMatchObject({ damaged: [], errors: [] });
@@ -51,9 +54,20 @@ describe('the store integrity walk', () => {
 
   it('names the session and seq of a value whose checksum fails (full walk only)', async () => {
     const dir = tempDir();
-    const store = (await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger })) as unknown as LmdbStore;
+    const store = (await openLmdbStore({
+      path: dir,
+      sync: 'full',
+      maxBytes: 0,
+      log: silentLogger,
+    })) as unknown as LmdbStore;
     const seqs: number[] = [];
-    for (let i = 0; i < 3; i++) seqs.push(await store.sessions.enqueue('historian', createMessage({ topic: 't', payload: Buffer.alloc(50, i), qos: 1, origin: 'c' })));
+    for (let i = 0; i < 3; i++)
+      seqs.push(
+        await store.sessions.enqueue(
+          'historian',
+          createMessage({ topic: 't', payload: Buffer.alloc(50, i), qos: 1, origin: 'c' }),
+        ),
+      );
     const key = [...store.queueDb.getKeys({ snapshot: false })][1];
     const value = Buffer.from(store.queueDb.get(key)!);
     value[30] ^= 0xff;

@@ -38,7 +38,11 @@ describe('systemd notify protocol (sd_notify)', () => {
   it('pings WATCHDOG=1 at half of WATCHDOG_USEC while healthy, and stops when a health check fails', async () => {
     dir = mkdtempSync(join(tmpdir(), 'edgeferry-notify-'));
     socket = openNotifySocket(dir);
-    notifier = new SystemdNotifier(silentLogger, { NOTIFY_SOCKET: socket.path, WATCHDOG_USEC: '200000', WATCHDOG_PID: String(process.pid) });
+    notifier = new SystemdNotifier(silentLogger, {
+      NOTIFY_SOCKET: socket.path,
+      WATCHDOG_USEC: '200000',
+      WATCHDOG_PID: String(process.pid),
+    });
     expect(notifier.watchdogMs).toBe(200);
     let healthy = true;
     const started = performance.now();
@@ -54,7 +58,11 @@ describe('systemd notify protocol (sd_notify)', () => {
   });
 
   it('ignores a watchdog meant for another process (WATCHDOG_PID)', () => {
-    notifier = new SystemdNotifier(silentLogger, { NOTIFY_SOCKET: '/nonexistent', WATCHDOG_USEC: '1000000', WATCHDOG_PID: '1' });
+    notifier = new SystemdNotifier(silentLogger, {
+      NOTIFY_SOCKET: '/nonexistent',
+      WATCHDOG_USEC: '1000000',
+      WATCHDOG_PID: '1',
+    });
     expect(notifier.watchdogMs).toBeUndefined();
   });
 });

@@ -24,7 +24,10 @@ function sub(subscriber: Subscriber, filter: string, extra: Partial<Subscription
 /** Runs a match and returns `<subscriber id>:<filter>` for every visited subscription and `group:<name>` per group. */
 function matchOf(tree: TopicTree, topic: string): string[] {
   const { subscriptions, groups } = tree.match(topic);
-  return [...subscriptions.map((s) => `${s.subscriber.id}:${s.filter}`), ...groups.map((g) => `group:${g.name}`)].sort();
+  return [
+    ...subscriptions.map((s) => `${s.subscriber.id}:${s.filter}`),
+    ...groups.map((g) => `group:${g.name}`),
+  ].sort();
 }
 
 function rootChildren(tree: TopicTree): number {
@@ -33,8 +36,39 @@ function rootChildren(tree: TopicTree): number {
 
 describe('TopicTree', () => {
   it('visits exactly the subscriptions whose filters match, like topicMatches does [MQTT-4.7.1-2] [MQTT-4.7.1-3]', () => {
-    const filters = ['#', '+', 'a', 'a/#', 'a/+', 'a/b', 'a/+/c', '+/b/#', '/+', '+/+', 'a//c', 'a/b/c/d', '$SYS/#', '$SYS/+', '+/x'];
-    const topics = ['a', 'a/b', 'a/b/c', 'a/x/c', 'a//c', '/a', '/', 'b/b', 'b/b/c', 'a/b/c/d', '$SYS/x', '$SYS', 'z/x', 'a/'];
+    const filters = [
+      '#',
+      '+',
+      'a',
+      'a/#',
+      'a/+',
+      'a/b',
+      'a/+/c',
+      '+/b/#',
+      '/+',
+      '+/+',
+      'a//c',
+      'a/b/c/d',
+      '$SYS/#',
+      '$SYS/+',
+      '+/x',
+    ];
+    const topics = [
+      'a',
+      'a/b',
+      'a/b/c',
+      'a/x/c',
+      'a//c',
+      '/a',
+      '/',
+      'b/b',
+      'b/b/c',
+      'a/b/c/d',
+      '$SYS/x',
+      '$SYS',
+      'z/x',
+      'a/',
+    ];
     const tree = new TopicTree();
     // One subscriber per filter so that every visit is attributable.
     for (const f of filters) tree.add(sub(new FakeSubscriber(f), f));

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { isValidMqttString, isValidTopicFilter, isValidTopicName, parseSharedFilter, topicMatches } from '../../src/protocol/topics.js';
+import {
+  isValidMqttString,
+  isValidTopicFilter,
+  isValidTopicName,
+  parseSharedFilter,
+  topicMatches,
+} from '../../src/protocol/topics.js';
 
 describe('topic names', () => {
   it.each(['a', 'a/b/c', '/', '/a', 'a/', 'a//b', '$SYS/broker/uptime', 'ä/€/𝄞', ' spaced topic '])(
@@ -39,12 +45,22 @@ describe('topic names', () => {
 });
 
 describe('topic filters', () => {
-  it.each(['#', '+', 'a/#', '+/+/#', 'a/+/b', '/', '/#', '+/', 'a//+', '$SYS/#', '$share/g/a', 'sport/tennis/player1/#'])(
-    'accepts %j as a topic filter [MQTT-4.7.1-2] [MQTT-4.7.1-3]',
-    (filter) => {
-      expect(isValidTopicFilter(filter)).toBe(true);
-    },
-  );
+  it.each([
+    '#',
+    '+',
+    'a/#',
+    '+/+/#',
+    'a/+/b',
+    '/',
+    '/#',
+    '+/',
+    'a//+',
+    '$SYS/#',
+    '$share/g/a',
+    'sport/tennis/player1/#',
+  ])('accepts %j as a topic filter [MQTT-4.7.1-2] [MQTT-4.7.1-3]', (filter) => {
+    expect(isValidTopicFilter(filter)).toBe(true);
+  });
 
   it.each([
     ['', 'empty [MQTT-4.7.3-1]'],
@@ -99,9 +115,12 @@ describe('shared subscriptions', () => {
     expect(parseSharedFilter(input)).toBe('invalid');
   });
 
-  it.each(['a/b', '#', '$SYS/#', '$sharex/g/a', 'share/g/a', '$SHARE/g/a'])('leaves the ordinary filter %j alone', (input) => {
-    expect(parseSharedFilter(input)).toBeUndefined();
-  });
+  it.each(['a/b', '#', '$SYS/#', '$sharex/g/a', 'share/g/a', '$SHARE/g/a'])(
+    'leaves the ordinary filter %j alone',
+    (input) => {
+      expect(parseSharedFilter(input)).toBeUndefined();
+    },
+  );
 });
 
 describe('topic matching', () => {

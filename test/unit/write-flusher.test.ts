@@ -4,7 +4,11 @@ import type { TurnWork } from '../../src/server/write-flusher.js';
 
 /** A connection as the flusher sees it: it records when it was flushed and when it read on. */
 function target(log: string[], name: string): TurnWork {
-  return { flush: () => void log.push(`flush ${name}`), continueReading: () => void log.push(`read ${name}`), flushListed: false };
+  return {
+    flush: () => void log.push(`flush ${name}`),
+    continueReading: () => void log.push(`read ${name}`),
+    flushListed: false,
+  };
 }
 
 const endOfTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));

@@ -9,7 +9,8 @@ import type { ClientConnection } from '../context.js';
 
 export function handlePuback(conn: ClientConnection, packet: PubackPacket): void {
   const packetId = packet.messageId!;
-  if (!conn.session!.handlePuback(packetId)) conn.log.debug({ clientId: conn.clientId, packetId }, 'PUBACK for an unknown packet id');
+  if (!conn.session!.handlePuback(packetId))
+    conn.log.debug({ clientId: conn.clientId, packetId }, 'PUBACK for an unknown packet id');
 }
 
 export function handlePubrec(conn: ClientConnection, packet: PubrecPacket): void {
@@ -22,5 +23,6 @@ export function handlePubrec(conn: ClientConnection, packet: PubrecPacket): void
 
 export function handlePubcomp(conn: ClientConnection, packet: PubcompPacket): void {
   const packetId = packet.messageId!;
-  if (!conn.session!.handlePubcomp(packetId)) conn.log.debug({ clientId: conn.clientId, packetId }, 'PUBCOMP for an unknown packet id');
+  if (!conn.session!.handlePubcomp(packetId))
+    conn.log.debug({ clientId: conn.clientId, packetId }, 'PUBCOMP for an unknown packet id');
 }

@@ -18,7 +18,10 @@ export function refuse(conn: ClientConnection, reason: number, why: string): voi
   } else {
     conn.send({ cmd: 'connack', sessionPresent: false, returnCode: connackV3Code(reason) });
   }
-  conn.ctx.log.info({ clientId: conn.clientId || undefined, remote: conn.remoteAddress, reasonCode: reason, why }, 'connection refused');
+  conn.ctx.log.info(
+    { clientId: conn.clientId || undefined, remote: conn.remoteAddress, reasonCode: reason, why },
+    'connection refused',
+  );
   conn.close(undefined, why);
 }
 
@@ -59,12 +62,17 @@ export function handleConnect(conn: ClientConnection, packet: ConnectPacket): vo
   }
   if (clientId.length === 0) {
     // 3.1.1: an empty id needs clean session [MQTT-3.1.3-8]; MQTT 5: the server assigns one [MQTT-3.1.3-6].
-    if (!v5 && !packet.clean) return refuse(conn, Reason.ClientIdentifierNotValid, 'empty client id requires clean session');
+    if (!v5 && !packet.clean)
+      return refuse(conn, Reason.ClientIdentifierNotValid, 'empty client id requires clean session');
     clientId = `auto-${randomBytes(8).toString('hex')}`;
     assigned = true;
   }
   if (isInProcessOrigin(clientId)) {
-    return refuse(conn, Reason.ClientIdentifierNotValid, `client id ${clientId} is reserved for the gateway's own publishers`);
+    return refuse(
+      conn,
+      Reason.ClientIdentifierNotValid,
+      `client id ${clientId} is reserved for the gateway's own publishers`,
+    );
   }
   conn.clientId = clientId;
 
@@ -72,12 +80,17 @@ export function handleConnect(conn: ClientConnection, packet: ConnectPacket): vo
   let keepaliveS = packet.keepalive ?? 0;
   let serverKeepAlive: number | undefined;
   if (limits.maxKeepaliveS < 65535 && (keepaliveS > limits.maxKeepaliveS || keepaliveS === 0)) {
-    if (!v5) return refuse(conn, Reason.ClientIdentifierNotValid, `keep alive above the maximum of ${limits.maxKeepaliveS} s`);
+    if (!v5)
+      return refuse(conn, Reason.ClientIdentifierNotValid, `keep alive above the maximum of ${limits.maxKeepaliveS} s`);
     keepaliveS = serverKeepAlive = limits.maxKeepaliveS;
   }
 
   if (v5 && props?.authenticationMethod !== undefined) {
-    return refuse(conn, Reason.BadAuthenticationMethod, `authentication method ${props.authenticationMethod} is not supported`);
+    return refuse(
+      conn,
+      Reason.BadAuthenticationMethod,
+      `authentication method ${props.authenticationMethod} is not supported`,
+    );
   }
 
   // Will message: validated now, authorized after authentication.
@@ -87,7 +100,8 @@ export function handleConnect(conn: ClientConnection, packet: ConnectPacket): vo
       if (!v5) throw new ProtocolError(Reason.TopicNameInvalid, 'invalid will topic');
       return refuse(conn, Reason.TopicNameInvalid, 'invalid will topic');
     }
-    if (will.retain && !limits.retainAvailable) return refuse(conn, Reason.RetainNotSupported, 'retain is not available');
+    if (will.retain && !limits.retainAvailable)
+      return refuse(conn, Reason.RetainNotSupported, 'retain is not available');
     if (v5 && will.properties?.payloadFormatIndicator && !isUtf8(will.payload as Buffer)) {
       return refuse(conn, Reason.PayloadFormatInvalid, 'will payload is not UTF-8 as its format indicator says');
     }
@@ -97,7 +111,8 @@ export function handleConnect(conn: ClientConnection, packet: ConnectPacket): vo
   let username = packet.username;
   let password = packet.password;
   if (conn.identityIsUsername) {
-    if (conn.certificateIdentity === undefined) return refuse(conn, Reason.NotAuthorized, 'no verified client certificate');
+    if (conn.certificateIdentity === undefined)
+      return refuse(conn, Reason.NotAuthorized, 'no verified client certificate');
     username = conn.certificateIdentity;
     password = undefined;
   }
@@ -139,7 +154,10 @@ function authenticated(conn: ClientConnection, packet: ConnectPacket, refusal: n
   conn.state = 'awaiting-connect';
   if (refusal !== undefined) return refuse(conn, refusal, 'authentication failed');
   conn.username = p.username;
-  if (packet.will && conn.ctx.auth.authorizePublish({ clientId: p.clientId, username: p.username }, packet.will.topic) !== undefined) {
+  if (
+    packet.will &&
+    conn.ctx.auth.authorizePublish({ clientId: p.clientId, username: p.username }, packet.will.topic) !== undefined
+  ) {
     return refuse(conn, Reason.NotAuthorized, 'not authorized to publish the will topic');
   }
   accept(conn, packet, p);
@@ -229,5 +247,8 @@ function accept(conn: ClientConnection, packet: ConnectPacket, p: Accepted): voi
   }
   // Resend unacknowledged messages and anything queued while offline.
   session.attach(conn);
-  log.debug({ clientId: p.clientId, version: conn.version, remote: conn.remoteAddress, sessionPresent }, 'client connected');
+  log.debug(
+    { clientId: p.clientId, version: conn.version, remote: conn.remoteAddress, sessionPresent },
+    'client connected',
+  );
 }

@@ -11,7 +11,10 @@ export function handleDisconnect(conn: ClientConnection, packet: DisconnectPacke
     if (expiry !== undefined) {
       // A session that was to end with the connection may not be extended at disconnect [MQTT-3.14.2-2].
       if (session.expiryIntervalS === 0 && expiry !== 0) {
-        throw new ProtocolError(Reason.ProtocolError, 'session expiry set at DISCONNECT after 0 at CONNECT [MQTT-3.14.2-2]');
+        throw new ProtocolError(
+          Reason.ProtocolError,
+          'session expiry set at DISCONNECT after 0 at CONNECT [MQTT-3.14.2-2]',
+        );
       }
       session.expiryIntervalS = Math.min(expiry, conn.ctx.limits.maxSessionExpiryS);
     }

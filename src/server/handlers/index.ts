@@ -20,11 +20,13 @@ export { refuse as refuseConnect } from './connect.js';
 /** Handles a packet of a connection that is awaiting CONNECT or connected. */
 export function handlePacket(conn: ClientConnection, packet: Packet): void {
   if (conn.state === 'awaiting-connect') {
-    if (packet.cmd !== 'connect') throw new ProtocolError(Reason.ProtocolError, `first packet is ${packet.cmd}, not CONNECT`);
+    if (packet.cmd !== 'connect')
+      throw new ProtocolError(Reason.ProtocolError, `first packet is ${packet.cmd}, not CONNECT`);
     return handleConnect(conn, packet);
   }
   // mqtt-packet yields -1 instead of failing when the packet ends inside its packet identifier.
-  if (packet.messageId !== undefined && packet.messageId < 0) throw new ProtocolError(Reason.MalformedPacket, 'packet identifier cut short');
+  if (packet.messageId !== undefined && packet.messageId < 0)
+    throw new ProtocolError(Reason.MalformedPacket, 'packet identifier cut short');
   switch (packet.cmd) {
     case 'publish':
       return handlePublish(conn, packet);

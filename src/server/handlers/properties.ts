@@ -47,7 +47,10 @@ export function checkUserProperties(userProperties: UserProperties | undefined):
   if (!userProperties) return;
   for (const [name, value] of Object.entries(userProperties)) {
     if (!isValidMqttString(name) || !(Array.isArray(value) ? value.every(isWellFormed) : isWellFormed(value))) {
-      throw new ProtocolError(Reason.MalformedPacket, 'malformed user property: truncated, ill-formed UTF-8 or U+0000 [MQTT-1.5.4-1]');
+      throw new ProtocolError(
+        Reason.MalformedPacket,
+        'malformed user property: truncated, ill-formed UTF-8 or U+0000 [MQTT-1.5.4-1]',
+      );
     }
   }
 }

@@ -15,12 +15,15 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
   const v5 = conn.version === 5;
   const qos = packet.qos as QoS;
   const packetId = packet.messageId ?? 0;
-  if (qos === 0 && packet.dup) throw new ProtocolError(Reason.MalformedPacket, 'DUP set on a QoS 0 PUBLISH [MQTT-3.3.1-2]');
-  if (qos > 0 && packetId === 0) throw new ProtocolError(Reason.ProtocolError, 'QoS > 0 PUBLISH without a packet identifier [MQTT-2.3.1-1]');
+  if (qos === 0 && packet.dup)
+    throw new ProtocolError(Reason.MalformedPacket, 'DUP set on a QoS 0 PUBLISH [MQTT-3.3.1-2]');
+  if (qos > 0 && packetId === 0)
+    throw new ProtocolError(Reason.ProtocolError, 'QoS > 0 PUBLISH without a packet identifier [MQTT-2.3.1-1]');
 
   let topic = packet.topic as string;
   // Ill-formed UTF-8 or U+0000 makes the packet malformed, before any alias could remember it [MQTT-1.5.4-1/2].
-  if (!isValidMqttString(topic)) throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in the topic name [MQTT-1.5.4-1]');
+  if (!isValidMqttString(topic))
+    throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in the topic name [MQTT-1.5.4-1]');
   const props = packet.properties;
   if (v5) {
     checkUserProperties(props?.userProperties);
@@ -28,12 +31,16 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
     const alias = props?.topicAlias;
     if (alias !== undefined) {
       if (alias === 0 || alias > limits.topicAliasMaximum) {
-        throw new ProtocolError(Reason.TopicAliasInvalid, `topic alias ${alias} outside 1..${limits.topicAliasMaximum}`);
+        throw new ProtocolError(
+          Reason.TopicAliasInvalid,
+          `topic alias ${alias} outside 1..${limits.topicAliasMaximum}`,
+        );
       }
       if (topic.length > 0) (conn.topicAliasesIn ??= new Map()).set(alias, topic);
       else {
         const known = conn.topicAliasesIn?.get(alias);
-        if (known === undefined) throw new ProtocolError(Reason.TopicAliasInvalid, `topic alias ${alias} was never set`);
+        if (known === undefined)
+          throw new ProtocolError(Reason.TopicAliasInvalid, `topic alias ${alias} was never set`);
         topic = known;
       }
     }
@@ -42,14 +49,18 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
   if (!isValidTopicName(topic, limits.maxTopicLevels)) {
     throw new ProtocolError(Reason.TopicNameInvalid, 'invalid topic name [MQTT-3.3.2-2]');
   }
-  if (packet.retain && !limits.retainAvailable) throw new ProtocolError(Reason.RetainNotSupported, 'retain is not available');
+  if (packet.retain && !limits.retainAvailable)
+    throw new ProtocolError(Reason.RetainNotSupported, 'retain is not available');
 
   const session = conn.session!;
   if (qos > 0) {
     // Our Receive Maximum bounds what an MQTT 5 client may have unacknowledged [MQTT-3.3.4-9]; a 3.1.1 client was
     // never told it, and gets flow control instead (`Connection.holdInboundWhenFull`).
     if (++conn.inboundInflight > limits.receiveMaximum && conn.version === 5) {
-      throw new ProtocolError(Reason.ReceiveMaximumExceeded, `more than ${limits.receiveMaximum} QoS 1/2 publishes in flight`);
+      throw new ProtocolError(
+        Reason.ReceiveMaximumExceeded,
+        `more than ${limits.receiveMaximum} QoS 1/2 publishes in flight`,
+      );
     }
     // A resent QoS 2 PUBLISH whose PUBREC was already sent is not delivered again [MQTT-4.3.3-9].
     if (qos === 2 && session.isAwaitingPubrel(packetId)) {
@@ -65,7 +76,8 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
     broker.stats.dropped.not_authorized += reason === Reason.NotAuthorized ? 1 : 0;
     if (qos === 0) {
       // QoS 0 cannot carry a refusal; MQTT 5 says which ones are worth a DISCONNECT.
-      if (reason === Reason.PayloadFormatInvalid) throw new ProtocolError(reason, 'payload is not UTF-8 as its format indicator says');
+      if (reason === Reason.PayloadFormatInvalid)
+        throw new ProtocolError(reason, 'payload is not UTF-8 as its format indicator says');
       return;
     }
     // 3.1.1 has no way to refuse a publish: it is acknowledged and dropped, as Mosquitto does [MQTT-3.3.5-2].
@@ -111,7 +123,8 @@ export function handlePublish(conn: ClientConnection, packet: PublishPacket): vo
     () => settle(conn, pending, Reason.Success),
     (err: unknown) => {
       // The store logs its refusals once per episode (a full disk refuses thousands a second); not again per message.
-      if (!(err instanceof StoreError)) conn.log.warn({ err, topic, clientId: conn.clientId }, 'message not accepted: could not be stored');
+      if (!(err instanceof StoreError))
+        conn.log.warn({ err, topic, clientId: conn.clientId }, 'message not accepted: could not be stored');
       settle(conn, pending, refusalReason(err));
     },
   );
@@ -131,7 +144,10 @@ function settle(conn: ClientConnection, settled: PendingAck, code: number): void
   while (queue.length > 0 && queue[0].code !== undefined) {
     const { qos, packetId, code: reasonCode } = queue.shift()!;
     if (reasonCode !== Reason.Success) {
-      if (qos === 2) forgetAwaitingRelease(conn.session!, packetId)?.catch((e: unknown) => conn.log.warn({ err: e }, 'QoS 2 release not stored'));
+      if (qos === 2)
+        forgetAwaitingRelease(conn.session!, packetId)?.catch((e: unknown) =>
+          conn.log.warn({ err: e }, 'QoS 2 release not stored'),
+        );
       // Without a way to say "not stored" in 3.1.1, the client gets no acknowledgement and resends after reconnect.
       if (conn.version !== 5) {
         queue.length = 0;
@@ -158,10 +174,14 @@ export function handlePubrel(conn: ClientConnection, packet: PubrelPacket): void
   // connection); like the spec's send quota, which is not raised above its initial value (MQTT 5 §4.9), the
   // count never drops below zero, or a resumed client could exceed our Receive Maximum.
   if (known && conn.inboundInflight > 0) conn.inboundInflight--;
-  const pubcomp = (): void => conn.sendAck('pubcomp', packetId, known ? Reason.Success : Reason.PacketIdentifierNotFound);
+  const pubcomp = (): void =>
+    conn.sendAck('pubcomp', packetId, known ? Reason.Success : Reason.PacketIdentifierNotFound);
   const forgotten = known ? forgetAwaitingRelease(session, packetId) : undefined;
   // PUBCOMP only once the id is forgotten durably: the client may reuse the id for a new message right after it.
-  if (forgotten) forgotten.then(pubcomp, (err: unknown) => conn.log.warn({ err, clientId: conn.clientId }, 'QoS 2 release not stored'));
+  if (forgotten)
+    forgotten.then(pubcomp, (err: unknown) =>
+      conn.log.warn({ err, clientId: conn.clientId }, 'QoS 2 release not stored'),
+    );
   else pubcomp();
 }
 

@@ -17,8 +17,10 @@ const FILTERS_PER_TURN = 64;
 export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket): void {
   const { broker, limits, auth } = conn.ctx;
   const v5 = conn.version === 5;
-  if (packet.subscriptions.length === 0) throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE without filters [MQTT-3.8.3-3]');
-  if (!packet.messageId) throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE with packet identifier 0 [MQTT-2.3.1-1]');
+  if (packet.subscriptions.length === 0)
+    throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE without filters [MQTT-3.8.3-3]');
+  if (!packet.messageId)
+    throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE with packet identifier 0 [MQTT-2.3.1-1]');
   // An ill-formed string makes the whole packet malformed, not just one filter invalid [MQTT-1.5.4-1/2].
   if (!packet.subscriptions.every((s) => isValidMqttString(s.topic))) {
     throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a topic filter [MQTT-1.5.4-1]');
@@ -46,7 +48,8 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
       granted.push(failure(Reason.TopicFilterInvalid));
       return;
     }
-    if (shared && s.nl) throw new ProtocolError(Reason.ProtocolError, 'no local on a shared subscription [MQTT-3.8.3-4]');
+    if (shared && s.nl)
+      throw new ProtocolError(Reason.ProtocolError, 'no local on a shared subscription [MQTT-3.8.3-4]');
     const decision = auth.authorizeSubscribe(conn, s.topic, s.qos as QoS);
     if (decision >= 0x80) {
       granted.push(failure(decision));
@@ -102,7 +105,10 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
     if (checked < packet.subscriptions.length) return false;
     if (overQuota > 0) {
       const max = limits.maxSubscriptionsPerClient;
-      conn.log.info({ clientId: conn.clientId, refused: overQuota, max }, 'subscriptions refused: the client holds broker.maxSubscriptionsPerClient');
+      conn.log.info(
+        { clientId: conn.clientId, refused: overQuota, max },
+        'subscriptions refused: the client holds broker.maxSubscriptionsPerClient',
+      );
     }
     // A persistent session's subscriptions are durable before the SUBACK, so a crash right after it cannot lose
     // them. The client is read again meanwhile; its new subscriptions count against the limit already.
@@ -117,7 +123,11 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
       (err: unknown) => {
         conn.subscriptionsPending -= added.size;
         conn.log.warn({ err, clientId: conn.clientId }, 'subscriptions could not be stored: refused');
-        conn.send({ cmd: 'suback', messageId: packet.messageId, granted: granted.map((g) => (g < 0x80 ? failure(Reason.UnspecifiedError) : g)) });
+        conn.send({
+          cmd: 'suback',
+          messageId: packet.messageId,
+          granted: granted.map((g) => (g < 0x80 ? failure(Reason.UnspecifiedError) : g)),
+        });
       },
     );
     return true;

@@ -6,8 +6,10 @@ import { ProtocolError } from '../../util/errors.js';
 import type { ClientConnection } from '../context.js';
 
 export function handleUnsubscribe(conn: ClientConnection, packet: UnsubscribePacket): void {
-  if (packet.unsubscriptions.length === 0) throw new ProtocolError(Reason.ProtocolError, 'UNSUBSCRIBE without filters [MQTT-3.10.3-2]');
-  if (!packet.messageId) throw new ProtocolError(Reason.ProtocolError, 'UNSUBSCRIBE with packet identifier 0 [MQTT-2.3.1-1]');
+  if (packet.unsubscriptions.length === 0)
+    throw new ProtocolError(Reason.ProtocolError, 'UNSUBSCRIBE without filters [MQTT-3.10.3-2]');
+  if (!packet.messageId)
+    throw new ProtocolError(Reason.ProtocolError, 'UNSUBSCRIBE with packet identifier 0 [MQTT-2.3.1-1]');
   if (!packet.unsubscriptions.every(isValidMqttString)) {
     throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a topic filter [MQTT-1.5.4-1]');
   }

@@ -83,5 +83,9 @@ export function muteLmdbCommitErrors(): void {
 }
 
 function isLmdbCommitError(value: unknown): boolean {
-  return value instanceof Error && typeof (value as { code?: unknown }).code === 'number' && /[/\\]lmdb[/\\]write\.js/.test(value.stack ?? '');
+  return (
+    value instanceof Error &&
+    typeof (value as { code?: unknown }).code === 'number' &&
+    /[/\\]lmdb[/\\]write\.js/.test(value.stack ?? '')
+  );
 }

@@ -75,7 +75,13 @@ export class LmdbJournal implements BatchMember {
     for (const key of store.outboxDb.getKeys({ start: JOURNAL_PREFIX, end: this.end, limit: 1, snapshot: false })) {
       this.floor = chunkStart(key, JOURNAL_PREFIX.length);
     }
-    for (const key of store.outboxDb.getKeys({ start: this.end, end: JOURNAL_PREFIX, reverse: true, limit: 1, snapshot: false })) {
+    for (const key of store.outboxDb.getKeys({
+      start: this.end,
+      end: JOURNAL_PREFIX,
+      reverse: true,
+      limit: 1,
+      snapshot: false,
+    })) {
       lastStored = chunkStart(key, JOURNAL_PREFIX.length) + chunkCount(key, JOURNAL_PREFIX.length) - 1;
     }
     const meta = store.readMeta<JournalMeta>(JOURNAL_META_KEY);
@@ -90,7 +96,11 @@ export class LmdbJournal implements BatchMember {
     let bytes = 0;
     let chunks = 0;
     let firstSeq: number | undefined;
-    for (const { key, value } of this.store.outboxDb.getRange({ start: JOURNAL_PREFIX, end: this.end, snapshot: false })) {
+    for (const { key, value } of this.store.outboxDb.getRange({
+      start: JOURNAL_PREFIX,
+      end: this.end,
+      snapshot: false,
+    })) {
       firstSeq ??= chunkStart(key, JOURNAL_PREFIX.length);
       entries += chunkCount(key, JOURNAL_PREFIX.length);
       bytes += value.length;
@@ -220,7 +230,13 @@ export class LmdbJournal implements BatchMember {
 
   private storedKeyHolding(seq: number): Buffer | undefined {
     const bound = chunkKey(JOURNAL_PREFIX, seq, 0xffff_ffff);
-    for (const key of this.store.outboxDb.getKeys({ start: bound, end: JOURNAL_PREFIX, reverse: true, limit: 1, snapshot: false })) {
+    for (const key of this.store.outboxDb.getKeys({
+      start: bound,
+      end: JOURNAL_PREFIX,
+      reverse: true,
+      limit: 1,
+      snapshot: false,
+    })) {
       if (chunkStart(key, JOURNAL_PREFIX.length) + chunkCount(key, JOURNAL_PREFIX.length) > seq) return key;
     }
     return undefined;
@@ -267,9 +283,14 @@ export class LmdbJournal implements BatchMember {
     let floor = this.lastSeq + 1;
     for (const cursor of this.cursors) if (cursor !== undefined) floor = Math.min(floor, cursor.claimFloor());
     const values = this.batchValues;
-    for (let i = Math.max(0, floor - this.batchFirstSeq); i < values.length; ) {
+    for (let i = Math.max(0, floor - this.batchFirstSeq); i < values.length;) {
       const to = chunkEnd(values, i);
-      this.store.put(b, this.store.outboxDb, chunkKey(JOURNAL_PREFIX, this.batchFirstSeq + i, to - i), encodeChunk(values, i, to, this.batchMasks));
+      this.store.put(
+        b,
+        this.store.outboxDb,
+        chunkKey(JOURNAL_PREFIX, this.batchFirstSeq + i, to - i),
+        encodeChunk(values, i, to, this.batchMasks),
+      );
       i = to;
     }
     if (floor > this.floor) {
@@ -282,7 +303,10 @@ export class LmdbJournal implements BatchMember {
       this.nextFloor = floor;
     }
     if (this.lastSeq !== this.lastSeqBefore || this.namesChanged) {
-      this.store.putMeta(b, JOURNAL_META_KEY, { lastSeq: this.lastSeq, cursors: Object.fromEntries(this.names) } satisfies JournalMeta);
+      this.store.putMeta(b, JOURNAL_META_KEY, {
+        lastSeq: this.lastSeq,
+        cursors: Object.fromEntries(this.names),
+      } satisfies JournalMeta);
     }
     this.batchValues = [];
     this.batchMasks = [];

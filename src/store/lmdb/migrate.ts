@@ -35,7 +35,12 @@ export interface MigrationDatabases {
 }
 
 /** Moves every outbox of format 1 into the journal; resumes a migration cut short. Nothing to do: no write. */
-export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDatabases, clock: SteadyClock, log: Logger): void {
+export function migrateOutboxesToJournal(
+  env: RootDatabase,
+  dbs: MigrationDatabases,
+  clock: SteadyClock,
+  log: Logger,
+): void {
   const read = <T>(key: string): T | undefined => {
     const value = dbs.meta.get(key);
     return value === undefined ? undefined : decodeJsonValue<T>(value);
@@ -47,10 +52,17 @@ export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDataba
   }
   // Journal seqs go above every seq an old outbox used, so that new marks never meet old ones under one name.
   let lastSeq = read<JournalMeta>(JOURNAL_META_KEY)?.lastSeq ?? 0;
-  for (const key of dbs.outboxDb.getKeys({ start: prefixEnd(JOURNAL_PREFIX), end: JOURNAL_PREFIX, reverse: true, limit: 1, snapshot: false })) {
+  for (const key of dbs.outboxDb.getKeys({
+    start: prefixEnd(JOURNAL_PREFIX),
+    end: JOURNAL_PREFIX,
+    reverse: true,
+    limit: 1,
+    snapshot: false,
+  })) {
     lastSeq = Math.max(lastSeq, chunkStart(key, JOURNAL_PREFIX.length) + chunkCount(key, JOURNAL_PREFIX.length) - 1);
   }
-  for (const meta of metas.values()) lastSeq = Math.max(lastSeq, meta.legacyLastSeq ?? (meta.slot === undefined ? meta.lastSeq : 0));
+  for (const meta of metas.values())
+    lastSeq = Math.max(lastSeq, meta.legacyLastSeq ?? (meta.slot === undefined ? meta.lastSeq : 0));
   const used = new Set([...metas.values()].flatMap((m) => (m.slot === undefined ? [] : [m.slot])));
   for (const [name, old] of metas) {
     if (old.slot !== undefined && old.legacyFloor === undefined) continue; // a cursor already
@@ -59,7 +71,10 @@ export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDataba
       slot = 0;
       while (used.has(slot)) slot++;
       if (slot >= MAX_CURSORS) {
-        throw new StoreError('EF_STORE_OPEN', `outbox "${name}" cannot move to the journal: more than ${MAX_CURSORS} outboxes`);
+        throw new StoreError(
+          'EF_STORE_OPEN',
+          `outbox "${name}" cannot move to the journal: more than ${MAX_CURSORS} outboxes`,
+        );
       }
       used.add(slot);
     }
@@ -70,20 +85,44 @@ export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDataba
     const legacyLastSeq = old.legacyLastSeq ?? old.lastSeq;
     let meta: MigratingMeta = resumed
       ? old
-      : { lastSeq: 0, messages: 0, bytes: 0, dropped: old.dropped, floor: lastSeq + 1, slot, legacyFloor: old.floor ?? 0, legacyLastSeq };
+      : {
+          lastSeq: 0,
+          messages: 0,
+          bytes: 0,
+          dropped: old.dropped,
+          floor: lastSeq + 1,
+          slot,
+          legacyFloor: old.floor ?? 0,
+          legacyLastSeq,
+        };
     let lost = 0;
     // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set inside the transaction callback
-    for (let done = false; !done; ) {
+    for (let done = false; !done;) {
       env.transactionSync(() => {
         const removed = new Set<number>();
         const released = new Set<number>();
-        for (const key of dbs.outboxRemovedDb.getKeys({ start: prefix, end: seqKey(prefix, legacyLastSeq + 1), snapshot: false })) removed.add(keySeq(key));
-        for (const key of dbs.outboxReleasedDb.getKeys({ start: prefix, end: seqKey(prefix, legacyLastSeq + 1), snapshot: false })) released.add(keySeq(key));
+        for (const key of dbs.outboxRemovedDb.getKeys({
+          start: prefix,
+          end: seqKey(prefix, legacyLastSeq + 1),
+          snapshot: false,
+        }))
+          removed.add(keySeq(key));
+        for (const key of dbs.outboxReleasedDb.getKeys({
+          start: prefix,
+          end: seqKey(prefix, legacyLastSeq + 1),
+          snapshot: false,
+        }))
+          released.add(keySeq(key));
         const values: Buffer[] = [];
         const wasReleased: boolean[] = [];
         let chunks = 0;
         let next = meta.legacyFloor ?? 0;
-        for (const { key, value } of dbs.outboxDb.getRange({ start: prefix, end, limit: CHUNKS_PER_TRANSACTION, snapshot: false })) {
+        for (const { key, value } of dbs.outboxDb.getRange({
+          start: prefix,
+          end,
+          limit: CHUNKS_PER_TRANSACTION,
+          snapshot: false,
+        })) {
           const chunk = new Chunk(key, prefix.length, value, clock);
           if (chunk.damaged) lost += chunk.count;
           for (let seq = Math.max(chunk.start, next); seq < chunk.end && !chunk.damaged; seq++) {
@@ -100,7 +139,7 @@ export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDataba
           chunks++;
         }
         const masks = values.map(() => bit);
-        for (let i = 0; i < values.length; ) {
+        for (let i = 0; i < values.length;) {
           const to = chunkEnd(values, i);
           dbs.outboxDb.putSync(chunkKey(JOURNAL_PREFIX, lastSeq + 1 + i, to - i), encodeChunk(values, i, to, masks));
           i = to;
@@ -115,7 +154,11 @@ export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDataba
         done = chunks < CHUNKS_PER_TRANSACTION;
         if (done) {
           // Removal marks above the last entry (none are expected) have nothing left to mark.
-          for (const key of dbs.outboxRemovedDb.getKeys({ start: prefix, end: seqKey(prefix, legacyLastSeq + 1), snapshot: false })) {
+          for (const key of dbs.outboxRemovedDb.getKeys({
+            start: prefix,
+            end: seqKey(prefix, legacyLastSeq + 1),
+            snapshot: false,
+          })) {
             dbs.outboxRemovedDb.removeSync(key);
           }
           const { legacyFloor: _f, legacyLastSeq: _l, ...cursor } = meta;
@@ -128,7 +171,8 @@ export function migrateOutboxesToJournal(env: RootDatabase, dbs: MigrationDataba
         write(JOURNAL_META_KEY, { lastSeq, cursors } satisfies JournalMeta);
       });
     }
-    if (lost > 0) log.error({ outbox: name, lost }, 'damaged outbox chunks skipped while moving the outbox to the journal');
+    if (lost > 0)
+      log.error({ outbox: name, lost }, 'damaged outbox chunks skipped while moving the outbox to the journal');
     log.info(
       { outbox: name, messages: meta.messages, resumed },
       'outbox moved to the one journal (store format 2); messages in flight may go once more with a new edgeferry-id',

@@ -38,7 +38,9 @@ function openError(dir: string, what: string, cause?: unknown): StoreError {
 function notADirectoryError(dir: string, cause: unknown): StoreError | undefined {
   const code = (cause as NodeJS.ErrnoException | undefined)?.code;
   if (code !== 'EEXIST' && code !== 'ENOTDIR') return undefined;
-  const what = fs.statSync(dir, { throwIfNoEntry: false })?.isFile() ? `${dir} is a file, not a directory` : `a part of ${dir} is a file, not a directory`;
+  const what = fs.statSync(dir, { throwIfNoEntry: false })?.isFile()
+    ? `${dir} is a file, not a directory`
+    : `a part of ${dir} is a file, not a directory`;
   return new StoreError(
     'EF_STORE_OPEN',
     `storage.path ${dir} cannot be the data directory: ${what}. Set storage.path to a directory (edgeferry creates ` +
@@ -56,7 +58,8 @@ export function accessError(dir: string, what: string, cause: unknown): StoreErr
   if (cause === undefined) return undefined;
   const code = (cause as NodeJS.ErrnoException).code;
   // LMDB's own errors carry no code, only the system's text.
-  const denied = code === 'EACCES' || code === 'EPERM' || /permission denied|operation not permitted/i.test(asError(cause).message);
+  const denied =
+    code === 'EACCES' || code === 'EPERM' || /permission denied|operation not permitted/i.test(asError(cause).message);
   if (!denied) return undefined;
   const user = processUser();
   return new StoreError(
@@ -199,7 +202,8 @@ function processIdentity(pid: number): string | undefined {
 
 /** The directory is fine, only held: the way out is to stop the holder, never to move the data aside. */
 function inUseError(dir: string, pid: number): StoreError {
-  if (pid === process.pid) return new StoreError('EF_STORE_IN_USE', `the data directory ${dir} is already open in this process`);
+  if (pid === process.pid)
+    return new StoreError('EF_STORE_IN_USE', `the data directory ${dir} is already open in this process`);
   let command = '';
   try {
     command = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
@@ -216,7 +220,11 @@ function inUseError(dir: string, pid: number): StoreError {
 export function acquireLock(dir: string): StoreLock {
   const file = path.join(dir, 'edgeferry.lock');
   // Not Linux: without a boot id a stale lock is recognised by its pid alone.
-  const me = { pid: process.pid, bootId: currentBootId() ?? 'unknown', start: processIdentity(process.pid) ?? 'unknown' };
+  const me = {
+    pid: process.pid,
+    bootId: currentBootId() ?? 'unknown',
+    start: processIdentity(process.pid) ?? 'unknown',
+  };
   let existing: { pid: number; bootId: string; start: string } | undefined;
   try {
     existing = JSON.parse(fs.readFileSync(file, 'utf8')) as typeof existing;
@@ -251,10 +259,7 @@ export function acquireLock(dir: string): StoreLock {
  * to do, when it cannot be used; it never modifies a store it refuses.
  * `internal.schemaVersion` overrides the layout version written and expected (tests; future migrations).
  */
-export async function openLmdbStore(
-  opts: LmdbStoreOptions,
-  internal: { schemaVersion?: number } = {},
-): Promise<Store> {
+export async function openLmdbStore(opts: LmdbStoreOptions, internal: { schemaVersion?: number } = {}): Promise<Store> {
   const schemaVersion = internal.schemaVersion ?? SCHEMA_VERSION;
   const dir = path.resolve(opts.path);
   const log = opts.log.child({ mod: 'store', path: dir });
@@ -269,7 +274,9 @@ export async function openLmdbStore(
   try {
     lock = acquireLock(dir);
   } catch (err) {
-    throw err instanceof StoreError ? err : openError(dir, `edgeferry.lock cannot be written (${asError(err).message})`, err);
+    throw err instanceof StoreError
+      ? err
+      : openError(dir, `edgeferry.lock cannot be written (${asError(err).message})`, err);
   }
   let env: RootDatabase | undefined;
   try {
@@ -284,7 +291,13 @@ export async function openLmdbStore(
     try {
       // eventTurnBatching off: every write goes through one explicit `batch()` per store batch (see issue()).
       // relaxed: MDB_NOMETASYNC (see the top of this file).
-      env = open({ path: dir, noSubdir: false, maxDbs: 12, eventTurnBatching: false, noMetaSync: opts.sync === 'relaxed' });
+      env = open({
+        path: dir,
+        noSubdir: false,
+        maxDbs: 12,
+        eventTurnBatching: false,
+        noMetaSync: opts.sync === 'relaxed',
+      });
     } catch (err) {
       throw openError(dir, `LMDB refused the environment (${asError(err).message})`, err);
     }
@@ -296,7 +309,10 @@ export async function openLmdbStore(
     }
     const fresh = rootNames.length === 0;
     if (!fresh && !rootNames.includes('meta')) {
-      throw openError(dir, `it holds an LMDB environment that is not an edgeferry store (databases: ${rootNames.join(', ')})`);
+      throw openError(
+        dir,
+        `it holds an LMDB environment that is not an edgeferry store (databases: ${rootNames.join(', ')})`,
+      );
     }
     if (!fresh) {
       const damage = damagedMeta(env);
@@ -306,7 +322,9 @@ export async function openLmdbStore(
     try {
       store = new LmdbStore(env, { ...opts, path: dir }, lock, log);
     } catch (err) {
-      throw err instanceof StoreError ? err : openError(dir, `its databases are unreadable (${asError(err).message})`, err);
+      throw err instanceof StoreError
+        ? err
+        : openError(dir, `its databases are unreadable (${asError(err).message})`, err);
     }
     if (fresh) {
       await store.meta.put('schema', encodeSchemaValue(schemaVersion));
@@ -340,10 +358,11 @@ export async function openLmdbStore(
     return store;
   } catch (err) {
     if (env !== undefined) {
-      await env.close().catch((closeErr: unknown) => log.warn({ err: closeErr }, 'closing a store that failed to open'));
+      await env
+        .close()
+        .catch((closeErr: unknown) => log.warn({ err: closeErr }, 'closing a store that failed to open'));
     }
     lock.release();
     throw err;
   }
 }
-

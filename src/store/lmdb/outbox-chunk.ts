@@ -109,7 +109,9 @@ export class Chunk {
     const headerBytes = CHUNK_HEADER_BYTES + (masked ? 8 : 4) * this.count;
     this.damaged =
       chunked &&
-      (buf.length < headerBytes || (buf[0] !== CHUNK_FORMAT && buf[0] !== MASKED_CHUNK_FORMAT) || buf.readUInt32BE(1) !== this.count);
+      (buf.length < headerBytes ||
+        (buf[0] !== CHUNK_FORMAT && buf[0] !== MASKED_CHUNK_FORMAT) ||
+        buf.readUInt32BE(1) !== this.count);
     this.dataStart = chunked ? headerBytes : -1;
     this.masksStart = masked && !this.damaged ? CHUNK_HEADER_BYTES + 4 * this.count : -1;
   }
@@ -143,7 +145,10 @@ export class Chunk {
   /** The stored value of entry `seq` (which `has`), unchecked: a view into the chunk (what migration copies). */
   value(seq: number): Buffer {
     if (this.dataStart < 0) return this.buf;
-    return this.buf.subarray(this.dataStart + this.offset(seq - this.start), this.dataStart + this.offset(seq - this.start + 1));
+    return this.buf.subarray(
+      this.dataStart + this.offset(seq - this.start),
+      this.dataStart + this.offset(seq - this.start + 1),
+    );
   }
 
   /** When entry `seq` (which `has`) was appended (unchecked: 0 when the chunk is damaged, so it goes first). */

@@ -6,8 +6,25 @@
 import type { Message } from '../../protocol/message.js';
 import { asError, StoreError } from '../../util/errors.js';
 import { IdTable } from '../../util/id-table.js';
-import { CorruptValueError, encodeStampedValue, keySeq, outboxEntryBytes, ownerPrefix, prefixEnd, MARK, seqKey, stampedValueMs } from '../codec.js';
-import { appendRefusal, closedError, emptyDropped, entryTooLargeError, isLimited, queueFullError } from '../outbox-limits.js';
+import {
+  CorruptValueError,
+  encodeStampedValue,
+  keySeq,
+  outboxEntryBytes,
+  ownerPrefix,
+  prefixEnd,
+  MARK,
+  seqKey,
+  stampedValueMs,
+} from '../codec.js';
+import {
+  appendRefusal,
+  closedError,
+  emptyDropped,
+  entryTooLargeError,
+  isLimited,
+  queueFullError,
+} from '../outbox-limits.js';
 import type { DropReason, Outbox, OutboxDepth, OutboxEntry, OutboxLimits } from '../types.js';
 import type { Chunk } from './outbox-chunk.js';
 import { storedCursor, type JournalCursor, type LmdbJournal } from './journal.js';
@@ -152,7 +169,10 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
 
   refusal(msg: Message): StoreError | undefined {
     const messages = this.messages + this.pending.messages;
-    return appendRefusal(this.name, this.limits, messages, this.bytes + this.pending.bytes, outboxEntryBytes(msg)) ?? this.store.quotaRefusal(this.canMakeRoom(messages));
+    return (
+      appendRefusal(this.name, this.limits, messages, this.bytes + this.pending.bytes, outboxEntryBytes(msg)) ??
+      this.store.quotaRefusal(this.canMakeRoom(messages))
+    );
   }
 
   /** Past `storage.maxBytes` a `drop-oldest` outbox holding entries drops its oldest instead of refusing. */
@@ -166,7 +186,9 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
     try {
       value = this.journal.encode(msg);
     } catch (err) {
-      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+      return Promise.reject(
+        new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }),
+      );
     }
     if (this.store.isClosing) return Promise.reject(closedError());
     const canMakeRoom = this.canMakeRoom(this.messages + this.pending.messages);
@@ -195,13 +217,15 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
     const dropOldest = mayDrop && this.limits.overflow === 'drop-oldest';
     if (isLimited(maxBytes) && bytes > maxBytes) throw entryTooLargeError(this.name, this.limits, bytes);
     const overLimit = (): boolean =>
-      (isLimited(maxMessages) && this.messages + 1 > maxMessages) || (isLimited(maxBytes) && this.bytes + bytes > maxBytes);
+      (isLimited(maxMessages) && this.messages + 1 > maxMessages) ||
+      (isLimited(maxBytes) && this.bytes + bytes > maxBytes);
     if (overLimit()) {
       if (!dropOldest) throw queueFullError(this.name, this.limits, bytes);
       while (overLimit() && this.makeRoom(b) > 0);
     }
     // Another bridge's copy of the same message adds this outbox to that entry: no new bytes for the store.
-    if (!this.journal.merges(value, this.bit)) this.store.reserve(b, bytes, dropOldest ? () => this.makeStoreRoom(b) : undefined);
+    if (!this.journal.merges(value, this.bit))
+      this.store.reserve(b, bytes, dropOldest ? () => this.makeStoreRoom(b) : undefined);
     this.lastSeq = this.journal.append(b, value, this.bit);
     this.messages++;
     this.bytes += bytes;
@@ -219,7 +243,8 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
       for (const chunk of this.journal.chunksFrom(from)) {
         for (let seq = Math.max(from, chunk.start); seq < chunk.end; seq++) {
           if ((chunk.mask(seq) & this.bit) === 0) continue;
-          if (hidden && (this.removed.has(seq) || this.removedInFlight.has(seq) || this.removalsQueued.has(seq))) continue;
+          if (hidden && (this.removed.has(seq) || this.removedInFlight.has(seq) || this.removalsQueued.has(seq)))
+            continue;
           try {
             out.push(chunk.entry(seq, this.released.size > 0 && this.released.has(seq)));
           } catch (err) {
@@ -238,8 +263,15 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
 
   /** Damaged entries met by a read: never sent; removed like acknowledged ones (counted by the store). */
   private dropDamaged(seqs: number[]): void {
-    this.store.reportCorrupt('outbox entries', { outbox: this.name, seqFrom: seqs[0], seqTo: seqs[seqs.length - 1] }, seqs.length, []);
-    this.remove(seqs).catch((err: unknown) => this.store.log.warn({ err, outbox: this.name }, 'damaged outbox entries not removed'));
+    this.store.reportCorrupt(
+      'outbox entries',
+      { outbox: this.name, seqFrom: seqs[0], seqTo: seqs[seqs.length - 1] },
+      seqs.length,
+      [],
+    );
+    this.remove(seqs).catch((err: unknown) =>
+      this.store.log.warn({ err, outbox: this.name }, 'damaged outbox entries not removed'),
+    );
   }
 
   remove(seqs: readonly number[]): Promise<void> {
@@ -274,7 +306,9 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
    */
   moveTo(target: Outbox, limit: number): Promise<number> {
     if (!(target instanceof LmdbOutbox) || target.store !== this.store) {
-      return Promise.reject(new StoreError('EF_STORE_WRITE', `outbox "${target.name}" is not in the store of outbox "${this.name}"`));
+      return Promise.reject(
+        new StoreError('EF_STORE_WRITE', `outbox "${target.name}" is not in the store of outbox "${this.name}"`),
+      );
     }
     if (this.store.isClosing) return Promise.reject(closedError());
     return this.store.schedule((b) => {
@@ -313,7 +347,11 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
   /** Whether `seq` may be a live entry: in range and not removed (it may still be a gap, see `entryBytes`). */
   private isLive(seq: number): boolean {
     return (
-      Number.isSafeInteger(seq) && seq >= this.floor && seq <= this.lastSeq && !this.removed.has(seq) && !this.removedInFlight.has(seq)
+      Number.isSafeInteger(seq) &&
+      seq >= this.floor &&
+      seq <= this.lastSeq &&
+      !this.removed.has(seq) &&
+      !this.removedInFlight.has(seq)
     );
   }
 
@@ -324,13 +362,16 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
 
   /** The journal mask of entry `seq` when it is one of this outbox's, else undefined. */
   private entryMask(seq: number): number | undefined {
-    const mask = seq >= this.journal.batchFrom ? this.journal.batchMask(seq) : this.journal.chunkHolding(seq)?.mask(seq);
+    const mask =
+      seq >= this.journal.batchFrom ? this.journal.batchMask(seq) : this.journal.chunkHolding(seq)?.mask(seq);
     return mask !== undefined && (mask & this.bit) !== 0 ? mask : undefined;
   }
 
   /** Stored bytes of entry `seq`, one of this outbox's (see `entryMask`). */
   private ownBytes(seq: number): number {
-    return seq >= this.journal.batchFrom ? this.journal.batchValue(seq).length : (this.journal.chunkHolding(seq) as Chunk).bytes(seq);
+    return seq >= this.journal.batchFrom
+      ? this.journal.batchValue(seq).length
+      : (this.journal.chunkHolding(seq) as Chunk).bytes(seq);
   }
 
   private removeOne(b: Batch, seq: number): number {
@@ -403,7 +444,12 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
       bytes: this.bytes,
       oldestAppendedAtMs: this.oldestAppendedAtMs,
       dropped: { ...this.dropped },
-      cursor: { slot: this.slot, floor: this.floor, removedMarks: this.removed.size, releasedMarks: this.released.size },
+      cursor: {
+        slot: this.slot,
+        floor: this.floor,
+        removedMarks: this.removed.size,
+        releasedMarks: this.released.size,
+      },
     };
   }
 
@@ -499,7 +545,14 @@ export class LmdbOutbox implements Outbox, BatchMember, JournalCursor {
       if (seq >= floor) this.store.put(b, this.store.outboxRemovedDb, seqKey(this.prefix, seq), MARK);
     }
     if (this.dirty) {
-      const meta: OutboxMeta = { lastSeq: this.lastSeq, messages: this.messages, bytes: this.bytes, dropped: this.dropped, floor, slot: this.slot };
+      const meta: OutboxMeta = {
+        lastSeq: this.lastSeq,
+        messages: this.messages,
+        bytes: this.bytes,
+        dropped: this.dropped,
+        floor,
+        slot: this.slot,
+      };
       this.store.putMeta(b, this.metaKey, meta);
       this.journal.record(b, this.name, this.slot);
     }

@@ -119,7 +119,8 @@ function pickMeta(metas: readonly (MetaPage | undefined)[], bootId: bigint): Met
     if (m === undefined || m.txnId === 0) continue;
     const latest = picked.txnId >= m.txnId ? picked : m;
     const older = picked.txnId > m.txnId ? m : picked;
-    picked = (latest.bootId !== 0n && latest.bootId === bootId) || (latest.flags & OVERLAPPING_SYNC) === 0 ? latest : older;
+    picked =
+      (latest.bootId !== 0n && latest.bootId === bootId) || (latest.flags & OVERLAPPING_SYNC) === 0 ? latest : older;
   }
   return picked;
 }
@@ -212,19 +213,27 @@ class SnapshotWalk {
       if (this.tree(`database "${name}"`, db, undefined, undefined, leaves)) this.damagedTrees.push(name);
     }
     const freePages: number[] = [];
-    this.freelistIntact = !this.tree('the freelist', this.meta.free, undefined, (data, problem) => this.freeRecord(data, freePages, problem));
+    this.freelistIntact = !this.tree('the freelist', this.meta.free, undefined, (data, problem) =>
+      this.freeRecord(data, freePages, problem),
+    );
     let clashes = 0;
     for (const pgno of freePages) {
       if (this.owner[pgno] !== 0 && ++clashes <= PROBLEMS_PER_TREE) {
-        this.problems.push(`the freelist: page ${pgno} is listed as free but ${this.owner[pgno] === 1 ? 'is in use' : 'is listed twice'}`);
+        this.problems.push(
+          `the freelist: page ${pgno} is listed as free but ${this.owner[pgno] === 1 ? 'is in use' : 'is listed twice'}`,
+        );
       }
       this.owner[pgno] = 2;
     }
     if (clashes > 0) this.freelistIntact = false;
-    if (clashes > PROBLEMS_PER_TREE) this.problems.push(`the freelist: ${clashes - PROBLEMS_PER_TREE} more pages listed as free are in use or listed twice`);
+    if (clashes > PROBLEMS_PER_TREE)
+      this.problems.push(
+        `the freelist: ${clashes - PROBLEMS_PER_TREE} more pages listed as free are in use or listed twice`,
+      );
     let lost = 0;
     for (let pgno = 2; pgno <= this.meta.lastPage; pgno++) if (this.owner[pgno] === 0) lost++;
-    if (lost > 0) this.problems.push(`${lost} page${lost === 1 ? ' is' : 's are'} cut off: in no database and not free`);
+    if (lost > 0)
+      this.problems.push(`${lost} page${lost === 1 ? ' is' : 's are'} cut off: in no database and not free`);
   }
 
   /**
@@ -244,7 +253,8 @@ class SnapshotWalk {
           yield { key: Buffer.from(node.key), value: Buffer.from(page.subarray(node.dataAt, node.dataAt + node.size)) };
         } else if (node.flags === F_BIGDATA) {
           const first = u64(page, node.dataAt);
-          if (this.overflowIntact(first, node.size)) yield { key: Buffer.from(node.key), value: this.file.overflowData(first, node.size) };
+          if (this.overflowIntact(first, node.size))
+            yield { key: Buffer.from(node.key), value: this.file.overflowData(first, node.size) };
         }
       }
     }
@@ -255,7 +265,6 @@ class SnapshotWalk {
     yield* this.leaves.get(name) ?? [];
     for (let pgno = 2; pgno <= this.meta.lastPage; pgno++) if (this.owner[pgno] === 0) yield pgno;
   }
-
 
   /**
    * Walks one B-tree; true when it has a problem. `sub` receives the named databases of the main database;
@@ -329,8 +338,11 @@ class SnapshotWalk {
       }
     }
     const { branch, leaf, overflow, entries } = counted;
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by problem() during the walk
-    if (!damaged && (branch !== db.branchPages || leaf !== db.leafPages || overflow !== db.overflowPages || entries !== db.entries)) {
+    if (
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by problem() during the walk
+      !damaged &&
+      (branch !== db.branchPages || leaf !== db.leafPages || overflow !== db.overflowPages || entries !== db.entries)
+    ) {
       problem(
         `has ${branch} branch, ${leaf} leaf and ${overflow} overflow pages and ${entries} entries, but records ` +
           `${db.branchPages}, ${db.leafPages}, ${db.overflowPages} and ${db.entries}`,
@@ -343,7 +355,13 @@ class SnapshotWalk {
    * The nodes of a branch or leaf page whose header checked out, each inside the page, keys ascending; undefined
    * (after reporting) when they are not. Keys are views into `page`.
    */
-  private nodes(page: Buffer, pgno: number, kind: number, integerKeys: boolean, problem: (p: string) => boolean): PageNode[] | undefined {
+  private nodes(
+    page: Buffer,
+    pgno: number,
+    kind: number,
+    integerKeys: boolean,
+    problem: (p: string) => boolean,
+  ): PageNode[] | undefined {
     const count = page.readUInt16LE(20) >> 1;
     const nodes: PageNode[] = [];
     for (let i = 0; i < count; i++) {
@@ -390,7 +408,8 @@ class SnapshotWalk {
     const own = u64(page, 0);
     if (own !== pgno) return problem(`page ${pgno} carries the page number ${own}`);
     const txnId = u64(page, 8);
-    if (txnId > this.meta.txnId) return problem(`page ${pgno} carries transaction ${txnId}, newer than the store's ${this.meta.txnId}`);
+    if (txnId > this.meta.txnId)
+      return problem(`page ${pgno} carries transaction ${txnId}, newer than the store's ${this.meta.txnId}`);
     const flags = page.readUInt16LE(18);
     if (flags !== expected) {
       const kind = expected === P_BRANCH ? 'branch' : 'leaf';
@@ -469,7 +488,9 @@ class SnapshotWalk {
         first = data.readBigInt64LE(8 * ++i);
       }
       if (first < 2n || first + run - 1n > BigInt(this.meta.lastPage)) {
-        problem(`free pages ${first}${run > 1n ? `-${first + run - 1n}` : ''} lie outside the file's pages 2-${this.meta.lastPage}`);
+        problem(
+          `free pages ${first}${run > 1n ? `-${first + run - 1n}` : ''} lie outside the file's pages 2-${this.meta.lastPage}`,
+        );
         return;
       }
       for (let p = Number(first); p < Number(first + run); p++) into.push(p);
@@ -510,7 +531,9 @@ export function checkPages(file: string): string[] {
  * otherwise. The records are read from the file as they are iterated, a page at a time, so a salvage holds no more
  * of a large database than it copies at once; the file stays open until the iteration ends.
  */
-export function pageRecords(file: string): { db: string; records: Generator<{ key: Buffer; value: Buffer }> } | undefined {
+export function pageRecords(
+  file: string,
+): { db: string; records: Generator<{ key: Buffer; value: Buffer }> } | undefined {
   const fd = fs.openSync(file, 'r');
   let handedOver = false;
   try {
@@ -548,6 +571,7 @@ function snapshotWalk(fd: number): SnapshotWalk | string[] {
   const overlapping = (first.flags & OVERLAPPING_SYNC) !== 0;
   const meta = pickMeta([first, overlapping ? metaAt(pageSize >> 1) : undefined, metaAt(pageSize)], lmdbBootId());
   if (meta === undefined) return ['no meta page can be read'];
-  if ((meta.lastPage + 1) * pageSize > fs.fstatSync(fd).size) return [`the file ends before its last page ${meta.lastPage}`];
+  if ((meta.lastPage + 1) * pageSize > fs.fstatSync(fd).size)
+    return [`the file ends before its last page ${meta.lastPage}`];
   return new SnapshotWalk(new PageFile(fd, pageSize), meta);
 }

@@ -59,7 +59,12 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
   private reportDamaged(damaged: DamagedRecord[]): void {
     if (damaged.length === 0) return;
     this.n -= damaged.length;
-    this.store.reportCorrupt('retained messages', { topics: damaged.map((d) => d.key.toString('utf8')) }, damaged.length, damaged);
+    this.store.reportCorrupt(
+      'retained messages',
+      { topics: damaged.map((d) => d.key.toString('utf8')) },
+      damaged.length,
+      damaged,
+    );
   }
 
   set(msg: Message): Promise<void> {
@@ -74,7 +79,9 @@ export class LmdbRetainedStore implements RetainedStore, BatchMember {
       try {
         value = encodePlainValue(msg, this.store.clock);
       } catch (err) {
-        return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+        return Promise.reject(
+          new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }),
+        );
       }
     }
     const write = (b: Batch): void => {

@@ -41,9 +41,17 @@ for (const [name, spec] of Object.entries(DATABASES)) {
   say({ walk: name, reverse: direction === 'reverse' });
   let source: Database<Buffer, Buffer> | undefined;
   try {
-    source = from.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never) as Database<Buffer, Buffer> | undefined; // undefined: no such database
+    source = from.openDB<Buffer, Buffer>(name, {
+      encoding: 'binary',
+      keyEncoding: 'binary',
+      create: false,
+    } as never) as Database<Buffer, Buffer> | undefined; // undefined: no such database
   } catch (err) {
-    say({ done: name, lost: [], gap: `${spec.what}: the database cannot be opened, all of it is lost (${(err as Error).message})` });
+    say({
+      done: name,
+      lost: [],
+      gap: `${spec.what}: the database cannot be opened, all of it is lost (${(err as Error).message})`,
+    });
     continue;
   }
   if (source === undefined) {

@@ -39,7 +39,10 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
   const child = fileURLToPath(new URL('./salvage-child.js', import.meta.url));
   let diedOutsideWalks = 0;
   for (let run = 0; run < MAX_RUNS; run++) {
-    const result = spawnSync(process.execPath, [child, dir, fresh, JSON.stringify(plan)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    const result = spawnSync(process.execPath, [child, dir, fresh, JSON.stringify(plan)], {
+      encoding: 'utf8',
+      maxBuffer: 64 * 1024 * 1024,
+    });
     let current: { walk: string; reverse: boolean } | undefined;
     for (const line of result.stdout.split('\n')) {
       if (line === '') continue;
@@ -68,14 +71,18 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
     if (current === undefined) {
       // It died outside every walk: opening or closing the damaged environment, which is not always fatal twice.
       if (++diedOutsideWalks < 3) continue;
-      throw new StoreError('EF_STORE_OPEN', `salvage of ${dir} failed: ${result.error?.message ?? result.stderr.trim()}`);
+      throw new StoreError(
+        'EF_STORE_OPEN',
+        `salvage of ${dir} failed: ${result.error?.message ?? result.stderr.trim()}`,
+      );
     }
     // The child died walking `current` (LMDB aborted on a damaged page); what it copied before is in `fresh`.
     // Forwards: walk it backwards next; backwards: give it up.
     const how = result.signal ?? `exit ${String(result.status)}`;
     const db = current.walk;
     plan[db] = current.reverse || plan[db] === 'reverse' ? 'skip' : 'reverse';
-    if (plan[db] === 'skip') problems.push(`database ${db}: LMDB aborted (${how}) reading a damaged page; the records beyond it are lost`);
+    if (plan[db] === 'skip')
+      problems.push(`database ${db}: LMDB aborted (${how}) reading a damaged page; the records beyond it are lost`);
   }
   const copiedByDb = await rebuildCounters(fresh, schemaVersion);
   let copied = 0;
@@ -83,11 +90,15 @@ export async function salvageStore(dir: string, schemaVersion: number): Promise<
     copied += n;
     // Whatever the walks met or not: the records of the damaged store that are not in the new one.
     const missing = (entries.get(db) ?? 0) - n;
-    if (missing > 0) problems.unshift(`${DATABASES[db].what} (all of them): ${missing} of ${entries.get(db) ?? 0} records lost`);
+    if (missing > 0)
+      problems.unshift(`${DATABASES[db].what} (all of them): ${missing} of ${entries.get(db) ?? 0} records lost`);
   }
   const check = verifyInChild(fresh, 'full');
   if (check.length > 0) {
-    throw new StoreError('EF_STORE_OPEN', `salvage of ${dir}: the new store ${fresh} does not verify (${check.join('; ')}); nothing was moved`);
+    throw new StoreError(
+      'EF_STORE_OPEN',
+      `salvage of ${dir}: the new store ${fresh} does not verify (${check.join('; ')}); nothing was moved`,
+    );
   }
   const damagedDir = `${dir}.damaged-${stamp}`;
   fs.renameSync(dir, damagedDir);
@@ -121,7 +132,10 @@ async function rebuildCounters(dir: string, schemaVersion: number): Promise<Map<
     for (const key of outbox.getKeys({ snapshot: false })) {
       const prefixBytes = key.indexOf(0) + 1;
       const name = key.toString('utf8', 0, prefixBytes - 1);
-      outboxLast.set(name, Math.max(outboxLast.get(name) ?? 0, chunkStart(key, prefixBytes) + chunkCount(key, prefixBytes) - 1));
+      outboxLast.set(
+        name,
+        Math.max(outboxLast.get(name) ?? 0, chunkStart(key, prefixBytes) + chunkCount(key, prefixBytes) - 1),
+      );
     }
     for (const key of meta.getKeys({ start: OUTBOX_META_PREFIX, end: OUTBOX_META_END, snapshot: false })) {
       const name = String(key).slice(OUTBOX_META_PREFIX.length);
@@ -144,7 +158,12 @@ async function rebuildCounters(dir: string, schemaVersion: number): Promise<Map<
     }
     for (const [name, slot] of Object.entries(cursors)) {
       if (meta.get(OUTBOX_META_PREFIX + name) !== undefined) continue;
-      write(OUTBOX_META_PREFIX + name, { lastSeq: journalLast, floor: 0, slot, dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 } });
+      write(OUTBOX_META_PREFIX + name, {
+        lastSeq: journalLast,
+        floor: 0,
+        slot,
+        dropped: { queue_full: 0, expired: 0, rejected_upstream: 0 },
+      });
     }
     if (journalLast > 0 || Object.keys(cursors).length > 0) write(JOURNAL_META_KEY, { lastSeq: journalLast, cursors });
     for (const [name, lastSeq] of outboxLast) {

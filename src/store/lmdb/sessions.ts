@@ -101,7 +101,9 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     for (const { key, value } of sessionDb.getRange({ snapshot: false })) {
       // A damaged record loses its expiry, not the session: it stays (never expiring) with its queue until its
       // client comes back and sets a new one.
-      const fields = damagedSessions.check(sessionDb, key, value, decodeJsonValue<SessionFields>) ?? { expiryIntervalS: NEVER_EXPIRES };
+      const fields = damagedSessions.check(sessionDb, key, value, decodeJsonValue<SessionFields>) ?? {
+        expiryIntervalS: NEVER_EXPIRES,
+      };
       get(key.toString('utf8')).fields = fields;
     }
     damagedSessions.report();
@@ -150,7 +152,12 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     const prefix = this.prefixOf(clientId);
     const limit = Number.isFinite(window.messages) ? window.messages : undefined;
     const { queueDb } = this.store;
-    const range = queueDb.getRange({ start: seqKey(prefix, afterSeq + 1), end: prefixEnd(prefix), limit, snapshot: false });
+    const range = queueDb.getRange({
+      start: seqKey(prefix, afterSeq + 1),
+      end: prefixEnd(prefix),
+      limit,
+      snapshot: false,
+    });
     const damaged = new Damaged(this.store, 'queued messages');
     let bytes = 0;
     let lastSeq: number | undefined;
@@ -172,43 +179,59 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   }
 
   putSession(clientId: string, fields: SessionFields): Promise<void> {
-    const value: { -readonly [K in keyof SessionFields]: SessionFields[K] } = { expiryIntervalS: fields.expiryIntervalS };
+    const value: { -readonly [K in keyof SessionFields]: SessionFields[K] } = {
+      expiryIntervalS: fields.expiryIntervalS,
+    };
     if (fields.disconnectedAtMs !== undefined) value.disconnectedAtMs = fields.disconnectedAtMs;
     if (fields.owner !== undefined) value.owner = fields.owner;
-    return this.keyed(clientId, (b, key) => this.store.put(b, this.store.sessionDb, key, encodeJsonValue(value)), Buffer.from(clientId, 'utf8'));
+    return this.keyed(
+      clientId,
+      (b, key) => this.store.put(b, this.store.sessionDb, key, encodeJsonValue(value)),
+      Buffer.from(clientId, 'utf8'),
+    );
   }
 
   drop(clientId: string): Promise<void> {
     this.prefixes.delete(clientId);
-    return this.keyed(clientId, (b, key) => {
-      const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
-      b.join(this);
-      this.droppedInBatch.add(clientId);
-      this.store.del(b, sessionDb, key);
-      this.store.del(b, willDb, key);
-      const prefix = ownerPrefix(clientId);
-      const end = prefixEnd(prefix);
-      for (const db of [subscriptionDb, queueDb, releaseDb] as Database<unknown, Buffer>[]) {
-        const keys = [...db.getKeys({ start: prefix, end, snapshot: false })];
-        for (const k of keys) this.store.del(b, db, k);
-      }
-      // Written earlier in this same batch, so not in the committed keys above.
-      for (const written of this.writtenInBatch.get(clientId) ?? []) this.store.del(b, written.db, written.key);
-      this.writtenInBatch.delete(clientId);
-    }, Buffer.from(clientId, 'utf8'));
+    return this.keyed(
+      clientId,
+      (b, key) => {
+        const { sessionDb, subscriptionDb, queueDb, releaseDb, willDb } = this.store;
+        b.join(this);
+        this.droppedInBatch.add(clientId);
+        this.store.del(b, sessionDb, key);
+        this.store.del(b, willDb, key);
+        const prefix = ownerPrefix(clientId);
+        const end = prefixEnd(prefix);
+        for (const db of [subscriptionDb, queueDb, releaseDb] as Database<unknown, Buffer>[]) {
+          const keys = [...db.getKeys({ start: prefix, end, snapshot: false })];
+          for (const k of keys) this.store.del(b, db, k);
+        }
+        // Written earlier in this same batch, so not in the committed keys above.
+        for (const written of this.writtenInBatch.get(clientId) ?? []) this.store.del(b, written.db, written.key);
+        this.writtenInBatch.delete(clientId);
+      },
+      Buffer.from(clientId, 'utf8'),
+    );
   }
 
   putSubscription(clientId: string, sub: SubscriptionRecord): Promise<void> {
     const value = encodeJsonValue(sub);
-    return this.keyed(clientId, (b, key) => {
-      this.store.put(b, this.store.subscriptionDb, key, value);
-      this.remember(b, clientId, this.store.subscriptionDb, key);
-    }, () => nameKey(ownerPrefix(clientId), sub.filter));
+    return this.keyed(
+      clientId,
+      (b, key) => {
+        this.store.put(b, this.store.subscriptionDb, key, value);
+        this.remember(b, clientId, this.store.subscriptionDb, key);
+      },
+      () => nameKey(ownerPrefix(clientId), sub.filter),
+    );
   }
 
   deleteSubscription(clientId: string, filter: string): Promise<void> {
-    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.subscriptionDb, key), () =>
-      nameKey(ownerPrefix(clientId), filter),
+    return this.keyed(
+      clientId,
+      (b, key) => this.store.del(b, this.store.subscriptionDb, key),
+      () => nameKey(ownerPrefix(clientId), filter),
     );
   }
 
@@ -219,7 +242,9 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       value = encodePlainValue(msg, this.store.clock);
       prefix = this.prefixOf(clientId);
     } catch (err) {
-      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+      return Promise.reject(
+        new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }),
+      );
     }
     if (prefix.length + 8 > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
     return this.store.admitQueued(value.length, (b) => {
@@ -248,15 +273,21 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
   }
 
   putAwaitingRelease(clientId: string, packetId: number): Promise<void> {
-    return this.keyed(clientId, (b, key) => {
-      this.store.put(b, this.store.releaseDb, key, MARK);
-      this.remember(b, clientId, this.store.releaseDb, key);
-    }, () => seqKey(ownerPrefix(clientId), packetId));
+    return this.keyed(
+      clientId,
+      (b, key) => {
+        this.store.put(b, this.store.releaseDb, key, MARK);
+        this.remember(b, clientId, this.store.releaseDb, key);
+      },
+      () => seqKey(ownerPrefix(clientId), packetId),
+    );
   }
 
   deleteAwaitingRelease(clientId: string, packetId: number): Promise<void> {
-    return this.keyed(clientId, (b, key) => this.store.del(b, this.store.releaseDb, key), () =>
-      seqKey(ownerPrefix(clientId), packetId),
+    return this.keyed(
+      clientId,
+      (b, key) => this.store.del(b, this.store.releaseDb, key),
+      () => seqKey(ownerPrefix(clientId), packetId),
     );
   }
 
@@ -265,13 +296,20 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     try {
       value = encodeStampedValue(will.msg, will.dueAtMs, this.store.clock);
     } catch (err) {
-      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store will: ${asError(err).message}`, { cause: err }));
+      return Promise.reject(
+        new StoreError('EF_STORE_WRITE', `cannot store will: ${asError(err).message}`, { cause: err }),
+      );
     }
-    return this.keyed(clientId, (b, key) => {
-      this.store.reserve(b, value.length);
-      this.store.put(b, this.store.willDb, key, value);
-      this.remember(b, clientId, this.store.willDb, key);
-    }, Buffer.from(clientId, 'utf8'), value.length);
+    return this.keyed(
+      clientId,
+      (b, key) => {
+        this.store.reserve(b, value.length);
+        this.store.put(b, this.store.willDb, key, value);
+        this.remember(b, clientId, this.store.willDb, key);
+      },
+      Buffer.from(clientId, 'utf8'),
+      value.length,
+    );
   }
 
   deleteWill(clientId: string): Promise<void> {
@@ -285,7 +323,9 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
       value = encodeQueuedValue(msg, this.store.clock, flight);
       key = seqKey(this.prefixOf(clientId), seq);
     } catch (err) {
-      return Promise.reject(new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }));
+      return Promise.reject(
+        new StoreError('EF_STORE_WRITE', `cannot store message: ${asError(err).message}`, { cause: err }),
+      );
     }
     return this.store.schedule((b) => {
       // Only while still queued. Called once the enqueue is durable, so a missing key was acknowledged or dropped
@@ -302,7 +342,9 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
     try {
       key = seqKey(this.prefixOf(clientId), seq);
     } catch (err) {
-      return Promise.reject(new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }));
+      return Promise.reject(
+        new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }),
+      );
     }
     this.ackKeys.push(key);
     return this.ackFlush.wait();
@@ -361,15 +403,24 @@ export class LmdbSessionStore implements SessionStore, BatchMember {
    * Builds the key up front (invalid ids and over-long keys reject at once), then schedules `run`; with
    * `newBytes`, a new value of that size that `storage.maxBytes` must admit first.
    */
-  private keyed(clientId: string, run: (b: Batch, key: Buffer) => void, key: Buffer | (() => Buffer), newBytes?: number): Promise<void> {
+  private keyed(
+    clientId: string,
+    run: (b: Batch, key: Buffer) => void,
+    key: Buffer | (() => Buffer),
+    newBytes?: number,
+  ): Promise<void> {
     let k: Buffer;
     try {
       k = typeof key === 'function' ? key() : key;
     } catch (err) {
-      return Promise.reject(new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }));
+      return Promise.reject(
+        new StoreError('EF_STORE_WRITE', `invalid client id: ${asError(err).message}`, { cause: err }),
+      );
     }
     if (k.length > this.store.maxKeyBytes) return Promise.reject(keyTooLong(clientId));
-    return newBytes === undefined ? this.store.schedule((b) => run(b, k)) : this.store.admit(newBytes, (b) => run(b, k));
+    return newBytes === undefined
+      ? this.store.schedule((b) => run(b, k))
+      : this.store.admit(newBytes, (b) => run(b, k));
   }
 }
 
@@ -406,7 +457,9 @@ class Damaged {
     const seqs = this.what === 'queued messages' ? keys.map((k) => keySeq(k)) : undefined;
     this.store.reportCorrupt(
       this.what,
-      seqs === undefined ? { clientIds: owners } : { clientIds: owners, seqFrom: Math.min(...seqs), seqTo: Math.max(...seqs) },
+      seqs === undefined
+        ? { clientIds: owners }
+        : { clientIds: owners, seqFrom: Math.min(...seqs), seqTo: Math.max(...seqs) },
       this.records.length,
       this.deletes ? this.records : [],
     );

@@ -39,7 +39,14 @@ import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../cod
 import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
 import { SESSIONS_RESUME_BELOW, type JournalDepth, type Outbox, type OutboxLimits, type Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './store-writer.js';
-import { LmdbOutbox, OUTBOX_META_END, OUTBOX_META_PREFIX, outboxMetaKey, storedOutboxCursor, type OutboxMeta } from './outbox.js';
+import {
+  LmdbOutbox,
+  OUTBOX_META_END,
+  OUTBOX_META_PREFIX,
+  outboxMetaKey,
+  storedOutboxCursor,
+  type OutboxMeta,
+} from './outbox.js';
 import { LmdbJournal } from './journal.js';
 import { GroupCommit } from './group-commit.js';
 import { migrateOutboxesToJournal } from './migrate.js';
@@ -166,7 +173,10 @@ export class LmdbStore implements Store, StoreWriter {
     this.releaseDb = env.openDB<Buffer, Buffer>('session-qos2', { encoding: 'binary', keyEncoding: 'binary' });
     // Added after schema 1 shipped without it: opening creates it empty, which is what an older store means.
     this.willDb = env.openDB<Buffer, Buffer>('session-will', { encoding: 'binary', keyEncoding: 'binary' });
-    this.outboxReleasedDb = env.openDB<Buffer, Buffer>('outbox-released', { encoding: 'binary', keyEncoding: 'binary' });
+    this.outboxReleasedDb = env.openDB<Buffer, Buffer>('outbox-released', {
+      encoding: 'binary',
+      keyEncoding: 'binary',
+    });
     this.outboxRemovedDb = env.openDB<Buffer, Buffer>('outbox-removed', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
@@ -213,9 +223,13 @@ export class LmdbStore implements Store, StoreWriter {
         box = new LmdbOutbox(this, this.journal, name, limits);
       } catch (err) {
         if (err instanceof StoreError) throw err;
-        throw new StoreError('EF_STORE_OPEN', `outbox "${name}" in ${this.path} is unreadable: ${asError(err).message}`, {
-          cause: err,
-        });
+        throw new StoreError(
+          'EF_STORE_OPEN',
+          `outbox "${name}" in ${this.path} is unreadable: ${asError(err).message}`,
+          {
+            cause: err,
+          },
+        );
       }
       this.outboxes.set(name, box);
     } else {
@@ -266,10 +280,18 @@ export class LmdbStore implements Store, StoreWriter {
    * Damaged records one read came across (checksum or layout wrong), already skipped by the reader: counted,
    * logged with where they are (one line per read), and deleted, so that they are not met again.
    */
-  reportCorrupt(what: string, where: Record<string, unknown>, records: number, damaged: readonly DamagedRecord[]): void {
+  reportCorrupt(
+    what: string,
+    where: Record<string, unknown>,
+    records: number,
+    damaged: readonly DamagedRecord[],
+  ): void {
     if (records === 0) return;
     this.corruptRecords += records;
-    this.log.error({ what, ...where, records }, 'damaged records in the store skipped (checksum mismatch): they are not delivered');
+    this.log.error(
+      { what, ...where, records },
+      'damaged records in the store skipped (checksum mismatch): they are not delivered',
+    );
     if (this.closing || damaged.length === 0) return;
     this.schedule((b) => {
       for (const { db, key } of damaged) this.del(b, db, key);
@@ -298,7 +320,8 @@ export class LmdbStore implements Store, StoreWriter {
   }
 
   private readonly appended = (written: boolean): void => {
-    if (!written) this.log.error('a write appended out of key order was not stored (MDB_APPEND): a bug in the queue bound');
+    if (!written)
+      this.log.error('a write appended out of key order was not stored (MDB_APPEND): a bug in the queue bound');
   };
 
   readMeta<T>(key: string): T | undefined {
@@ -333,7 +356,10 @@ export class LmdbStore implements Store, StoreWriter {
     }
     if (!this.atLimit || canMakeRoom) return undefined;
     this.episodes.begin('maxBytes', { maxBytes: this.maxBytes, usedBytes: this.usedAtLimit }).refused++;
-    return new StoreError('EF_STORE_FULL', `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes): new messages are refused`);
+    return new StoreError(
+      'EF_STORE_FULL',
+      `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes): new messages are refused`,
+    );
   }
 
   /**
@@ -354,7 +380,8 @@ export class LmdbStore implements Store, StoreWriter {
 
   private admitFor<T>(bytes: number, run: (b: Batch) => T, canMakeRoom: boolean, queued: boolean): Promise<T> {
     if (this.closing) return Promise.reject(closedError());
-    const refused = this.quotaRefusal(canMakeRoom) ?? (queued && this.sessionsFull() ? this.sessionsFullError() : undefined);
+    const refused =
+      this.quotaRefusal(canMakeRoom) ?? (queued && this.sessionsFull() ? this.sessionsFullError() : undefined);
     if (refused !== undefined) return Promise.reject(refused);
     const sessionBytes = queued ? bytes : 0;
     this.pendingBytes += bytes;
@@ -407,7 +434,9 @@ export class LmdbStore implements Store, StoreWriter {
       // Refused without asking the disk, which LMDB would answer with a failed commit (and a stderr line) each time.
       const nowMs = performance.now();
       // Nor when the filesystem has no room and LMDB freed no pages of its own to write into (its stderr line).
-      const mayTry = nowMs >= full.retryAtMs && (full.pagesFreed === true || diskHasRoom(this.path, bytes * RESERVE_MARGIN) !== false);
+      const mayTry =
+        nowMs >= full.retryAtMs &&
+        (full.pagesFreed === true || diskHasRoom(this.path, bytes * RESERVE_MARGIN) !== false);
       if (nowMs >= full.retryAtMs) full.retryAtMs = nowMs + DISK_FULL_RETRY_MS;
       if (!mayTry) {
         b.storeFull = true;
@@ -524,7 +553,9 @@ export class LmdbStore implements Store, StoreWriter {
         op.value = op.run(b);
         b.done.push(op);
       } catch (err) {
-        op.reject(err instanceof StoreError ? err : new StoreError('EF_STORE_WRITE', asError(err).message, { cause: err }));
+        op.reject(
+          err instanceof StoreError ? err : new StoreError('EF_STORE_WRITE', asError(err).message, { cause: err }),
+        );
       }
     }
     try {
@@ -572,9 +603,13 @@ export class LmdbStore implements Store, StoreWriter {
         this.commitFailing = true;
         this.log.error({ err: cause }, 'store commit failed: writes are refused until a commit succeeds');
       }
-      failure = new StoreError('EF_STORE_WRITE', `a write to the store in ${this.path} failed: ${asError(cause).message}`, {
-        cause: err,
-      });
+      failure = new StoreError(
+        'EF_STORE_WRITE',
+        `a write to the store in ${this.path} failed: ${asError(cause).message}`,
+        {
+          cause: err,
+        },
+      );
     }
     for (const member of b.members) member.rollback();
     for (const member of b.lastMembers) member.rollback();

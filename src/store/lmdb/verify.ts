@@ -13,7 +13,16 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Database, RootDatabase } from 'lmdb';
-import { CorruptValueError, decodeJsonValue, decodePlainValue, decodeQueuedValue, decodeStampedValue, keyOwner, keySeq, seqKey } from '../codec.js';
+import {
+  CorruptValueError,
+  decodeJsonValue,
+  decodePlainValue,
+  decodeQueuedValue,
+  decodeStampedValue,
+  keyOwner,
+  keySeq,
+  seqKey,
+} from '../codec.js';
 import { Chunk, chunkCount, chunkStart } from './outbox-chunk.js';
 import { checkPages } from './pages.js';
 import { SteadyClock } from '../../util/clock.js';
@@ -45,19 +54,25 @@ export interface VerifyReport {
 /** The walk only checks that values decode: any timeline converts their expiry. */
 const WALK_CLOCK = new SteadyClock();
 
-export const DATABASES: Record<string, { what: string; decode?: (key: Buffer, value: Buffer) => number; seqs: boolean }> = {
+export const DATABASES: Record<
+  string,
+  { what: string; decode?: (key: Buffer, value: Buffer) => number; seqs: boolean }
+> = {
   meta: { what: 'store metadata', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
   outbox: { what: 'outbox', seqs: true }, // checked entry by entry: damagedChunkEntries
   retained: { what: 'retained message', decode: (_k, v) => (decodePlainValue(v, WALK_CLOCK), 0), seqs: false },
   sessions: { what: 'session record', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
   subscriptions: { what: 'subscriptions of session', decode: (_k, v) => (decodeJsonValue(v), 0), seqs: false },
   'session-queue': { what: 'queue of session', decode: (_k, v) => (decodeQueuedValue(v, WALK_CLOCK), 0), seqs: true },
-  'session-will': { what: 'delayed will of session', decode: (_k, v) => (decodeStampedValue(v, WALK_CLOCK), 0), seqs: false },
+  'session-will': {
+    what: 'delayed will of session',
+    decode: (_k, v) => (decodeStampedValue(v, WALK_CLOCK), 0),
+    seqs: false,
+  },
   'session-qos2': { what: 'QoS 2 state of session', seqs: true },
   'outbox-released': { what: 'QoS 2 state of outbox', seqs: true },
   'outbox-removed': { what: 'removal marks of outbox', seqs: true },
 };
-
 
 /**
  * Which outbox entries are gone already (below their outbox's floor, or marked removed: acknowledged), so that
@@ -76,17 +91,26 @@ export function outboxRemovedEntries(env: RootDatabase): (prefix: Buffer, seq: n
         // a damaged counter record: no floor known for that outbox
       }
     }
-    const removed = env.openDB<Buffer, Buffer>('outbox-removed', { encoding: 'binary', keyEncoding: 'binary', create: false } as never);
+    const removed = env.openDB<Buffer, Buffer>('outbox-removed', {
+      encoding: 'binary',
+      keyEncoding: 'binary',
+      create: false,
+    } as never);
     for (const key of removed.getKeys({ snapshot: false })) marks.add(key.toString('hex'));
   } catch {
     // a store without them, or damaged there: then every damaged entry counts
   }
   return (prefix, seq) =>
-    seq < (floors.get(prefix.toString('utf8', 0, prefix.length - 1)) ?? 0) || marks.has(seqKey(prefix, seq).toString('hex'));
+    seq < (floors.get(prefix.toString('utf8', 0, prefix.length - 1)) ?? 0) ||
+    marks.has(seqKey(prefix, seq).toString('hex'));
 }
 
 /** The seqs of the damaged entries of an outbox chunk, but for those `gone` says are removed already. */
-export function damagedChunkEntries(key: Buffer, value: Buffer, gone: (prefix: Buffer, seq: number) => boolean): number[] {
+export function damagedChunkEntries(
+  key: Buffer,
+  value: Buffer,
+  gone: (prefix: Buffer, seq: number) => boolean,
+): number[] {
   const prefix = key.subarray(0, key.indexOf(0) + 1);
   const chunk = new Chunk(key, prefix.length, value, WALK_CLOCK);
   const damaged: number[] = [];
@@ -135,7 +159,8 @@ export function walkStore(env: RootDatabase, mode: 'quick' | 'full'): VerifyRepo
   for (const [name, spec] of Object.entries(DATABASES)) {
     let db: Database<Buffer, Buffer> | undefined;
     try {
-      db = env.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never) as Database<Buffer, Buffer> | undefined; // undefined: no such database
+      db = env.openDB<Buffer, Buffer>(name, { encoding: 'binary', keyEncoding: 'binary', create: false } as never) as
+        Database<Buffer, Buffer> | undefined; // undefined: no such database
     } catch (err) {
       report.errors.push(`${name}: ${(err as Error).message}`);
       continue;
@@ -201,7 +226,8 @@ export function verifyInChild(dir: string, mode: 'quick' | 'full'): string[] {
 export function describeDamage(report: VerifyReport): string[] {
   const lines = report.errors.map((e) => `database ${e}`);
   for (const d of report.damaged) {
-    const range = d.seqFrom === undefined ? '' : ` (seq ${d.seqFrom}${d.seqTo === d.seqFrom ? '' : `-${String(d.seqTo)}`})`;
+    const range =
+      d.seqFrom === undefined ? '' : ` (seq ${d.seqFrom}${d.seqTo === d.seqFrom ? '' : `-${String(d.seqTo)}`})`;
     // The journal's entries are under the empty owner (journal.ts): every outbox holding them lost them.
     const where = d.what === 'outbox' && d.owner === '' ? 'outbox journal' : `${d.what} "${d.owner}"`;
     lines.push(`${where}: ${d.records} damaged record${d.records === 1 ? '' : 's'}${range}`);
