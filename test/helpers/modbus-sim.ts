@@ -199,3 +199,10 @@ export const WRITABLE_REGISTER_TAGS = [
   { name: 'f64', table: 'holding', address: 16, datatype: 'float64', writable: true },
   { name: 'label', table: 'holding', address: 20, datatype: 'string', length: 4, writable: true },
 ] as const;
+
+/** A float32 as the two big-endian register words a PLC holds it in. */
+export function float32Words(v: number): number[] {
+  const b = Buffer.alloc(4);
+  b.writeFloatBE(v);
+  return [b.readUInt16BE(0), b.readUInt16BE(2)];
+}

@@ -303,3 +303,14 @@ export function hostsMayCommand(dir: string): { aclFile: string } {
   writeFileSync(aclFile, 'pattern readwrite #\n');
   return { aclFile };
 }
+
+/** A `sparkplug:` section with a test's timings: rebirths at once, devices back within 400 ms. */
+export function sparkplugSection(groupId: string, edgeNodeId: string, extra: object = {}): object {
+  return {
+    groupId,
+    edgeNodeId,
+    rebirthDebounceMs: 0,
+    deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
+    ...extra,
+  };
+}

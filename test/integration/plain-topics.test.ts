@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
 import { logLines, startGateway } from '../helpers/gateway.js';
-import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
+import { float32Words, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import type { TestClient } from '../helpers/mqtt-client.js';
@@ -27,12 +27,6 @@ const TAGS = [
   { name: 'total', table: 'holding', address: 5, datatype: 'int64', writable: true },
   { name: 'running', table: 'coil', address: 0, datatype: 'bool', writable: true },
 ];
-
-const float32 = (v: number): number[] => {
-  const b = Buffer.alloc(4);
-  b.writeFloatBE(v);
-  return [b.readUInt16BE(0), b.readUInt16BE(2)];
-};
 
 const sparkplug = (plain?: object) => ({
   groupId: 'plant1',
@@ -85,7 +79,7 @@ const last = (c: TestClient, tag: string) => json(c, tag).at(-1);
 describe('plain topics', () => {
   it('publishes each tag as retained JSON with value, sample time and quality, by exception, and marks them stale when the device is lost', async () => {
     const sim = d.add(await startModbusSim());
-    await sim.set(1, 'hr', 0, [...float32(21.5), 0, 7, 5, 0, 0, 0, 40]);
+    await sim.set(1, 'hr', 0, [...float32Words(21.5), 0, 7, 5, 0, 0, 0, 40]);
     const gw = await plainGateway(sim, { topic: TOPIC });
     const first = d.add(await openClient(gw.url, { protocolVersion: 5 }));
     await first.subscribe(`${AT}/#`, { qos: 1 });
@@ -119,7 +113,7 @@ describe('plain topics', () => {
     expect(temperature?.ts).toBeGreaterThan(Date.now() - 30_000);
 
     // Report by exception, as for DDATA: within the deadband nothing, a changed counter alone.
-    await sim.set(1, 'hr', 0, [...float32(21.8), 0, 8]);
+    await sim.set(1, 'hr', 0, [...float32Words(21.8), 0, 8]);
     await late.waitForMessages(6);
     await sim.set(1, 'hr', 2, [0, 9]);
     await waitFor(() => last(late, 'count')?.value === 9, 5000, { message: 'count 9' });
@@ -145,7 +139,7 @@ describe('plain topics', () => {
 
   it('marks every value stale on a graceful stop, and at the next start until the tag is read again, also after a crash', async () => {
     const sim = d.add(await startModbusSim());
-    await sim.set(1, 'hr', 0, [...float32(21.5), 0, 7, 5, 0, 0, 0, 40]);
+    await sim.set(1, 'hr', 0, [...float32Words(21.5), 0, 7, 5, 0, 0, 0, 40]);
     const gw = await plainGateway(sim, { topic: TOPIC });
     const names = ['temperature', 'count', 'setpoint', 'total', 'running'];
     const quality = (c: TestClient) => names.map((t) => last(c, t)?.quality);

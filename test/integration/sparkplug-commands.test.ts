@@ -12,11 +12,11 @@ import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { logLines, startGateway } from '../helpers/gateway.js';
 import type { Gateway } from '../helpers/gateway.js';
-import { modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
+import { float32Words, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { connectRefused, openClient, runToolOk } from '../helpers/mqtt-client.js';
-import { hostsMayCommand, sparkplugUplink, startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, sparkplugUplink, startSparkplugHost, sparkplugSection } from '../helpers/sparkplug-host.js';
 import type { SparkplugHost } from '../helpers/sparkplug-host.js';
 import { delay, waitFor } from '../helpers/wait.js';
 import { encodePayload } from '../../src/sparkplug/payload.js';
@@ -33,19 +33,7 @@ const TAGS = [
   { name: 'setpoint', table: 'holding', address: SETPOINT, datatype: 'uint16', writable: true },
 ];
 
-const sparkplug = (extra: object = {}) => ({
-  groupId: GROUP,
-  edgeNodeId: NODE,
-  rebirthDebounceMs: 0,
-  deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
-  ...extra,
-});
-
-const float32 = (v: number): number[] => {
-  const b = Buffer.alloc(4);
-  b.writeFloatBE(v);
-  return [b.readUInt16BE(0), b.readUInt16BE(2)];
-};
+const sparkplug = (extra: object = {}): object => sparkplugSection(GROUP, NODE, extra);
 
 /** A DCMD writing `value` to the setpoint, as a host sends it. */
 const setpoint = (value: number): Buffer =>
@@ -74,7 +62,7 @@ async function uplinkSetup(extra: object = {}) {
   const central = d.add(await startMosquitto());
   const proxy = d.add(await startFaultProxy(central.port));
   const sim = d.add(await startModbusSim());
-  await sim.set(1, 'hr', 0, [...float32(20), 0, 0, 5]);
+  await sim.set(1, 'hr', 0, [...float32Words(20), 0, 0, 5]);
   const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-host' }));
   const gw = d.add(
     await startGateway(
@@ -185,7 +173,7 @@ describe('local clients', () => {
     // Another node's namespace and the rest of the group stay open to local clients (a local edge node of its own).
     await v5.publish(`spBv1.0/${GROUP}/DDATA/${NODE}-2/press-1`, forged, { qos: 1 });
     // Markers: a real reading goes up after the forged one would have, and the central host's command is written.
-    await sim.set(1, 'hr', 0, float32(30));
+    await sim.set(1, 'hr', 0, float32Words(30));
     await host.waitFor((h) => h.value(NODE, 'press-1', 'temperature') === 30, 10_000, 'the real reading upstream');
     await hostCommand(host, 80);
     await holds(gw, sim, 80);
@@ -211,7 +199,7 @@ describe('local clients', () => {
 
   it('with an ACL file, a local client commands the PLC only where it is granted; never from a retained message, also not at the next start', async () => {
     const sim = d.add(await startModbusSim());
-    await sim.set(1, 'hr', 0, [...float32(20), 0, 0, 5]);
+    await sim.set(1, 'hr', 0, [...float32Words(20), 0, 0, 5]);
     const aclFile = join(d.tempDir('edgeferry-cmd-'), 'acl');
     writeFileSync(
       aclFile,
@@ -262,7 +250,7 @@ describe('local clients', () => {
 
   it('writes the DCMDs to one tag in the order they came, each read back before the next: 300 of them 15 ms apart', async () => {
     const sim = d.add(await startModbusSim());
-    await sim.set(1, 'hr', 0, [...float32(20), 0, 0, 5]);
+    await sim.set(1, 'hr', 0, [...float32Words(20), 0, 0, 5]);
     const gw = d.add(
       await startGateway(
         { auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: [modbusPress(sim, TAGS)] },

@@ -10,12 +10,12 @@ import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { startGateway } from '../helpers/gateway.js';
-import { WRITABLE_REGISTER_TAGS, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
+import { float32Words, WRITABLE_REGISTER_TAGS, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 import { startOpcuaFixture, type OpcuaFixture } from '../fixtures/opcua-fixture.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
-import { hostsMayCommand, startSparkplugHost, sparkplugUplink } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, startSparkplugHost, sparkplugUplink, sparkplugSection } from '../helpers/sparkplug-host.js';
 import type { HostMessage, SparkplugHost } from '../helpers/sparkplug-host.js';
 import { delay, waitFor } from '../helpers/wait.js';
 
@@ -36,19 +36,7 @@ function connectors(sim: ModbusSim, tags: readonly object[] = PRESS_TAGS) {
   return [modbusPress(sim, tags)];
 }
 
-const sparkplug = (extra: object = {}) => ({
-  groupId: GROUP,
-  edgeNodeId: NODE,
-  rebirthDebounceMs: 0,
-  deviceReconnect: { minDelayMs: 200, maxDelayMs: 400 },
-  ...extra,
-});
-
-const float32 = (v: number): number[] => {
-  const b = Buffer.alloc(4);
-  b.writeFloatBE(v);
-  return [b.readUInt16BE(0), b.readUInt16BE(2)];
-};
+const sparkplug = (extra: object = {}): object => sparkplugSection(GROUP, NODE, extra);
 
 const bridgeTo = (url: string) => sparkplugUplink(url, { group: GROUP, node: NODE, keepaliveS: 5 });
 
@@ -77,7 +65,7 @@ const metric = (host: SparkplugHost, m: HostMessage, name: string) =>
 describe('Sparkplug edge node on the local broker', () => {
   it('answers a late host with births, reports Modbus changes by exception and writes DCMD values into the device', async () => {
     const sim = d.add(await startModbusSim());
-    await sim.set(1, 'hr', 0, [...float32(20), 0, 7, 5]);
+    await sim.set(1, 'hr', 0, [...float32Words(20), 0, 7, 5]);
     const gw = d.add(
       await startGateway({ auth: hostsMayCommand(d.tempDir()), sparkplug: sparkplug(), connectors: connectors(sim) }),
     );
@@ -98,7 +86,7 @@ describe('Sparkplug edge node on the local broker', () => {
     ]);
 
     // Within the deadband: not published. The counter: published, alone, with its read time.
-    await sim.set(1, 'hr', 0, [...float32(20.3), 0, 8]);
+    await sim.set(1, 'hr', 0, [...float32Words(20.3), 0, 8]);
     await host.waitFor((h) => h.value(NODE, 'press-1', 'count') === 8, 5000, 'count 8');
     const ddata = host.of('DDATA', 'press-1').at(-1) as HostMessage;
     expect(ddata.payload.metrics.map((m) => host.nameOf(NODE, m))).toEqual(['count']);
@@ -188,7 +176,7 @@ describe('Sparkplug edge node over the bridge uplink', () => {
     const central = d.add(await startMosquitto());
     const proxy = d.add(await startFaultProxy(central.port));
     const sim = d.add(await startModbusSim());
-    await sim.set(1, 'hr', 0, [...float32(20), 0, 1, 5]);
+    await sim.set(1, 'hr', 0, [...float32Words(20), 0, 1, 5]);
     const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-host' }));
     const gw = d.add(
       await startGateway({
