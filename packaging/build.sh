@@ -3,7 +3,7 @@
 # without one. Output in release/:
 #   edgeferry_<version>_amd64.deb           Debian/Ubuntu: apt install ./edgeferry_<version>_amd64.deb
 #   edgeferry-<version>-linux-x64.tar.gz    other systemd distributions: unpack, then sudo ./install.sh
-# Both hold the same tree (README "Install on an industrial PC"):
+# Both hold the same tree (docs/operations.md "Installed files, upgrade and removal"):
 #   /opt/edgeferry/dist           the compiled gateway (src/, connectors/; no tests, benchmarks or TypeScript)
 #                                 and the web console's bundle (dist/console)
 #   /opt/edgeferry/node_modules   production dependencies, native addons built for the bundled runtime

@@ -94,7 +94,7 @@ ENVIRONMENT
   NOTIFY_SOCKET, WATCHDOG_USEC  set by systemd for Type=notify and its watchdog
 
 SEE ALSO
-  README.md and docs/ (architecture, reliability) beside the gateway; mosquitto_passwd(1), systemctl(1)
+  README.md and docs/ (operations, configuration, security, troubleshooting, ...) beside the gateway; mosquitto_passwd(1), systemctl(1)
 `;
 
 function parseCommandLine() {

@@ -2,7 +2,7 @@
 # Installs or upgrades edgeferry from the release .tar.gz (`npm run package`) on a systemd machine without dpkg:
 #   tar xzf edgeferry-<version>-linux-x64.tar.gz && sudo edgeferry-<version>-linux-x64/install.sh
 # Offline: the tree next to this script holds everything, Node.js 24 included. It puts the same files in the same
-# places as the .deb (README "Install on an industrial PC"):
+# places as the .deb (docs/operations.md "Installed files, upgrade and removal"):
 #   code:   /opt/edgeferry           (replaced on every run: this is the upgrade path)
 #   config: /etc/edgeferry/edgeferry.yaml   (created once; never overwritten)
 #   data:   /var/lib/edgeferry       (systemd StateDirectory: LMDB store, OPC UA PKI; never touched here)

@@ -1,4 +1,4 @@
-/** The console's calls to the gateway's /api/ (the same endpoints scripts use; README "Web console"). */
+/** The console's calls to the gateway's /api/ (the same endpoints scripts use; docs/console.md). */
 
 export interface Session {
   user: string;

@@ -77,7 +77,7 @@ export interface BrokerOptions {
   readonly retained?: RetainedLimits;
 }
 
-/** The defaults of `broker.maxRetainedMessages` and `maxRetainedBytes` (README, "Retained messages"). */
+/** The defaults of `broker.maxRetainedMessages` and `maxRetainedBytes` (docs/security.md#clients-that-misbehave, "Retained messages"). */
 export const DEFAULT_RETAINED_LIMITS: RetainedLimits = { maxMessages: 100_000, maxBytes: 256 * 1024 * 1024 };
 
 export class Broker {

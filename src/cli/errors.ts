@@ -1,4 +1,4 @@
-/** How the command line ends and reports errors: exit codes, and errors with their EF_ code (README "Errors"). */
+/** How the command line ends and reports errors: exit codes, and errors with their EF_ code (docs/troubleshooting.md#errors). */
 import { createLogger } from '../ops/pino-logger.js';
 import { asError, describeError, errorLogFields } from '../util/errors.js';
 

@@ -222,7 +222,7 @@ const metricsSchema = z
     }
   });
 
-/** The web console on the metrics listener (README "Web console"): users of auth.passwordFile, read-only unless operators. */
+/** The web console on the metrics listener (docs/console.md): users of auth.passwordFile, read-only unless operators. */
 const consoleSchema = z.strictObject({
   /** May look at every view and call the read-only /api endpoints. */
   viewers: z.array(z.string().min(1)).default([]),

@@ -2,7 +2,7 @@
  * The HTTP observability endpoint (its own listener, loopback by default): `/metrics` in Prometheus format,
  * `/healthz` (the process answers) and `/readyz` (listeners up, store writable, uplink states). Values are read
  * from the modules' plain counters at scrape time, so the message path never touches prom-client.
- * Names: `edgeferry_<module>_<thing>_<unit>` (docs/architecture.md#naming); the README lists them.
+ * Names: `edgeferry_<module>_<thing>_<unit>` (docs/architecture.md#naming); docs/operations.md#metrics-and-health lists them.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';

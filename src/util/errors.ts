@@ -1,6 +1,6 @@
 /**
  * The error catalogue. Every error that crosses a module boundary is an EdgeferryError with a stable
- * code `EF_<AREA>_<WHAT>`; codes are never reused. The README has one row per code.
+ * code `EF_<AREA>_<WHAT>`; codes are never reused. docs/troubleshooting.md#errors has one row per code.
  */
 export const ErrorCodes = {
   EF_CONFIG_INVALID: 'the configuration file is invalid',

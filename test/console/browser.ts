@@ -1,6 +1,6 @@
 /**
  * Debian's chromium (apt `chromium`, /usr/bin/chromium) driven headless by playwright-core, for the console's
- * browser tests. Screenshots go to test/artifacts/console/ (gitignored; README's two are copied to docs/img/).
+ * browser tests. Screenshots go to test/artifacts/console/ (gitignored; docs/console.md's two are copied to docs/img/).
  */
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';

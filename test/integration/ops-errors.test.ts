@@ -1,5 +1,5 @@
 /**
- * Operator-facing errors carry the README's EF_ codes everywhere: a configuration file that cannot be read or is
+ * Operator-facing errors carry the EF_ codes of docs/troubleshooting.md everywhere: a configuration file that cannot be read or is
  * invalid (text on stderr, or one JSON log line with `--log-format json`), a rejected SIGHUP reload, a start-up
  * failure; and a data directory held by another edgeferry names that process and says to stop it, never to move
  * the data aside with --reset-store. Real gateway processes.

@@ -1,7 +1,7 @@
 /**
  * Retained messages at scale: the retained messages of a new subscription are delivered paced, so others go on
  * meanwhile; payloads live in the store, not in memory, across a restart; broker.maxRetainedMessages and
- * maxRetainedBytes bound them (README, "Retained messages"; docs/architecture.md#retained-messages).
+ * maxRetainedBytes bound them (docs/security.md#clients-that-misbehave, "Retained messages"; docs/architecture.md#retained-messages).
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
