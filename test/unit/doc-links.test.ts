@@ -37,7 +37,7 @@ function proseLines(text: string): string[] {
 }
 
 /** GitHub's heading anchor: lowercase, punctuation removed, each space a '-'; a repeated slug gets -1, -2, ... */
-export function slug(heading: string): string {
+function slug(heading: string): string {
   return heading
     .trim()
     .toLowerCase()
