@@ -8,6 +8,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { ErrorCodes } from '../../src/util/errors.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 /** Not ours, built, or written by tests and benchmarks. */
@@ -107,5 +108,24 @@ describe('documentation links', () => {
     expect(files.map((f) => relative(root, f))).toContain('README.md');
     const cache = new Map<string, Set<string>>();
     expect(files.flatMap((f) => brokenLinks(f, cache))).toEqual([]);
+  });
+});
+
+describe('troubleshooting', () => {
+  it('has one row per EF_ code, each with what it means and what to do', () => {
+    const rows = new Map<string, string[]>();
+    for (const line of readFileSync(join(root, 'docs/troubleshooting.md'), 'utf8').split('\n')) {
+      const m = /^\| `(EF_[A-Z_]+)` \|(.*)\|\s*$/.exec(line);
+      if (m !== null)
+        rows.set(
+          m[1],
+          m[2].split(' | ').map((cell) => cell.trim()),
+        );
+    }
+    expect([...rows.keys()].sort()).toEqual(Object.keys(ErrorCodes).sort());
+    for (const [code, [meaning, whatToDo]] of rows) {
+      expect(meaning, code).toMatch(/\w/);
+      expect(whatToDo, code).toMatch(/\w/);
+    }
   });
 });
