@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
-import { describeDamage, walkStore } from '../../src/store/lmdb/verify.js';
+import { describeDamage, verifyInChild, walkStore } from '../../src/store/lmdb/verify.js';
 import { silentLogger } from '../../src/util/logger.js';
 
 const dirs: string[] = [];
@@ -34,6 +34,21 @@ function walk(dir: string, mode: 'quick' | 'full') {
 }
 
 describe('the store integrity walk', () => {
+  it('says that the check could not start, not that the store is damaged, when the runtime cannot be started', async () => {
+    const dir = tempDir();
+    const store = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger });
+    await store.close();
+    const execPath = process.execPath;
+    process.execPath = path.join(dir, 'no-such-node');
+    try {
+      expect(() => verifyInChild(dir, 'quick')).toThrow(
+        /could not start \(.*ENOENT.*\): nothing is known to be damaged/,
+      );
+    } finally {
+      process.execPath = execPath;
+    }
+  });
+
   it('passes an intact store, also one from before some databases existed', async () => {
     const dir = tempDir();
     const store = await openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, log: silentLogger });

@@ -26,6 +26,7 @@ import {
 import { Chunk, chunkCount, chunkStart } from './outbox-chunk.js';
 import { checkPages } from './pages.js';
 import { SteadyClock } from '../../util/clock.js';
+import { StoreError } from '../../util/errors.js';
 import { OUTBOX_META_END, OUTBOX_META_PREFIX, type OutboxMeta } from './outbox.js';
 
 export type VerifyMode = 'quick' | 'full' | 'off';
@@ -201,7 +202,7 @@ export function walkStore(env: RootDatabase, mode: 'quick' | 'full'): VerifyRepo
 /**
  * Checks the data file page by page (pages.ts), then runs the walk in a child process; returns what is damaged,
  * as lines for an operator, empty when the store is intact. A child that dies (an LMDB assertion, a crash) means
- * a damaged structure.
+ * a damaged structure; one that cannot be started throws (StoreError).
  */
 export function verifyInChild(dir: string, mode: 'quick' | 'full'): string[] {
   try {
@@ -212,7 +213,16 @@ export function verifyInChild(dir: string, mode: 'quick' | 'full'): string[] {
   }
   const child = fileURLToPath(new URL('./verify-child.js', import.meta.url));
   const result = spawnSync(process.execPath, [child, dir, mode], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-  if (result.error !== undefined) return [`the integrity check could not run (${result.error.message})`];
+  // A check that cannot start says nothing about the data: refusing it as damaged would send the operator to
+  // salvage or --reset-store a store that may be intact.
+  if (result.error !== undefined) {
+    throw new StoreError(
+      'EF_STORE_OPEN',
+      `the integrity check of ${dir} could not start (${result.error.message}): nothing is known to be damaged. ` +
+        `The runtime ${process.execPath} must be executable by the user edgeferry runs as; ` +
+        `storage.verifyOnStart: off skips the check.`,
+    );
+  }
   if (result.status !== 0) {
     const how = result.signal !== null ? `was killed by ${result.signal}` : `exited with ${String(result.status)}`;
     const said = result.stderr.trim().split('\n').slice(-1)[0] ?? '';
