@@ -7,10 +7,11 @@
  * A link that failed (socket closed, port error) is marked broken; the pool hands out a fresh one to the next
  * connector that starts, while the broken one lives until its last user released it.
  */
-import modbusSerial from 'modbus-serial';
+import type modbusSerial from 'modbus-serial';
 import type { ModbusTable } from './schema.js';
 import { systemErrorReason } from '../../src/util/errors.js';
 import { DeadlineError, withDeadline } from '../polling.js';
+import { onFirstUse } from '../../src/util/on-first-use.js';
 
 export type LinkTarget =
   | { readonly transport: 'tcp'; readonly host: string; readonly port: number }
@@ -89,8 +90,8 @@ export interface LinkStats {
   requests: number;
 }
 
-// A CommonJS package: the default import is module.exports, whose `default` is the client class.
-const ModbusRTU = modbusSerial.default;
+// A CommonJS package whose module.exports has the client class as `default`; loaded with the first link.
+const loadModbusSerial = onFirstUse<typeof modbusSerial>('modbus-serial');
 
 /** Slack on top of the Modbus timeout before our own deadline fires (the library normally answers first). */
 const DEADLINE_SLACK_MS = 250;
@@ -101,7 +102,7 @@ export class ModbusLink {
   /** Users holding this link (connectors between start and stop). */
   users = 0;
   broken = false;
-  private readonly client = new ModbusRTU();
+  private readonly client = new (loadModbusSerial().default)();
   private opening: Promise<void> | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private readonly closeListeners = new Set<(err: Error) => void>();

@@ -9,8 +9,12 @@ import { readFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
 import type { Duplex } from 'node:stream';
-import { createWebSocketStream, WebSocket } from 'ws';
+import type * as Ws from 'ws';
 import type { BridgeConfig } from '../config/schema.js';
+import { onFirstUse } from '../util/on-first-use.js';
+
+/** ws only for a ws:// or wss:// remote (docs/operations.md#memory). */
+const loadWs = onFirstUse<typeof Ws>('ws');
 
 type RemoteTls = NonNullable<BridgeConfig['remote']['tls']>;
 
@@ -37,6 +41,7 @@ export function dial(url: string, tls: RemoteTls | undefined, opened: () => void
     }
     default: {
       // ws sets TCP_NODELAY on its socket itself; compression would cost CPU per message for little gain.
+      const { WebSocket, createWebSocketStream } = loadWs();
       const ws = new WebSocket(url, 'mqtt', { ...tlsOptions(tls), perMessageDeflate: false });
       ws.once('open', opened);
       return createWebSocketStream(ws);

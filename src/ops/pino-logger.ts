@@ -6,8 +6,12 @@
  */
 import { isatty } from 'node:tty';
 import { pino } from 'pino';
-import { build as prettyStream } from 'pino-pretty';
+import type * as PinoPretty from 'pino-pretty';
 import type { Logger } from '../util/logger.js';
+import { onFirstUse } from '../util/on-first-use.js';
+
+/** pino-pretty only for a terminal or `format: pretty`: a service logging JSON never loads it. */
+const loadPretty = onFirstUse<typeof PinoPretty>('pino-pretty');
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 
@@ -66,7 +70,7 @@ export function createLogger(
   const isPretty = settings.format === 'pretty' || (settings.format === 'auto' && isTty);
   const stream = isPretty
     ? // One line per event, fields after the message; only an error logged with `err` (a bug) adds its stack below.
-      prettyStream({
+      loadPretty().build({
         destination,
         sync: true,
         colorize: isTty,

@@ -8,7 +8,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { WebSocketServer } from 'ws';
+import type * as Ws from 'ws';
 import type { Broker } from '../broker/broker.js';
 import type { AuthHooks } from '../broker/auth.js';
 import { Reason } from '../protocol/reason-codes.js';
@@ -20,6 +20,10 @@ import { WriteFlusher } from './write-flusher.js';
 import type { ServerLimits } from './context.js';
 import { SocketTransport, webSocketTransport } from './transport.js';
 import type { Transport } from './transport.js';
+import { onFirstUse } from '../util/on-first-use.js';
+
+/** ws only when a WebSocket listener is configured (docs/operations.md#memory). */
+const loadWs = onFirstUse<typeof Ws>('ws');
 
 export interface ListenerSpec {
   readonly type: 'tcp' | 'tls' | 'ws' | 'wss';
@@ -51,7 +55,7 @@ export interface BoundListener {
 interface Running {
   readonly spec: ListenerSpec;
   readonly server: net.Server;
-  readonly wss?: WebSocketServer;
+  readonly wss?: Ws.WebSocketServer;
 }
 
 const TIMER_INTERVAL_MS = 500;
@@ -289,7 +293,7 @@ export class MqttServer {
       });
       const isOriginAllowed = originPolicy(spec);
       const originLogDue = throttle(REFUSAL_LOG_INTERVAL_MS);
-      const wss = new WebSocketServer({
+      const wss = new (loadWs().WebSocketServer)({
         server: httpServer,
         path: spec.path ?? '/mqtt',
         verifyClient: (

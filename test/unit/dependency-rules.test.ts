@@ -83,6 +83,7 @@ const rules: Partial<Record<string, { uses: string[]; types?: string[] }>> = {
       'connectors/modbus',
       'src/util/errors.ts',
       'src/util/logger.ts',
+      'src/util/on-first-use.ts',
     ],
   },
   'connectors/opcua': {
