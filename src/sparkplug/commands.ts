@@ -15,7 +15,7 @@ import { commandValueProblem } from './command-value.js';
 import type { Device } from './device.js';
 import type { MetricIn } from './payload.js';
 import type { PlainCommand } from './plain-value.js';
-import { decodePayload } from './payload.js';
+import { decodeCommandPayload } from './compression.js';
 import { parseTopic } from './topics.js';
 
 export const REBIRTH = 'Node Control/Rebirth';
@@ -104,7 +104,7 @@ export class Commands {
     if (this.refused(who, msg)) return;
     let metrics: readonly MetricIn[];
     try {
-      metrics = decodePayload(msg.payload, (m) => this.options.nodeMetric(m)?.datatype).metrics;
+      metrics = decodeCommandPayload(msg.payload, (m) => this.options.nodeMetric(m)?.datatype).metrics;
     } catch (err) {
       this.refuse(who, msg.topic, undefined, `undecodable payload: ${asError(err).message}`);
       return;
@@ -137,7 +137,7 @@ export class Commands {
     }
     let metrics: readonly MetricIn[];
     try {
-      metrics = decodePayload(msg.payload, (m) => device.datatypeOf(m)).metrics;
+      metrics = decodeCommandPayload(msg.payload, (m) => device.datatypeOf(m)).metrics;
     } catch (err) {
       this.refuse(who, msg.topic, undefined, `undecodable payload: ${asError(err).message}`);
       return;

@@ -31,6 +31,7 @@ import { deviceTopic, nodeTopic, stateTopic } from './topics.js';
 import { TwinWatch } from './twin-watch.js';
 import { EDGE_NODE_ORIGIN, UpstreamSession } from './upstream-session.js';
 import type { SparkplugUplinkHooks, UplinkControl } from './upstream-session.js';
+import { compressionAlgorithm } from './compression.js';
 
 export type { UplinkControl } from './upstream-session.js';
 
@@ -191,6 +192,7 @@ export class EdgeNode implements DeviceHost {
         nodeBirthTs: () => this.nodeBirthTs,
         nodeBirthMetrics: (timestamp, bdSeq) => this.nodeBirthMetrics(timestamp, bdSeq),
         clock: this.broker.clock,
+        compression: compressionAlgorithm(this.config.compression),
       },
       this.state,
       uplink === undefined ? undefined : this.primaryHost,

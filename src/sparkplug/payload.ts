@@ -117,6 +117,9 @@ export interface PayloadOut {
   /** Omitted for NDEATH [tck-id-payloads-ndeath-seq] and commands. */
   readonly seq?: number;
   readonly metrics: readonly MetricOut[];
+  /** With `body`: what the body is (the compressed payload convention, src/sparkplug/compression.ts). */
+  readonly uuid?: string;
+  readonly body?: Uint8Array;
 }
 
 export interface MetricIn {
@@ -182,6 +185,8 @@ export function encodePayload(payload: PayloadOut): Buffer {
   const metrics = payload.metrics.map((m) => encodeMetric(m, false));
   const message: Record<string, unknown> = { timestamp: asLong(payload.timestamp), metrics };
   if (payload.seq !== undefined) message.seq = payload.seq;
+  if (payload.uuid !== undefined) message.uuid = payload.uuid;
+  if (payload.body !== undefined) message.body = payload.body;
   return Buffer.from(ProtoPayload.encode(message).finish());
 }
 

@@ -51,6 +51,11 @@ export const sparkplugSchema = z.strictObject({
    * Template instance. Off by default: not every host application handles Templates.
    */
   templates: z.boolean().default(false),
+  /**
+   * Payloads to the uplink compressed the Eclipse Tahu way (src/sparkplug/compression.ts), for slow links: every
+   * birth and data message, not the NDEATH. Off by default: only host applications that follow Tahu read it.
+   */
+  compression: z.enum(['none', 'deflate', 'gzip']).default('none'),
 });
 
 export type SparkplugConfig = z.output<typeof sparkplugSchema>;

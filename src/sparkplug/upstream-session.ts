@@ -24,6 +24,7 @@ import type { PrimaryHost } from './primary-host.js';
 import { deviceTopic, nodeTopic, parseTopic } from './topics.js';
 import type { DeviceMessageType, NodeMessageType } from './topics.js';
 import type { SteadyClock } from '../util/clock.js';
+import { compressPayload, type CompressionAlgorithm } from './compression.js';
 
 /** Origin of every message the edge node publishes (locally, and upstream outside the outbox). */
 export const EDGE_NODE_ORIGIN = Origins.edgeNode;
@@ -72,6 +73,8 @@ export interface UpstreamNode {
   nodeBirthMetrics(timestamp: number, bdSeq: bigint): MetricOut[];
   /** The gateway's steady clock (util/clock.ts): outbox entries are stamped with it. */
   readonly clock: SteadyClock;
+  /** Births and data go upstream compressed with this (src/sparkplug/compression.ts), or as they are. */
+  readonly compression: CompressionAlgorithm | undefined;
 }
 
 export interface UpstreamStats {
@@ -288,11 +291,13 @@ export class UpstreamSession {
     const out: Message[] = [
       this.message(
         nodeTopic(groupId, 'NBIRTH', edgeNodeId),
-        encodePayload({
-          timestamp,
-          seq: this.nextSeq(up),
-          metrics: this.node.nodeBirthMetrics(timestamp, BigInt(up.bdSeq)),
-        }),
+        this.compressed(
+          encodePayload({
+            timestamp,
+            seq: this.nextSeq(up),
+            metrics: this.node.nodeBirthMetrics(timestamp, BigInt(up.bdSeq)),
+          }),
+        ),
       ),
     ];
     for (const device of this.node.devices.values()) {
@@ -302,7 +307,7 @@ export class UpstreamSession {
       out.push(
         this.message(
           deviceTopic(groupId, 'DBIRTH', edgeNodeId, device.id),
-          encodePayload({ timestamp, seq: this.nextSeq(up), metrics: device.birthMetrics() }),
+          this.compressed(encodePayload({ timestamp, seq: this.nextSeq(up), metrics: device.birthMetrics() })),
         ),
       );
     }
@@ -327,6 +332,12 @@ export class UpstreamSession {
 
   private message(topic: string, payload: Buffer, qos: QoS = 0): Message {
     return createMessage({ topic, payload, qos, retain: false, origin: EDGE_NODE_ORIGIN });
+  }
+
+  /** A birth or data payload as it goes upstream: compressed when the node says so. */
+  private compressed(payload: Buffer): Buffer {
+    const algorithm = this.node.compression;
+    return algorithm === undefined ? payload : compressPayload(payload, algorithm);
   }
 
   /**
@@ -363,7 +374,7 @@ export class UpstreamSession {
   ): Message | null {
     const msg = entry.msg;
     const historical = backlog || entry.appendedAtMs < up.birthAtMs;
-    const renumbered = (payload: Buffer): Message => ({ ...msg, payload });
+    const renumbered = (payload: Buffer): Message => ({ ...msg, payload: this.compressed(payload) });
     switch (type) {
       case 'NBIRTH': {
         // A rebirth after the current upstream births goes up (seq 0, the upstream bdSeq); older ones are superseded.
@@ -381,7 +392,8 @@ export class UpstreamSession {
         if (backlog || !up.born || !this.stopping) return null;
         up.born = false;
         this.deathSent?.();
-        return { ...renumbered(withBdSeq(msg.payload, up.bdSeq)), qos: 1 };
+        // Never compressed, like the Will it repeats: a host reads the bdSeq of every death.
+        return { ...msg, payload: withBdSeq(msg.payload, up.bdSeq), qos: 1 };
       }
       case 'DBIRTH': {
         // A device born (again) after the current upstream births; births stored from before are superseded.

@@ -12,11 +12,12 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connectAsync, type MqttClient } from 'mqtt';
-import type { MetricIn, MetricDatatype, PayloadIn } from '../../src/sparkplug/payload.js';
+import type { MetricIn, MetricDatatype, MetricOut, PayloadIn } from '../../src/sparkplug/payload.js';
 import { decodePayload, encodePayload } from '../../src/sparkplug/payload.js';
 import { parseTopic } from '../../src/sparkplug/topics.js';
 import type { SparkplugMessageType } from '../../src/sparkplug/topics.js';
 import type { TagValue } from '../../connectors/contract.js';
+import { tahuCompress, tahuDecompress } from './tahu.js';
 import { waitFor } from './wait.js';
 
 export interface HostMessage {
@@ -26,7 +27,11 @@ export interface HostMessage {
   readonly deviceId?: string;
   readonly qos: number;
   readonly retain: boolean;
+  /** Decompressed when it came compressed (by Tahu's decoder, test/helpers/tahu.ts). */
   readonly payload: PayloadIn;
+  /** How it came: compressed or not, and its bytes on the wire. */
+  readonly compressed: boolean;
+  readonly wire: Buffer;
   readonly receivedAtMs: number;
 }
 
@@ -83,7 +88,12 @@ export interface SparkplugHost {
 export async function startSparkplugHost(
   url: string,
   groupId: string,
-  options: { clientId?: string; username?: string } = {},
+  options: {
+    clientId?: string;
+    username?: string;
+    /** Commands go out compressed with this, by Tahu's encoder (test/helpers/tahu.ts). */
+    compressCommands?: 'DEFLATE' | 'GZIP';
+  } = {},
 ): Promise<SparkplugHost> {
   const client = await connectAsync(url, {
     reconnectPeriod: 0,
@@ -111,10 +121,16 @@ export async function startSparkplugHost(
     if (!topic || topic.groupId !== groupId) return;
     const s = session(topic.edgeNodeId);
     let payload: PayloadIn;
+    let inner: Uint8Array | undefined;
     try {
-      payload = decodePayload(payloadBuf, (m) =>
-        m.alias !== undefined ? s.aliases.get(m.alias)?.datatype : undefined,
-      );
+      const lookup = (m: { alias?: number }): MetricDatatype | undefined =>
+        m.alias !== undefined ? s.aliases.get(m.alias)?.datatype : undefined;
+      payload = decodePayload(payloadBuf, lookup);
+      // Tahu's decoder only for what is compressed: its payload decoding knows fewer types than ours.
+      if (payload.uuid === 'SPBV1.0_COMPRESSED') {
+        inner = tahuDecompress(payloadBuf);
+        payload = decodePayload(inner, lookup);
+      }
     } catch (err) {
       violations.push(`${topicName}: undecodable payload (${(err as Error).message})`);
       return;
@@ -127,11 +143,19 @@ export async function startSparkplugHost(
       qos: packet.qos,
       retain: packet.retain,
       payload,
+      compressed: inner !== undefined,
+      wire: payloadBuf,
       receivedAtMs: Date.now(),
     };
     messages.push(msg);
     check(s, msg);
   });
+
+  const command = (metrics: MetricOut[]): Buffer => {
+    const payload = encodePayload({ timestamp: Date.now(), metrics });
+    const algorithm = options.compressCommands;
+    return algorithm === undefined ? payload : Buffer.from(tahuCompress(payload, algorithm));
+  };
 
   const where = (m: HostMessage): string => `${m.type} ${m.deviceId ?? m.edgeNodeId} seq ${m.payload.seq}`;
 
@@ -238,17 +262,11 @@ export async function startSparkplugHost(
           `${what ?? 'host condition'}; received: ${messages.map((m) => `${m.type}:${m.deviceId ?? ''}:${m.payload.seq}`).join(' ')}`,
       }),
     rebirth: async (node) => {
-      const payload = encodePayload({
-        timestamp: Date.now(),
-        metrics: [{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }],
-      });
+      const payload = command([{ name: 'Node Control/Rebirth', datatype: 'Boolean', value: true }]);
       await client.publishAsync(`spBv1.0/${groupId}/NCMD/${node}`, payload, { qos: 0 });
     },
     write: async (node, device, metrics) => {
-      const payload = encodePayload({
-        timestamp: Date.now(),
-        metrics: metrics.map((m) => ({ name: m.name, datatype: m.datatype, value: m.value })),
-      });
+      const payload = command(metrics.map((m) => ({ name: m.name, datatype: m.datatype, value: m.value })));
       await client.publishAsync(`spBv1.0/${groupId}/DCMD/${node}/${device}`, payload, { qos: 0 });
     },
     publishState: async (hostId, online, timestamp) => {

@@ -18,6 +18,7 @@ import { startMosquitto } from '../helpers/mosquitto.js';
 import { hostsMayCommand, startSparkplugHost, sparkplugUplink, sparkplugSection } from '../helpers/sparkplug-host.js';
 import type { HostMessage, SparkplugHost } from '../helpers/sparkplug-host.js';
 import { delay, waitFor } from '../helpers/wait.js';
+import { compressPayload } from '../../src/sparkplug/compression.js';
 
 const d = useDisposer();
 
@@ -172,16 +173,21 @@ describe('Sparkplug edge node on the local broker', () => {
 });
 
 describe('Sparkplug edge node over the bridge uplink', () => {
-  async function setup() {
+  async function setup(options: { sparkplug?: object; compressCommands?: 'DEFLATE' | 'GZIP' } = {}) {
     const central = d.add(await startMosquitto());
     const proxy = d.add(await startFaultProxy(central.port));
     const sim = d.add(await startModbusSim());
     await sim.set(1, 'hr', 0, [...float32Words(20), 0, 1, 5]);
-    const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-host' }));
+    const host = d.add(
+      await startSparkplugHost(central.url, GROUP, {
+        clientId: 'scada-host',
+        compressCommands: options.compressCommands,
+      }),
+    );
     const gw = d.add(
       await startGateway({
         bridges: [bridgeTo(proxy.url)],
-        sparkplug: sparkplug({ uplink: 'central' }),
+        sparkplug: sparkplug({ uplink: 'central', ...options.sparkplug }),
         connectors: connectors(sim),
       }),
     );
@@ -266,6 +272,26 @@ describe('Sparkplug edge node over the bridge uplink', () => {
     await host.write(NODE, 'press-1', [{ name: 'setpoint', datatype: 'Int16', value: 77 }]);
     await host.waitFor((h) => h.value(NODE, 'press-1', 'setpoint') === 77, 10_000, 'DCMD result in DDATA');
     expect(await sim.get(1, 'hr', 4, 1)).toEqual([77]);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('sends births and data upstream compressed the Tahu way (sparkplug.compression), never the NDEATH, and executes commands a host compressed', async () => {
+    const { sim, host, gw } = await setup({ sparkplug: { compression: 'deflate' }, compressCommands: 'GZIP' });
+    await sim.set(1, 'hr', 2, [0, 9]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'count') === 9, 10_000, 'data upstream');
+    // Decoded by Tahu's decoder (test/helpers/sparkplug-host.ts), in order, with every value the host expects.
+    // What came uncompressed is what compression would not have made smaller (a DATA of a value or two).
+    const sent = [...host.births('NBIRTH'), ...host.births('DBIRTH'), ...host.of('DDATA')];
+    expect(host.births('DBIRTH').every((m) => m.compressed)).toBe(true);
+    for (const m of sent.filter((x) => !x.compressed)) expect(compressPayload(m.wire, 'DEFLATE')).toBe(m.wire);
+    expect(metric(host, host.births('DBIRTH')[0], 'temperature')?.value).toBeCloseTo(20);
+    // A command compressed by Tahu's encoder (GZIP) lands in the device.
+    await host.write(NODE, 'press-1', [{ name: 'setpoint', datatype: 'Int16', value: 66 }]);
+    await host.waitFor((h) => h.value(NODE, 'press-1', 'setpoint') === 66, 10_000, 'compressed DCMD written');
+    expect(await sim.get(1, 'hr', 4, 1)).toEqual([66]);
+    await gw.stop();
+    await host.waitFor((h) => h.of('NDEATH').length >= 1, 10_000, 'NDEATH on SIGTERM');
+    expect(host.of('NDEATH')[0]?.compressed).toBe(false);
     expect(host.violations).toEqual([]);
   });
 });
