@@ -1,33 +1,27 @@
 /**
- * One store-and-forward bridge: local messages matched by out-filters are journaled in the bridge's
- * LMDB outbox before anything else happens, and leave it only when the central broker acknowledged them.
- *
- * - Journal first: a local QoS 1/2 publisher's PUBACK waits for the outbox write to be on disk (the Deliver
- *   callback returns the append promise); QoS 0 is journaled the same way without making the publisher wait.
- * - `replay.order: in-order`: one FIFO, the uplink sends from the head of the outbox, oldest first, so live
- *   traffic queues behind the backlog. `live-first` (docs/architecture.md#live-first): what is journaled after
- *   the connection came up goes at once, the backlog drains beside it within `replay.share` of the window and
- *   of the replay rate, flagged historical. At most `inflight` messages are unacknowledged; the backlog is paced
- *   by token buckets.
- * - QoS 0 upstream is never acknowledged by the protocol, so a sent QoS 0 entry stays in the outbox until a
- *   later PINGRESP or PUBACK proves that the broker read past it (one TCP stream, processed in order). The
- *   uplink pings when such entries wait, so this takes about one round trip; after an ungraceful loss (or
- *   a half-open link, detected within 1.5x keepalive or `ackTimeoutS`) the unconfirmed ones are sent again.
- *   A duplicate beats a gap.
- * - Inbound: in/both filters are subscribed upstream and published locally with origin `bridge:<name>`; the
- *   out subscriptions use no-local with that origin, so nothing bridged in is bridged back out.
+ * One store-and-forward bridge (docs/architecture.md#the-bridge): the drain engine. Local messages matched by
+ * out-filters are journaled in the bridge's outbox before anything else happens, and leave it only when the
+ * central broker has them; the outbox is the one record of what still has to go up, so a crash, an outage or a
+ * restart loses nothing journaled (a duplicate beats a gap). What an operator reads of it is bridge-report.ts's.
  */
 import { hostname } from 'node:os';
 import type { Broker } from '../broker/broker.js';
 import type { BridgeConfig } from '../config/schema.js';
 import type { Message } from '../protocol/message.js';
-import { Origins, createMessage, isExpired } from '../protocol/message.js';
+import { Origins, isExpired } from '../protocol/message.js';
 import { reasonName } from '../protocol/reason-codes.js';
-import { deleteDeadLetters, requeueDeadLetters } from './dead-letters.js';
-import type { DropReason, Outbox, OutboxEntry } from '../store/types.js';
-import { asError, StoreError } from '../util/errors.js';
+import type { Outbox, OutboxEntry } from '../store/types.js';
+import { StoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import { OutageLog } from './outage-log.js';
+import {
+  BridgeReport,
+  type BridgeCounts,
+  type BridgeStats,
+  type RateSample,
+  type UplinkStatus,
+} from './bridge-report.js';
+import { DeadLetters } from './dead-letters.js';
+import { Inbound, type InboundWatch } from './inbound.js';
 import { StatusPublisher, type StatusSnapshot } from './status.js';
 import { ReplayPacer } from './token-bucket.js';
 import { TopicMap } from './topic-map.js';
@@ -35,13 +29,7 @@ import type { TopicRule } from './topic-map.js';
 import { SendWindow, type FlightOwner, type Inflight } from './send-window.js';
 import { UplinkStamp } from './stamp.js';
 import { Uplink } from './uplink.js';
-import type { InboundPublish, PublishResult, UplinkSession } from './uplink.js';
-
-export type UplinkStatus =
-  | { type: 'connecting'; attempt: number }
-  | { type: 'online'; backlog: number }
-  | { type: 'offline'; error: string; retryInMs: number }
-  | { type: 'paused'; reason: string };
+import type { PublishResult, UplinkSession } from './uplink.js';
 
 /** The seam for Sparkplug (docs/architecture.md#sparkplug-session): the bridge never decodes payloads itself. */
 export interface UplinkHooks {
@@ -60,43 +48,7 @@ export interface UplinkHooks {
    * A topic whose messages from the central broker come here instead of the local broker; subscribed on MQTT 5
    * uplinks only, with no-local, so none of them is our own: the Sparkplug node's NBIRTH, to tell of a twin.
    */
-  readonly watch?: { readonly topic: string; received(msg: InboundPublish): void };
-}
-
-export interface BridgeStats {
-  readonly state: UplinkStatus['type'] | 'stopped';
-  readonly connected: boolean;
-  readonly backlogMessages: number;
-  readonly backlogBytes: number;
-  /** Refused messages kept in the dead-letter outbox (0 when it is off). */
-  readonly deadLetterMessages: number;
-  /** Age of the oldest journaled entry, 0 when empty. */
-  readonly oldestAgeS: number;
-  readonly inflight: number;
-  /** PUBLISH packets written upstream, re-sends included. */
-  readonly sent: number;
-  /** Of those, re-sends after a reconnect or restart. */
-  readonly resent: number;
-  /** Entries that left the outbox because the central broker has them (PUBACK, PUBCOMP, or QoS 0 confirmed). */
-  readonly acked: number;
-  readonly dropped: Readonly<Record<DropReason, number>>;
-  /** Messages sent per second over the last sampling period (about 1 s). */
-  readonly sendRatePerS: number;
-  /** Send rate while replaying a backlog, last sample (0 when not replaying). */
-  readonly replayRatePerS: number;
-  /** Backlog entries still to send on this connection over the replay rate; 0 when none, NaN while unknown. */
-  readonly drainEtaS: number;
-  /** The longest journal-to-acknowledgement time of a message that was not backlog, over the last sample. */
-  readonly liveLatencyS: number;
-  readonly reconnects: number;
-  /** Connections the central broker gave to another client with the same client id (DISCONNECT 0x8E, or inferred). */
-  readonly sessionTaken: number;
-  /** The last reason the uplink went down or an attempt failed (and when, ISO 8601); undefined before any. */
-  readonly lastError: { readonly message: string; readonly at: string } | undefined;
-  /** Messages from the central broker published locally. */
-  readonly received: number;
-  /** Inbound messages the local broker refused. */
-  readonly receivedFailed: number;
+  readonly watch?: InboundWatch;
 }
 
 export interface BridgeOptions {
@@ -125,26 +77,20 @@ export class Bridge {
   private readonly config: BridgeConfig;
   private readonly broker: Broker;
   private readonly outbox: Outbox;
-  private readonly deadLetter: Outbox | undefined;
+  private readonly deadLetters: DeadLetters;
   private readonly log: Logger;
   private readonly hooks: UplinkHooks;
   private readonly topics: TopicMap;
   private readonly uplink: Uplink;
-  private readonly stateTopic: string;
-  /** `hooks.watch`'s topic upstream (with the out rule's prefix), subscribed on MQTT 5 uplinks. */
-  private readonly watchTopic: string | undefined;
 
   private running = false;
-  private currentStatus: UplinkStatus = { type: 'connecting', attempt: 0 };
   private pausedReason: string | undefined;
   private unsubscribers: (() => void)[] = [];
   private session: UplinkSession | undefined;
   private sessionStartMs = 0;
-  private everOnline = false;
 
   /** Acknowledged seqs of this turn, passed to the outbox together (it hides them from `peek` from then on). */
   private removeBatch: number[] = [];
-  /** Highest seq this process has sent. */
   private highestSentSeq = -Infinity;
   /** Highest seq sent on earlier connections: anything at or below it going up again is a re-send. */
   private sentBefore = -Infinity;
@@ -154,7 +100,6 @@ export class Bridge {
   /** Backlog entries still to send on this connection (in order: before traffic counts as live, paced until then). */
   private replayRemaining = 0;
   private pacer: ReplayPacer;
-  /** `replay.order` is live-first. */
   private readonly liveFirst: boolean;
   /** The backlog's replay limits: `replay`, scaled by `replay.share` when live-first. */
   private readonly paceLimits: { messagesPerS: number; bytesPerS: number };
@@ -165,24 +110,11 @@ export class Bridge {
   private paceTimer: NodeJS.Timeout | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
 
-  private readonly counters = { sent: 0, resent: 0, acked: 0, reconnects: 0, received: 0, receivedFailed: 0 };
-  private readonly rate = {
-    lastSent: 0,
-    lastAtMs: 0,
-    sendPerS: 0,
-    replayPerS: 0,
-    replaySent: 0,
-    liveLatencyMs: 0,
-    liveLatencyMaxMs: 0,
-  };
-  /** Warnings logged once per episode; cleared when the condition ends. */
-  private readonly episodes = new Set<string>();
-  private readonly outages: OutageLog;
+  private readonly report: BridgeReport;
+  /** The report's, counted into in place. */
+  private readonly counts: BridgeCounts;
+  private readonly sample: RateSample;
   private readonly statusPublisher: StatusPublisher | undefined;
-  private lastError: BridgeStats['lastError'];
-  private queueFullSeen = 0;
-  /** The dead-letter requeue or delete under way: one at a time, so that both never take the same letters. */
-  private deadLetterWork: Promise<unknown> = Promise.resolve();
 
   constructor(options: BridgeOptions) {
     this.config = options.config;
@@ -190,9 +122,20 @@ export class Bridge {
     this.origin = `${Origins.bridgePrefix}${this.name}`;
     this.broker = options.broker;
     this.outbox = options.outbox;
-    this.deadLetter = options.deadLetter;
+    this.deadLetters = new DeadLetters(options.deadLetter, options.outbox, options.log);
     this.log = options.log;
-    this.outages = new OutageLog(options.log);
+    this.report = new BridgeReport({
+      name: this.name,
+      origin: this.origin,
+      clientId: options.config.remote.clientId,
+      broker: options.broker,
+      outbox: options.outbox,
+      deadLetters: this.deadLetters,
+      queue: options.config.queue,
+      log: options.log,
+    });
+    this.counts = this.report.counts;
+    this.sample = this.report.sample;
     this.hooks = options.hooks ?? {};
     this.topics = new TopicMap(options.config.topics);
     const { replay } = options.config;
@@ -201,13 +144,15 @@ export class Bridge {
     const share = this.liveFirst ? replay.share : 1;
     this.paceLimits = { messagesPerS: replay.messagesPerS * share, bytesPerS: replay.bytesPerS * share };
     this.pacer = new ReplayPacer(this.paceLimits);
-    this.stateTopic = `$SYS/broker/connection/${options.config.remote.clientId}/state`;
-    const watched = this.hooks.watch?.topic;
-    const watchRule =
-      watched === undefined || options.config.remote.protocolVersion !== 5 ? undefined : this.topics.matchOut(watched);
-    this.watchTopic = watched !== undefined && watchRule ? this.topics.toRemote(watchRule, watched) : undefined;
-    const watchSubscription = this.watchTopic === undefined ? [] : [{ filter: this.watchTopic, qos: 0 as const }];
-    this.queueFullSeen = this.outbox.depth.dropped.queue_full;
+    const inbound = new Inbound({
+      topics: this.topics,
+      broker: this.broker,
+      origin: this.origin,
+      report: this.report,
+      log: this.log,
+      watch: this.hooks.watch,
+      protocolVersion: options.config.remote.protocolVersion,
+    });
     const { status } = options.config;
     this.statusPublisher =
       status.enabled && options.status ? new StatusPublisher(this, status.topic, options.status) : undefined;
@@ -218,30 +163,24 @@ export class Bridge {
       log: this.log,
       will: this.hooks.will ? () => this.hooks.will?.() : statusWill,
       connectSending: this.hooks.connectSending ? () => this.hooks.connectSending?.() : undefined,
-      subscriptions: [
-        ...this.topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),
-        ...watchSubscription,
-      ],
+      subscriptions: inbound.subscriptions,
       // The Sparkplug uplink (the only bridge with hooks) subscribes on every connection, as an edge node on a clean
       // session would: a primary host's retained STATE must arrive on each one (docs/architecture.md#sparkplug-session).
       subscribeEveryConnection: options.hooks !== undefined,
       maxPacketBytes: options.maxPacketBytes,
       events: {
-        connecting: (attempt) => {
-          this.outages.attempting(attempt);
-          this.setStatus({ type: 'connecting', attempt });
-        },
+        connecting: (attempt) => this.report.connecting(attempt),
         online: (session) => this.onOnline(session),
         offline: (error, retryInMs) => this.onOffline(error, retryInMs),
         confirmed: (sendIndex) => this.onConfirmed(sendIndex),
-        inbound: (msg) => this.onInbound(msg),
+        inbound: (msg) => inbound.publish(msg),
       },
     });
     const flightOwner: FlightOwner = {
       onResult: (flight, result) => this.onResult(flight, result),
       markReleased: (seq) => this.outbox.markReleased(seq),
       onConfirmed: (flight) => {
-        this.counters.acked++;
+        this.counts.acked++;
         this.delivered(flight);
       },
     };
@@ -256,39 +195,17 @@ export class Bridge {
   }
 
   get status(): UplinkStatus {
-    if (this.pausedReason !== undefined) return { type: 'paused', reason: this.pausedReason };
-    if (this.currentStatus.type === 'online') return { type: 'online', backlog: this.outbox.depth.messages };
-    return this.currentStatus;
+    return this.report.status(this.pausedReason);
   }
 
   get stats(): BridgeStats {
-    const depth = this.outbox.depth;
-    return {
-      state: this.running ? this.status.type : 'stopped',
+    return this.report.stats({
+      running: this.running,
       connected: this.uplink.online,
-      backlogMessages: depth.messages,
-      backlogBytes: depth.bytes,
-      deadLetterMessages: this.deadLetter?.depth.messages ?? 0,
-      oldestAgeS:
-        depth.oldestAppendedAtMs === undefined
-          ? 0
-          : Math.max(0, (this.broker.clock.nowMs() - depth.oldestAppendedAtMs) / 1000),
       inflight: this.window.size,
-      sent: this.counters.sent,
-      resent: this.counters.resent,
-      acked: this.counters.acked,
-      dropped: { ...depth.dropped },
-      sendRatePerS: this.rate.sendPerS,
-      replayRatePerS: this.rate.replayPerS,
-      drainEtaS:
-        this.replayRemaining === 0 ? 0 : this.rate.replayPerS > 0 ? this.replayRemaining / this.rate.replayPerS : NaN,
-      liveLatencyS: this.rate.liveLatencyMs / 1000,
-      reconnects: this.counters.reconnects,
-      sessionTaken: this.outages.sessionTaken,
-      lastError: this.lastError,
-      received: this.counters.received,
-      receivedFailed: this.counters.receivedFailed,
-    };
+      replayRemaining: this.replayRemaining,
+      pausedReason: this.pausedReason,
+    });
   }
 
   /**
@@ -317,8 +234,8 @@ export class Bridge {
         ),
       );
     }
-    await this.publishState(false);
-    this.rate.lastAtMs = performance.now();
+    await this.report.publishState(false);
+    this.report.started();
     this.tickTimer = setInterval(() => this.tick(), 1000);
     this.tickTimer.unref();
     this.uplink.start();
@@ -341,7 +258,7 @@ export class Bridge {
     await this.uplink.stop();
     this.resetConnectionState();
     this.flushRemovals();
-    await this.publishState(false);
+    await this.report.publishState(false);
   }
 
   /** Whether the uplink is connected now. */
@@ -386,37 +303,15 @@ export class Bridge {
 
   /**
    * Sends the dead letters again once the cause of the refusal is fixed: moved to the end of the outbox in order,
-   * crash-safe (dead-letters.ts), then sent like any entry. `left`: those still dead letters (the outbox
-   * was full, or the central broker refused them again meanwhile).
+   * then sent like any entry. `left`: those still dead letters.
    */
   requeueDeadLetters(): Promise<{ moved: number; left: number }> {
-    return this.deadLetterTurn(
-      async (dead) => {
-        const moved = await requeueDeadLetters(dead, this.outbox);
-        this.schedulePump();
-        return { moved, left: dead.depth.messages };
-      },
-      { moved: 0, left: 0 },
-    );
+    return this.deadLetters.requeue(() => this.schedulePump());
   }
 
   /** Deletes the dead letters, counted as dropped (`dead_letter_deleted`); resolves with how many. */
   deleteDeadLetters(): Promise<number> {
-    return this.deadLetterTurn(async (dead) => {
-      const deleted = await deleteDeadLetters(dead);
-      // The operator's answer and the card after it show the drop.
-      if (deleted > 0) await this.outbox.countDropped('dead_letter_deleted', deleted);
-      return deleted;
-    }, 0);
-  }
-
-  /** Runs `work` after the one under way; a bridge without dead letters (none kept) has nothing to do. */
-  private deadLetterTurn<T>(work: (dead: Outbox) => Promise<T>, nothing: T): Promise<T> {
-    const dead = this.deadLetter;
-    if (dead === undefined) return Promise.resolve(nothing);
-    const turn = this.deadLetterWork.then(() => work(dead));
-    this.deadLetterWork = turn.catch(() => undefined);
-    return turn;
+    return this.deadLetters.delete();
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -426,9 +321,12 @@ export class Bridge {
     const upstream = this.upstreamMessage(rule, msg);
     if (upstream === undefined) return;
     const appended = this.outbox.append(upstream).then(
-      () => this.onAppended(),
+      () => {
+        this.report.appended();
+        this.schedulePump();
+      },
       (err: unknown) => {
-        this.onAppendFailed(err);
+        this.report.appendFailed(err);
         throw err;
       },
     );
@@ -457,47 +355,8 @@ export class Bridge {
   private refusal(rule: TopicRule, msg: Message): Error | undefined {
     const upstream = this.upstreamMessage(rule, msg);
     const refused = upstream === undefined ? undefined : this.outbox.refusal(upstream);
-    if (refused !== undefined) this.onAppendFailed(refused);
+    if (refused !== undefined) this.report.appendFailed(refused);
     return refused;
-  }
-
-  private onAppended(): void {
-    if (this.episodes.delete('reject-new')) this.log.info({ bridge: this.name }, 'outbox accepts messages again');
-    this.checkQueueFull();
-    this.schedulePump();
-  }
-
-  private onAppendFailed(err: unknown): void {
-    if (err instanceof StoreError && err.code === 'EF_STORE_FULL') {
-      this.warnOnce(
-        'reject-new',
-        { depth: this.outbox.depth.messages, bytes: this.outbox.depth.bytes },
-        'outbox full, refusing new messages',
-      );
-      return;
-    }
-    // A failed commit is logged by the store, once until commits succeed again; this would repeat it per message.
-    if (!(err instanceof StoreError)) this.log.error({ err }, 'outbox append failed');
-  }
-
-  /** Drop-oldest happens inside the outbox; warn once per episode when its counter moves. */
-  private checkQueueFull(): void {
-    const dropped = this.outbox.depth.dropped.queue_full;
-    if (dropped > this.queueFullSeen) {
-      this.warnOnce(
-        'queue-full',
-        { dropped: dropped - this.queueFullSeen, policy: this.config.queue.overflow },
-        'outbox full, dropping oldest messages',
-      );
-      this.queueFullSeen = dropped;
-      return;
-    }
-    const { messages, bytes } = this.outbox.depth;
-    const { maxMessages, maxBytes } = this.config.queue;
-    if (this.episodes.has('queue-full') && messages < maxMessages * 0.9 && bytes < maxBytes * 0.9) {
-      this.episodes.delete('queue-full');
-      this.log.info({ messages, bytes }, 'outbox below its limits again');
-    }
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -507,39 +366,23 @@ export class Bridge {
     if (!this.running) return;
     this.session = session;
     this.sessionStartMs = this.broker.clock.nowMs();
-    if (this.everOnline) this.counters.reconnects++;
-    this.everOnline = true;
     this.window.connected(session.sessionPresent);
     this.resetConnectionState();
     this.sentBefore = this.highestSentSeq;
     const depth = this.outbox.depth;
     this.replayRemaining = depth.messages;
-    // The rates' next sample starts now, so the first one after an outage is not averaged over the outage.
-    this.rate.replaySent = 0;
-    this.rate.lastSent = this.counters.sent;
-    this.rate.lastAtMs = performance.now();
     this.pacer = new ReplayPacer(this.paceLimits);
-    this.setStatus({ type: 'online', backlog: depth.messages });
-    this.outages.online({ url: session.url, sessionPresent: session.sessionPresent, backlog: depth.messages });
+    this.report.online(session.url, session.sessionPresent, depth.messages);
     this.sendPrologue();
-    void this.publishState(true);
+    void this.report.publishState(true);
     this.schedulePump();
   }
 
   private onOffline(error: Error, retryInMs: number | undefined): void {
-    const wasOnline = this.currentStatus.type === 'online';
     this.window.disconnected();
     this.resetConnectionState();
     this.session = undefined;
-    if (retryInMs === undefined) {
-      // Stopped on purpose: no warning, no retry.
-      this.setStatus({ type: 'offline', error: 'stopped', retryInMs: 0 });
-      return;
-    }
-    this.setStatus({ type: 'offline', error: error.message, retryInMs });
-    this.lastError = { message: error.message, at: new Date().toISOString() };
-    this.outages.offline(error, retryInMs, this.outbox.depth.messages, wasOnline);
-    if (wasOnline) void this.publishState(false);
+    if (this.report.offline(error, retryInMs)) void this.report.publishState(false);
   }
 
   /** Every publish written before send index `upTo` reached the broker: release confirmed QoS 0 entries. */
@@ -552,43 +395,14 @@ export class Bridge {
     if (rec.abandoned) return this.schedulePump();
     if (result.ok) {
       this.delivered(rec);
-      this.counters.acked++;
-      this.episodes.delete('rejected');
+      this.counts.acked++;
+      this.report.episodeOver('rejected');
     } else {
       // Retrying a refused message would block the queue head forever: it leaves the queue.
       const reason = { reasonCode: result.reasonCode, reason: reasonName(result.reasonCode) };
       this.refuse(rec.seq, rec.msg, 'rejected', reason, 'central broker refused a message');
     }
     this.schedulePump();
-  }
-
-  private async onInbound(msg: InboundPublish): Promise<void> {
-    if (msg.topic === this.watchTopic) return this.hooks.watch?.received(msg);
-    const rule = this.topics.matchIn(msg.topic);
-    if (!rule) {
-      this.log.debug({ topic: msg.topic }, 'inbound message matches no in-filter; ignored');
-      return;
-    }
-    const local = createMessage({
-      topic: this.topics.toLocal(rule, msg.topic),
-      payload: msg.payload,
-      qos: msg.qos,
-      retain: msg.retain,
-      properties: msg.properties,
-      origin: this.origin,
-    });
-    try {
-      await this.broker.publish(local);
-      this.counters.received++;
-      this.episodes.delete('inbound');
-    } catch (err) {
-      this.counters.receivedFailed++;
-      this.warnOnce(
-        'inbound',
-        { err: asError(err), topic: local.topic },
-        'inbound message refused by the local broker',
-      );
-    }
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -669,7 +483,7 @@ export class Bridge {
   private send(entry: OutboxEntry, backlog: boolean): void {
     if (backlog) {
       if (this.replayRemaining > 0) this.replayRemaining--;
-      this.rate.replaySent++;
+      this.sample.replaySent++;
     }
     if (entry.released) return this.sendRelease(entry);
     let msg: Message = entry.msg;
@@ -691,9 +505,9 @@ export class Bridge {
       return;
     }
     this.window.send(entry, msg, backlog && this.liveFirst ? this.historicalStamp : this.stamp, backlog);
-    this.counters.sent++;
+    this.counts.sent++;
     // An entry goes once per connection, so one at or below the highest seq of an earlier connection is a re-send.
-    if (entry.seq <= this.sentBefore) this.counters.resent++;
+    if (entry.seq <= this.sentBefore) this.counts.resent++;
     if (entry.seq > this.highestSentSeq) this.highestSentSeq = entry.seq;
   }
 
@@ -701,7 +515,7 @@ export class Bridge {
   private sendRelease(entry: OutboxEntry): void {
     if (this.session?.sessionPresent !== true) {
       // The broker forgot the flow with the session, but it had the message: nothing left to do.
-      this.counters.acked++;
+      this.counts.acked++;
       this.remove(entry.seq);
       return;
     }
@@ -719,27 +533,17 @@ export class Bridge {
    * and store batches commit in order, so a crash never loses the entry between the two.
    */
   private refuse(seq: number, msg: Message | undefined, episode: string, fields: object, text: string): void {
-    const kept = this.keepAsDeadLetter(msg);
+    const kept = this.deadLetters.keep(msg);
     if (!kept) void this.outbox.countDropped('rejected_upstream', 1);
     this.remove(seq);
-    this.warnOnce(episode, fields, kept ? `${text}; kept as a dead letter` : `${text}; dropped`);
-  }
-
-  /** Queues a refused message for the dead-letter outbox; false when there is none (or no message to keep). */
-  private keepAsDeadLetter(msg: Message | undefined): boolean {
-    if (msg === undefined || this.deadLetter === undefined) return false;
-    this.deadLetter.append(msg).catch((err: unknown) => {
-      void this.outbox.countDropped('rejected_upstream', 1);
-      this.log.error({ err, topic: msg.topic }, 'a refused message could not be kept as a dead letter; dropped');
-    });
-    return true;
+    this.report.warnOnce(episode, fields, kept ? `${text}; kept as a dead letter` : `${text}; dropped`);
   }
 
   /** The central broker has the entry: it leaves the outbox; a live one's journal-to-ack time is sampled. */
   private delivered(flight: Inflight): void {
     if (!flight.backlog) {
       const latencyMs = this.broker.clock.nowMs() - flight.appendedAtMs;
-      if (latencyMs > this.rate.liveLatencyMaxMs) this.rate.liveLatencyMaxMs = latencyMs;
+      if (latencyMs > this.sample.liveLatencyMaxMs) this.sample.liveLatencyMaxMs = latencyMs;
     }
     this.remove(flight.seq);
   }
@@ -774,48 +578,9 @@ export class Bridge {
   // Housekeeping
 
   private tick(): void {
-    const nowMs = performance.now();
-    const elapsedS = (nowMs - this.rate.lastAtMs) / 1000;
-    if (elapsedS > 0) {
-      this.rate.sendPerS = Math.round((this.counters.sent - this.rate.lastSent) / elapsedS);
-      this.rate.replayPerS =
-        this.replayRemaining > 0 || this.rate.replaySent > 0 ? Math.round(this.rate.replaySent / elapsedS) : 0;
-    }
-    this.rate.lastSent = this.counters.sent;
-    this.rate.replaySent = 0;
-    this.rate.liveLatencyMs = this.rate.liveLatencyMaxMs;
-    this.rate.liveLatencyMaxMs = 0;
-    this.rate.lastAtMs = nowMs;
-    this.outages.tick();
-    this.checkQueueFull();
+    this.report.tick(this.replayRemaining);
     if (this.config.queue.maxAgeS > 0) {
       this.outbox.expire().catch((err: unknown) => this.log.error({ err }, 'outbox expiry failed'));
     }
-  }
-
-  private setStatus(status: UplinkStatus): void {
-    this.currentStatus = status;
-  }
-
-  private async publishState(up: boolean): Promise<void> {
-    try {
-      await this.broker.publish(
-        createMessage({
-          topic: this.stateTopic,
-          payload: Buffer.from(up ? '1' : '0'),
-          qos: 0,
-          retain: true,
-          origin: this.origin,
-        }),
-      );
-    } catch (err) {
-      this.log.warn({ err, topic: this.stateTopic }, 'bridge state could not be published');
-    }
-  }
-
-  private warnOnce(episode: string, fields: object, msg: string): void {
-    if (this.episodes.has(episode)) return;
-    this.episodes.add(episode);
-    this.log.warn(fields, msg);
   }
 }

@@ -3,7 +3,7 @@
  * bridge's `StatusPublisher`: who it is (id, version, uptime, configuration digest), each bridge's backlog,
  * its devices up and down, and the last error.
  */
-import type { BridgeStats } from '../bridge/bridge.js';
+import type { BridgeStats } from '../bridge/bridge-report.js';
 import type { StatusSnapshot } from '../bridge/status.js';
 
 export interface FleetStatusSources {
