@@ -29,7 +29,8 @@ import type { TopicRule } from './topic-map.js';
 import { SendWindow, type FlightOwner, type Inflight } from './send-window.js';
 import { UplinkStamp } from './stamp.js';
 import { Uplink } from './uplink.js';
-import type { PublishResult, UplinkSession } from './uplink.js';
+import type { PublishResult } from './uplink-connection.js';
+import type { UplinkSession } from './uplink.js';
 
 /** The seam for Sparkplug (docs/architecture.md#sparkplug-session): the bridge never decodes payloads itself. */
 export interface UplinkHooks {

@@ -9,7 +9,8 @@ import type { PropertyTail } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import type { Outbox, OutboxEntry } from '../store/types.js';
 import { outboxPacketId } from './packet-ids.js';
-import type { PublishFlow, PublishResult, Uplink } from './uplink.js';
+import type { PublishFlow, PublishResult } from './uplink-connection.js';
+import type { Uplink } from './uplink.js';
 import { IdTable } from '../util/id-table.js';
 
 /** What an in-flight entry reports to its bridge. */
