@@ -1,6 +1,6 @@
 /**
  * What the store uses, in B-tree pages: the unit of `storage.maxBytes` and of the persistent sessions' share of it
- * (`storage.sessionShare`). store.ts asks it before admitting new values.
+ * (`storage.sessionShare`). quota.ts asks it before admitting new values.
  */
 import { isLimited } from '../outbox-limits.js';
 

@@ -1,43 +1,18 @@
 /**
- * The durable store: one LMDB environment (lmdb-js) in `storage.path` with named databases for the bridge
- * outboxes (outbox.ts), persistent sessions (sessions.ts) and retained messages (retained.ts). This class owns
- * the environment and the write path that all of them share; open.ts opens it. Only src/store imports `lmdb`.
- *
- * How writes work (docs/reliability.md#lmdb-facts):
- * - Every change is an operation queued in JS. On the next `setImmediate`, all queued operations are turned
- *   into asynchronous lmdb-js puts/removes inside ONE explicit `batch()` call, which lmdb-js commits as one
- *   transaction: one commit and one fsync however many operations it holds (group commit). Counters in the
- *   `meta` database are written in the same batch, hence in the same transaction as the entries.
- *   (lmdb-js's automatic event-turn batching is switched off: it creates a commit promise nobody holds, which
- *   rejects unhandled when a commit fails, e.g. on a full disk, and would kill the process. Verified.)
- * - Only one batch is in flight at a time: the next one is issued once the previous transaction has
- *   *committed* (`overlappingSync` may let its fsync still run), and when group-commit.ts says so: where a
- *   commit's flush is long, it waits for the writers the last commit released.
- *   So when a batch is built, the committed database is exactly what the JS state describes, decisions
- *   (limits, drops, sequence numbers) are made against it, and a failed commit can be rolled back in JS by
- *   restoring the few counters it touched.
- * - lmdb-js async transaction callbacks (`db.transaction(fn)`) are NOT used: with lmdb 3.5.6 on this platform
- *   the callback never ran and the process could not even exit (verified; docs/reliability.md#lmdb-facts).
- * - A write promise resolves once its transaction is flushed (`sync: 'full'`): lmdb-js resolves writes at
- *   commit, before the fsync, so the flush promise (`env.flushed`, captured when the batch is issued) is
- *   awaited too. Only then may the caller acknowledge (PUBACK/PUBREC).
- * - `sync: 'relaxed'` resolves at commit. Loss window: a process crash (kill -9, OOM) loses nothing that was
- *   resolved, because a committed transaction is in the OS page cache; a power loss or kernel crash can lose
- *   the transactions committed since the last completed fsync, i.e. roughly the writes of the last one or two
- *   batches (milliseconds on an SSD, up to the device's sync latency on SD cards). The database itself stays
- *   consistent (LMDB's meta pages). It also opens LMDB with MDB_NOMETASYNC: one fsync per commit instead of two,
- *   and an OS crash may undo the last transaction, which is inside that window (what `relaxed` gains:
- *   docs/reliability.md#lmdb-facts).
- * - Not used, on purpose: `noSync` (loses data on an OS crash), `useWritemap` (SIGBUS on a full disk, stray
- *   writes corrupt), compression (lmdb-js#324 leaks in queue-like use), long read transactions (scans pass
- *   `snapshot: false`).
+ * The durable store: one LMDB environment (lmdb-js) in `storage.path` with named databases for the outboxes'
+ * journal (journal.ts, outbox.ts), persistent sessions (sessions.ts) and retained messages (retained.ts); open.ts
+ * opens it. This class owns the environment and the one write path they all share (docs/architecture.md#durability):
+ * every change is an operation queued in JS and committed with the others of its turn in one explicit `batch()`,
+ * one batch in flight, so that when a batch is built the committed database is what the JS state describes and a
+ * failed commit can be rolled back in JS. Why lmdb-js is used this way and not otherwise (its event-turn batching,
+ * transaction callbacks, `noSync`, `useWritemap`, compression): docs/reliability.md#lmdb-facts.
  */
 import type { Database, RootDatabase } from 'lmdb';
 import { asError, StoreError } from '../../util/errors.js';
 import type { Logger } from '../../util/logger.js';
 import { decodeJsonValue, encodeJsonValue, ownerPrefix, prefixEnd } from '../codec.js';
-import { closedError, isLimited, outboxInUseError } from '../outbox-limits.js';
-import { SESSIONS_RESUME_BELOW, type JournalDepth, type Outbox, type OutboxLimits, type Store } from '../types.js';
+import { closedError, outboxInUseError } from '../outbox-limits.js';
+import type { JournalDepth, Outbox, OutboxLimits, Store } from '../types.js';
 import { Batch, type DamagedRecord, type Op, type StoreWriter } from './store-writer.js';
 import {
   LmdbOutbox,
@@ -53,10 +28,10 @@ import { migrateOutboxesToJournal } from './migrate.js';
 import { LmdbRetainedStore } from './retained.js';
 import { LmdbSessionStore } from './sessions.js';
 import { SteadyClock } from '../../util/clock.js';
-import { commitCause, diskHasRoom, isDiskFull, muteLmdbCommitErrors } from './commit-failure.js';
+import { commitCause, muteLmdbCommitErrors } from './commit-failure.js';
 import type { VerifyMode } from './verify.js';
-import { PageUsage, RESERVE_MARGIN } from './page-usage.js';
-import { DISK_FULL_RETRY_MS, FullEpisodes, type FullEpisode } from './full-episodes.js';
+import { PageUsage } from './page-usage.js';
+import { StoreQuota } from './quota.js';
 
 /** lmdb-js's put option for MDB_APPEND (see `put`). */
 const APPEND = { append: true };
@@ -117,8 +92,6 @@ export class LmdbStore implements Store, StoreWriter {
   readonly path: string;
   readonly maxKeyBytes: number;
   private readonly relaxed: boolean;
-  private readonly maxBytes: number;
-  private readonly maxSessionBytes: number;
   private readonly outboxes = new Map<string, LmdbOutbox>();
   private journalOpened: LmdbJournal | undefined;
   private readonly lock: StoreLock;
@@ -134,34 +107,20 @@ export class LmdbStore implements Store, StoreWriter {
   private closing = false;
   private closed: Promise<void> | undefined;
   private commitFailing = false;
-  private readonly episodes: FullEpisodes;
-  /** Value bytes of writes admitted and not yet applied to a batch (see `admit`), and those of session queues among them. */
-  private pendingBytes = 0;
-  private pendingSessionBytes = 0;
-  /** Whether the store is at `storage.maxBytes`, as decided for the running synchronous section (see `quotaRefusal`). */
-  private atLimit: boolean | undefined;
-  private usedAtLimit = 0;
-  private readonly forgetAtLimit = (): void => {
-    this.atLimit = undefined;
-  };
+  private readonly quota: StoreQuota;
   /** Committed batches: `edgeferry_store_commits_total`, and page counts are re-read only after a commit changed them. */
   commits = 0;
   /** Damaged records found while running (skipped, never delivered): `edgeferry_store_corrupt_records_total`. */
   corruptRecords = 0;
-  /** Page bytes in use, of the whole store and of the sessions' databases (page-usage.ts). */
-  private readonly pages: PageUsage;
   private clockTimer: NodeJS.Timeout | undefined;
 
   constructor(env: RootDatabase, opts: LmdbStoreOptions, lock: StoreLock, log: Logger) {
     this.env = env;
     this.clock = opts.clock ?? new SteadyClock();
     this.log = log;
-    this.episodes = new FullEpisodes(log);
     this.path = opts.path;
     this.lock = lock;
     this.relaxed = opts.sync === 'relaxed';
-    this.maxBytes = opts.maxBytes;
-    this.maxSessionBytes = opts.maxSessionBytes ?? 0;
     // Not in lmdb-js's typings; 1978 is LMDB's compiled-in default.
     this.maxKeyBytes = (env as unknown as { maxKeySize?: number }).maxKeySize ?? 1978;
     this.meta = env.openDB<Buffer, string>('meta', { encoding: 'binary' });
@@ -180,11 +139,13 @@ export class LmdbStore implements Store, StoreWriter {
     this.outboxRemovedDb = env.openDB<Buffer, Buffer>('outbox-removed', { encoding: 'binary', keyEncoding: 'binary' });
     this.retained = new LmdbRetainedStore(this);
     this.sessions = new LmdbSessionStore(this);
-    this.pages = new PageUsage(
+    const limits = { path: opts.path, maxBytes: opts.maxBytes, maxSessionBytes: opts.maxSessionBytes ?? 0 };
+    const pages = new PageUsage(
       [this.meta, this.outboxDb, this.retainedDb, this.outboxReleasedDb, this.outboxRemovedDb],
       [this.sessionDb, this.subscriptionDb, this.queueDb, this.releaseDb, this.willDb],
-      { maxBytes: this.maxBytes, maxSessionBytes: this.maxSessionBytes },
+      limits,
     );
+    this.quota = new StoreQuota(limits, pages, log);
     muteLmdbCommitErrors();
   }
 
@@ -338,28 +299,9 @@ export class LmdbStore implements Store, StoreWriter {
     void db.remove(key);
   }
 
-  /**
-   * The one decision on a new message against `storage.maxBytes`, made before any of its writes is scheduled
-   * (docs/reliability.md#full-disk): EF_STORE_FULL when the store is at the limit, counting the bytes of the batch in
-   * flight and of writes admitted but not in a batch yet; undefined when there is room, or when `canMakeRoom` (a
-   * `drop-oldest` outbox with entries of its own to drop). The answer holds until the running synchronous section
-   * ends, so every target of one routed message (`Subscriber.refusal`, then the writes) hears the same, whatever
-   * the others scheduled meanwhile; the store may pass the limit by what one section admits.
-   */
+  /** The decision on a new message against `storage.maxBytes` (quota.ts), the same for the synchronous section. */
   quotaRefusal(canMakeRoom = false): StoreError | undefined {
-    if (!isLimited(this.maxBytes)) return undefined;
-    if (this.atLimit === undefined) {
-      this.usedAtLimit = this.pages.usedBytes(this.commits) + (this.inFlight?.reservedBytes ?? 0) + this.pendingBytes;
-      this.atLimit = this.usedAtLimit >= this.maxBytes;
-      queueMicrotask(this.forgetAtLimit);
-      if (!this.atLimit && this.full?.cause === 'maxBytes') this.episodes.end('store');
-    }
-    if (!this.atLimit || canMakeRoom) return undefined;
-    this.episodes.begin('maxBytes', { maxBytes: this.maxBytes, usedBytes: this.usedAtLimit }).refused++;
-    return new StoreError(
-      'EF_STORE_FULL',
-      `the store in ${this.path} reached storage.maxBytes (${this.maxBytes} bytes): new messages are refused`,
-    );
+    return this.quota.refusal(canMakeRoom, this.inFlight, this.commits);
   }
 
   /**
@@ -381,95 +323,34 @@ export class LmdbStore implements Store, StoreWriter {
   private admitFor<T>(bytes: number, run: (b: Batch) => T, canMakeRoom: boolean, queued: boolean): Promise<T> {
     if (this.closing) return Promise.reject(closedError());
     const refused =
-      this.quotaRefusal(canMakeRoom) ?? (queued && this.sessionsFull() ? this.sessionsFullError() : undefined);
+      this.quotaRefusal(canMakeRoom) ?? (queued && this.sessionsFull() ? this.quota.sessionsFullError() : undefined);
     if (refused !== undefined) return Promise.reject(refused);
     const sessionBytes = queued ? bytes : 0;
-    this.pendingBytes += bytes;
-    this.pendingSessionBytes += sessionBytes;
+    this.quota.admitted(bytes, sessionBytes);
     return this.schedule((b) => {
-      this.pendingBytes -= bytes;
-      this.pendingSessionBytes -= sessionBytes;
-      b.sessionBytes += sessionBytes;
+      this.quota.applied(b, bytes, sessionBytes);
       return run(b);
     });
   }
 
-  /**
-   * Whether the persistent sessions' databases hold `maxSessionBytes`, counting the batch in flight and what is
-   * scheduled (and, once they did, until they are below SESSIONS_RESUME_BELOW of it): they then queue nothing
-   * more, while the rest of the store takes new messages as before
-   * (docs/reliability.md#sessions-share). One episode is logged per time at the share, not each message.
-   */
+  /** Whether the persistent sessions hold their share of the store (docs/reliability.md#sessions-share). */
   sessionsFull(): boolean {
-    if (!isLimited(this.maxSessionBytes)) return false;
-    const used = this.pages.sessionBytes(this.commits) + (this.inFlight?.sessionBytes ?? 0) + this.pendingSessionBytes;
-    if (used < this.maxSessionBytes * (this.episodes.sessions === undefined ? 1 : SESSIONS_RESUME_BELOW)) {
-      this.episodes.end('sessions');
-      return false;
-    }
-    this.episodes.begin('sessions', { maxSessionBytes: this.maxSessionBytes, sessionBytes: used }).refused++;
-    return true;
+    return this.quota.sessionsFull(this.inFlight, this.commits);
   }
 
   /** Page bytes of the persistent sessions' databases, read now. */
   sessionBytes(): number {
-    return this.pages.read().sessions;
+    return this.quota.sessionBytes();
   }
 
-  private sessionsFullError(): StoreError {
-    return new StoreError(
-      'EF_STORE_FULL',
-      `the persistent sessions hold their share of the store in ${this.path} (storage.sessionShare, ${this.maxSessionBytes} bytes): they queue nothing more`,
-    );
-  }
-
-  /**
-   * Accounts `bytes` more in this batch. Admitted already (`admit`), it is refused here only while the disk is
-   * full; past `storage.maxBytes`, `makeRoom` (a `drop-oldest` outbox) frees what it can and returns the bytes it
-   * freed, 0 when nothing is left.
-   */
+  /** Accounts `bytes` more in this batch (quota.ts); `makeRoom`: a `drop-oldest` outbox past `storage.maxBytes`. */
   reserve(b: Batch, bytes: number, makeRoom?: () => number): void {
-    const full = this.full;
-    if (full?.cause === 'disk' && !b.probe) {
-      // Refused without asking the disk, which LMDB would answer with a failed commit (and a stderr line) each time.
-      const nowMs = performance.now();
-      // Nor when the filesystem has no room and LMDB freed no pages of its own to write into (its stderr line).
-      const mayTry =
-        nowMs >= full.retryAtMs &&
-        (full.pagesFreed === true || diskHasRoom(this.path, bytes * RESERVE_MARGIN) !== false);
-      if (nowMs >= full.retryAtMs) full.retryAtMs = nowMs + DISK_FULL_RETRY_MS;
-      if (!mayTry) {
-        b.storeFull = true;
-        full.refused++;
-        throw this.diskFullError();
-      }
-      full.pagesFreed = false;
-      b.probe = true;
-    }
-    b.reservations++;
-    b.reservedBytes += bytes;
-    if (!isLimited(this.maxBytes)) return;
-    b.usedBytes ??= this.pages.usedBytes(this.commits);
-    if (makeRoom !== undefined) while (b.usedBytes + bytes > this.maxBytes && makeRoom() > 0);
-    b.usedBytes += bytes;
-  }
-
-  private diskFullError(cause?: unknown): StoreError {
-    return new StoreError(
-      'EF_STORE_FULL',
-      `the disk of the store in ${this.path} is full; new messages are refused until there is room`,
-      cause === undefined ? undefined : { cause },
-    );
-  }
-
-  /** The whole store's episode running (`maxBytes` or a full disk), if any. */
-  private get full(): FullEpisode | undefined {
-    return this.episodes.store;
+    this.quota.reserve(b, bytes, makeRoom, this.commits);
   }
 
   /** Tells the byte estimate of this batch that `bytes` were removed (what `reserve` counted, given back). */
   free(b: Batch, bytes: number): void {
-    if (b.usedBytes !== undefined) b.usedBytes -= bytes;
+    this.quota.free(b, bytes);
   }
 
   private scheduleIssue(): void {
@@ -497,9 +378,8 @@ export class LmdbStore implements Store, StoreWriter {
     const b = new Batch();
     b.issuedAtMs = performance.now();
     this.inFlight = b;
-    // One explicit lmdb-js batch = one transaction, and its promise is the only one lmdb-js creates for it.
-    // (With lmdb-js's default event-turn batching it also creates a commit promise that nobody holds; when a
-    // commit fails, e.g. on a full disk, that one rejects unhandled and kills the process. Verified.)
+    // One explicit lmdb-js batch = one transaction, and its promise is the only one lmdb-js creates for it (the
+    // event-turn batching's own would reject unhandled on a failed commit: docs/reliability.md#lmdb-facts).
     let commit: Promise<unknown>;
     try {
       commit = (this.env as unknown as LmdbBatcher).batch(() => this.build(b, ops));
@@ -570,15 +450,8 @@ export class LmdbStore implements Store, StoreWriter {
 
   private afterCommit(b: Batch): void {
     this.group.committed(b.done.length, performance.now() - b.issuedAtMs);
-    this.pages.committed(b.reservedBytes, b.sessionBytes);
+    this.quota.committed(b);
     this.commits++;
-    // A `maxBytes` episode ends when `quotaRefusal` finds room again.
-    if (this.full?.cause === 'disk' && b.reservations > 0 && !b.storeFull) this.episodes.end('store');
-    else if (b.deletes && this.full?.cause === 'disk') {
-      // Freed pages: the next batch may try, even with the filesystem still full.
-      this.full.retryAtMs = 0;
-      this.full.pagesFreed = true;
-    }
     for (const member of b.members) member.committed();
     for (const member of b.lastMembers) member.committed();
     if (this.commitFailing) {
@@ -594,11 +467,8 @@ export class LmdbStore implements Store, StoreWriter {
 
   /** Rolls back what the batch changed in JS and returns the error its writers get. */
   private afterFailedCommit(b: Batch, err: unknown, cause: unknown): StoreError {
-    let failure: StoreError;
-    if (isDiskFull(cause, this.path, b.reservedBytes * RESERVE_MARGIN)) {
-      this.episodes.begin('disk', { err: cause }).refused += b.reservations;
-      failure = this.diskFullError(cause);
-    } else {
+    let failure = this.quota.commitFailed(b, cause);
+    if (failure === undefined) {
       if (!this.commitFailing) {
         this.commitFailing = true;
         this.log.error({ err: cause }, 'store commit failed: writes are refused until a commit succeeds');
