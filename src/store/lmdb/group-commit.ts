@@ -1,22 +1,15 @@
 /**
- * When the store issues its next batch (docs/architecture.md#durability, "Group commit").
- *
- * Batches commit one at a time and each commit waits for the disk, so a write waits for the commit in flight when it
- * is queued, then for its own. The writers a commit releases (the publishers its PUBACKs answer) come back one
- * round trip later, not all at once: issuing at the first of them splits the group into a small batch and a large
- * one, which then take turns, and every write waits for two commits (measured: batches of 16 and 144 alternating,
- * 160 writes in flight). Waiting for the rest pays when the disk's flush, which every commit pays however little
- * it holds, is longer than the group's return: then the next batch waits until as many operations are queued as the
- * last one held, for at most as long as that flush (estimated from batches of different sizes), counted from the last
- * commit's end, so a writer never waits longer than a split would have cost it. The next batch goes at once when
- * the group's last return took longer than that (a slow network: waiting would not join it), when the flush is short
- * (below MIN_COMMIT_MS), and for a lone writer (a batch of one is always back in full).
+ * When the store issues its next batch (docs/architecture.md#durability, "Group commit", with what was measured).
+ * Issuing it at the first writer the last commit released splits that group into a small batch and a large one,
+ * which then take turns: every write waits for two commits. So the next batch waits until as many operations are
+ * queued as the last one held, for at most a commit's fixed cost (the disk's flush) from the last commit's end: a
+ * writer never waits longer than the split would have cost it. It goes at once where waiting cannot pay: the
+ * group's last return took longer than that cost, the cost is below MIN_COMMIT_MS, or a lone writer.
  */
 
 /**
  * No wait where a commit's fixed cost is below this: Node's timers count whole milliseconds, so a wait for a group
- * would last about as long as that cost, which is all that waiting could save (on this VM's disk, where a small
- * batch commits in about 1 ms, waiting gave the same rate or less).
+ * would last about as long as that cost, which is all that waiting could save.
  */
 const MIN_COMMIT_MS = 2;
 /** Two batches in a row whose sizes differ by this factor tell a commit's fixed cost from its cost per write. */
