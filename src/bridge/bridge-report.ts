@@ -67,7 +67,6 @@ export interface BridgeCounts {
 
 /** What the drain engine records for the rates of the current sample (about a second), reset by `tick`. */
 export interface RateSample {
-  /** Backlog entries sent. */
   replaySent: number;
   /** The longest journal-to-acknowledgement time of a live entry. */
   liveLatencyMaxMs: number;

@@ -101,7 +101,6 @@ export class UplinkConnection {
     private readonly log: Logger,
   ) {}
 
-  /** QoS 1/2 flows under way. */
   get inFlight(): number {
     return this.flows.size;
   }
