@@ -46,8 +46,8 @@ export interface UplinkHooks {
    */
   rewrite?(entry: OutboxEntry, backlog: boolean): Message | null;
   /**
-   * A topic whose messages from the central broker come here instead of the local broker; subscribed on MQTT 5
-   * uplinks only, with no-local, so none of them is our own: the Sparkplug node's NBIRTH, to tell of a twin.
+   * A topic whose messages from the central broker come here instead of the local broker: the Sparkplug node's
+   * NBIRTH, to tell of a twin. Subscribed with no-local on MQTT 5; on 3.1.1 our own come back and the hook knows them.
    */
   readonly watch?: InboundWatch;
 }
@@ -152,7 +152,6 @@ export class Bridge {
       report: this.report,
       log: this.log,
       watch: this.hooks.watch,
-      protocolVersion: options.config.remote.protocolVersion,
     });
     const { status } = options.config;
     this.statusPublisher =

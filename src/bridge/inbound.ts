@@ -24,9 +24,11 @@ export interface InboundOptions {
   readonly origin: string;
   readonly report: BridgeReport;
   readonly log: Logger;
+  /**
+   * Subscribed with no-local on MQTT 5; on 3.1.1 our own messages on the watched topic come back too, and the hook
+   * tells them apart.
+   */
   readonly watch: InboundWatch | undefined;
-  /** The watch is subscribed on MQTT 5 uplinks only, where no-local keeps our own messages from coming back. */
-  readonly protocolVersion: number;
 }
 
 export class Inbound {
@@ -37,7 +39,7 @@ export class Inbound {
 
   constructor(private readonly options: InboundOptions) {
     const { topics, watch } = options;
-    const watchRule = watch === undefined || options.protocolVersion !== 5 ? undefined : topics.matchOut(watch.topic);
+    const watchRule = watch === undefined ? undefined : topics.matchOut(watch.topic);
     this.watchTopic = watch !== undefined && watchRule ? topics.toRemote(watchRule, watch.topic) : undefined;
     this.subscriptions = [
       ...topics.inRules.map((r) => ({ filter: r.remoteFilter, qos: r.qos ?? 1 })),

@@ -200,7 +200,11 @@ export class EdgeNode implements DeviceHost {
     );
     this.hooks = {
       ...this.upstream.hooks,
-      watch: new TwinWatch(nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId), this.log),
+      watch: new TwinWatch(
+        nodeTopic(this.config.groupId, 'NBIRTH', this.config.edgeNodeId),
+        (payload) => this.upstream.sentNodeBirth(payload),
+        this.log,
+      ),
     };
     this.commands = new Commands({
       rebirthDebounceMs: this.config.rebirthDebounceMs,

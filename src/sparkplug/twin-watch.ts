@@ -1,8 +1,9 @@
 /**
  * A twin of this edge node on the central broker (docs/architecture.md#fleet): an NBIRTH for our group and edge
- * node id that we did not send. The uplink bridge subscribes to our NBIRTH topic on MQTT 5 uplinks, with no-local,
- * so every one that arrives is someone else's: a second gateway with a copied configuration, whose data Sparkplug
- * hosts would mix with ours. (A twin with the same gateway.id also takes our session: `EF_UPLINK_SESSION_TAKEN`.)
+ * node id that we did not send, from a second gateway with a copied configuration, whose data Sparkplug hosts would
+ * mix with ours. The uplink bridge subscribes to our NBIRTH topic: on MQTT 5 with no-local, so none of ours comes
+ * back; on 3.1.1 ours come back too, and `isOurs` knows them by their bytes (a twin's differ at least in the
+ * timestamp). (A twin with the same gateway.id also takes our session: `EF_UPLINK_SESSION_TAKEN`.)
  */
 import type { Logger } from '../util/logger.js';
 
@@ -16,12 +17,15 @@ export class TwinWatch {
 
   constructor(
     readonly topic: string,
+    /** Whether an NBIRTH payload is one this node sent upstream (the echo of it, on a 3.1.1 uplink). */
+    private readonly isOurs: (payload: Buffer) => boolean,
     private readonly log: Logger,
     private readonly now: () => number = () => performance.now(),
   ) {}
 
-  /** An NBIRTH on our topic that is not ours arrived (the bridge's `watch` hook). */
-  received(): void {
+  /** An NBIRTH on our topic arrived (the bridge's `watch` hook). */
+  received(msg: { readonly payload: Buffer }): void {
+    if (this.isOurs(msg.payload)) return;
     this.births++;
     const nowMs = this.now();
     if (nowMs - this.lastLogMs < LOG_EVERY_MS) return;

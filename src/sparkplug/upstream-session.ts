@@ -26,6 +26,9 @@ import type { DeviceMessageType, NodeMessageType } from './topics.js';
 import type { SteadyClock } from '../util/clock.js';
 import { compressPayload, type CompressionAlgorithm } from './compression.js';
 
+/** NBIRTHs remembered for `sentNodeBirth`: more than a rebirth storm leaves in flight before its echoes return. */
+const SENT_NODE_BIRTHS_KEPT = 8;
+
 /** Origin of every message the edge node publishes (locally, and upstream outside the outbox). */
 export const EDGE_NODE_ORIGIN = Origins.edgeNode;
 
@@ -116,6 +119,8 @@ export class UpstreamSession {
   private deathSent: (() => void) | undefined;
   private loggedNoPublishNow = false;
   private readonly counters = { births: 0, historicalSent: 0, rewriteDropped: 0 };
+  /** The last NBIRTH payloads sent upstream (`sentNodeBirth`). */
+  private readonly sentNodeBirths: Buffer[] = [];
 
   constructor(
     private readonly node: UpstreamNode,
@@ -289,14 +294,16 @@ export class UpstreamSession {
     const timestamp = Date.now();
     const { groupId, edgeNodeId } = this.node;
     const out: Message[] = [
-      this.message(
-        nodeTopic(groupId, 'NBIRTH', edgeNodeId),
-        this.compressed(
-          encodePayload({
-            timestamp,
-            seq: this.nextSeq(up),
-            metrics: this.node.nodeBirthMetrics(timestamp, BigInt(up.bdSeq)),
-          }),
+      this.remembered(
+        this.message(
+          nodeTopic(groupId, 'NBIRTH', edgeNodeId),
+          this.compressed(
+            encodePayload({
+              timestamp,
+              seq: this.nextSeq(up),
+              metrics: this.node.nodeBirthMetrics(timestamp, BigInt(up.bdSeq)),
+            }),
+          ),
         ),
       ),
     ];
@@ -332,6 +339,18 @@ export class UpstreamSession {
 
   private message(topic: string, payload: Buffer, qos: QoS = 0): Message {
     return createMessage({ topic, payload, qos, retain: false, origin: EDGE_NODE_ORIGIN });
+  }
+
+  /** An NBIRTH going upstream, remembered so that its echo on a 3.1.1 uplink is not taken for a twin's. */
+  private remembered(nodeBirth: Message): Message {
+    this.sentNodeBirths.push(nodeBirth.payload);
+    if (this.sentNodeBirths.length > SENT_NODE_BIRTHS_KEPT) this.sentNodeBirths.shift();
+    return nodeBirth;
+  }
+
+  /** Whether `payload` is one of the last NBIRTHs this node sent upstream (byte for byte). */
+  sentNodeBirth(payload: Buffer): boolean {
+    return this.sentNodeBirths.some((sent) => sent.equals(payload));
   }
 
   /** A birth or data payload as it goes upstream: compressed when the node says so. */
@@ -385,7 +404,7 @@ export class UpstreamSession {
         up.seq = 1;
         up.nodeBirthTs = ts;
         up.birthAtMs = entry.appendedAtMs;
-        return renumbered(withBdSeq(msg.payload, up.bdSeq, 0));
+        return this.remembered(renumbered(withBdSeq(msg.payload, up.bdSeq, 0)));
       }
       case 'NDEATH': {
         // Our graceful stop: announce the death of the upstream session, not of the local one.

@@ -15,6 +15,7 @@ import { sparkplugUplink } from '../helpers/sparkplug-host.js';
 import { Decoder } from '../helpers/sparkplug-setup.js';
 import type { Message } from '../../src/protocol/message.js';
 import { delay, waitFor } from '../helpers/wait.js';
+import { encodePayload } from '../../src/sparkplug/payload.js';
 
 const d = useDisposer();
 
@@ -201,6 +202,42 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
     );
     // No false alarm: a node never takes its own NBIRTH (MQTT 5 no-local) for a twin's.
     expect(logLines(twin).filter((l) => l.level === 50)).toEqual([]);
+  });
+
+  it('tells of a twin on a 3.1.1 uplink too, where its own NBIRTH comes back (no no-local) and is known as its own', async () => {
+    const central = d.add(await startMosquitto());
+    const host = d.add(await collect(central.url, 'spBv1.0/#', { qos: 1 }));
+    const uplink = sparkplugUplink(central.url, { group: 'plant1', node: 'line4-gw', state: false });
+    const gw = d.add(
+      await startGateway(
+        {
+          gateway: { id: 'cell1' },
+          bridges: [{ ...uplink, remote: { ...uplink.remote, urls: [central.url], protocolVersion: 4 } }],
+          sparkplug: { groupId: 'plant1', edgeNodeId: 'line4-gw', uplink: 'central' },
+        },
+        { logLevel: 'info' },
+      ),
+    );
+    const nbirth = 'spBv1.0/plant1/NBIRTH/line4-gw';
+    await waitFor(() => host.messages.some((m) => m.topic === nbirth), 10_000, { message: 'NBIRTH upstream' });
+    // The central broker sends the gateway its own NBIRTH back before this NCMD (one connection, in order): once
+    // the NCMD is refused (an unknown metric), the echo has been seen, and it raised no alarm.
+    const twinAlarms = () => logLines(gw).filter((l) => /another edge node publishes our NBIRTH/.test(String(l.msg)));
+    const ncmd = encodePayload({
+      timestamp: Date.now(),
+      metrics: [{ name: 'no such metric', datatype: 'Boolean', value: true }],
+    });
+    await host.client.publishAsync('spBv1.0/plant1/NCMD/line4-gw', ncmd, { qos: 1 });
+    await waitFor(() => logLines(gw).some((l) => l.msg === 'command refused'), 10_000, { message: () => gw.output() });
+    expect(twinAlarms()).toEqual([]);
+    // A twin's NBIRTH (another timestamp, so other bytes) is told.
+    const twinBirth = encodePayload({
+      timestamp: Date.now() + 1,
+      seq: 0,
+      metrics: [{ name: 'bdSeq', datatype: 'Int64', value: 0n }],
+    });
+    await host.client.publishAsync(nbirth, twinBirth, { qos: 1 });
+    await waitFor(() => twinAlarms().length === 1, 10_000, { message: () => gw.output() });
   });
 
   for (const protocolVersion of [5, 4] as const) {
