@@ -51,6 +51,13 @@ export interface S7Address {
 /** Why an address (or a datatype for it) cannot be used. */
 export class AddressError extends Error {
   override readonly name = 'AddressError';
+  /** The tag key at fault. */
+  constructor(
+    message: string,
+    readonly key: 'address' | 'datatype' = 'address',
+  ) {
+    super(message);
+  }
 }
 
 const TYPE_NAMES: Readonly<Record<string, S7Type>> = {
@@ -146,7 +153,7 @@ export function parseAddress(text: string, datatype?: S7Type): S7Address {
       );
     }
     if (datatype !== undefined && datatype !== type) {
-      throw new AddressError(`the address names ${type}, datatype says ${datatype}: leave datatype out`);
+      throw new AddressError(`the address names ${type}, datatype says ${datatype}: leave datatype out`, 'datatype');
     }
     return build('DB', Number(db), type, byte, dotted, count);
   }
@@ -176,6 +183,7 @@ function reinterpret(sized: S7Type, datatype: S7Type): S7Type {
       sized === 'BOOL'
         ? `a bit address is BOOL; datatype ${datatype} needs a sized address (B, W, D)`
         : `a ${size}-byte address cannot hold ${datatype} (${fits.join(', ')} fit; LREAL, STRING and DT need the DB<n>,<type><byte> form)`,
+      'datatype',
     );
   }
   return datatype;

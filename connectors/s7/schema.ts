@@ -40,7 +40,7 @@ const tagSchema = z
       address = parseAddress(tag.address, tag.datatype);
     } catch (err) {
       if (err instanceof AddressError) {
-        issue(err.message.includes('datatype') ? 'datatype' : 'address', err.message);
+        issue(err.key, err.message);
         return;
       }
       throw err;
