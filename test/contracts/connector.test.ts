@@ -109,7 +109,7 @@ const rigs: { name: string; start: () => Promise<Rig> }[] = [
       await plc.set('DB', 1, 0, Buffer.from([0, 1]));
       const registry = createConnectorRegistry();
       const dataDir = tempDir('edgeferry-contract-s7-');
-      let marked = Buffer.alloc(0);
+      let marked: Buffer = Buffer.alloc(0);
       const memory = () => plc.get('DB', 1, 0, 4);
       return {
         connector: () =>
