@@ -17,7 +17,7 @@ import type { Logger, LogFn } from '../../src/util/logger.js';
 import { startS7Fixture } from '../fixtures/s7-fixture.js';
 import type { S7Fixture } from '../fixtures/s7-fixture.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { logLines, startGateway } from '../helpers/gateway.js';
+import { logLines, reloadGateway, startGateway } from '../helpers/gateway.js';
 import { hostsMayCommand, sparkplugSection, startSparkplugHost } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -328,6 +328,14 @@ describe('S7 connector against snap7', () => {
     const again = new Recorder();
     await c.start(again);
     expect(again.latest('x')?.quality).toBe('good');
+    // The CPU stops answering, its connection open: the request times out and the CPU is lost.
+    await plc.lock('DB', 1);
+    try {
+      await waitFor(() => again.losses.length > 0, 5000);
+      expect(again.losses[0].message).toMatch(/^CPU at .*: read 1 item: no answer within 500 ms$/);
+    } finally {
+      await plc.unlock('DB', 1);
+    }
   });
 });
 
@@ -389,6 +397,57 @@ describe('S7 CPU in the gateway', () => {
     await plc.start();
     await host.waitFor((h) => h.births('DBIRTH', 'line-3').length >= 2, 15_000, 'DBIRTH after the return');
     expect(host.value('gw', 'line-3', 'temperature')).toBe(50);
+    expect(host.violations).toEqual([]);
+  });
+
+  it('a reload reconfigures one CPU (DDEATH, DBIRTH with the new tags) and leaves the other untouched', async () => {
+    const plc = d.add(await startS7Fixture({ servers: 2 }));
+    await plc.register('DB', 1, 8);
+    await plc.set('DB', 1, 0, hex('0001 0002'), 0);
+    await plc.set('DB', 1, 0, hex('0003 0004'), 1);
+    const cpu = (id: string, port: number, tags: object[]) => ({
+      id,
+      type: 's7',
+      host: '127.0.0.1',
+      port,
+      pollIntervalMs: 100,
+      tags,
+    });
+    const gw = d.add(
+      await startGateway(
+        {
+          auth: hostsMayCommand(d.tempDir()),
+          sparkplug: sparkplugSection('plant1', 'gw'),
+          connectors: [
+            cpu('line-3', plc.ports[0], [{ name: 'a', address: 'DB1,INT0' }]),
+            cpu('line-4', plc.ports[1], [{ name: 'a', address: 'DB1,INT0' }]),
+          ],
+        },
+        { logLevel: 'info' },
+      ),
+    );
+    const host = d.add(await startSparkplugHost(gw.url, 'plant1'));
+    await host.rebirth('gw');
+    await host.waitFor(
+      (h) => h.births('DBIRTH', 'line-4').length === 1 && h.births('DBIRTH', 'line-3').length === 1,
+      15_000,
+      'births',
+    );
+    const reconfigured = await reloadGateway<{ connectors: { tags: object[] }[] }>(
+      gw,
+      (c) => c.connectors[1].tags.push({ name: 'b', address: 'DB1,INT2' }),
+      'connector reconfigured',
+    );
+    expect(reconfigured.connector).toBe('line-4');
+    await host.waitFor((h) => h.births('DBIRTH', 'line-4').length === 2, 15_000, 'DBIRTH of the reconfigured line-4');
+    expect(host.of('DDEATH', 'line-4')).toHaveLength(1);
+    expect(host.births('DBIRTH', 'line-4')[1].payload.metrics.map((m) => m.name)).toEqual(['a', 'b']);
+    expect(host.value('gw', 'line-4', 'b')).toBe(4);
+    // line-3 carried on: one birth, no death, and its data still flows.
+    await plc.set('DB', 1, 0, hex('0009'), 0);
+    await host.waitFor((h) => h.value('gw', 'line-3', 'a') === 9, 10_000, 'data of line-3');
+    expect(host.births('DBIRTH', 'line-3')).toHaveLength(1);
+    expect(host.of('DDEATH', 'line-3')).toEqual([]);
     expect(host.violations).toEqual([]);
   });
 });
