@@ -10,8 +10,6 @@
  * request), DDATA messages and metrics/s, the poll-cycle p50/p99 and this process's CPU share (the gateway side).
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -19,12 +17,9 @@ import { parseArgs } from 'node:util';
 import { s7Factory } from '../connectors/s7/factory.js';
 import type { S7Connector } from '../connectors/s7/s7-connector.js';
 import { s7ConnectorSchema } from '../connectors/s7/schema.js';
-import { Broker } from '../src/broker/broker.js';
-import { EdgeNode } from '../src/sparkplug/edge-node.js';
-import { sparkplugSchema } from '../src/sparkplug/schema.js';
-import { createMemoryStore } from '../src/store/memory.js';
 import { silentLogger } from '../src/util/logger.js';
 import { freePort } from '../test/helpers/ports.js';
+import { benchStateDir, measure } from './polled-devices.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -93,13 +88,7 @@ async function run(): Promise<void> {
   const { tags, dbBytes, mBytes } = layout(tagsPerDevice);
   const servers = await startServers(devices, dbBytes, mBytes, Number(args.pdu), pollMs);
 
-  const stateDir = mkdtempSync(join(tmpdir(), 'edgeferry-bench-'));
-  const store = createMemoryStore();
-  const broker = new Broker({
-    limits: { maxInflight: 20, maxQueuedMessages: 1000, maxQueuedBytes: 0 },
-    store,
-    log: silentLogger,
-  });
+  const stateDir = benchStateDir();
   const connectors = servers.ports.map(
     (port, i) =>
       s7Factory.create(
@@ -115,67 +104,26 @@ async function run(): Promise<void> {
         { log: silentLogger, dataDir: stateDir },
       ) as S7Connector,
   );
-  const node = new EdgeNode({
-    config: sparkplugSchema.parse({ groupId: 'bench', edgeNodeId: 'gw' }),
-    broker,
-    connectors,
-    stateDir,
-    log: silentLogger,
+  const counters = () => ({
+    requests: connectors.reduce((n, c) => n + c.stats.requests, 0),
+    cycles: connectors.reduce((n, c) => n + c.stats.poll.cycles, 0),
   });
-  // A local subscriber, as a local host application would be (no decoding: it only counts bytes).
-  let ddataBytes = 0;
-  broker.subscribe('spBv1.0/bench/DDATA/#', { qos: 0, origin: 'bench-host' }, (msg) => {
-    ddataBytes += msg.payload.length;
-  });
-  await node.start();
-  await new Promise((r) => setTimeout(r, warmupS * 1000));
-
-  const samples = () => node.deviceList.reduce((n, d) => n + d.stats.samples, 0);
-  const changes = () => node.deviceList.reduce((n, d) => n + d.stats.changes, 0);
-  const requests = () => connectors.reduce((n, c) => n + c.stats.requests, 0);
-  const cycles = () => connectors.reduce((n, c) => n + c.stats.poll.cycles, 0);
-  const start = {
-    wallMs: performance.now(),
-    cpu: process.cpuUsage(),
-    samples: samples(),
-    changes: changes(),
-    ddata: node.stats.dataMessages,
-    bytes: ddataBytes,
-    requests: requests(),
-    cycles: cycles(),
-  };
-  await new Promise((r) => setTimeout(r, seconds * 1000));
-  const wallS = (performance.now() - start.wallMs) / 1000;
-  const cpu = process.cpuUsage(start.cpu);
-  const tagsPerS = (samples() - start.samples) / wallS;
-  const requestsPerS = (requests() - start.requests) / wallS;
+  const { wallS, start, end, tagsPerS, common } = await measure(stateDir, connectors, { warmupS, seconds, counters });
+  const requestsPerS = (end.requests - start.requests) / wallS;
   const result = {
     devices,
     tagsPerDevice,
     pollMs,
     serverPduSize: Number(args.pdu),
-    seconds: Number(wallS.toFixed(2)),
     targetTagsPerS: (devices * tagsPerDevice * 1000) / pollMs,
-    tagsPerS: Math.round(tagsPerS),
+    ...common,
     readRequestsPerS: Math.round(requestsPerS),
-    requestsPerPoll: Number(((requests() - start.requests) / (cycles() - start.cycles)).toFixed(2)),
+    requestsPerPoll: Number(((end.requests - start.requests) / (end.cycles - start.cycles)).toFixed(2)),
     requestsPerPollOneTagEach: tagsPerDevice,
     coalescingGain: Number((tagsPerS / requestsPerS).toFixed(1)),
-    ddataPerS: Math.round((node.stats.dataMessages - start.ddata) / wallS),
-    metricsPublishedPerS: Math.round((changes() - start.changes) / wallS),
-    ddataBytesPerS: Math.round((ddataBytes - start.bytes) / wallS),
-    pollCycleP50Ms: Number(Math.max(...connectors.map((c) => c.readLatencyMs(0.5))).toFixed(2)),
-    pollCycleP99Ms: Number(Math.max(...connectors.map((c) => c.readLatencyMs(0.99))).toFixed(2)),
-    pollOverruns: connectors.reduce((n, c) => n + c.stats.poll.overruns, 0),
-    cpuSharePercentOfOneCore: Number((((cpu.user + cpu.system) / 1000 / (wallS * 1000)) * 100).toFixed(1)),
-    loadAverage1m: loadavg()[0],
   };
   process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
-  await node.stop();
-  broker.close();
-  await store.close();
   servers.stop();
-  rmSync(stateDir, { recursive: true, force: true });
 }
 
 run().catch((err: unknown) => {

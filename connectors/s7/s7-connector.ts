@@ -11,7 +11,7 @@
 import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
 import { ConnectorError, ValueRefusedError } from '../contract.js';
 import type { Logger } from '../../src/util/logger.js';
-import { PollLoop } from '../polling.js';
+import { PolledDevice } from '../polled-device.js';
 import type { PollStats } from '../polling.js';
 import { tagProperties } from '../tag-properties.js';
 import type { S7Address } from './address.js';
@@ -43,7 +43,7 @@ export class S7Connector implements Connector {
   private readonly addresses: readonly S7Address[];
   private readonly planned: readonly PlannedTag[];
   private readonly byName: ReadonlyMap<string, number>;
-  private readonly loop: PollLoop;
+  private readonly device: PolledDevice;
   private readonly counters: LinkStats = { requests: 0 };
 
   private plan: ReadRequest[] = [];
@@ -51,15 +51,7 @@ export class S7Connector implements Connector {
   private readonly isolated = new Set<number>();
   private readonly bad = new Set<number>();
   private replanNeeded = false;
-  /** A poll cycle is reading; tags written meanwhile are left out of its samples (their read-back is newer). */
-  private polling = false;
-  private readonly writtenDuringCycle = new Set<string>();
   private link: S7Link | undefined;
-  private sink: TagSink | undefined;
-  private active = false;
-  /** Set once start() resolved: only then is a failure reported through sink.lost (before, start rejects). */
-  private started = false;
-  private lostReported = false;
 
   constructor(config: S7ConnectorConfig, log: Logger) {
     this.config = config;
@@ -89,16 +81,16 @@ export class S7Connector implements Connector {
       end: a.byte + byteLength(a),
     }));
     this.byName = new Map(config.tags.map((tag, i) => [tag.name, i]));
-    this.loop = new PollLoop(
-      config.pollIntervalMs,
-      () => this.cycle(),
-      (err) => this.log.error({ err }, 'poll cycle failed'),
-    );
+    this.device = new PolledDevice(config.id, config.pollIntervalMs, log, {
+      readAll: () => this.readAll(),
+      beforeDeliver: () => this.replanIfNeeded(),
+      where: () => this.where(),
+    });
   }
 
   get stats(): S7ConnectorStats {
     return {
-      poll: this.loop.stats,
+      poll: this.device.stats,
       requestsPerCycle: this.plan.length,
       badTags: this.bad.size,
       requests: this.counters.requests,
@@ -106,14 +98,11 @@ export class S7Connector implements Connector {
   }
 
   readLatencyMs(p: number): number {
-    return this.loop.durationQuantileMs(p);
+    return this.device.durationQuantileMs(p);
   }
 
   async start(sink: TagSink): Promise<void> {
-    if (this.active)
-      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, 'already started', { retryable: false });
-    this.sink = sink;
-    this.lostReported = false;
+    this.device.begin(sink);
     const link = new S7Link(this.target, this.counters);
     try {
       await link.open(this.config.timeoutMs);
@@ -121,20 +110,14 @@ export class S7Connector implements Connector {
       throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${errorMessage(err)}`);
     }
     this.link = link;
-    link.onClose((err) => this.reportLost(err));
-    this.active = true;
+    link.onClose((err) => this.device.lost(err));
     this.plan = this.makePlan(link);
     this.log.debug({ pduSize: link.pduSize, requests: this.plan.length }, 'connected');
-    // The first cycle is the reachability probe: start() resolves only once the CPU answered.
-    const outcome = await this.readAll();
-    if (outcome instanceof Error) {
-      this.active = false;
+    const failed = await this.device.open();
+    if (failed) {
       this.closeLink();
-      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${outcome.message}`);
+      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${failed.message}`);
     }
-    this.started = true;
-    this.deliver(outcome);
-    this.loop.start(this.config.pollIntervalMs);
   }
 
   async write(name: string, value: TagValue): Promise<ReadBack | undefined> {
@@ -152,7 +135,7 @@ export class S7Connector implements Connector {
       throw err;
     }
     const link = this.link;
-    if (!this.active || !link) throw refuse('the device is not connected', true);
+    if (!this.device.isActive || !link) throw refuse('the device is not connected', true);
     // A scalar STRING is written from its length byte on: the declared maximum in the CPU stays as it is.
     const skip = typeof image !== 'boolean' && address.type === 'STRING' && !address.array ? 1 : 0;
     const data = typeof image === 'boolean' ? image : image.subarray(skip, skip === 1 ? 2 + image[1] : image.length);
@@ -173,15 +156,12 @@ export class S7Connector implements Connector {
       if (err instanceof S7Error) throw refuse(`${this.where()} refused: ${err.message}`);
       throw refuse(`${this.where()}: ${errorMessage(err)}`, true);
     }
-    // A poll cycle under way may have read the tag before the write: its sample must not follow the read-back.
-    if (this.polling) this.writtenDuringCycle.add(name);
+    this.device.wrote(name);
     return this.readBack(link, index, data, skip);
   }
 
   async stop(): Promise<void> {
-    this.active = false;
-    this.started = false;
-    await this.loop.stop();
+    await this.device.stop();
     this.closeLink();
   }
 
@@ -196,36 +176,11 @@ export class S7Connector implements Connector {
     return planReads(this.planned, limits, this.isolated);
   }
 
-  private async cycle(): Promise<void> {
-    if (!this.active) return;
-    let outcome: TagSample[] | Error;
-    this.polling = true;
-    try {
-      outcome = await this.readAll();
-    } finally {
-      this.polling = false;
-    }
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the read
-    if (!this.active) return;
-    if (outcome instanceof Error) {
-      this.reportLost(outcome);
-      return;
-    }
-    this.deliver(outcome);
-  }
-
-  private deliver(samples: readonly TagSample[]): void {
-    if (this.replanNeeded && this.link) {
-      this.replanNeeded = false;
-      this.plan = this.makePlan(this.link);
-      this.log.debug({ requests: this.plan.length, badTags: this.bad.size }, 'read plan changed');
-    }
-    if (this.writtenDuringCycle.size > 0) {
-      const written = this.writtenDuringCycle;
-      samples = samples.filter((sample) => !written.has(sample.name));
-      written.clear();
-    }
-    if (samples.length > 0) this.sink?.data(samples);
+  private replanIfNeeded(): void {
+    if (!this.replanNeeded || !this.link) return;
+    this.replanNeeded = false;
+    this.plan = this.makePlan(this.link);
+    this.log.debug({ requests: this.plan.length, badTags: this.bad.size }, 'read plan changed');
   }
 
   /** One pass over the plan: the samples, or the error that makes the CPU count as lost. */
@@ -317,7 +272,7 @@ export class S7Connector implements Connector {
     const items = request.map((piece) => piece.item);
     let last: Error | undefined;
     for (let attempt = 0; attempt <= this.config.retries; attempt++) {
-      if (!this.active) return new LinkError('stopped');
+      if (!this.device.isActive) return new LinkError('stopped');
       try {
         return await link.read(items, this.config.timeoutMs);
       } catch (err) {
@@ -355,17 +310,6 @@ export class S7Connector implements Connector {
         ? ((data[0] >> address.bit) & 1) === (written ? 1 : 0)
         : data.subarray(skip, skip + written.length).equals(written);
     return { value: decodeValue(address, data, 0), timestamp, matches };
-  }
-
-  private reportLost(err: Error): void {
-    if (!this.started || this.lostReported || !this.sink) {
-      this.active = false;
-      return;
-    }
-    this.lostReported = true;
-    this.active = false;
-    this.log.debug({ err }, 'CPU lost');
-    this.sink.lost(new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${err.message}`));
   }
 
   /** `CPU at 10.0.0.31:102 (rack 0, slot 1)`: which device an error is about. */

@@ -13,40 +13,17 @@ import type { S7Connector } from '../../connectors/s7/s7-connector.js';
 import { s7ConnectorSchema } from '../../connectors/s7/schema.js';
 import { encodePayload } from '../../src/sparkplug/payload.js';
 import { ConnectorError } from '../../src/util/errors.js';
-import type { Logger, LogFn } from '../../src/util/logger.js';
 import { startS7Fixture } from '../fixtures/s7-fixture.js';
 import type { S7Fixture } from '../fixtures/s7-fixture.js';
 import { useDisposer } from '../helpers/disposer.js';
+import { captureLogger, type LogLine } from '../helpers/logger.js';
 import { logLines, reloadGateway, startGateway } from '../helpers/gateway.js';
 import { hostsMayCommand, sparkplugSection, startSparkplugHost } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
-type LogLines = { level: string; fields: Record<string, unknown>; msg: string }[];
-
-function captureLogger(lines: LogLines): Logger {
-  const fn =
-    (level: string): LogFn =>
-    (a: object | string, b?: string) => {
-      lines.push(
-        typeof a === 'string'
-          ? { level, fields: {}, msg: a }
-          : { level, fields: a as Record<string, unknown>, msg: b ?? '' },
-      );
-    };
-  const log: Logger = {
-    fatal: fn('fatal'),
-    error: fn('error'),
-    warn: fn('warn'),
-    info: fn('info'),
-    debug: fn('debug'),
-    trace: fn('trace'),
-    child: () => log,
-    isLevelEnabled: () => true,
-  };
-  return log;
-}
+type LogLines = LogLine[];
 
 class Recorder implements TagSink {
   readonly batches: TagSample[][] = [];

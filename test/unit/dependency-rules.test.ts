@@ -80,6 +80,7 @@ const rules: Partial<Record<string, { uses: string[]; types?: string[] }>> = {
     uses: [
       'connectors/contract.ts',
       'connectors/polling.ts',
+      'connectors/polled-device.ts',
       'connectors/tag-properties.ts',
       'connectors/modbus',
       'src/util/errors.ts',
@@ -100,6 +101,7 @@ const rules: Partial<Record<string, { uses: string[]; types?: string[] }>> = {
     uses: [
       'connectors/contract.ts',
       'connectors/polling.ts',
+      'connectors/polled-device.ts',
       'connectors/tag-properties.ts',
       'connectors/s7',
       'src/util/errors.ts',
