@@ -9,21 +9,15 @@
  * the poll-cycle p99 and this process's CPU share (the gateway side; the servers run elsewhere).
  */
 import { fork } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { loadavg, tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import modbusSerial from 'modbus-serial';
 import { createModbusFactory } from '../connectors/modbus/factory.js';
 import type { ModbusConnector } from '../connectors/modbus/modbus-connector.js';
 import { modbusConnectorSchema } from '../connectors/modbus/schema.js';
-import { Broker } from '../src/broker/broker.js';
-import { EdgeNode } from '../src/sparkplug/edge-node.js';
-import { sparkplugSchema } from '../src/sparkplug/schema.js';
-import { createMemoryStore } from '../src/store/memory.js';
 import { silentLogger } from '../src/util/logger.js';
+import { benchStateDir, measure } from './polled-devices.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -127,94 +121,44 @@ async function run(): Promise<void> {
     return { requests: msg.requests as number, cpuMs: msg.cpuMs as number };
   };
 
-  const stateDir = mkdtempSync(join(tmpdir(), 'edgeferry-bench-'));
-  const store = createMemoryStore();
-  const broker = new Broker({
-    limits: { maxInflight: 20, maxQueuedMessages: 1000, maxQueuedBytes: 0 },
-    store,
-    log: silentLogger,
-  });
+  const stateDir = benchStateDir();
   const factory = createModbusFactory();
   const tags = tagList(tagsPerDevice);
-  const connectors = ports.map((port, i) =>
-    factory.create(
-      modbusConnectorSchema.parse({
-        id: `dev-${i}`,
-        type: 'modbus',
-        transport: 'tcp',
-        host: '127.0.0.1',
-        port,
-        addressBase: 0,
-        pollIntervalMs: pollMs,
-        timeoutMs: 1000,
-        tags,
-      }),
-      { log: silentLogger, dataDir: stateDir },
-    ),
+  const connectors = ports.map(
+    (port, i) =>
+      factory.create(
+        modbusConnectorSchema.parse({
+          id: `dev-${i}`,
+          type: 'modbus',
+          transport: 'tcp',
+          host: '127.0.0.1',
+          port,
+          addressBase: 0,
+          pollIntervalMs: pollMs,
+          timeoutMs: 1000,
+          tags,
+        }),
+        { log: silentLogger, dataDir: stateDir },
+      ) as ModbusConnector,
   );
-  const node = new EdgeNode({
-    config: sparkplugSchema.parse({ groupId: 'bench', edgeNodeId: 'gw' }),
-    broker,
-    connectors,
-    stateDir,
-    log: silentLogger,
-  });
-  // A local subscriber, as a local host application would be (no decoding: it only counts bytes).
-  let ddataBytes = 0;
-  broker.subscribe('spBv1.0/bench/DDATA/#', { qos: 0, origin: 'bench-host' }, (msg) => {
-    ddataBytes += msg.payload.length;
-  });
-  await node.start();
-  await new Promise((r) => setTimeout(r, warmupS * 1000));
-
-  const samples = () => node.deviceList.reduce((n, d) => n + d.stats.samples, 0);
-  const changes = () => node.deviceList.reduce((n, d) => n + d.stats.changes, 0);
-  const start = {
-    wallMs: performance.now(),
-    cpu: process.cpuUsage(),
-    samples: samples(),
-    changes: changes(),
-    ddata: node.stats.dataMessages,
-    bytes: ddataBytes,
-    server: await serverCounters(),
-    clientRequests: factory.requestCount,
-  };
-  await new Promise((r) => setTimeout(r, seconds * 1000));
-  const wallS = (performance.now() - start.wallMs) / 1000;
-  const cpu = process.cpuUsage(start.cpu);
-  const server = await serverCounters();
-  const serverRequests = server.requests - start.server.requests;
-  const tagsPerS = (samples() - start.samples) / wallS;
-  const requestsPerS = serverRequests / wallS;
-  const p99 = Math.max(...connectors.map((c) => (c as ModbusConnector).readLatencyMs(0.99)));
-  const p50 = Math.max(...connectors.map((c) => (c as ModbusConnector).readLatencyMs(0.5)));
-  const overruns = connectors.reduce((n, c) => n + (c as ModbusConnector).stats.poll.overruns, 0);
+  const counters = async () => ({ server: await serverCounters(), clientRequests: factory.requestCount });
+  const { wallS, start, end, tagsPerS, common } = await measure(stateDir, connectors, { warmupS, seconds, counters });
+  const requestsPerS = (end.server.requests - start.server.requests) / wallS;
   const result = {
     devices,
     tagsPerDevice,
     pollMs,
-    seconds: Number(wallS.toFixed(2)),
     targetTagsPerS: (devices * tagsPerDevice * 1000) / pollMs,
-    tagsPerS: Math.round(tagsPerS),
+    ...common,
     readRequestsPerS: Math.round(requestsPerS),
-    clientRequestsPerS: Math.round((factory.requestCount - start.clientRequests) / wallS),
+    clientRequestsPerS: Math.round((end.clientRequests - start.clientRequests) / wallS),
     coalescingGain: Number((tagsPerS / requestsPerS).toFixed(1)),
-    ddataPerS: Math.round((node.stats.dataMessages - start.ddata) / wallS),
-    metricsPublishedPerS: Math.round((changes() - start.changes) / wallS),
-    ddataBytesPerS: Math.round((ddataBytes - start.bytes) / wallS),
-    pollCycleP50Ms: Number(p50.toFixed(2)),
-    pollCycleP99Ms: Number(p99.toFixed(2)),
-    pollOverruns: overruns,
-    cpuSharePercentOfOneCore: Number((((cpu.user + cpu.system) / 1000 / (wallS * 1000)) * 100).toFixed(1)),
-    serverCpuSharePercentOfOneCore: Number((((server.cpuMs - start.server.cpuMs) / (wallS * 1000)) * 100).toFixed(1)),
-    loadAverage1m: loadavg()[0],
+    serverCpuSharePercentOfOneCore: Number(
+      (((end.server.cpuMs - start.server.cpuMs) / (wallS * 1000)) * 100).toFixed(1),
+    ),
   };
   process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
-  await node.stop();
-  broker.close();
-  await store.close();
   child.kill();
-  rmSync(stateDir, { recursive: true, force: true });
 }
 
 if (args.serve !== undefined) {

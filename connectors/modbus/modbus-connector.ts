@@ -10,7 +10,7 @@
 import type { Connector, ReadBack, TagDefinition, TagSample, TagSink, TagValue } from '../contract.js';
 import { ConnectorError, ValueRefusedError } from '../contract.js';
 import type { Logger } from '../../src/util/logger.js';
-import { PollLoop } from '../polling.js';
+import { PolledDevice } from '../polled-device.js';
 import type { PollStats } from '../polling.js';
 import { tagProperties } from '../tag-properties.js';
 import type { Block, PlannedTag } from './blocks.js';
@@ -39,7 +39,7 @@ export class ModbusConnector implements Connector {
   private readonly pool: LinkPool;
   private readonly planned: readonly PlannedTag[];
   private readonly byName: ReadonlyMap<string, { tag: ModbusTagConfig; planned: PlannedTag }>;
-  private readonly loop: PollLoop;
+  private readonly device: PolledDevice;
 
   private blocks: Block[] = [];
   /** Per table, addresses a block must not cross (learnt from exceptions). */
@@ -47,16 +47,8 @@ export class ModbusConnector implements Connector {
   /** Tags refused on their own, by index: read alone, reported bad. */
   private readonly bad = new Set<number>();
   private replanNeeded = false;
-  /** A poll cycle is reading; tags written meanwhile are left out of its samples (their read-back is newer). */
-  private polling = false;
-  private readonly writtenDuringCycle = new Set<string>();
   private link: ModbusLink | undefined;
   private offClose: (() => void) | undefined;
-  private sink: TagSink | undefined;
-  private active = false;
-  /** Set once start() resolved: only then is a failure reported through sink.lost (before, start rejects). */
-  private started = false;
-  private lostReported = false;
   private requests = 0;
 
   constructor(config: ModbusConnectorConfig, log: Logger, pool: LinkPool) {
@@ -86,26 +78,23 @@ export class ModbusConnector implements Connector {
       );
     }
     this.blocks = this.plan();
-    this.loop = new PollLoop(
-      config.pollIntervalMs,
-      () => this.cycle(),
-      (err) => this.log.error({ err }, 'poll cycle failed'),
-    );
+    this.device = new PolledDevice(config.id, config.pollIntervalMs, log, {
+      readAll: () => this.readAll(),
+      beforeDeliver: () => this.replanIfNeeded(),
+      where: () => this.where(),
+    });
   }
 
   get stats(): ModbusConnectorStats {
-    return { poll: this.loop.stats, blocks: this.blocks.length, badTags: this.bad.size, requests: this.requests };
+    return { poll: this.device.stats, blocks: this.blocks.length, badTags: this.bad.size, requests: this.requests };
   }
 
   readLatencyMs(p: number): number {
-    return this.loop.durationQuantileMs(p);
+    return this.device.durationQuantileMs(p);
   }
 
   async start(sink: TagSink): Promise<void> {
-    if (this.active)
-      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, 'already started', { retryable: false });
-    this.sink = sink;
-    this.lostReported = false;
+    this.device.begin(sink);
     const link = this.pool.acquire(this.target());
     this.link = link;
     try {
@@ -114,18 +103,12 @@ export class ModbusConnector implements Connector {
       await this.releaseLink();
       throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${errorMessage(err)}`);
     }
-    this.offClose = link.onClose((err) => this.reportLost(err));
-    this.active = true;
-    // The first cycle is the reachability probe: start() resolves only once the unit answered.
-    const outcome = await this.readAll();
-    if (outcome instanceof Error) {
-      this.active = false;
+    this.offClose = link.onClose((err) => this.device.lost(err));
+    const failed = await this.device.open();
+    if (failed) {
       await this.releaseLink();
-      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${outcome.message}`);
+      throw new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${failed.message}`);
     }
-    this.started = true;
-    this.deliver(outcome);
-    this.loop.start(this.config.pollIntervalMs);
   }
 
   async write(name: string, value: TagValue): Promise<ReadBack | undefined> {
@@ -143,7 +126,7 @@ export class ModbusConnector implements Connector {
       throw err;
     }
     const link = this.link;
-    if (!this.active || !link) throw refuse('the device is not connected', true);
+    if (!this.device.isActive || !link) throw refuse('the device is not connected', true);
     const { unitId, timeoutMs, writeMultiple } = this.config;
     try {
       this.requests++;
@@ -153,15 +136,12 @@ export class ModbusConnector implements Connector {
       if (err instanceof ModbusException) throw refuse(`${this.where()} refused: ${err.message}`);
       throw refuse(`${this.where()}: ${errorMessage(err)}`, true);
     }
-    // A poll cycle under way may have read the tag before the write: its sample must not follow the read-back.
-    if (this.polling) this.writtenDuringCycle.add(name);
+    this.device.wrote(name);
     return this.readBack(link, planned, image);
   }
 
   async stop(): Promise<void> {
-    this.active = false;
-    this.started = false;
-    await this.loop.stop();
+    await this.device.stop();
     await this.releaseLink();
   }
 
@@ -198,43 +178,18 @@ export class ModbusConnector implements Connector {
     return planBlocks(this.planned, limits, this.cuts);
   }
 
-  private async cycle(): Promise<void> {
-    if (!this.active) return;
-    let outcome: TagSample[] | Error;
-    this.polling = true;
-    try {
-      outcome = await this.readAll();
-    } finally {
-      this.polling = false;
-    }
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the read
-    if (!this.active) return;
-    if (outcome instanceof Error) {
-      this.reportLost(outcome);
-      return;
-    }
-    this.deliver(outcome);
-  }
-
-  private deliver(samples: readonly TagSample[]): void {
-    if (this.replanNeeded) {
-      this.replanNeeded = false;
-      this.blocks = this.plan();
-      this.log.debug({ blocks: this.blocks.length, badTags: this.bad.size }, 'read plan changed');
-    }
-    if (this.writtenDuringCycle.size > 0) {
-      const written = this.writtenDuringCycle;
-      samples = samples.filter((sample) => !written.has(sample.name));
-      written.clear();
-    }
-    if (samples.length > 0) this.sink?.data(samples);
+  private replanIfNeeded(): void {
+    if (!this.replanNeeded) return;
+    this.replanNeeded = false;
+    this.blocks = this.plan();
+    this.log.debug({ blocks: this.blocks.length, badTags: this.bad.size }, 'read plan changed');
   }
 
   /** One pass over every block: the samples, or the error that makes the unit count as lost. */
   private async readAll(): Promise<TagSample[] | Error> {
     const samples: TagSample[] = [];
     for (const block of this.blocks) {
-      if (!this.active) return new LinkError('stopped');
+      if (!this.device.isActive) return new LinkError('stopped');
       const err = await this.readBlock(block, samples);
       if (err) return err;
     }
@@ -303,7 +258,7 @@ export class ModbusConnector implements Connector {
     if (!link) return new LinkError('not connected');
     let last: Error | undefined;
     for (let attempt = 0; attempt <= this.config.retries; attempt++) {
-      if (!this.active) return new LinkError('stopped');
+      if (!this.device.isActive) return new LinkError('stopped');
       try {
         this.requests++;
         return await link.read(this.config.unitId, block.table, block.address, block.count, this.config.timeoutMs);
@@ -373,17 +328,6 @@ export class ModbusConnector implements Connector {
     const matches =
       typeof written === 'boolean' ? Boolean(data[0]) === written : written.every((reg, i) => reg === data[i]);
     return { value: this.decode(t, data, 0), timestamp, matches };
-  }
-
-  private reportLost(err: Error): void {
-    if (!this.started || this.lostReported || !this.sink) {
-      this.active = false;
-      return;
-    }
-    this.lostReported = true;
-    this.active = false;
-    this.log.debug({ err }, 'unit lost');
-    this.sink.lost(new ConnectorError('EF_CONNECTOR_UNREACHABLE', this.id, `${this.where()}: ${err.message}`));
   }
 
   /** `unit 1 at tcp://10.0.0.21:502`: which device an error is about. */

@@ -11,6 +11,7 @@ import { z } from 'zod';
 import { isValidTopicFilter, isValidTopicName } from '../protocol/topics.js';
 import { modbusConnectorSchema, modbusProfileSchema } from '../../connectors/modbus/schema.js';
 import { opcuaConnectorSchema, opcuaProfileSchema } from '../../connectors/opcua/schema.js';
+import { s7ConnectorSchema, s7ProfileSchema } from '../../connectors/s7/schema.js';
 import { missingUplinkFilters, sparkplugSchema } from '../sparkplug/schema.js';
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
@@ -425,7 +426,7 @@ const bridgesSchema = z.array(bridgeSchema).superRefine((bridges, ctx) => {
 });
 
 /** Every connector type, discriminated by `type`; each connector's own schema lives in connectors/<type>/schema.ts. */
-const connectorSchema = z.discriminatedUnion('type', [modbusConnectorSchema, opcuaConnectorSchema]);
+const connectorSchema = z.discriminatedUnion('type', [modbusConnectorSchema, opcuaConnectorSchema, s7ConnectorSchema]);
 
 const connectorsSchema = z.array(connectorSchema).superRefine((connectors, ctx) => {
   connectors.forEach((connector, i) => {
@@ -465,7 +466,7 @@ const connectorsSchema = z.array(connectorSchema).superRefine((connectors, ctx) 
  */
 const profilesSchema = z.record(
   z.string().regex(/^[^\s.]+$/, 'must be a name without spaces or dots'),
-  z.discriminatedUnion('type', [modbusProfileSchema, opcuaProfileSchema]),
+  z.discriminatedUnion('type', [modbusProfileSchema, opcuaProfileSchema, s7ProfileSchema]),
 );
 
 export const configSchema = z

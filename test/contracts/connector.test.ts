@@ -1,6 +1,6 @@
 /**
  * The connector contract (connectors/contract.ts), one suite run against every connector type with its real device:
- * Modbus TCP against pymodbus, OPC UA against a node-opcua server. What `sparkplug/device.ts` relies on: start
+ * Modbus TCP against pymodbus, OPC UA against a node-opcua server, S7 against snap7's S7 server. What `sparkplug/device.ts` relies on: start
  * delivers samples of every tag, a lost device is reported (never retried by the connector), a second start after
  * the device returns works, a write is read back from the device, a value that does not fit the tag is refused
  * before any I/O, and stop is idempotent and ends the samples (docs/architecture.md#connectors).
@@ -11,9 +11,11 @@ import { ValueRefusedError, type Connector, type TagSample, type TagSink } from 
 import { createConnectorRegistry } from '../../connectors/index.js';
 import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
 import { opcuaConnectorSchema } from '../../connectors/opcua/schema.js';
+import { s7ConnectorSchema } from '../../connectors/s7/schema.js';
 import { ConnectorError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { startOpcuaFixture } from '../fixtures/opcua-fixture.js';
+import { startS7Fixture } from '../fixtures/s7-fixture.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
 import { removeDir, tempDir } from '../helpers/temp.js';
 import { waitFor } from '../helpers/wait.js';
@@ -95,6 +97,45 @@ const rigs: { name: string; start: () => Promise<Rig> }[] = [
         dispose: async () => {
           await server.stop();
           removeDir(dir);
+        },
+      };
+    },
+  },
+  {
+    name: 's7 (snap7 server)',
+    async start() {
+      const plc = await startS7Fixture();
+      await plc.register('DB', 1, 4);
+      await plc.set('DB', 1, 0, Buffer.from([0, 1]));
+      const registry = createConnectorRegistry();
+      const dataDir = tempDir('edgeferry-contract-s7-');
+      let marked: Buffer = Buffer.alloc(0);
+      const memory = () => plc.get('DB', 1, 0, 4);
+      return {
+        connector: () =>
+          registry.create(
+            s7ConnectorSchema.parse({
+              id: 'press',
+              type: 's7',
+              host: '127.0.0.1',
+              port: plc.port,
+              pollIntervalMs: 100,
+              timeoutMs: 300,
+              retries: 0,
+              tags: [{ name: 'mode', address: 'DB1,INT0', writable: true }],
+            }),
+            { log: silentLogger, dataDir },
+          ),
+        lose: () => plc.stop(),
+        restore: () => plc.start(),
+        markWrites: async () => {
+          marked = await memory();
+        },
+        // Every value the suite writes after a mark differs from the one held: a write changes the memory.
+        wroteSinceMark: async () => !(await memory()).equals(marked),
+        dispose: async () => {
+          await plc.dispose();
+          removeDir(dataDir);
         },
       };
     },

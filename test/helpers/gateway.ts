@@ -9,7 +9,7 @@
  * `warn`, and `patch` merged on top (objects merged deeply, arrays replaced). Readiness is systemd's READY=1.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createConnection } from 'node:net';
@@ -17,7 +17,7 @@ import { afterAll, beforeAll } from 'vitest';
 import { openNotifySocket } from './notify-socket.js';
 import { freePort } from './ports.js';
 import { removeDir, tempDir } from './temp.js';
-import { delay } from './wait.js';
+import { delay, waitFor } from './wait.js';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const CLI = join(ROOT, 'dist', 'src', 'cli.js');
@@ -64,6 +64,26 @@ export function logLines(gw: Gateway): Record<string, unknown>[] {
     .split('\n')
     .filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+/**
+ * Rewrites the gateway's config file with `edit`, sends SIGHUP and resolves with the next log line `msg` (one more
+ * than there were before).
+ */
+export async function reloadGateway<C>(
+  gw: Gateway,
+  edit: (config: C) => void,
+  msg: string,
+): Promise<Record<string, unknown>> {
+  const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as C;
+  edit(config);
+  writeFileSync(gw.configFile, JSON.stringify(config, null, 2));
+  const count = (): Record<string, unknown>[] => logLines(gw).filter((l) => l.msg === msg);
+  const before = count().length;
+  gw.proc.kill('SIGHUP');
+  return waitFor(() => count()[before], 15_000, {
+    message: () => `log line "${msg}" after SIGHUP:\n${gw.output()}`,
+  });
 }
 
 /** Why `hostsFile` cannot work here (no root, no mount namespaces), or undefined when it can. */

@@ -23,3 +23,33 @@ export function recordingLogger(errors: LoggedError[]): Logger {
   };
   return log;
 }
+
+export interface LogLine {
+  readonly level: string;
+  readonly fields: Record<string, unknown>;
+  readonly msg: string;
+}
+
+/** A Logger that keeps every line at every level, for tests of what an operator reads in the log. */
+export function captureLogger(lines: LogLine[]): Logger {
+  const fn =
+    (level: string): LogFn =>
+    (a: object | string, b?: string) => {
+      lines.push(
+        typeof a === 'string'
+          ? { level, fields: {}, msg: a }
+          : { level, fields: a as Record<string, unknown>, msg: b ?? '' },
+      );
+    };
+  const log: Logger = {
+    fatal: fn('fatal'),
+    error: fn('error'),
+    warn: fn('warn'),
+    info: fn('info'),
+    debug: fn('debug'),
+    trace: fn('trace'),
+    child: () => log,
+    isLevelEnabled: () => true,
+  };
+  return log;
+}

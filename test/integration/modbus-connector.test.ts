@@ -14,8 +14,8 @@ import { createModbusFactory } from '../../connectors/modbus/factory.js';
 import type { ModbusConnectorFactory } from '../../connectors/modbus/factory.js';
 import { modbusConnectorSchema } from '../../connectors/modbus/schema.js';
 import type { Connector } from '../../connectors/contract.js';
-import type { Logger, LogFn } from '../../src/util/logger.js';
 import { useDisposer } from '../helpers/disposer.js';
+import { captureLogger, type LogLine } from '../helpers/logger.js';
 import { hasSocat, startModbusSim } from '../helpers/modbus-sim.js';
 import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { freePort } from '../helpers/ports.js';
@@ -51,35 +51,12 @@ function sinkFor(rec: Recorder): TagSink {
   return { data: (samples) => rec.batches.push([...samples]), lost: (err) => rec.lost.push(err) };
 }
 
-function captureLogger(lines: LogLines): Logger {
-  const fn =
-    (level: string): LogFn =>
-    (a: object | string, b?: string) => {
-      lines.push(
-        typeof a === 'string'
-          ? { level, fields: {}, msg: a }
-          : { level, fields: a as Record<string, unknown>, msg: b ?? '' },
-      );
-    };
-  const log: Logger = {
-    fatal: fn('fatal'),
-    error: fn('error'),
-    warn: fn('warn'),
-    info: fn('info'),
-    debug: fn('debug'),
-    trace: fn('trace'),
-    child: () => log,
-    isLevelEnabled: () => true,
-  };
-  return log;
-}
-
 let factory: ModbusConnectorFactory;
 beforeEach(() => {
   factory = createModbusFactory();
 });
 
-type LogLines = { level: string; fields: Record<string, unknown>; msg: string }[];
+type LogLines = LogLine[];
 
 function connector(sim: ModbusSim, config: Record<string, unknown>, logs: LogLines = []): Connector {
   const transport = config.transport === 'rtu' ? {} : { transport: 'tcp', host: '127.0.0.1', port: sim.port };

@@ -5,15 +5,13 @@
  * other devices and a connected local MQTT client carry on throughout; a host application checking the
  * Sparkplug rules sees no violation, locally and upstream through the bridge. Run `npm run build` first.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { useDisposer } from '../helpers/disposer.js';
-import { logLines, startGateway, type Gateway } from '../helpers/gateway.js';
+import { logLines, reloadGateway, startGateway, type Gateway } from '../helpers/gateway.js';
 import { startModbusSim, type ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
 import { hostsMayCommand, startSparkplugHost, type HostMessage } from '../helpers/sparkplug-host.js';
-import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
@@ -60,16 +58,7 @@ interface ConfigFile {
 }
 
 /** Rewrites the config file, sends SIGHUP and resolves with the next log line `msg` (one more than before). */
-async function reload(gw: Gateway, edit: (config: ConfigFile) => void, msg: string): Promise<Record<string, unknown>> {
-  const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as ConfigFile;
-  edit(config);
-  writeFileSync(gw.configFile, JSON.stringify(config, null, 2));
-  const before = linesWith(gw, msg).length;
-  gw.proc.kill('SIGHUP');
-  return waitFor(() => linesWith(gw, msg)[before], 15_000, {
-    message: () => `log line "${msg}" after SIGHUP:\n${gw.output()}`,
-  });
-}
+const reload = (gw: Gateway, edit: (config: ConfigFile) => void, msg: string) => reloadGateway(gw, edit, msg);
 
 const names = (m: HostMessage | undefined) => m?.payload.metrics.map((x) => x.name);
 

@@ -57,12 +57,12 @@ describe('config files', () => {
     expect([...keys].filter((key) => !new RegExp(`\\b${key}:`).test(text))).toEqual([]);
   });
 
-  it("the example's optional sections, sparkplug and both connector types, are valid once uncommented", () => {
+  it("the example's optional sections, sparkplug and every connector type, are valid once uncommented", () => {
     const text = readFileSync(join(configDir, 'edgeferry.example.yaml'), 'utf8');
     const at = text.indexOf('# sparkplug:');
     // One level of `# ` comes off; the alternatives inside (`#   # path: ...`) stay comments.
     const uncommented = text.slice(0, at) + text.slice(at).replace(/^# (?=[ a-z])/gm, '');
     const config = parseConfig(uncommented, 'example.yaml', configDir);
-    expect(config.connectors.map((c) => c.type)).toEqual(['modbus', 'opcua']);
+    expect(config.connectors.map((c) => c.type)).toEqual(['modbus', 'opcua', 's7']);
   });
 });

@@ -57,6 +57,7 @@ const rules: Partial<Record<string, { uses: string[]; types?: string[] }>> = {
       'src/sparkplug/schema.ts',
       'connectors/modbus/schema.ts',
       'connectors/opcua/schema.ts',
+      'connectors/s7/schema.ts',
     ],
   },
   'src/store': { uses: ['src/util', 'src/protocol'] },
@@ -79,6 +80,7 @@ const rules: Partial<Record<string, { uses: string[]; types?: string[] }>> = {
     uses: [
       'connectors/contract.ts',
       'connectors/polling.ts',
+      'connectors/polled-device.ts',
       'connectors/tag-properties.ts',
       'connectors/modbus',
       'src/util/errors.ts',
@@ -91,6 +93,17 @@ const rules: Partial<Record<string, { uses: string[]; types?: string[] }>> = {
       'connectors/contract.ts',
       'connectors/tag-properties.ts',
       'connectors/opcua',
+      'src/util/errors.ts',
+      'src/util/logger.ts',
+    ],
+  },
+  'connectors/s7': {
+    uses: [
+      'connectors/contract.ts',
+      'connectors/polling.ts',
+      'connectors/polled-device.ts',
+      'connectors/tag-properties.ts',
+      'connectors/s7',
       'src/util/errors.ts',
       'src/util/logger.ts',
     ],
