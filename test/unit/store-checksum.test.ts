@@ -2,10 +2,8 @@
  * Checksums on stored values: a damaged value found while running is skipped, counted, logged once
  * with where it is, deleted, and never delivered; values written before checksums still read.
  */
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { removeDir, tempDir as makeTempDir } from '../helpers/temp.js';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import {
@@ -29,11 +27,11 @@ const open: Store[] = [];
 
 afterEach(async () => {
   for (const s of open.splice(0)) await s.close();
-  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+  for (const d of dirs.splice(0)) removeDir(d);
 });
 
 function tempDir(): string {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-crc-'));
+  const d = makeTempDir('edgeferry-crc-');
   dirs.push(d);
   return d;
 }

@@ -3,9 +3,9 @@
  * throughput figure logged), storage.maxBytes, and refusing directories it must not open.
  */
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { removeDir, tempDir as makeTempDir } from '../helpers/temp.js';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore, SCHEMA_VERSION, type LmdbStoreOptions } from '../../src/store/lmdb/open.js';
 import { encodeStampedValue, ownerPrefix, prefixEnd, seqKey } from '../../src/store/codec.js';
@@ -24,11 +24,11 @@ const open: Store[] = [];
 
 afterEach(async () => {
   for (const s of open.splice(0)) await s.close();
-  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+  for (const d of dirs.splice(0)) removeDir(d);
 });
 
 function tempDir(): string {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-lmdb-'));
+  const d = makeTempDir('edgeferry-lmdb-');
   dirs.push(d);
   return d;
 }

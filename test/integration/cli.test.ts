@@ -1,11 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/ops/pino-logger.js';
+import { removeDir, tempDir } from '../helpers/temp.js';
 
 // Runs the built CLI, as the `edgeferry` bin does; `npm test` builds first.
 const root = join(import.meta.dirname, '../..');
@@ -61,12 +61,12 @@ beforeAll(() => {
   if (!existsSync(cli)) throw new Error(`${cli} is missing: run \`npm run build\` first`);
 });
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'edgeferry-cli-'));
+  dir = tempDir('edgeferry-cli-');
 });
 afterEach(() => {
   for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   children.clear();
-  rmSync(dir, { recursive: true, force: true });
+  removeDir(dir);
 });
 
 function writeConfig(text: string): string {
