@@ -2,9 +2,6 @@
  * The store contract (src/store/types.ts), run against the memory store and the LMDB store. LMDB-only
  * behaviour (reopen, crash, corrupt files) has its own files in test/unit/store-lmdb-*.test.ts.
  */
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { outboxEntryBytes } from '../../src/store/codec.js';
@@ -13,6 +10,7 @@ import { createMemoryStore } from '../../src/store/memory.js';
 import type { OutboxLimits, Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
+import { removeDir, tempDir } from '../helpers/temp.js';
 
 const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'drop-oldest' };
 
@@ -54,7 +52,7 @@ const impls: Impl[] = [
   {
     name: 'lmdb',
     open: async (options) => {
-      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-store-'));
+      const dir = tempDir('edgeferry-store-');
       dirs.push(dir);
       return openLmdbStore({ path: dir, sync: 'full', maxBytes: 0, ...options, log: silentLogger });
     },
@@ -63,7 +61,7 @@ const impls: Impl[] = [
 
 afterEach(async () => {
   for (const s of stores.splice(0)) await s.close();
-  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+  for (const d of dirs.splice(0)) removeDir(d);
 });
 
 describe.each(impls)('store contract: $name', (impl) => {

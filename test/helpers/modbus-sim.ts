@@ -12,7 +12,7 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { removeDir, tempDir } from './temp.js';
-import { delay } from './wait.js';
+import { delay, waitFor } from './wait.js';
 
 const SIM = resolve(fileURLToPath(new URL('../fixtures/modbus-sim.py', import.meta.url)));
 /** Debian's python3, where python3-pymodbus lives (a pyenv python on PATH would not have it). */
@@ -38,6 +38,12 @@ export interface ModbusSim {
   /** Every request the server saw (reads and writes), oldest first. */
   requests(): Promise<SimRequest[]>;
   resetRequests(): Promise<void>;
+  /**
+   * Resolves once the device answered `count` reads from now on (it clears the request log): a poller reads in
+   * turn, so what every read but the last returned has been handled by then. The marker for "the gateway has read
+   * the value set before" (docs/development.md#asserting-absence).
+   */
+  polled(count?: number, timeoutMs?: number): Promise<void>;
   /** Addresses that answer with exception 2 (illegal data address) whenever a request touches them. */
   bad(unit: number, table: SimTable, addresses: readonly number[]): Promise<void>;
   /** Writes to this address store at most `max` (a PLC program limiting a setpoint); the write succeeds. */
@@ -143,6 +149,12 @@ export async function startModbusSim(
     requests: async () => (await command({ cmd: 'stats' })).requests as SimRequest[],
     resetRequests: async () => {
       await command({ cmd: 'reset' });
+    },
+    polled: async (count = 2, timeoutMs = 5000) => {
+      await command({ cmd: 'reset' });
+      const reads = async () =>
+        ((await command({ cmd: 'stats' })).requests as SimRequest[]).filter((r) => r.op === 'read').length;
+      await waitFor(async () => (await reads()) >= count, timeoutMs, { message: `${count} reads of the device` });
     },
     bad: async (unit, table, addresses) => {
       await command({ cmd: 'bad', unit, table, addresses });

@@ -25,7 +25,7 @@ import {
   type IClientSubscribeOptions,
   type MqttClient,
 } from 'mqtt';
-import { waitFor } from './wait.js';
+import { afterMarker, waitFor } from './wait.js';
 
 export const DEFAULT_DEADLINE_MS = 5000;
 
@@ -154,6 +154,21 @@ export class TestClient {
       this.client.stream?.destroy(),
     );
   }
+}
+
+/**
+ * The marker pattern (`afterMarker`) between two clients: `pub` publishes `payload` on `topic` at QoS 1, which `sub`
+ * receives after whatever the broker queued for it before; resolves once it is in. Then assert what did not come.
+ */
+export async function barrier(pub: TestClient, sub: TestClient, topic: string, payload = 'barrier'): Promise<void> {
+  const count = (): number => sub.received(topic).filter((m) => m.payload === payload).length;
+  const before = count();
+  await afterMarker(
+    () => pub.publish(topic, payload, { qos: 1 }),
+    () => count() > before,
+    DEFAULT_DEADLINE_MS,
+    `the barrier on ${topic}`,
+  );
 }
 
 /**

@@ -34,6 +34,22 @@ export async function waitFor<T>(
   }
 }
 
+/**
+ * To show that something does NOT arrive (docs/development.md#asserting-absence): `send` sends a marker that must
+ * arrive after it would have (the same connection and ordering: a publish the subscriber also receives, a PINGREQ,
+ * a log line the code writes after the decision), and this resolves once `arrived` sees the marker. Assert the
+ * absence after it: no fixed sleep, which passes for the wrong reason on a slow machine.
+ */
+export async function afterMarker(
+  send: () => unknown,
+  arrived: () => unknown,
+  timeoutMs = 10_000,
+  what: string | (() => string) = 'the marker',
+): Promise<void> {
+  await send();
+  await waitFor(arrived, timeoutMs, { message: what });
+}
+
 /** A plain delay, for pacing a test's actions (never as an assertion). */
 export function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

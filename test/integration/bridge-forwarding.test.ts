@@ -11,7 +11,7 @@ import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, runCli, startGateway } from '../helpers/gateway.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { freePort } from '../helpers/ports.js';
-import { waitFor } from '../helpers/wait.js';
+import { afterMarker, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
@@ -134,17 +134,24 @@ describe('bridge: steady stream and inbound commands', { timeout: 120_000 }, () 
     );
     const first = localSub.messages[0];
     expect(first.topic).toBe('cmd/line4/stop');
+    // A last remote command: once it is local, every earlier one that crossed is too (one subscription, in order).
+    await afterMarker(
+      () => remote.publishAsync('cmd/line4/stop', 'last', { qos: 1 }),
+      () => localSub.payloads().includes('last'),
+    );
     // A local publish on a both-direction topic goes up exactly once.
     const local = await connectClient(gw.url);
     d.defer(() => local.endAsync(true));
-    await local.publishAsync('cmd/line4/start', 'from-local', { qos: 1 });
-    await waitFor(() => upCmd.payloads().includes('from-local'), 10_000);
-    // Give an echo time to show up, then count: each remote command exactly once upstream, none duplicated.
-    await new Promise((r) => setTimeout(r, 500));
+    // It goes up behind any echo of the remote commands (one outbox, in order): once it is in, an echo would be too.
+    await afterMarker(
+      () => local.publishAsync('cmd/line4/start', 'from-local', { qos: 1 }),
+      () => upCmd.payloads().includes('from-local'),
+    );
+    // Each remote command exactly once upstream, none duplicated.
     const counts = new Map<string, number>();
     for (const p of upCmd.payloads()) counts.set(p, (counts.get(p) ?? 0) + 1);
     expect([...counts.values()].every((n) => n === 1)).toBe(true);
-    expect(upCmd.payloads().length).toBe(sent + 1);
+    expect(upCmd.payloads().length).toBe(sent + 2);
     // And the local subscriber got the remote commands once each (not our own bridged-back copy).
     expect(new Set(localSub.payloads()).size).toBe(localSub.payloads().length);
   });

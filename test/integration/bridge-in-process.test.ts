@@ -15,7 +15,7 @@ import { checkSequence, collect, connectClient, sequence } from '../helpers/coll
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
-import { waitFor } from '../helpers/wait.js';
+import { afterMarker, waitFor } from '../helpers/wait.js';
 import { bridgeConfig, recordingLogger, retainedPayload, testBroker } from '../helpers/bridge-setup.js';
 
 const d = useDisposer();
@@ -152,11 +152,10 @@ describe('bridge forwarding to a real Mosquitto', () => {
     await waitFor(() => up.messages.length >= 100, 5000);
     proxy.blackhole();
     const acceptedBefore = proxy.accepted;
-    const t0 = Date.now();
     await publishSome(100); // these vanish into the blackhole
     proxy.restore();
+    // Detected and reconnected within the bound (the ack timeout and keepalive decide when; no speed window here).
     await waitFor(() => proxy.accepted > acceptedBefore && bridge.status.type === 'online', 10_000);
-    const detectedMs = Date.now() - t0;
     await publishSome(100);
     await waitFor(() => new Set(up.payloads()).size >= 300, 10_000);
     const check = checkSequence(up.payloads(), expected);
@@ -168,7 +167,6 @@ describe('bridge forwarding to a real Mosquitto', () => {
       expect(checkSequence(onTopic, expectedOnTopic)).toMatchObject({ missing: [], outOfOrder: 0 });
     }
     expect(bridge.stats.resent).toBeGreaterThan(0); // the blackhole really swallowed something
-    expect(detectedMs).toBeLessThan(6000);
     await waitFor(() => outbox.depth.messages === 0, 5000);
   });
 
@@ -200,17 +198,24 @@ describe('bridge forwarding to a real Mosquitto', () => {
       { intervalMs: 200 },
     );
     expect(local[0]).toMatchObject({ topic: 'cmd/line4/stop', origin: 'bridge:central' });
-    // A local command goes up once; the remote one never comes back up as a second copy.
-    await publishLocal(broker, 'cmd/line4/start', 'local');
-    await waitFor(() => up.payloads().includes('local'), 5000);
-    await new Promise((r) => setTimeout(r, 300));
+    // A last remote command: once it is local, every earlier one that crossed is too (one subscription, in order).
+    await afterMarker(
+      () => remote.publishAsync('cmd/line4/stop', 'last', { qos: 1 }),
+      () => local.some((m) => m.payload.toString() === 'last'),
+    );
+    // A local command goes up once, behind any echo of the remote ones (one outbox, in order): once it is in, an
+    // echo would be too. The remote one never comes back up as a second copy.
+    await afterMarker(
+      () => publishLocal(broker, 'cmd/line4/start', 'local'),
+      () => up.payloads().includes('local'),
+    );
     const nowCount = up.payloads().filter((p) => p === 'now').length;
     const sentNow = local.filter((m) => m.payload.toString() === 'now').length;
     expect(nowCount).toBe(sentNow); // each remote publish seen once upstream: not echoed
     expect(up.payloads().filter((p) => p === 'local').length).toBe(1);
     expect(outbox.depth.messages).toBe(0);
     // Our own 'local' is not sent back to us by the central broker (v5 no-local).
-    expect(bridge.stats.received).toBe(sentNow);
+    expect(bridge.stats.received).toBe(sentNow + 1); // and 'last'
   });
 
   it('drops a message the central broker refuses (PUBACK >= 0x80), counts it, and keeps the queue moving', async () => {
@@ -254,9 +259,9 @@ describe('bridge forwarding to a real Mosquitto', () => {
     const t0 = Date.now();
     await waitFor(() => up.messages.length >= 1000, 10_000);
     const elapsedS = (Date.now() - t0) / 1000;
-    // 1000 at 500/s is about 2 s (less the 50-message burst).
+    // 1000 at 500/s take about 2 s (less the 50-message burst): never sooner. A lower bound only; the bucket's
+    // arithmetic is test/unit/bridge-token-bucket.test.ts on its own clock, speed is the benchmarks'.
     expect(elapsedS).toBeGreaterThan(1.6);
-    expect(elapsedS).toBeLessThan(4);
     expect(checkSequence(up.payloads(), expected)).toMatchObject({ missing: [], outOfOrder: 0 });
   });
 

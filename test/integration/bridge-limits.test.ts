@@ -7,18 +7,22 @@ import { describe, expect, it } from 'vitest';
 import { checkSequence, collect, connectClient, sequence } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
-import { bridgePatch, startGateway } from '../helpers/gateway.js';
+import { bridgeGauge, bridgePatch, startGateway } from '../helpers/gateway.js';
 import { freePort } from '../helpers/ports.js';
 import { RawClient, type Packet } from '../helpers/raw-client.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
-import { delay, waitFor } from '../helpers/wait.js';
+import { afterMarker, waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
 function warnings(output: string, text: string): number {
   return output.split('\n').filter((line) => line.includes(text)).length;
 }
+
+/** Until the bridge logged that its link is down: publishes from then on go to the outbox. */
+const linkDown = (output: () => string) =>
+  waitFor(() => /uplink (lost|offline)/.test(output()), 10_000, { message: 'the bridge to see its link down' });
 
 describe('bridge: queue limits', { timeout: 120_000 }, () => {
   it('drops exactly the oldest messages beyond queue.maxMessages (drop-oldest), warns once, and recovers', async () => {
@@ -32,36 +36,42 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     d.defer(() => local.endAsync(true));
     proxy.refuse();
     proxy.reset();
-    await delay(200);
+    await linkDown(() => gw.output());
     for (let i = 0; i < 300; i++) await local.publishAsync('plant/limit', `d${i}`, { qos: 1 });
     proxy.restore();
     await waitFor(() => up.messages.length >= 100, 15_000);
-    await delay(500); // nothing more may come
+    // After the episode the bridge works normally again, and its message goes up after the whole backlog: once
+    // it is in, nothing more of the backlog can come.
+    await afterMarker(
+      () => local.publishAsync('plant/limit', 'after', { qos: 1 }),
+      () => up.payloads().includes('after'),
+    );
     // Exactly the newest 100 survive: 200 dropped, counted.
-    expect(checkSequence(up.payloads(), sequence(100, 'd', 200))).toEqual({
+    expect(checkSequence(up.payloads(), [...sequence(100, 'd', 200), 'after'])).toEqual({
       missing: [],
       unexpected: [],
       duplicates: 0,
       outOfOrder: 0,
     });
     expect(warnings(gw.output(), 'dropping oldest')).toBe(1);
-    // After the episode, the bridge works normally again.
-    await local.publishAsync('plant/limit', 'after', { qos: 1 });
-    await waitFor(() => up.payloads().includes('after'), 10_000);
   });
 
   it('answers 0x97 Quota exceeded beyond queue.maxMessages (reject-new) and delivers the accepted ones', async () => {
     const central = d.add(await startMosquitto());
     const proxy = d.add(await startFaultProxy(central.port));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const metricsPort = await freePort();
     const gw = d.add(
-      await startGateway(bridgePatch(proxy.url, { queue: { maxMessages: 100, overflow: 'reject-new' } })),
+      await startGateway({
+        ...bridgePatch(proxy.url, { queue: { maxMessages: 100, overflow: 'reject-new' } }),
+        metrics: { host: '127.0.0.1', port: metricsPort },
+      }),
     );
     const local = await connectClient(gw.url, { protocolVersion: 5 });
     d.defer(() => local.endAsync(true));
     proxy.refuse();
     proxy.reset();
-    await delay(200);
+    await linkDown(() => gw.output());
     const accepted: string[] = [];
     const refused: number[] = [];
     for (let i = 0; i < 150; i++) {
@@ -77,8 +87,14 @@ describe('bridge: queue limits', { timeout: 120_000 }, () => {
     expect(warnings(gw.output(), 'refusing new')).toBe(1);
     proxy.restore();
     await waitFor(() => up.messages.length >= 100, 15_000);
-    await delay(300);
-    expect(checkSequence(up.payloads(), accepted)).toEqual({
+    // Once the outbox is empty, a later message has room, and goes up after anything sent before it: once it is
+    // in, nothing more of the backlog can come.
+    await waitFor(async () => (await bridgeGauge(metricsPort, 'edgeferry_bridge_backlog_messages')) === 0, 10_000);
+    await afterMarker(
+      () => local.publishAsync('plant/limit', 'after', { qos: 1 }),
+      () => up.payloads().includes('after'),
+    );
+    expect(checkSequence(up.payloads(), [...accepted, 'after'])).toEqual({
       missing: [],
       unexpected: [],
       duplicates: 0,

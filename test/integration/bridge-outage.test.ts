@@ -137,10 +137,14 @@ describe('bridge: outages', { timeout: 120_000 }, () => {
     const n = 10_000;
     const publishing = publishSequence(local, 'plant/stream', n, { qos: 1, prefix: 'c', concurrency: 50 });
     await waitFor(() => up.messages.length >= 2000, 30_000);
+    const acceptedAtCut = proxy.accepted;
     proxy.refuse();
     proxy.reset();
     const cutAt = up.messages.length;
-    await new Promise((r) => setTimeout(r, 1500));
+    // The cut lasts until the bridge saw it and a reconnect was refused; the stream goes on meanwhile.
+    await waitFor(() => gw.output().includes('uplink lost') && proxy.accepted > acceptedAtCut, 15_000, {
+      message: 'the link lost and a reconnect refused',
+    });
     proxy.restore();
     const acked = await publishing;
     expect(acked).toHaveLength(n);

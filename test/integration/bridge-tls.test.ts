@@ -12,7 +12,7 @@ import { useDisposer } from '../helpers/disposer.js';
 import { bridgePatch, startGateway } from '../helpers/gateway.js';
 import { startMosquitto, startTlsMosquitto } from '../helpers/mosquitto.js';
 import { freePort } from '../helpers/ports.js';
-import { delay, waitFor } from '../helpers/wait.js';
+import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
 
@@ -49,13 +49,18 @@ describe('bridge: TLS uplinks', { timeout: 120_000 }, () => {
     const withoutCert = d.add(
       await startGateway(
         bridgePatch(tlsUrl, { name: 'central', remote: { clientId: 'no-cert', tls: { caFile: certs.ca } } }),
+        { logLevel: 'debug' },
       ),
     );
     const local2 = await connectClient(withoutCert.url);
     d.defer(() => local2.endAsync(true));
     await local2.publishAsync('plant/mtls', 'without-cert', { qos: 1 }); // accepted locally: buffered
-    await delay(1500);
+    // Two more refused attempts after the publish (debug logs each): the message was there to go, and did not.
+    const failures = () => withoutCert.output().split(/uplink offline|uplink attempt failed/).length - 1;
+    const failedBefore = failures();
+    await waitFor(() => failures() >= failedBefore + 2, 15_000, { message: 'two more refused uplink attempts' });
     expect(up.payloads()).not.toContain('without-cert');
+    expect(withoutCert.output()).not.toContain('uplink online');
   });
 
   it('bridges over WSS (WebSocket over TLS) with a client certificate, verifying the broker against the configured CA', async () => {

@@ -17,7 +17,7 @@ import { makeCerts } from '../fixtures/certs.js';
 import { checkSequence, collect, connectClient, sequence } from '../helpers/collector.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
-import { bridgePatch, startGateway } from '../helpers/gateway.js';
+import { bridgePatch, logLines, startGateway } from '../helpers/gateway.js';
 import { startTlsMosquitto } from '../helpers/mosquitto.js';
 import { freePort } from '../helpers/ports.js';
 import { delay, waitFor } from '../helpers/wait.js';
@@ -148,7 +148,7 @@ describe('clock jumps (docs/reliability.md#fault-scenarios)', { timeout: 120_000
   it('sends a delayed will when its delay ends although the clock stepped back an hour meanwhile [MQTT-3.1.3-9]', async () => {
     const clockFile = join(d.tempDir(), 'faketime');
     writeFileSync(clockFile, fakeTime(new Date()));
-    const gw = d.add(await startGateway({}, { env: fakeClockEnv(clockFile) }));
+    const gw = d.add(await startGateway({}, { env: fakeClockEnv(clockFile), logLevel: 'debug' }));
     const watcher = d.add(await collect(gw.url, 'wills/#', { qos: 1 }));
     const client = await connectClient(gw.url, {
       protocolVersion: 5,
@@ -164,7 +164,12 @@ describe('clock jumps (docs/reliability.md#fault-scenarios)', { timeout: 120_000
     });
     const droppedAt = performance.now();
     client.stream.destroy(); // lost, not a DISCONNECT: the will is due in 2 s
-    await delay(500); // the gateway saw the loss and set the will's due time; now the clock steps back
+    // The gateway saw the loss and set the will's due time (it logs the close after); now the clock steps back.
+    await waitFor(
+      () => logLines(gw).some((l) => l.msg === 'connection closed' && l.clientId === 'will-across-a-step'),
+      5000,
+      { message: 'the lost connection closed' },
+    );
     writeFileSync(clockFile, fakeTime(new Date(Date.now() - 3_600_000)));
     await waitFor(() => watcher.messages.length === 1, 8000);
     expect(performance.now() - droppedAt).toBeGreaterThanOrEqual(1900);

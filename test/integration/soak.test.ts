@@ -8,15 +8,15 @@
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { removeDir, tempDir } from '../helpers/temp.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'soak-test-'));
+const dir = tempDir('soak-test-');
 
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+afterAll(() => removeDir(dir));
 
 interface SoakSummary {
   published: number;

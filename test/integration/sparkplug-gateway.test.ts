@@ -17,7 +17,7 @@ import type { ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { hostsMayCommand, startSparkplugHost, sparkplugUplink, sparkplugSection } from '../helpers/sparkplug-host.js';
 import type { HostMessage, SparkplugHost } from '../helpers/sparkplug-host.js';
-import { delay, waitFor } from '../helpers/wait.js';
+import { waitFor } from '../helpers/wait.js';
 import { compressPayload } from '../../src/sparkplug/compression.js';
 
 const d = useDisposer();
@@ -231,7 +231,7 @@ describe('Sparkplug edge node over the bridge uplink', () => {
     const outageStartMs = Date.now();
     for (let n = 100; n < 105; n++) {
       await sim.set(1, 'hr', 2, [0, n]);
-      await delay(250);
+      await sim.polled(); // read, and stored
     }
     const reconnectMark = host.messages.length;
     proxy.restore();

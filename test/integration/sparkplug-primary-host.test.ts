@@ -10,7 +10,8 @@ import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { startSparkplugHost, sparkplugUplink } from '../helpers/sparkplug-host.js';
-import { delay, waitFor } from '../helpers/wait.js';
+import { afterMarker, delay, waitFor } from '../helpers/wait.js';
+import { logLines } from '../helpers/gateway.js';
 
 const d = useDisposer();
 const GROUP = 'plant1';
@@ -38,13 +39,19 @@ describe('Sparkplug primary host STATE', () => {
   it('on the local broker: no births before the host is online; its death ends the session; a stale online is ignored', async () => {
     const sim = d.add(await startModbusSim());
     const gw = d.add(
-      await startGateway({
-        sparkplug: { groupId: GROUP, edgeNodeId: NODE, primaryHostId: 'scada-1' },
-        connectors: [device(sim.port)],
-      }),
+      await startGateway(
+        {
+          sparkplug: { groupId: GROUP, edgeNodeId: NODE, primaryHostId: 'scada-1' },
+          connectors: [device(sim.port)],
+        },
+        { logLevel: 'debug' },
+      ),
     );
     const host = d.add(await startSparkplugHost(gw.url, GROUP, { clientId: 'scada-1' }));
-    await delay(500);
+    // The press answered reads since the host subscribed: a DBIRTH would follow the first data. A PUBACK to the
+    // host comes after anything the broker wrote to it before.
+    await sim.polled();
+    await host.client.publishAsync('marker/round-trip', 'x', { qos: 1 });
     expect(host.messages).toEqual([]);
     const bornAt = Date.now();
     await host.publishState('scada-1', true, bornAt);
@@ -55,7 +62,10 @@ describe('Sparkplug primary host STATE', () => {
     await host.waitFor((h) => h.of('NDEATH').length === 1, 5000, 'NDEATH after STATE offline');
     expect(bdSeq(host.of('NDEATH')[0])).toBe(bdSeq(host.births('NBIRTH')[0]));
     await host.publishState('scada-1', true, bornAt - 1000);
-    await delay(500);
+    // The gateway says what it decided: ignored (an online would have birthed at once).
+    await waitFor(() => logLines(gw).some((l) => l.msg === 'older online STATE ignored'), 5000, {
+      message: 'the stale online STATE ignored',
+    });
     expect(host.births('NBIRTH')).toHaveLength(1);
     await host.publishState('scada-1', true, bornAt + 1000);
     await host.waitFor(
@@ -74,17 +84,21 @@ describe('Sparkplug primary host STATE', () => {
     const sim = d.add(await startModbusSim());
     const host = d.add(await startSparkplugHost(central.url, GROUP, { clientId: 'scada-1' }));
     const gw = d.add(
-      await startGateway({
-        bridges: [bridgeTo(central.url)],
-        sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
-        connectors: [device(sim.port)],
-      }),
+      await startGateway(
+        {
+          bridges: [bridgeTo(central.url)],
+          sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
+          connectors: [device(sim.port)],
+        },
+        { logLevel: 'info' },
+      ),
     );
-    void gw;
-    await delay(1000);
+    await waitFor(() => gw.output().includes('births wait for the primary host'), 10_000, {
+      message: 'the uplink connected, waiting for the host',
+    });
     for (const n of [5, 6, 7]) {
       await sim.set(1, 'hr', 0, [n]);
-      await delay(300);
+      await sim.polled(); // read, and stored
     }
     expect(host.of('NBIRTH')).toEqual([]);
     const bornAt = Date.now();
@@ -131,7 +145,7 @@ describe('Sparkplug primary host STATE', () => {
           sparkplug: { groupId: GROUP, edgeNodeId: NODE, uplink: 'central', primaryHostId: 'scada-1' },
           connectors: [device(sim.port)],
         },
-        { logLevel: 'info' },
+        { logLevel: 'debug' },
       ),
     );
     const waits = () => gw.output().split('births wait for the primary host').length - 1;
@@ -153,8 +167,18 @@ describe('Sparkplug primary host STATE', () => {
     const waitsBefore = waits();
     proxy.restore();
     await waitFor(() => waits() > waitsBefore, 10_000, { message: () => `reconnect\n${gw.output()}` });
-    // The retained offline STATE (and the queued one) arrive on this connection: no session may start.
-    await delay(1000);
+    // The retained offline STATE (and the queued one) arrive on this connection: no session may start. A stale
+    // online STATE follows them on the same subscription; once the gateway logged it ignored, they were handled.
+    // Births would have gone out before the gateway subscribed; a PUBACK to the host follows them.
+    const ignored = () => logLines(gw).filter((l) => l.msg === 'older online STATE ignored').length;
+    await afterMarker(
+      () =>
+        after.client.publishAsync('spBv1.0/STATE/scada-1', JSON.stringify({ online: true, timestamp: firstLife - 1 }), {
+          qos: 1,
+        }),
+      () => ignored() > 0,
+    );
+    await after.client.publishAsync('marker/round-trip', 'x', { qos: 1 });
     expect(after.of('NBIRTH')).toEqual([]);
     expect(after.of('NDEATH')).toEqual([]);
 
@@ -167,7 +191,9 @@ describe('Sparkplug primary host STATE', () => {
     );
     const secondBdSeq = bdSeq(after.births('NBIRTH')[0]);
     expect(secondBdSeq).toBeGreaterThan(firstBdSeq);
-    await delay(500);
+    // A live value goes up only while the session lives, behind any NDEATH that ended it.
+    await sim.set(1, 'hr', 0, [42]);
+    await after.waitFor((h) => h.value(NODE, 'press-1', 'count') === 42, 10_000, 'a live value after the births');
     expect(after.of('NDEATH')).toEqual([]);
 
     // A link drop while the host stays online: the resumed session gets the retained online STATE again and births.

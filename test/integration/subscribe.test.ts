@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IPublishPacket, ISubackPacket, IUnsubackPacket } from 'mqtt-packet';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
-import { openClient, RawClient, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
+import { barrier, openClient, RawClient, type TestClient, VERSIONS } from '../helpers/mqtt-client.js';
 import { encode, RawClient as Raw } from '../helpers/raw-client.js';
 
 const d = useDisposer();
@@ -20,13 +20,6 @@ afterAll(async () => {
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
   await gw?.dispose();
 });
-
-/** Publishes `sentinel` last and waits for it: anything published before it to `sub` has arrived by then. */
-async function barrier(pub: TestClient, sub: TestClient, topic: string): Promise<void> {
-  const before = sub.received(topic).length;
-  await pub.publish(topic, 'sentinel', { qos: 1 });
-  await sub.waitForMessages(before + 1, { topic });
-}
 
 describe.each(VERSIONS)('MQTT %s', (v) => {
   const fail = v === 5 ? 0x8f : 0x80;
@@ -166,7 +159,7 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     expect(sub.received(topic).map((m) => [m.payload, m.qos])).toEqual([
       ['after', 0],
       ['last', 0],
-      ['sentinel', 0],
+      ['barrier', 0],
     ]);
   });
 
@@ -255,7 +248,7 @@ describe('MQTT 5 subscription options', () => {
     await self.waitForMessages(2);
     await barrier(other, self, 'nolocal/echo');
     expect(self.payloads('nolocal/t')).toEqual(['theirs']);
-    expect(self.payloads('nolocal/echo')).toEqual(['mine echo', 'sentinel']);
+    expect(self.payloads('nolocal/echo')).toEqual(['mine echo', 'barrier']);
   });
 });
 

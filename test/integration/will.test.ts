@@ -8,6 +8,7 @@ import type { IConnectPacket } from 'mqtt-packet';
 import { startGateway, type Gateway } from '../helpers/gateway.js';
 import { useDisposer } from '../helpers/disposer.js';
 import {
+  barrier,
   openClient,
   RawClient,
   runToolOk,
@@ -44,11 +45,10 @@ async function watcher(filter: string, v: 4 | 5 = 5): Promise<TestClient> {
   return w;
 }
 
-/** Publishes a sentinel on `topic` from a fresh client and waits for `sub` to see it. */
-async function barrier(sub: TestClient, topic: string): Promise<void> {
+/** `barrier` from a fresh client. */
+async function barrierFrom(sub: TestClient, topic: string): Promise<void> {
   const pub = d.add(await openClient(gw.url, { protocolVersion: 4, clientId: `barrier-${topic.replace(/\//g, '_')}` }));
-  await pub.publish(topic, 'barrier', { qos: 1 });
-  await sub.waitForMessages(1, { topic });
+  await barrier(pub, sub, topic);
 }
 
 describe.each(VERSIONS)('MQTT %s', (v) => {
@@ -76,7 +76,7 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
     raw.send({ cmd: 'disconnect' });
     // The broker closes the socket after handling DISCONNECT; any will would be routed by then.
     await raw.waitForClose();
-    await barrier(sub, `will${v}/clean/barrier`);
+    await barrierFrom(sub, `will${v}/clean/barrier`);
     expect(sub.received(`will${v}/clean/t`)).toEqual([]);
   });
 
@@ -207,7 +207,7 @@ describe.each(VERSIONS)('MQTT %s', (v) => {
       '--will-payload',
       'no',
     ]);
-    await barrier(sub, `${topic}/barrier`);
+    await barrierFrom(sub, `${topic}/barrier`);
     expect(sub.received(`${topic}/will`)).toEqual([]);
     expect(sub.payloads(`${topic}/data`)).toEqual(['x']);
   });
@@ -269,9 +269,7 @@ describe('MQTT 5 will specifics', () => {
     const droppedAt = Date.now();
     raw.stop();
     await sub.waitForMessages(1, { timeoutMs: 6000 });
-    const elapsedMs = Date.now() - droppedAt;
-    expect(elapsedMs).toBeGreaterThanOrEqual(1900);
-    expect(elapsedMs).toBeLessThan(5000);
+    expect(Date.now() - droppedAt).toBeGreaterThanOrEqual(1900); // not before the delay; the wait bounds it
   });
 
   it('does not publish the will when the client reconnects to its session within the will delay [MQTT-3.1.3-9]', async () => {
@@ -297,7 +295,7 @@ describe('MQTT 5 will specifics', () => {
     d.add(back);
     expect(connack.sessionPresent).toBe(true);
     await sub.waitForMessages(1, { topic: 'will5x/cancel/control', timeoutMs: 5000 });
-    await barrier(sub, 'will5x/cancel/barrier');
+    await barrierFrom(sub, 'will5x/cancel/barrier');
     expect(sub.received('will5x/cancel/returning')).toEqual([]);
   });
 
@@ -312,9 +310,7 @@ describe('MQTT 5 will specifics', () => {
     const droppedAt = Date.now();
     raw.stop();
     await sub.waitForMessages(1, { timeoutMs: 6000 });
-    const elapsedMs = Date.now() - droppedAt;
-    expect(elapsedMs).toBeGreaterThanOrEqual(900);
-    expect(elapsedMs).toBeLessThan(5000);
+    expect(Date.now() - droppedAt).toBeGreaterThanOrEqual(900); // not before the session expiry; the wait bounds it
   });
 
   it('publishes a delayed will at once when the session expiry is 0 (the session ends with the connection)', async () => {

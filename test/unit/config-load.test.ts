@@ -1,16 +1,15 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { hostname, tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { loadConfig, parseConfig } from '../../src/config/load.js';
 import { ConfigError, type ConfigProblem } from '../../src/util/errors.js';
+import { useDisposer } from '../helpers/disposer.js';
 
+const disposer = useDisposer();
 let dir: string;
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'edgeferry-config-'));
-});
-afterEach(() => {
-  rmSync(dir, { recursive: true, force: true });
+  dir = disposer.tempDir('edgeferry-config-');
 });
 
 const parse = (yaml: string) => parseConfig(yaml, 'gw.yaml', dir);

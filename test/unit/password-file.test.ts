@@ -1,12 +1,12 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PasswordFile, hashPasswordLine } from '../../src/broker/password-file.js';
+import { removeDir, tempDir } from '../helpers/temp.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'edgeferry-passwd-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const dir = tempDir('edgeferry-passwd-');
+afterAll(() => removeDir(dir));
 
 describe('Mosquitto password files', () => {
   it('accepts $7$ lines written by Debian mosquitto_passwd and refuses wrong passwords', async () => {

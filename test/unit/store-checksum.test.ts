@@ -2,10 +2,9 @@
  * Checksums on stored values: a damaged value found while running is skipped, counted, logged once
  * with where it is, deleted, and never delivered; values written before checksums still read.
  */
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { removeDir, tempDir as makeTempDir } from '../helpers/temp.js';
+import { waitFor } from '../helpers/wait.js';
 import { createMessage, type Message } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import {
@@ -29,11 +28,11 @@ const open: Store[] = [];
 
 afterEach(async () => {
   for (const s of open.splice(0)) await s.close();
-  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+  for (const d of dirs.splice(0)) removeDir(d);
 });
 
 function tempDir(): string {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-crc-'));
+  const d = makeTempDir('edgeferry-crc-');
   dirs.push(d);
   return d;
 }
@@ -113,8 +112,8 @@ describe('stored value checksums', () => {
     expect(errors.map((e) => e.obj.what)).toEqual(['queued messages', 'retained messages', 'outbox entries']);
     expect(errors[0].obj).toMatchObject({ clientIds: ['historian'], seqFrom: seqs[2], seqTo: seqs[2], records: 1 });
     expect(errors[2].obj).toMatchObject({ outbox: 'central', records: 1 });
-    await store.flushed();
-    await new Promise((r) => setTimeout(r, 20)); // the outbox removal is committed after its short delay
+    // The outbox removal starts after its short delay: until the count says so, then until it is committed.
+    await waitFor(() => reopened.depth.messages === 3, 5000, { message: 'the damaged outbox entry removed' });
     await store.flushed();
     await closeStore(store);
 

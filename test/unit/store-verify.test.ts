@@ -2,11 +2,10 @@
  * The integrity walk of `storage.verifyOnStart`, in process: the gateway runs it in a child
  * (verify-child.ts; the integration tests cover that and exit 3).
  */
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { open } from 'lmdb';
 import { afterEach, describe, expect, it } from 'vitest';
+import { removeDir, tempDir as makeTempDir } from '../helpers/temp.js';
 import { createMessage } from '../../src/protocol/message.js';
 import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
@@ -15,11 +14,11 @@ import { silentLogger } from '../../src/util/logger.js';
 
 const dirs: string[] = [];
 afterEach(() => {
-  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+  for (const d of dirs.splice(0)) removeDir(d);
 });
 
 function tempDir(): string {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-verify-'));
+  const d = makeTempDir('edgeferry-verify-');
   dirs.push(d);
   return d;
 }

@@ -1,20 +1,18 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { SystemdNotifier } from '../../src/ops/systemd.js';
 import { silentLogger } from '../../src/util/logger.js';
+import { useDisposer } from '../helpers/disposer.js';
 import { openNotifySocket, type NotifySocket } from '../helpers/notify-socket.js';
 import { waitFor } from '../helpers/wait.js';
 
+const disposer = useDisposer();
 let socket: NotifySocket | undefined;
 let notifier: SystemdNotifier | undefined;
-let dir: string | undefined;
 afterEach(() => {
+  vi.useRealTimers();
   notifier?.close();
   socket?.close();
-  if (dir) rmSync(dir, { recursive: true, force: true });
-  socket = notifier = dir = undefined;
+  socket = notifier = undefined;
 });
 
 describe('systemd notify protocol (sd_notify)', () => {
@@ -26,8 +24,7 @@ describe('systemd notify protocol (sd_notify)', () => {
   });
 
   it('sends READY with a STATUS line, then STOPPING, to a real datagram socket', async () => {
-    dir = mkdtempSync(join(tmpdir(), 'edgeferry-notify-'));
-    socket = openNotifySocket(dir);
+    socket = openNotifySocket(disposer.tempDir('edgeferry-notify-'));
     notifier = new SystemdNotifier(silentLogger, { NOTIFY_SOCKET: socket.path });
     await notifier.ready('listening on 1 listener');
     await notifier.stopping();
@@ -36,25 +33,33 @@ describe('systemd notify protocol (sd_notify)', () => {
   });
 
   it('pings WATCHDOG=1 at half of WATCHDOG_USEC while healthy, and stops when a health check fails', async () => {
-    dir = mkdtempSync(join(tmpdir(), 'edgeferry-notify-'));
-    socket = openNotifySocket(dir);
+    socket = openNotifySocket(disposer.tempDir('edgeferry-notify-'));
     notifier = new SystemdNotifier(silentLogger, {
       NOTIFY_SOCKET: socket.path,
       WATCHDOG_USEC: '200000',
       WATCHDOG_PID: String(process.pid),
     });
     expect(notifier.watchdogMs).toBe(200);
+    // The interval is driven by fake timers; the datagrams go over the real socket.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
     let healthy = true;
-    const started = performance.now();
-    notifier.startWatchdog(() => healthy);
-    await waitFor(() => socket!.messages.filter((m) => m === 'WATCHDOG=1').length >= 3, 3000);
-    // Three pings at a 100 ms period take at least ~300 ms.
-    expect(performance.now() - started).toBeGreaterThanOrEqual(250);
+    let pings = 0;
+    notifier.startWatchdog(() => {
+      if (healthy) pings++;
+      return healthy;
+    });
+    vi.advanceTimersByTime(99);
+    expect(pings).toBe(0);
+    vi.advanceTimersByTime(1); // half of WATCHDOG_USEC
+    expect(pings).toBe(1);
+    vi.advanceTimersByTime(200);
+    expect(pings).toBe(3);
     healthy = false;
-    await new Promise((r) => setTimeout(r, 150));
-    const count = socket.messages.length;
-    await new Promise((r) => setTimeout(r, 400));
-    expect(socket.messages.length).toBe(count);
+    vi.advanceTimersByTime(200); // two periods with the check failing
+    // STOPPING=1 goes over the same socket after those periods: once it is in, any ping from them would be too.
+    await notifier.stopping();
+    await waitFor(() => socket!.messages.includes('STOPPING=1'), 2000);
+    expect(socket.messages).toEqual(['WATCHDOG=1', 'WATCHDOG=1', 'WATCHDOG=1', 'STOPPING=1']);
   });
 
   it('ignores a watchdog meant for another process (WATCHDOG_PID)', () => {

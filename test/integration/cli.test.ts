@@ -1,11 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/ops/pino-logger.js';
+import { removeDir, tempDir } from '../helpers/temp.js';
+import { waitFor } from '../helpers/wait.js';
 
 // Runs the built CLI, as the `edgeferry` bin does; `npm test` builds first.
 const root = join(import.meta.dirname, '../..');
@@ -32,21 +33,12 @@ function run(args: string[]): Run {
   return { child, stdout: () => stdout, stderr: () => stderr, exited };
 }
 
-async function waitFor(predicate: () => boolean, what: () => string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what()}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
 /** Waits for a JSON log line with this message; fails at once, with the output, if the process exits. */
 async function waitForLog(r: Run, msg: string): Promise<void> {
   const output = () => `"${msg}"; output:\n${r.stdout()}${r.stderr()}`;
-  await waitFor(() => {
-    if (r.child.exitCode !== null) throw new Error(`exited with ${r.child.exitCode} before ${output()}`);
-    return logLines(r.stdout()).some((line) => line.msg === msg);
-  }, output);
+  const logged = () => logLines(r.stdout()).some((line) => line.msg === msg);
+  await waitFor(() => logged() || r.child.exitCode !== null, 10_000, { message: output });
+  if (!logged()) throw new Error(`exited with ${r.child.exitCode} before ${output()}`);
 }
 
 function logLines(output: string): { level: number; msg: string; [key: string]: unknown }[] {
@@ -61,12 +53,12 @@ beforeAll(() => {
   if (!existsSync(cli)) throw new Error(`${cli} is missing: run \`npm run build\` first`);
 });
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'edgeferry-cli-'));
+  dir = tempDir('edgeferry-cli-');
 });
 afterEach(() => {
   for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   children.clear();
-  rmSync(dir, { recursive: true, force: true });
+  removeDir(dir);
 });
 
 function writeConfig(text: string): string {
@@ -252,18 +244,10 @@ describe('createLogger', () => {
     const pretty = capture();
     const log = createLogger({ level: 'info', format: 'pretty' }, { destination: pretty.destination });
     log.warn({ bridge: 'central' }, 'uplink offline');
-    await waitFor(
-      () => pretty.text().includes('uplink offline'),
-      () => 'the pretty line',
-      2000,
-    );
+    await waitFor(() => pretty.text().includes('uplink offline'), 2000, { message: 'the pretty line' });
     expect(pretty.text()).toMatch(/^\[.*\] WARN \(\d+\): uplink offline \{"bridge":"central"\}\n$/);
     log.error({ err: new TypeError('a bug') }, 'handling failed');
-    await waitFor(
-      () => pretty.text().includes('handling failed'),
-      () => 'the error line',
-      2000,
-    );
+    await waitFor(() => pretty.text().includes('handling failed'), 2000, { message: 'the error line' });
     expect(pretty.text()).toMatch(/handling failed *\n(.*\n)*\s+TypeError: a bug\n\s+at /);
 
     const auto = capture();

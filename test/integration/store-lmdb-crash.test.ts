@@ -7,7 +7,6 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -15,6 +14,8 @@ import { openLmdbStore } from '../../src/store/lmdb/open.js';
 import type { LmdbStore } from '../../src/store/lmdb/store.js';
 import { createMessage } from '../../src/protocol/message.js';
 import { writeFormat1Outbox } from '../helpers/format1-outbox.js';
+import { removeDir, tempDir as makeTempDir } from '../helpers/temp.js';
+import { waitFor } from '../helpers/wait.js';
 import type { Store } from '../../src/store/types.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
@@ -33,7 +34,7 @@ const stores: Store[] = [];
 
 beforeAll(() => {
   fs.mkdirSync(path.join(root, 'node_modules/.cache'), { recursive: true });
-  buildDir = fs.mkdtempSync(path.join(root, 'node_modules/.cache/edgeferry-store-test-'));
+  buildDir = makeTempDir('edgeferry-store-test-', path.join(root, 'node_modules/.cache'));
   const tsc = spawnSync(
     process.execPath,
     [
@@ -62,31 +63,23 @@ beforeAll(() => {
 
 afterAll(() => {
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when beforeAll failed
-  if (buildDir !== undefined) fs.rmSync(buildDir, { recursive: true, force: true });
+  if (buildDir !== undefined) removeDir(buildDir);
 });
 
 afterEach(async () => {
   for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
   for (const s of stores.splice(0)) await s.close();
-  for (const d of tempDirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+  for (const d of tempDirs.splice(0)) removeDir(d);
 });
 
 function tempDir(): string {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-crash-'));
+  const d = makeTempDir('edgeferry-crash-');
   tempDirs.push(d);
   return d;
 }
 
 function payloadFor(id: number): string {
   return `${id}:${'x'.repeat(id % 300)}`;
-}
-
-async function waitFor(predicate: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 function exited(child: ChildProcess): Promise<void> {
@@ -171,11 +164,9 @@ describe('LMDB store under crashes', () => {
       let stderr = '';
       child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-      await waitFor(
-        () => stdout.includes('ready\n') || child.exitCode !== null,
-        30_000,
-        'the writer to open the store',
-      );
+      await waitFor(() => stdout.includes('ready\n') || child.exitCode !== null, 30_000, {
+        message: 'the writer to open the store',
+      });
       expect(child.exitCode, stderr).toBeNull();
 
       if (round === 0) {
@@ -263,7 +254,9 @@ describe('LMDB store under crashes', () => {
       let stderr = '';
       child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-      await waitFor(() => stdout.includes('ready\n') || child.exitCode !== null, 30_000, 'the mover to open the store');
+      await waitFor(() => stdout.includes('ready\n') || child.exitCode !== null, 30_000, {
+        message: 'the mover to open the store',
+      });
       expect(child.exitCode, stderr).toBeNull();
       const before = (stdout.match(/^moved /gm) ?? []).length;
       await new Promise((r) => setTimeout(r, 150 + Math.floor(Math.random() * 450)));
