@@ -1,0 +1,82 @@
+/**
+ * The console's configuration endpoints (docs/console.md#configuration): everyone logged in reads the file (secrets
+ * masked); engineers preview, apply and undo changes, which are written to the file and applied by reload, each an
+ * audit line `console config change` with the user and a summary of the diff. The file handling itself is
+ * `config/config-editor.ts`, handed over by the composition root.
+ */
+import type { Logger } from '../util/logger.js';
+import type { Sender } from '../sparkplug/commands.js';
+import { HttpError } from './http.js';
+
+export interface EditProblem {
+  readonly path: string;
+  readonly message: string;
+  readonly location?: string;
+}
+
+export type EditOutcome =
+  | ({ readonly ok: true; readonly etag: string; readonly diff: string; readonly reload?: unknown } & ChangeFacts)
+  | {
+      readonly ok: false;
+      readonly status: number;
+      readonly error: string;
+      readonly problems?: readonly EditProblem[];
+      readonly diff?: string;
+    };
+
+interface ChangeFacts {
+  readonly added: number;
+  readonly removed: number;
+  readonly paths: readonly string[];
+}
+
+/** What the console uses of the configuration editor (config/config-editor.ts). */
+export interface ConfigEditing {
+  read(): { file: string; etag: string; text: string; config: unknown; undoable: number };
+  preview(etag: string, ops: unknown): Promise<EditOutcome>;
+  apply(etag: string, ops: unknown, user: string): Promise<EditOutcome>;
+  undo(etag: string): Promise<EditOutcome>;
+}
+
+export type ConfigAction = (body: Record<string, unknown>, who: Sender) => Promise<Record<string, unknown>>;
+
+/** The actions under /api/config/, by name; each needs an engineer and the login's CSRF token. */
+export function configActions(editing: ConfigEditing, audit: Logger): Map<string, ConfigAction> {
+  const changed = (action: string, outcome: EditOutcome, who: Sender): Record<string, unknown> => {
+    const done = settled(outcome);
+    audit.info(
+      {
+        user: who.user,
+        remote: who.remote,
+        action,
+        added: done.added,
+        removed: done.removed,
+        paths: done.paths,
+        etag: done.etag,
+      },
+      'console config change',
+    );
+    return { done: true, ...done };
+  };
+  return new Map<string, ConfigAction>([
+    ['preview', async (body) => ({ ...settled(await editing.preview(etagOf(body), body.ops)) })],
+    ['apply', async (body, who) => changed('apply', await editing.apply(etagOf(body), body.ops, who.user ?? ''), who)],
+    ['undo', async (body, who) => changed('undo', await editing.undo(etagOf(body)), who)],
+  ]);
+}
+
+/** The outcome's answer, or its refusal as the HTTP error the page shows (problems beside their fields). */
+export function settled(outcome: EditOutcome): Extract<EditOutcome, { ok: true }> {
+  if (outcome.ok) return outcome;
+  const details: Record<string, unknown> = {};
+  if (outcome.problems !== undefined) details.problems = outcome.problems;
+  if (outcome.diff !== undefined) details.diff = outcome.diff;
+  throw new HttpError(outcome.status, outcome.error, details);
+}
+
+export function etagOf(body: Record<string, unknown>): string {
+  const etag = body.etag;
+  if (typeof etag !== 'string' || etag === '')
+    throw new HttpError(400, '"etag" (the one GET /api/config gave) is required');
+  return etag;
+}
