@@ -1,12 +1,15 @@
 /**
  * The web console's commissioning tools, put together from the modules they join (docs/console.md#configuration):
  * the configuration editor on the file the gateway started from, validated as `--check-config` validates, applied
- * by the reload SIGHUP runs.
+ * by the reload SIGHUP runs; and the reads of PLCs that commissioning needs, on the connectors' own links.
  */
 import { dirname, join, resolve } from 'node:path';
+import type { ConnectorRegistry } from '../connectors/index.js';
+import { LinkError, ModbusException } from '../connectors/modbus/modbus-link.js';
+import { ProbeInputError } from '../connectors/modbus/test-read.js';
 import { ConfigEditor } from './config/config-editor.js';
 import { parseConfig } from './config/load.js';
-import type { ConfigEditing } from './console/config-api.js';
+import type { ConfigEditing, Outcome, PlcTools } from './console/config-api.js';
 import type { ConfigControl } from './console/sources.js';
 import { checkConfiguredFiles } from './configured-files.js';
 import { ConfigError, type ConfigProblem } from './util/errors.js';
@@ -33,6 +36,26 @@ function problemsOf(text: string, file: string): readonly ConfigProblem[] {
     return [];
   } catch (err) {
     if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+}
+
+export function plcTools(registry: ConnectorRegistry): PlcTools {
+  return {
+    modbusRead: (input) => answered(() => registry.modbus.testRead(input)),
+    modbusScan: (input) => answered(async () => ({ units: await registry.modbus.scanUnits(input) })),
+  };
+}
+
+/** A tool's result, or its refusal: a bad field (400, by key path), a device that refused or did not answer (502). */
+async function answered<T extends object>(run: () => Promise<T>): Promise<Outcome<T>> {
+  try {
+    return { ok: true, ...(await run()) };
+  } catch (err) {
+    if (err instanceof ProbeInputError)
+      return { ok: false, status: 400, error: err.message, problems: [{ path: err.path, message: err.message }] };
+    if (err instanceof ModbusException || err instanceof LinkError)
+      return { ok: false, status: 502, error: err.message };
     throw err;
   }
 }

@@ -40,7 +40,7 @@ import { topicMatches } from './protocol/topics.js';
 import { SteadyClock, watchClockSteps } from './util/clock.js';
 import { fullGc } from './util/full-gc.js';
 import { LoginThrottle } from './util/login-throttle.js';
-import { configEditing } from './commissioning.js';
+import { configEditing, plcTools } from './commissioning.js';
 import { WebConsole, type ConsoleUsers } from './console/console.js';
 import type { ConfigControl } from './console/sources.js';
 import type { LogRing } from './ops/pino-logger.js';
@@ -237,6 +237,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
           version: VERSION,
           config: extras.config,
           configEditing: extras.config && configEditing(extras.config, config.storage.path),
+          plcTools: plcTools(connectorRegistry),
           broker: broker.stats,
           clients: () => server.clients(),
           offlineSessions: () =>

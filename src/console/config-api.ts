@@ -14,15 +14,20 @@ export interface EditProblem {
   readonly location?: string;
 }
 
-export type EditOutcome =
-  | ({ readonly ok: true; readonly etag: string; readonly diff: string; readonly reload?: unknown } & ChangeFacts)
-  | {
-      readonly ok: false;
-      readonly status: number;
-      readonly error: string;
-      readonly problems?: readonly EditProblem[];
-      readonly diff?: string;
-    };
+/** A refusal with its HTTP status and, for a bad field, its problems by key path (the page shows them beside it). */
+export interface Refused {
+  readonly ok: false;
+  readonly status: number;
+  readonly error: string;
+  readonly problems?: readonly EditProblem[];
+  readonly diff?: string;
+}
+
+export type Outcome<T extends object> = ({ readonly ok: true } & T) | Refused;
+
+export type EditOutcome = Outcome<
+  { readonly etag: string; readonly diff: string; readonly reload?: unknown } & ChangeFacts
+>;
 
 interface ChangeFacts {
   readonly added: number;
@@ -38,10 +43,20 @@ export interface ConfigEditing {
   undo(etag: string): Promise<EditOutcome>;
 }
 
+/** The PLC tools of commissioning (`src/commissioning.ts`): Modbus test reads and unit scans, OPC UA browse and trust. */
+export interface PlcTools {
+  modbusRead(input: unknown): Promise<Outcome<object>>;
+  modbusScan(input: unknown): Promise<Outcome<object>>;
+}
+
 export type ConfigAction = (body: Record<string, unknown>, who: Sender) => Promise<Record<string, unknown>>;
 
 /** The actions under /api/config/, by name; each needs an engineer and the login's CSRF token. */
-export function configActions(editing: ConfigEditing, audit: Logger): Map<string, ConfigAction> {
+export function configActions(
+  editing: ConfigEditing | undefined,
+  tools: PlcTools,
+  audit: Logger,
+): Map<string, ConfigAction> {
   const changed = (action: string, outcome: EditOutcome, who: Sender): Record<string, unknown> => {
     const done = settled(outcome);
     audit.info(
@@ -58,15 +73,34 @@ export function configActions(editing: ConfigEditing, audit: Logger): Map<string
     );
     return { done: true, ...done };
   };
+  /** A read of a PLC is an audit line too: it touches the plant's network. */
+  const probe =
+    (action: string, run: (input: unknown) => Promise<Outcome<object>>): ConfigAction =>
+    async (body, who) => {
+      audit.info({ user: who.user, remote: who.remote, action, target: probeTarget(body) }, 'console commissioning');
+      return { ...settled(await run(body)) };
+    };
+  const probes: [string, ConfigAction][] = [
+    ['modbus-read', probe('modbus-read', (input) => tools.modbusRead(input))],
+    ['modbus-scan', probe('modbus-scan', (input) => tools.modbusScan(input))],
+  ];
+  if (editing === undefined) return new Map(probes);
   return new Map<string, ConfigAction>([
+    ...probes,
     ['preview', async (body) => ({ ...settled(await editing.preview(etagOf(body), body.ops)) })],
     ['apply', async (body, who) => changed('apply', await editing.apply(etagOf(body), body.ops, who.user ?? ''), who)],
     ['undo', async (body, who) => changed('undo', await editing.undo(etagOf(body)), who)],
   ]);
 }
 
+/** What a probe addresses, for its audit line (never a password: the OPC UA user is left out). */
+function probeTarget(body: Record<string, unknown>): Record<string, unknown> {
+  const pick = ['link', 'unitId', 'table', 'address', 'count', 'from', 'to', 'endpoint', 'node'];
+  return Object.fromEntries(pick.filter((key) => key in body).map((key) => [key, body[key]]));
+}
+
 /** The outcome's answer, or its refusal as the HTTP error the page shows (problems beside their fields). */
-export function settled(outcome: EditOutcome): Extract<EditOutcome, { ok: true }> {
+export function settled<T extends object>(outcome: Outcome<T>): { readonly ok: true } & T {
   if (outcome.ok) return outcome;
   const details: Record<string, unknown> = {};
   if (outcome.problems !== undefined) details.problems = outcome.problems;

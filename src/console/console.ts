@@ -84,7 +84,7 @@ export class WebConsole {
       sparkplug: sparkplug(s),
       devices: devices(s),
     }));
-    this.configActions = sources.configEditing === undefined ? new Map() : configActions(sources.configEditing, audit);
+    this.configActions = configActions(sources.configEditing, sources.plcTools, audit);
     this.actions = new Map<string, Action>(
       Object.entries({
         'write-tag': (body, who) => this.writeTag(body, who),
