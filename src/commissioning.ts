@@ -6,13 +6,14 @@
 import { dirname, join, resolve } from 'node:path';
 import type { ConnectorRegistry } from '../connectors/index.js';
 import { LinkError, ModbusException } from '../connectors/modbus/modbus-link.js';
-import { ProbeInputError } from '../connectors/modbus/test-read.js';
+import { RequestError } from '../connectors/contract.js';
+import { browseForConsole, trustForConsole, type OpcuaToolsContext } from '../connectors/opcua/console-tools.js';
 import { ConfigEditor } from './config/config-editor.js';
-import { parseConfig } from './config/load.js';
+import { loadConfig, parseConfig } from './config/load.js';
 import type { ConfigEditing, Outcome, PlcTools } from './console/config-api.js';
 import type { ConfigControl } from './console/sources.js';
 import { checkConfiguredFiles } from './configured-files.js';
-import { ConfigError, type ConfigProblem } from './util/errors.js';
+import { ConfigError, ConnectorError, type ConfigProblem } from './util/errors.js';
 
 /** The previous versions of the configuration file, under the data directory. */
 export function configHistoryDir(dataDir: string): string {
@@ -40,10 +41,25 @@ function problemsOf(text: string, file: string): readonly ConfigProblem[] {
   }
 }
 
-export function plcTools(registry: ConnectorRegistry): PlcTools {
+export function plcTools(registry: ConnectorRegistry, dataDir: string, file: string | undefined): PlcTools {
+  const opcua: OpcuaToolsContext = {
+    dataDir,
+    // The file is the truth: a device added a moment ago is browsed with its settings too.
+    devices: () => {
+      if (file === undefined) return [];
+      try {
+        return loadConfig(file).connectors.filter((c) => c.type === 'opcua');
+      } catch (err) {
+        if (err instanceof ConfigError) return [];
+        throw err;
+      }
+    },
+  };
   return {
     modbusRead: (input) => answered(() => registry.modbus.testRead(input)),
     modbusScan: (input) => answered(async () => ({ units: await registry.modbus.scanUnits(input) })),
+    opcuaBrowse: (input) => answered(() => browseForConsole(input, opcua)),
+    opcuaTrust: (input) => answered(() => trustForConsole(input, opcua)),
   };
 }
 
@@ -52,9 +68,9 @@ async function answered<T extends object>(run: () => Promise<T>): Promise<Outcom
   try {
     return { ok: true, ...(await run()) };
   } catch (err) {
-    if (err instanceof ProbeInputError)
+    if (err instanceof RequestError)
       return { ok: false, status: 400, error: err.message, problems: [{ path: err.path, message: err.message }] };
-    if (err instanceof ModbusException || err instanceof LinkError)
+    if (err instanceof ModbusException || err instanceof LinkError || err instanceof ConnectorError)
       return { ok: false, status: 502, error: err.message };
     throw err;
   }

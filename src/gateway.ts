@@ -237,7 +237,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
           version: VERSION,
           config: extras.config,
           configEditing: extras.config && configEditing(extras.config, config.storage.path),
-          plcTools: plcTools(connectorRegistry),
+          plcTools: plcTools(connectorRegistry, config.storage.path, extras.config?.file),
           broker: broker.stats,
           clients: () => server.clients(),
           offlineSessions: () =>

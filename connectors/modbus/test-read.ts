@@ -5,7 +5,7 @@
  * so a serial bus the connectors use is shared, one request at a time, never opened twice.
  */
 import { z } from 'zod';
-import type { TagValue } from '../contract.js';
+import { parseRequest, RequestError, type TagValue } from '../contract.js';
 import { LinkError, ModbusException, type LinkPool, type LinkTarget } from './modbus-link.js';
 import { decodeRegisters } from './registers.js';
 import { BYTE_ORDERS, MODBUS_TABLES, type ByteOrder, type ModbusDatatype } from './schema.js';
@@ -88,35 +88,18 @@ export interface UnitAnswer {
   readonly detail: string;
 }
 
-/** A request the tool refuses, with the key that is wrong; the page shows it beside the field. */
-export class ProbeInputError extends Error {
-  constructor(
-    readonly path: string,
-    message: string,
-  ) {
-    super(`${path}: ${message}`);
-  }
-}
-
-export function parseInput<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
-  const parsed = schema.safeParse(input);
-  if (parsed.success) return parsed.data;
-  const issue = parsed.error.issues[0];
-  throw new ProbeInputError(issue.path.join('.') || '(body)', issue.message);
-}
-
 const WORD_ORDERS = BYTE_ORDERS.filter((o) => o.length === 4);
 const LONG_ORDERS = BYTE_ORDERS.filter((o) => o.length === 8);
 
 /** Reads the range now and decodes it; a refusal of the device (exception) or no answer throws its message. */
 export async function testRead(pool: LinkPool, input: unknown): Promise<TestReadResult> {
-  const request = parseInput(testReadSchema, input);
+  const request = parseRequest(testReadSchema, input);
   const start = request.address - request.addressBase;
-  if (start < 0) throw new ProbeInputError('address', 'must be >= 1 with addressBase 1');
+  if (start < 0) throw new RequestError('address', 'must be >= 1 with addressBase 1');
   const registers = request.table === 'holding' || request.table === 'input';
   if (registers && request.count > MAX_REGISTERS)
-    throw new ProbeInputError('count', `at most ${MAX_REGISTERS} registers in one read`);
-  if (start + request.count > 65_536) throw new ProbeInputError('count', 'the range ends past address 65535');
+    throw new RequestError('count', `at most ${MAX_REGISTERS} registers in one read`);
+  if (start + request.count > 65_536) throw new RequestError('count', 'the range ends past address 65535');
   const values = await withLink(pool, request.link, request.timeoutMs, (l) =>
     l.read(request.unitId, request.table, start, request.count, request.timeoutMs),
   );
@@ -135,10 +118,10 @@ export async function testRead(pool: LinkPool, input: unknown): Promise<TestRead
 
 /** Asks each unit of `from..to` for one register; those that answer (with data or an exception) are there. */
 export async function scanUnits(pool: LinkPool, input: unknown): Promise<UnitAnswer[]> {
-  const scan = parseInput(unitScanSchema, input);
-  if (scan.to < scan.from) throw new ProbeInputError('to', 'must be >= from');
+  const scan = parseRequest(unitScanSchema, input);
+  if (scan.to < scan.from) throw new RequestError('to', 'must be >= from');
   if (scan.to - scan.from + 1 > MAX_SCAN_UNITS)
-    throw new ProbeInputError('to', `at most ${MAX_SCAN_UNITS} units in one scan`);
+    throw new RequestError('to', `at most ${MAX_SCAN_UNITS} units in one scan`);
   return withLink(pool, scan.link, scan.timeoutMs, async (l) => {
     const answers: UnitAnswer[] = [];
     for (let unitId = scan.from; unitId <= scan.to; unitId++) {

@@ -47,6 +47,8 @@ export interface ConfigEditing {
 export interface PlcTools {
   modbusRead(input: unknown): Promise<Outcome<object>>;
   modbusScan(input: unknown): Promise<Outcome<object>>;
+  opcuaBrowse(input: unknown): Promise<Outcome<object>>;
+  opcuaTrust(input: unknown): Promise<Outcome<object>>;
 }
 
 export type ConfigAction = (body: Record<string, unknown>, who: Sender) => Promise<Record<string, unknown>>;
@@ -83,6 +85,8 @@ export function configActions(
   const probes: [string, ConfigAction][] = [
     ['modbus-read', probe('modbus-read', (input) => tools.modbusRead(input))],
     ['modbus-scan', probe('modbus-scan', (input) => tools.modbusScan(input))],
+    ['opcua-browse', probe('opcua-browse', (input) => tools.opcuaBrowse(input))],
+    ['opcua-trust', probe('opcua-trust', (input) => tools.opcuaTrust(input))],
   ];
   if (editing === undefined) return new Map(probes);
   return new Map<string, ConfigAction>([
@@ -95,7 +99,19 @@ export function configActions(
 
 /** What a probe addresses, for its audit line (never a password: the OPC UA user is left out). */
 function probeTarget(body: Record<string, unknown>): Record<string, unknown> {
-  const pick = ['link', 'unitId', 'table', 'address', 'count', 'from', 'to', 'endpoint', 'node'];
+  const pick = [
+    'link',
+    'unitId',
+    'table',
+    'address',
+    'count',
+    'from',
+    'to',
+    'device',
+    'endpoint',
+    'node',
+    'thumbprint',
+  ];
   return Object.fromEntries(pick.filter((key) => key in body).map((key) => [key, body[key]]));
 }
 

@@ -1,8 +1,10 @@
 /**
- * Commissioning reads from the console (docs/console.md#modbus-test-read) against real devices: a register range of
- * the pymodbus simulator decoded every way a tag can lay it out, a unit id scan, and who may ask.
+ * Commissioning reads from the console (docs/console.md#modbus-test-read, #opc-ua-browse) against real devices: a
+ * register range of the pymodbus simulator decoded every way a tag can lay it out, a unit id scan, the node-opcua
+ * fixture browsed node by node with values and units, its certificate trusted by thumbprint, and who may ask.
  */
 import { describe, expect, it } from 'vitest';
+import { startOpcuaFixture } from '../fixtures/opcua-fixture.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { logLines } from '../helpers/gateway.js';
 import { float32Words, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
@@ -102,5 +104,84 @@ describe('Modbus test read from the console', { timeout: 60_000 }, () => {
       message: 'the audit line of the read',
     });
     expect(audit).toMatchObject({ user: 'eng', action: 'modbus-read', target: { unitId: 1, address: 1 } });
+  });
+});
+
+describe('OPC UA browse from the console', { timeout: 120_000 }, () => {
+  it('browses node by node with values, types, units and access, and trusts an untrusted server by its thumbprint', async () => {
+    const server = d.add(await startOpcuaFixture({ dir: d.tempDir('edgeferry-opcua-console-') }));
+    const { base } = d.add(await startConsoleGateway());
+    const engineer = await loggedIn(base, 'eng');
+
+    const top = await engineer.post('config/opcua-browse', { endpoint: server.endpoint });
+    expect(top.status, JSON.stringify(top.body)).toBe(200);
+    expect(top.body.browsePath).toBe('/Objects');
+    type Child = { nodeId: string; displayName: string; nodeClass: string; variable?: Record<string, unknown> };
+    const fixture = (top.body.children as Child[]).find((c) => c.displayName === 'Fixture');
+    expect(fixture).toMatchObject({ nodeId: 'ns=1;s=Fixture', nodeClass: 'Object' });
+    // The standard Server object (namespace 0) is left out.
+    expect((top.body.children as Child[]).map((c) => c.displayName)).not.toContain('Server');
+
+    const analog = await engineer.post('config/opcua-browse', {
+      endpoint: server.endpoint,
+      node: 'ns=1;s=Fixture.Analog',
+    });
+    expect(analog.status, JSON.stringify(analog.body)).toBe(200);
+    const byName = new Map((analog.body.children as Child[]).map((c) => [c.displayName, c]));
+    expect(byName.get('Pressure')?.variable).toMatchObject({
+      nodeId: 'ns=1;s=Fixture.Analog.Pressure',
+      browsePath: '/Objects/1:Fixture/1:Analog/1:Pressure',
+      dataType: 'Double',
+      datatype: 'Double',
+      access: 'r',
+      value: '120.5',
+      engUnit: 'bar',
+      engLow: 0,
+      engHigh: 250,
+      description: 'Hydraulic pressure',
+    });
+    expect(byName.get('Flow')?.variable).toMatchObject({ datatype: 'Float', value: '12.25', engUnit: 'm³/h' });
+    const scalars = await engineer.post('config/opcua-browse', {
+      endpoint: server.endpoint,
+      node: 'ns=1;s=Fixture.Scalars',
+    });
+    const int64 = (scalars.body.children as Child[]).find((c) => c.displayName === 'Int64');
+    expect(int64?.variable).toMatchObject({
+      datatype: 'Int64',
+      value: String(BigInt.asIntN(64, (0xfffffeffn << 32n) | 0xfffffffbn)),
+    });
+    const missing = await engineer.post('config/opcua-browse', { endpoint: server.endpoint, node: 'ns=1;s=Nowhere' });
+    expect(missing.status).toBe(502);
+    expect(missing.body.error).toMatch(/does not exist/);
+
+    // Secured: the server's certificate is not trusted yet; the answer shows it, trusting another thumbprint fails.
+    const secured = { endpoint: server.endpoint, securityMode: 'SignAndEncrypt', node: 'ns=1;s=Fixture.Analog' };
+    const untrusted = await engineer.post('config/opcua-browse', secured);
+    expect(untrusted.status, JSON.stringify(untrusted.body)).toBe(200);
+    expect(untrusted.body.untrusted).toMatchObject({ thumbprint: server.thumbprint, endpoint: server.endpoint });
+    const wrong = await engineer.post('config/opcua-trust', { endpoint: server.endpoint, thumbprint: '0'.repeat(40) });
+    expect(wrong.status).toBe(502);
+    expect(wrong.body.error).toMatch(/not the expected thumbprint/);
+    const operator = await loggedIn(base, 'maint');
+    const notAllowed = await operator.post('config/opcua-trust', {
+      endpoint: server.endpoint,
+      thumbprint: server.thumbprint,
+    });
+    expect(notAllowed.status).toBe(403);
+    const trusted = await engineer.post('config/opcua-trust', {
+      endpoint: server.endpoint,
+      thumbprint: server.thumbprint,
+    });
+    expect(trusted.status, JSON.stringify(trusted.body)).toBe(200);
+    expect(trusted.body.trusted).toEqual([
+      expect.objectContaining({ thumbprint: server.thumbprint, alreadyTrusted: false }),
+    ]);
+    const browsed = await engineer.post('config/opcua-browse', secured);
+    expect(browsed.body.untrusted).toBeUndefined();
+    expect((browsed.body.children as Child[]).map((c) => c.displayName).sort()).toEqual([
+      'Flow',
+      'Pressure',
+      'Temperature',
+    ]);
   });
 });
