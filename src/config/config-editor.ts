@@ -8,7 +8,9 @@ import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { asError, type ConfigProblem } from '../util/errors.js';
 import { replaceFile } from '../util/replace-file.js';
+import { parseDocument } from 'yaml';
 import { applyOps, describeChange, EditError, etagOf, maskedView, parseOps, type EditOp } from './config-document.js';
+import { CsvError, tagsFromCsv, tagsToCsv, type CsvFormat, type CsvProblem } from './tag-csv.js';
 
 /** Versions kept for "undo last change". */
 export const HISTORY_SIZE = 10;
@@ -17,7 +19,7 @@ const PRIVATE = 0o600;
 
 export interface Refusal {
   readonly ok: false;
-  readonly status: 400 | 409 | 422 | 500;
+  readonly status: 400 | 404 | 409 | 422 | 500;
   readonly error: string;
   readonly problems?: readonly ConfigProblem[];
   /** The diff of a change that is refused for what it would make of the file (the page shows both). */
@@ -110,6 +112,76 @@ export class ConfigEditor<R> {
     });
   }
 
+  /**
+   * A device's tags from CSV (tag-csv.ts), replacing its list or appended to it; previewed, or applied with
+   * `apply`. Every bad row is refused by line, those the schema refuses too: nothing is applied then.
+   */
+  importTags(
+    etag: string,
+    input: unknown,
+    user: string,
+  ): Promise<Refusal | Applied<R> | ({ ok: true; etag: string } & ChangeSummary)> {
+    return this.serial(async () => {
+      const request = importRequest(input);
+      if ('status' in request) return request;
+      const text = this.text();
+      const found = this.device(text, request.device);
+      if ('status' in found) return found;
+      let parsed: ReturnType<typeof tagsFromCsv>;
+      try {
+        parsed = tagsFromCsv(request.csv, request.format, found.addressBase);
+      } catch (err) {
+        if (!(err instanceof CsvError)) throw err;
+        return badRows(err.problems);
+      }
+      const tagsPath = ['connectors', found.index, 'tags'];
+      const ops =
+        request.mode === 'replace'
+          ? [{ op: 'set', path: tagsPath, value: parsed.tags }]
+          : parsed.tags.map((value) => ({ op: 'add', path: tagsPath, value }));
+      const first = request.mode === 'replace' ? 0 : found.tagCount;
+      // The good rows are validated too, so that every bad row is named at once.
+      const change = ops.length > 0 ? this.prepare(etag, ops) : undefined;
+      const prefix = `connectors.${found.index}.tags.`;
+      const rows =
+        change === undefined || change.ok
+          ? []
+          : (change.problems ?? []).flatMap((p) => {
+              const m = p.path.startsWith(prefix) ? /^(\d+)(?:\.(.*))?$/.exec(p.path.slice(prefix.length)) : null;
+              const line = m === null ? undefined : parsed.lines[Number(m[1]) - first];
+              return line === undefined
+                ? []
+                : [{ line, message: m?.[2] === undefined ? p.message : `${m[2]}: ${p.message}` }];
+            });
+      if (parsed.problems.length + rows.length > 0) return badRows([...parsed.problems, ...rows]);
+      if (change === undefined) return { ok: false, status: 422, error: 'the CSV has no tags' };
+      if (!change.ok) return change;
+      if (!request.apply) return { ok: true, etag, ...change.summary };
+      return this.write(change.before, change.after, change.summary, user);
+    });
+  }
+
+  /** A device's tags as edgeferry's CSV. */
+  exportTags(device: unknown): Refusal | { ok: true; csv: string } {
+    if (typeof device !== 'string' || device === '')
+      return { ok: false, status: 400, error: '"device" (its id) is required' };
+    const found = this.device(this.text(), device);
+    if ('status' in found) return found;
+    return { ok: true, csv: tagsToCsv(found.tags) };
+  }
+
+  private device(
+    text: string,
+    id: string,
+  ): Refusal | { index: number; addressBase: 0 | 1; tagCount: number; tags: Record<string, unknown>[] } {
+    const connectors = (parseDocument(text).toJS() as { connectors?: unknown } | null)?.connectors;
+    const list = Array.isArray(connectors) ? (connectors as Record<string, unknown>[]) : [];
+    const index = list.findIndex((c) => c.id === id);
+    if (index < 0) return { ok: false, status: 404, error: `no device "${id}" in the configuration file` };
+    const tags = Array.isArray(list[index].tags) ? (list[index].tags as Record<string, unknown>[]) : [];
+    return { index, addressBase: list[index].addressBase === 1 ? 1 : 0, tagCount: tags.length, tags };
+  }
+
   private prepare(
     etag: string,
     rawOps: unknown,
@@ -185,6 +257,35 @@ export class ConfigEditor<R> {
     this.queue = result.catch((err: unknown) => asError(err));
     return result;
   }
+}
+
+function importRequest(
+  input: unknown,
+): Refusal | { device: string; csv: string; format: CsvFormat; mode: 'replace' | 'append'; apply: boolean } {
+  const body = (typeof input === 'object' && input !== null ? input : {}) as Record<string, unknown>;
+  const bad = (path: string, message: string): Refusal => ({
+    ok: false,
+    status: 400,
+    error: `${path}: ${message}`,
+    problems: [{ path, message }],
+  });
+  if (typeof body.device !== 'string' || body.device === '') return bad('device', 'the id of the device is required');
+  if (typeof body.csv !== 'string') return bad('csv', 'the CSV text is required');
+  const format = body.format ?? 'edgeferry';
+  if (format !== 'edgeferry' && format !== 'kepware') return bad('format', 'edgeferry or kepware');
+  const mode = body.mode ?? 'replace';
+  if (mode !== 'replace' && mode !== 'append') return bad('mode', 'replace or append');
+  return { device: body.device, csv: body.csv, format, mode, apply: body.apply === true };
+}
+
+function badRows(problems: readonly CsvProblem[]): Refusal {
+  const sorted = [...problems].sort((a, b) => a.line - b.line);
+  return {
+    ok: false,
+    status: 422,
+    error: `${sorted.length} bad row${sorted.length === 1 ? '' : 's'}: nothing was applied`,
+    problems: sorted.map((p) => ({ path: `line ${p.line}`, message: p.message })),
+  };
 }
 
 function changedOnDisk(): Refusal {

@@ -41,6 +41,8 @@ export interface ConfigEditing {
   preview(etag: string, ops: unknown): Promise<EditOutcome>;
   apply(etag: string, ops: unknown, user: string): Promise<EditOutcome>;
   undo(etag: string): Promise<EditOutcome>;
+  importTags(etag: string, input: unknown, user: string): Promise<EditOutcome>;
+  exportTags(device: unknown): Outcome<{ csv: string }>;
 }
 
 /** The PLC tools of commissioning (`src/commissioning.ts`): Modbus test reads and unit scans, OPC UA browse and trust. */
@@ -94,6 +96,14 @@ export function configActions(
     ['preview', async (body) => ({ ...settled(await editing.preview(etagOf(body), body.ops)) })],
     ['apply', async (body, who) => changed('apply', await editing.apply(etagOf(body), body.ops, who.user ?? ''), who)],
     ['undo', async (body, who) => changed('undo', await editing.undo(etagOf(body)), who)],
+    [
+      'tags-import',
+      async (body, who) => {
+        const outcome = await editing.importTags(etagOf(body), body, who.user ?? '');
+        return body.apply === true ? changed('tags-import', outcome, who) : { ...settled(outcome) };
+      },
+    ],
+    ['tags-export', async (body) => ({ ...settled(editing.exportTags(body.device)) })],
   ]);
 }
 

@@ -155,6 +155,59 @@ describe('configuration from the console', { timeout: 90_000 }, () => {
     expect((await configOf(viewer)).text).toContain('clientId: gw-11');
   });
 
+  it('imports a CSV of 200 tags: two bad rows refused by line with nothing applied, then the good file applied and exported', async () => {
+    const sim = d.add(await startModbusSim({ units: [1] }));
+    await sim.set(1, 'hr', 199, [4242]);
+    const central = d.add(await startMosquitto());
+    const host = d.add(await startSparkplugHost(central.url, 'plant'));
+    const press = modbusPress(sim, [{ name: 'count', table: 'holding', address: 0, datatype: 'uint16' }]);
+    const { gw, base } = d.add(
+      await startConsoleGateway({
+        sparkplug: sparkplugSection('plant', 'line4', { uplink: 'central' }),
+        bridges: [sparkplugUplink(central.url, { group: 'plant', node: 'line4' })],
+        connectors: [press],
+      }),
+    );
+    const before = asYaml(gw);
+    const engineer = await loggedIn(base, 'eng');
+    const rows = Array.from({ length: 200 }, (_, i) => `r${i},holding,${i},uint16,,`);
+    rows[41] = 'r41,holding,forty-one,uint16,,'; // line 43: not a number
+    rows[150] = 'r150,holding,150,float32,,yes'; // line 152: the schema refuses it (float32 at 150 overlaps r151)
+    const csv = `name,table,address,datatype,engUnit,writable\n${rows.join('\n')}\n`;
+    const { etag } = await configOf(engineer);
+    const refused = await engineer.post('config/tags-import', { etag, device: 'press-1', csv, apply: true });
+    expect(refused.status, JSON.stringify(refused.body)).toBe(422);
+    expect(refused.body.error).toBe('2 bad rows: nothing was applied');
+    expect(refused.body.problems).toEqual([
+      { path: 'line 43', message: 'address "forty-one" is not a number' },
+      { path: 'line 152', message: expect.stringMatching(/r151/) },
+    ]);
+    expect(readFileSync(gw.configFile, 'utf8')).toBe(before);
+
+    rows[41] = 'r41,holding,41,uint16,rpm,';
+    rows[150] = 'r150,holding,150,uint16,,';
+    const good = `name,table,address,datatype,engUnit,writable\n${rows.join('\n')}\n`;
+    const preview = await engineer.post('config/tags-import', { etag, device: 'press-1', csv: good });
+    expect(preview.status, JSON.stringify(preview.body)).toBe(200);
+    expect(readFileSync(gw.configFile, 'utf8')).toBe(before);
+    const applied = await engineer.post('config/tags-import', { etag, device: 'press-1', csv: good, apply: true });
+    expect(applied.status, JSON.stringify(applied.body)).toBe(200);
+    const birth = await host.waitFor(
+      (h) => h.births('DBIRTH', 'press-1').find((m) => m.payload.metrics.some((x) => x.name === 'r199')),
+      20_000,
+      'a DBIRTH of press-1 with the 200 imported tags',
+    );
+    expect(birth.payload.metrics.filter((x) => /^r\d+$/.test(x.name ?? ''))).toHaveLength(200);
+    expect(birth.payload.metrics.find((x) => x.name === 'r41')?.properties.engUnit).toBe('rpm');
+    await host.waitFor((h) => h.value('line4', 'press-1', 'r199') === 4242, 10_000, 'r199 read from the simulator');
+
+    const exported = await engineer.post('config/tags-export', { device: 'press-1' });
+    expect(exported.status).toBe(200);
+    const lines = (exported.body.csv as string).trimEnd().split('\r\n');
+    expect(lines).toHaveLength(201);
+    expect(lines[42]).toBe('r41,holding,41,uint16,rpm');
+  });
+
   it('applies a change by reload: the changed device gets DDEATH and a DBIRTH with its new tag, the other none', async () => {
     const sim = d.add(await startModbusSim({ units: [1, 2] }));
     await sim.set(1, 'hr', 10, float32Words(21.5));
