@@ -7,11 +7,12 @@ import { render } from 'preact';
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { ApiError, canAct, get, post, type Session } from './api.js';
 import { Chart } from './chart.js';
+import { ConfigView } from './config-view.js';
 import { ago, bytes, duration, fields, rate, time, value } from './format.js';
 import type { BridgeView, ClientsView, DeviceView, History, Live, Overview, SparkplugView, TagView } from './types.js';
 import './style.css';
 
-const VIEWS = ['overview', 'bridges', 'sparkplug', 'devices', 'clients', 'log'] as const;
+const VIEWS = ['overview', 'bridges', 'sparkplug', 'devices', 'clients', 'log', 'configuration'] as const;
 type View = (typeof VIEWS)[number];
 
 /** An async event handler whose failure is logged: Preact ignores the promise a handler returns. */
@@ -731,6 +732,8 @@ function App() {
           <DevicesView devices={live.devices} session={session} now={now} />
         ) : view === 'clients' ? (
           <ClientsPanel session={session} now={now} />
+        ) : view === 'configuration' ? (
+          <ConfigView session={session} />
         ) : (
           <LogPanel />
         )}
