@@ -10,7 +10,11 @@ interface ConfigAnswer {
   file: string;
   etag: string;
   text: string;
-  config: { connectors?: Device[] };
+  config: {
+    connectors?: Device[];
+    bridges?: { name: string; remote: Record<string, unknown> }[];
+    sparkplug?: Record<string, unknown>;
+  };
   undoable: number;
   editable: boolean;
 }
@@ -186,6 +190,41 @@ export function ConfigView(props: { session: Session }) {
       </nav>
       {device && (
         <>
+          <SettingsForm
+            title={`Device ${device.id}`}
+            testid="device-settings"
+            values={device as unknown as Record<string, unknown>}
+            path={['connectors', index]}
+            editable={editable}
+            problems={problems}
+            onSave={(ops) => void preview(`change device ${device.id}`, 'apply', { ops })}
+            extra={
+              editable && (
+                <>
+                  <button
+                    type="button"
+                    onClick={() =>
+                      void preview(`copy device ${device.id}`, 'apply', {
+                        ops: [{ op: 'add', path: ['connectors'], value: { ...device, id: `${device.id}-copy` } }],
+                      })
+                    }
+                  >
+                    Copy device
+                  </button>{' '}
+                  <button
+                    type="button"
+                    onClick={() =>
+                      void preview(`remove device ${device.id}`, 'apply', {
+                        ops: [{ op: 'remove', path: ['connectors', index] }],
+                      })
+                    }
+                  >
+                    Remove device
+                  </button>
+                </>
+              )
+            }
+          />
           <TagTable
             device={device}
             editable={editable}
@@ -220,6 +259,29 @@ export function ConfigView(props: { session: Session }) {
           )}
         </>
       )}
+      {(config.config.bridges ?? []).map((bridge, i) => (
+        <SettingsForm
+          key={bridge.name}
+          title={`Bridge ${bridge.name}`}
+          testid={`bridge-settings-${bridge.name}`}
+          values={bridge.remote}
+          path={['bridges', i, 'remote']}
+          editable={editable}
+          problems={problems}
+          onSave={(ops) => void preview(`change bridge ${bridge.name}`, 'apply', { ops })}
+        />
+      ))}
+      {config.config.sparkplug && (
+        <SettingsForm
+          title="Sparkplug"
+          testid="sparkplug-settings"
+          values={config.config.sparkplug}
+          path={['sparkplug']}
+          editable={editable}
+          problems={problems}
+          onSave={(ops) => void preview('change the Sparkplug ids', 'apply', { ops })}
+        />
+      )}
       <details>
         <summary>The file as it is (passwords masked)</summary>
         <pre class="mono small" data-testid="config-text">
@@ -227,6 +289,97 @@ export function ConfigView(props: { session: Session }) {
         </pre>
       </details>
     </section>
+  );
+}
+
+/**
+ * The plain values (text, numbers, true/false) of a section as fields, each problem of the gateway beside its field;
+ * Save previews a `set` of each changed one. A password shows as the mask: left as it is, the stored one stays.
+ */
+function SettingsForm(props: {
+  title: string;
+  testid: string;
+  values: Record<string, unknown>;
+  path: (string | number)[];
+  editable: boolean;
+  problems: Problem[];
+  onSave: (ops: Op[]) => void;
+  extra?: preact.ComponentChildren;
+}) {
+  const plain = Object.entries(props.values).filter(
+    ([, v]) => typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean',
+  );
+  const [edits, setEdits] = useState<Record<string, string>>({});
+  useEffect(() => setEdits({}), [props.values]);
+  const prefix = props.path.join('.');
+  const save = () =>
+    props.onSave(
+      Object.entries(edits).map(([key, text]): Op => {
+        const old = props.values[key];
+        const value =
+          typeof old === 'number' && text.trim() !== '' && !Number.isNaN(Number(text))
+            ? Number(text)
+            : typeof old === 'boolean'
+              ? text === 'true'
+              : text;
+        return { op: 'set', path: [...props.path, key], value };
+      }),
+    );
+  return (
+    <details class="card settings" data-testid={props.testid}>
+      <summary>
+        <strong>{props.title}</strong>
+      </summary>
+      <form
+        onSubmit={(e) => {
+          e.preventDefault();
+          save();
+        }}
+      >
+        {plain.map(([key, v]) => {
+          const own = props.problems.filter(
+            (p) => p.path === `${prefix}.${key}` || p.path.startsWith(`${prefix}.${key}.`),
+          );
+          return (
+            <label key={key}>
+              <span>{key}</span>
+              {typeof v === 'boolean' ? (
+                <select
+                  name={key}
+                  disabled={!props.editable}
+                  value={edits[key] ?? String(v)}
+                  onChange={(e) => setEdits({ ...edits, [key]: e.currentTarget.value })}
+                >
+                  <option value="true">true</option>
+                  <option value="false">false</option>
+                </select>
+              ) : (
+                <input
+                  name={key}
+                  type={key === 'password' ? 'password' : 'text'}
+                  readOnly={!props.editable}
+                  value={edits[key] ?? String(v)}
+                  onInput={(e) => setEdits({ ...edits, [key]: e.currentTarget.value })}
+                />
+              )}
+              {own.map((p) => (
+                <span key={p.message} class="bad small" data-testid={`problem-${key}`}>
+                  {p.message}
+                </span>
+              ))}
+            </label>
+          );
+        })}
+        {props.editable && (
+          <p>
+            <button type="submit" disabled={Object.keys(edits).length === 0}>
+              Check and preview
+            </button>{' '}
+            {props.extra}
+          </p>
+        )}
+      </form>
+    </details>
   );
 }
 

@@ -3,7 +3,7 @@
  * process: an engineer browses the node-opcua fixture and adds three variables, which then appear in the DBIRTH
  * upstream with their units; test-reads pymodbus registers and picks a CDAB float; imports a CSV of 200 tags with
  * two bad rows (both named), then a good one; undoes; a viewer and an operator see it read-only. Screenshots go to
- * test/artifacts/console/ (docs/console.md's four `config-*` are copied to docs/img/).
+ * test/artifacts/console/ (docs/console.md's `config-*` are copied to docs/img/).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
@@ -136,6 +136,19 @@ describe('Configuration view in chromium', { timeout: 180_000 }, () => {
     await page.click('[data-testid=apply]');
     await waitForText(page, '[data-testid=tag-table]', (t) => t.includes('r199'), 15_000, '200 tags listed');
     expect(await page.locator('[data-testid=tag-table] tbody tr').count()).toBe(200);
+
+    // A device's own setting, refused beside its field; the file is not touched.
+    await page.click('[data-testid=device-settings] summary');
+    await page.fill('[data-testid=device-settings] input[name=port]', '70000');
+    await page.click('[data-testid=device-settings] button[type=submit]');
+    await waitForText(
+      page,
+      '[data-testid=problem-port]',
+      (t) => t.includes('65535'),
+      10_000,
+      'the port refused beside it',
+    );
+    await screenshot(page, 'config-field-error');
 
     // Undo: the import goes, the tags before it are back.
     await page.click('[data-testid=undo]');
