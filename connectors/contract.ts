@@ -202,3 +202,21 @@ export interface ConnectorFactory<C> {
   readonly schema: z.ZodType<C>;
   create(config: C, context: ConnectorContext): Connector;
 }
+
+/** A commissioning request (the web console's test reads and browses) with a wrong field, named by its key path. */
+export class RequestError extends Error {
+  constructor(
+    readonly path: string,
+    message: string,
+  ) {
+    super(`${path}: ${message}`);
+  }
+}
+
+/** `input` checked against `schema`; the first problem is a RequestError naming the key. */
+export function parseRequest<T extends z.ZodType>(schema: T, input: unknown): z.output<T> {
+  const parsed = schema.safeParse(input);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  throw new RequestError(issue.path.join('.') || '(body)', issue.message);
+}

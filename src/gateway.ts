@@ -40,6 +40,7 @@ import { topicMatches } from './protocol/topics.js';
 import { SteadyClock, watchClockSteps } from './util/clock.js';
 import { fullGc } from './util/full-gc.js';
 import { LoginThrottle } from './util/login-throttle.js';
+import { configEditing, plcTools } from './commissioning.js';
 import { WebConsole, type ConsoleUsers } from './console/console.js';
 import type { ConfigControl } from './console/sources.js';
 import type { LogRing } from './ops/pino-logger.js';
@@ -235,6 +236,8 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
         {
           version: VERSION,
           config: extras.config,
+          configEditing: extras.config && configEditing(extras.config, config.storage.path),
+          plcTools: plcTools(connectorRegistry, config.storage.path, extras.config?.file),
           broker: broker.stats,
           clients: () => server.clients(),
           offlineSessions: () =>

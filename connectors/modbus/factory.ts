@@ -7,10 +7,14 @@ import { ModbusConnector } from './modbus-connector.js';
 import { LinkPool } from './modbus-link.js';
 import { modbusConnectorSchema } from './schema.js';
 import type { ModbusConnectorConfig } from './schema.js';
+import { scanUnits, testRead, type TestReadResult, type UnitAnswer } from './test-read.js';
 
 export interface ModbusConnectorFactory extends ConnectorFactory<ModbusConnectorConfig> {
   /** Requests sent by every connector of this factory (reads and writes). */
   readonly requestCount: number;
+  /** A commissioning read on this factory's links (test-read.ts): a bus the connectors use is shared. */
+  testRead(input: unknown): Promise<TestReadResult>;
+  scanUnits(input: unknown): Promise<UnitAnswer[]>;
 }
 
 export function createModbusFactory(): ModbusConnectorFactory {
@@ -24,5 +28,7 @@ export function createModbusFactory(): ModbusConnectorFactory {
     get requestCount() {
       return pool.stats.requests;
     },
+    testRead: (input) => testRead(pool, input),
+    scanUnits: (input) => scanUnits(pool, input),
   };
 }

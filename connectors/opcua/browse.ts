@@ -10,7 +10,14 @@ import { ConnectorError, asError } from '../../src/util/errors.js';
 import { silentLogger, type Logger } from '../../src/util/logger.js';
 import { openSession, type OpenedSession } from './open-session.js';
 import type { OpcuaSecurityMode, OpcuaSecurityPolicy, OpcuaUserConfig } from './schema.js';
-import { BuiltInType, builtInTypeName, sparkplugDatatypeFor } from './variants.js';
+import {
+  BuiltInType,
+  builtInTypeName,
+  sparkplugDatatypeFor,
+  variantToTagValue,
+  VariantMismatchError,
+  type VariantLike,
+} from './variants.js';
 
 export interface BrowseOptions {
   /** Where to start (a NodeId); default the Objects folder `i=85`. */
@@ -59,6 +66,154 @@ const NodeClassObject = 1;
 const NodeClassVariable = 2;
 
 export async function browse(endpoint: string, options: BrowseOptions): Promise<BrowseRow[]> {
+  return withSession(endpoint, options, (opened, log) => walk(opened, options, log));
+}
+
+/** One node's children as the console's browse panel shows them (docs/console.md#opc-ua-browse). */
+export interface ChildNode {
+  readonly nodeId: string;
+  readonly displayName: string;
+  readonly browsePath: string;
+  readonly nodeClass: 'Object' | 'Variable';
+  /** Variables: what `describeVariables` says (data type, Sparkplug datatype, access), the value now, the unit. */
+  readonly variable?: BrowseRow & {
+    readonly value: string;
+    readonly engUnit?: string;
+    readonly engLow?: number;
+    readonly engHigh?: number;
+    readonly description?: string;
+  };
+}
+
+/**
+ * The objects and variables right below `options.node` (default the Objects folder), variables with their value
+ * now, their unit and range (an AnalogItem's EngineeringUnits and EURange) and description.
+ */
+export async function browseChildren(
+  endpoint: string,
+  options: BrowseOptions,
+): Promise<{ nodeId: string; browsePath: string; children: ChildNode[] }> {
+  return withSession(endpoint, options, async (opened, log) => {
+    const { ua } = opened.lib;
+    const start = ua.resolveNodeId(options.node ?? Objects);
+    const browsePath = await pathFromRoot(opened, start);
+    const refs = ((await browseAll(opened, [start], 'forward')).at(0) ?? []).filter(
+      (ref) =>
+        !isStandard(ref.referenceTypeId, HasProperty) &&
+        (ref.nodeClass === NodeClassObject || ref.nodeClass === NodeClassVariable) &&
+        (options.includeStandardNodes || ua.resolveNodeId(ref.nodeId.toString()).namespace !== 0),
+    );
+    const found = refs.map((ref) => ({
+      nodeId: ua.resolveNodeId(ref.nodeId.toString()),
+      browsePath: `${browsePath}/${qualified(ref.browseName.namespaceIndex, ref.browseName.name ?? '')}`,
+      name: ref.browseName.name ?? '',
+      displayName: ref.displayName.text ?? ref.browseName.name ?? '',
+      variable: ref.nodeClass === NodeClassVariable,
+    }));
+    const variables = found.filter((f) => f.variable);
+    const rows = await describeVariables(opened, variables, log);
+    const details = await readDetails(opened, rows);
+    const byNode = new Map(rows.map((row, i) => [row.nodeId, { ...row, ...details[i] }]));
+    return {
+      nodeId: start.toString(),
+      browsePath,
+      children: found.map((f) => {
+        const variable = byNode.get(f.nodeId.toString());
+        return {
+          nodeId: f.nodeId.toString(),
+          displayName: f.displayName,
+          browsePath: f.browsePath,
+          nodeClass: f.variable ? 'Variable' : 'Object',
+          ...(variable === undefined ? {} : { variable }),
+        };
+      }),
+    };
+  });
+}
+
+/** Each node's value now (for reading), description and, where it has them, EngineeringUnits and EURange. */
+async function readDetails(
+  opened: OpenedSession,
+  rows: readonly BrowseRow[],
+): Promise<{ value: string; engUnit?: string; engLow?: number; engHigh?: number; description?: string }[]> {
+  const { ua } = opened.lib;
+  const session = opened.session;
+  const nodeIds = rows.map((row) => ua.resolveNodeId(row.nodeId));
+  if (nodeIds.length === 0) return [];
+  const attributes = await session.read(
+    nodeIds.flatMap((nodeId) => [
+      { nodeId, attributeId: ua.AttributeIds.Value },
+      { nodeId, attributeId: ua.AttributeIds.Description },
+    ]),
+  );
+  const paths = nodeIds.flatMap((nodeId) =>
+    ['EngineeringUnits', 'EURange'].map((property) => ua.makeBrowsePath(nodeId, `.${property}`)),
+  );
+  const targets = await session.translateBrowsePath(paths);
+  const propertyIds = targets.map((t) => (t.statusCode.isGood() ? t.targets?.[0]?.targetId : undefined));
+  const present = propertyIds.flatMap((id) => (id === undefined ? [] : [ua.resolveNodeId(id.toString())]));
+  const propertyValues =
+    present.length === 0
+      ? []
+      : await session.read(present.map((nodeId) => ({ nodeId, attributeId: ua.AttributeIds.Value })));
+  let next = 0;
+  const propertyValue = (k: number): Record<string, unknown> | undefined => {
+    if (propertyIds[k] === undefined) return undefined;
+    const dv = propertyValues.at(next++);
+    const v = dv?.statusCode.isGood() ? (dv.value.value as unknown) : undefined;
+    return typeof v === 'object' && v !== null ? (v as Record<string, unknown>) : undefined;
+  };
+  return nodeIds.map((_, i) => {
+    const value = attributes.at(i * 2);
+    const description = (attributes.at(i * 2 + 1)?.value.value as { text?: string | null } | null)?.text ?? undefined;
+    const eu = propertyValue(i * 2);
+    const range = propertyValue(i * 2 + 1);
+    const engUnit = (eu?.displayName as { text?: string | null } | undefined)?.text ?? undefined;
+    const ranged = range !== undefined && Number.isFinite(range.low) && Number.isFinite(range.high);
+    return {
+      value: value?.statusCode.isGood()
+        ? shown(value.value, rows[i].datatype)
+        : `(${value?.statusCode.name ?? 'no value'})`,
+      ...(engUnit ? { engUnit } : {}),
+      ...(ranged ? { engLow: range.low as number, engHigh: range.high as number } : {}),
+      ...(description ? { description } : {}),
+    };
+  });
+}
+
+/** A value as a person reads it in the browse panel: as the tag would carry it where there is a Sparkplug datatype. */
+function shown(variant: VariantLike, datatype: TagDatatype | undefined): string {
+  if (datatype !== undefined) {
+    try {
+      const value = variantToTagValue(variant, datatype);
+      if (value !== undefined)
+        return Array.isArray(value) ? shownRaw(value) : String(value as string | number | bigint);
+    } catch (err) {
+      if (!(err instanceof VariantMismatchError)) throw err;
+    }
+  }
+  return shownRaw(variant.value);
+}
+
+function shownRaw(value: unknown): string {
+  if (value === null || value === undefined) return 'null';
+  if (value instanceof Date) return value.toISOString();
+  if (Buffer.isBuffer(value)) return `0x${value.toString('hex')}`;
+  if (ArrayBuffer.isView(value) || Array.isArray(value)) {
+    const items = Array.from(value as ArrayLike<unknown>);
+    return `[${items.slice(0, 10).map(shownRaw).join(', ')}${items.length > 10 ? `, … ${items.length} items` : ''}]`;
+  }
+  if (typeof value === 'object' && 'text' in value) return String((value as { text: unknown }).text);
+  if (typeof value === 'object') return JSON.stringify(value);
+  return String(value as string | number | boolean | bigint);
+}
+
+/** Opens a session for a browse, runs `work`, closes it; failures other than the connector's own are wrapped. */
+async function withSession<T>(
+  endpoint: string,
+  options: BrowseOptions,
+  work: (opened: OpenedSession, log: Logger) => Promise<T>,
+): Promise<T> {
   const log = options.log ?? silentLogger;
   const securityMode = options.securityMode ?? 'None';
   const opened = await openSession(
@@ -76,7 +231,7 @@ export async function browse(endpoint: string, options: BrowseOptions): Promise<
     log,
   );
   try {
-    return await walk(opened, options, log);
+    return await work(opened, log);
   } catch (err) {
     if (err instanceof ConnectorError) throw err;
     throw new ConnectorError(

@@ -50,6 +50,7 @@ export interface OpenedSession {
  */
 export class UntrustedServerError extends ConnectorError {
   readonly thumbprint: string;
+  readonly subject: string;
   readonly status: string;
   readonly rejectedDir: string;
   readonly trustedDir: string;
@@ -71,6 +72,7 @@ export class UntrustedServerError extends ConnectorError {
           `${status} (${description}); issuer certificates and CRLs go in ${join(options.pkiDir, 'issuers')}/`;
     super('EF_CONNECTOR_UNREACHABLE', options.connectorId, message, { retryable: true });
     this.thumbprint = thumbprint;
+    this.subject = certificateSubject(leaf);
     this.status = status;
     this.rejectedDir = rejectedDir;
     this.trustedDir = trustedDir;

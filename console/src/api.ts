@@ -2,8 +2,17 @@
 
 export interface Session {
   user: string;
-  role: 'viewer' | 'operator';
+  role: 'viewer' | 'operator' | 'engineer';
   csrf: string;
+}
+
+/** Operators act; engineers act too, and also change the configuration. */
+export function canAct(session: Session): boolean {
+  return session.role !== 'viewer';
+}
+
+export function canConfigure(session: Session): boolean {
+  return session.role === 'engineer';
 }
 
 export class ApiError extends Error {

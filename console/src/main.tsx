@@ -5,13 +5,14 @@
  */
 import { render } from 'preact';
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { ApiError, get, post, type Session } from './api.js';
+import { ApiError, canAct, get, post, type Session } from './api.js';
 import { Chart } from './chart.js';
+import { ConfigView } from './config-view.js';
 import { ago, bytes, duration, fields, rate, time, value } from './format.js';
 import type { BridgeView, ClientsView, DeviceView, History, Live, Overview, SparkplugView, TagView } from './types.js';
 import './style.css';
 
-const VIEWS = ['overview', 'bridges', 'sparkplug', 'devices', 'clients', 'log'] as const;
+const VIEWS = ['overview', 'bridges', 'sparkplug', 'devices', 'clients', 'log', 'configuration'] as const;
 type View = (typeof VIEWS)[number];
 
 /** An async event handler whose failure is logged: Preact ignores the promise a handler returns. */
@@ -59,7 +60,7 @@ function ActionButton(props: {
   said?: (answer: Record<string, unknown>) => string;
 }) {
   const [state, setState] = useState<{ busy: boolean; message?: string; error?: boolean }>({ busy: false });
-  if (props.session.role !== 'operator') return null;
+  if (!canAct(props.session)) return null;
   const run = async () => {
     if (props.confirm !== undefined && !window.confirm(props.confirm)) return;
     setState({ busy: true });
@@ -333,7 +334,7 @@ function SparkplugPanel({ sp, session, now }: { sp: SparkplugView | null; sessio
 function WriteCell({ device, tag, session }: { device: string; tag: string; session: Session }) {
   const [input, setInput] = useState('');
   const [result, setResult] = useState<{ ok: boolean; text: string }>();
-  if (session.role !== 'operator') return null;
+  if (!canAct(session)) return null;
   const write = async (e: Event) => {
     e.preventDefault();
     try {
@@ -417,7 +418,7 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
                     <th>Quality</th>
                     <th class="type">Type</th>
                     <th>Timestamp</th>
-                    {session.role === 'operator' && <th>Write</th>}
+                    {canAct(session) && <th>Write</th>}
                   </tr>
                 </thead>
                 <tbody>
@@ -438,7 +439,7 @@ function DevicesView({ devices, session, now }: { devices: DeviceView[]; session
                       </td>
                       <td class="type">{t.datatype}</td>
                       <td class="time">{time(t.timestamp)}</td>
-                      {session.role === 'operator' && (
+                      {canAct(session) && (
                         <td class="write-cell">
                           {t.writable && <WriteCell device={d.id} tag={t.name} session={session} />}
                         </td>
@@ -731,6 +732,8 @@ function App() {
           <DevicesView devices={live.devices} session={session} now={now} />
         ) : view === 'clients' ? (
           <ClientsPanel session={session} now={now} />
+        ) : view === 'configuration' ? (
+          <ConfigView session={session} />
         ) : (
           <LogPanel />
         )}

@@ -229,6 +229,8 @@ const consoleSchema = z.strictObject({
   viewers: z.array(z.string().min(1)).default([]),
   /** May also act (write a tag, rebirth, reconnect a bridge, disconnect a client, delete a session, reload). */
   operators: z.array(z.string().min(1)).default([]),
+  /** May also change the configuration from the console (docs/console.md#configuration): devices, tags, bridges. */
+  engineers: z.array(z.string().min(1)).default([]),
   /** A login lasts this long without activity. */
   sessionTtlS: int(60, 7 * 86_400).default(28_800),
   /** Off loopback without metrics.tls, passwords and cookies would cross the network in clear: only if you say so. */
@@ -624,8 +626,8 @@ function consoleProblems(
   if (config.metrics === undefined) problem([], 'the console is served by the metrics listener: add a metrics section');
   if (config.auth.passwordFile === undefined)
     problem([], 'console users log in with passwords from auth.passwordFile: set it');
-  if (con.viewers.length + con.operators.length === 0)
-    problem(['viewers'], 'name at least one user in viewers or operators');
+  if (con.viewers.length + con.operators.length + con.engineers.length === 0)
+    problem(['viewers'], 'name at least one user in viewers, operators or engineers');
   const host = config.metrics?.host;
   if (host !== undefined && !isLoopback(host) && config.metrics?.tls === undefined && !con.allowInsecureRemote) {
     problem(

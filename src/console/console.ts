@@ -9,15 +9,18 @@ import { MAX_DELAY_MS, UNCHECKED_WHY, UNKNOWN_USER, type LoginThrottle } from '.
 import type { Logger } from '../util/logger.js';
 import type { Sender } from '../sparkplug/commands.js';
 import { LiveStreams } from './live.js';
-import { csrfMatches, Logins, type Login, type Role } from './logins.js';
+import { csrfMatches, Logins, mayAct, type Login, type Role } from './logins.js';
 import type { ConsoleSources } from './sources.js';
-import { SECURITY_HEADERS, StaticFiles } from './static-files.js';
+import { configActions, type ConfigAction } from './config-api.js';
+import { field, HttpError, readJson, reply, requirePost } from './http.js';
+import { StaticFiles } from './static-files.js';
 import { parseTagValue } from './tag-value.js';
 import { bridges, clients, devices, overview, Sampler, sparkplug } from './views.js';
 
 export interface ConsoleUsers {
   readonly viewers: readonly string[];
   readonly operators: readonly string[];
+  readonly engineers: readonly string[];
   readonly sessionTtlS: number;
   /** Checks a password against auth.passwordFile (re-read on reload). */
   readonly verifyPassword: (user: string, password: Buffer) => Promise<boolean>;
@@ -27,20 +30,8 @@ export interface ConsoleUsers {
 
 /** POST /api/bridges/:name/dead-letters/requeue or /delete. */
 const DEAD_LETTERS_ROUTE = /^bridges\/([^/]+)\/dead-letters\/(requeue|delete)$/;
-
-/** Request bodies are small JSON objects. */
-const MAX_BODY_BYTES = 16 * 1024;
-
-/** A refusal with its HTTP status; `details` go into the JSON answer next to `error`. */
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly details?: Record<string, unknown>,
-  ) {
-    super(message);
-  }
-}
+/** A change to the configuration may carry a device's whole tag list. */
+const CONFIG_BODY_BYTES = 2 * 1024 * 1024;
 
 /**
  * A refusal the action's own path already audited (the write path's `command refused`, `console write failed`):
@@ -62,6 +53,8 @@ export class WebConsole {
   /** Maps, not objects: a route named after an Object.prototype member (`toString`, `__proto__`) finds nothing. */
   private readonly reads: ReadonlyMap<string, () => unknown>;
   private readonly actions: ReadonlyMap<string, Action>;
+  /** Under /api/config/: engineers only; they write their own audit lines (never a body: it may hold a password). */
+  private readonly configActions: ReadonlyMap<string, ConfigAction>;
 
   constructor(
     private readonly sources: ConsoleSources,
@@ -91,6 +84,7 @@ export class WebConsole {
       sparkplug: sparkplug(s),
       devices: devices(s),
     }));
+    this.configActions = configActions(sources.configEditing, sources.plcTools, audit);
     this.actions = new Map<string, Action>(
       Object.entries({
         'write-tag': (body, who) => this.writeTag(body, who),
@@ -188,6 +182,16 @@ export class WebConsole {
       if (req.method !== 'GET') throw new HttpError(405, 'GET only');
       return reply(res, 200, read());
     }
+    if (route === 'config') {
+      if (req.method !== 'GET') throw new HttpError(405, 'GET only');
+      const editing = this.sources.configEditing;
+      if (editing === undefined) throw new HttpError(409, 'this gateway was not started from a configuration file');
+      return reply(res, 200, { ...editing.read(), editable: mayAct(login.role, 'engineer') });
+    }
+    if (route.startsWith('config/')) {
+      const name = route.slice('config/'.length);
+      return this.act(req, res, login, `config-${name}`, this.configActions.get(name), { needs: 'engineer' });
+    }
     if (route.startsWith('actions/')) {
       const name = route.slice('actions/'.length);
       return this.act(req, res, login, name, this.actions.get(name));
@@ -202,7 +206,7 @@ export class WebConsole {
         login,
         `${verb}-dead-letters`,
         async () => this.deadLetters(name, verb as 'requeue' | 'delete'),
-        { bridge: name },
+        { target: { bridge: name } },
       );
     }
     throw new HttpError(404, `no such endpoint: /api/${route}`);
@@ -245,35 +249,45 @@ export class WebConsole {
     reply(res, 200, { user, role, csrf: login.csrf });
   }
 
-  /** Runs `action` for an operator with the login's CSRF token, audited with `target` (what it acts on). */
+  /**
+   * Runs `action` for an operator (or `needs`: an engineer) with the login's CSRF token, audited with `target`
+   * (what it acts on). The configuration's actions audit themselves, and their bodies are never logged.
+   */
   private async act(
     req: http.IncomingMessage,
     res: http.ServerResponse,
     login: Login,
     name: string,
     action: Action | undefined,
-    target: Record<string, unknown> = {},
+    options: { target?: Record<string, unknown>; needs?: Role } = {},
   ): Promise<void> {
     requirePost(req);
     if (action === undefined) throw new HttpError(404, `no such action: ${name}`);
     const remote = req.socket.remoteAddress;
-    const facts = { user: login.user, remote, action: name, ...target };
-    if (login.role !== 'operator') {
-      this.audit.warn({ ...facts, why: 'not an operator' }, 'console action refused');
-      throw new HttpError(403, `${login.user} may view, not act: operators are listed in console.operators`);
+    const facts = { user: login.user, remote, action: name, ...options.target };
+    const needs = options.needs ?? 'operator';
+    if (!mayAct(login.role, needs)) {
+      this.audit.warn({ ...facts, why: `not an ${needs}` }, 'console action refused');
+      throw new HttpError(
+        403,
+        needs === 'engineer'
+          ? `${login.user} may not change the configuration: engineers are listed in console.engineers`
+          : `${login.user} may view, not act: operators are listed in console.operators`,
+      );
     }
     if (!csrfMatches(login, req.headers['x-csrf-token'])) {
       this.audit.warn({ ...facts, why: 'missing or wrong CSRF token' }, 'console action refused');
       throw new HttpError(403, 'missing or wrong x-csrf-token header (GET /api/session gives the token)');
     }
-    const body = await readJson(req);
+    const config = needs === 'engineer';
+    const body = await readJson(req, config ? CONFIG_BODY_BYTES : undefined);
     try {
       const result = await action(body, { who: 'web-console', user: login.user, remote });
-      if (!SELF_AUDITED.has(name)) this.audit.info({ ...facts, body, result }, 'console action');
+      if (!config && !SELF_AUDITED.has(name)) this.audit.info({ ...facts, body, result }, 'console action');
       reply(res, 200, result);
     } catch (err) {
       if (!(err instanceof AuditedRefusal))
-        this.audit.warn({ ...facts, body, why: asError(err).message }, 'console action failed');
+        this.audit.warn({ ...facts, ...(config ? {} : { body }), why: asError(err).message }, 'console action failed');
       if (err instanceof HttpError) throw err;
       this.log.error({ err, action: name }, 'console action failed');
       throw new HttpError(500, asError(err).message);
@@ -304,6 +318,7 @@ export class WebConsole {
   }
 
   private roleOf(user: string): Role | undefined {
+    if (this.users.engineers.includes(user)) return 'engineer';
     if (this.users.operators.includes(user)) return 'operator';
     return this.users.viewers.includes(user) ? 'viewer' : undefined;
   }
@@ -316,42 +331,4 @@ function decodedPath(path: string): string | undefined {
   } catch {
     return undefined;
   }
-}
-
-function field(body: Record<string, unknown>, name: string): string {
-  const value = body[name];
-  if (typeof value !== 'string' || value === '') throw new HttpError(400, `"${name}" (a string) is required`);
-  return value;
-}
-
-function requirePost(req: http.IncomingMessage): void {
-  if (req.method !== 'POST') throw new HttpError(405, 'POST only');
-  // A form of another site can POST text/plain without a preflight; it cannot send application/json.
-  if (!(req.headers['content-type'] ?? '').startsWith('application/json'))
-    throw new HttpError(415, 'send application/json');
-}
-
-async function readJson(req: http.IncomingMessage): Promise<Record<string, unknown>> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new HttpError(413, `request body over ${MAX_BODY_BYTES} bytes`);
-    chunks.push(chunk);
-  }
-  if (size === 0) return {};
-  let body: unknown;
-  try {
-    body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-  } catch (err) {
-    throw new HttpError(400, `the body is not JSON: ${asError(err).message}`);
-  }
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    throw new HttpError(400, 'the body must be a JSON object');
-  return body as Record<string, unknown>;
-}
-
-function reply(res: http.ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store', ...SECURITY_HEADERS });
-  res.end(JSON.stringify(body));
 }

@@ -4,7 +4,15 @@
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 
-export type Role = 'viewer' | 'operator';
+/** Each role may do what the one before it may: engineers also operate, operators also view. */
+export type Role = 'viewer' | 'operator' | 'engineer';
+
+const RANK: Record<Role, number> = { viewer: 0, operator: 1, engineer: 2 };
+
+/** Whether `role` may do what `needed` may. */
+export function mayAct(role: Role, needed: Role): boolean {
+  return RANK[role] >= RANK[needed];
+}
 
 export interface Login {
   readonly id: string;

@@ -6,6 +6,7 @@ import type { BrokerStats } from '../broker/broker.js';
 import type { Bridge } from '../bridge/bridge.js';
 import type { ClientView } from '../server/listeners.js';
 import type { EdgeNode } from '../sparkplug/edge-node.js';
+import type { ConfigEditing, PlcTools } from './config-api.js';
 
 /** The result of a configuration reload (SIGHUP or the console's action). */
 export type ReloadOutcome =
@@ -41,6 +42,10 @@ export interface OfflineSession {
 export interface ConsoleSources {
   readonly version: string;
   readonly config: ConfigControl | undefined;
+  /** Changes to the configuration file from the console (engineers); undefined without a file. */
+  readonly configEditing: ConfigEditing | undefined;
+  /** Commissioning reads of PLCs (engineers). */
+  readonly plcTools: PlcTools;
   readonly broker: BrokerStats;
   clients(): ClientView[];
   offlineSessions(): OfflineSession[];

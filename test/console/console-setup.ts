@@ -1,7 +1,7 @@
 /**
  * A gateway with the web console on, and an HTTP client that logs in like a browser (cookie, CSRF header), for
- * the console's API and browser tests. Users: `shift` (viewer), `maint` (operator), `plc` (in the password file,
- * not a console user).
+ * the console's API and browser tests. Users: `shift` (viewer), `maint` (operator), `eng` (engineer), `plc` (in the
+ * password file, not a console user).
  */
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -9,7 +9,7 @@ import { deepMerge, startGateway, type Gateway } from '../helpers/gateway.js';
 import { freePort } from '../helpers/ports.js';
 import { tempDir } from '../helpers/temp.js';
 
-export const PASSWORDS = { shift: 'shift-pw', maint: 'maint-pw', plc: 'plc-pw' } as const;
+export const PASSWORDS = { shift: 'shift-pw', maint: 'maint-pw', eng: 'eng-pw', plc: 'plc-pw' } as const;
 
 export interface ConsoleGateway {
   readonly gw: Gateway;
@@ -22,7 +22,7 @@ export async function startConsoleGateway(patch: object = {}): Promise<ConsoleGa
   const dir = tempDir('edgeferry-console-');
   const passwordFile = join(dir, 'passwd');
   execFileSync('mosquitto_passwd', ['-c', '-b', passwordFile, 'shift', PASSWORDS.shift], { stdio: 'pipe' });
-  for (const user of ['maint', 'plc'] as const)
+  for (const user of ['maint', 'eng', 'plc'] as const)
     execFileSync('mosquitto_passwd', ['-b', passwordFile, user, PASSWORDS[user]], { stdio: 'pipe' });
   const port = await freePort();
   const mqttPort = await freePort();
@@ -30,7 +30,7 @@ export async function startConsoleGateway(patch: object = {}): Promise<ConsoleGa
     listeners: [{ type: 'tcp', host: '127.0.0.1', port: mqttPort, allowAnonymous: true }],
     auth: { passwordFile },
     metrics: { port },
-    console: { viewers: ['shift'], operators: ['maint'] },
+    console: { viewers: ['shift'], operators: ['maint'], engineers: ['eng'] },
     // Audit lines (logins, actions, writes) are info: the tests read them.
     log: { level: 'info' },
   };
