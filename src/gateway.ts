@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { BridgeConfig, Config } from './config/schema.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
-import { BrokerStats } from './broker/broker.js';
+import { BrokerStats } from './broker/stats.js';
 import { Origins, createMessage } from './protocol/message.js';
 import { checkBindable, MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';

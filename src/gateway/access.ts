@@ -5,7 +5,7 @@
  */
 import type { Config, ConsoleConfig, MetricsConfig } from '../config/schema.js';
 import type { Logger } from '../util/logger.js';
-import type { BrokerStats } from '../broker/broker.js';
+import type { BrokerStats } from '../broker/stats.js';
 import { loadFileAuth } from '../broker/auth.js';
 import type { AuthHooks, ReservedTopics } from '../broker/auth.js';
 import { PasswordFile } from '../broker/password-file.js';
