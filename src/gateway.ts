@@ -7,23 +7,18 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BridgeConfig, Config, ConsoleConfig, MetricsConfig } from './config/schema.js';
-import { planReload, type ListChanges } from './config/reload-plan.js';
+import type { BridgeConfig, Config } from './config/schema.js';
 import type { Logger } from './util/logger.js';
 import { Broker } from './broker/broker.js';
-import { BrokerStats } from './broker/broker.js';
-import { loadFileAuth } from './broker/auth.js';
-import type { AuthHooks, ReservedTopics } from './broker/auth.js';
+import { BrokerStats } from './broker/stats.js';
 import { Origins, createMessage } from './protocol/message.js';
 import { checkBindable, MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
 import { fleetStatus, type FleetStatusSources } from './ops/fleet-status.js';
 import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
-import type { MetricsAccess } from './ops/metrics.js';
-import { PasswordFile } from './broker/password-file.js';
-import { httpTls, metricsToken, readConfiguredFile, usersWithoutPassword } from './configured-files.js';
-import { asError, ConfigError, errorLogFields } from './util/errors.js';
+import { httpTls } from './configured-files.js';
+import { asError, ConfigError } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
 import { createAuditLogger } from './ops/pino-logger.js';
 import { openLmdbStore } from './store/lmdb/open.js';
@@ -41,9 +36,12 @@ import { SteadyClock, watchClockSteps } from './util/clock.js';
 import { fullGc } from './util/full-gc.js';
 import { LoginThrottle } from './util/login-throttle.js';
 import { configEditing, plcTools } from './commissioning.js';
-import { WebConsole, type ConsoleUsers } from './console/console.js';
+import { WebConsole } from './console/console.js';
 import type { ConfigControl } from './console/sources.js';
 import type { LogRing } from './ops/pino-logger.js';
+import { consoleUsers, createAuth, metricsAccess, warnUsersWithoutPassword } from './gateway/access.js';
+import { consoleSources } from './gateway/console-sources.js';
+import { reloadGateway, type InForce } from './gateway/reload.js';
 
 /** What the process around the gateway (cli.ts) hands it beyond the configuration. */
 export interface GatewayExtras {
@@ -65,33 +63,33 @@ const { version: VERSION } = JSON.parse(readFileSync(new URL('../../package.json
 };
 
 export async function startGateway(initial: Config, log: Logger, extras: GatewayExtras = {}): Promise<Gateway> {
-  let config = initial;
-  const b = config.broker;
+  const b = initial.broker;
   const systemd = new SystemdNotifier(log.child({ mod: 'systemd' }));
-  const audit = openAuditLog(log, config.log.auditFile, extras.logRing);
+  const audit = openAuditLog(log, initial.log.auditFile, extras.logRing);
   // Auth files first: a bad password or ACL file stops the start before anything binds.
   const stats = new BrokerStats();
   // The edge node's namespace is the gateway's to publish in (the sparkplug section changes only with a restart).
-  const reserved = config.sparkplug && ownNamespace(config.sparkplug.groupId, config.sparkplug.edgeNodeId);
+  const reserved = initial.sparkplug && ownNamespace(initial.sparkplug.groupId, initial.sparkplug.edgeNodeId);
   // One throttle for every password check (MQTT, console, /metrics), kept across reloads.
   const loginThrottle = new LoginThrottle();
-  let auth = createAuth(config, audit, stats, reserved, loginThrottle);
-  warnUsersWithoutPassword(config, log);
+  const makeAuth = (config: Config) => createAuth(config, audit, stats, reserved, loginThrottle);
+  const auth = makeAuth(initial);
+  warnUsersWithoutPassword(initial, log);
   // Ports next: one another program holds stops the start before the store opens.
   await checkBindable([
-    ...config.listeners.map(({ type, host, port }) => ({ what: `${type} listener`, host, port })),
-    ...(config.metrics ? [{ what: 'metrics endpoint', host: config.metrics.host, port: config.metrics.port }] : []),
+    ...initial.listeners.map(({ type, host, port }) => ({ what: `${type} listener`, host, port })),
+    ...(initial.metrics ? [{ what: 'metrics endpoint', host: initial.metrics.host, port: initial.metrics.port }] : []),
   ]);
   // One steady timeline for everything that stores times or compares with stored ones; the store sets its base.
   const clock = new SteadyClock();
   // The store names itself in its log lines (mod: store, path). Sessions leave the rest to the outboxes.
-  const maxSessionBytes = Math.floor(config.storage.maxBytes * config.storage.sessionShare);
+  const maxSessionBytes = Math.floor(initial.storage.maxBytes * initial.storage.sessionShare);
   const store: Store = await openLmdbStore({
-    path: config.storage.path,
-    sync: config.storage.sync,
-    maxBytes: config.storage.maxBytes,
+    path: initial.storage.path,
+    sync: initial.storage.sync,
+    maxBytes: initial.storage.maxBytes,
     maxSessionBytes,
-    verify: config.storage.verifyOnStart,
+    verify: initial.storage.verifyOnStart,
     clock,
     log,
   });
@@ -114,6 +112,8 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   const restored = broker.restoreSessions();
   if (restored > 0) log.info({ sessions: restored }, 'persistent sessions restored');
 
+  // The configuration in force and the running bridges: a reload replaces both, the closures below read them here.
+  const now: InForce = { config: initial, bridges: [] };
   // Connectors and the Sparkplug edge node come before the bridges: the uplink bridge takes the node's hooks.
   // One registry for the gateway's life: connectors added on reload share links (a Modbus bus) with the others.
   const connectorRegistry = createConnectorRegistry();
@@ -124,24 +124,24 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
     });
   // The uplink's backlog, a node metric: read once the node is born, after the bridges below exist.
   const uplinkBacklog = () => {
-    const uplink = bridges.find((bridge) => bridge.name === config.sparkplug?.uplink);
+    const uplink = now.bridges.find((bridge) => bridge.name === now.config.sparkplug?.uplink);
     return { messages: uplink?.stats.backlogMessages ?? 0, online: uplink?.online ?? false };
   };
-  const edgeNode = createEdgeNode(config, broker, makeConnector, log, audit, uplinkBacklog);
+  const edgeNode = createEdgeNode(initial, broker, makeConnector, log, audit, uplinkBacklog);
 
   const startedAtMs = Date.now();
   const statusSources: FleetStatusSources = {
-    gatewayId: config.gateway.id,
+    gatewayId: initial.gateway.id,
     version: VERSION,
     startedAtMs,
-    configDigest: () => createHash('sha256').update(JSON.stringify(config)).digest('hex').slice(0, 16),
-    bridges: () => new Map(bridges.map((bridge) => [bridge.name, bridge.stats])),
+    configDigest: () => createHash('sha256').update(JSON.stringify(now.config)).digest('hex').slice(0, 16),
+    bridges: () => new Map(now.bridges.map((bridge) => [bridge.name, bridge.stats])),
     devices: () => (edgeNode?.deviceList ?? []).map((d) => ({ id: d.id, up: d.stats.state === 'online' })),
   };
   const makeBridge = (bc: BridgeConfig): Bridge =>
     new Bridge({
       config: bc,
-      gatewayId: config.gateway.id,
+      gatewayId: now.config.gateway.id,
       broker,
       // The same name gives the same outbox: a bridge reconfigured on reload finds its backlog.
       outbox: store.outbox(bc.name, bc.queue),
@@ -150,28 +150,28 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
           ? store.outbox(deadLetterOutbox(bc.name), { ...bc.queue.deadLetter, maxAgeS: 0, overflow: 'drop-oldest' })
           : undefined,
       log: log.child({ mod: 'bridge', bridge: bc.name }),
-      hooks: edgeNode && bc.name === config.sparkplug?.uplink ? edgeNode.hooks : undefined,
-      maxPacketBytes: config.broker.maxPacketBytes,
+      hooks: edgeNode && bc.name === now.config.sparkplug?.uplink ? edgeNode.hooks : undefined,
+      maxPacketBytes: now.config.broker.maxPacketBytes,
       status: (online) => fleetStatus(statusSources, online),
     });
-  let bridges = config.bridges.map(makeBridge);
-  const uplinkBridge = bridges.find((bridge) => bridge.name === config.sparkplug?.uplink);
+  now.bridges = initial.bridges.map(makeBridge);
+  const uplinkBridge = now.bridges.find((bridge) => bridge.name === initial.sparkplug?.uplink);
   if (edgeNode && uplinkBridge) edgeNode.attachUplink(uplinkControl(uplinkBridge));
   // The local session starts first, so the first upstream prologue already has it to announce.
   await edgeNode?.start();
-  for (const bridge of bridges) await bridge.start();
+  for (const bridge of now.bridges) await bridge.start();
   // Delayed wills of the last run go out only now, so that an overdue one reaches the bridges too.
   broker.wills.start();
-  warnOrphanOutboxes(store, config.bridges, log);
+  warnOrphanOutboxes(store, initial.bridges, log);
 
   const server = new MqttServer(broker, auth, { ...b }, log.child({ mod: 'server' }), audit);
   fullGc(); // startup's garbage, before the first client (src/util/full-gc.ts)
   let listeners: BoundListener[];
   try {
-    listeners = await server.start(config.listeners);
+    listeners = await server.start(initial.listeners);
   } catch (err) {
     await edgeNode?.stop();
-    await Promise.all(bridges.map((bridge) => bridge.stop()));
+    await Promise.all(now.bridges.map((bridge) => bridge.stop()));
     await store.close();
     throw err;
   }
@@ -193,23 +193,23 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   );
   sys.start(b.sysIntervalS);
 
-  const bridgeStats = () => new Map(bridges.map((bridge) => [bridge.name, bridge.stats]));
+  const storeBytes = () => fileSize(join(now.config.storage.path, 'data.mdb'));
   const readiness = (askedForDevices: boolean) =>
     readinessProblems(
       store,
-      bridges,
+      now.bridges,
       server,
-      askedForDevices || config.metrics?.readyRequiresDevices ? (edgeNode?.deviceList ?? []) : [],
+      askedForDevices || now.config.metrics?.readyRequiresDevices ? (edgeNode?.deviceList ?? []) : [],
     );
   let metrics: MetricsServer | undefined;
   let webConsole: WebConsole | undefined;
-  if (config.metrics) {
+  if (initial.metrics) {
     const registry = createMetricsRegistry({
       broker: broker.stats,
       retained: () => broker.retained,
       subscriptionCount: () => broker.subscriptionCount,
       sessionCount: () => broker.sessions.size,
-      bridges: bridgeStats,
+      bridges: () => new Map(now.bridges.map((bridge) => [bridge.name, bridge.stats])),
       connectors: () =>
         new Map(
           (edgeNode?.deviceList ?? []).map((d) => {
@@ -217,7 +217,7 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
             return [d.id, { up: st.state === 'online', samples: st.samples, deaths: st.deaths, restarts: st.restarts }];
           }),
         ),
-      storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
+      storeBytes,
       storeCorruptRecords: () => store.corruptRecords,
       storeCommits: () => store.commits,
       storeSessionBytes: () => store.sessionBytes(),
@@ -228,58 +228,36 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       { problems: readiness },
       log.child({ mod: 'metrics' }),
       audit,
-      metricsAccess(config.metrics, config.auth.passwordFile),
+      metricsAccess(initial.metrics, initial.auth.passwordFile),
       loginThrottle,
     );
-    if (config.console) {
-      webConsole = new WebConsole(
-        {
-          version: VERSION,
-          config: extras.config,
-          configEditing: extras.config && configEditing(extras.config, config.storage.path),
-          plcTools: plcTools(connectorRegistry, config.storage.path, extras.config?.file),
-          broker: broker.stats,
-          clients: () => server.clients(),
-          offlineSessions: () =>
-            [...broker.sessions.values()]
-              .filter((session) => !session.isOnline())
-              .map((session) => ({
-                clientId: session.id,
-                owner: session.owner ?? undefined,
-                queued: session.queuedCount,
-                subscriptions: session.subscriptions.size,
-                expiryIntervalS: session.expiryIntervalS,
-              })),
-          storeBytes: () => fileSize(join(config.storage.path, 'data.mdb')),
-          storeMaxBytes: config.storage.maxBytes,
-          readiness: () => readiness(false),
-          bridges: () =>
-            bridges.map((bridge) => ({
-              bridge,
-              urls: config.bridges.find((bc) => bc.name === bridge.name)?.remote.urls ?? [],
-            })),
-          edgeNode,
-          disconnectClient: (clientId, why) => server.disconnectClient(clientId, why),
-          deleteSession: (clientId) => {
-            const session = broker.sessions.get(clientId);
-            if (session === undefined) return 'unknown';
-            if (session.isOnline()) return 'online';
-            broker.endSession(session);
-            return 'deleted';
-          },
-          logLines: () => extras.logRing?.entries() ?? [],
-        },
-        consoleUsers(config.console, config.auth.passwordFile),
+    if (initial.console) {
+      const sources = consoleSources({
+        version: VERSION,
+        config: extras.config,
+        configEditing: extras.config && configEditing(extras.config, initial.storage.path),
+        plcTools: plcTools(connectorRegistry, initial.storage.path, extras.config?.file),
+        logRing: extras.logRing,
+        broker,
+        server,
+        edgeNode,
+        now,
+        storeBytes,
+        readiness: () => readiness(false),
+      });
+      const routes = new WebConsole(
+        sources,
+        consoleUsers(initial.console, initial.auth.passwordFile),
         log.child({ mod: 'console' }),
         audit,
         loginThrottle,
       );
-      const routes = webConsole;
       metrics.mount((req, res, path) => routes.handle(req, res, path));
-      webConsole.start();
+      routes.start();
+      webConsole = routes;
     }
-    const port = await metrics.start(config.metrics.host, config.metrics.port, httpTls(config.metrics));
-    log.info({ host: config.metrics.host, port, console: webConsole !== undefined }, 'metrics endpoint listening');
+    const port = await metrics.start(initial.metrics.host, initial.metrics.port, httpTls(initial.metrics));
+    log.info({ host: initial.metrics.host, port, console: webConsole !== undefined }, 'metrics endpoint listening');
   }
 
   const stopClockWatch = watchClockSteps(clock, (stepMs) =>
@@ -288,11 +266,12 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       'the system clock stepped; ages, expiry and will delays keep counting real time',
     ),
   );
-  log.info({ version: VERSION, listeners: listeners.length, bridges: bridges.length }, 'edgeferry started');
-  await systemd.ready(`${listeners.length} listener(s), ${bridges.length} bridge(s)`);
+  log.info({ version: VERSION, listeners: listeners.length, bridges: now.bridges.length }, 'edgeferry started');
+  await systemd.ready(`${listeners.length} listener(s), ${now.bridges.length} bridge(s)`);
   // The event loop itself drives the pings, so a blocked loop stops them and systemd restarts us.
   systemd.startWatchdog(() => true);
 
+  const reloadTargets = { server, metrics, webConsole, edgeNode, makeAuth, makeBridge, makeConnector, log, audit };
   let stopping: Promise<void> | undefined;
   return {
     listeners,
@@ -305,71 +284,14 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
         await edgeNode?.stop();
         await server.stop();
         broker.close();
-        await Promise.all(bridges.map((bridge) => bridge.stop()));
+        await Promise.all(now.bridges.map((bridge) => bridge.stop()));
         // Its live streams end first: the listener's close waits for open responses.
         webConsole?.stop();
         await metrics?.stop();
         await store.close();
         systemd.close();
       })()),
-    reload: async (next) => {
-      const plan = planReload(config, next);
-      // Users and ACLs apply at once, for new operations of connected clients too.
-      if (plan.reloadAuth) {
-        auth = createAuth(next, audit, stats, reserved, loginThrottle);
-        server.setAuth(auth);
-        audit.info(
-          { passwordFile: next.auth.passwordFile, aclFile: next.auth.aclFile },
-          'authentication and ACL rules reloaded',
-        );
-      }
-      // The metrics section itself needs a restart; its users' passwords and its token follow their files.
-      if (metrics && config.metrics) {
-        try {
-          metrics.setAccess(metricsAccess(config.metrics, next.auth.passwordFile));
-          const tls = httpTls(config.metrics);
-          if (tls) metrics.setTls(tls);
-        } catch (err) {
-          log.error(errorLogFields(err), 'metrics credentials not reloaded, the endpoint keeps the current ones');
-        }
-      }
-      // The console's user lists and passwords apply at once; logins of users no longer listed end.
-      const nextConsole = plan.inForce.console;
-      if (webConsole && nextConsole) {
-        try {
-          webConsole.setUsers(consoleUsers(nextConsole, next.auth.passwordFile));
-        } catch (err) {
-          log.error(errorLogFields(err), 'console users not reloaded, the console keeps the current ones');
-        }
-      }
-      // Certificates are re-read even when the config is unchanged: renewing one replaces the files in place.
-      try {
-        if (server.reloadTls() > 0) log.info('TLS certificates reloaded');
-      } catch (err) {
-        log.error(errorLogFields(err), 'TLS files not reloaded, the listeners keep their current certificates');
-      }
-      // Bridges are stopped, started or restarted one by one (by name, so a bridge finds its outbox again); the
-      // others, and every client, carry on.
-      for (const bc of [...plan.bridges.remove, ...plan.bridges.change]) {
-        await bridges.find((bridge) => bridge.name === bc.name)?.stop();
-        bridges = bridges.filter((bridge) => bridge.name !== bc.name);
-      }
-      for (const bc of plan.bridges.remove) log.info({ bridge: bc.name }, 'bridge removed; its outbox stays on disk');
-      for (const bc of [...plan.bridges.change, ...plan.bridges.add]) {
-        const bridge = makeBridge(bc);
-        await bridge.start();
-        bridges = [...bridges, bridge];
-        log.info({ bridge: bc.name }, plan.bridges.change.includes(bc) ? 'bridge reconfigured' : 'bridge added');
-      }
-      // Connectors are swapped one by one on the running edge node; the other devices, and its session, carry on.
-      const connectors = edgeNode
-        ? await applyConnectorChanges(edgeNode, config.connectors, plan.connectors, makeConnector, log)
-        : config.connectors;
-      if (plan.needsRestart.length > 0)
-        log.warn({ sections: plan.needsRestart }, 'configuration changes that need a restart to apply');
-      config = { ...plan.inForce, connectors };
-      return { needsRestart: plan.needsRestart };
-    },
+    reload: (next) => reloadGateway(now, reloadTargets, next),
   };
 }
 
@@ -409,57 +331,6 @@ function createEdgeNode(
   });
 }
 
-/**
- * Applies a reload plan's connector changes to the running edge node, by id: a removed connector stops (DDEATH);
- * an added one starts (DBIRTH when it first answers); a changed one is stopped (DDEATH) and started again with its
- * new config (a new DBIRTH with its new metric list); the others keep running untouched. Returns the configs now
- * running. A connector that cannot be created is logged and left as it was (the old one keeps running, a new one
- * stays absent), so the next reload tries again.
- */
-async function applyConnectorChanges(
-  edgeNode: EdgeNode,
-  running: readonly ConnectorConfig[],
-  changes: ListChanges<ConnectorConfig>,
-  makeConnector: (c: ConnectorConfig) => Connector,
-  log: Logger,
-): Promise<ConnectorConfig[]> {
-  let now = [...running];
-  const create = (c: ConnectorConfig): Connector | undefined => {
-    try {
-      return makeConnector(c);
-    } catch (err) {
-      log.error(
-        { ...errorLogFields(err), connector: c.id },
-        'connector config not applied: the connector could not be created',
-      );
-      return undefined;
-    }
-  };
-  for (const before of changes.remove) {
-    await edgeNode.removeDevice(before.id);
-    now = now.filter((c) => c.id !== before.id);
-    log.info({ connector: before.id, type: before.type }, 'connector removed');
-  }
-  for (const after of changes.change) {
-    // Created before the old one stops: a config the factory refuses leaves the running device alone.
-    const connector = create(after);
-    if (!connector) continue;
-    // The old connector has released its sockets when this resolves, so the new one may take the same device.
-    await edgeNode.removeDevice(after.id);
-    edgeNode.addDevice(connector, after.profile);
-    now = now.map((c) => (c.id === after.id ? after : c));
-    log.info({ connector: after.id, type: after.type }, 'connector reconfigured');
-  }
-  for (const after of changes.add) {
-    const connector = create(after);
-    if (!connector) continue;
-    edgeNode.addDevice(connector, after.profile);
-    now.push(after);
-    log.info({ connector: after.id, type: after.type }, 'connector added');
-  }
-  return now;
-}
-
 /** What the edge node may ask of its uplink bridge. */
 function uplinkControl(bridge: Bridge): UplinkControl {
   return {
@@ -471,78 +342,6 @@ function uplinkControl(bridge: Bridge): UplinkControl {
     publishNow: (messages) => bridge.publishNow(messages),
     reconnect: (reason) => bridge.reconnect(reason),
     origin: bridge.origin,
-  };
-}
-
-/**
- * Password file and ACL (re-read on every reload, so edited files apply), and the `reserved` topics no client
- * publishes in; failed logins and refusals go to the audit log.
- */
-function createAuth(
-  config: Config,
-  audit: Logger,
-  stats: BrokerStats,
-  reserved: ReservedTopics | undefined,
-  throttle: LoginThrottle,
-): AuthHooks {
-  const key = (path: string) => (path === config.auth.aclFile ? 'auth.aclFile' : 'auth.passwordFile');
-  return loadFileAuth(
-    config.auth,
-    (path) => readConfiguredFile(path, key(path)),
-    {
-      loginRefused: (c, why) => {
-        stats.authFailures++;
-        audit.warn({ clientId: c.clientId, username: c.username, remote: c.remoteAddress, why }, 'login refused');
-      },
-      loginAccepted: (c) =>
-        audit.info({ clientId: c.clientId, username: c.username, remote: c.remoteAddress }, 'login'),
-      denied: (c, action, topic, why) => {
-        stats.aclDenied[action]++;
-        audit.warn(
-          { clientId: c.clientId, username: c.username, action, topic, why },
-          why === undefined ? 'denied by ACL' : 'publish refused',
-        );
-      },
-    },
-    reserved,
-    throttle,
-  );
-}
-
-/** The credentials of `metrics.auth`, read from their files now (at start, and again on reload). */
-function metricsAccess(metrics: MetricsConfig, passwordFile: string | undefined): MetricsAccess | undefined {
-  const { auth } = metrics;
-  if (auth === undefined) return undefined;
-  let verifyUser: MetricsAccess['verifyUser'];
-  let isUser: MetricsAccess['isUser'];
-  if (auth.users !== undefined && passwordFile !== undefined) {
-    // createAuth has read the same file first and refused it if it has bad lines.
-    const { file } = PasswordFile.parse(readConfiguredFile(passwordFile, 'auth.passwordFile'));
-    const users = new Set(auth.users);
-    // The password is checked first, so an unlisted user costs the same time as a listed one.
-    verifyUser = async (user, password) => (await file.verify(user, password)) && users.has(user);
-    isUser = (user) => file.has(user);
-  }
-  let token: string | undefined;
-  if (auth.tokenFile !== undefined) token = metricsToken(auth.tokenFile);
-  return { verifyUser, isUser, token };
-}
-
-/** Console and metrics users missing from the password file cannot log in: said at start (and by --check-config). */
-function warnUsersWithoutPassword(config: Config, log: Logger): void {
-  if (config.auth.passwordFile === undefined) return;
-  const { file } = PasswordFile.parse(readConfiguredFile(config.auth.passwordFile, 'auth.passwordFile'));
-  for (const { path, message } of usersWithoutPassword(config, file)) log.warn({ key: path }, message);
-}
-
-/** The console's users, with passwords from auth.passwordFile read now (at start, and again on reload). */
-function consoleUsers(console: ConsoleConfig, passwordFile: string | undefined): ConsoleUsers {
-  // The schema requires the password file with a console section; createAuth has read and checked it first.
-  const { file } = PasswordFile.parse(readConfiguredFile(passwordFile ?? '', 'auth.passwordFile'));
-  return {
-    ...console,
-    verifyPassword: (user, password) => file.verify(user, password),
-    isUser: (user) => file.has(user),
   };
 }
 

@@ -15,55 +15,16 @@ import type { RetainedLimits } from './retained.js';
 import { RetainedSender } from './retained-sender.js';
 import type { RetainedMeta } from '../store/types.js';
 import { NEVER_EXPIRES, Session, SessionSettings } from './session.js';
-import type { DropReason, ReadGate, SessionEvents, SessionOwner } from './session.js';
+import type { ReadGate, SessionEvents, SessionOwner } from './session.js';
 import { memoryWindow, type SessionLimits } from './session-limits.js';
 import type { ClientInfo } from './auth.js';
 import { TopicTree } from './topic-tree.js';
 import type { SharedGroup, Subscriber, Subscription } from './topic-tree.js';
 import { WillScheduler } from './wills.js';
+import { BrokerStats } from './stats.js';
+import { InProcessSubscriber, type Deliver, type SubscribeOptions } from './in-process-subscriber.js';
+import { SessionExpiry } from './session-expiry.js';
 import type { SteadyClock } from '../util/clock.js';
-
-export interface SubscribeOptions {
-  qos: QoS;
-  /** The subscriber's identity: with `noLocal`, messages whose origin equals it are not delivered. */
-  origin: string;
-  noLocal?: boolean;
-  retainAsPublished?: boolean;
-  retainHandling?: 0 | 1 | 2;
-  /** Why this subscriber would refuse a QoS 1/2 message now (Subscriber.refusal), or undefined. */
-  refusal?: (msg: Message) => Error | undefined;
-}
-
-/** An in-process subscriber's callback; a returned promise makes the publisher wait for it (durability). */
-export type Deliver = (msg: Message) => void | Promise<void>;
-
-/** Plain counters, read by `$SYS` and the metrics endpoint on demand. */
-export class BrokerStats {
-  /** `performance.now()` at start, for the uptime. */
-  readonly startedAtMs = performance.now();
-  clientsConnected = 0;
-  clientsMaximum = 0;
-  connectionsTotal = 0;
-  readonly messagesReceived = [0, 0, 0];
-  readonly messagesSent = [0, 0, 0];
-  /** In-process publishes (the edge node's, bridges' inbound messages); `$SYS` is not counted, as Mosquitto does not. */
-  messagesPublishedLocally = 0;
-  bytesReceived = 0;
-  bytesSent = 0;
-  readonly dropped: Record<DropReason, number> = {
-    queue_full: 0,
-    expired: 0,
-    too_large: 0,
-    slow_client: 0,
-    not_authorized: 0,
-    session_taken_over: 0,
-    quota_exceeded: 0,
-  };
-  authFailures = 0;
-  readonly aclDenied = { publish: 0, subscribe: 0 };
-  /** Connections closed by the broker, by MQTT 5 reason name. */
-  readonly disconnects: Record<string, number> = {};
-}
 
 export interface BrokerOptions {
   readonly limits: SessionLimits;
@@ -90,7 +51,7 @@ export class Broker {
   /** The store's steady timeline (util/clock.ts): session disconnect times, will due times. */
   readonly clock: SteadyClock;
   private readonly tree = new TopicTree();
-  private readonly expiryTimers = new Map<string, NodeJS.Timeout>();
+  private readonly expiry = new SessionExpiry((session) => this.endSession(session));
   private readonly sessionEvents: SessionEvents;
   private routeGeneration = 0;
   /** Merge tables of `route`, one per nesting level (a delivery may publish again), reused by every message. */
@@ -395,7 +356,7 @@ export class Broker {
     cleanStart: boolean,
     expiryIntervalS: number,
   ): { session: Session; present: boolean } {
-    this.cancelExpiry(clientId);
+    this.expiry.cancel(clientId);
     let existing = this.sessions.get(clientId);
     if (existing && existing.owner !== undefined && existing.owner !== owner) {
       this.discardForeign(existing, owner);
@@ -487,7 +448,7 @@ export class Broker {
       }
       session.restore(record.queue, record.queueTail);
       for (const packetId of record.awaitingRelease) session.awaitPubrel(packetId);
-      this.scheduleExpiry(session, leftS);
+      this.expiry.schedule(session, leftS);
       restored++;
     }
     return restored;
@@ -516,12 +477,12 @@ export class Broker {
     const expiryS = session.expiryIntervalS;
     if (expiryS === 0) return this.endSession(session);
     this.persistSession(session, this.clock.nowMs());
-    this.scheduleExpiry(session, expiryS);
+    this.expiry.schedule(session, expiryS);
   }
 
   /** The session ends: subscriptions go, and a delayed will still pending is published now [MQTT-3.1.3-9]. */
   endSession(session: Session): void {
-    this.cancelExpiry(session.id);
+    this.expiry.cancel(session.id);
     if (session.store) {
       session.store.drop(session.id).catch((err: unknown) => this.sessionEvents.storeFailed(err, session.id));
       session.store = undefined;
@@ -538,17 +499,9 @@ export class Broker {
    * their sessions end with the process.
    */
   close(): void {
-    for (const timer of this.expiryTimers.values()) clearTimeout(timer);
-    this.expiryTimers.clear();
+    this.expiry.close();
     this.retainedSender.close();
     this.wills.close(this.options.store.durable);
-  }
-
-  private scheduleExpiry(session: Session, afterS: number): void {
-    if (afterS === NEVER_EXPIRES) return;
-    const timer = setTimeout(() => this.endSession(session), Math.min(afterS * 1000, 2 ** 31 - 1));
-    timer.unref();
-    this.expiryTimers.set(session.id, timer);
   }
 
   /** Writes (or, at expiry 0, removes) the session's own record in the store. */
@@ -571,14 +524,6 @@ export class Broker {
     sessions
       .putSession(session.id, { expiryIntervalS: session.expiryIntervalS, disconnectedAtMs, owner: session.owner })
       .catch(fail);
-  }
-
-  private cancelExpiry(clientId: string): void {
-    const timer = this.expiryTimers.get(clientId);
-    if (timer) {
-      clearTimeout(timer);
-      this.expiryTimers.delete(clientId);
-    }
   }
 
   private publishWill(msg: Message): Promise<unknown> | undefined {
@@ -633,23 +578,4 @@ class RouteMerge {
 function settle(waits: Promise<unknown>[] | undefined): Promise<unknown> | undefined {
   if (!waits) return undefined;
   return waits.length === 1 ? waits[0] : Promise.all(waits);
-}
-
-class InProcessSubscriber implements Subscriber {
-  routeMark = 0;
-  routeSlot = 0;
-
-  constructor(
-    readonly id: string,
-    private readonly callback: Deliver,
-    readonly refusal: ((msg: Message) => Error | undefined) | undefined,
-  ) {}
-
-  isOnline(): boolean {
-    return true;
-  }
-
-  deliver(msg: Message, qos: QoS, retain: boolean): void | Promise<void> {
-    return this.callback(qos === msg.qos && retain === msg.retain ? msg : { ...msg, qos, retain });
-  }
 }

@@ -1,7 +1,7 @@
 /**
  * What a reload (SIGHUP) changes, decided from the configuration in force and the file's new one without touching
- * anything: `gateway.ts` applies the plan (docs/architecture.md#configuration). Bridges and connectors change one
- * by one, by name and id; sections that the running parts were built from wait for a restart.
+ * anything: `gateway/reload.ts` applies the plan (docs/architecture.md#configuration). Bridges and connectors
+ * change one by one, by name and id; sections that the running parts were built from wait for a restart.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { BridgeConfig, Config, ConnectorConfigEntry } from './schema.js';

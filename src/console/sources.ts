@@ -1,8 +1,9 @@
 /**
  * What the web console reads and acts on: the gateway's own objects, handed over by the composition root
- * (src/gateway.ts). The console keeps no copy of their state; every view is read from them when it is built.
+ * (src/gateway/console-sources.ts). The console keeps no copy of their state; every view is read from them when
+ * it is built.
  */
-import type { BrokerStats } from '../broker/broker.js';
+import type { BrokerStats } from '../broker/stats.js';
 import type { Bridge } from '../bridge/bridge.js';
 import type { ClientView } from '../server/listeners.js';
 import type { EdgeNode } from '../sparkplug/edge-node.js';

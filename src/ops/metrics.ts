@@ -9,7 +9,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
-import type { BrokerStats } from '../broker/broker.js';
+import type { BrokerStats } from '../broker/stats.js';
 import type { BridgeStats } from '../bridge/bridge-report.js';
 import type { Logger } from '../util/logger.js';
 import { listenerBindError } from '../util/errors.js';

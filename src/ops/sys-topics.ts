@@ -2,7 +2,7 @@
  * Mosquitto's `$SYS/broker/...` tree (mosquitto(8), "BROKER STATUS"), published retained every `intervalS`, so
  * existing dashboards and mosquitto-exporter work unchanged. Values that did not change are not re-published.
  */
-import type { BrokerStats } from '../broker/broker.js';
+import type { BrokerStats } from '../broker/stats.js';
 
 export interface SysSource {
   readonly stats: BrokerStats;

@@ -4,7 +4,6 @@
  * with the right reason code, and is counted; nothing escapes to the other clients.
  */
 import {
-  createParser,
   decodePublish,
   decodeShortAck,
   encodeAck,
@@ -14,9 +13,8 @@ import {
 } from '../protocol/codec.js';
 import { decodeConnectV4 } from '../protocol/connect-codec.js';
 import { packetBytes, pushChunk } from '../protocol/framer.js';
-import { countUserProperties } from '../protocol/property-scan.js';
 import type { FrameHandler, PacketFramer } from '../protocol/framer.js';
-import type { AckCommand, Packet, Parser, ProtocolVersion, PublishEncodings, ShortAck } from '../protocol/codec.js';
+import type { AckCommand, Packet, ProtocolVersion, PublishEncodings, ShortAck } from '../protocol/codec.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { Reason, reasonName } from '../protocol/reason-codes.js';
 import { BufferBatch } from '../util/buffer-batch.js';
@@ -25,11 +23,12 @@ import type { Logger } from '../util/logger.js';
 import type { Session } from '../broker/session.js';
 import type { Delivery } from '../broker/session-queue.js';
 import type { HeldPublisher } from '../broker/publisher-hold.js';
-import type { ClientConnection, ConnectionState, PendingAck, ServerContext, Will } from './context.js';
+import type { ConnectionState, PendingAck, ServerContext, Will } from './context.js';
 import type { PendingConnections } from './pending.js';
 import type { Transport, TransportReader } from './transport.js';
 import type { TurnWork, WriteFlusher } from './write-flusher.js';
-import { handlePacket, refuseConnect } from './handlers/index.js';
+import { handlePacket } from './handlers/index.js';
+import { parseGenericPacket, type GenericPacketConnection } from './generic-packet.js';
 
 /** What connections share beyond what their handlers see: the write flusher and the server's registries (listeners.ts). */
 export interface ConnectionContext extends ServerContext {
@@ -78,7 +77,7 @@ const NO_BYTES = Buffer.alloc(0);
 const decodedPublish = newPublishPacket();
 const decodedAck: ShortAck = { cmd: 'puback', messageId: 0, reasonCode: 0 };
 
-export class Connection implements ClientConnection, FrameHandler, HeldPublisher, TurnWork, TransportReader {
+export class Connection implements GenericPacketConnection, FrameHandler, HeldPublisher, TurnWork, TransportReader {
   state: ConnectionState = 'awaiting-connect';
   version: ProtocolVersion = 4;
   clientId = '';
@@ -421,48 +420,7 @@ export class Connection implements ClientConnection, FrameHandler, HeldPublisher
       const connect = decodeConnectV4(data, first, bodyStart, end);
       if (connect) return this.dispatch(connect);
     }
-    if (
-      (this.version === 5 || this.state === 'awaiting-connect') &&
-      this.refusedForUserProperties(data, first, bodyStart, end)
-    )
-      return;
-    this.parseGeneric(data.subarray(packetStart, end));
-  }
-
-  /**
-   * Counts the User Properties of an MQTT 5 packet before mqtt-packet builds them (`countUserProperties`): more than
-   * `maxUserProperties` close the connection with 0x95 (CONNECT: CONNACK 0x95), saying why.
-   */
-  private refusedForUserProperties(data: Buffer, first: number, bodyStart: number, end: number): boolean {
-    const count = countUserProperties(data, first, bodyStart, end);
-    const max = this.ctx.limits.maxUserProperties;
-    if (count <= max) return false;
-    const why = `${count} user properties, more than broker.maxUserProperties (${max})`;
-    if (this.state !== 'awaiting-connect') throw new ProtocolError(Reason.PacketTooLarge, why);
-    this.version = 5; // only an MQTT 5 CONNECT has properties
-    refuseConnect(this, Reason.PacketTooLarge, why);
-    return true;
-  }
-
-  /**
-   * One whole packet through mqtt-packet. A parser lives only for the call: it would otherwise keep per connection
-   * an emitter, a buffer list and the CONNECT packet (as its settings), which idle connections do not need.
-   */
-  private parseGeneric(bytes: Buffer): void {
-    const parser: Parser = createParser(this.state === 'awaiting-connect' ? undefined : this.version);
-    parser.on('packet', (packet: Packet) => this.dispatch(packet));
-    parser.on('error', (err: Error) => this.onParseError(err));
-    parser.parse(bytes);
-  }
-
-  private onParseError(err: Error): void {
-    if (this.state === 'closed') return;
-    if (err.message === 'Invalid protocol version' && this.state === 'awaiting-connect') {
-      // Unknown protocol level: CONNACK 0x01 in the 3.1.1 format, then close [MQTT-3.1.2-2].
-      this.write(Buffer.from([0x20, 0x02, 0x00, 0x01]));
-      return this.close(undefined, 'unsupported protocol version');
-    }
-    this.protocolFailure(new ProtocolError(Reason.MalformedPacket, err.message));
+    parseGenericPacket(this, data, first, packetStart, bodyStart, end);
   }
 
   dispatch(packet: Packet): void {

@@ -11,17 +11,18 @@
  * - `Commands`: NCMD and DCMD, audited;
  * - `PlainTopics`: with `plain`, the devices' values as retained JSON for local consumers, and their `/set` writes.
  */
-import type { Connector, TagDatatype, TagValue } from '../../connectors/contract.js';
+import type { Connector, TagValue } from '../../connectors/contract.js';
 import type { Broker } from '../broker/broker.js';
 import type { Message, QoS } from '../protocol/message.js';
 import { createMessage } from '../protocol/message.js';
 import { asError, EdgeferryError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import { Commands, REBIRTH } from './commands.js';
+import { Commands } from './commands.js';
 import type { LastCommand, Sender, SenderIdentity, WriteOutcome } from './commands.js';
 import { Device } from './device.js';
 import type { DeviceHost } from './device.js';
 import { NodeState } from './node-state.js';
+import { BACKLOG_REPORT_MS, NodeMetrics } from './node-metrics.js';
 import type { MetricOut, PayloadOut } from './payload.js';
 import { encodePayload, nodeDeathPayload } from './payload.js';
 import { PlainTopics } from './plain-topics.js';
@@ -34,13 +35,6 @@ import type { SparkplugUplinkHooks, UplinkControl } from './upstream-session.js'
 import { compressionAlgorithm } from './compression.js';
 
 export type { UplinkControl } from './upstream-session.js';
-
-const BDSEQ = 'bdSeq';
-const DEVICES_ONLINE = 'Node Info/Devices Online';
-const VERSION = 'Node Info/Version';
-const BACKLOG = 'Node Info/Backlog Messages';
-/** A changed backlog goes out in NDATA at most this often (it changes with every message while it drains). */
-const BACKLOG_REPORT_MS = 10_000;
 
 export interface EdgeNodeOptions {
   readonly config: SparkplugConfig;
@@ -86,13 +80,6 @@ export interface EdgeNodeStats {
   readonly twinBirths: number;
 }
 
-interface NodeMetric {
-  readonly name: string;
-  readonly datatype: TagDatatype;
-  readonly alias?: number;
-  value: () => TagValue;
-}
-
 export class EdgeNode implements DeviceHost {
   readonly hooks: SparkplugUplinkHooks & { readonly watch: TwinWatch };
   private readonly config: SparkplugConfig;
@@ -100,8 +87,7 @@ export class EdgeNode implements DeviceHost {
   private readonly log: Logger;
   private readonly state: NodeState;
   private readonly devices = new Map<string, Device>();
-  private readonly nodeMetrics: NodeMetric[];
-  private readonly nodeAliases = new Map<number, NodeMetric>();
+  private readonly nodeMetrics: NodeMetrics;
   private readonly primaryHost: PrimaryHost | undefined;
   /** With a primary host and no uplink, the host gates the local session. */
   private readonly gateLocal: boolean;
@@ -119,10 +105,7 @@ export class EdgeNode implements DeviceHost {
   private localSeq = 0;
   private nodeBirthTs: number | undefined;
   private lastUniqueTs = 0;
-  private devicesOnlinePublished = -1;
   private readonly backlog: EdgeNodeOptions['backlog'];
-  private backlogPublished = -1;
-  private backlogPublishedAtMs = -Infinity;
   private backlogTimer: NodeJS.Timeout | undefined;
   /** The Templates the last local NBIRTH defined. */
   private definedTemplates = new Set<string>();
@@ -147,31 +130,16 @@ export class EdgeNode implements DeviceHost {
 
     // Aliases are unique across the whole node and stable across restarts (persisted).
     this.backlog = options.backlog;
-    const keys = [`/${DEVICES_ONLINE}`, ...(options.backlog ? [`/${BACKLOG}`] : [])];
+    const nodeSources = {
+      bdSeq: () => this.localBdSeq,
+      devicesOnline: () => this.devicesOnline(),
+      version: options.version,
+      backlog: options.backlog,
+    };
+    const keys = NodeMetrics.aliasKeys(nodeSources);
     for (const c of options.connectors) keys.push(...aliasKeys(c, this.templateOf(options.profiles?.get(c.id))));
     const aliases = this.state.assignAliases(keys);
-
-    this.nodeMetrics = [
-      // bdSeq and the rebirth control carry no alias (Sparkplug 3.0 NBIRTH rules).
-      { name: BDSEQ, datatype: 'Int64', value: () => BigInt(this.localBdSeq) },
-      { name: REBIRTH, datatype: 'Boolean', value: () => false },
-      {
-        name: DEVICES_ONLINE,
-        datatype: 'UInt32',
-        alias: aliases.get(`/${DEVICES_ONLINE}`),
-        value: () => this.devicesOnline(),
-      },
-    ];
-    const { version, backlog } = options;
-    if (version !== undefined) this.nodeMetrics.push({ name: VERSION, datatype: 'String', value: () => version });
-    if (backlog)
-      this.nodeMetrics.push({
-        name: BACKLOG,
-        datatype: 'UInt64',
-        alias: aliases.get(`/${BACKLOG}`),
-        value: () => BigInt(backlog().messages),
-      });
-    for (const m of this.nodeMetrics) if (m.alias !== undefined) this.nodeAliases.set(m.alias, m);
+    this.nodeMetrics = new NodeMetrics(nodeSources, aliases);
 
     this.plain =
       this.config.plain &&
@@ -209,8 +177,7 @@ export class EdgeNode implements DeviceHost {
     this.commands = new Commands({
       rebirthDebounceMs: this.config.rebirthDebounceMs,
       devices: this.devices,
-      nodeMetric: (m) =>
-        m.name !== undefined ? this.nodeMetrics.find((n) => n.name === m.name) : this.nodeAliases.get(m.alias ?? -1),
+      nodeMetric: (m) => this.nodeMetrics.find(m),
       rebirth: () => this.rebirth(),
       refusal: (msg) => this.commandRefusal(msg),
       log: this.log,
@@ -499,7 +466,7 @@ export class EdgeNode implements DeviceHost {
     this.definedTemplates = new Set(
       [...this.devices.values()].flatMap((d) => (d.template === undefined ? [] : [d.template])),
     );
-    this.devicesOnlinePublished = this.devicesOnline();
+    this.nodeMetrics.localBirth();
     for (const device of this.devices.values()) device.birth();
     return timestamp;
   }
@@ -509,15 +476,7 @@ export class EdgeNode implements DeviceHost {
    * instance in a DBIRTH refers to is in the NBIRTH [tck-id-payloads-template-definition-nbirth].
    */
   private nodeBirthMetrics(timestamp: number, bdSeq: bigint): MetricOut[] {
-    const metrics: MetricOut[] = this.nodeMetrics.map((m) => ({
-      name: m.name,
-      alias: m.alias,
-      datatype: m.datatype,
-      timestamp,
-      value: m.name === BDSEQ ? bdSeq : m.value(),
-    }));
-    // The births (local or upstream) carry the backlog now; NDATA reports it when it changes from this.
-    this.backlogPublished = this.backlog?.().messages ?? -1;
+    const metrics = this.nodeMetrics.birth(timestamp, bdSeq);
     const defined = new Set<string>();
     for (const device of this.devices.values()) {
       if (device.template === undefined || defined.has(device.template)) continue;
@@ -528,35 +487,15 @@ export class EdgeNode implements DeviceHost {
   }
 
   /**
-   * NDATA with the node metrics that changed: the device count at once, the backlog at most every
-   * `BACKLOG_REPORT_MS`. Held while a device's first start is pending: the DBIRTHs of the devices that come up with
-   * the node follow its NBIRTH with no node data between [tck-id-payloads-dbirth-order].
+   * NDATA with the node metrics that changed (`NodeMetrics.changed`). Held while a device's first start is pending:
+   * the DBIRTHs of the devices that come up with the node follow its NBIRTH with no node data between
+   * [tck-id-payloads-dbirth-order].
    */
   private publishNodeData(): void {
     if (!this.localBorn || this.stopping) return;
     for (const d of this.devices.values()) if (d.firstStartPending) return;
     const timestamp = Date.now();
-    const metrics: MetricOut[] = [];
-    const changed = (name: string, value: TagValue): void => {
-      const metric = this.nodeMetrics.find((m) => m.name === name) as NodeMetric;
-      metrics.push({ alias: metric.alias, valueType: metric.datatype, timestamp, value });
-    };
-    const online = this.devicesOnline();
-    if (online !== this.devicesOnlinePublished) {
-      this.devicesOnlinePublished = online;
-      changed(DEVICES_ONLINE, online);
-    }
-    const backlog = this.backlog?.();
-    const nowMs = performance.now();
-    if (
-      backlog?.online &&
-      backlog.messages !== this.backlogPublished &&
-      nowMs - this.backlogPublishedAtMs >= BACKLOG_REPORT_MS
-    ) {
-      this.backlogPublished = backlog.messages;
-      this.backlogPublishedAtMs = nowMs;
-      changed(BACKLOG, BigInt(backlog.messages));
-    }
+    const metrics = this.nodeMetrics.changed(timestamp);
     if (metrics.length === 0) return;
     this.counters.dataMessages++;
     void this.publishLocal(nodeTopic(this.config.groupId, 'NDATA', this.config.edgeNodeId), {

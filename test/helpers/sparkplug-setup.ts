@@ -15,7 +15,7 @@ import { ConnectorError } from '../../src/util/errors.js';
 import type { Message, QoS } from '../../src/protocol/message.js';
 import { createMessage } from '../../src/protocol/message.js';
 import { Broker } from '../../src/broker/broker.js';
-import type { Deliver, SubscribeOptions } from '../../src/broker/broker.js';
+import type { Deliver, SubscribeOptions } from '../../src/broker/in-process-subscriber.js';
 import { createMemoryStore } from '../../src/store/memory.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { decodePayload, encodePayload } from '../../src/sparkplug/payload.js';
