@@ -225,7 +225,7 @@ export class Uplink {
 
   private connectNext(): void {
     if (this.stopped) return;
-    const { remote, ackTimeoutS } = this.options.config;
+    const { remote } = this.options.config;
     const url = remote.urls[this.urlIndex % remote.urls.length];
     this.urlIndex++;
     this.options.events.connecting(this.schedule.nextAttempt(), url);
@@ -267,9 +267,9 @@ export class Uplink {
     });
     stream.on('close', () => this.onClose(conn));
     conn.connackTimer = setTimeout(() => {
-      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: no CONNACK within ${ackTimeoutS} s`);
+      conn.error ??= new UplinkError('EF_UPLINK_CONNECT', `${url}: no CONNACK within ${remote.connectTimeoutS} s`);
       stream.destroy();
-    }, ackTimeoutS * 1000);
+    }, remote.connectTimeoutS * 1000);
     conn.connackTimer.unref();
   }
 

@@ -48,6 +48,7 @@ export function bridgeConfig(
       clientId: 'edgeferry-test',
       protocolVersion: 5,
       keepaliveS: 60,
+      connectTimeoutS: 10,
       cleanStart: false,
       sessionExpiryS: 3600,
       ...remote,

@@ -13,6 +13,26 @@ import { delay, waitFor } from '../helpers/wait.js';
 const d = useDisposer();
 
 describe('bridge: half-open uplink', { timeout: 120_000 }, () => {
+  it('gives up a connect attempt into a dead link after remote.connectTimeoutS, not ackTimeoutS, and is through soon after the link is back', async () => {
+    const central = d.add(await startMosquitto());
+    const proxy = d.add(await startFaultProxy(central.port));
+    proxy.blackhole(); // the SYN is answered, but the CONNECT never arrives and no CONNACK comes back
+    const gw = d.add(
+      await startGateway(bridgePatch(proxy.url, { ackTimeoutS: 120, remote: { connectTimeoutS: 1 } }), {
+        logLevel: 'debug',
+      }),
+    );
+    // Each attempt ends after 1 s: a second one reaches the proxy long before the 120 s of ackTimeoutS.
+    await waitFor(() => proxy.accepted >= 2, 15_000, { message: () => gw.output() });
+    expect(gw.output()).toContain('no CONNACK within 1 s');
+    proxy.restore();
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 1 }));
+    const local = await connectClient(gw.url);
+    d.defer(() => local.endAsync(true));
+    await local.publishAsync('plant/after-the-dead-link', 'x', { qos: 1 });
+    await waitFor(() => up.payloads().includes('x'), 15_000, { message: 'through after the link is back' });
+  });
+
   for (const qos of [0, 1] as const) {
     it(`detects a blackholed uplink, reconnects, and delivers every QoS ${qos} message accepted meanwhile`, async () => {
       const central = d.add(await startMosquitto());

@@ -94,6 +94,7 @@ listeners:
       clientId: `${hostname()}-central`,
       protocolVersion: 5,
       keepaliveS: 60,
+      connectTimeoutS: 10,
       cleanStart: false,
     });
     expect(b.topics).toEqual([{ filter: 'a/#', direction: 'out', localPrefix: '', remotePrefix: '' }]);

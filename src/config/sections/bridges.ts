@@ -73,6 +73,11 @@ const remoteSchema = z
     passwordFile: filePath.optional(),
     protocolVersion: z.literal([4, 5]).default(5),
     keepaliveS: int(0, 65_535).default(60),
+    /**
+     * From the dial to the CONNACK (TCP, TLS, CONNECT): an attempt into a dead link (a SYN or handshake that gets no
+     * answer) is given up after this, so the next one goes out soon after the link is back.
+     */
+    connectTimeoutS: int(1, 300).default(10),
     // Absent: a persistent session (false, 86,400 s), except for the Sparkplug uplink, whose session is always clean
     // (resolved with the sparkplug section, below).
     cleanStart: z.boolean().optional(),
