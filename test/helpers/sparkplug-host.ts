@@ -29,9 +29,10 @@ export interface HostMessage {
   readonly retain: boolean;
   /** Decompressed when it came compressed (by Tahu's decoder, test/helpers/tahu.ts). */
   readonly payload: PayloadIn;
-  /** How it came: compressed or not, and its bytes on the wire. */
+  /** How it came: compressed or not, its bytes on the wire, and the payload's own bytes (decompressed). */
   readonly compressed: boolean;
   readonly wire: Buffer;
+  readonly plain: Buffer;
   readonly receivedAtMs: number;
 }
 
@@ -145,6 +146,7 @@ export async function startSparkplugHost(
       payload,
       compressed: inner !== undefined,
       wire: payloadBuf,
+      plain: inner === undefined ? payloadBuf : Buffer.from(inner),
       receivedAtMs: Date.now(),
     };
     messages.push(msg);
