@@ -10,7 +10,7 @@ import { startFaultProxy } from '../helpers/fault-proxy.js';
 import { startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { startSparkplugHost, sparkplugUplink } from '../helpers/sparkplug-host.js';
-import { afterMarker, delay, waitFor } from '../helpers/wait.js';
+import { delay, waitFor } from '../helpers/wait.js';
 import { logLines } from '../helpers/gateway.js';
 
 const d = useDisposer();
@@ -169,14 +169,18 @@ describe('Sparkplug primary host STATE', () => {
     await waitFor(() => waits() > waitsBefore, 10_000, { message: () => `reconnect\n${gw.output()}` });
     // The retained offline STATE (and the queued one) arrive on this connection: no session may start. A stale
     // online STATE follows them on the same subscription; once the gateway logged it ignored, they were handled.
-    // Births would have gone out before the gateway subscribed; a PUBACK to the host follows them.
+    // Births would have gone out before the gateway subscribed; a PUBACK to the host follows them. The marker is
+    // sent again until the gateway logs it: one sent before the gateway's SUBSCRIBE reached the broker goes nowhere.
     const ignored = () => logLines(gw).filter((l) => l.msg === 'older online STATE ignored').length;
-    await afterMarker(
-      () =>
-        after.client.publishAsync('spBv1.0/STATE/scada-1', JSON.stringify({ online: true, timestamp: firstLife - 1 }), {
-          qos: 1,
-        }),
-      () => ignored() > 0,
+    const staleOnline = JSON.stringify({ online: true, timestamp: firstLife - 1 });
+    await waitFor(
+      async () => {
+        if (ignored() > 0) return true;
+        await after.client.publishAsync('spBv1.0/STATE/scada-1', staleOnline, { qos: 1 });
+        return false;
+      },
+      10_000,
+      { intervalMs: 200, message: () => `the stale online STATE ignored\n${gw.output()}` },
     );
     await after.client.publishAsync('marker/round-trip', 'x', { qos: 1 });
     expect(after.of('NBIRTH')).toEqual([]);
