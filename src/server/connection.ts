@@ -12,6 +12,7 @@ import {
   newPublishPacket,
 } from '../protocol/codec.js';
 import { decodeConnectV4 } from '../protocol/connect-codec.js';
+import { decodeSubscribe } from '../protocol/subscribe-codec.js';
 import { packetBytes, pushChunk } from '../protocol/framer.js';
 import type { FrameHandler, PacketFramer } from '../protocol/framer.js';
 import type { AckCommand, Packet, ProtocolVersion, PublishEncodings, ShortAck } from '../protocol/codec.js';
@@ -54,6 +55,7 @@ const PACKET_CONNECT = 1;
 const PACKET_PUBLISH = 3;
 const PACKET_PUBACK = 4;
 const PACKET_PUBCOMP = 7;
+const PACKET_SUBSCRIBE = 8;
 /**
  * Routing work (subscriptions matched, `Broker.routeWork`) one read of a connection may cause before the
  * connection yields the event loop: about 10 ms. A publisher whose messages each match thousands of
@@ -406,7 +408,8 @@ export class Connection implements GenericPacketConnection, FrameHandler, HeldPu
   packet(data: Buffer, first: number, packetStart: number, bodyStart: number, end: number): void {
     this.partialSinceMs = undefined;
     if (this.state === 'connected') {
-      // Hot paths decoded here; everything else (and MQTT 5 packets with properties) goes through mqtt-packet.
+      // Hot paths (and SUBSCRIBE, which can be large) decoded here; everything else, and MQTT 5 packets with
+      // properties, go through mqtt-packet.
       const type = first >> 4;
       if (type === PACKET_PUBLISH) {
         const publish = decodePublish(data, first, bodyStart, end, this.version, decodedPublish);
@@ -414,6 +417,9 @@ export class Connection implements GenericPacketConnection, FrameHandler, HeldPu
       } else if (end - bodyStart === 2 && type >= PACKET_PUBACK && type <= PACKET_PUBCOMP) {
         const ack = decodeShortAck(first, data.readUInt16BE(bodyStart), decodedAck);
         if (ack) return this.dispatch(ack);
+      } else if (type === PACKET_SUBSCRIBE) {
+        const subscribe = decodeSubscribe(data, first, bodyStart, end, this.version);
+        if (subscribe) return this.dispatch(subscribe);
       }
     } else if (this.state === 'awaiting-connect') {
       // Every connection's first packet: an MQTT 3.1.1 CONNECT is decoded without mqtt-packet's garbage.
