@@ -15,6 +15,8 @@
  * - ceiling: before the fleet, 8 publishers send straight to the central broker as fast as its PUBACKs allow, to a
  *   subscriber there: what the broker can pass at most on this machine, in the same run.
  * Peak ingress: the checker's highest receive rate over 1 s windows. RSS: every gateway, idle and under load.
+ * The first `--sparkplug` gateways (default 5) are also Sparkplug edge nodes of a Modbus press on the same bridge
+ * (bench/fleet-sparkplug.ts): their rebirth after each outage and the Sparkplug rules a central host checks.
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -23,6 +25,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startFaultProxy } from '../test/helpers/fault-proxy.js';
 import { GATEWAY_NODE_FLAGS, freePort, launchUntilReady, readRssKb, type LaunchedProcess } from './brokers.js';
+import { FleetSparkplug, type SparkplugOutage } from './fleet-sparkplug.js';
 import { rootDir, runMain, scratchDir, writeResults } from './harness.js';
 import { encodePublish, encodeSubscribe, PacketType } from './mqtt-wire.js';
 import {
@@ -36,7 +39,7 @@ import {
   type Connection,
 } from './qos1-load.js';
 
-const usage = `npm run bench:fleet -- [--gateways 50] [--rate 100] [--cut-s 60] [--payload 64] [--out bench/results/fleet.json]`;
+const usage = `npm run bench:fleet -- [--gateways 50] [--rate 100] [--cut-s 60] [--payload 64] [--sparkplug 5] [--out bench/results/fleet.json]`;
 const live = new Set<ChildProcess>();
 const killAll = (): void => {
   for (const child of live) child.kill('SIGKILL');
@@ -49,6 +52,7 @@ const { values } = parseArgs({
     rate: { type: 'string', default: '100' },
     'cut-s': { type: 'string', default: '60' },
     payload: { type: 'string', default: '64' },
+    sparkplug: { type: 'string', default: '5' },
     out: { type: 'string', default: path.join(rootDir, 'bench/results/fleet.json') },
     help: { type: 'boolean' },
   },
@@ -62,6 +66,7 @@ const opts = {
   rate: Number(values.rate),
   cutS: Number(values['cut-s']),
   payloadBytes: Math.max(8, Number(values.payload)),
+  sparkplugNodes: Math.min(Number(values.gateways), Math.max(0, Number(values.sparkplug))),
 };
 /** Messages a publisher may have unacknowledged; a gateway acknowledges once journaled, so this never binds. */
 const MAX_INFLIGHT = 1000;
@@ -75,7 +80,14 @@ interface Stream {
   /** The smallest seq not seen yet. */
   prefix: number;
   maxSeen: number;
+  /** Arrivals below `maxSeen`: for an in-order bridge each is an order break. */
   outOfOrder: number;
+  /**
+   * For a live-first bridge those arrivals are its backlog, draining beside live traffic: they must come in order
+   * among themselves (`behindMax`: the highest of them so far; `behindOutOfOrder`: those below it).
+   */
+  behindMax: number;
+  behindOutOfOrder: number;
   duplicates: number;
   /** ms (performance.now) of the first message after the last `mark`, NaN until then. */
   firstAfterMark: number;
@@ -95,6 +107,8 @@ class Checker {
       prefix: 0,
       maxSeen: -1,
       outOfOrder: 0,
+      behindMax: -1,
+      behindOutOfOrder: 0,
       duplicates: 0,
       firstAfterMark: Number.NaN,
     }));
@@ -138,8 +152,11 @@ class Checker {
       return;
     }
     s.seen[seq] = 1;
-    if (seq < s.maxSeen) s.outOfOrder++;
-    else s.maxSeen = seq;
+    if (seq < s.maxSeen) {
+      s.outOfOrder++;
+      if (seq < s.behindMax) s.behindOutOfOrder++;
+      else s.behindMax = seq;
+    } else s.maxSeen = seq;
     while (s.prefix < capacity && s.seen[s.prefix] === 1) s.prefix++;
   };
 
@@ -291,6 +308,7 @@ async function main(): Promise<void> {
   const checker = new Checker(opts.gateways);
   await checker.connect(centralPort);
   const site = await startFaultProxy(centralPort);
+  const sparkplug = opts.sparkplugNodes > 0 ? await FleetSparkplug.start(centralPort, opts.sparkplugNodes) : undefined;
 
   // The gateways, a few at a time (each start costs a second of CPU).
   const gateways: { proc: LaunchedProcess; port: number }[] = [];
@@ -301,14 +319,20 @@ async function main(): Promise<void> {
         const dir = path.join(tmpDir, `gw${index}`);
         fs.mkdirSync(dir);
         const port = await freePort();
+        const spb = sparkplug?.isNode(index) ? sparkplug.config(index) : undefined;
         const config = {
           gateway: { id: `gw${index}` },
           listeners: [{ type: 'tcp', host: '127.0.0.1', port }],
           storage: { path: path.join(dir, 'data') },
           log: { level: 'warn', format: 'json' },
           bridges: [
-            { name: 'central', remote: { urls: [site.url] }, topics: [{ filter: 'fleet/#', direction: 'out' }] },
+            {
+              name: 'central',
+              remote: { urls: [site.url] },
+              topics: [{ filter: 'fleet/#', direction: 'out' }, ...(spb?.topics ?? [])],
+            },
           ],
+          ...(spb ? { sparkplug: spb.sparkplug, connectors: spb.connectors } : {}),
         };
         fs.writeFileSync(path.join(dir, 'edgeferry.yaml'), JSON.stringify(config, null, 2));
         const args = [
@@ -334,6 +358,7 @@ async function main(): Promise<void> {
     gateways.push(...batch);
   }
   await sleep(5000);
+  await sparkplug?.born(60_000);
   const rssIdleMb = gateways.map((g) => readRssKb(g.proc.pid) / 1024);
   process.stdout.write(`${opts.gateways} gateways up; idle RSS ${JSON.stringify(stats(rssIdleMb))} MB\n`);
 
@@ -362,6 +387,7 @@ async function main(): Promise<void> {
    */
   const recover = async (name: string, outage: () => Promise<number>) => {
     const t0 = await outage();
+    const backAtMs = Date.now() - (performance.now() - t0);
     const targets = publishers.map((p) => p.ackedPrefix());
     const backlog = targets.reduce((a, b) => a + b, 0) - checker.streams.reduce((a, s) => a + s.prefix, 0);
     const progress = setInterval(() => {
@@ -375,6 +401,7 @@ async function main(): Promise<void> {
     const drainS = (performance.now() - t0) / 1000;
     const reconnectS = checker.streams.map((s) => (s.firstAfterMark - t0) / 1000);
     const peak = checker.peakPerS();
+    const spb: SparkplugOutage | undefined = await sparkplug?.outage(backAtMs, 60_000);
     const result = {
       scenario: name,
       backlogMessages: backlog,
@@ -385,6 +412,7 @@ async function main(): Promise<void> {
       reconnectS: Object.fromEntries(Object.entries(stats(reconnectS)).map(([k, v]) => [k, round(v)])),
       peakIngressPerS: peak,
       peakOfCeiling: round(peak / ceilingPerS),
+      ...(spb ? { sparkplug: spb } : {}),
     };
     process.stdout.write(`${name}: ${JSON.stringify(result)}\n`);
     return result;
@@ -401,12 +429,14 @@ async function main(): Promise<void> {
   await sleep(10_000);
   const restart = await recover('restart', async () => {
     checker.conn?.destroy();
+    await sparkplug?.hostGone();
     await central.stop();
     // The checker connects the moment the broker accepts (it retries every 20 ms), before most gateways (their
     // first retry is 0.25-0.75 s away): a gateway's first message then dates its reconnect.
     checker.mark();
     const back = checker.connect(centralPort).then(() => performance.now());
     central = await launchCentral();
+    await sparkplug?.hostBack();
     return back;
   });
   await sleep(5000);
@@ -432,21 +462,29 @@ async function main(): Promise<void> {
     ceilingPerS: Math.round(ceilingPerS),
     acknowledged: publishers.reduce((n, p) => n + p.ackedCount, 0),
     lost,
-    outOfOrder: checker.streams.reduce((n, s) => n + s.outOfOrder, 0),
+    // A Sparkplug gateway's bridge catches up live-first (its default: docs/failures.md): its backlog and its live
+    // traffic each keep their order, interleaved. The Sparkplug host checks the seq of its Sparkplug messages.
+    outOfOrder: checker.streams.reduce((n, s, i) => n + (sparkplug?.isNode(i) ? s.behindOutOfOrder : s.outOfOrder), 0),
+    liveFirstInterleaved: checker.streams.reduce((n, s, i) => n + (sparkplug?.isNode(i) ? s.outOfOrder : 0), 0),
     duplicates: checker.streams.reduce((n, s) => n + s.duplicates, 0),
     clientIdClashes: (log.match(/already connected, closing old connection/g) ?? []).length,
     rssIdleMb: Object.fromEntries(Object.entries(stats(rssIdleMb)).map(([k, v]) => [k, round(v, 1)])),
     rssLoadMb: Object.fromEntries(Object.entries(stats(rssLoadMb)).map(([k, v]) => [k, round(v, 1)])),
+    sparkplugNodes: opts.sparkplugNodes,
+    sparkplugViolations: sparkplug?.violations() ?? [],
     cut,
     restart,
   };
   process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
   await Promise.all(gateways.map((g) => g.proc.stop()));
+  await sparkplug?.stop();
   await central.stop();
   await site.stop();
   writeResults(values.out as string, startedAt, opts, summary, []);
   cleanup();
+  const notReborn = (cut.sparkplug?.notReborn ?? 0) + (restart.sparkplug?.notReborn ?? 0);
   if (lost > 0 || summary.outOfOrder > 0 || summary.clientIdClashes > 0) process.exitCode = 1;
+  if (summary.sparkplugViolations.length > 0 || notReborn > 0) process.exitCode = 1;
 }
 
 runMain('bench:fleet', main, killAll);

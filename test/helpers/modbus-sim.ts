@@ -14,7 +14,11 @@ import { fileURLToPath } from 'node:url';
 import { removeDir, tempDir } from './temp.js';
 import { delay, waitFor } from './wait.js';
 
-const SIM = resolve(fileURLToPath(new URL('../fixtures/modbus-sim.py', import.meta.url)));
+const FIXTURE = fileURLToPath(new URL('../fixtures/modbus-sim.py', import.meta.url));
+/** From the sources (vitest), or from dist/test/helpers when a bench runs this helper compiled. */
+const SIM = existsSync(FIXTURE)
+  ? FIXTURE
+  : resolve(fileURLToPath(new URL('../../../test/fixtures/modbus-sim.py', import.meta.url)));
 /** Debian's python3, where python3-pymodbus lives (a pyenv python on PATH would not have it). */
 const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 
