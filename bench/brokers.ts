@@ -361,6 +361,22 @@ export function readRssKb(pid: number): number {
   return Number(match[1]);
 }
 
+/**
+ * A process's memory in kB, three ways (docs/operations.md#memory): `rss` (VmRSS, every resident page it maps),
+ * `anon` (RssAnon: its heap and buffers, which only it uses and the kernel cannot drop) and `pss` (each resident
+ * page divided by the number of processes that map it: what N gateways on one host cost each, sharing node's code).
+ */
+export function readMemoryKb(pid: number): { rss: number; anon: number; pss: number } {
+  const field = (text: string, name: string): number => {
+    const match = new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, 'm').exec(text);
+    if (match === null) throw new Error(`no ${name} for process ${pid}`);
+    return Number(match[1]);
+  };
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rollup = fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+  return { rss: field(status, 'VmRSS'), anon: field(status, 'RssAnon'), pss: field(rollup, 'Pss') };
+}
+
 const clockTicksPerS = ((): number => {
   try {
     return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;

@@ -14,7 +14,8 @@
  * - `restart`: the central broker is restarted (SIGTERM, persistence, same port); the same figures from its return.
  * - ceiling: before the fleet, 8 publishers send straight to the central broker as fast as its PUBACKs allow, to a
  *   subscriber there: what the broker can pass at most on this machine, in the same run.
- * Peak ingress: the checker's highest receive rate over 1 s windows. RSS: every gateway, idle and under load.
+ * Peak ingress: the checker's highest receive rate over 1 s windows. Memory: every gateway, idle and under load, as
+ * RSS, anonymous and Pss (brokers.ts readMemoryKb).
  * The first `--sparkplug` gateways (default 5) are also Sparkplug edge nodes of a Modbus press on the same bridge
  * (bench/fleet-sparkplug.ts): their rebirth after each outage and the Sparkplug rules a central host checks.
  */
@@ -24,7 +25,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startFaultProxy } from '../test/helpers/fault-proxy.js';
-import { GATEWAY_NODE_FLAGS, freePort, launchUntilReady, readRssKb, type LaunchedProcess } from './brokers.js';
+import { GATEWAY_NODE_FLAGS, freePort, launchUntilReady, readMemoryKb, type LaunchedProcess } from './brokers.js';
 import { FleetSparkplug, type SparkplugOutage } from './fleet-sparkplug.js';
 import { rootDir, runMain, scratchDir, writeResults } from './harness.js';
 import { encodePublish, encodeSubscribe, PacketType } from './mqtt-wire.js';
@@ -235,6 +236,8 @@ const stats = (xs: number[]) => {
   return { min: sorted[0], p50: at(0.5), p90: at(0.9), max: sorted[sorted.length - 1] };
 };
 const round = (x: number, digits = 2) => Number(x.toFixed(digits));
+/** Figures in MB to one decimal. */
+const rounded = (o: Record<string, number>) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, round(v, 1)]));
 
 async function main(): Promise<void> {
   const startedAt = new Date();
@@ -359,7 +362,11 @@ async function main(): Promise<void> {
   }
   await sleep(5000);
   await sparkplug?.born(60_000);
-  const rssIdleMb = gateways.map((g) => readRssKb(g.proc.pid) / 1024);
+  const idle = gateways.map((g) => readMemoryKb(g.proc.pid));
+  const mb = (kb: number): number => kb / 1024;
+  const rssIdleMb = idle.map((m) => mb(m.rss));
+  const anonIdleMb = idle.map((m) => mb(m.anon));
+  const pssIdleMb = idle.map((m) => mb(m.pss));
   process.stdout.write(`${opts.gateways} gateways up; idle RSS ${JSON.stringify(stats(rssIdleMb))} MB\n`);
 
   const publishers: Publisher[] = [];
@@ -375,8 +382,15 @@ async function main(): Promise<void> {
   const ticker = setInterval(() => publishers.forEach((p) => p.tick()), TICK_MS);
 
   const rssLoadMb = gateways.map(() => 0);
+  const anonLoadMb = gateways.map(() => 0);
+  const pssLoadMb = gateways.map(() => 0);
   const sampleRss = () =>
-    gateways.forEach((g, i) => (rssLoadMb[i] = Math.max(rssLoadMb[i], readRssKb(g.proc.pid) / 1024)));
+    gateways.forEach((g, i) => {
+      const m = readMemoryKb(g.proc.pid);
+      rssLoadMb[i] = Math.max(rssLoadMb[i], mb(m.rss));
+      anonLoadMb[i] = Math.max(anonLoadMb[i], mb(m.anon));
+      pssLoadMb[i] = Math.max(pssLoadMb[i], mb(m.pss));
+    });
   const rssTimer = setInterval(sampleRss, 2000);
   await sleep(15_000);
 
@@ -468,8 +482,12 @@ async function main(): Promise<void> {
     liveFirstInterleaved: checker.streams.reduce((n, s, i) => n + (sparkplug?.isNode(i) ? s.outOfOrder : 0), 0),
     duplicates: checker.streams.reduce((n, s) => n + s.duplicates, 0),
     clientIdClashes: (log.match(/already connected, closing old connection/g) ?? []).length,
-    rssIdleMb: Object.fromEntries(Object.entries(stats(rssIdleMb)).map(([k, v]) => [k, round(v, 1)])),
-    rssLoadMb: Object.fromEntries(Object.entries(stats(rssLoadMb)).map(([k, v]) => [k, round(v, 1)])),
+    rssIdleMb: rounded(stats(rssIdleMb)),
+    rssLoadMb: rounded(stats(rssLoadMb)),
+    anonIdleMb: rounded(stats(anonIdleMb)),
+    anonLoadMb: rounded(stats(anonLoadMb)),
+    pssIdleMb: rounded(stats(pssIdleMb)),
+    pssLoadMb: rounded(stats(pssLoadMb)),
     sparkplugNodes: opts.sparkplugNodes,
     sparkplugViolations: sparkplug?.violations() ?? [],
     cut,

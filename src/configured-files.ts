@@ -4,13 +4,13 @@
  * `ExecStartPre` stops a start that would fail; what would start but not work is a warning.
  */
 import { readFileSync } from 'node:fs';
-import { createSecureContext } from 'node:tls';
 import { loadFileAuth } from './broker/auth.js';
 import { PasswordFile } from './broker/password-file.js';
 import type { Config, MetricsConfig } from './config/schema.js';
 import type { HttpTls } from './ops/metrics.js';
 import { loadTls } from './server/listeners.js';
 import { asError, ConfigError, type ConfigProblem } from './util/errors.js';
+import { tlsModule } from './util/on-first-use.js';
 
 /**
  * Reads a file the configuration names (`key`). The loader checked it could be read, but it may have changed since
@@ -36,7 +36,7 @@ export function httpTls(metrics: MetricsConfig): HttpTls | undefined {
     key: Buffer.from(readConfiguredFile(keyFile, 'metrics.tls.keyFile')),
   };
   try {
-    createSecureContext(pair);
+    tlsModule().createSecureContext(pair);
   } catch (err) {
     throw new ConfigError(
       certFile,
@@ -108,7 +108,7 @@ export function checkConfiguredFiles(config: Config, configFile: string): Config
     if (tls === undefined) return;
     try {
       const read = (file: string | undefined) => (file === undefined ? undefined : readFileSync(file));
-      createSecureContext({ ca: read(tls.caFile), cert: read(tls.certFile), key: read(tls.keyFile) });
+      tlsModule().createSecureContext({ ca: read(tls.caFile), cert: read(tls.certFile), key: read(tls.keyFile) });
     } catch (err) {
       warnings.push({
         path: `bridges.${i}.remote.tls`,

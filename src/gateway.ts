@@ -16,7 +16,7 @@ import { checkBindable, MqttServer } from './server/listeners.js';
 import type { BoundListener } from './server/listeners.js';
 import { SysTopics } from './ops/sys-topics.js';
 import { fleetStatus, type FleetStatusSources } from './ops/fleet-status.js';
-import { MetricsServer, createMetricsRegistry } from './ops/metrics.js';
+import type { MetricsServer } from './ops/metrics.js';
 import { httpTls } from './configured-files.js';
 import { asError, ConfigError } from './util/errors.js';
 import { SystemdNotifier } from './ops/systemd.js';
@@ -24,23 +24,19 @@ import { createAuditLogger } from './ops/pino-logger.js';
 import { openLmdbStore } from './store/lmdb/open.js';
 import { deadLetterOutbox, type Store } from './store/types.js';
 import { Bridge } from './bridge/bridge.js';
-import { createConnectorRegistry } from '../connectors/index.js';
 import type { ConnectorConfig } from '../connectors/index.js';
 import type { Connector } from '../connectors/contract.js';
-import { EdgeNode } from './sparkplug/edge-node.js';
-import type { UplinkControl } from './sparkplug/edge-node.js';
+import type { EdgeNode, UplinkControl } from './sparkplug/edge-node.js';
 import type { Device } from './sparkplug/device.js';
 import { ownNamespace } from './sparkplug/topics.js';
 import { topicMatches } from './protocol/topics.js';
 import { SteadyClock, watchClockSteps } from './util/clock.js';
 import { fullGc } from './util/full-gc.js';
 import { LoginThrottle } from './util/login-throttle.js';
-import { configEditing, plcTools } from './commissioning.js';
-import { WebConsole } from './console/console.js';
+import type { WebConsole } from './console/console.js';
 import type { ConfigControl } from './console/sources.js';
 import type { LogRing } from './ops/pino-logger.js';
 import { consoleUsers, createAuth, metricsAccess, warnUsersWithoutPassword } from './gateway/access.js';
-import { consoleSources } from './gateway/console-sources.js';
 import { reloadGateway, type InForce } from './gateway/reload.js';
 
 /** What the process around the gateway (cli.ts) hands it beyond the configuration. */
@@ -116,18 +112,25 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   const now: InForce = { config: initial, bridges: [] };
   // Connectors and the Sparkplug edge node come before the bridges: the uplink bridge takes the node's hooks.
   // One registry for the gateway's life: connectors added on reload share links (a Modbus bus) with the others.
-  const connectorRegistry = createConnectorRegistry();
-  const makeConnector = (c: ConnectorConfig): Connector =>
-    connectorRegistry.create(c, {
+  // The connectors' code loads only for a sparkplug section or the console's PLC tools (docs/operations.md#memory).
+  const connectorRegistry =
+    initial.sparkplug || initial.console
+      ? (await import('../connectors/index.js')).createConnectorRegistry()
+      : undefined;
+  const makeConnector = (c: ConnectorConfig): Connector => {
+    // Connectors need a sparkplug section (the schema's rule), which changes only with a restart.
+    if (connectorRegistry === undefined) throw new Error(`connector ${c.id} without a sparkplug section`);
+    return connectorRegistry.create(c, {
       log: log.child({ mod: 'connector', connector: c.id }),
       dataDir: initial.storage.path,
     });
+  };
   // The uplink's backlog, a node metric: read once the node is born, after the bridges below exist.
   const uplinkBacklog = () => {
     const uplink = now.bridges.find((bridge) => bridge.name === now.config.sparkplug?.uplink);
     return { messages: uplink?.stats.backlogMessages ?? 0, online: uplink?.online ?? false };
   };
-  const edgeNode = createEdgeNode(initial, broker, makeConnector, log, audit, uplinkBacklog);
+  const edgeNode = await createEdgeNode(initial, broker, makeConnector, log, audit, uplinkBacklog);
 
   const startedAtMs = Date.now();
   const statusSources: FleetStatusSources = {
@@ -204,6 +207,8 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
   let metrics: MetricsServer | undefined;
   let webConsole: WebConsole | undefined;
   if (initial.metrics) {
+    // The endpoint's code (prom-client, HTTP) and the console's load only when configured (docs/operations.md#memory).
+    const { MetricsServer, createMetricsRegistry } = await import('./ops/metrics.js');
     const registry = createMetricsRegistry({
       broker: broker.stats,
       retained: () => broker.retained,
@@ -231,7 +236,12 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
       metricsAccess(initial.metrics, initial.auth.passwordFile),
       loginThrottle,
     );
-    if (initial.console) {
+    if (initial.console && connectorRegistry) {
+      const [{ WebConsole }, { consoleSources }, { configEditing, plcTools }] = await Promise.all([
+        import('./console/console.js'),
+        import('./gateway/console-sources.js'),
+        import('./commissioning.js'),
+      ]);
       const sources = consoleSources({
         version: VERSION,
         config: extras.config,
@@ -296,16 +306,17 @@ export async function startGateway(initial: Config, log: Logger, extras: Gateway
 }
 
 /** The connectors of the config and the edge node that publishes them, or undefined without a sparkplug section. */
-function createEdgeNode(
+async function createEdgeNode(
   config: Config,
   broker: Broker,
   makeConnector: (c: ConnectorConfig) => Connector,
   log: Logger,
   audit: Logger,
   uplinkBacklog: () => { messages: number; online: boolean },
-): EdgeNode | undefined {
+): Promise<EdgeNode | undefined> {
   const sp = config.sparkplug;
   if (!sp) return undefined;
+  const { EdgeNode } = await import('./sparkplug/edge-node.js');
   const connectors = config.connectors.map(makeConnector);
   const uplink = sp.uplink === undefined ? undefined : config.bridges.find((bc) => bc.name === sp.uplink);
   if (uplink) {

@@ -7,11 +7,11 @@
  */
 import { readFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
-import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
+import type { ConnectionOptions } from 'node:tls';
 import type { Duplex } from 'node:stream';
 import type * as Ws from 'ws';
 import type { BridgeConfig } from '../config/schema.js';
-import { onFirstUse } from '../util/on-first-use.js';
+import { onFirstUse, tlsModule } from '../util/on-first-use.js';
 
 /** ws only for a ws:// or wss:// remote (docs/operations.md#memory). */
 const loadWs = onFirstUse<typeof Ws>('ws');
@@ -34,7 +34,7 @@ export function dial(url: string, tls: RemoteTls | undefined, opened: () => void
       return socket;
     }
     case 'mqtts:': {
-      const socket = tlsConnect({ host: hostOf(parsed), port: portOf(parsed), ...tlsOptions(tls) });
+      const socket = tlsModule().connect({ host: hostOf(parsed), port: portOf(parsed), ...tlsOptions(tls) });
       socket.setNoDelay(true);
       socket.once('secureConnect', opened);
       return socket;

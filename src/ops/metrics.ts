@@ -5,14 +5,15 @@
  * Names: `edgeferry_<module>_<thing>_<unit>` (docs/architecture.md#naming); docs/operations.md#metrics-and-health lists them.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import http from 'node:http';
-import https from 'node:https';
+import type * as Http from 'node:http';
+import type * as Https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { BrokerStats } from '../broker/stats.js';
 import type { BridgeStats } from '../bridge/bridge-report.js';
 import type { Logger } from '../util/logger.js';
 import { listenerBindError } from '../util/errors.js';
+import { httpModule, httpsModule } from '../util/on-first-use.js';
 import {
   MAX_DELAY_MS,
   UNCHECKED_WHY,
@@ -386,7 +387,7 @@ function sha256(text: string): Buffer {
 }
 
 /** More routes on the same listener (the web console): answers a request and says true, or says false. */
-export type ExtraRoutes = (req: http.IncomingMessage, res: http.ServerResponse, path: string) => Promise<boolean>;
+export type ExtraRoutes = (req: Http.IncomingMessage, res: Http.ServerResponse, path: string) => Promise<boolean>;
 
 /** PEM certificate and key: the listener speaks HTTPS. */
 export interface HttpTls {
@@ -395,7 +396,7 @@ export interface HttpTls {
 }
 
 export class MetricsServer {
-  private server: http.Server | https.Server | undefined;
+  private server: Http.Server | Https.Server | undefined;
   private gate: Gate | undefined;
   private extra: ExtraRoutes | undefined;
 
@@ -423,7 +424,7 @@ export class MetricsServer {
   }
 
   async start(host: string, port: number, tls?: HttpTls): Promise<number> {
-    const handler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+    const handler = (req: Http.IncomingMessage, res: Http.ServerResponse): void => {
       this.serve(req, res).catch((err: unknown) => {
         this.log.error({ err, url: req.url }, 'metrics request failed');
         if (!res.headersSent) res.writeHead(500);
@@ -431,7 +432,9 @@ export class MetricsServer {
       });
     };
     const server =
-      tls === undefined ? http.createServer(handler) : https.createServer({ ...tls, minVersion: 'TLSv1.2' }, handler);
+      tls === undefined
+        ? httpModule().createServer(handler)
+        : httpsModule().createServer({ ...tls, minVersion: 'TLSv1.2' }, handler);
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err) => reject(listenerBindError('metrics endpoint', host, port, err)));
@@ -442,7 +445,7 @@ export class MetricsServer {
 
   /** New certificate and key (reload: renewed in place); established connections keep theirs. */
   setTls(tls: HttpTls): void {
-    if (this.server instanceof https.Server) this.server.setSecureContext({ ...tls, minVersion: 'TLSv1.2' });
+    if (this.server instanceof httpsModule().Server) this.server.setSecureContext({ ...tls, minVersion: 'TLSv1.2' });
   }
 
   async stop(): Promise<void> {
@@ -452,7 +455,7 @@ export class MetricsServer {
     server.closeAllConnections();
   }
 
-  private async serve(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  private async serve(req: Http.IncomingMessage, res: Http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://localhost');
     const path = url.pathname;
     if (this.extra && (await this.extra(req, res, path))) return;

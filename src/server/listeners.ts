@@ -3,9 +3,8 @@
  * that checks keep-alive, connect timeouts and slow readers for every connection.
  */
 import net from 'node:net';
-import tls from 'node:tls';
-import http from 'node:http';
-import https from 'node:https';
+import type * as Tls from 'node:tls';
+import type * as Http from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import type * as Ws from 'ws';
@@ -20,9 +19,9 @@ import { WriteFlusher } from './write-flusher.js';
 import type { ServerLimits } from './context.js';
 import { SocketTransport, webSocketTransport } from './transport.js';
 import type { Transport } from './transport.js';
-import { onFirstUse } from '../util/on-first-use.js';
+import { httpModule, httpsModule, onFirstUse, tlsModule } from '../util/on-first-use.js';
 
-/** ws only when a WebSocket listener is configured (docs/operations.md#memory). */
+/** TLS, HTTP and ws only when a listener of that kind is configured (docs/operations.md#memory). */
 const loadWs = onFirstUse<typeof Ws>('ws');
 
 export interface ListenerSpec {
@@ -115,7 +114,7 @@ export class MqttServer {
       .filter((r) => r.spec.tls !== undefined)
       .map((r) => {
         const options = loadTls(r.spec);
-        return { server: r.server as tls.Server, options };
+        return { server: r.server as Tls.Server, options };
       });
     for (const { server, options } of updates) server.setSecureContext(options);
     return updates.length;
@@ -247,7 +246,7 @@ export class MqttServer {
     const connectTimeoutMs = this.ctx.limits.connectTimeoutMs;
     const tlsOptions = spec.tls ? { ...loadTls(spec), handshakeTimeout: connectTimeoutMs } : undefined;
     /** mTLS: a client certificate that did not verify closes its connection here, logged with OpenSSL's reason. */
-    const isVerified = (socket: tls.TLSSocket): boolean => {
+    const isVerified = (socket: Tls.TLSSocket): boolean => {
       if (!spec.tls?.requireCertificate || socket.authorized) return true;
       const facts = {
         listener: spec.type,
@@ -263,13 +262,13 @@ export class MqttServer {
     let server: net.Server;
     if (spec.type === 'tcp' || spec.type === 'tls') {
       const onSocket = (socket: net.Socket): void => {
-        if (socket instanceof tls.TLSSocket && !isVerified(socket)) return;
+        if (spec.type === 'tls' && !isVerified(socket as Tls.TLSSocket)) return;
         accept(new SocketTransport(socket), () => socket.destroy());
       };
-      server = spec.type === 'tcp' ? net.createServer(onSocket) : tls.createServer(tlsOptions!, onSocket);
+      server = spec.type === 'tcp' ? net.createServer(onSocket) : tlsModule().createServer(tlsOptions!, onSocket);
       if (spec.type === 'tls') {
         // With a listener here Node leaves the socket open (a handshake timeout, for one): close it.
-        server.on('tlsClientError', (err, socket: tls.TLSSocket) => {
+        server.on('tlsClientError', (err, socket: Tls.TLSSocket) => {
           this.ctx.log.debug({ err }, 'TLS handshake failed');
           socket.destroy();
         });
@@ -283,12 +282,12 @@ export class MqttServer {
       };
       const httpServer =
         spec.type === 'ws'
-          ? http.createServer(upgradeTimeouts)
-          : https.createServer({ ...tlsOptions!, ...upgradeTimeouts });
+          ? httpModule().createServer(upgradeTimeouts)
+          : httpsModule().createServer({ ...tlsOptions!, ...upgradeTimeouts });
       // Before the HTTP request is read: an unverified client never reaches the WebSocket upgrade.
-      if (spec.type === 'wss') httpServer.on('secureConnection', (socket: tls.TLSSocket) => void isVerified(socket));
+      if (spec.type === 'wss') httpServer.on('secureConnection', (socket: Tls.TLSSocket) => void isVerified(socket));
       server = httpServer;
-      httpServer.on('request', (_req, res: http.ServerResponse) => {
+      httpServer.on('request', (_req, res: Http.ServerResponse) => {
         res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket only\n');
       });
       const isOriginAllowed = originPolicy(spec);
@@ -297,7 +296,7 @@ export class MqttServer {
         server: httpServer,
         path: spec.path ?? '/mqtt',
         verifyClient: (
-          info: { origin?: string; req: http.IncomingMessage },
+          info: { origin?: string; req: Http.IncomingMessage },
           done: (ok: boolean, code?: number, message?: string) => void,
         ) => {
           if (isOriginAllowed(info.origin)) return done(true);
@@ -372,9 +371,9 @@ const CERTIFICATE_REASONS: Readonly<Record<string, string>> = {
 };
 
 /** Why a client certificate was not accepted, and whose it claims to be (for the log: nothing here is verified). */
-function certificateRejection(socket: tls.TLSSocket): Record<string, string | undefined> {
+function certificateRejection(socket: Tls.TLSSocket): Record<string, string | undefined> {
   // Node's types are too narrow: null once the socket is destroyed, {} without a certificate, fields may be absent.
-  const peer = socket.getPeerCertificate() as Partial<tls.PeerCertificate> | null;
+  const peer = socket.getPeerCertificate() as Partial<Tls.PeerCertificate> | null;
   if (peer === null || Object.keys(peer).length === 0) return { reason: 'no certificate' };
   const code = String(socket.authorizationError);
   const cn = peer.subject?.CN;
@@ -404,22 +403,22 @@ function throttle(intervalMs: number): () => boolean {
  * The TLS options of a tls or wss listener, its files read and checked now (a key that does not match the
  * certificate, a bad PEM): files that do not work are EF_CONFIG_INVALID naming the listener, at start and reload.
  */
-export function loadTls(spec: ListenerSpec): tls.TlsOptions {
+export function loadTls(spec: ListenerSpec): Tls.TlsOptions {
   const t = spec.tls!;
   try {
-    const options: tls.TlsOptions = {
+    const options: Tls.TlsOptions = {
       cert: readFileSync(t.certFile),
       key: readFileSync(t.keyFile),
       ca: t.caFile ? readFileSync(t.caFile) : undefined,
       requestCert: t.requireCertificate,
       // The certificate is checked once the handshake is done (`isVerified`), so that the log can say why it failed.
       rejectUnauthorized: false,
-      minVersion: t.minVersion as tls.SecureVersion,
+      minVersion: t.minVersion as Tls.SecureVersion,
       ciphers: t.ciphers,
       // The server's order of preference, so a client offering a weak suite first still gets a strong one.
       honorCipherOrder: true,
     };
-    tls.createSecureContext(options);
+    tlsModule().createSecureContext(options);
     return options;
   } catch (err) {
     throw new EdgeferryError(

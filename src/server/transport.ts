@@ -1,6 +1,6 @@
 /** The byte pipe under one MQTT connection: a TCP/TLS socket or a WebSocket, behind one small interface. */
 import type { Socket } from 'node:net';
-import { TLSSocket, type PeerCertificate } from 'node:tls';
+import type { PeerCertificate, TLSSocket } from 'node:tls';
 import type { WebSocket } from 'ws';
 
 export interface Transport {
@@ -111,7 +111,12 @@ export function webSocketTransport(ws: WebSocket, remoteAddress: string, socket?
 }
 
 function certificateIdentity(socket: Socket): string | undefined {
-  if (!(socket instanceof TLSSocket) || !socket.authorized) return undefined;
+  if (!isTlsSocket(socket) || !socket.authorized) return undefined;
   const cn = (socket.getPeerCertificate() as Partial<PeerCertificate>).subject?.CN; // Node's type omits a missing subject
   return typeof cn === 'string' && cn.length > 0 ? cn : undefined;
+}
+
+/** `encrypted` is Node's documented mark of a TLS socket: no `instanceof`, so node:tls loads only with TLS in use. */
+function isTlsSocket(socket: Socket): socket is TLSSocket {
+  return (socket as Partial<TLSSocket>).encrypted === true;
 }

@@ -1,6 +1,7 @@
 /**
- * Memory: packages that only some configurations need are loaded when first needed (docs/operations.md#memory).
- * The gateway runs as a real process with a preload that lists, at exit, every CommonJS package it loaded.
+ * Memory: packages and Node modules that only some configurations need are loaded when first needed, and an idle
+ * gateway stays within its resident-memory bound (docs/operations.md#memory). The gateway runs as a real process
+ * with a preload that lists, at exit, every CommonJS package and every public Node module it loaded.
  */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -12,7 +13,27 @@ import { freePort } from '../helpers/ports.js';
 
 const d = useDisposer();
 const PRELOAD = resolve(fileURLToPath(new URL('../fixtures/loaded-packages.mjs', import.meta.url)));
-const ON_FIRST_USE = ['modbus-serial', 'node-opcua-client', 'pino-pretty', 'ws'];
+const ON_FIRST_USE = [
+  'modbus-serial',
+  'node-opcua-client',
+  'pino-pretty',
+  'ws',
+  'prom-client',
+  'sparkplug-payload',
+  'node:http',
+  'node:https',
+  'node:tls',
+];
+/**
+ * An idle gateway's VmRSS on this machine (one TCP listener, the store, no metrics, devices or bridges): 72 MB on
+ * Node.js 20 and 75-76 MB on the release's Node.js 24; 85-87 MB when every part loaded at start.
+ */
+const IDLE_RSS_BOUND_MB = 80;
+
+/** VmRSS of a process, in MB. */
+function rssMb(pid: number): number {
+  return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
+}
 
 /** The packages a gateway with this configuration loaded by the time it stopped. */
 async function loadedPackages(patch: object): Promise<string[]> {
@@ -25,7 +46,7 @@ async function loadedPackages(patch: object): Promise<string[]> {
 }
 
 describe('packages loaded on first use', () => {
-  it('a gateway with a TCP listener, JSON logs and no devices loads none of them', async () => {
+  it('a gateway with a TCP listener, JSON logs, no metrics, bridges or devices loads none of them', async () => {
     const loaded = await loadedPackages({});
     expect(loaded).toContain('mqtt-packet'); // the preload sees what the gateway loads
     expect(loaded.filter((name) => ON_FIRST_USE.includes(name))).toEqual([]);
@@ -40,6 +61,21 @@ describe('packages loaded on first use', () => {
       ],
     });
     expect(loaded).toContain('ws');
+    expect(loaded).toContain('node:http');
     expect(loaded).not.toContain('modbus-serial');
+  });
+
+  it('the metrics endpoint loads prom-client and node:http', async () => {
+    const loaded = await loadedPackages({ metrics: { host: '127.0.0.1', port: await freePort() } });
+    expect(loaded).toEqual(expect.arrayContaining(['prom-client', 'node:http']));
+    expect(loaded).not.toContain('sparkplug-payload');
+  });
+});
+
+describe('resident memory', () => {
+  it(`an idle gateway stays under ${IDLE_RSS_BOUND_MB} MB resident`, async () => {
+    const gw = d.add(await startGateway({}));
+    const rss = rssMb(gw.proc.pid!);
+    expect(rss, `idle VmRSS ${rss.toFixed(1)} MB`).toBeLessThan(IDLE_RSS_BOUND_MB);
   });
 });

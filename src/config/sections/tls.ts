@@ -1,6 +1,6 @@
 /** TLS of the listeners and of the bridges' links: the policy of docs/architecture.md#security-model. */
-import { createSecureContext } from 'node:tls';
 import { z } from 'zod';
+import { tlsModule } from '../../util/on-first-use.js';
 import { filePath } from './common.js';
 
 /**
@@ -22,7 +22,7 @@ export const cipherString = z
   .min(1)
   .refine((ciphers) => {
     try {
-      createSecureContext({ ciphers });
+      tlsModule().createSecureContext({ ciphers });
       return true;
     } catch {
       return false;
