@@ -8,7 +8,8 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type * as Http from 'node:http';
 import type * as Https from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { createRequire } from 'node:module';
+import type * as PromClient from 'prom-client';
 import type { BrokerStats } from '../broker/stats.js';
 import type { BridgeStats } from '../bridge/bridge-report.js';
 import type { Logger } from '../util/logger.js';
@@ -21,6 +22,17 @@ import {
   type LoginAttempt,
   type LoginThrottle,
 } from '../util/login-throttle.js';
+
+/**
+ * prom-client's parts, each from its own file: its index also loads the Pushgateway (node:https with node:tls, zlib),
+ * Histogram, Summary and the cluster aggregator, which this endpoint never uses: 4 MB on Node.js 24
+ * (docs/operations.md#memory). test/integration/ops-metrics.test.ts checks what these serve.
+ */
+const requirePart = createRequire(import.meta.url);
+const Registry = requirePart('prom-client/lib/registry') as typeof PromClient.Registry;
+const Counter = requirePart('prom-client/lib/counter') as typeof PromClient.Counter;
+const Gauge = requirePart('prom-client/lib/gauge') as typeof PromClient.Gauge;
+const collectDefaultMetrics = requirePart('prom-client/lib/defaultMetrics') as typeof PromClient.collectDefaultMetrics;
 
 /** Per-connector figures the Sparkplug device runtime keeps. */
 
@@ -79,7 +91,7 @@ type Read = () => [Labels, number][];
 /** A counter or gauge whose values are read from the modules' plain counters at scrape time. */
 function mirrored(
   kind: 'counter' | 'gauge',
-  registry: Registry,
+  registry: PromClient.Registry,
   name: string,
   help: string,
   labelNames: string[],
@@ -105,12 +117,22 @@ function mirrored(
   }
 }
 
-const mirroredCounter = (registry: Registry, name: string, help: string, labelNames: string[], read: Read): void =>
-  mirrored('counter', registry, name, help, labelNames, read);
-const mirroredGauge = (registry: Registry, name: string, help: string, labelNames: string[], read: Read): void =>
-  mirrored('gauge', registry, name, help, labelNames, read);
+const mirroredCounter = (
+  registry: PromClient.Registry,
+  name: string,
+  help: string,
+  labelNames: string[],
+  read: Read,
+): void => mirrored('counter', registry, name, help, labelNames, read);
+const mirroredGauge = (
+  registry: PromClient.Registry,
+  name: string,
+  help: string,
+  labelNames: string[],
+  read: Read,
+): void => mirrored('gauge', registry, name, help, labelNames, read);
 
-export function createMetricsRegistry(s: MetricsSources): Registry {
+export function createMetricsRegistry(s: MetricsSources): PromClient.Registry {
   const r = new Registry();
   // prom-client's names already start with their module (process_cpu_seconds_total, nodejs_eventloop_lag_seconds):
   // `edgeferry_` makes them edgeferry_process_* and edgeferry_nodejs_*, not edgeferry_process_process_*.
@@ -401,7 +423,7 @@ export class MetricsServer {
   private extra: ExtraRoutes | undefined;
 
   constructor(
-    private readonly registry: Registry,
+    private readonly registry: PromClient.Registry,
     private readonly readiness: Readiness,
     private readonly log: Logger,
     /** Refused requests are written here. */
