@@ -1,0 +1,135 @@
+/**
+ * Device profiles in the Configuration view (docs/console.md#configuration): a profile's settings and tags edited
+ * as a device's are, copied and removed; a device that takes its tags from a profile shows them read-only with the
+ * way to the profile; a device's own tags made into a profile that the device then uses.
+ */
+import { useState } from 'preact/hooks';
+import type { Device, Op, Problem, Profile } from './config-types.js';
+import { setOps, SettingsForm } from './settings-form.js';
+import { TagTable } from './tag-table.js';
+
+export type Profiles = Record<string, Profile>;
+
+/** The ops that add profile `name`: into the section, or as the section when the file has none yet. */
+function addProfile(profiles: Profiles | undefined, name: string, value: Profile): Op {
+  return profiles === undefined
+    ? { op: 'set', path: ['profiles'], value: { [name]: value } }
+    : { op: 'set', path: ['profiles', name], value };
+}
+
+export function ProfilePanel(props: {
+  name: string;
+  profiles: Profiles;
+  devices: Device[];
+  editable: boolean;
+  problems: Problem[];
+  onChange: (what: string, ops: Op[]) => void;
+  onOpenDevice: (id: string) => void;
+}) {
+  const { name } = props;
+  const profile = props.profiles[name];
+  const users = props.devices.filter((d) => d.profile === name);
+  const copy = `${name}-copy`;
+  return (
+    <>
+      <SettingsForm
+        title={`Profile ${name} (${profile.type})`}
+        testid="profile-settings"
+        values={profile as Record<string, unknown>}
+        path={['profiles', name]}
+        editable={props.editable}
+        problems={props.problems}
+        open
+        onSave={(changes) => props.onChange(`change profile ${name}`, setOps(['profiles', name], changes))}
+        extra={
+          props.editable && (
+            <>
+              <button
+                type="button"
+                disabled={copy in props.profiles}
+                title={copy in props.profiles ? `a profile named ${copy} exists` : undefined}
+                onClick={() => props.onChange(`copy profile ${name}`, [addProfile(props.profiles, copy, profile)])}
+              >
+                Copy profile
+              </button>{' '}
+              <button
+                type="button"
+                onClick={() => props.onChange(`remove profile ${name}`, [{ op: 'remove', path: ['profiles', name] }])}
+              >
+                Remove profile
+              </button>
+            </>
+          )
+        }
+      />
+      <p data-testid="profile-users">
+        {users.length === 0 ? 'No device uses this profile.' : 'Used by '}
+        {users.map((d, i) => (
+          <span key={d.id}>
+            {i > 0 && ', '}
+            <a href="#configuration" onClick={() => props.onOpenDevice(d.id)} data-testid={`user-${d.id}`}>
+              {d.id}
+            </a>
+          </span>
+        ))}
+        {users.length > 0 && ': a change restarts these devices (DDEATH, then a new DBIRTH), and no other.'}
+      </p>
+      <TagTable
+        tags={profile.tags ?? []}
+        type={profile.type}
+        path={['profiles', name, 'tags']}
+        editable={props.editable}
+        problems={props.problems}
+        onChange={(what, ops) => props.onChange(`${what} of profile ${name}`, ops)}
+      />
+    </>
+  );
+}
+
+/** A device's line about profiles: where its tags come from, or the way to make its own tags a profile. */
+export function DeviceProfile(props: {
+  device: Device;
+  index: number;
+  profiles: Profiles | undefined;
+  editable: boolean;
+  onChange: (what: string, ops: Op[]) => void;
+  onOpenProfile: (name: string) => void;
+}) {
+  const { device } = props;
+  const [name, setName] = useState(`${device.type}-${device.id}`);
+  if (device.profile !== undefined)
+    return (
+      <p data-testid="device-profile">
+        Profile{' '}
+        <button type="button" class="pick" onClick={() => props.onOpenProfile(device.profile as string)}>
+          {device.profile}
+        </button>
+        {device.tags === undefined
+          ? ': its tags (below, read-only here) and the keys this device does not set come from there. Edit them on the profile.'
+          : ': this device has a tag list of its own, which takes the place of the profile’s.'}
+      </p>
+    );
+  if (!props.editable || device.tags === undefined) return null;
+  const taken = props.profiles !== undefined && name in props.profiles;
+  return (
+    <form
+      class="filter"
+      data-testid="make-profile"
+      onSubmit={(e) => {
+        e.preventDefault();
+        props.onChange(`make profile ${name} of ${device.id}'s tags`, [
+          addProfile(props.profiles, name, { type: device.type, tags: device.tags }),
+          { op: 'remove', path: ['connectors', props.index, 'tags'] },
+          { op: 'set', path: ['connectors', props.index, 'profile'], value: name },
+        ]);
+      }}
+    >
+      <span class="small">Identical devices? Make these tags a profile named</span>
+      <input name="profile-name" value={name} onInput={(e) => setName(e.currentTarget.value)} />
+      <button type="submit" disabled={name === '' || taken}>
+        Make profile
+      </button>
+      {taken && <span class="bad small">a profile named {name} exists</span>}
+    </form>
+  );
+}
