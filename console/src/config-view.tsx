@@ -53,9 +53,11 @@ export function ConfigView(props: { session: Session }) {
   useEffect(() => {
     load().catch((err: unknown) => setMessage((err as Error).message));
   }, []);
-  // What a button at the bottom of the page did shows at the top: brought into view.
+  // What a button did is brought into view: a problem beside its field, else the diff or message at the top.
   useEffect(() => {
-    document.querySelector('[data-testid=diff], [data-testid=config-message]')?.scrollIntoView({ block: 'start' });
+    const field = document.querySelector('.config .settings .bad, .config td .bad');
+    if (field !== null) field.scrollIntoView({ block: 'center' });
+    else document.querySelector('[data-testid=diff], [data-testid=config-message]')?.scrollIntoView({ block: 'start' });
   }, [message, pending]);
   if (config === undefined) return <p class="empty">{message ?? 'Loading…'}</p>;
 
@@ -183,7 +185,7 @@ export function ConfigView(props: { session: Session }) {
             onClick={() => setSelected({ device: d.id })}
             data-testid={`device-${d.id}`}
           >
-            {d.id} <span class="small">({d.type})</span>
+            {d.id} <span class="small">({d.type ?? profiles?.[d.profile ?? '']?.type})</span>
           </a>
         ))}
         {Object.keys(profiles ?? {}).map((name) => (
@@ -256,20 +258,20 @@ export function ConfigView(props: { session: Session }) {
           />
           <TagTable
             tags={effective.tags ?? []}
-            type={device.type}
+            type={effective.type}
             path={tagsPath}
             editable={editable && device.tags !== undefined}
             problems={problems}
             onChange={(what, ops) => change(`${what} of ${device.id}`, ops)}
           />
-          {editable && device.type === 'modbus' && (
+          {editable && effective.type === 'modbus' && (
             <ModbusTestRead
               device={effective}
               session={props.session}
               onPick={(tag) => void addTags([tag], `add tag ${tag.name}`)}
             />
           )}
-          {editable && device.type === 'opcua' && (
+          {editable && effective.type === 'opcua' && (
             <OpcuaBrowse
               device={effective}
               session={props.session}

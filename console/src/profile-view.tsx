@@ -86,6 +86,12 @@ export function ProfilePanel(props: {
   );
 }
 
+/** press-1, press-2, ...: `press`, the profile of presses; `press-1-profile` when that name is taken. */
+function freeName(id: string, profiles: Profiles | undefined): string {
+  const base = id.replace(/[-_]?\d+$/, '');
+  return base !== '' && !(profiles !== undefined && base in profiles) ? base : `${id}-profile`;
+}
+
 /** A device's line about profiles: where its tags come from, or the way to make its own tags a profile. */
 export function DeviceProfile(props: {
   device: Device;
@@ -96,17 +102,16 @@ export function DeviceProfile(props: {
   onOpenProfile: (name: string) => void;
 }) {
   const { device } = props;
-  const [name, setName] = useState(`${device.type}-${device.id}`);
+  const [name, setName] = useState(() => freeName(device.id, props.profiles));
   if (device.profile !== undefined)
     return (
       <p data-testid="device-profile">
-        Profile{' '}
-        <button type="button" class="pick" onClick={() => props.onOpenProfile(device.profile as string)}>
-          {device.profile}
-        </button>
         {device.tags === undefined
-          ? ': its tags (below, read-only here) and the keys this device does not set come from there. Edit them on the profile.'
-          : ': this device has a tag list of its own, which takes the place of the profile’s.'}
+          ? `Tags and the settings this device does not set itself come from profile ${device.profile} (read-only here). `
+          : `This device names profile ${device.profile} but has a tag list of its own, which takes the place of the profile's. `}
+        <button type="button" onClick={() => props.onOpenProfile(device.profile as string)} data-testid="open-profile">
+          Open profile {device.profile}
+        </button>
       </p>
     );
   if (!props.editable || device.tags === undefined) return null;
