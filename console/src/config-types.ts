@@ -2,7 +2,8 @@
 
 export interface Device {
   id: string;
-  type: 'modbus' | 'opcua' | 's7';
+  /** Left out by a device that takes it from its profile. */
+  type?: ConnectorType;
   /** The device profile it takes the keys it does not set from (docs/configuration.md, device profiles). */
   profile?: string;
   transport?: 'tcp' | 'rtu';
@@ -15,8 +16,10 @@ export interface Device {
   tags?: Tag[];
 }
 
+export type ConnectorType = 'modbus' | 'opcua' | 's7';
+
 /** `profiles.NAME`: any connector key but `id`. */
-export type Profile = Omit<Device, 'id' | 'profile'>;
+export type Profile = Omit<Device, 'id' | 'profile' | 'type'> & { type: ConnectorType };
 
 export type Tag = Record<string, unknown> & { name: string };
 export type Path = (string | number)[];
@@ -41,7 +44,7 @@ const PROPERTIES: FieldSpec = [
  * The keys a tag of each connector type offers in its form, in the order shown (the config reference,
  * docs/configuration.md); a key the tag has beyond these shows too.
  */
-export const TAG_FIELDS: Record<Device['type'], FieldSpec> = {
+export const TAG_FIELDS: Record<ConnectorType, FieldSpec> = {
   modbus: [
     ['name', 'text'],
     ['table', 'text'],

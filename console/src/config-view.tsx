@@ -256,14 +256,16 @@ export function ConfigView(props: { session: Session }) {
             onChange={change}
             onOpenProfile={(name) => setSelected({ profile: name })}
           />
-          <TagTable
-            tags={effective.tags ?? []}
-            type={effective.type}
-            path={tagsPath}
-            editable={editable && device.tags !== undefined}
-            problems={problems}
-            onChange={(what, ops) => change(`${what} of ${device.id}`, ops)}
-          />
+          {effective.type && (
+            <TagTable
+              tags={effective.tags ?? []}
+              type={effective.type}
+              path={tagsPath}
+              editable={editable && device.tags !== undefined}
+              problems={problems}
+              onChange={(what, ops) => change(`${what} of ${device.id}`, ops)}
+            />
+          )}
           {editable && effective.type === 'modbus' && (
             <ModbusTestRead
               device={effective}

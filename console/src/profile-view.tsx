@@ -114,7 +114,8 @@ export function DeviceProfile(props: {
         </button>
       </p>
     );
-  if (!props.editable || device.tags === undefined) return null;
+  if (!props.editable || device.tags === undefined || device.type === undefined) return null;
+  const type = device.type;
   const taken = props.profiles !== undefined && name in props.profiles;
   return (
     <form
@@ -123,7 +124,7 @@ export function DeviceProfile(props: {
       onSubmit={(e) => {
         e.preventDefault();
         props.onChange(`make profile ${name} of ${device.id}'s tags`, [
-          addProfile(props.profiles, name, { type: device.type, tags: device.tags }),
+          addProfile(props.profiles, name, { type, tags: device.tags }),
           { op: 'remove', path: ['connectors', props.index, 'tags'] },
           { op: 'set', path: ['connectors', props.index, 'profile'], value: name },
         ]);

@@ -4,12 +4,12 @@
  * form empty. A device that takes its tags from a profile shows them read-only, edited on the profile.
  */
 import { useEffect, useState } from 'preact/hooks';
-import { dotted, TAG_FIELDS, type Device, type Op, type Path, type Problem, type Tag } from './config-types.js';
+import { dotted, TAG_FIELDS, type ConnectorType, type Op, type Path, type Problem, type Tag } from './config-types.js';
 import { setOps, SettingsForm } from './settings-form.js';
 
 export function TagTable(props: {
   tags: Tag[];
-  type: Device['type'];
+  type: ConnectorType;
   /** Where the list is in the file: `connectors.0.tags`, `profiles.press.tags`. */
   path: Path;
   editable: boolean;
