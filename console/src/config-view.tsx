@@ -10,7 +10,7 @@ import type { Device, Op, Problem, Tag } from './config-types.js';
 import { CsvImport } from './csv-import.js';
 import { ModbusTestRead } from './modbus-test-read.js';
 import { OpcuaBrowse } from './opcua-browse.js';
-import { DeviceProfile, ProfilePanel, type Profiles } from './profile-view.js';
+import { DeviceProfile, MakeProfile, ProfilePanel, type Profiles } from './profile-view.js';
 import { setOps, SettingsForm } from './settings-form.js';
 import { TagTable } from './tag-table.js';
 
@@ -248,14 +248,7 @@ export function ConfigView(props: { session: Session }) {
               )
             }
           />
-          <DeviceProfile
-            device={device}
-            index={index}
-            profiles={profiles}
-            editable={editable}
-            onChange={change}
-            onOpenProfile={(name) => setSelected({ profile: name })}
-          />
+          <DeviceProfile device={device} onOpenProfile={(name) => setSelected({ profile: name })} />
           {effective.type && (
             <TagTable
               tags={effective.tags ?? []}
@@ -266,6 +259,7 @@ export function ConfigView(props: { session: Session }) {
               onChange={(what, ops) => change(`${what} of ${device.id}`, ops)}
             />
           )}
+          {editable && <MakeProfile device={device} index={index} profiles={profiles} onChange={change} />}
           {editable && effective.type === 'modbus' && (
             <ModbusTestRead
               device={effective}

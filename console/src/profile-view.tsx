@@ -92,30 +92,33 @@ function freeName(id: string, profiles: Profiles | undefined): string {
   return base !== '' && !(profiles !== undefined && base in profiles) ? base : `${id}-profile`;
 }
 
-/** A device's line about profiles: where its tags come from, or the way to make its own tags a profile. */
-export function DeviceProfile(props: {
+/** Where the tags of a device that names a profile come from, and the way to that profile. */
+export function DeviceProfile(props: { device: Device; onOpenProfile: (name: string) => void }) {
+  const { profile, tags } = props.device;
+  if (profile === undefined) return null;
+  return (
+    <p data-testid="device-profile">
+      {tags === undefined
+        ? `Tags and the settings this device does not set itself come from profile ${profile} (read-only here). `
+        : `This device names profile ${profile} but has a tag list of its own, which takes the place of the profile's. `}
+      <button type="button" onClick={() => props.onOpenProfile(profile)} data-testid="open-profile">
+        Open profile {profile}
+      </button>
+    </p>
+  );
+}
+
+/** A device's own tags made a profile, which the device then uses: the first of identical devices. */
+export function MakeProfile(props: {
   device: Device;
   index: number;
   profiles: Profiles | undefined;
-  editable: boolean;
   onChange: (what: string, ops: Op[]) => void;
-  onOpenProfile: (name: string) => void;
 }) {
   const { device } = props;
   const [name, setName] = useState(() => freeName(device.id, props.profiles));
-  if (device.profile !== undefined)
-    return (
-      <p data-testid="device-profile">
-        {device.tags === undefined
-          ? `Tags and the settings this device does not set itself come from profile ${device.profile} (read-only here). `
-          : `This device names profile ${device.profile} but has a tag list of its own, which takes the place of the profile's. `}
-        <button type="button" onClick={() => props.onOpenProfile(device.profile as string)} data-testid="open-profile">
-          Open profile {device.profile}
-        </button>
-      </p>
-    );
-  if (!props.editable || device.tags === undefined || device.type === undefined) return null;
-  const type = device.type;
+  const { type, tags } = device;
+  if (device.profile !== undefined || tags === undefined || type === undefined) return null;
   const taken = props.profiles !== undefined && name in props.profiles;
   return (
     <form
@@ -124,17 +127,18 @@ export function DeviceProfile(props: {
       onSubmit={(e) => {
         e.preventDefault();
         props.onChange(`make profile ${name} of ${device.id}'s tags`, [
-          addProfile(props.profiles, name, { type, tags: device.tags }),
+          addProfile(props.profiles, name, { type, tags }),
           { op: 'remove', path: ['connectors', props.index, 'tags'] },
           { op: 'set', path: ['connectors', props.index, 'profile'], value: name },
         ]);
       }}
     >
-      <span class="small">Identical devices? Make these tags a profile named</span>
+      <span class="small">Identical devices? These tags as a profile named</span>
       <input name="profile-name" value={name} onInput={(e) => setName(e.currentTarget.value)} />
       <button type="submit" disabled={name === '' || taken}>
         Make profile
       </button>
+      <span class="small">(this device then uses it; Copy device makes the next one)</span>
       {taken && <span class="bad small">a profile named {name} exists</span>}
     </form>
   );

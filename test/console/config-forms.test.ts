@@ -4,7 +4,7 @@
  * a device that takes its tags from a profile shows them, the profile is edited (a tag added: only its devices get
  * DDEATH and DBIRTH upstream), copied and removed; a tag is edited in place (a duplicate name refused beside its
  * field, then renamed with a new address and type: its value upstream); a bridge's `remote.urls` edited as a list
- * (a bad entry named, entries removed and moved). Screenshots go to test/artifacts/console/.
+ * (a bad entry named, entries removed and moved); a device's own tags made a profile it uses. Screenshots go to test/artifacts/console/.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
@@ -163,6 +163,25 @@ describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
     await waitForText(page, '[data-testid=config-message]', (t) => t.startsWith('applied'), 15_000, 'applied');
     const bridges = parse(readFileSync(gw.configFile, 'utf8')).bridges as { remote: { urls: string[] } }[];
     expect(bridges[1].remote.urls).toEqual([central.url, `mqtt://127.0.0.1:${deadPort}`]);
+
+    // A new profile made of press-1's own tags, which press-1 then uses.
+    await page.fill('[data-testid=make-profile] input[name=profile-name]', 'big-press');
+    await page.click('[data-testid=make-profile] button[type=submit]');
+    await page.click('[data-testid=apply]');
+    await waitForText(page, '[data-testid=device-profile]', (t) => t.includes('big-press'), 15_000, 'made');
+    expect(await page.locator('[data-testid=tag-table] [data-testid^=edit-tag-]').count()).toBe(0);
+    const made = parse(readFileSync(gw.configFile, 'utf8')) as {
+      profiles: Record<string, { tags: { name: string }[] }>;
+      connectors: Record<string, unknown>[];
+    };
+    expect(made.profiles['big-press'].tags.map((t) => t.name)).toEqual(['count', 'temperature']);
+    expect(made.connectors[0]).toMatchObject({ id: 'press-1', profile: 'big-press' });
+    expect(made.connectors[0].tags).toBeUndefined();
+    await host.waitFor(
+      (h) => h.births('DBIRTH', 'press-1').length === 3 && h.value('line4', 'press-1', 'temperature') === 21.5,
+      20_000,
+      'press-1 born again from its profile',
+    );
     expect(host.violations).toEqual([]);
   });
 });
