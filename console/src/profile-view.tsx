@@ -122,7 +122,6 @@ export function MakeProfile(props: {
   const taken = props.profiles !== undefined && name in props.profiles;
   return (
     <form
-      class="filter"
       data-testid="make-profile"
       onSubmit={(e) => {
         e.preventDefault();
@@ -133,13 +132,15 @@ export function MakeProfile(props: {
         ]);
       }}
     >
-      <span class="small">Identical devices? These tags as a profile named</span>
-      <input name="profile-name" value={name} onInput={(e) => setName(e.currentTarget.value)} />
-      <button type="submit" disabled={name === '' || taken}>
-        Make profile
-      </button>
-      <span class="small">(this device then uses it; Copy device makes the next one)</span>
-      {taken && <span class="bad small">a profile named {name} exists</span>}
+      <p class="small">
+        Identical devices? Make these tags profile{' '}
+        <input name="profile-name" size={16} value={name} onInput={(e) => setName(e.currentTarget.value)} />{' '}
+        <button type="submit" disabled={name === '' || taken}>
+          Make profile
+        </button>{' '}
+        this device then uses; Copy device makes the next one.
+        {taken && <span class="bad"> A profile named {name} exists.</span>}
+      </p>
     </form>
   );
 }
