@@ -23,7 +23,7 @@ export type Profile = Omit<Device, 'id' | 'profile' | 'type'> & { type: Connecto
 
 export type Tag = Record<string, unknown> & { name: string };
 export type Path = (string | number)[];
-export type Op = { op: 'set' | 'add' | 'remove'; path: Path; value?: unknown };
+export type Op = { op: 'set' | 'add' | 'remove'; path: Path; value?: unknown } | { op: 'copy'; from: Path; path: Path };
 export interface Problem {
   path: string;
   message: string;

@@ -227,9 +227,11 @@ export function ConfigView(props: { session: Session }) {
                   <button
                     type="button"
                     onClick={() =>
-                      void preview(`copy device ${device.id}`, 'apply', {
-                        ops: [{ op: 'add', path: ['connectors'], value: { ...device, id: `${device.id}-copy` } }],
-                      })
+                      // Copied in the file: a password the page only has masked is copied too.
+                      change(`copy device ${device.id}`, [
+                        { op: 'copy', from: ['connectors', index], path: ['connectors'] },
+                        { op: 'set', path: ['connectors', devices.length, 'id'], value: `${device.id}-copy` },
+                      ])
                     }
                   >
                     Copy device

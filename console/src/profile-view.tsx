@@ -48,7 +48,11 @@ export function ProfilePanel(props: {
                 type="button"
                 disabled={copy in props.profiles}
                 title={copy in props.profiles ? `a profile named ${copy} exists` : undefined}
-                onClick={() => props.onChange(`copy profile ${name}`, [addProfile(props.profiles, copy, profile)])}
+                onClick={() =>
+                  props.onChange(`copy profile ${name}`, [
+                    { op: 'copy', from: ['profiles', name], path: ['profiles', copy] },
+                  ])
+                }
               >
                 Copy profile
               </button>{' '}
