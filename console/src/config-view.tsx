@@ -48,7 +48,14 @@ export function ConfigView(props: { session: Session }) {
   const load = () =>
     get<ConfigAnswer>('config').then((c) => {
       setConfig(c);
-      setSelected((s) => ((s.device ?? s.profile) ? s : { device: c.config.connectors?.[0]?.id }));
+      // The device or profile shown stays, unless the change removed it.
+      setSelected((s) => {
+        const there =
+          s.device !== undefined
+            ? c.config.connectors?.some((d) => d.id === s.device)
+            : s.profile !== undefined && s.profile in (c.config.profiles ?? {});
+        return there === true ? s : { device: c.config.connectors?.[0]?.id };
+      });
     });
   useEffect(() => {
     load().catch((err: unknown) => setMessage((err as Error).message));
@@ -253,7 +260,7 @@ export function ConfigView(props: { session: Session }) {
           <DeviceProfile device={device} onOpenProfile={(name) => setSelected({ profile: name })} />
           {effective.type && (
             <TagTable
-              tags={effective.tags ?? []}
+              tags={effective.tags}
               type={effective.type}
               path={tagsPath}
               editable={editable && device.tags !== undefined}

@@ -79,7 +79,7 @@ export function ProfilePanel(props: {
         {users.length > 0 && ': a change restarts these devices (DDEATH, then a new DBIRTH), and no other.'}
       </p>
       <TagTable
-        tags={profile.tags ?? []}
+        tags={profile.tags}
         type={profile.type}
         path={['profiles', name, 'tags']}
         editable={props.editable}

@@ -8,7 +8,8 @@ import { dotted, TAG_FIELDS, type ConnectorType, type Op, type Path, type Proble
 import { setOps, SettingsForm } from './settings-form.js';
 
 export function TagTable(props: {
-  tags: Tag[];
+  /** Absent: none yet. */
+  tags: Tag[] | undefined;
   type: ConnectorType;
   /** Where the list is in the file: `connectors.0.tags`, `profiles.press.tags`. */
   path: Path;
@@ -16,10 +17,10 @@ export function TagTable(props: {
   problems: Problem[];
   onChange: (what: string, ops: Op[]) => void;
 }) {
-  const { tags } = props;
-  /** The row whose form is open, or `tags.length` for a new tag. */
+  const tags = props.tags ?? [];
+  /** The row whose form is open, or `tags.length` for a new tag; closed when the list changes (applied). */
   const [editing, setEditing] = useState<number>();
-  useEffect(() => setEditing(undefined), [tags]);
+  useEffect(() => setEditing(undefined), [props.tags]);
   const columns = props.type === 'modbus' ? ['table', 'address', 'datatype', 'byteOrder'] : ['nodeId', 'datatype'];
   if (props.type === 's7') columns.splice(0, 1, 'address');
   const prefix = `${dotted(props.path)}.`;
