@@ -103,11 +103,12 @@ export function ConfigView(props: { session: Session }) {
         body,
         props.session.csrf,
       );
+      setPending(undefined);
+      // Said once the page shows the file as the change left it.
+      await load();
       setMessage(
         answer.reload.ok ? `applied: ${pending.what}` : `written, but the reload failed: ${answer.reload.error}`,
       );
-      setPending(undefined);
-      await load();
     } catch (err) {
       refused(err);
     }
@@ -115,9 +116,9 @@ export function ConfigView(props: { session: Session }) {
   const undo = async () => {
     try {
       await post('config/undo', { etag: config.etag }, props.session.csrf);
-      setMessage('the last change was undone');
       setPending(undefined);
       await load();
+      setMessage('the last change was undone');
     } catch (err) {
       refused(err);
     }

@@ -67,10 +67,10 @@ describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
 
     // A device of the profile: the profile's tags, read-only, and the way to the profile.
     await page.click('[data-testid=device-press-2]');
-    await waitForText(page, '[data-testid=tag-table] tbody', (t) => t.includes('count'), 10_000, "the profile's tags");
+    await waitForText(page, '[data-testid=device-profile]', (t) => t.includes('profile press'), 10_000, 'press-2');
+    expect(await page.textContent('[data-testid=tag-table] tbody')).toContain('count');
     await screenshot(page, 'config-profile-device');
     expect(await page.locator('[data-testid=tag-table] [data-testid^=edit-tag-]').count()).toBe(0);
-    expect(await page.textContent('[data-testid=device-profile]')).toContain('press');
     await page.click('[data-testid=open-profile]');
 
     // The profile's form: a bad setting refused beside its field.
