@@ -1,13 +1,18 @@
 /**
- * The Configuration view (docs/console.md#configuration): the file's devices and their tags; for engineers, changes
- * previewed as a diff and applied, undo, a Modbus test read whose layouts can be picked into a tag, an OPC UA browse
- * whose variables can be picked into tags, and a CSV import. Every change goes through /api/config/.
+ * The Configuration view (docs/console.md#configuration): the file's devices, profiles and their tags; for engineers,
+ * changes previewed as a diff and applied, undo, forms of devices, profiles, tags, bridges and the Sparkplug ids, a
+ * Modbus test read whose layouts can be picked into a tag, an OPC UA browse whose variables can be picked into tags,
+ * and a CSV import. Every change goes through /api/config/.
  */
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, canConfigure, get, post, type Session } from './api.js';
 import type { Device, Op, Problem, Tag } from './config-types.js';
+import { CsvImport } from './csv-import.js';
 import { ModbusTestRead } from './modbus-test-read.js';
 import { OpcuaBrowse } from './opcua-browse.js';
+import { DeviceProfile, MakeProfile, ProfilePanel, type Profiles } from './profile-view.js';
+import { setOps, SettingsForm } from './settings-form.js';
+import { TagTable } from './tag-table.js';
 
 interface ConfigAnswer {
   file: string;
@@ -15,6 +20,7 @@ interface ConfigAnswer {
   text: string;
   config: {
     connectors?: Device[];
+    profiles?: Profiles;
     bridges?: { name: string; remote: Record<string, unknown> }[];
     sparkplug?: Record<string, unknown>;
   };
@@ -32,7 +38,8 @@ interface Pending {
 
 export function ConfigView(props: { session: Session }) {
   const [config, setConfig] = useState<ConfigAnswer>();
-  const [selected, setSelected] = useState<string>();
+  /** The device or profile shown. */
+  const [selected, setSelected] = useState<{ profile?: string; device?: string }>({});
   const [pending, setPending] = useState<Pending>();
   const [problems, setProblems] = useState<Problem[]>([]);
   const [message, setMessage] = useState<string>();
@@ -41,20 +48,33 @@ export function ConfigView(props: { session: Session }) {
   const load = () =>
     get<ConfigAnswer>('config').then((c) => {
       setConfig(c);
-      setSelected((s) => s ?? c.config.connectors?.[0]?.id);
+      // The device or profile shown stays, unless the change removed it.
+      setSelected((s) => {
+        const there =
+          s.device !== undefined
+            ? c.config.connectors?.some((d) => d.id === s.device)
+            : s.profile !== undefined && s.profile in (c.config.profiles ?? {});
+        return there === true ? s : { device: c.config.connectors?.[0]?.id };
+      });
     });
   useEffect(() => {
     load().catch((err: unknown) => setMessage((err as Error).message));
   }, []);
-  // What a button at the bottom of the page did shows at the top: brought into view.
+  // What a button did is brought into view: a problem beside its field, else the diff or message at the top.
   useEffect(() => {
-    document.querySelector('[data-testid=diff], [data-testid=config-message]')?.scrollIntoView({ block: 'start' });
+    const field = document.querySelector('.config .settings .bad, .config td .bad');
+    if (field !== null) field.scrollIntoView({ block: 'center' });
+    else document.querySelector('[data-testid=diff], [data-testid=config-message]')?.scrollIntoView({ block: 'start' });
   }, [message, pending]);
   if (config === undefined) return <p class="empty">{message ?? 'Loading…'}</p>;
 
   const devices = config.config.connectors ?? [];
-  const index = devices.findIndex((d) => d.id === selected);
-  const device = devices.at(index);
+  const profiles = config.config.profiles;
+  const index = devices.findIndex((d) => d.id === selected.device);
+  const device = index < 0 ? undefined : devices[index];
+  const profile = device?.profile === undefined ? undefined : profiles?.[device.profile];
+  /** The device as its connector runs it: its own keys over its profile's. */
+  const effective = device && ({ ...profile, ...device } as Device);
 
   const refused = (err: unknown) => {
     const e = err as ApiError;
@@ -83,11 +103,12 @@ export function ConfigView(props: { session: Session }) {
         body,
         props.session.csrf,
       );
+      setPending(undefined);
+      // Said once the page shows the file as the change left it.
+      await load();
       setMessage(
         answer.reload.ok ? `applied: ${pending.what}` : `written, but the reload failed: ${answer.reload.error}`,
       );
-      setPending(undefined);
-      await load();
     } catch (err) {
       refused(err);
     }
@@ -95,17 +116,22 @@ export function ConfigView(props: { session: Session }) {
   const undo = async () => {
     try {
       await post('config/undo', { etag: config.etag }, props.session.csrf);
-      setMessage('the last change was undone');
       setPending(undefined);
       await load();
+      setMessage('the last change was undone');
     } catch (err) {
       refused(err);
     }
   };
+  const change = (what: string, ops: Op[]) => void preview(what, 'apply', { ops });
+  // A device that takes its tags from its profile gets new ones there.
+  const tagsPath =
+    device?.tags === undefined && profile ? ['profiles', device?.profile ?? '', 'tags'] : ['connectors', index, 'tags'];
   const addTags = (tags: Tag[], what: string) =>
-    preview(what, 'apply', {
-      ops: tags.map((value): Op => ({ op: 'add', path: ['connectors', index, 'tags'], value })),
-    });
+    change(
+      what,
+      tags.map((value): Op => ({ op: 'add', path: tagsPath, value })),
+    );
 
   return (
     <section class="config" data-testid="config-view">
@@ -163,15 +189,37 @@ export function ConfigView(props: { session: Session }) {
           <a
             key={d.id}
             href="#configuration"
-            class={d.id === selected ? 'active' : ''}
-            onClick={() => setSelected(d.id)}
+            class={d.id === selected.device ? 'active' : ''}
+            onClick={() => setSelected({ device: d.id })}
             data-testid={`device-${d.id}`}
           >
-            {d.id} <span class="small">({d.type})</span>
+            {d.id} <span class="small">({d.type ?? profiles?.[d.profile ?? '']?.type})</span>
+          </a>
+        ))}
+        {Object.keys(profiles ?? {}).map((name) => (
+          <a
+            key={`profile-${name}`}
+            href="#configuration"
+            class={name === selected.profile ? 'active' : ''}
+            onClick={() => setSelected({ profile: name })}
+            data-testid={`profile-${name}`}
+          >
+            {name} <span class="small">(profile)</span>
           </a>
         ))}
       </nav>
-      {device && (
+      {profiles && selected.profile !== undefined && selected.profile in profiles && (
+        <ProfilePanel
+          name={selected.profile}
+          profiles={profiles}
+          devices={devices}
+          editable={editable}
+          problems={problems}
+          onChange={change}
+          onOpenDevice={(id) => setSelected({ device: id })}
+        />
+      )}
+      {device && effective && (
         <>
           <SettingsForm
             title={`Device ${device.id}`}
@@ -180,16 +228,18 @@ export function ConfigView(props: { session: Session }) {
             path={['connectors', index]}
             editable={editable}
             problems={problems}
-            onSave={(ops) => void preview(`change device ${device.id}`, 'apply', { ops })}
+            onSave={(changes) => change(`change device ${device.id}`, setOps(['connectors', index], changes))}
             extra={
               editable && (
                 <>
                   <button
                     type="button"
                     onClick={() =>
-                      void preview(`copy device ${device.id}`, 'apply', {
-                        ops: [{ op: 'add', path: ['connectors'], value: { ...device, id: `${device.id}-copy` } }],
-                      })
+                      // Copied in the file: a password the page only has masked is copied too.
+                      change(`copy device ${device.id}`, [
+                        { op: 'copy', from: ['connectors', index], path: ['connectors'] },
+                        { op: 'set', path: ['connectors', devices.length, 'id'], value: `${device.id}-copy` },
+                      ])
                     }
                   >
                     Copy device
@@ -208,32 +258,33 @@ export function ConfigView(props: { session: Session }) {
               )
             }
           />
-          <TagTable
-            device={device}
-            editable={editable}
-            problems={problems}
-            index={index}
-            onRemove={(i) =>
-              void preview(`remove tag ${device.tags?.[i]?.name ?? i}`, 'apply', {
-                ops: [{ op: 'remove', path: ['connectors', index, 'tags', i] }],
-              })
-            }
-          />
-          {editable && device.type === 'modbus' && (
+          <DeviceProfile device={device} onOpenProfile={(name) => setSelected({ profile: name })} />
+          {effective.type && (
+            <TagTable
+              tags={effective.tags}
+              type={effective.type}
+              path={tagsPath}
+              editable={editable && device.tags !== undefined}
+              problems={problems}
+              onChange={(what, ops) => change(`${what} of ${device.id}`, ops)}
+            />
+          )}
+          {editable && <MakeProfile device={device} index={index} profiles={profiles} onChange={change} />}
+          {editable && effective.type === 'modbus' && (
             <ModbusTestRead
-              device={device}
+              device={effective}
               session={props.session}
               onPick={(tag) => void addTags([tag], `add tag ${tag.name}`)}
             />
           )}
-          {editable && device.type === 'opcua' && (
+          {editable && effective.type === 'opcua' && (
             <OpcuaBrowse
-              device={device}
+              device={effective}
               session={props.session}
               onPick={(tags) => void addTags(tags, `add ${tags.length} tag(s)`)}
             />
           )}
-          {editable && (
+          {editable && device.tags !== undefined && (
             <CsvImport
               onPreview={(csv, format) =>
                 void preview(`import tags of ${device.id}`, 'tags-import', { device: device.id, csv, format })
@@ -251,7 +302,7 @@ export function ConfigView(props: { session: Session }) {
           path={['bridges', i, 'remote']}
           editable={editable}
           problems={problems}
-          onSave={(ops) => void preview(`change bridge ${bridge.name}`, 'apply', { ops })}
+          onSave={(changes) => change(`change bridge ${bridge.name}`, setOps(['bridges', i, 'remote'], changes))}
         />
       ))}
       {config.config.sparkplug && (
@@ -262,7 +313,7 @@ export function ConfigView(props: { session: Session }) {
           path={['sparkplug']}
           editable={editable}
           problems={problems}
-          onSave={(ops) => void preview('change the Sparkplug ids', 'apply', { ops })}
+          onSave={(changes) => change('change the Sparkplug ids', setOps(['sparkplug'], changes))}
         />
       )}
       <details>
@@ -272,187 +323,5 @@ export function ConfigView(props: { session: Session }) {
         </pre>
       </details>
     </section>
-  );
-}
-
-/**
- * The plain values (text, numbers, true/false) of a section as fields, each problem of the gateway beside its field;
- * Save previews a `set` of each changed one. A password shows as the mask: left as it is, the stored one stays.
- */
-function SettingsForm(props: {
-  title: string;
-  testid: string;
-  values: Record<string, unknown>;
-  path: (string | number)[];
-  editable: boolean;
-  problems: Problem[];
-  onSave: (ops: Op[]) => void;
-  extra?: preact.ComponentChildren;
-}) {
-  const plain = Object.entries(props.values).filter(
-    ([, v]) => typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean',
-  );
-  const [edits, setEdits] = useState<Record<string, string>>({});
-  useEffect(() => setEdits({}), [props.values]);
-  const prefix = props.path.join('.');
-  const save = () =>
-    props.onSave(
-      Object.entries(edits).map(([key, text]): Op => {
-        const old = props.values[key];
-        const value =
-          typeof old === 'number' && text.trim() !== '' && !Number.isNaN(Number(text))
-            ? Number(text)
-            : typeof old === 'boolean'
-              ? text === 'true'
-              : text;
-        return { op: 'set', path: [...props.path, key], value };
-      }),
-    );
-  return (
-    <details class="card settings" data-testid={props.testid}>
-      <summary>
-        <strong>{props.title}</strong>
-      </summary>
-      <form
-        onSubmit={(e) => {
-          e.preventDefault();
-          save();
-        }}
-      >
-        {plain.map(([key, v]) => {
-          const own = props.problems.filter(
-            (p) => p.path === `${prefix}.${key}` || p.path.startsWith(`${prefix}.${key}.`),
-          );
-          return (
-            <label key={key}>
-              <span>{key}</span>
-              {typeof v === 'boolean' ? (
-                <select
-                  name={key}
-                  disabled={!props.editable}
-                  value={edits[key] ?? String(v)}
-                  onChange={(e) => setEdits({ ...edits, [key]: e.currentTarget.value })}
-                >
-                  <option value="true">true</option>
-                  <option value="false">false</option>
-                </select>
-              ) : (
-                <input
-                  name={key}
-                  type={key === 'password' ? 'password' : 'text'}
-                  readOnly={!props.editable}
-                  value={edits[key] ?? String(v)}
-                  onInput={(e) => setEdits({ ...edits, [key]: e.currentTarget.value })}
-                />
-              )}
-              {own.map((p) => (
-                <span key={p.message} class="bad small" data-testid={`problem-${key}`}>
-                  {p.message}
-                </span>
-              ))}
-            </label>
-          );
-        })}
-        {props.editable && (
-          <p>
-            <button type="submit" disabled={Object.keys(edits).length === 0}>
-              Check and preview
-            </button>{' '}
-            {props.extra}
-          </p>
-        )}
-      </form>
-    </details>
-  );
-}
-
-function TagTable(props: {
-  device: Device;
-  index: number;
-  editable: boolean;
-  problems: Problem[];
-  onRemove: (i: number) => void;
-}) {
-  const tags = props.device.tags ?? [];
-  const columns =
-    props.device.type === 'modbus' ? ['table', 'address', 'datatype', 'byteOrder'] : ['nodeId', 'datatype'];
-  const prefix = `connectors.${props.index}.tags.`;
-  return (
-    <div class="scroll">
-      <table data-testid="tag-table">
-        <thead>
-          <tr>
-            <th>Tag</th>
-            {columns.map((c) => (
-              <th key={c}>{c}</th>
-            ))}
-            <th>unit</th>
-            {props.editable && <th />}
-          </tr>
-        </thead>
-        <tbody>
-          {tags.map((tag, i) => {
-            const own = props.problems.filter((p) => p.path.startsWith(`${prefix}${i}.`) || p.path === `${prefix}${i}`);
-            return (
-              <tr key={`${tag.name}-${i}`}>
-                <td class="mono">{tag.name}</td>
-                {columns.map((c) => (
-                  <td key={c} class="mono">
-                    {tag[c] === undefined ? '' : String(tag[c] as string)}
-                  </td>
-                ))}
-                <td>{typeof tag.engUnit === 'string' ? tag.engUnit : ''}</td>
-                {props.editable && (
-                  <td>
-                    <button type="button" onClick={() => props.onRemove(i)}>
-                      Remove
-                    </button>
-                    {own.map((p) => (
-                      <span key={p.path} class="bad small">
-                        {' '}
-                        {p.path.slice(prefix.length)}: {p.message}
-                      </span>
-                    ))}
-                  </td>
-                )}
-              </tr>
-            );
-          })}
-        </tbody>
-      </table>
-    </div>
-  );
-}
-
-function CsvImport(props: { onPreview: (csv: string, format: string) => void }) {
-  const [csv, setCsv] = useState('');
-  const [format, setFormat] = useState('edgeferry');
-  return (
-    <div class="card" data-testid="csv-import">
-      <h3>Import tags from CSV</h3>
-      <p class="small">Replaces the device's tags; every bad row is named, and nothing is applied while one is bad.</p>
-      <select value={format} onChange={(e) => setFormat(e.currentTarget.value)} name="csv-format">
-        <option value="edgeferry">edgeferry columns</option>
-        <option value="kepware">Kepware tag export</option>
-      </select>{' '}
-      <input
-        type="file"
-        accept=".csv,text/csv"
-        name="csv-file"
-        onChange={(e) => {
-          const file = e.currentTarget.files?.[0];
-          if (file) void file.text().then(setCsv);
-        }}
-      />
-      <textarea name="csv" rows={6} value={csv} onInput={(e) => setCsv(e.currentTarget.value)} class="mono" />
-      <button
-        type="button"
-        disabled={csv === ''}
-        onClick={() => props.onPreview(csv, format)}
-        data-testid="csv-preview"
-      >
-        Check and preview
-      </button>
-    </div>
   );
 }

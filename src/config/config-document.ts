@@ -5,7 +5,7 @@
  * here in clear: views and diffs show a mask, and the mask sent back means "keep the stored value".
  */
 import { createHash } from 'node:crypto';
-import { isMap, isSeq, parseDocument, type Document, type Node } from 'yaml';
+import { isMap, isNode, isSeq, parseDocument, type Document, type Node } from 'yaml';
 import { lineDiff, linesOf, unifiedDiff } from '../util/text-diff.js';
 
 /** What the page sees in place of a secret; sent back unchanged, the stored value stays. */
@@ -16,11 +16,15 @@ const SECRET_ON_LINE = /(\bpassword\s*:\s*)("(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\
 
 export type PathSegment = string | number;
 
-/** One change: `set` a key or list item, `add` to the end of a list (made when absent), `remove` a key or item. */
+/**
+ * One change: `set` a key or list item, `add` to the end of a list (made when absent), `remove` a key or item,
+ * `copy` what is at `from` to the end of the list at `path`, or as the key `path` (a new one).
+ */
 export type EditOp =
   | { readonly op: 'set'; readonly path: readonly PathSegment[]; readonly value: unknown }
   | { readonly op: 'add'; readonly path: readonly PathSegment[]; readonly value: unknown }
-  | { readonly op: 'remove'; readonly path: readonly PathSegment[] };
+  | { readonly op: 'remove'; readonly path: readonly PathSegment[] }
+  | { readonly op: 'copy'; readonly from: readonly PathSegment[]; readonly path: readonly PathSegment[] };
 
 /** A change that cannot be made as asked (a path that is not there, a malformed operation). */
 export class EditError extends Error {
@@ -48,21 +52,26 @@ export function parseOps(input: unknown): EditOp[] {
   return input.map((raw: unknown, i): EditOp => {
     const where = `ops.${i}`;
     if (typeof raw !== 'object' || raw === null) throw new EditError(where, 'a change is an object {op, path, value}');
-    const { op, path, value } = raw as Record<string, unknown>;
-    if (!Array.isArray(path) || path.length === 0 || path.length > MAX_PATH)
-      throw new EditError(`${where}.path`, `a list of 1 to ${MAX_PATH} keys and list indexes`);
-    for (const segment of path as unknown[]) {
-      const ok =
-        (typeof segment === 'string' && segment !== '') ||
-        (typeof segment === 'number' && Number.isInteger(segment) && segment >= 0);
-      if (!ok) throw new EditError(`${where}.path`, 'keys are non-empty strings, list indexes whole numbers from 0');
-    }
-    const segments = path as PathSegment[];
+    const { op, path, value, from } = raw as Record<string, unknown>;
+    const segments = keyPath(path, `${where}.path`);
     if (op === 'remove') return { op, path: segments };
-    if (op !== 'set' && op !== 'add') throw new EditError(`${where}.op`, 'one of set, add, remove');
+    if (op === 'copy') return { op, from: keyPath(from, `${where}.from`), path: segments };
+    if (op !== 'set' && op !== 'add') throw new EditError(`${where}.op`, 'one of set, add, remove, copy');
     if (value === undefined) throw new EditError(`${where}.value`, 'a value is required');
     return { op, path: segments, value };
   });
+}
+
+function keyPath(path: unknown, where: string): PathSegment[] {
+  if (!Array.isArray(path) || path.length === 0 || path.length > MAX_PATH)
+    throw new EditError(where, `a list of 1 to ${MAX_PATH} keys and list indexes`);
+  for (const segment of path as unknown[]) {
+    const ok =
+      (typeof segment === 'string' && segment !== '') ||
+      (typeof segment === 'number' && Number.isInteger(segment) && segment >= 0);
+    if (!ok) throw new EditError(where, 'keys are non-empty strings, list indexes whole numbers from 0');
+  }
+  return path as PathSegment[];
 }
 
 /** The file's text with every secret masked, and its content as plain data with the same secrets masked. */
@@ -107,9 +116,10 @@ export function applyOps(text: string, ops: readonly EditOp[]): string {
       doc.deleteIn(op.path);
       continue;
     }
-    const value = unmask(op.value, op.path, doc);
-    if (op.op === 'add') {
-      const list = doc.getIn(op.path, true);
+    const list = doc.getIn(op.path, true);
+    // A copy is taken from the file as it is (its comments, a password in clear): none of it went through a page.
+    const value = op.op === 'copy' ? copyOf(doc, op.from, i) : unmask(op.value, op.path, doc);
+    if (op.op === 'add' || (op.op === 'copy' && isSeq(list))) {
       if (list !== undefined && !isSeq(list))
         throw new EditError(where, `is not a list: cannot add to it (change ${i + 1})`);
       if (list === undefined && !(isMap(parent) || parentPath.length === 0))
@@ -117,6 +127,8 @@ export function applyOps(text: string, ops: readonly EditOp[]): string {
       doc.addIn(op.path, styledLike(doc.createNode(value), isSeq(list) ? list.items.at(-1) : undefined));
       continue;
     }
+    if (op.op === 'copy' && list !== undefined)
+      throw new EditError(where, `is there already (change ${i + 1}): copy to a list or a new key`);
     const last = op.path[op.path.length - 1];
     if (typeof last === 'number' && !(isSeq(parent) && last < parent.items.length))
       throw new EditError(where, `no list item there (change ${i + 1}): add appends to a list`);
@@ -125,6 +137,12 @@ export function applyOps(text: string, ops: readonly EditOp[]): string {
     doc.setIn(op.path, styledLike(doc.createNode(value), doc.getIn(op.path, true)));
   }
   return keepUntouchedLines(text, before, render(doc));
+}
+
+function copyOf(doc: Document, from: readonly PathSegment[], i: number): unknown {
+  const source: unknown = doc.getIn(from, true);
+  if (source === undefined) throw new EditError(from.join('.'), `nothing to copy there (change ${i + 1})`);
+  return isNode(source) ? source.clone() : source;
 }
 
 /** A new map or list written in the style of the one it replaces or follows: `{ ... }` among flow items. */

@@ -146,12 +146,16 @@ async function applyConnectorChanges(
     now = now.filter((c) => c.id !== before.id);
     log.info({ connector: before.id, type: before.type }, 'connector removed');
   }
-  for (const after of changes.change) {
-    // Created before the old one stops: a config the factory refuses leaves the running device alone.
+  // Created before the old ones stop: a config the factory refuses leaves the running device alone.
+  const replacements = changes.change.flatMap((after) => {
     const connector = create(after);
-    if (!connector) continue;
-    // The old connector has released its sockets when this resolves, so the new one may take the same device.
-    await edgeNode.removeDevice(after.id);
+    return connector ? [{ after, connector }] : [];
+  });
+  // Every old one goes before a new one comes: the devices of a changed profile all change, and none of them may
+  // still hold the old Template definition when the first new one has the node define it again.
+  // The old connectors have released their sockets when this resolves, so the new ones may take the same devices.
+  for (const { after } of replacements) await edgeNode.removeDevice(after.id);
+  for (const { after, connector } of replacements) {
     edgeNode.addDevice(connector, after.profile);
     now = now.map((c) => (c.id === after.id ? after : c));
     log.info({ connector: after.id, type: after.type }, 'connector reconfigured');

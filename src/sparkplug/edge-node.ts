@@ -107,8 +107,8 @@ export class EdgeNode implements DeviceHost {
   private lastUniqueTs = 0;
   private readonly backlog: EdgeNodeOptions['backlog'];
   private backlogTimer: NodeJS.Timeout | undefined;
-  /** The Templates the last local NBIRTH defined. */
-  private definedTemplates = new Set<string>();
+  /** The Templates the last local NBIRTH defined, each with its definition as sent (`definitionKey`). */
+  private definedTemplates = new Map<string, string>();
 
   private counters = { births: 0, dataMessages: 0 };
 
@@ -339,8 +339,14 @@ export class EdgeNode implements DeviceHost {
     const aliases = this.state.assignAliases(aliasKeys(connector, template));
     const device = this.createDevice(connector, aliases, template);
     this.addToMap(device);
-    // Its Template must be defined in the NBIRTH before its DBIRTH names it [tck-id-topics-nbirth-templates].
-    if (device.template !== undefined && this.localBorn && !this.definedTemplates.has(device.template)) this.rebirth();
+    // Its Template must be defined in the NBIRTH, as it is now (a reload may have changed the profile's tags),
+    // before its DBIRTH names it [tck-id-topics-nbirth-templates].
+    if (
+      device.template !== undefined &&
+      this.localBorn &&
+      this.definedTemplates.get(device.template) !== definitionKey(device.templateDefinition())
+    )
+      this.rebirth();
     // A stopped node starts it with the others; a stopping one never does.
     if (this.running) device.start();
   }
@@ -463,8 +469,8 @@ export class EdgeNode implements DeviceHost {
       seq: this.nextLocalSeq(),
       metrics: this.nodeBirthMetrics(timestamp, BigInt(this.localBdSeq)),
     });
-    this.definedTemplates = new Set(
-      [...this.devices.values()].flatMap((d) => (d.template === undefined ? [] : [d.template])),
+    this.definedTemplates = new Map(
+      [...this.templateDefinitions()].map(([name, definition]) => [name, definitionKey(definition)]),
     );
     this.nodeMetrics.localBirth();
     for (const device of this.devices.values()) device.birth();
@@ -477,13 +483,18 @@ export class EdgeNode implements DeviceHost {
    */
   private nodeBirthMetrics(timestamp: number, bdSeq: bigint): MetricOut[] {
     const metrics = this.nodeMetrics.birth(timestamp, bdSeq);
-    const defined = new Set<string>();
-    for (const device of this.devices.values()) {
-      if (device.template === undefined || defined.has(device.template)) continue;
-      defined.add(device.template);
-      metrics.push({ ...(device.templateDefinition() as MetricOut), timestamp });
-    }
+    for (const definition of this.templateDefinitions().values()) metrics.push({ ...definition, timestamp });
     return metrics;
+  }
+
+  /** The Template definition of each profile the devices instantiate, by name, from its first device. */
+  private templateDefinitions(): Map<string, MetricOut> {
+    const definitions = new Map<string, MetricOut>();
+    for (const device of this.devices.values()) {
+      if (device.template === undefined || definitions.has(device.template)) continue;
+      definitions.set(device.template, device.templateDefinition() as MetricOut);
+    }
+    return definitions;
   }
 
   /**
@@ -558,6 +569,13 @@ export class EdgeNode implements DeviceHost {
       this.upstream.hostOffline();
     }
   }
+}
+
+/** A Template definition as a comparable text: members, datatypes and properties (bigints as digits). */
+function definitionKey(definition: MetricOut | undefined): string {
+  return JSON.stringify(definition ?? null, (_key, value: unknown) =>
+    typeof value === 'bigint' ? value.toString() : value,
+  );
 }
 
 /** A device's metric names: its tags, and its Template instance if it is one. */

@@ -51,7 +51,10 @@ describe('Configuration view in chromium', { timeout: 180_000 }, () => {
       await page.waitForSelector('[data-testid=read-only]');
       expect(
         await page
-          .locator('[data-testid=undo], [data-testid=apply], [data-testid=test-read], [data-testid=browse]')
+          .locator(
+            '[data-testid=undo], [data-testid=apply], [data-testid=test-read], [data-testid=browse], ' +
+              '[data-testid=add-tag], [data-testid^=edit-tag-], [data-testid=make-profile]',
+          )
           .count(),
       ).toBe(0);
       if (user === 'shift') await screenshot(page, 'config-read-only');

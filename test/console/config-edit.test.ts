@@ -253,4 +253,63 @@ describe('configuration from the console', { timeout: 90_000 }, () => {
     expect(host.births('DBIRTH', 'press-2')).toHaveLength(1);
     expect(host.violations).toEqual([]);
   });
+
+  it("names a problem in a profile's tag at the profile's key path and one in a list at its entry; a list is reordered in place", async () => {
+    const [deadPlc, deadA, deadB] = [await freePort(), await freePort(), await freePort()];
+    const count = { name: 'count', table: 'holding', address: 0, datatype: 'uint16' };
+    const level = { name: 'level', table: 'holding', address: 1, datatype: 'uint16' };
+    const urls = [`mqtt://127.0.0.1:${deadA}`, `mqtt://127.0.0.1:${deadB}`];
+    const { gw, base } = d.add(
+      await startConsoleGateway({
+        sparkplug: sparkplugSection('plant', 'line4'),
+        bridges: [{ name: 'archive', remote: { urls }, topics: [{ filter: 'archive/#', direction: 'out' }] }],
+        profiles: {
+          press: {
+            type: 'modbus',
+            transport: 'tcp',
+            host: '127.0.0.1',
+            port: deadPlc,
+            addressBase: 0,
+            tags: [count, level],
+          },
+        },
+        connectors: [{ id: 'press-2', type: 'modbus', profile: 'press', unitId: 2 }],
+      }),
+    );
+    const original = asYaml(gw);
+    const engineer = await loggedIn(base, 'eng');
+    const { etag, config } = await configOf(engineer);
+    expect(config.profiles).toEqual({ press: expect.objectContaining({ tags: [count, level] }) });
+
+    const duplicate = await engineer.post('config/preview', {
+      etag,
+      ops: [{ op: 'set', path: ['profiles', 'press', 'tags', 1, 'name'], value: 'count' }],
+    });
+    expect(duplicate.status).toBe(422);
+    expect(duplicate.body.problems).toEqual([
+      expect.objectContaining({
+        path: 'profiles.press.tags.1.name',
+        message: expect.stringMatching(/already the name/),
+      }),
+    ]);
+
+    const badEntry = await engineer.post('config/preview', {
+      etag,
+      ops: [{ op: 'set', path: ['bridges', 0, 'remote', 'urls'], value: [urls[0], 'http://central', urls[1]] }],
+    });
+    expect(badEntry.status).toBe(422);
+    expect(badEntry.body.problems).toEqual([
+      expect.objectContaining({ path: 'bridges.0.remote.urls.1', message: expect.stringMatching(/mqtt:\/\//) }),
+    ]);
+
+    const reordered = await engineer.post('config/apply', {
+      etag,
+      ops: [{ op: 'set', path: ['bridges', 0, 'remote', 'urls'], value: [urls[1], urls[0]] }],
+    });
+    expect(reordered.status, JSON.stringify(reordered.body)).toBe(200);
+    expect(reordered.body).toMatchObject({ added: 1, removed: 1, reload: { ok: true } });
+    expect(readFileSync(gw.configFile, 'utf8')).toBe(
+      original.replace(`- ${urls[0]}\n        - ${urls[1]}`, `- ${urls[1]}\n        - ${urls[0]}`),
+    );
+  });
 });

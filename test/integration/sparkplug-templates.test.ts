@@ -14,7 +14,7 @@ import { logLines, startGateway, type Gateway } from '../helpers/gateway.js';
 import { startModbusSim, type ModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { openClient } from '../helpers/mqtt-client.js';
-import { hostsMayCommand, startSparkplugHost } from '../helpers/sparkplug-host.js';
+import { hostsMayCommand, startSparkplugHost, type HostMessage } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
 
 const d = useDisposer();
@@ -270,6 +270,37 @@ describe('Sparkplug templates (sparkplug.templates)', () => {
     expect(host.births('DBIRTH', 'press-3')[0].payload.metrics.map((m) => [m.name, m.datatype])).toEqual([
       ['temperature', 'Int16'],
     ]);
+    expect(host.violations).toEqual([]);
+  });
+
+  it("answers a reload that changes a profile's tags with one rebirth defining it anew: no DBIRTH names a member its NBIRTH does not define", async () => {
+    const { sim, gw } = await twoPresses(true);
+    const { host } = await joinHost(gw);
+    await sim.set(1, 'hr', 2, [33]);
+    const nbirths = host.births('NBIRTH').length;
+    const config = JSON.parse(readFileSync(gw.configFile, 'utf8')) as { profiles: { press: { tags: object[] } } };
+    config.profiles.press.tags.push({ name: 'speed', table: 'holding', address: 2, datatype: 'uint16' });
+    writeFileSync(gw.configFile, JSON.stringify(config));
+    gw.proc.kill('SIGHUP');
+    const membersOf = (m: HostMessage | undefined, definition: boolean) =>
+      m?.payload.metrics
+        .find((x) => x.datatype === 'Template' && x.template?.isDefinition === definition)
+        ?.template?.members.map((x) => x.name);
+    await host.waitFor(
+      (h) => ['press-1', 'press-2'].every((id) => membersOf(h.births('DBIRTH', id).at(-1), false)?.includes('speed')),
+      20_000,
+      'DBIRTHs of both presses with the new member',
+    );
+    // The node defines the changed Template before the first DBIRTH that uses it [tck-id-topics-nbirth-templates]
+    // [tck-id-payloads-template-definition-nbirth]: every DBIRTH's members are those of the NBIRTH before it.
+    let defined: (string | undefined)[] | undefined;
+    for (const m of host.messages) {
+      if (m.type === 'NBIRTH') defined = membersOf(m, true);
+      if (m.type === 'DBIRTH') expect(membersOf(m, false), `${m.deviceId}'s DBIRTH`).toEqual(defined);
+    }
+    expect(defined).toEqual(['temperature', 'setpoint', 'speed']);
+    // One rebirth: both presses are taken down before the first comes back with the new definition.
+    expect(host.births('NBIRTH')).toHaveLength(nbirths + 1);
     expect(host.violations).toEqual([]);
   });
 

@@ -11,6 +11,7 @@ import {
   parseOps,
   SECRET_MASK,
 } from '../../src/config/config-document.js';
+import { parse } from 'yaml';
 import { unifiedDiff } from '../../src/util/text-diff.js';
 
 const FILE = `# the press line
@@ -65,6 +66,30 @@ describe('configuration document edits', () => {
     expect([added, removed]).toEqual([1, 1]);
     expect(diff).not.toMatch(/s3cret|new-pw/);
     expect(diff).toContain(`+      password: ${SECRET_MASK}`);
+  });
+
+  it('copies a device as the file has it (its password, comments) to the end of a list, or to a new key', () => {
+    const withPassword = FILE.replace('    host: 10.0.0.5\n', '    host: 10.0.0.5\n    password: "plc pw"\n');
+    const out = applyOps(withPassword, [
+      { op: 'copy', from: ['connectors', 0], path: ['connectors'] },
+      { op: 'set', path: ['connectors', 1, 'id'], value: 'press2' },
+      { op: 'copy', from: ['bridges', 0, 'remote'], path: ['bridges', 0, 'standby'] },
+    ]);
+    const doc = parse(out) as {
+      connectors: Record<string, unknown>[];
+      bridges: { remote: object; standby: object }[];
+    };
+    expect(doc.connectors[1]).toEqual({ ...doc.connectors[0], id: 'press2' });
+    expect(doc.connectors[1].password).toBe('plc pw');
+    expect(doc.bridges[0].standby).toEqual(doc.bridges[0].remote);
+    expect(out.startsWith(withPassword.slice(0, withPassword.indexOf('connectors:')))).toBe(true);
+    expect(() => applyOps(FILE, [{ op: 'copy', from: ['connectors', 4], path: ['connectors'] }])).toThrow(
+      /connectors\.4: nothing to copy/,
+    );
+    expect(() => applyOps(FILE, [{ op: 'copy', from: ['connectors', 0], path: ['bridges', 0, 'name'] }])).toThrow(
+      /bridges\.0\.name: is there already/,
+    );
+    expect(() => parseOps([{ op: 'copy', path: ['connectors'] }])).toThrow(/ops\.0\.from/);
   });
 
   it('refuses a change at a path that is not there, naming it', () => {

@@ -566,4 +566,15 @@ ${connectors}`;
       'gw.yaml:9:69 profiles.press.tags.0.bogus: unknown key "bogus"',
     ]);
   });
+
+  it('names two tags of one name in a profile, used by devices or by none yet, once', () => {
+    const twice = ' }, { name: t, table: holding, address: 1, datatype: int16';
+    for (const connectors of [
+      '  []',
+      '  - { id: p1, profile: press, host: 10.0.0.1 }\n  - { id: p2, profile: press, host: 10.0.0.2 }',
+    ])
+      expect(problemsOf(profiles(connectors, twice)).map((p) => `${p.path}: ${p.message}`)).toEqual([
+        'profiles.press.tags.1.name: "t" is already the name of tags.0',
+      ]);
+  });
 });

@@ -50,7 +50,25 @@ export const connectorsSchema = z.array(connectorSchema).superRefine((connectors
  * names one with `profile:` and sets only what differs (id, host, unitId, nodeIdPrefix); src/config/profiles.ts
  * expands it before validation, so every device is checked whole.
  */
-export const profilesSchema = z.record(
-  z.string().regex(/^[^\s.]+$/, 'must be a name without spaces or dots'),
-  z.discriminatedUnion('type', [modbusProfileSchema, opcuaProfileSchema, s7ProfileSchema]),
-);
+export const profilesSchema = z
+  .record(
+    z.string().regex(/^[^\s.]+$/, 'must be a name without spaces or dots'),
+    z.discriminatedUnion('type', [modbusProfileSchema, opcuaProfileSchema, s7ProfileSchema]),
+  )
+  .superRefine((profiles, ctx) => {
+    // Each device checks its tag names again; this names them in a profile that no device uses yet (one the web
+    // console just made), with the message a device gives, so that a used profile's problem is reported once.
+    for (const [name, profile] of Object.entries(profiles)) {
+      const first = new Map<string, number>();
+      profile.tags.forEach((tag, i) => {
+        const at = first.get(tag.name);
+        if (at === undefined) first.set(tag.name, i);
+        else
+          ctx.addIssue({
+            code: 'custom',
+            path: [name, 'tags', i, 'name'],
+            message: `"${tag.name}" is already the name of tags.${at}`,
+          });
+      });
+    }
+  });
