@@ -230,7 +230,10 @@ export interface CursorPosition {
 /** What the journal of every outbox holds: its stored entries, acknowledged ones of partly kept chunks included. */
 export interface JournalDepth {
   readonly entries: number;
+  /** Bytes stored: compressed chunks as they are stored. */
   readonly bytes: number;
+  /** Bytes of its chunks decompressed: `logicalBytes / bytes` is the compression ratio. */
+  readonly logicalBytes: number;
   readonly chunks: number;
   /** The seq of the oldest stored entry and of the newest entry ever appended. */
   readonly firstSeq: number | undefined;

@@ -174,7 +174,7 @@ describe('stored value checksums', () => {
       const value = store.meta.get(key)!;
       expect(value[0] & 0x80, key).toBe(0x80); // sealed: format byte with its flag, CRC-32 at the end
     }
-    expect(store.meta.get('schema')!.toString()).toMatch(/^\{"version":2,/); // plain JSON, readable by every release
+    expect(store.meta.get('schema')!.toString()).toMatch(/^\{"version":3,/); // plain JSON, readable by every release
     // Counters as written before checksums: plain JSON.
     store.meta.putSync('sessionSeq', Buffer.from('41'));
     store.meta.putSync(

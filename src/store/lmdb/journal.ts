@@ -3,13 +3,14 @@
  * a cursor over it (outbox.ts), so a message that several bridges take is written once. Entries lie in the
  * `outbox` database under the owner prefix of the empty name (no outbox has it), in chunks with a cursor mask per
  * entry (outbox-chunk.ts); a cursor's slot is its bit. A chunk is deleted once every cursor that holds entries
- * has its floor past the chunk's end.
+ * has its floor past the chunk's end. Chunks that stay are merged and compressed (compaction.ts).
  */
 import type { Message } from '../../protocol/message.js';
 import { StoreError } from '../../util/errors.js';
 import type { JournalDepth } from '../types.js';
 import { encodeStampedValue, ownerPrefix, prefixEnd, seqKey } from '../codec.js';
-import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk } from './outbox-chunk.js';
+import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk, logicalChunkBytes } from './outbox-chunk.js';
+import { COMPACT_AFTER_MS, JournalCompactor } from './compaction.js';
 import type { Batch, BatchMember, StoreWriter } from './store-writer.js';
 
 /** The journal's own record in `meta`: its last seq, so that a seq is never used twice, not even once it is empty. */
@@ -29,6 +30,8 @@ export interface JournalMeta {
    * salvage` finds an outbox whose own record was damaged (salvage.ts).
    */
   cursors?: Record<string, number>;
+  /** No chunk below it is left to compact (compaction.ts); absent before compaction: from the first chunk. */
+  compacted?: number;
 }
 
 /** What the journal needs of a cursor: where its claim on entries starts, and whether it holds one entry. */
@@ -67,8 +70,16 @@ export class LmdbJournal implements BatchMember {
   private deletedChunks: number[] = [];
   /** The last message encoded, so another bridge's append of it in the same routing pass shares its value. */
   private shared: { msg: Message; value: Buffer; atMs: number } | undefined;
+  private readonly compactor: JournalCompactor;
+  /** `compactor.compacted` as written in `meta` (or before the batch in flight, for a rollback). */
+  private compactedBefore: number;
+  /**
+   * The seqs of the chunks a compaction in flight replaces: chunks there are not cached until it settles, so that
+   * no read follows a cached chunk the commit replaced into the database's new layout (see `keysFrom`).
+   */
+  private merging: { start: number; end: number } | undefined;
 
-  constructor(store: StoreWriter) {
+  constructor(store: StoreWriter, compactAfterMs = COMPACT_AFTER_MS) {
     this.store = store;
     let lastStored = 0;
     this.floor = Infinity;
@@ -88,12 +99,15 @@ export class LmdbJournal implements BatchMember {
     this.lastSeq = Math.max(meta?.lastSeq ?? 0, lastStored);
     this.names = new Map(Object.entries(meta?.cursors ?? {}));
     if (this.floor === Infinity) this.floor = this.lastSeq + 1;
+    this.compactedBefore = meta?.compacted ?? 0;
+    this.compactor = new JournalCompactor(this.compactedBefore, JOURNAL_PREFIX, store.clock, compactAfterMs);
   }
 
   /** Its stored chunks counted (reads them all). */
   depth(): JournalDepth {
     let entries = 0;
     let bytes = 0;
+    let logicalBytes = 0;
     let chunks = 0;
     let firstSeq: number | undefined;
     for (const { key, value } of this.store.outboxDb.getRange({
@@ -104,9 +118,10 @@ export class LmdbJournal implements BatchMember {
       firstSeq ??= chunkStart(key, JOURNAL_PREFIX.length);
       entries += chunkCount(key, JOURNAL_PREFIX.length);
       bytes += value.length;
+      logicalBytes += logicalChunkBytes(value);
       chunks++;
     }
-    return { entries, bytes, chunks, firstSeq, lastSeq: this.lastSeq };
+    return { entries, bytes, logicalBytes, chunks, firstSeq, lastSeq: this.lastSeq };
   }
 
   /** The seq of the newest entry (0 for none yet). */
@@ -270,6 +285,8 @@ export class LmdbJournal implements BatchMember {
     const value = this.store.outboxDb.get(key);
     if (value === undefined) throw new StoreError('EF_STORE_OPEN', 'the outbox journal: a chunk vanished while read');
     const chunk = new Chunk(key, JOURNAL_PREFIX.length, value, this.store.clock);
+    const merging = this.merging;
+    if (merging !== undefined && chunk.start >= merging.start && chunk.start < merging.end) return chunk;
     this.chunks.set(chunk.start, chunk);
     if (this.chunks.size > CACHED_CHUNKS) this.chunks.delete(this.chunks.keys().next().value as number);
     return chunk;
@@ -302,18 +319,44 @@ export class LmdbJournal implements BatchMember {
       }
       this.nextFloor = floor;
     }
-    if (this.lastSeq !== this.lastSeqBefore || this.namesChanged) {
+    this.compact(b, Math.max(floor, this.floor));
+    if (this.lastSeq !== this.lastSeqBefore || this.namesChanged || this.compactor.compacted !== this.compactedBefore) {
       this.store.putMeta(b, JOURNAL_META_KEY, {
         lastSeq: this.lastSeq,
         cursors: Object.fromEntries(this.names),
+        compacted: this.compactor.compacted,
       } satisfies JournalMeta);
     }
     this.batchValues = [];
     this.batchMasks = [];
   }
 
+  /**
+   * One compaction (compaction.ts) of the stored chunks from `floor` on, in batch `b`; none while the store refuses
+   * new values (a full disk: the merged chunk takes pages before the chunks it replaces free theirs).
+   */
+  private compact(b: Batch, floor: number): void {
+    if (this.store.quotaRefusal() !== undefined) return;
+    const compaction = this.compactor.next((seq) => this.chunksFrom(seq), floor);
+    if (compaction === undefined) return;
+    for (const key of compaction.replaced) this.store.del(b, this.store.outboxDb, key);
+    this.store.put(b, this.store.outboxDb, compaction.key, compaction.value);
+    this.merging = { start: compaction.start, end: compaction.end };
+    this.forgetCached(this.merging);
+  }
+
+  /** Drops the cached chunks that start in `range`. */
+  private forgetCached(range: { start: number; end: number }): void {
+    for (const start of [...this.chunks.keys()])
+      if (start >= range.start && start < range.end) this.chunks.delete(start);
+    if (this.lastHeld !== undefined && this.lastHeld.start >= range.start && this.lastHeld.start < range.end)
+      this.lastHeld = undefined;
+  }
+
   committed(): void {
     this.namesChanged = false;
+    this.compactedBefore = this.compactor.compacted;
+    if (this.merging !== undefined) this.forgetCached(this.merging);
     if (this.nextFloor !== undefined) this.floor = this.nextFloor;
     for (const start of this.deletedChunks) this.chunks.delete(start);
     if (this.lastHeld !== undefined && this.deletedChunks.includes(this.lastHeld.start)) this.lastHeld = undefined;
@@ -322,6 +365,7 @@ export class LmdbJournal implements BatchMember {
 
   rollback(): void {
     this.lastSeq = this.lastSeqBefore;
+    this.compactor.rollback(this.compactedBefore);
     this.batchValues = [];
     this.batchMasks = [];
     this.shared = undefined;
@@ -329,6 +373,7 @@ export class LmdbJournal implements BatchMember {
   }
 
   private forgetBatch(): void {
+    this.merging = undefined;
     this.nextFloor = undefined;
     this.deletedChunks = [];
   }

@@ -17,9 +17,14 @@ import { CorruptValueError, decodeJsonValue, encodeSchemaValue } from '../codec.
 export type { LmdbStoreOptions };
 
 /** Layout version of the databases below; stored in `meta` at creation, refused when different. */
-export const SCHEMA_VERSION = 2;
-/** The format with an outbox of its own per bridge, which the first open moves to the one journal (migrate.ts). */
-const OUTBOX_PER_BRIDGE_VERSION = 1;
+export const SCHEMA_VERSION = 3;
+/**
+ * Formats this release opens and updates: 1 had an outbox of its own per bridge, which the first open moves to the
+ * one journal (migrate.ts); 2 is the journal without compacted chunks, which it reads as it is. The record
+ * becomes 3 at their first open, so that a release of format 2, which would take a compacted chunk for a damaged
+ * one, refuses the store instead (docs/architecture.md#compaction).
+ */
+const OLDER_VERSIONS: readonly unknown[] = [1, 2];
 
 // --- Opening ----------------------------------------------------------------------------------------------
 
@@ -332,7 +337,7 @@ export async function openLmdbStore(opts: LmdbStoreOptions, internal: { schemaVe
       log.info({ schemaVersion }, 'created a new store');
     } else {
       const schema = store.readMeta<{ version?: unknown }>('schema');
-      const migrates = schema?.version === OUTBOX_PER_BRIDGE_VERSION && schemaVersion === SCHEMA_VERSION;
+      const migrates = OLDER_VERSIONS.includes(schema?.version) && schemaVersion === SCHEMA_VERSION;
       if (schema === undefined || (schema.version !== schemaVersion && !migrates)) {
         const found = schema?.version;
         throw openError(

@@ -13,8 +13,14 @@
  * each a stamped value (codec.ts) with its own checksum, so one damaged entry costs only itself. A chunk whose
  * header does not match its key is damaged as a whole: every entry of it reads as damaged. A key with only 8 bytes after the prefix is an entry written before chunks
  * (one stamped value, the seq in the key): it is read as a chunk of one.
+ *
+ * A compacted journal chunk (compaction.ts) is a journal chunk compressed as one unit: u8 COMPRESSED_CHUNK_FORMAT,
+ * u32 count, u32 bytes of the journal chunk, u32 CRC-32 of it, then it compressed with Brotli. Reading it
+ * decompresses it whole and checks the CRC: one that does not decompress, or whose CRC or header does not hold,
+ * is damaged as a whole, like a chunk whose header does not match its key (docs/architecture.md#compaction).
  */
 
+import { brotliCompressSync, brotliDecompressSync, constants as zlibConstants, crc32 } from 'node:zlib';
 import { CorruptValueError, decodeStampedValue, keySeq, seqKey, stampedValueMs } from '../codec.js';
 import type { OutboxEntry } from '../types.js';
 import type { SteadyClock } from '../../util/clock.js';
@@ -26,12 +32,21 @@ const CHUNK_FORMAT = 3;
  * mask when the cursor (outbox) of that slot wants it.
  */
 const MASKED_CHUNK_FORMAT = 4;
+/** A journal chunk compressed (see the top of this file). */
+const COMPRESSED_CHUNK_FORMAT = 5;
+const COMPRESSED_HEADER_BYTES = 13;
+/**
+ * Brotli quality 2 with a window that holds a whole chunk: on Sparkplug-like traffic it compresses better than
+ * DEFLATE at level 1 and as fast (bench/journal-size.ts; docs/architecture.md#compaction).
+ */
+const BROTLI_QUALITY = 2;
+const BROTLI_WINDOW_BITS = 18;
 /** The mask of an entry of a chunk without masks (an outbox's own, from before the journal): every cursor's. */
 export const ALL_CURSORS = 0xffff_ffff;
 const CHUNK_HEADER_BYTES = 5;
 /** Caps per chunk, so a peek or a head lookup never copies much more than it uses. */
-const MAX_CHUNK_ENTRIES = 128;
-const MAX_CHUNK_BYTES = 128 * 1024;
+export const MAX_CHUNK_ENTRIES = 128;
+export const MAX_CHUNK_BYTES = 128 * 1024;
 const SEQ_BYTES = 8;
 const COUNT_BYTES = 4;
 
@@ -76,6 +91,53 @@ export function encodeChunk(values: readonly Buffer[], from: number, to: number,
   return buf;
 }
 
+/**
+ * The journal chunk `raw` (encodeChunk with masks) compressed, or undefined when that would not make it smaller
+ * by at least a tenth (incompressible payloads stay as they are).
+ */
+export function compressChunk(raw: Buffer): Buffer | undefined {
+  const body = brotliCompressSync(raw, {
+    params: {
+      [zlibConstants.BROTLI_PARAM_QUALITY]: BROTLI_QUALITY,
+      [zlibConstants.BROTLI_PARAM_LGWIN]: BROTLI_WINDOW_BITS,
+      [zlibConstants.BROTLI_PARAM_SIZE_HINT]: raw.length,
+    },
+  });
+  if (COMPRESSED_HEADER_BYTES + body.length > raw.length * 0.9) return undefined;
+  const buf = Buffer.allocUnsafe(COMPRESSED_HEADER_BYTES + body.length);
+  buf[0] = COMPRESSED_CHUNK_FORMAT;
+  buf.writeUInt32BE(raw.readUInt32BE(1), 1);
+  buf.writeUInt32BE(raw.length, 5);
+  buf.writeUInt32BE(crc32(raw), 9);
+  body.copy(buf, COMPRESSED_HEADER_BYTES);
+  return buf;
+}
+
+/** Whether the stored chunk value `value` is compressed. */
+export function isCompressedChunk(value: Buffer): boolean {
+  return value.length >= COMPRESSED_HEADER_BYTES && value[0] === COMPRESSED_CHUNK_FORMAT;
+}
+
+/** The bytes of the stored chunk value `value` before compression: its own length when it is not compressed. */
+export function logicalChunkBytes(value: Buffer): number {
+  return isCompressedChunk(value) ? value.readUInt32BE(5) : value.length;
+}
+
+/**
+ * The journal chunk in the compressed chunk value `value`, or undefined when it does not decompress to what its
+ * header says (length, CRC-32): damaged.
+ */
+function decompressChunk(value: Buffer): Buffer | undefined {
+  const bytes = value.readUInt32BE(5);
+  let raw: Buffer;
+  try {
+    raw = brotliDecompressSync(value.subarray(COMPRESSED_HEADER_BYTES), { maxOutputLength: bytes });
+  } catch {
+    return undefined;
+  }
+  return raw.length === bytes && crc32(raw) === value.readUInt32BE(9) ? raw : undefined;
+}
+
 /** Where the next chunk of `values` (from index `from`) ends: at most MAX_CHUNK_ENTRIES and MAX_CHUNK_BYTES. */
 export function chunkEnd(values: readonly Buffer[], from: number): number {
   let bytes = values[from].length;
@@ -91,20 +153,28 @@ export function chunkEnd(values: readonly Buffer[], from: number): number {
 export class Chunk {
   readonly start: number;
   readonly count: number;
+  /** Whether it is stored compressed (compaction.ts). */
+  readonly compressed: boolean;
   private readonly dataStart: number;
   /** Where the cursor masks start (a journal chunk), -1 when the chunk has none. */
   private readonly masksStart: number;
+  /** The chunk's value, decompressed when it is stored compressed (an empty buffer when that failed). */
+  private readonly buf: Buffer;
 
   constructor(
     readonly key: Buffer,
     prefixBytes: number,
-    private readonly buf: Buffer,
+    stored: Buffer,
     /** Converts the entries' message expiry back (codec.ts). */
     private readonly clock: SteadyClock,
   ) {
     this.start = chunkStart(key, prefixBytes);
     this.count = chunkCount(key, prefixBytes);
     const chunked = key.length !== prefixBytes + SEQ_BYTES;
+    this.compressed = chunked && isCompressedChunk(stored);
+    // A compressed chunk that does not decompress whole reads as an empty one: damaged, every entry with it.
+    const buf = this.compressed ? (decompressChunk(stored) ?? Buffer.alloc(0)) : stored;
+    this.buf = buf;
     const masked = chunked && buf.length > 0 && buf[0] === MASKED_CHUNK_FORMAT;
     const headerBytes = CHUNK_HEADER_BYTES + (masked ? 8 : 4) * this.count;
     this.damaged =
@@ -118,6 +188,11 @@ export class Chunk {
 
   /** The header does not match the key: no entry can be found in it. */
   readonly damaged: boolean;
+
+  /** Bytes of the chunk's value, decompressed. */
+  get size(): number {
+    return this.buf.length;
+  }
 
   /** Seq after the last entry. */
   get end(): number {

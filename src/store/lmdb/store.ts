@@ -59,6 +59,8 @@ export interface LmdbStoreOptions {
    * own (the store commands, tests) gets one of its own.
    */
   readonly clock?: SteadyClock;
+  /** How old a journal chunk gets before it is compacted (compaction.ts); tests shorten it. */
+  readonly compactAfterMs?: number;
   readonly log: Logger;
 }
 
@@ -92,6 +94,7 @@ export class LmdbStore implements Store, StoreWriter {
   readonly path: string;
   readonly maxKeyBytes: number;
   private readonly relaxed: boolean;
+  private readonly compactAfterMs: number | undefined;
   private readonly outboxes = new Map<string, LmdbOutbox>();
   private journalOpened: LmdbJournal | undefined;
   private readonly lock: StoreLock;
@@ -121,6 +124,7 @@ export class LmdbStore implements Store, StoreWriter {
     this.path = opts.path;
     this.lock = lock;
     this.relaxed = opts.sync === 'relaxed';
+    this.compactAfterMs = opts.compactAfterMs;
     // Not in lmdb-js's typings; 1978 is LMDB's compiled-in default.
     this.maxKeyBytes = (env as unknown as { maxKeySize?: number }).maxKeySize ?? 1978;
     this.meta = env.openDB<Buffer, string>('meta', { encoding: 'binary' });
@@ -162,7 +166,7 @@ export class LmdbStore implements Store, StoreWriter {
   /** The journal of every outbox, opened with the first outbox, with the cursors of those not opened yet. */
   private get journal(): LmdbJournal {
     if (this.journalOpened !== undefined) return this.journalOpened;
-    const journal = new LmdbJournal(this);
+    const journal = new LmdbJournal(this, this.compactAfterMs);
     for (const name of this.outboxNames()) {
       const meta = this.readMeta<OutboxMeta>(outboxMetaKey(name));
       if (meta?.slot === undefined) continue;

@@ -1,0 +1,100 @@
+/**
+ * `node dist/bench/journal-size.js` (after `npm run build:bench`): the bytes on disk a bridge's journal takes per
+ * buffered message and value through an uplink outage, for Sparkplug traffic like a reference site's
+ * (test/helpers/sparkplug-traffic.ts: DDATA of 50 random-walk values, about 800 bytes), and the 24 h projection.
+ *
+ * The store runs on a simulated clock, `--rate` messages a second, one append per batch (what a gateway sees at
+ * 100 msg/s: a message per commit), so that compaction (src/store/lmdb/compaction.ts) sees the ages and the time
+ * it would in a real outage without the run taking that long. Two stores, same messages: `plain` never compacts
+ * (the journal as before compaction), `compacted` as the gateway runs. Bytes on disk: the `outbox` database's
+ * pages (branch, leaf, overflow) × page size, what `storage.maxBytes` counts.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { openLmdbStore } from '../src/store/lmdb/open.js';
+import type { LmdbStore } from '../src/store/lmdb/store.js';
+import { SteadyClock } from '../src/util/clock.js';
+import { silentLogger } from '../src/util/logger.js';
+import { SparkplugTraffic, VALUES_PER_MESSAGE } from '../test/helpers/sparkplug-traffic.js';
+
+/** A clock the run moves: `rate` messages a second without waiting for them. */
+class SimulatedClock extends SteadyClock {
+  atMs = Date.now();
+  override nowMs(): number {
+    return this.atMs;
+  }
+}
+
+interface JournalSize {
+  mode: 'plain' | 'compacted';
+  messages: number;
+  /** Bytes of the stored entries (header, topic, payload, checksum), what the outbox counts. */
+  entryBytes: number;
+  /** Bytes of the journal's chunk values as stored, and decompressed. */
+  storedBytes: number;
+  logicalBytes: number;
+  /** Bytes of the `outbox` database's pages. */
+  pageBytes: number;
+  /** CPU of the appends (and compactions), per message. */
+  cpuUsPerMessage: number;
+}
+
+async function measure(mode: JournalSize['mode'], messages: number, rate: number): Promise<JournalSize> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeferry-journal-size-'));
+  const clock = new SimulatedClock();
+  const store = (await openLmdbStore({
+    path: dir,
+    sync: 'relaxed',
+    maxBytes: 0,
+    log: silentLogger,
+    clock,
+    ...(mode === 'plain' ? { compactAfterMs: Infinity } : {}),
+  })) as LmdbStore;
+  try {
+    const outbox = store.outbox('central', { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'reject-new' });
+    const traffic = new SparkplugTraffic();
+    const cpu = process.cpuUsage();
+    for (let i = 0; i < messages; i++) {
+      clock.atMs += 1000 / rate;
+      await outbox.append(traffic.next(clock.atMs));
+    }
+    const used = process.cpuUsage(cpu);
+    const stats = store.outboxDb.getStats() as Record<string, number>;
+    const pages = stats.treeBranchPageCount + stats.treeLeafPageCount + stats.overflowPages;
+    const journal = store.journalDepth();
+    return {
+      mode,
+      messages,
+      entryBytes: outbox.depth.bytes,
+      storedBytes: journal.bytes,
+      logicalBytes: journal.logicalBytes,
+      pageBytes: pages * stats.pageSize,
+      cpuUsPerMessage: (used.user + used.system) / messages,
+    };
+  } finally {
+    await store.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const { values } = parseArgs({
+  options: {
+    messages: { type: 'string', default: '20000' },
+    rate: { type: 'string', default: '100' },
+  },
+});
+const messages = Number(values.messages);
+const rate = Number(values.rate);
+const day = rate * 86_400;
+console.log(`journal size: ${messages} Sparkplug DDATA messages of ${VALUES_PER_MESSAGE} values at ${rate} msg/s`);
+for (const mode of ['plain', 'compacted'] as const) {
+  const r = await measure(mode, messages, rate);
+  const perMessage = r.pageBytes / r.messages;
+  console.log(
+    `${mode.padEnd(9)} entry ${(r.entryBytes / r.messages).toFixed(0)} B, on disk ${perMessage.toFixed(0)} B/message ` +
+      `${(perMessage / VALUES_PER_MESSAGE).toFixed(2)} B/value, compression ${(r.logicalBytes / r.storedBytes).toFixed(2)}x, ` +
+      `24 h at ${rate} msg/s: ${((perMessage * day) / 1e9).toFixed(2)} GB, CPU ${r.cpuUsPerMessage.toFixed(0)} us/message`,
+  );
+}

@@ -1,0 +1,133 @@
+/**
+ * Compaction of the journal (docs/architecture.md#compaction): chunks that stay (the uplink is down, or slower
+ * than the traffic) are merged, up to MAX_CHUNK_ENTRIES entries, and stored compressed as one unit
+ * (outbox-chunk.ts), where similar messages compress far better together than one by one. A batch at a low rate
+ * holds a message or two, so the chunks appended are small; merged, they also fill their pages.
+ *
+ * Entries acknowledged within `afterMs` of their append are never compacted: the live path pays nothing. The
+ * journal runs one compaction per batch, in the batch's transaction (the merged chunk and the deletes of the
+ * chunks it replaces commit together or not at all), and compaction takes at most DUTY of the time, so that a
+ * backlog at a high rate is stored as it came rather than slowing the appends.
+ */
+import type { SteadyClock } from '../../util/clock.js';
+import { Chunk, chunkKey, compressChunk, encodeChunk, MAX_CHUNK_BYTES, MAX_CHUNK_ENTRIES } from './outbox-chunk.js';
+
+/** Chunks whose first entry is older than this are compacted. */
+export const COMPACT_AFTER_MS = 5000;
+/** The share of time compaction may take: after one that took d ms the next waits d × (1 / DUTY − 1). */
+const DUTY = 0.05;
+
+/** A run of chunks replaced by one: the keys to delete, then the value to put under `key`. */
+export interface Compaction {
+  readonly start: number;
+  readonly end: number;
+  readonly replaced: readonly Buffer[];
+  readonly key: Buffer;
+  readonly value: Buffer;
+}
+
+/** A run of plain chunks, old enough, that may still grow: seqs `start` .. `end` (exclusive). */
+interface Run {
+  readonly start: number;
+  end: number;
+  entries: number;
+  bytes: number;
+}
+
+export class JournalCompactor {
+  /** No plain chunk to compact starts below it: those are compacted, or left as they are for good. */
+  compacted: number;
+  /** Before this (store clock), no run is ready or the duty cycle says wait. */
+  private notBeforeMs = 0;
+  /** The run found so far, so that the next look goes on after it rather than read its chunks again. */
+  private run: Run | undefined;
+
+  constructor(
+    compacted: number,
+    private readonly prefix: Buffer,
+    private readonly clock: SteadyClock,
+    private readonly afterMs: number,
+  ) {
+    this.compacted = compacted;
+  }
+
+  /**
+   * The next run of plain chunks among the stored ones from `floor` on (`chunksFrom`, in order) merged and
+   * compressed, when one is ready: chunks all older than `afterMs`, up to MAX_CHUNK_ENTRIES entries or
+   * MAX_CHUNK_BYTES, ending at those caps, at a gap in the seqs, or at a compressed or damaged chunk. Undefined when
+   * none is ready; it advances `compacted` past the chunks it leaves as they are (compressed, damaged,
+   * incompressible).
+   */
+  next(chunksFrom: (seq: number) => Iterable<Chunk>, floor: number): Compaction | undefined {
+    const nowMs = this.clock.nowMs();
+    if (nowMs < this.notBeforeMs) return undefined;
+    const startedMs = performance.now();
+    if (this.run !== undefined && this.run.start < Math.max(floor, this.compacted)) this.run = undefined;
+    let run = this.run;
+    let closed = false;
+    this.notBeforeMs = nowMs + this.afterMs;
+    for (const chunk of chunksFrom(run?.end ?? Math.max(this.compacted, floor))) {
+      if (chunk.compressed || chunk.damaged) {
+        if (run !== undefined) {
+          closed = true;
+          break;
+        }
+        this.compacted = Math.max(this.compacted, chunk.end);
+        continue;
+      }
+      const appendedAtMs = chunk.appendedAtMs(chunk.start);
+      if (run !== undefined && chunk.start !== run.end) closed = true;
+      else if (appendedAtMs > nowMs - this.afterMs) this.notBeforeMs = appendedAtMs + this.afterMs;
+      else if (
+        run !== undefined &&
+        (run.entries + chunk.count > MAX_CHUNK_ENTRIES || run.bytes + chunk.size > MAX_CHUNK_BYTES)
+      )
+        closed = true;
+      else {
+        run ??= { start: chunk.start, end: chunk.start, entries: 0, bytes: 0 };
+        run.end = chunk.end;
+        run.entries += chunk.count;
+        run.bytes += chunk.size;
+        closed = run.entries >= MAX_CHUNK_ENTRIES;
+        if (!closed) continue;
+      }
+      break;
+    }
+    this.run = run;
+    if (!closed || run === undefined) return undefined;
+    this.run = undefined;
+    const merged = this.merge(run, chunksFrom(run.start));
+    this.compacted = run.end;
+    const tookMs = performance.now() - startedMs;
+    this.notBeforeMs = nowMs + tookMs * (1 / DUTY - 1);
+    return merged;
+  }
+
+  /** The chunks of `run` (first ones of `chunks`) as one chunk, compressed; undefined when that gains nothing. */
+  private merge(run: Run, chunks: Iterable<Chunk>): Compaction | undefined {
+    const values: Buffer[] = [];
+    const masks: number[] = [];
+    const replaced: Buffer[] = [];
+    for (const chunk of chunks) {
+      if (chunk.start >= run.end) break;
+      replaced.push(chunk.key);
+      for (let seq = chunk.start; seq < chunk.end; seq++) {
+        values.push(chunk.value(seq));
+        masks.push(chunk.mask(seq));
+      }
+    }
+    const raw = encodeChunk(values, 0, values.length, masks);
+    // Merged but not compressed still fills its pages; one chunk that does not compress stays as it is.
+    const value = compressChunk(raw) ?? (replaced.length > 1 ? raw : undefined);
+    if (value === undefined) return undefined;
+    const key = chunkKey(this.prefix, run.start, values.length);
+    // A run of one chunk keeps its key: its value is replaced.
+    return { start: run.start, end: run.end, replaced: replaced.length > 1 ? replaced : [], key, value };
+  }
+
+  /** The batch that compacted failed: the run is looked for again. */
+  rollback(compacted: number): void {
+    this.compacted = compacted;
+    this.run = undefined;
+  }
+}
