@@ -15,17 +15,13 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { openLmdbStore } from '../src/store/lmdb/open.js';
 import type { LmdbStore } from '../src/store/lmdb/store.js';
-import { SteadyClock } from '../src/util/clock.js';
 import { silentLogger } from '../src/util/logger.js';
-import { SparkplugTraffic, VALUES_PER_MESSAGE } from '../test/helpers/sparkplug-traffic.js';
-
-/** A clock the run moves: `rate` messages a second without waiting for them. */
-class SimulatedClock extends SteadyClock {
-  atMs = Date.now();
-  override nowMs(): number {
-    return this.atMs;
-  }
-}
+import {
+  bufferTraffic,
+  SimulatedClock,
+  SparkplugTraffic,
+  VALUES_PER_MESSAGE,
+} from '../test/helpers/sparkplug-traffic.js';
 
 interface JournalSize {
   mode: 'plain' | 'compacted';
@@ -54,12 +50,8 @@ async function measure(mode: JournalSize['mode'], messages: number, rate: number
   })) as LmdbStore;
   try {
     const outbox = store.outbox('central', { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'reject-new' });
-    const traffic = new SparkplugTraffic();
     const cpu = process.cpuUsage();
-    for (let i = 0; i < messages; i++) {
-      clock.atMs += 1000 / rate;
-      await outbox.append(traffic.next(clock.atMs));
-    }
+    await bufferTraffic(outbox, clock, new SparkplugTraffic(), messages, rate);
     const used = process.cpuUsage(cpu);
     const stats = store.outboxDb.getStats() as Record<string, number>;
     const pages = stats.treeBranchPageCount + stats.treeLeafPageCount + stats.overflowPages;

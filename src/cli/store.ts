@@ -185,8 +185,11 @@ function list(store: Store, ctx: StoreCommandContext): void {
   const j = store.journalDepth?.();
   if (j !== undefined) {
     const range = j.firstSeq === undefined ? 'empty' : `seq ${j.firstSeq}..${j.lastSeq}`;
+    // Compacted chunks are stored compressed (docs/architecture.md#compaction): what they hold, and the ratio.
+    const compression =
+      j.logicalBytes === j.bytes ? '' : ` (${j.logicalBytes} uncompressed, ${(j.logicalBytes / j.bytes).toFixed(2)}x)`;
     ctx.stdout(
-      `journal (shared by the outboxes): ${j.entries} entries in ${j.chunks} chunks, ${j.bytes} bytes, ${range}\n`,
+      `journal (shared by the outboxes): ${j.entries} entries in ${j.chunks} chunks, ${j.bytes} bytes${compression}, ${range}\n`,
     );
   }
   let sessions = 0;

@@ -2,10 +2,13 @@
  * Sparkplug traffic like a reference site's, for the journal's size (bench/journal-size.ts and its test): 5,000
  * tags on 100 devices of 50, DDATA messages of a whole device's 50 values each (one poll), random walks: 60 %
  * Float, 30 % Int32, 10 % Boolean, every metric with its alias and the poll's timestamp. About 800 bytes a payload.
- * Deterministic (a seeded generator), so sizes repeat from run to run.
+ * Deterministic (a seeded generator), so sizes repeat from run to run. `bufferTraffic` appends it to an outbox on
+ * a simulated clock, one message per batch, as a gateway at the site's rate does, without taking that long.
  */
 import type { Message } from '../../src/protocol/message.js';
 import { encodePayload, type MetricOut } from '../../src/sparkplug/payload.js';
+import type { Outbox } from '../../src/store/types.js';
+import { SteadyClock } from '../../src/util/clock.js';
 
 export const REFERENCE_DEVICES = 100;
 export const VALUES_PER_MESSAGE = 50;
@@ -64,5 +67,27 @@ export class SparkplugTraffic {
   private random(): number {
     this.seed = (Math.imul(this.seed, 1103515245) + 12345) >>> 0;
     return this.seed / 2 ** 32;
+  }
+}
+
+/** A store clock the caller moves (`atMs`). */
+export class SimulatedClock extends SteadyClock {
+  atMs = Date.now();
+  override nowMs(): number {
+    return this.atMs;
+  }
+}
+
+/** Appends `messages` of `traffic` to `outbox`, `rate` a second by `clock`, each awaited (a batch each). */
+export async function bufferTraffic(
+  outbox: Outbox,
+  clock: SimulatedClock,
+  traffic: SparkplugTraffic,
+  messages: number,
+  rate: number,
+): Promise<void> {
+  for (let i = 0; i < messages; i++) {
+    clock.atMs += 1000 / rate;
+    await outbox.append(traffic.next(clock.atMs));
   }
 }
