@@ -57,7 +57,7 @@ function pageBytes(store: LmdbStore): number {
 /** The journal's chunks as stored: key, and whether compressed (format byte 5). */
 function storedChunks(store: LmdbStore): { key: Buffer; compressed: boolean }[] {
   return [...store.outboxDb.getRange({ snapshot: false })].map(({ key, value }) => ({
-    key,
+    key: Buffer.from(key),
     compressed: value[0] === 5,
   }));
 }

@@ -319,7 +319,8 @@ export class LmdbJournal implements BatchMember {
       }
       this.nextFloor = floor;
     }
-    this.compact(b, Math.max(floor, this.floor));
+    // Driven by appends: a replay that drains the journal spends nothing on compacting what it is about to send.
+    if (values.length > 0) this.compact(b, Math.max(floor, this.floor));
     if (this.lastSeq !== this.lastSeqBefore || this.namesChanged || this.compactor.compacted !== this.compactedBefore) {
       this.store.putMeta(b, JOURNAL_META_KEY, {
         lastSeq: this.lastSeq,
