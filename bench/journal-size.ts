@@ -8,11 +8,17 @@
  * it would in a real outage without the run taking that long. Two stores, same messages: `plain` never compacts
  * (the journal as before compaction), `compacted` as the gateway runs. Bytes on disk: the `outbox` database's
  * pages (branch, leaf, overflow) × page size, what `storage.maxBytes` counts.
+ *
+ * Then the codecs weighed for a compacted chunk, on journal chunks of 128 of the same messages: DEFLATE (raw, as
+ * node:zlib has it) per message and per chunk, Brotli per chunk at two qualities; ratio and CPU per message.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import zlib from 'node:zlib';
+import { encodeStampedValue } from '../src/store/codec.js';
+import { encodeChunk } from '../src/store/lmdb/outbox-chunk.js';
 import { openLmdbStore } from '../src/store/lmdb/open.js';
 import type { LmdbStore } from '../src/store/lmdb/store.js';
 import { silentLogger } from '../src/util/logger.js';
@@ -71,6 +77,53 @@ async function measure(mode: JournalSize['mode'], messages: number, rate: number
   }
 }
 
+/** Ratio and µs per message of `compress` over `units` (buffers holding `perUnit` messages each). */
+function codec(units: readonly Buffer[], perUnit: number, compress: (b: Buffer) => Buffer): string {
+  let raw = 0;
+  let packed = 0;
+  const startedMs = performance.now();
+  for (const unit of units) {
+    raw += unit.length;
+    packed += compress(unit).length;
+  }
+  const us = ((performance.now() - startedMs) * 1000) / (units.length * perUnit);
+  return `${(raw / packed).toFixed(2)}x ${us.toFixed(0)} us/message`;
+}
+
+function compareCodecs(messages: number): void {
+  const clock = new SimulatedClock();
+  const traffic = new SparkplugTraffic();
+  const entries = Array.from({ length: messages }, () => {
+    clock.atMs += 10;
+    return encodeStampedValue(traffic.next(clock.atMs), clock.atMs, clock);
+  });
+  const chunks: Buffer[] = [];
+  for (let i = 0; i + 128 <= entries.length; i += 128)
+    chunks.push(
+      encodeChunk(
+        entries,
+        i,
+        i + 128,
+        entries.map(() => 1),
+      ),
+    );
+  const brotli = (quality: number) => (b: Buffer) =>
+    zlib.brotliCompressSync(b, {
+      params: {
+        [zlib.constants.BROTLI_PARAM_QUALITY]: quality,
+        [zlib.constants.BROTLI_PARAM_LGWIN]: 18,
+        [zlib.constants.BROTLI_PARAM_SIZE_HINT]: b.length,
+      },
+    });
+  console.log(
+    `codecs over ${chunks.length} chunks of 128: DEFLATE level 1 per message ` +
+      `${codec(entries, 1, (b) => zlib.deflateRawSync(b, { level: 1 }))}, per chunk ` +
+      `${codec(chunks, 128, (b) => zlib.deflateRawSync(b, { level: 1 }))}; DEFLATE level 6 per chunk ` +
+      `${codec(chunks, 128, (b) => zlib.deflateRawSync(b, { level: 6 }))}; Brotli quality 2 per chunk ` +
+      `${codec(chunks, 128, brotli(2))}, quality 5 ${codec(chunks, 128, brotli(5))}`,
+  );
+}
+
 const { values } = parseArgs({
   options: {
     messages: { type: 'string', default: '20000' },
@@ -90,3 +143,4 @@ for (const mode of ['plain', 'compacted'] as const) {
       `24 h at ${rate} msg/s: ${((perMessage * day) / 1e9).toFixed(2)} GB, CPU ${r.cpuUsPerMessage.toFixed(0)} us/message`,
   );
 }
+compareCodecs(messages);

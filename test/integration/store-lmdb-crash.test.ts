@@ -150,12 +150,12 @@ describe('LMDB store under crashes', () => {
 
   // With compaction at once (its age 0), the kills also land while runs of chunks are merged and compressed, and
   // while a run is still growing (docs/architecture.md#compaction).
-  it.each([
-    { what: '', compactAfterMs: undefined },
-    { what: ', with chunks compacted as they go', compactAfterMs: 0 },
+  it.each<[string, number | undefined]>([
+    ['', undefined],
+    [', with chunks compacted as they go', 0],
   ])(
-    'keeps every append whose promise resolved, in order and intact, across repeated SIGKILLs$what',
-    async ({ compactAfterMs }) => {
+    'keeps every append whose promise resolved, in order and intact, across repeated SIGKILLs%s',
+    async (_what, compactAfterMs) => {
       const dir = tempDir();
       let compressedSeen = false;
       const acked = new Set<number>();
