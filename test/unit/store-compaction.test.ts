@@ -132,7 +132,7 @@ describe('journal compaction', () => {
     expect(storedChunks(store).some((c) => c.compressed)).toBe(false);
     await closeStore(store);
 
-    clock.atMs += 60_000;
+    clock.atMs += 120_000; // older than compaction's age (a minute)
     store = await openStore(dir, { clock });
     expect(JSON.parse(store.meta.get('schema')!.toString())).toMatchObject({ version: SCHEMA_VERSION });
     const box = store.outbox('central', UNLIMITED);

@@ -12,10 +12,13 @@
 import type { SteadyClock } from '../../util/clock.js';
 import { Chunk, chunkKey, compressChunk, encodeChunk, MAX_CHUNK_BYTES, MAX_CHUNK_ENTRIES } from './outbox-chunk.js';
 
-/** Chunks whose first entry is older than this are compacted. */
-export const COMPACT_AFTER_MS = 5000;
+/**
+ * Chunks whose first entry is older than this are compacted: an outage of a minute or less (and a live uplink, even
+ * a slow one) costs nothing; a long one is stored compacted but for its last minute.
+ */
+export const COMPACT_AFTER_MS = 60_000;
 /** The share of time compaction may take: after one that took d ms the next waits d × (1 / DUTY − 1). */
-const DUTY = 0.05;
+const DUTY = 0.02;
 
 /** A run of chunks replaced by one: the keys to delete, then the value to put under `key`. */
 export interface Compaction {
@@ -24,6 +27,19 @@ export interface Compaction {
   readonly replaced: readonly Buffer[];
   readonly key: Buffer;
   readonly value: Buffer;
+}
+
+/** The entries of `chunks` (consecutive) as one journal chunk, with their masks. */
+function mergedChunk(chunks: readonly Chunk[]): Buffer {
+  const values: Buffer[] = [];
+  const masks: number[] = [];
+  for (const chunk of chunks) {
+    for (let seq = chunk.start; seq < chunk.end; seq++) {
+      values.push(chunk.value(seq));
+      masks.push(chunk.mask(seq));
+    }
+  }
+  return encodeChunk(values, 0, values.length, masks);
 }
 
 /** A run of plain chunks, old enough, that may still grow: seqs `start` .. `end` (exclusive). */
@@ -105,24 +121,23 @@ export class JournalCompactor {
 
   /** The chunks of `run` (first ones of `chunks`) as one chunk, compressed; undefined when that gains nothing. */
   private merge(run: Run, chunks: Iterable<Chunk>): Compaction | undefined {
-    const values: Buffer[] = [];
-    const masks: number[] = [];
-    const replaced: Buffer[] = [];
+    const members: Chunk[] = [];
     for (const chunk of chunks) {
       if (chunk.start >= run.end) break;
-      replaced.push(chunk.key);
-      for (let seq = chunk.start; seq < chunk.end; seq++) {
-        values.push(chunk.value(seq));
-        masks.push(chunk.mask(seq));
-      }
+      members.push(chunk);
     }
-    const raw = encodeChunk(values, 0, values.length, masks);
-    // Merged but not compressed still fills its pages; one chunk that does not compress stays as it is.
-    const value = compressChunk(raw) ?? (replaced.length > 1 ? raw : undefined);
-    if (value === undefined) return undefined;
-    const key = chunkKey(this.prefix, run.start, values.length);
-    // A run of one chunk keeps its key: its value is replaced.
-    return { start: run.start, end: run.end, replaced: replaced.length > 1 ? replaced : [], key, value };
+    // A run of one chunk (a batch of 128 at a high rate) is compressed as it is stored, and keeps its key.
+    const plain = (members.length === 1 ? members[0].journalValue : undefined) ?? mergedChunk(members);
+    const compressed = compressChunk(plain);
+    if (compressed === undefined && members.length === 1) return undefined;
+    return {
+      start: run.start,
+      end: run.end,
+      replaced: members.length > 1 ? members.map((chunk) => chunk.key) : [],
+      key: chunkKey(this.prefix, run.start, run.end - run.start),
+      // Merged but not compressed (an incompressible payload), a run still fills its pages.
+      value: compressed ?? plain,
+    };
   }
 
   /** The batch that compacted failed: the run is looked for again. */

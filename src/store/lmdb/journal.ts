@@ -273,20 +273,23 @@ export class LmdbJournal implements BatchMember {
     yield* this.store.outboxDb.getKeys({ start: seqKey(JOURNAL_PREFIX, next), end: this.end, snapshot: false });
   }
 
-  /** The stored chunks holding seqs from `seq` on, in order. */
-  *chunksFrom(seq: number): Generator<Chunk> {
-    for (const key of this.keysFrom(seq)) yield this.chunk(key);
+  /**
+   * The stored chunks holding seqs from `seq` on, in order. `cache: false` (compaction, which reads runs of old
+   * chunks once) keeps the cache for the readers' heads.
+   */
+  *chunksFrom(seq: number, cache = true): Generator<Chunk> {
+    for (const key of this.keysFrom(seq)) yield this.chunk(key, cache);
   }
 
-  /** The chunk under `key`, decoded once and cached. */
-  private chunk(key: Buffer): Chunk {
+  /** The chunk under `key`, decoded once and cached (with `cache`). */
+  private chunk(key: Buffer, cache = true): Chunk {
     const cached = this.chunks.get(chunkStart(key, JOURNAL_PREFIX.length));
     if (cached !== undefined) return cached;
     const value = this.store.outboxDb.get(key);
     if (value === undefined) throw new StoreError('EF_STORE_OPEN', 'the outbox journal: a chunk vanished while read');
     const chunk = new Chunk(key, JOURNAL_PREFIX.length, value, this.store.clock);
     const merging = this.merging;
-    if (merging !== undefined && chunk.start >= merging.start && chunk.start < merging.end) return chunk;
+    if (!cache || (merging !== undefined && chunk.start >= merging.start && chunk.start < merging.end)) return chunk;
     this.chunks.set(chunk.start, chunk);
     if (this.chunks.size > CACHED_CHUNKS) this.chunks.delete(this.chunks.keys().next().value as number);
     return chunk;
@@ -333,12 +336,12 @@ export class LmdbJournal implements BatchMember {
   }
 
   /**
-   * One compaction (compaction.ts) of the stored chunks from `floor` on, in batch `b`; none while the store refuses
-   * new values (a full disk: the merged chunk takes pages before the chunks it replaces free theirs).
+   * One compaction (compaction.ts) of the stored chunks from `floor` on, in batch `b`; none while the disk is full:
+   * the merged chunk takes pages before the chunks it replaces free theirs.
    */
   private compact(b: Batch, floor: number): void {
-    if (this.store.quotaRefusal() !== undefined) return;
-    const compaction = this.compactor.next((seq) => this.chunksFrom(seq), floor);
+    if (this.store.diskFull) return;
+    const compaction = this.compactor.next((seq) => this.chunksFrom(seq, false), floor);
     if (compaction === undefined) return;
     for (const key of compaction.replaced) this.store.del(b, this.store.outboxDb, key);
     this.store.put(b, this.store.outboxDb, compaction.key, compaction.value);

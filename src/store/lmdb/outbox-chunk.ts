@@ -189,6 +189,11 @@ export class Chunk {
   /** The header does not match the key: no entry can be found in it. */
   readonly damaged: boolean;
 
+  /** Its value, when stored as a journal chunk (plain, with masks): what compaction compresses as it is. */
+  get journalValue(): Buffer | undefined {
+    return this.masksStart >= 0 && !this.compressed ? this.buf : undefined;
+  }
+
   /** Bytes of the chunk's value, decompressed. */
   get size(): number {
     return this.buf.length;

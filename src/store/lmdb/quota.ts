@@ -177,6 +177,11 @@ export class StoreQuota {
     );
   }
 
+  /** The disk is full (an episode running): only writes that probe for room go to it. */
+  get diskFull(): boolean {
+    return this.full?.cause === 'disk';
+  }
+
   /** The whole store's episode running (`maxBytes` or a full disk), if any. */
   private get full(): FullEpisode | undefined {
     return this.episodes.store;

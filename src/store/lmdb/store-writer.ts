@@ -109,6 +109,8 @@ export interface StoreWriter extends StoreDatabases {
   readonly maxKeyBytes: number;
   /** Closing: new operations are refused. */
   readonly isClosing: boolean;
+  /** The disk is full (quota.ts): writes that can wait, wait. */
+  readonly diskFull: boolean;
   /** Queues an operation; the promise settles once its batch is durable (or the op is refused). */
   schedule<T>(run: (b: Batch) => T): Promise<T>;
   /**

@@ -157,6 +157,10 @@ export class LmdbStore implements Store, StoreWriter {
     return this.closing;
   }
 
+  get diskFull(): boolean {
+    return this.quota.diskFull;
+  }
+
   /** Moves outboxes of store format 1 into the journal (migrate.ts), before any outbox is opened. */
   migrateOutboxes(): void {
     if (this.journalOpened !== undefined) throw new Error('migrateOutboxes: the journal is open already');
