@@ -4,34 +4,24 @@
  * reported like a damaged plain one; a store of format 2 (plain chunks only) opens, and its chunks are compacted.
  * The crash tests are in test/integration/store-lmdb-crash.test.ts, salvage in store-compaction.test.ts there.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { JOURNAL_PREFIX } from '../../src/store/lmdb/journal.js';
 import { openLmdbStore, SCHEMA_VERSION } from '../../src/store/lmdb/open.js';
 import { chunkCount, chunkStart } from '../../src/store/lmdb/outbox-chunk.js';
 import type { LmdbStore, LmdbStoreOptions } from '../../src/store/lmdb/store.js';
-import type { OutboxLimits, Store } from '../../src/store/types.js';
+import type { OutboxLimits } from '../../src/store/types.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { recordingLogger, type LoggedError } from '../helpers/logger.js';
 import { bufferTraffic, SimulatedClock, SparkplugTraffic } from '../helpers/sparkplug-traffic.js';
-import { removeDir, tempDir as makeTempDir } from '../helpers/temp.js';
+import { useDisposer } from '../helpers/disposer.js';
 import { waitFor } from '../helpers/wait.js';
 
 const UNLIMITED: OutboxLimits = { maxBytes: 0, maxMessages: 0, maxAgeS: 0, overflow: 'reject-new' };
 /** The reference site's rate (msg/s): one message per batch. */
 const RATE = 100;
-const dirs: string[] = [];
-const open: Store[] = [];
+const d = useDisposer();
 
-afterEach(async () => {
-  for (const s of open.splice(0)) await s.close();
-  for (const d of dirs.splice(0)) removeDir(d);
-});
-
-function tempDir(): string {
-  const d = makeTempDir('edgeferry-compaction-');
-  dirs.push(d);
-  return d;
-}
+const tempDir = (): string => d.tempDir('edgeferry-compaction-');
 
 async function openStore(
   dir: string,
@@ -39,13 +29,8 @@ async function openStore(
   internal: { schemaVersion?: number } = {},
 ): Promise<LmdbStore> {
   const s = await openLmdbStore({ path: dir, sync: 'relaxed', maxBytes: 0, log: silentLogger, ...opts }, internal);
-  open.push(s);
+  d.add({ stop: () => s.close() }); // closing one closed already does nothing
   return s as LmdbStore;
-}
-
-async function closeStore(s: Store): Promise<void> {
-  open.splice(open.indexOf(s), 1);
-  await s.close();
 }
 
 /** Bytes of the `outbox` database's pages: what the journal takes on disk. */
@@ -107,7 +92,7 @@ describe('journal compaction', () => {
     const value = Buffer.from(store.outboxDb.get(second.key)!);
     value[value.length >> 1] ^= 0xff;
     store.outboxDb.putSync(second.key, value);
-    await closeStore(store);
+    await store.close();
 
     const errors: LoggedError[] = [];
     store = await openStore(dir, { log: recordingLogger(errors) });
@@ -130,7 +115,7 @@ describe('journal compaction', () => {
     await bufferTraffic(store.outbox('central', UNLIMITED), clock, new SparkplugTraffic(), 300, RATE);
     const before = store.outbox('central', UNLIMITED).peek(1000);
     expect(storedChunks(store).some((c) => c.compressed)).toBe(false);
-    await closeStore(store);
+    await store.close();
 
     clock.atMs += 120_000; // older than compaction's age (a minute)
     store = await openStore(dir, { clock });
@@ -139,7 +124,7 @@ describe('journal compaction', () => {
     expect(box.peek(1000)).toEqual(before);
     await bufferTraffic(box, clock, new SparkplugTraffic(7), 1, RATE);
     expect(storedChunks(store).filter((c) => c.compressed)).toHaveLength(1);
-    await closeStore(store);
+    await store.close();
     store = await openStore(dir, { clock });
     expect(store.outbox('central', UNLIMITED).peek(300)).toEqual(before);
   });
