@@ -17,6 +17,13 @@ import { Chunk, chunkKey, compressChunk, encodeChunk, MAX_CHUNK_BYTES, MAX_CHUNK
  * a slow one) costs nothing; a long one is stored compacted but for its last minute.
  */
 export const COMPACT_AFTER_MS = 60_000;
+/**
+ * Compaction runs in batches that append at most this many entries: a gateway under a heavy load (many writers
+ * waiting for each commit, so large batches, whose chunks are full already) spends nothing on it, where rewriting
+ * every chunk would make each commit write more; a site's steady rate (a message or a few per commit) or the quiet
+ * after a burst compacts what stays.
+ */
+export const COMPACT_IN_BATCHES_UP_TO = 16;
 /** The share of time compaction may take: after one that took d ms the next waits d × (1 / DUTY − 1). */
 const DUTY = 0.02;
 

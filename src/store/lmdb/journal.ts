@@ -10,7 +10,7 @@ import { StoreError } from '../../util/errors.js';
 import type { JournalDepth } from '../types.js';
 import { encodeStampedValue, ownerPrefix, prefixEnd, seqKey } from '../codec.js';
 import { Chunk, chunkCount, chunkEnd, chunkKey, chunkStart, encodeChunk, logicalChunkBytes } from './outbox-chunk.js';
-import { COMPACT_AFTER_MS, JournalCompactor } from './compaction.js';
+import { COMPACT_AFTER_MS, COMPACT_IN_BATCHES_UP_TO, JournalCompactor } from './compaction.js';
 import type { Batch, BatchMember, StoreWriter } from './store-writer.js';
 
 /** The journal's own record in `meta`: its last seq, so that a seq is never used twice, not even once it is empty. */
@@ -322,8 +322,9 @@ export class LmdbJournal implements BatchMember {
       }
       this.nextFloor = floor;
     }
-    // Driven by appends: a replay that drains the journal spends nothing on compacting what it is about to send.
-    if (values.length > 0) this.compact(b, Math.max(floor, this.floor));
+    // Driven by light appends: a replay that drains the journal spends nothing on compacting what it is about to
+    // send, nor does a heavy load (COMPACT_IN_BATCHES_UP_TO).
+    if (values.length > 0 && values.length <= COMPACT_IN_BATCHES_UP_TO) this.compact(b, Math.max(floor, this.floor));
     if (this.lastSeq !== this.lastSeqBefore || this.namesChanged || this.compactor.compacted !== this.compactedBefore) {
       this.store.putMeta(b, JOURNAL_META_KEY, {
         lastSeq: this.lastSeq,
