@@ -5,9 +5,9 @@
  * holds a message or two, so the chunks appended are small; merged, they also fill their pages.
  *
  * Entries acknowledged within `afterMs` of their append are never compacted: the live path pays nothing. The
- * journal runs one compaction per batch, in the batch's transaction (the merged chunk and the deletes of the
- * chunks it replaces commit together or not at all), and compaction takes at most DUTY of the time, so that a
- * backlog at a high rate is stored as it came rather than slowing the appends.
+ * journal runs one compaction per batch of at most COMPACT_IN_BATCHES_UP_TO appends, in the batch's transaction
+ * (the merged chunk and the deletes of the chunks it replaces commit together or not at all), and compaction takes
+ * at most DUTY of the time, so that a backlog at a high rate is stored as it came rather than slowing the appends.
  */
 import type { SteadyClock } from '../../util/clock.js';
 import { Chunk, chunkKey, compressChunk, encodeChunk, MAX_CHUNK_BYTES, MAX_CHUNK_ENTRIES } from './outbox-chunk.js';
