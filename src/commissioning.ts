@@ -9,6 +9,7 @@ import { LinkError, ModbusException } from '../connectors/modbus/modbus-link.js'
 import { RequestError } from '../connectors/contract.js';
 import { browseForConsole, trustForConsole, type OpcuaToolsContext } from '../connectors/opcua/console-tools.js';
 import { ConfigEditor } from './config/config-editor.js';
+import { jsonSchema } from './config/json-schema.js';
 import { loadConfig, parseConfig } from './config/load.js';
 import type { ConfigEditing, Outcome, PlcTools } from './console/config-api.js';
 import type { ConfigControl } from './console/sources.js';
@@ -27,6 +28,7 @@ export function configEditing(control: ConfigControl, dataDir: string): ConfigEd
     historyDir: configHistoryDir(dataDir),
     validate: (text) => problemsOf(text, file),
     reload: () => control.reload(),
+    schema: () => JSON.parse(jsonSchema()) as object,
   });
 }
 

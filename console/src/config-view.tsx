@@ -6,6 +6,7 @@
  */
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, canConfigure, get, post, type Session } from './api.js';
+import { SchemaContext, type SchemaNode } from './config-schema.js';
 import type { Device, Op, Problem, Tag } from './config-types.js';
 import { CsvImport } from './csv-import.js';
 import { ModbusTestRead } from './modbus-test-read.js';
@@ -14,6 +15,8 @@ import { DeviceProfile, MakeProfile, ProfilePanel, type Profiles } from './profi
 import { setOps, SettingsForm } from './settings-form.js';
 import { TagTable } from './tag-table.js';
 
+type Values = Record<string, unknown>;
+
 interface ConfigAnswer {
   file: string;
   etag: string;
@@ -21,8 +24,8 @@ interface ConfigAnswer {
   config: {
     connectors?: Device[];
     profiles?: Profiles;
-    bridges?: { name: string; remote: Record<string, unknown> }[];
-    sparkplug?: Record<string, unknown>;
+    bridges?: (Values & { name: string })[];
+    sparkplug?: Values;
   };
   undoable: number;
   editable: boolean;
@@ -38,6 +41,7 @@ interface Pending {
 
 export function ConfigView(props: { session: Session }) {
   const [config, setConfig] = useState<ConfigAnswer>();
+  const [schema, setSchema] = useState<SchemaNode>();
   /** The device or profile shown. */
   const [selected, setSelected] = useState<{ profile?: string; device?: string }>({});
   const [pending, setPending] = useState<Pending>();
@@ -59,6 +63,8 @@ export function ConfigView(props: { session: Session }) {
     });
   useEffect(() => {
     load().catch((err: unknown) => setMessage((err as Error).message));
+    // Without it the forms offer what the file has, as text (a gateway older than the page).
+    get<SchemaNode>('config/schema').then(setSchema, () => undefined);
   }, []);
   // What a button did is brought into view: a problem beside its field, else the diff or message at the top.
   useEffect(() => {
@@ -134,194 +140,206 @@ export function ConfigView(props: { session: Session }) {
     );
 
   return (
-    <section class="config" data-testid="config-view">
-      <h2>Configuration</h2>
-      <p class="small">
-        <span class="mono">{config.file}</span>{' '}
-        {editable ? (
-          <>
-            <button type="button" disabled={config.undoable === 0} onClick={() => void undo()} data-testid="undo">
-              Undo last change
-            </button>{' '}
-            <span class="small">{config.undoable} earlier version(s) kept</span>
-          </>
-        ) : (
-          <span class="badge" data-testid="read-only">
-            read-only: engineers change the configuration
-          </span>
-        )}
-      </p>
-      {message && (
-        <p class={problems.length > 0 ? 'bad' : 'good'} data-testid="config-message">
-          {message}
+    <SchemaContext.Provider value={schema}>
+      <section class="config" data-testid="config-view">
+        <h2>Configuration</h2>
+        <p class="small">
+          <span class="mono">{config.file}</span>{' '}
+          {editable ? (
+            <>
+              <button type="button" disabled={config.undoable === 0} onClick={() => void undo()} data-testid="undo">
+                Undo last change
+              </button>{' '}
+              <span class="small">{config.undoable} earlier version(s) kept</span>
+            </>
+          ) : (
+            <span class="badge" data-testid="read-only">
+              read-only: engineers change the configuration
+            </span>
+          )}
         </p>
-      )}
-      {problems.length > 0 && (
-        <ul class="bad" data-testid="config-problems">
-          {problems.map((p) => (
-            <li key={`${p.path}:${p.message}`}>
-              <span class="mono">{p.path}</span>: {p.message}
-            </li>
-          ))}
-        </ul>
-      )}
-      {pending && (
-        <div class="card" data-testid="diff">
-          <h3>Change: {pending.what}</h3>
-          <pre class="diff">
-            {pending.diff.split('\n').map((line, i) => (
-              <span key={i} class={line.startsWith('+') ? 'good' : line.startsWith('-') ? 'bad' : ''}>
-                {line}
-                {'\n'}
-              </span>
+        {message && (
+          <p class={problems.length > 0 ? 'bad' : 'good'} data-testid="config-message">
+            {message}
+          </p>
+        )}
+        {problems.length > 0 && (
+          <ul class="bad" data-testid="config-problems">
+            {problems.map((p) => (
+              <li key={`${p.path}:${p.message}`}>
+                <span class="mono">{p.path}</span>: {p.message}
+              </li>
             ))}
-          </pre>
-          <button type="button" onClick={() => void apply()} data-testid="apply">
-            Apply
-          </button>{' '}
-          <button type="button" onClick={() => setPending(undefined)}>
-            Cancel
-          </button>
-        </div>
-      )}
-      <nav class="devices">
-        {devices.map((d) => (
-          <a
-            key={d.id}
-            href="#configuration"
-            class={d.id === selected.device ? 'active' : ''}
-            onClick={() => setSelected({ device: d.id })}
-            data-testid={`device-${d.id}`}
-          >
-            {d.id} <span class="small">({d.type ?? profiles?.[d.profile ?? '']?.type})</span>
-          </a>
-        ))}
-        {Object.keys(profiles ?? {}).map((name) => (
-          <a
-            key={`profile-${name}`}
-            href="#configuration"
-            class={name === selected.profile ? 'active' : ''}
-            onClick={() => setSelected({ profile: name })}
-            data-testid={`profile-${name}`}
-          >
-            {name} <span class="small">(profile)</span>
-          </a>
-        ))}
-      </nav>
-      {profiles && selected.profile !== undefined && selected.profile in profiles && (
-        <ProfilePanel
-          name={selected.profile}
-          profiles={profiles}
-          devices={devices}
-          editable={editable}
-          problems={problems}
-          onChange={change}
-          onOpenDevice={(id) => setSelected({ device: id })}
-        />
-      )}
-      {device && effective && (
-        <>
-          <SettingsForm
-            title={`Device ${device.id}`}
-            testid="device-settings"
-            values={device as unknown as Record<string, unknown>}
-            path={['connectors', index]}
+          </ul>
+        )}
+        {pending && (
+          <div class="card" data-testid="diff">
+            <h3>Change: {pending.what}</h3>
+            <pre class="diff">
+              {pending.diff.split('\n').map((line, i) => (
+                <span key={i} class={line.startsWith('+') ? 'good' : line.startsWith('-') ? 'bad' : ''}>
+                  {line}
+                  {'\n'}
+                </span>
+              ))}
+            </pre>
+            <button type="button" onClick={() => void apply()} data-testid="apply">
+              Apply
+            </button>{' '}
+            <button type="button" onClick={() => setPending(undefined)}>
+              Cancel
+            </button>
+          </div>
+        )}
+        <nav class="devices">
+          {devices.map((d) => (
+            <a
+              key={d.id}
+              href="#configuration"
+              class={d.id === selected.device ? 'active' : ''}
+              onClick={() => setSelected({ device: d.id })}
+              data-testid={`device-${d.id}`}
+            >
+              {d.id} <span class="small">({d.type ?? profiles?.[d.profile ?? '']?.type})</span>
+            </a>
+          ))}
+          {Object.keys(profiles ?? {}).map((name) => (
+            <a
+              key={`profile-${name}`}
+              href="#configuration"
+              class={name === selected.profile ? 'active' : ''}
+              onClick={() => setSelected({ profile: name })}
+              data-testid={`profile-${name}`}
+            >
+              {name} <span class="small">(profile)</span>
+            </a>
+          ))}
+        </nav>
+        {profiles && selected.profile !== undefined && selected.profile in profiles && (
+          <ProfilePanel
+            name={selected.profile}
+            profiles={profiles}
+            devices={devices}
             editable={editable}
             problems={problems}
-            onSave={(changes) => change(`change device ${device.id}`, setOps(['connectors', index], changes))}
-            extra={
-              editable && (
-                <>
-                  <button
-                    type="button"
-                    onClick={() =>
-                      // Copied in the file: a password the page only has masked is copied too.
-                      change(`copy device ${device.id}`, [
-                        { op: 'copy', from: ['connectors', index], path: ['connectors'] },
-                        { op: 'set', path: ['connectors', devices.length, 'id'], value: `${device.id}-copy` },
-                      ])
-                    }
-                  >
-                    Copy device
-                  </button>{' '}
-                  <button
-                    type="button"
-                    onClick={() =>
-                      void preview(`remove device ${device.id}`, 'apply', {
-                        ops: [{ op: 'remove', path: ['connectors', index] }],
-                      })
-                    }
-                  >
-                    Remove device
-                  </button>
-                </>
-              )
-            }
+            onChange={change}
+            onOpenDevice={(id) => setSelected({ device: id })}
           />
-          <DeviceProfile device={device} onOpenProfile={(name) => setSelected({ profile: name })} />
-          {effective.type && (
-            <TagTable
-              tags={effective.tags}
+        )}
+        {device && effective && (
+          <>
+            <SettingsForm
+              title={`Device ${device.id}`}
+              testid="device-settings"
+              values={device as unknown as Record<string, unknown>}
+              path={['connectors', index]}
               type={effective.type}
-              path={tagsPath}
-              editable={editable && device.tags !== undefined}
+              editable={editable}
               problems={problems}
-              onChange={(what, ops) => change(`${what} of ${device.id}`, ops)}
-            />
-          )}
-          {editable && <MakeProfile device={device} index={index} profiles={profiles} onChange={change} />}
-          {editable && effective.type === 'modbus' && (
-            <ModbusTestRead
-              device={effective}
-              session={props.session}
-              onPick={(tag) => void addTags([tag], `add tag ${tag.name}`)}
-            />
-          )}
-          {editable && effective.type === 'opcua' && (
-            <OpcuaBrowse
-              device={effective}
-              session={props.session}
-              onPick={(tags) => void addTags(tags, `add ${tags.length} tag(s)`)}
-            />
-          )}
-          {editable && device.tags !== undefined && (
-            <CsvImport
-              onPreview={(csv, format) =>
-                void preview(`import tags of ${device.id}`, 'tags-import', { device: device.id, csv, format })
+              onSave={(changes) =>
+                change(
+                  `change device ${device.id}`,
+                  setOps(['connectors', index], changes, device as unknown as Values),
+                )
+              }
+              extra={
+                editable && (
+                  <>
+                    <button
+                      type="button"
+                      onClick={() =>
+                        // Copied in the file: a password the page only has masked is copied too.
+                        change(`copy device ${device.id}`, [
+                          { op: 'copy', from: ['connectors', index], path: ['connectors'] },
+                          { op: 'set', path: ['connectors', devices.length, 'id'], value: `${device.id}-copy` },
+                        ])
+                      }
+                    >
+                      Copy device
+                    </button>{' '}
+                    <button
+                      type="button"
+                      onClick={() =>
+                        void preview(`remove device ${device.id}`, 'apply', {
+                          ops: [{ op: 'remove', path: ['connectors', index] }],
+                        })
+                      }
+                    >
+                      Remove device
+                    </button>
+                  </>
+                )
               }
             />
-          )}
-        </>
-      )}
-      {(config.config.bridges ?? []).map((bridge, i) => (
-        <SettingsForm
-          key={bridge.name}
-          title={`Bridge ${bridge.name}`}
-          testid={`bridge-settings-${bridge.name}`}
-          values={bridge.remote}
-          path={['bridges', i, 'remote']}
-          editable={editable}
-          problems={problems}
-          onSave={(changes) => change(`change bridge ${bridge.name}`, setOps(['bridges', i, 'remote'], changes))}
-        />
-      ))}
-      {config.config.sparkplug && (
-        <SettingsForm
-          title="Sparkplug"
-          testid="sparkplug-settings"
-          values={config.config.sparkplug}
-          path={['sparkplug']}
-          editable={editable}
-          problems={problems}
-          onSave={(changes) => change('change the Sparkplug ids', setOps(['sparkplug'], changes))}
-        />
-      )}
-      <details>
-        <summary>The file as it is (passwords masked)</summary>
-        <pre class="mono small" data-testid="config-text">
-          {config.text}
-        </pre>
-      </details>
-    </section>
+            <DeviceProfile device={device} onOpenProfile={(name) => setSelected({ profile: name })} />
+            {effective.type && (
+              <TagTable
+                tags={effective.tags}
+                type={effective.type}
+                path={tagsPath}
+                editable={editable && device.tags !== undefined}
+                problems={problems}
+                onChange={(what, ops) => change(`${what} of ${device.id}`, ops)}
+              />
+            )}
+            {editable && <MakeProfile device={device} index={index} profiles={profiles} onChange={change} />}
+            {editable && effective.type === 'modbus' && (
+              <ModbusTestRead
+                device={effective}
+                session={props.session}
+                onPick={(tag) => void addTags([tag], `add tag ${tag.name}`)}
+              />
+            )}
+            {editable && effective.type === 'opcua' && (
+              <OpcuaBrowse
+                device={effective}
+                session={props.session}
+                onPick={(tags) => void addTags(tags, `add ${tags.length} tag(s)`)}
+              />
+            )}
+            {editable && device.tags !== undefined && (
+              <CsvImport
+                onPreview={(csv, format) =>
+                  void preview(`import tags of ${device.id}`, 'tags-import', { device: device.id, csv, format })
+                }
+              />
+            )}
+          </>
+        )}
+        {(config.config.bridges ?? []).map((bridge, i) => (
+          <SettingsForm
+            key={bridge.name}
+            title={`Bridge ${bridge.name}`}
+            testid={`bridge-settings-${bridge.name}`}
+            values={bridge}
+            path={['bridges', i]}
+            allKeys
+            openGroups={['remote']}
+            editable={editable}
+            problems={problems}
+            onSave={(changes) => change(`change bridge ${bridge.name}`, setOps(['bridges', i], changes, bridge))}
+          />
+        ))}
+        {config.config.sparkplug && (
+          <SettingsForm
+            title="Sparkplug"
+            testid="sparkplug-settings"
+            values={config.config.sparkplug}
+            path={['sparkplug']}
+            editable={editable}
+            problems={problems}
+            onSave={(changes) =>
+              change('change the Sparkplug ids', setOps(['sparkplug'], changes, config.config.sparkplug))
+            }
+          />
+        )}
+        <details>
+          <summary>The file as it is (passwords masked)</summary>
+          <pre class="mono small" data-testid="config-text">
+            {config.text}
+          </pre>
+        </details>
+      </section>
+    </SchemaContext.Provider>
   );
 }

@@ -37,10 +37,16 @@ export function ProfilePanel(props: {
         testid="profile-settings"
         values={profile as Record<string, unknown>}
         path={['profiles', name]}
+        type={profile.type}
         editable={props.editable}
         problems={props.problems}
         open
-        onSave={(changes) => props.onChange(`change profile ${name}`, setOps(['profiles', name], changes))}
+        onSave={(changes) =>
+          props.onChange(
+            `change profile ${name}`,
+            setOps(['profiles', name], changes, profile as Record<string, unknown>),
+          )
+        }
         extra={
           props.editable && (
             <>

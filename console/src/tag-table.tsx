@@ -5,7 +5,7 @@
  */
 import { useEffect, useState } from 'preact/hooks';
 import { dotted, TAG_FIELDS, type ConnectorType, type Op, type Path, type Problem, type Tag } from './config-types.js';
-import { setOps, SettingsForm } from './settings-form.js';
+import { nested, setOps, SettingsForm } from './settings-form.js';
 
 export function TagTable(props: {
   /** Absent: none yet. */
@@ -93,6 +93,7 @@ export function TagTable(props: {
           testid="tag-form"
           values={tag}
           path={[...props.path, editing]}
+          type={props.type}
           fields={TAG_FIELDS[props.type]}
           editable
           open
@@ -101,8 +102,8 @@ export function TagTable(props: {
             props.onChange(
               tag === undefined ? `add tag ${String(changes.name)}` : `change tag ${tag.name}`,
               tag === undefined
-                ? [{ op: 'add', path: props.path, value: definedOnly(changes) }]
-                : setOps([...props.path, editing], changes),
+                ? [{ op: 'add', path: props.path, value: nested(changes) }]
+                : setOps([...props.path, editing], changes, tag),
             )
           }
           extra={
@@ -115,6 +116,3 @@ export function TagTable(props: {
     </>
   );
 }
-
-const definedOnly = (changes: Record<string, unknown>) =>
-  Object.fromEntries(Object.entries(changes).filter(([, v]) => v !== undefined));

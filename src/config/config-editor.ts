@@ -57,10 +57,13 @@ export interface ConfigEditorOptions<R> {
   readonly validate: (text: string) => readonly ConfigProblem[];
   /** The reload SIGHUP runs. */
   readonly reload: () => Promise<R>;
+  /** The file's JSON Schema, made when first asked for. */
+  readonly schema: () => object;
 }
 
 export class ConfigEditor<R> {
   private queue: Promise<unknown> = Promise.resolve();
+  private madeSchema: object | undefined;
 
   constructor(private readonly options: ConfigEditorOptions<R>) {}
 
@@ -68,6 +71,12 @@ export class ConfigEditor<R> {
   read(): { file: string; etag: string; text: string; config: unknown; undoable: number } {
     const text = this.text();
     return { file: this.options.file, etag: etagOf(text), ...maskedView(text), undoable: this.history().length };
+  }
+
+  /** The file's JSON Schema: the console's forms offer its keys and choices (docs/console.md#configuration). */
+  schema(): object {
+    this.madeSchema ??= this.options.schema();
+    return this.madeSchema;
   }
 
   /** What `ops` would make of the file, validated, without writing it. */

@@ -38,6 +38,8 @@ interface ChangeFacts {
 /** What the console uses of the configuration editor (config/config-editor.ts). */
 export interface ConfigEditing {
   read(): { file: string; etag: string; text: string; config: unknown; undoable: number };
+  /** The config file's JSON Schema (config/json-schema.ts): the forms take their fields and choices from it. */
+  schema(): object;
   preview(etag: string, ops: unknown): Promise<EditOutcome>;
   apply(etag: string, ops: unknown, user: string): Promise<EditOutcome>;
   undo(etag: string): Promise<EditOutcome>;

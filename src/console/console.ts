@@ -188,6 +188,11 @@ export class WebConsole {
       if (editing === undefined) throw new HttpError(409, 'this gateway was not started from a configuration file');
       return reply(res, 200, { ...editing.read(), editable: mayAct(login.role, 'engineer') });
     }
+    if (route === 'config/schema' && req.method === 'GET') {
+      const editing = this.sources.configEditing;
+      if (editing === undefined) throw new HttpError(409, 'this gateway was not started from a configuration file');
+      return reply(res, 200, editing.schema());
+    }
     if (route.startsWith('config/')) {
       const name = route.slice('config/'.length);
       return this.act(req, res, login, `config-${name}`, this.configActions.get(name), { needs: 'engineer' });
