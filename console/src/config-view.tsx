@@ -104,7 +104,7 @@ export function ConfigView(props: { session: Session }) {
     if (pending === undefined) return;
     try {
       const body = { etag: config.etag, ...pending.body, ...(pending.route === 'tags-import' ? { apply: true } : {}) };
-      const answer = await post<{ reload: { ok: boolean; error?: string } }>(
+      const answer = await post<{ reload: { ok: boolean; error?: string; needsRestart?: string[] } }>(
         `config/${pending.route}`,
         body,
         props.session.csrf,
@@ -112,8 +112,13 @@ export function ConfigView(props: { session: Session }) {
       setPending(undefined);
       // Said once the page shows the file as the change left it.
       await load();
+      const restart = answer.reload.needsRestart ?? [];
       setMessage(
-        answer.reload.ok ? `applied: ${pending.what}` : `written, but the reload failed: ${answer.reload.error}`,
+        !answer.reload.ok
+          ? `written, but the reload failed: ${answer.reload.error}`
+          : restart.length > 0
+            ? `applied: ${pending.what}; a restart is needed for ${restart.join(', ')}`
+            : `applied: ${pending.what}`,
       );
     } catch (err) {
       refused(err);

@@ -12,12 +12,28 @@ import { parse, stringify } from 'yaml';
 import { useDisposer } from '../helpers/disposer.js';
 import { float32Words, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
+import { openClient } from '../helpers/mqtt-client.js';
+import { BYTE_ORDERS, MODBUS_DATATYPES, MODBUS_TABLES } from '../../connectors/modbus/schema.js';
+import { jsonSchema } from '../../src/config/json-schema.js';
 import { freePort } from '../helpers/ports.js';
 import { sparkplugSection, sparkplugUplink, startSparkplugHost } from '../helpers/sparkplug-host.js';
+import type { Page } from 'playwright-core';
 import { logIn, openBrowser, screenshot, waitForText } from './browser.js';
 import { PASSWORDS, startConsoleGateway } from './console-setup.js';
 
 const d = useDisposer();
+
+interface SchemaDoc {
+  properties: {
+    bridges: {
+      items: { properties: { topics: { items: { properties: Record<'direction' | 'qos', { enum: unknown[] }> } } } };
+    };
+  };
+}
+
+/** A dropdown's choices (its first option, "not set", left out). */
+const optionsOf = (page: Page, select: string): Promise<string[]> =>
+  page.$$eval(`${select} option`, (options) => options.slice(1).map((o) => (o as { value: string }).value));
 
 describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
   it('edits a profile (only its devices rebirth), a tag in place, and a list of URLs', async () => {
@@ -83,15 +99,22 @@ describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
     // A tag added to the profile: press-2 and press-3 get DDEATH and a DBIRTH with it, press-1 nothing.
     await page.click('[data-testid=add-tag]');
     const form = '[data-testid=tag-form]';
+    // The fixed-choice keys are dropdowns of exactly the Modbus schema's choices.
+    for (const [key, choices] of [
+      ['table', MODBUS_TABLES],
+      ['datatype', MODBUS_DATATYPES],
+      ['byteOrder', BYTE_ORDERS],
+    ] as const)
+      expect(await optionsOf(page, `${form} select[name=${key}]`)).toEqual(choices);
     for (const [key, value] of [
       ['name', 'temperature'],
-      ['table', 'holding'],
       ['address', '10'],
-      ['datatype', 'float32'],
-      ['byteOrder', 'CDAB'],
       ['engUnit', '°C'],
     ])
       await page.fill(`${form} input[name=${key}]`, value);
+    await page.selectOption(`${form} select[name=table]`, 'holding');
+    await page.selectOption(`${form} select[name=datatype]`, 'float32');
+    await page.selectOption(`${form} select[name=byteOrder]`, 'CDAB');
     await page.click(`${form} button[type=submit]`);
     await waitForText(page, '[data-testid=diff]', (t) => t.includes('name: temperature'), 10_000, 'the diff');
     await page.click('[data-testid=apply]');
@@ -130,8 +153,8 @@ describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
     await screenshot(page, 'config-tag-edit');
     await page.fill(`${form} input[name=name]`, 'temperature');
     await page.fill(`${form} input[name=address]`, '10');
-    await page.fill(`${form} input[name=datatype]`, 'float32');
-    await page.fill(`${form} input[name=byteOrder]`, 'CDAB');
+    await page.selectOption(`${form} select[name=datatype]`, 'float32');
+    await page.selectOption(`${form} select[name=byteOrder]`, 'CDAB');
     await page.click(`${form} button[type=submit]`);
     await waitForText(page, '[data-testid=diff]', (t) => t.includes('address: 10'), 10_000, 'the diff');
     await page.click('[data-testid=apply]');
@@ -147,22 +170,111 @@ describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
     // A list: a bad entry named by its key path, then entries removed and moved.
     const bridge = '[data-testid=bridge-settings-archive]';
     await page.click(`${bridge} summary`);
-    await page.click(`${bridge} [data-testid=add-urls]`);
-    await page.fill(`${bridge} input[name="urls.1"]`, 'http://central');
-    await page.click(`${bridge} [data-testid=add-urls]`);
-    await page.fill(`${bridge} input[name="urls.2"]`, central.url);
+    await page.click(`${bridge} [data-testid="add-remote.urls"]`);
+    await page.fill(`${bridge} input[name="remote.urls.1"]`, 'http://central');
+    await page.click(`${bridge} [data-testid="add-remote.urls"]`);
+    await page.fill(`${bridge} input[name="remote.urls.2"]`, central.url);
     await page.click(`${bridge} button[type=submit]`);
-    const named = await waitForText(page, `${bridge} [data-testid="problem-urls.1"]`, (t) => t !== '', 10_000, 'named');
+    const named = await waitForText(
+      page,
+      `${bridge} [data-testid="problem-remote.urls.1"]`,
+      (t) => t !== '',
+      10_000,
+      'named',
+    );
     expect(named).toMatch(/^bridges\.1\.remote\.urls\.1: .*mqtt:\/\//);
-    expect(await page.locator(`${bridge} [data-testid="problem-urls.0"]`).count()).toBe(0);
+    expect(await page.locator(`${bridge} [data-testid="problem-remote.urls.0"]`).count()).toBe(0);
     await screenshot(page, 'config-list');
-    await page.click(`${bridge} li:nth-child(2) button[title="Remove this entry"]`);
-    await page.click(`${bridge} li:nth-child(2) button[title="Move up"]`);
+    const urls = `${bridge} [data-testid="list-remote.urls"]`;
+    await page.click(`${urls} li:nth-child(2) button[title="Remove this entry"]`);
+    await page.click(`${urls} li:nth-child(2) button[title="Move up"]`);
     await page.click(`${bridge} button[type=submit]`);
     await page.click('[data-testid=apply]');
     await waitForText(page, '[data-testid=config-message]', (t) => t.startsWith('applied'), 15_000, 'applied');
     const bridges = parse(readFileSync(gw.configFile, 'utf8')).bridges as { remote: { urls: string[] } }[];
     expect(bridges[1].remote.urls).toEqual([central.url, `mqtt://127.0.0.1:${deadPort}`]);
+
+    // The Sparkplug uplink's topics: a new entry with a bad filter is named beside it, then fixed (its direction a
+    // dropdown of the schema's choices), with a nested setting (replay) in the same save.
+    const uplink = '[data-testid=bridge-settings-central]';
+    await page.click(`${uplink} summary`);
+    const topics = `${uplink} [data-testid=list-topics]`;
+    expect(await page.locator(`${topics} > ol > li`).count()).toBe(5); // four entries and "Add entry"
+    await page.click(`${uplink} [data-testid=add-topics]`);
+    const topicSchema = (JSON.parse(jsonSchema()) as SchemaDoc).properties.bridges.items.properties.topics.items;
+    expect(await optionsOf(page, `${uplink} select[name="topics.4.direction"]`)).toEqual(
+      topicSchema.properties.direction.enum,
+    );
+    expect(await optionsOf(page, `${uplink} select[name="topics.4.qos"]`)).toEqual(
+      topicSchema.properties.qos.enum.map(String),
+    );
+    await page.fill(`${uplink} input[name="topics.4.filter"]`, 'line4/local/#/x');
+    await page.click(`${uplink} button[type=submit]`);
+    const badFilter = await waitForText(
+      page,
+      `${uplink} [data-testid="problem-topics.4"]`,
+      (t) => t !== '',
+      10_000,
+      'bad',
+    );
+    expect(badFilter).toMatch(/^bridges\.0\.topics\.4\.filter: not a valid MQTT topic filter/);
+    expect(await page.locator(`${uplink} [data-testid="problem-topics.3"]`).count()).toBe(0);
+    await page.fill(`${uplink} input[name="topics.4.filter"]`, 'spBv1.0/plant/NCMD/line9');
+    await page.selectOption(`${uplink} select[name="topics.4.direction"]`, 'in');
+    // Nested groups are collapsed until opened.
+    expect(await page.getAttribute(`${uplink} [data-testid=group-replay]`, 'open')).toBeNull();
+    await page.click(`${uplink} [data-testid=group-replay] > summary`);
+    await page.fill(`${uplink} input[name="replay.messagesPerS"]`, '500');
+    await page.click(`${uplink} [data-testid=group-reconnect] > summary`);
+    await page.click(`${uplink} button[type=submit]`);
+    await waitForText(page, '[data-testid=diff]', (t) => t.includes('line9'), 10_000, 'the diff');
+    await page.click('[data-testid=apply]');
+    // The uplink carries the Sparkplug session: its change waits for a restart, and the page says so.
+    const restart = await waitForText(page, '[data-testid=config-message]', (t) => t.includes('central'), 15_000, 'ok');
+    expect(restart).toMatch(/^applied: change bridge central; a restart is needed for bridges \(central/);
+    const uplinkSaved = parse(readFileSync(gw.configFile, 'utf8')).bridges[0] as {
+      topics: { filter: string }[];
+      replay: unknown;
+    };
+    expect(uplinkSaved.topics.map((t) => t.filter)).toEqual([
+      'spBv1.0/#',
+      'spBv1.0/plant/NCMD/line4',
+      'spBv1.0/plant/DCMD/line4/#',
+      'spBv1.0/STATE/+',
+      'spBv1.0/plant/NCMD/line9',
+    ]);
+    expect(uplinkSaved.replay).toEqual({ messagesPerS: 500 });
+
+    // A topic added to the archive bridge (its urls now start with the central broker), given a QoS and a remote
+    // prefix and moved first: a message published on the gateway arrives upstream under the prefix.
+    await page.click(`${bridge} [data-testid=add-topics]`);
+    await page.fill(`${bridge} input[name="topics.1.filter"]`, 'line4/local/#');
+    await page.selectOption(`${bridge} select[name="topics.1.qos"]`, '1');
+    await page.fill(`${bridge} input[name="topics.1.remotePrefix"]`, 'site/');
+    await page.click(`${bridge} [data-testid=list-topics] li:nth-child(2) button[title="Move up"]`);
+    await screenshot(page, 'config-bridge');
+    await page.click(`${bridge} button[type=submit]`);
+    await waitForText(page, '[data-testid=diff]', (t) => t.includes('line4/local/#'), 10_000, 'the diff');
+    await page.click('[data-testid=apply]');
+    await waitForText(
+      page,
+      '[data-testid=config-message]',
+      (t) => t.startsWith('applied: change bridge archive'),
+      15_000,
+      'ok',
+    );
+    const archive = parse(readFileSync(gw.configFile, 'utf8')).bridges[1] as { topics: unknown[] };
+    expect(archive.topics).toEqual([
+      { filter: 'line4/local/#', qos: 1, remotePrefix: 'site/' },
+      { filter: 'archive/#', direction: 'out' },
+    ]);
+    const upstream = d.add(await openClient(central.url));
+    await upstream.subscribe('site/line4/local/#', { qos: 1 });
+    const local = d.add(await openClient(gw.url));
+    await local.publish('line4/local/oven', '180', { qos: 1 });
+    const [got] = await upstream.waitForMessages(1, { topic: 'site/line4/local/oven', timeoutMs: 15_000 });
+    expect(got.payload).toBe('180');
+    expect(got.qos).toBe(1);
 
     // A new profile made of press-1's own tags, which press-1 then uses.
     await page.fill('[data-testid=make-profile] input[name=profile-name]', 'big-press');
