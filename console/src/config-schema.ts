@@ -84,6 +84,6 @@ export function shapeOf(nodes: SchemaNode[]): Shape | undefined {
 
 /** The default the gateway takes for an absent key, as a hint in its empty field. */
 export function defaultOf(nodes: SchemaNode[]): string | undefined {
-  const found = nodes.find((n) => n.default !== undefined && typeof n.default !== 'object');
+  const found = nodes.find((n) => n.default !== undefined && n.default !== '' && typeof n.default !== 'object');
   return found === undefined ? undefined : `default ${String(found.default as string)}`;
 }

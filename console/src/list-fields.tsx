@@ -27,6 +27,8 @@ function EditableList<E>(props: {
   problems: Problem[];
   onChange: (entries: E[]) => void;
   entry: (entry: E, i: number, change: (next: E) => void) => preact.ComponentChildren;
+  /** `objects`: entries of several fields, laid out across the form. */
+  class?: string;
 }) {
   const { entries, name } = props;
   const move = (i: number, by: -1 | 1) => {
@@ -38,7 +40,7 @@ function EditableList<E>(props: {
     props.problems.filter((p) => p.path === `${props.path}.${i}` || p.path.startsWith(`${props.path}.${i}.`));
   const ofList = props.problems.filter((p) => !/^\d+(\.|$)/.test(p.path.slice(props.path.length + 1)));
   return (
-    <div class="field" data-testid={`list-${name}`}>
+    <div class={`field ${props.class ?? ''}`} data-testid={`list-${name}`}>
       <span>{name.split('.').at(-1)}</span>
       <ol class="list-field">
         {entries.map((entry, i) => (
@@ -121,6 +123,7 @@ export function ObjectListField(props: {
     <EditableList
       {...props}
       blank={{}}
+      class="objects"
       entry={(entry, i, change) => (
         <span class="entry">
           {props.keys.map((key) => (

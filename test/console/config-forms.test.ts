@@ -252,6 +252,7 @@ describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
     await page.selectOption(`${bridge} select[name="topics.1.qos"]`, '1');
     await page.fill(`${bridge} input[name="topics.1.remotePrefix"]`, 'site/');
     await page.click(`${bridge} [data-testid=list-topics] li:nth-child(2) button[title="Move up"]`);
+    await page.$eval(`${bridge} [data-testid=list-topics]`, (list) => list.scrollIntoView({ block: 'center' }));
     await screenshot(page, 'config-bridge');
     await page.click(`${bridge} button[type=submit]`);
     await waitForText(page, '[data-testid=diff]', (t) => t.includes('line4/local/#'), 10_000, 'the diff');
