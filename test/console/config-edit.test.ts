@@ -7,7 +7,8 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
+import { jsonSchema } from '../../src/config/json-schema.js';
 import { useDisposer } from '../helpers/disposer.js';
 import { logLines, type Gateway } from '../helpers/gateway.js';
 import { float32Words, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
@@ -15,7 +16,7 @@ import { startMosquitto } from '../helpers/mosquitto.js';
 import { freePort } from '../helpers/ports.js';
 import { sparkplugSection, sparkplugUplink, startSparkplugHost } from '../helpers/sparkplug-host.js';
 import { waitFor } from '../helpers/wait.js';
-import { loggedIn, startConsoleGateway, type ConsoleClient } from './console-setup.js';
+import { ConsoleClient, loggedIn, startConsoleGateway } from './console-setup.js';
 
 const d = useDisposer();
 
@@ -311,5 +312,46 @@ describe('configuration from the console', { timeout: 90_000 }, () => {
     expect(readFileSync(gw.configFile, 'utf8')).toBe(
       original.replace(`- ${urls[0]}\n        - ${urls[1]}`, `- ${urls[1]}\n        - ${urls[0]}`),
     );
+  });
+
+  it('serves the config schema the forms take their keys and choices from; a bad topic filter is named at its entry', async () => {
+    const deadPort = await freePort();
+    const topics = [{ filter: 'plant/#', direction: 'out' }];
+    const { gw, base } = d.add(
+      await startConsoleGateway({
+        bridges: [{ name: 'central', remote: { urls: [`mqtt://127.0.0.1:${deadPort}`] }, topics }],
+      }),
+    );
+    asYaml(gw);
+    const anonymous = new ConsoleClient(base);
+    expect((await anonymous.get('config/schema')).status).toBe(401);
+    const viewer = await loggedIn(base, 'shift');
+    const served = await viewer.get<{ properties: Record<string, unknown> }>('config/schema');
+    expect(served.status).toBe(200);
+    expect(served.body).toEqual(JSON.parse(jsonSchema()));
+    expect(served.body).toEqual(JSON.parse(readFileSync('config/edgeferry.schema.json', 'utf8')));
+
+    const engineer = await loggedIn(base, 'eng');
+    const { etag } = await configOf(engineer);
+    const badFilter = await engineer.post('config/preview', {
+      etag,
+      ops: [{ op: 'set', path: ['bridges', 0, 'topics'], value: [...topics, { filter: 'plant/#/x', qos: 1 }] }],
+    });
+    expect(badFilter.status).toBe(422);
+    expect(badFilter.body.problems).toEqual([
+      expect.objectContaining({ path: 'bridges.0.topics.1.filter', message: expect.stringMatching(/topic filter/) }),
+    ]);
+    const moved = await engineer.post('config/apply', {
+      etag,
+      ops: [
+        { op: 'set', path: ['bridges', 0, 'topics'], value: [{ filter: 'line4/#', qos: 1 }, ...topics] },
+        { op: 'set', path: ['bridges', 0, 'replay'], value: { messagesPerS: 100 } },
+      ],
+    });
+    expect(moved.status, JSON.stringify(moved.body)).toBe(200);
+    expect(moved.body).toMatchObject({ reload: { ok: true, needsRestart: [] } });
+    expect(parse(readFileSync(gw.configFile, 'utf8'))).toMatchObject({
+      bridges: [{ topics: [{ filter: 'line4/#', qos: 1 }, ...topics], replay: { messagesPerS: 100 } }],
+    });
   });
 });
