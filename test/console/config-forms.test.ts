@@ -145,6 +145,8 @@ describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
 
     // A tag edited in place: a duplicate name refused beside the field; renamed, moved and retyped.
     await page.click('[data-testid=device-press-1]');
+    // A device's fixed choices too: its transport is one of the Modbus schema's two.
+    expect(await optionsOf(page, '[data-testid=device-settings] select[name=transport]')).toEqual(['tcp', 'rtu']);
     await page.click('[data-testid=edit-tag-level]');
     expect(await page.inputValue(`${form} input[name=address]`)).toBe('1');
     await page.fill(`${form} input[name=name]`, 'count');
