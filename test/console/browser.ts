@@ -57,3 +57,7 @@ export async function screenshot(page: Page, name: string): Promise<string> {
   await page.screenshot({ path, fullPage: false });
   return path;
 }
+
+/** A dropdown's choices (its first option, "not set" or the default, left out). */
+export const optionsOf = (page: Page, select: string): Promise<string[]> =>
+  page.$$eval(`${select} option`, (options) => options.slice(1).map((o) => (o as { value: string }).value));

@@ -13,7 +13,8 @@ import { useDisposer } from '../helpers/disposer.js';
 import { float32Words, modbusPress, startModbusSim } from '../helpers/modbus-sim.js';
 import { startMosquitto } from '../helpers/mosquitto.js';
 import { sparkplugSection, sparkplugUplink, startSparkplugHost } from '../helpers/sparkplug-host.js';
-import { logIn, openBrowser, screenshot, waitForText } from './browser.js';
+import { tagDatatypes } from '../../connectors/opcua/schema.js';
+import { logIn, openBrowser, optionsOf, screenshot, waitForText } from './browser.js';
 import { PASSWORDS, startConsoleGateway } from './console-setup.js';
 
 const d = useDisposer();
@@ -64,6 +65,10 @@ describe('Configuration view in chromium', { timeout: 180_000 }, () => {
     const page = await logIn(browser, base, 'eng', PASSWORDS.eng);
     await page.click('a[href="#configuration"]');
     await page.click('[data-testid=device-oven]');
+    // The tag form's choices are the OPC UA schema's, not the Modbus ones.
+    await page.click('[data-testid=add-tag]');
+    expect(await optionsOf(page, '[data-testid=tag-form] select[name=datatype]')).toEqual(tagDatatypes);
+    await page.click('[data-testid=tag-form] button:text("Close")');
     // Browse: Objects → Fixture → Analog, pick three variables.
     await page.click('[data-testid=browse] a:text("Fixture/")');
     await page.click('[data-testid=browse] a:text("Analog/")');

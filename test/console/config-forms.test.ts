@@ -17,8 +17,7 @@ import { BYTE_ORDERS, MODBUS_DATATYPES, MODBUS_TABLES } from '../../connectors/m
 import { jsonSchema } from '../../src/config/json-schema.js';
 import { freePort } from '../helpers/ports.js';
 import { sparkplugSection, sparkplugUplink, startSparkplugHost } from '../helpers/sparkplug-host.js';
-import type { Page } from 'playwright-core';
-import { logIn, openBrowser, screenshot, waitForText } from './browser.js';
+import { logIn, openBrowser, optionsOf, screenshot, waitForText } from './browser.js';
 import { PASSWORDS, startConsoleGateway } from './console-setup.js';
 
 const d = useDisposer();
@@ -30,10 +29,6 @@ interface SchemaDoc {
     };
   };
 }
-
-/** A dropdown's choices (its first option, "not set", left out). */
-const optionsOf = (page: Page, select: string): Promise<string[]> =>
-  page.$$eval(`${select} option`, (options) => options.slice(1).map((o) => (o as { value: string }).value));
 
 describe('Configuration forms in chromium', { timeout: 180_000 }, () => {
   it('edits a profile (only its devices rebirth), a tag in place, and a list of URLs', async () => {
