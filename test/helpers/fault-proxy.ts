@@ -8,13 +8,29 @@
  *   proxy.reset();      // RST every open connection
  *   proxy.fin();        // FIN every open connection (graceful close)
  *   proxy.setDelayMs(200);  // latency per chunk, both ways, order kept
+ *   proxy.setRate(1_250_000);  // a 10 Mbit/s link: bytes/s each way, shared by all connections (0: unpaced)
  *   proxy.restore();    // new connections forward normally again
+ *   proxy.bytes.up      // bytes forwarded client -> server so far (`down`: server -> client)
  *
  * Blackholed connections stay dead after `restore()`, as a real half-open connection would.
+ *
+ * The rate is a token bucket without burst, per direction: a chunk leaves once the link has sent every byte before
+ * it, `length / rate` seconds after the previous one (plus the delay), so the average rate is exact and a chunk
+ * leaves whole. While more than `LINK_BUFFER_BYTES` wait on a connection, the proxy stops reading it: the sender
+ * feels the slow link through TCP flow control (its socket buffers fill), as behind a real router.
  */
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 
 export type ProxyMode = 'forward' | 'blackhole' | 'refuse';
+
+/** Bytes a paced or delayed connection may have waiting in the proxy, each way, before it stops reading. */
+const LINK_BUFFER_BYTES = 64 * 1024;
+
+/** One direction of the link: when it is free again (performance.now ms) and what crossed it. */
+interface Link {
+  freeAtMs: number;
+  bytes: number;
+}
 
 export interface FaultProxy {
   readonly port: number;
@@ -33,6 +49,10 @@ export interface FaultProxy {
   reset(): void;
   fin(): void;
   setDelayMs(ms: number): void;
+  /** The link's rate in bytes/s each way (0: unpaced, the default). */
+  setRate(bytesPerS: number): void;
+  /** Bytes forwarded so far: `up` client -> server, `down` server -> client. */
+  readonly bytes: { readonly up: number; readonly down: number };
   stop(): Promise<void>;
 }
 
@@ -46,32 +66,51 @@ export async function startFaultProxy(targetPort: number, targetHost = '127.0.0.
   let target = targetPort;
   let mode: ProxyMode = 'forward';
   let delayMs = 0;
+  let rate = 0;
   let accepted = 0;
+  const up: Link = { freeAtMs: 0, bytes: 0 };
+  const down: Link = { freeAtMs: 0, bytes: 0 };
   const pairs = new Set<Pair>();
 
-  const pipe = (pair: Pair, from: Socket, to: Socket): void => {
-    // Delayed chunks wait in one queue per direction and one timer writes them in arrival order, also across a
-    // delay change. (A timer per chunk reordered the stream: timers due at the same time in different timer
-    // lists fire in no fixed order.)
+  const pipe = (pair: Pair, from: Socket, to: Socket, link: Link): void => {
+    // Delayed or paced chunks wait in one queue per direction and one timer writes them in arrival order, also
+    // across a delay change. (A timer per chunk reordered the stream: timers due at the same time in different
+    // timer lists fire in no fixed order.)
     const queue: { dueMs: number; chunk: Buffer }[] = [];
+    let queuedBytes = 0;
     let timer: NodeJS.Timeout | undefined;
+    const forward = (chunk: Buffer): void => {
+      if (pair.dead || to.destroyed) return;
+      link.bytes += chunk.length;
+      to.write(chunk);
+    };
     const drain = (): void => {
       timer = undefined;
       const nowMs = performance.now();
       while (queue.length > 0 && queue[0].dueMs <= nowMs) {
         const { chunk } = queue.shift() as { chunk: Buffer };
-        if (!pair.dead && !to.destroyed) to.write(chunk);
+        queuedBytes -= chunk.length;
+        forward(chunk);
       }
+      if (from.isPaused() && queuedBytes <= LINK_BUFFER_BYTES / 2) from.resume();
       if (queue.length > 0) timer = setTimeout(drain, queue[0].dueMs - nowMs);
     };
     from.on('data', (chunk: Buffer) => {
       if (pair.dead) return; // blackholed: the bytes vanish
-      if (delayMs <= 0 && queue.length === 0) {
-        to.write(chunk);
+      if (delayMs <= 0 && rate <= 0 && queue.length === 0) {
+        forward(chunk);
         return;
       }
-      queue.push({ dueMs: performance.now() + delayMs, chunk });
-      timer ??= setTimeout(drain, queue[0].dueMs - performance.now());
+      const nowMs = performance.now();
+      let dueMs = nowMs;
+      if (rate > 0) {
+        link.freeAtMs = Math.max(nowMs, link.freeAtMs) + (chunk.length * 1000) / rate;
+        dueMs = link.freeAtMs;
+      }
+      queue.push({ dueMs: dueMs + delayMs, chunk });
+      queuedBytes += chunk.length;
+      if (queuedBytes > LINK_BUFFER_BYTES) from.pause();
+      timer ??= setTimeout(drain, queue[0].dueMs - nowMs);
     });
   };
 
@@ -103,8 +142,8 @@ export async function startFaultProxy(targetPort: number, targetHost = '127.0.0.
     upstream.on('close', close);
     client.on('end', () => !pair.dead && upstream.end());
     upstream.on('end', () => !pair.dead && client.end());
-    pipe(pair, client, upstream);
-    pipe(pair, upstream, client);
+    pipe(pair, client, upstream, up);
+    pipe(pair, upstream, client, down);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const address = server.address();
@@ -141,6 +180,8 @@ export async function startFaultProxy(targetPort: number, targetHost = '127.0.0.
         pair.server.resetAndDestroy();
       }
       pairs.clear();
+      // What waited on the link went with the connections.
+      up.freeAtMs = down.freeAtMs = 0;
     },
     fin() {
       for (const pair of pairs) {
@@ -150,6 +191,12 @@ export async function startFaultProxy(targetPort: number, targetHost = '127.0.0.
     },
     setDelayMs(ms: number) {
       delayMs = ms;
+    },
+    setRate(bytesPerS: number) {
+      rate = bytesPerS;
+    },
+    get bytes() {
+      return { up: up.bytes, down: down.bytes };
     },
     async stop() {
       for (const pair of pairs) {
