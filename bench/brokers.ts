@@ -325,6 +325,33 @@ export async function launchUntilReady(o: LaunchOptions): Promise<LaunchedProces
   return { pid: child.pid, outputTail, exitStatus, stop, kill };
 }
 
+/**
+ * The central Mosquitto of the benches that bridge to one (fleet, sizing), in `dir` (its mosquitto.conf): on
+ * 127.0.0.1:`port`, anonymous, `lines` appended. `user`: run as root, Mosquitto would switch to its own user and
+ * could not write its log and persistence in `dir`.
+ */
+export function launchCentralMosquitto(o: {
+  dir: string;
+  port: number;
+  lines: readonly string[];
+  live: Set<ChildProcess>;
+  probePrefix: string;
+}): Promise<LaunchedProcess> {
+  const conf = path.join(o.dir, 'mosquitto.conf');
+  const head = [`listener ${o.port} 127.0.0.1`, 'allow_anonymous true', `user ${os.userInfo().username}`];
+  fs.writeFileSync(conf, [...head, ...o.lines, ''].join('\n'));
+  return launchUntilReady({
+    name: 'central mosquitto',
+    file: '/usr/sbin/mosquitto',
+    args: ['-c', conf],
+    dir: o.dir,
+    port: o.port,
+    live: o.live,
+    pollMs: 50,
+    probePrefix: o.probePrefix,
+  });
+}
+
 export async function startBroker(name: BrokerName, env: BrokerEnv): Promise<RunningBroker> {
   const port = await freePort();
   const dir = fs.mkdtempSync(path.join(env.tmpDir, `${name}-`));

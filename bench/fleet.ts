@@ -21,11 +21,17 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startFaultProxy } from '../test/helpers/fault-proxy.js';
-import { GATEWAY_NODE_FLAGS, freePort, launchUntilReady, readMemoryKb, type LaunchedProcess } from './brokers.js';
+import {
+  GATEWAY_NODE_FLAGS,
+  freePort,
+  launchCentralMosquitto,
+  launchUntilReady,
+  readMemoryKb,
+  type LaunchedProcess,
+} from './brokers.js';
 import { FleetSparkplug, type SparkplugOutage } from './fleet-sparkplug.js';
 import { rootDir, runMain, scratchDir, writeResults } from './harness.js';
 import { encodePublish, encodeSubscribe, PacketType } from './mqtt-wire.js';
@@ -248,34 +254,22 @@ async function main(): Promise<void> {
   const centralLog = path.join(centralDir, 'mosquitto.log');
   // The central broker as shipped (Receive Maximum 20), with persistence so that the checker's session survives
   // the restart, and no queue cap for the checker.
-  fs.writeFileSync(
-    path.join(centralDir, 'mosquitto.conf'),
-    // `user`: run as root, Mosquitto would switch to its own user and could not write its log and persistence here.
-    [
-      `listener ${centralPort} 127.0.0.1`,
-      'allow_anonymous true',
-      `user ${os.userInfo().username}`,
-      'persistence true',
-      `persistence_location ${centralDir}/`,
-      'max_queued_messages 0',
-      `log_dest file ${centralLog}`,
-      'log_type error',
-      'log_type warning',
-      'log_type notice',
-      'log_type information',
-      'connection_messages true',
-      '',
-    ].join('\n'),
-  );
   const launchCentral = () =>
-    launchUntilReady({
-      name: 'central mosquitto',
-      file: '/usr/sbin/mosquitto',
-      args: ['-c', path.join(centralDir, 'mosquitto.conf')],
+    launchCentralMosquitto({
       dir: centralDir,
       port: centralPort,
+      lines: [
+        'persistence true',
+        `persistence_location ${centralDir}/`,
+        'max_queued_messages 0',
+        `log_dest file ${centralLog}`,
+        'log_type error',
+        'log_type warning',
+        'log_type notice',
+        'log_type information',
+        'connection_messages true',
+      ],
       live,
-      pollMs: 50,
       probePrefix: 'fleet-probe-',
     });
   let central = await launchCentral();

@@ -9,9 +9,9 @@
  *
  *   node dist/bench/sizing-plc.js <devices> <tagsPerDevice> <changesPerTagPerS>   # prints {"ports":[...]} as IPC
  */
-import { createServer } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import modbusSerial from 'modbus-serial';
+import { freePort } from '../test/helpers/ports.js';
 
 export interface PlcTag {
   readonly name: string;
@@ -64,18 +64,6 @@ function registers(tags: readonly PlcTag[], device: number, nowS: number, perS: 
   return words;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      probe.close(() => resolve(port));
-    });
-  });
-}
-
 async function serve(devices: number, tagsPerDevice: number, perS: number): Promise<void> {
   const { ServerTCP } = modbusSerial as unknown as { ServerTCP: new (vector: object, options: object) => object };
   const tags = deviceTags(tagsPerDevice);
@@ -99,7 +87,7 @@ async function serve(devices: number, tagsPerDevice: number, perS: number): Prom
   process.send?.({ ports });
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
   const [devices, tagsPerDevice, perS] = process.argv.slice(2).map(Number);
   void serve(devices, tagsPerDevice, perS);
 }

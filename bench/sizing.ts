@@ -25,22 +25,24 @@ import { parseArgs } from 'node:util';
 import { connectAsync, type MqttClient } from 'mqtt';
 import { decodeCommandPayload } from '../src/sparkplug/compression.js';
 import { startFaultProxy, type FaultProxy } from '../test/helpers/fault-proxy.js';
-import { GATEWAY_NODE_FLAGS, freePort, launchUntilReady, type LaunchedProcess } from './brokers.js';
+import {
+  GATEWAY_NODE_FLAGS,
+  freePort,
+  launchCentralMosquitto,
+  launchUntilReady,
+  readCpuS,
+  type LaunchedProcess,
+} from './brokers.js';
 import { choiceList, parseOrExit, positiveInt, rootDir, runMain, scratchDir, writeResults } from './harness.js';
 import { sleep, waitUntil } from './qos1-load.js';
 import { deviceTags } from './sizing-plc.js';
-import {
-  bytesText,
-  catchUpS,
-  diskBytes,
-  durationText,
-  mbitToBytesPerS,
-  type PerValueCosts,
-} from './sizing-model.js';
+import { bytesText, catchUpS, diskBytes, durationText, mbitToBytesPerS, type PerValueCosts } from './sizing-model.js';
 
 const GROUP = 'sizing';
 const NODE = 'site';
 const TAGS_PER_DEVICE = 500;
+/** The bridges' `queue.maxBytes` default: beyond it the outbox drops the oldest. */
+const DEFAULT_OUTBOX_BYTES = 1_073_741_824;
 const COMPRESSIONS = ['none', 'deflate'] as const;
 type Compression = (typeof COMPRESSIONS)[number];
 
@@ -48,13 +50,15 @@ const usage = [
   'npm run bench:sizing -- [options]',
   '  --tags N              tags of the measured site, default 5000 (500 per PLC)',
   '  --changes-per-s N     value changes per second over all tags, default = tags',
-  '  --poll-ms N           the PLCs\' poll interval, default 500',
+  "  --poll-ms N           the PLCs' poll interval, default 500",
   '  --links A,B           link rates in Mbit/s, default 10,100',
   '  --cut-s A,B           outage lengths in s, default 60 (the README figures: 60,300)',
   '  --compression A,B     sparkplug.compression settings, default none,deflate',
   '  --reps N              repetitions of every cut (medians reported), default 1',
   '  --live-s N            live window before each cut, default 20',
   '  --delay-ms N          one-way latency of the link, default 0',
+  "  --inflight N          the uplink bridge's inflight, default 100 (its default)",
+  "  --central-inflight N  the central Mosquitto's max_inflight_messages (its Receive Maximum), default 20 (its default)",
   '  --quick               10 Mbit/s, a 10 s cut, 5 s live: a smoke test, not a measurement',
   '  --out FILE            JSON results, default bench/results/sizing.json',
   '  -h, --help',
@@ -72,6 +76,8 @@ const opts = parseOrExit(usage, () => {
       reps: { type: 'string' },
       'live-s': { type: 'string' },
       'delay-ms': { type: 'string' },
+      inflight: { type: 'string' },
+      'central-inflight': { type: 'string' },
       quick: { type: 'boolean', default: false },
       out: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
@@ -92,6 +98,8 @@ const opts = parseOrExit(usage, () => {
     reps: positiveInt(values.reps, 1, 'reps'),
     liveS: positiveInt(values['live-s'], quick ? 5 : 20, 'live-s'),
     delayMs: values['delay-ms'] === undefined ? 0 : Number(values['delay-ms']),
+    inflight: positiveInt(values.inflight, 100, 'inflight'),
+    centralInflight: positiveInt(values['central-inflight'], 20, 'central-inflight'),
     quick,
     out: path.resolve(values.out ?? path.join(rootDir, 'bench/results/sizing.json')),
   };
@@ -173,6 +181,9 @@ interface CutRecord {
   cutS: number;
   rep: number;
   liveValuesPerS: number;
+  /** The gateway's CPU, in cores, live and during the catch-up. */
+  liveCpu: number;
+  catchUpCpu: number;
   wireLiveBytesPerValue: number;
   bufferedValues: number;
   diskGrowthBytes: number;
@@ -196,9 +207,11 @@ async function measureCut(
   const { local, central } = site;
   proxy.setRate(mbitToBytesPerS(cell.linkMbit));
   // Live: the link up, the backlog of any earlier cut long gone.
-  const live0 = { bytes: proxy.bytes.up, values: central.values, ms: performance.now() };
+  const cpuS = () => readCpuS(site.gateway.pid);
+  const live0 = { bytes: proxy.bytes.up, values: central.values, ms: performance.now(), cpuS: cpuS() };
   await sleep(opts.liveS * 1000);
   const liveS = (performance.now() - live0.ms) / 1000;
+  const liveCpu = (cpuS() - live0.cpuS) / liveS;
   const liveValues = central.values - live0.values;
   const wireLiveBytesPerValue = (proxy.bytes.up - live0.bytes) / liveValues;
 
@@ -211,7 +224,13 @@ async function measureCut(
   const outboxBytes = await gaugeOf(site.metricsPort, 'edgeferry_bridge_backlog_bytes');
   const diskGrowthBytes = allocatedBytes(site.dataFile) - diskBefore;
   const births = central.nodeBirths;
-  const back = { bytes: proxy.bytes.up, values: central.values, ms: performance.now(), wallMs: Date.now() };
+  const back = {
+    bytes: proxy.bytes.up,
+    values: central.values,
+    ms: performance.now(),
+    wallMs: Date.now(),
+    cpuS: cpuS(),
+  };
   proxy.restore();
   const bufferedValues = local.between(cutAtMs, back.wallMs);
 
@@ -219,23 +238,19 @@ async function measureCut(
   const target = local.between(site.countedFromMs, back.wallMs);
   const backlogValues = target - central.between(site.countedFromMs, back.wallMs);
   const caughtUp = () => central.between(site.countedFromMs, back.wallMs) >= target;
-  let peak = 0;
-  let last = { values: central.values, ms: performance.now() };
-  const sampler = setInterval(() => {
-    const now = { values: central.values, ms: performance.now() };
-    peak = Math.max(peak, ((now.values - last.values) * 1000) / (now.ms - last.ms));
-    last = now;
-  }, 1000);
   const done = await waitUntil(caughtUp, Math.max(120_000, cell.cutS * 3000), 50);
-  clearInterval(sampler);
   const endMs = performance.now();
   const catchUp = (endMs - back.ms) / 1000;
+  const catchUpCpu = (cpuS() - back.cpuS) / catchUp;
   const delivered = central.values - back.values;
   const reconnectS = central.nodeBirths > births ? (central.lastNodeBirthMs - back.ms) / 1000 : Number.NaN;
-  if (peak === 0) peak = delivered / catchUp;
+  // The drain: from the NBIRTH upstream (the births go first) to the last stored value.
+  const drainS = catchUp - (Number.isNaN(reconnectS) ? 0 : reconnectS);
   return {
     ...cell,
     liveValuesPerS: Math.round(liveValues / liveS),
+    liveCpu: round(liveCpu),
+    catchUpCpu: round(catchUpCpu),
     wireLiveBytesPerValue: round(wireLiveBytesPerValue),
     bufferedValues,
     diskGrowthBytes,
@@ -245,13 +260,14 @@ async function measureCut(
     catchUpS: round(catchUp),
     backlogValues,
     wireReplayBytesPerValue: round((proxy.bytes.up - back.bytes) / delivered),
-    deliveredPerS: Math.round(peak),
-    linkUse: round((proxy.bytes.up - back.bytes) / catchUp / mbitToBytesPerS(cell.linkMbit)),
+    deliveredPerS: Math.round(delivered / drainS),
+    linkUse: round((proxy.bytes.up - back.bytes) / drainS / mbitToBytesPerS(cell.linkMbit)),
     lost: done ? 0 : Math.max(1, target - central.between(site.countedFromMs, back.wallMs)),
     loadavg1: round(os.loadavg()[0]),
   };
 }
 
+const pct = (x: number): string => `${Math.round(x * 100)} %`;
 const round = (x: number, digits = 2): number => Number(x.toFixed(digits));
 const median = (xs: number[]): number => {
   const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
@@ -276,10 +292,11 @@ async function startSite(
     storage: { path: path.join(dir, 'data') },
     log: { level: 'warn', format: 'json' },
     metrics: { host: '127.0.0.1', port: metricsPort },
-    // Every bridge setting at its default (live-first, inflight 100, reconnect within 2 s): as a user runs it.
+    // Every bridge setting at its default (live-first, reconnect within 2 s) but `inflight`: as a user runs it.
     bridges: [
       {
         name: 'central',
+        inflight: opts.inflight,
         remote: { urls: [proxy.url], clientId: NODE },
         topics: [
           { filter: 'spBv1.0/#', direction: 'out' },
@@ -334,10 +351,10 @@ async function startSite(
 function describe(r: CutRecord): string {
   return (
     `${r.compression.padEnd(7)} ${String(r.linkMbit).padStart(4)} Mbit/s cut ${r.cutS} s rep ${r.rep}: ` +
-    `live ${r.liveValuesPerS} values/s, ${r.wireLiveBytesPerValue} B/value on the wire; ` +
+    `live ${r.liveValuesPerS} values/s, ${r.wireLiveBytesPerValue} B/value on the wire, gateway CPU ${pct(r.liveCpu)}; ` +
     `buffered ${r.bufferedValues} values, disk +${bytesText(r.diskGrowthBytes)} (${r.diskBytesPerValue} B/value, ` +
     `outbox ${r.outboxBytesPerValue}); caught up in ${r.catchUpS} s (reconnect ${r.reconnectS} s), ` +
-    `${r.wireReplayBytesPerValue} B/value, up to ${r.deliveredPerS} values/s, link ${Math.round(r.linkUse * 100)} %` +
+    `${r.wireReplayBytesPerValue} B/value, ${r.deliveredPerS} values/s while draining, link ${pct(r.linkUse)}, CPU ${pct(r.catchUpCpu)}` +
     (r.lost > 0 ? `, ${r.lost} NOT DELIVERED` : '') +
     ` (load ${r.loadavg1})`
   );
@@ -376,19 +393,28 @@ function printTables(records: CutRecord[], costs: Map<Compression, ReturnType<ty
   const table: object[] = [];
   out.push('\nSizing (per-value costs measured on the site above, scaled to the site size and outage length):\n');
   const linkHeads = opts.linksMbit.flatMap((l) => [1, 8, 24].map((h) => `${h} h on ${l} Mbit/s`));
-  out.push(`| tags | compression | values/s | disk per hour of outage | disk for 24 h | ${linkHeads.join(' | ')} |`);
-  out.push(`|---|---|---|---|---|${linkHeads.map(() => '---').join('|')}|`);
+  out.push(
+    `| tags | compression | values/s | disk per hour of outage | disk for 24 h | outage the default 1 GiB outbox holds | ${linkHeads.join(' | ')} |`,
+  );
+  out.push(`|---|---|---|---|---|---|${linkHeads.map(() => '---').join('|')}|`);
   for (const tags of [500, 5000, 50_000]) {
     for (const [compression, c] of costs) {
       const valuesPerS = (c.liveValuesPerS * tags) / opts.tags;
       const catchUps = opts.linksMbit.flatMap((l) =>
         [1, 8, 24].map((h) => catchUpS(c, valuesPerS, h * 3600, mbitToBytesPerS(l))),
       );
-      table.push({ tags, compression, valuesPerS, diskPerHourBytes: diskBytes(c, valuesPerS, 3600), catchUpS: catchUps });
+      table.push({
+        tags,
+        compression,
+        valuesPerS,
+        diskPerHourBytes: diskBytes(c, valuesPerS, 3600),
+        catchUpS: catchUps,
+      });
       out.push(
         `| ${tags.toLocaleString('en')}${tags === opts.tags ? ' (measured)' : ''} | ${compression} | ` +
           `${Math.round(valuesPerS).toLocaleString('en')} | ${bytesText(diskBytes(c, valuesPerS, 3600))} | ` +
-          `${bytesText(diskBytes(c, valuesPerS, 86_400))} | ${catchUps.map(durationText).join(' | ')} |`,
+          `${bytesText(diskBytes(c, valuesPerS, 86_400))} | ${durationText(DEFAULT_OUTBOX_BYTES / diskBytes(c, valuesPerS, 1))} | ` +
+          `${catchUps.map(durationText).join(' | ')} |`,
       );
     }
   }
@@ -423,26 +449,13 @@ async function main(): Promise<void> {
   const centralPort = await freePort();
   const centralDir = path.join(tmpDir, 'central');
   fs.mkdirSync(centralDir);
-  // The central broker as shipped (Receive Maximum 20), but no queue cap for the counter subscribed there.
-  fs.writeFileSync(
-    path.join(centralDir, 'mosquitto.conf'),
-    [
-      `listener ${centralPort} 127.0.0.1`,
-      'allow_anonymous true',
-      `user ${os.userInfo().username}`,
-      'persistence false',
-      'max_queued_messages 0',
-      '',
-    ].join('\n'),
-  );
-  const central = await launchUntilReady({
-    name: 'central mosquitto',
-    file: '/usr/sbin/mosquitto',
-    args: ['-c', path.join(centralDir, 'mosquitto.conf')],
+  // The central broker as shipped (Receive Maximum 20 unless --central-inflight), but no queue cap for the counter
+  // subscribed there.
+  const central = await launchCentralMosquitto({
     dir: centralDir,
     port: centralPort,
+    lines: ['persistence false', 'max_queued_messages 0', `max_inflight_messages ${opts.centralInflight}`],
     live,
-    pollMs: 50,
     probePrefix: 'sizing-probe-',
   });
   const proxy = await startFaultProxy(centralPort);
