@@ -41,7 +41,7 @@ import { bytesText, catchUpS, diskBytes, durationText, mbitToBytesPerS, type Per
 const GROUP = 'sizing';
 const NODE = 'site';
 const TAGS_PER_DEVICE = 500;
-/** The bridges' `queue.maxBytes` default: beyond it the outbox drops the oldest. */
+/** The bridges' `queue.maxBytes` default: beyond it (by the outbox's own count) the outbox drops the oldest. */
 const DEFAULT_OUTBOX_BYTES = 1_073_741_824;
 const COMPRESSIONS = ['none', 'deflate'] as const;
 type Compression = (typeof COMPRESSIONS)[number];
@@ -158,6 +158,8 @@ class ValueCounter {
 /** One gateway with its site, its link and its counters. */
 interface Site {
   readonly gateway: LaunchedProcess;
+  /** Its configuration and store. */
+  readonly dir: string;
   readonly dataFile: string;
   readonly metricsPort: number;
   readonly local: ValueCounter;
@@ -205,8 +207,7 @@ async function measureCut(
   cell: { compression: Compression; linkMbit: number; cutS: number; rep: number },
 ): Promise<CutRecord> {
   const { local, central } = site;
-  proxy.setRate(mbitToBytesPerS(cell.linkMbit));
-  // Live: the link up, the backlog of any earlier cut long gone.
+  // Live: the link up.
   const cpuS = () => readCpuS(site.gateway.pid);
   const live0 = { bytes: proxy.bytes.up, values: central.values, ms: performance.now(), cpuS: cpuS() };
   await sleep(opts.liveS * 1000);
@@ -340,6 +341,7 @@ async function startSite(
   await sleep(opts.quick ? 3000 : 10_000);
   return {
     gateway,
+    dir,
     dataFile: path.join(dir, 'data', 'data.mdb'),
     metricsPort,
     local,
@@ -361,8 +363,9 @@ function describe(r: CutRecord): string {
 }
 
 /** The per-value costs of one compression: medians over its cuts, the ceiling the highest seen. */
-function costsOf(records: CutRecord[]): PerValueCosts & { liveValuesPerS: number } {
+function costsOf(records: CutRecord[]): PerValueCosts & { liveValuesPerS: number; outboxBytesPerValue: number } {
   return {
+    outboxBytesPerValue: round(median(records.map((r) => r.outboxBytesPerValue))),
     diskBytesPerValue: round(median(records.map((r) => r.diskBytesPerValue))),
     wireLiveBytesPerValue: round(median(records.map((r) => r.wireLiveBytesPerValue))),
     wireReplayBytesPerValue: round(median(records.map((r) => r.wireReplayBytesPerValue))),
@@ -413,7 +416,7 @@ function printTables(records: CutRecord[], costs: Map<Compression, ReturnType<ty
       out.push(
         `| ${tags.toLocaleString('en')}${tags === opts.tags ? ' (measured)' : ''} | ${compression} | ` +
           `${Math.round(valuesPerS).toLocaleString('en')} | ${bytesText(diskBytes(c, valuesPerS, 3600))} | ` +
-          `${bytesText(diskBytes(c, valuesPerS, 86_400))} | ${durationText(DEFAULT_OUTBOX_BYTES / diskBytes(c, valuesPerS, 1))} | ` +
+          `${bytesText(diskBytes(c, valuesPerS, 86_400))} | ${durationText(DEFAULT_OUTBOX_BYTES / (c.outboxBytesPerValue * valuesPerS))} | ` +
           `${catchUps.map(durationText).join(' | ')} |`,
       );
     }
@@ -466,20 +469,24 @@ async function main(): Promise<void> {
   );
 
   const records: CutRecord[] = [];
-  for (const compression of opts.compressions) {
-    const site = await startSite(tmpDir, compression, proxy, centralPort, plcPorts);
-    for (let rep = 1; rep <= opts.reps; rep++) {
+  // A fresh gateway for every cut: an empty store, so the data file's growth is the cut's (LMDB reuses the pages
+  // an earlier backlog freed, and the file never shrinks).
+  for (let rep = 1; rep <= opts.reps; rep++) {
+    for (const compression of opts.compressions) {
       for (const linkMbit of opts.linksMbit) {
         for (const cutS of opts.cutsS) {
+          proxy.setRate(mbitToBytesPerS(linkMbit));
+          const site = await startSite(tmpDir, compression, proxy, centralPort, plcPorts);
           const record = await measureCut(site, proxy, { compression, linkMbit, cutS, rep });
           records.push(record);
           process.stdout.write(describe(record) + '\n');
+          await site.local.close();
+          await site.central.close();
+          await site.gateway.stop();
+          fs.rmSync(site.dir, { recursive: true, force: true });
         }
       }
     }
-    await site.local.close();
-    await site.central.close();
-    await site.gateway.stop();
   }
   const costs = new Map(
     opts.compressions.map((c) => [c, costsOf(records.filter((r) => r.compression === c))] as const),
