@@ -4,9 +4,9 @@
  *
  * - Disk: the values of the outage times the measured bytes on disk per buffered value.
  * - Catch-up: the reconnect, then the backlog drains in what the live data leaves of the link:
- *   backlog bytes / (link - live bytes/s), unless the gateway cannot deliver that fast: then
- *   backlog values / (the most values/s it delivered in any measured catch-up - live values/s).
- *   Whichever is longer. Live data at or above the link (or that ceiling) never catches up.
+ *   backlog bytes / (link - live bytes/s), unless the gateway drains slower than that (its window, its CPU): then
+ *   backlog values / the fastest drain measured (stored values/s delivered beside the live data). Whichever is
+ *   longer. Live data at or above the link never catches up.
  * A site of N tags is the measured one scaled: the same devices (tags per device, change rate per tag, poll),
  * N / measured tags of them, so every per-value cost stays and only the value rate scales.
  */
@@ -19,8 +19,8 @@ export interface PerValueCosts {
   readonly wireLiveBytesPerValue: number;
   /** The same during a catch-up (births, historical rewrite and live data included). */
   readonly wireReplayBytesPerValue: number;
-  /** The most values/s (live + stored) the central host received in a catch-up, over all measured ones. */
-  readonly maxDeliveredPerS: number;
+  /** The fastest drain measured: stored values/s the central host received in a catch-up, beside the live ones. */
+  readonly maxDrainPerS: number;
   /** From the link's return to the NBIRTH at the central broker (median). */
   readonly reconnectS: number;
 }
@@ -32,10 +32,9 @@ export const diskBytes = (costs: PerValueCosts, valuesPerS: number, outageS: num
 export function catchUpS(costs: PerValueCosts, valuesPerS: number, outageS: number, linkBytesPerS: number): number {
   const backlog = valuesPerS * outageS;
   const spareLink = linkBytesPerS - valuesPerS * costs.wireLiveBytesPerValue;
-  const spareGateway = costs.maxDeliveredPerS - valuesPerS;
-  if (spareLink <= 0 || spareGateway <= 0) return Number.POSITIVE_INFINITY;
+  if (spareLink <= 0) return Number.POSITIVE_INFINITY;
   const linkBoundS = (backlog * costs.wireReplayBytesPerValue) / spareLink;
-  const gatewayBoundS = backlog / spareGateway;
+  const gatewayBoundS = backlog / costs.maxDrainPerS;
   return costs.reconnectS + Math.max(linkBoundS, gatewayBoundS);
 }
 

@@ -61,6 +61,7 @@ const usage = [
   "  --central-inflight N  the central Mosquitto's max_inflight_messages (its Receive Maximum), default 20 (its default)",
   '  --quick               10 Mbit/s, a 10 s cut, 5 s live: a smoke test, not a measurement',
   '  --out FILE            JSON results, default bench/results/sizing.json',
+  "  --from FILE           print the tables of an earlier run's JSON results again (nothing runs)",
   '  -h, --help',
 ].join('\n');
 
@@ -80,6 +81,7 @@ const opts = parseOrExit(usage, () => {
       'central-inflight': { type: 'string' },
       quick: { type: 'boolean', default: false },
       out: { type: 'string' },
+      from: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -102,6 +104,7 @@ const opts = parseOrExit(usage, () => {
     centralInflight: positiveInt(values['central-inflight'], 20, 'central-inflight'),
     quick,
     out: path.resolve(values.out ?? path.join(rootDir, 'bench/results/sizing.json')),
+    from: values.from,
   };
 });
 
@@ -195,7 +198,8 @@ interface CutRecord {
   catchUpS: number;
   backlogValues: number;
   wireReplayBytesPerValue: number;
-  deliveredPerS: number;
+  /** Stored values/s delivered from the NBIRTH on (the live ones besides). */
+  drainPerS: number;
   linkUse: number;
   lost: number;
   loadavg1: number;
@@ -261,7 +265,7 @@ async function measureCut(
     catchUpS: round(catchUp),
     backlogValues,
     wireReplayBytesPerValue: round((proxy.bytes.up - back.bytes) / delivered),
-    deliveredPerS: Math.round(delivered / drainS),
+    drainPerS: Math.round(backlogValues / drainS),
     linkUse: round((proxy.bytes.up - back.bytes) / drainS / mbitToBytesPerS(cell.linkMbit)),
     lost: done ? 0 : Math.max(1, target - central.between(site.countedFromMs, back.wallMs)),
     loadavg1: round(os.loadavg()[0]),
@@ -356,7 +360,7 @@ function describe(r: CutRecord): string {
     `live ${r.liveValuesPerS} values/s, ${r.wireLiveBytesPerValue} B/value on the wire, gateway CPU ${pct(r.liveCpu)}; ` +
     `buffered ${r.bufferedValues} values, disk +${bytesText(r.diskGrowthBytes)} (${r.diskBytesPerValue} B/value, ` +
     `outbox ${r.outboxBytesPerValue}); caught up in ${r.catchUpS} s (reconnect ${r.reconnectS} s), ` +
-    `${r.wireReplayBytesPerValue} B/value, ${r.deliveredPerS} values/s while draining, link ${pct(r.linkUse)}, CPU ${pct(r.catchUpCpu)}` +
+    `${r.wireReplayBytesPerValue} B/value, drained ${r.drainPerS} values/s, link ${pct(r.linkUse)}, CPU ${pct(r.catchUpCpu)}` +
     (r.lost > 0 ? `, ${r.lost} NOT DELIVERED` : '') +
     ` (load ${r.loadavg1})`
   );
@@ -369,20 +373,31 @@ function costsOf(records: CutRecord[]): PerValueCosts & { liveValuesPerS: number
     diskBytesPerValue: round(median(records.map((r) => r.diskBytesPerValue))),
     wireLiveBytesPerValue: round(median(records.map((r) => r.wireLiveBytesPerValue))),
     wireReplayBytesPerValue: round(median(records.map((r) => r.wireReplayBytesPerValue))),
-    maxDeliveredPerS: Math.max(...records.map((r) => r.deliveredPerS)),
+    maxDrainPerS: Math.round(Math.max(...records.map((r) => r.backlogValues / (r.catchUpS - (r.reconnectS || 0))))),
     reconnectS: round(median(records.map((r) => r.reconnectS))),
     liveValuesPerS: Math.round(median(records.map((r) => r.liveValuesPerS))),
   };
 }
 
-function printTables(records: CutRecord[], costs: Map<Compression, ReturnType<typeof costsOf>>): object[] {
+/** The measured site's shape, as the tables need it. */
+interface SiteShape {
+  readonly tags: number;
+  readonly linksMbit: readonly number[];
+  readonly cutsS: readonly number[];
+  readonly compressions: readonly Compression[];
+}
+
+function printTables(records: CutRecord[], site: SiteShape): object {
+  const costs = new Map(
+    site.compressions.map((c) => [c, costsOf(records.filter((r) => r.compression === c))] as const),
+  );
   const out: string[] = [];
   out.push('\nMeasured catch-ups against the model (median per cell):\n');
   out.push('| compression | link | outage | backlog values | catch-up measured | model |');
   out.push('|---|---|---|---|---|---|');
   for (const [compression, c] of costs) {
-    for (const linkMbit of opts.linksMbit) {
-      for (const cutS of opts.cutsS) {
+    for (const linkMbit of site.linksMbit) {
+      for (const cutS of site.cutsS) {
         const cell = records.filter((r) => r.compression === compression && r.linkMbit === linkMbit && r.cutS === cutS);
         if (cell.length === 0) continue;
         const model = catchUpS(c, median(cell.map((r) => r.liveValuesPerS)), cutS, mbitToBytesPerS(linkMbit));
@@ -395,15 +410,15 @@ function printTables(records: CutRecord[], costs: Map<Compression, ReturnType<ty
   }
   const table: object[] = [];
   out.push('\nSizing (per-value costs measured on the site above, scaled to the site size and outage length):\n');
-  const linkHeads = opts.linksMbit.flatMap((l) => [1, 8, 24].map((h) => `${h} h on ${l} Mbit/s`));
+  const linkHeads = site.linksMbit.flatMap((l) => [1, 8, 24].map((h) => `${h} h on ${l} Mbit/s`));
   out.push(
     `| tags | compression | values/s | disk per hour of outage | disk for 24 h | outage the default 1 GiB outbox holds | ${linkHeads.join(' | ')} |`,
   );
   out.push(`|---|---|---|---|---|---|${linkHeads.map(() => '---').join('|')}|`);
   for (const tags of [500, 5000, 50_000]) {
     for (const [compression, c] of costs) {
-      const valuesPerS = (c.liveValuesPerS * tags) / opts.tags;
-      const catchUps = opts.linksMbit.flatMap((l) =>
+      const valuesPerS = (c.liveValuesPerS * tags) / site.tags;
+      const catchUps = site.linksMbit.flatMap((l) =>
         [1, 8, 24].map((h) => catchUpS(c, valuesPerS, h * 3600, mbitToBytesPerS(l))),
       );
       table.push({
@@ -414,7 +429,7 @@ function printTables(records: CutRecord[], costs: Map<Compression, ReturnType<ty
         catchUpS: catchUps,
       });
       out.push(
-        `| ${tags.toLocaleString('en')}${tags === opts.tags ? ' (measured)' : ''} | ${compression} | ` +
+        `| ${tags.toLocaleString('en')}${tags === site.tags ? ' (measured)' : ''} | ${compression} | ` +
           `${Math.round(valuesPerS).toLocaleString('en')} | ${bytesText(diskBytes(c, valuesPerS, 3600))} | ` +
           `${bytesText(diskBytes(c, valuesPerS, 86_400))} | ${durationText(DEFAULT_OUTBOX_BYTES / (c.outboxBytesPerValue * valuesPerS))} | ` +
           `${catchUps.map(durationText).join(' | ')} |`,
@@ -427,12 +442,12 @@ function printTables(records: CutRecord[], costs: Map<Compression, ReturnType<ty
         .map(
           ([k, c]) =>
             `${k}: disk ${c.diskBytesPerValue} B, wire live ${c.wireLiveBytesPerValue} B, replay ${c.wireReplayBytesPerValue} B, ` +
-            `at most ${c.maxDeliveredPerS} values/s delivered, reconnect ${c.reconnectS} s`,
+            `drain at most ${c.maxDrainPerS} values/s, reconnect ${c.reconnectS} s`,
         )
         .join('; '),
   );
   process.stdout.write(out.join('\n') + '\n');
-  return table;
+  return { costs: Object.fromEntries(costs), table };
 }
 
 async function main(): Promise<void> {
@@ -488,16 +503,19 @@ async function main(): Promise<void> {
       }
     }
   }
-  const costs = new Map(
-    opts.compressions.map((c) => [c, costsOf(records.filter((r) => r.compression === c))] as const),
-  );
-  const table = printTables(records, costs);
+  const summary = printTables(records, opts);
   await proxy.stop();
   await central.stop();
   plc.kill();
-  writeResults(opts.out, startedAt, opts, { costs: Object.fromEntries(costs), table }, records);
+  writeResults(opts.out, startedAt, opts, summary, records);
   cleanup();
   if (records.some((r) => r.lost > 0)) process.exitCode = 1;
 }
 
-runMain('bench:sizing', main, killAll);
+if (opts.from === undefined) {
+  runMain('bench:sizing', main, killAll);
+} else {
+  // The tables again from a results file: its runs, the site it measured.
+  const results = JSON.parse(fs.readFileSync(opts.from, 'utf8')) as { options: SiteShape; runs: CutRecord[] };
+  printTables(results.runs, results.options);
+}
