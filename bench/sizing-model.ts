@@ -4,9 +4,10 @@
  *
  * - Disk: the values of the outage times the measured bytes on disk per buffered value.
  * - Catch-up: the reconnect, then the backlog drains in what the live data leaves of the link:
- *   backlog bytes / (link - live bytes/s), unless the gateway drains slower than that (its window, its CPU): then
- *   backlog values / the fastest drain measured (stored values/s delivered beside the live data). Whichever is
- *   longer. Live data at or above the link never catches up.
+ *   backlog bytes / (link - live bytes/s), unless the gateway drains slower than that: then backlog values / the
+ *   fastest drain measured on that link (stored values/s delivered beside the live data). Whichever is longer.
+ *   The drain is taken per link because what bounds it can depend on the link: a QoS 0 confirmation waits behind
+ *   the bytes queued on it (bench/README.md). Live data at or above the link never catches up.
  * A site of N tags is the measured one scaled: the same devices (tags per device, change rate per tag, poll),
  * N / measured tags of them, so every per-value cost stays and only the value rate scales.
  */
@@ -19,8 +20,11 @@ export interface PerValueCosts {
   readonly wireLiveBytesPerValue: number;
   /** The same during a catch-up (births, historical rewrite and live data included). */
   readonly wireReplayBytesPerValue: number;
-  /** The fastest drain measured: stored values/s the central host received in a catch-up, beside the live ones. */
-  readonly maxDrainPerS: number;
+  /**
+   * The fastest drain measured on each link (Mbit/s): stored values/s the central host received in a catch-up,
+   * beside the live ones.
+   */
+  readonly drainPerSByLink: Readonly<Record<number, number>>;
   /** From the link's return to the NBIRTH at the central broker (median). */
   readonly reconnectS: number;
 }
@@ -29,12 +33,12 @@ export const diskBytes = (costs: PerValueCosts, valuesPerS: number, outageS: num
   costs.diskBytesPerValue * valuesPerS * outageS;
 
 /** Seconds from the link's return until the backlog of `outageS` is delivered; Infinity if it never is. */
-export function catchUpS(costs: PerValueCosts, valuesPerS: number, outageS: number, linkBytesPerS: number): number {
+export function catchUpS(costs: PerValueCosts, valuesPerS: number, outageS: number, linkMbit: number): number {
   const backlog = valuesPerS * outageS;
-  const spareLink = linkBytesPerS - valuesPerS * costs.wireLiveBytesPerValue;
+  const spareLink = mbitToBytesPerS(linkMbit) - valuesPerS * costs.wireLiveBytesPerValue;
   if (spareLink <= 0) return Number.POSITIVE_INFINITY;
   const linkBoundS = (backlog * costs.wireReplayBytesPerValue) / spareLink;
-  const gatewayBoundS = backlog / costs.maxDrainPerS;
+  const gatewayBoundS = backlog / costs.drainPerSByLink[linkMbit];
   return costs.reconnectS + Math.max(linkBoundS, gatewayBoundS);
 }
 

@@ -373,7 +373,18 @@ function costsOf(records: CutRecord[]): PerValueCosts & { liveValuesPerS: number
     diskBytesPerValue: round(median(records.map((r) => r.diskBytesPerValue))),
     wireLiveBytesPerValue: round(median(records.map((r) => r.wireLiveBytesPerValue))),
     wireReplayBytesPerValue: round(median(records.map((r) => r.wireReplayBytesPerValue))),
-    maxDrainPerS: Math.round(Math.max(...records.map((r) => r.backlogValues / (r.catchUpS - (r.reconnectS || 0))))),
+    drainPerSByLink: Object.fromEntries(
+      [...new Set(records.map((r) => r.linkMbit))].map((link) => [
+        link,
+        Math.round(
+          Math.max(
+            ...records
+              .filter((r) => r.linkMbit === link)
+              .map((r) => r.backlogValues / (r.catchUpS - (r.reconnectS || 0))),
+          ),
+        ),
+      ]),
+    ),
     reconnectS: round(median(records.map((r) => r.reconnectS))),
     liveValuesPerS: Math.round(median(records.map((r) => r.liveValuesPerS))),
   };
@@ -400,7 +411,7 @@ function printTables(records: CutRecord[], site: SiteShape): object {
       for (const cutS of site.cutsS) {
         const cell = records.filter((r) => r.compression === compression && r.linkMbit === linkMbit && r.cutS === cutS);
         if (cell.length === 0) continue;
-        const model = catchUpS(c, median(cell.map((r) => r.liveValuesPerS)), cutS, mbitToBytesPerS(linkMbit));
+        const model = catchUpS(c, median(cell.map((r) => r.liveValuesPerS)), cutS, linkMbit);
         out.push(
           `| ${compression} | ${linkMbit} Mbit/s | ${cutS} s | ${median(cell.map((r) => r.bufferedValues))} | ` +
             `${durationText(median(cell.map((r) => r.catchUpS)))} | ${durationText(model)} |`,
@@ -418,9 +429,7 @@ function printTables(records: CutRecord[], site: SiteShape): object {
   for (const tags of [500, 5000, 50_000]) {
     for (const [compression, c] of costs) {
       const valuesPerS = (c.liveValuesPerS * tags) / site.tags;
-      const catchUps = site.linksMbit.flatMap((l) =>
-        [1, 8, 24].map((h) => catchUpS(c, valuesPerS, h * 3600, mbitToBytesPerS(l))),
-      );
+      const catchUps = site.linksMbit.flatMap((l) => [1, 8, 24].map((h) => catchUpS(c, valuesPerS, h * 3600, l)));
       table.push({
         tags,
         compression,
@@ -442,7 +451,9 @@ function printTables(records: CutRecord[], site: SiteShape): object {
         .map(
           ([k, c]) =>
             `${k}: disk ${c.diskBytesPerValue} B, wire live ${c.wireLiveBytesPerValue} B, replay ${c.wireReplayBytesPerValue} B, ` +
-            `drain at most ${c.maxDrainPerS} values/s, reconnect ${c.reconnectS} s`,
+            `drain at most ${Object.entries(c.drainPerSByLink)
+              .map(([l, d]) => `${d} values/s on ${l} Mbit/s`)
+              .join(', ')}, reconnect ${c.reconnectS} s`,
         )
         .join('; '),
   );
