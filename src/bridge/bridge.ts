@@ -433,14 +433,11 @@ export class Bridge {
       if (window.resendPending && !window.releaseAbandoned(dropped, receiveMaximum)) break;
       let reader = window.live;
       let entry = reader.next(dropped);
-      if (
-        entry === undefined &&
-        !this.paceTimer &&
-        !window.backlog.done &&
-        !window.backlogFull(this.config.replay.share, receiveMaximum)
-      ) {
+      const share = this.config.replay.share;
+      if (entry === undefined && !this.paceTimer && !window.backlog.done && !window.backlogFull(share)) {
         reader = window.backlog;
         entry = reader.next(dropped);
+        if (entry !== undefined && entry.msg.qos > 0 && window.backlogQosFull(share, receiveMaximum)) break;
       }
       if (entry === undefined) break;
       if (window.has(entry.seq)) {
@@ -472,7 +469,7 @@ export class Bridge {
       this.send(entry, backlog);
     }
     if (window.backlog.done && this.liveFirst) this.replayRemaining = 0;
-    window.requestConfirmation();
+    window.requestConfirmation(this.liveFirst && !window.backlog.done && window.backlogFull(this.config.replay.share));
   }
 
   private droppedTotal(): number {

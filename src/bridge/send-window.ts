@@ -127,8 +127,11 @@ export class SendWindow {
   /** Unconfirmed QoS 0 sends in send order; `q0Head` is the first live one. */
   private q0: Inflight[] = [];
   private q0Head = 0;
-  /** Backlog entries in flight (live-first drain). */
+  /** Backlog entries in flight (live-first drain), and those of them at QoS 1/2. */
   private backlogInflight = 0;
+  private backlogQosInflight = 0;
+  /** The newest QoS 0 backlog entry sent: a backlog at its share waits for a ping that covers it. */
+  private lastBacklogQ0: Inflight | undefined;
   /** In order: the whole outbox. Live-first: what was journaled after the connection came up. */
   readonly live: OutboxReader;
   /** Live-first: what was journaled before the connection came up; done at once in order. */
@@ -165,9 +168,17 @@ export class SendWindow {
     return this.qosInflight >= receiveMaximum;
   }
 
-  /** Whether the backlog has its `share` of the window (and of the broker's Receive Maximum) in flight. */
-  backlogFull(share: number, receiveMaximum: number): boolean {
-    return this.backlogInflight >= Math.max(1, Math.floor(share * Math.min(this.limit, receiveMaximum)));
+  /**
+   * Whether the backlog has its `share` of the window in flight. The broker's Receive Maximum bounds QoS 1/2 only
+   * [MQTT-3.3.4-9] (`backlogQosFull`): a QoS 0 backlog (Sparkplug data) may use its share of the whole window.
+   */
+  backlogFull(share: number): boolean {
+    return this.backlogInflight >= shareOf(share, this.limit);
+  }
+
+  /** Whether the backlog has its `share` of the broker's Receive Maximum in QoS 1/2 flows. */
+  backlogQosFull(share: number, receiveMaximum: number): boolean {
+    return this.backlogQosInflight >= shareOf(share, Math.min(this.limit, receiveMaximum));
   }
 
   has(seq: number): boolean {
@@ -194,6 +205,8 @@ export class SendWindow {
     this.inflight.clear();
     this.qosInflight = 0;
     this.backlogInflight = 0;
+    this.backlogQosInflight = 0;
+    this.lastBacklogQ0 = undefined;
     this.q0 = [];
     this.q0Head = 0;
     if (liveFirst) {
@@ -225,13 +238,17 @@ export class SendWindow {
       entry.appendedAtMs,
     );
     if (backlog) this.backlogInflight++;
+    if (backlog && msg.qos > 0) this.backlogQosInflight++;
     rec.sendIndex =
       msg.qos === 0
         ? this.uplink.publish(msg, undefined, false, undefined, stamp, entry.seq)
         : this.uplink.publish(msg, outboxPacketId(entry.seq), dup, rec, stamp, entry.seq);
     this.inflight.set(entry.seq, rec);
     if (msg.qos > 0) this.qosInflight++;
-    else this.q0.push(rec);
+    else {
+      this.q0.push(rec);
+      if (backlog) this.lastBacklogQ0 = rec;
+    }
   }
 
   /** A QoS 2 entry the broker received before (PUBREC): PUBREL under its packet id, never PUBLISH again. */
@@ -243,6 +260,7 @@ export class SendWindow {
     this.inflight.set(seq, rec);
     this.qosInflight++;
     this.backlogInflight++;
+    this.backlogQosInflight++;
   }
 
   /** Whether an entry to send again is waiting (see releaseAbandoned). */
@@ -278,7 +296,10 @@ export class SendWindow {
     if (this.inflight.get(rec.seq) !== rec) return false;
     this.inflight.delete(rec.seq);
     this.qosInflight--;
-    if (rec.backlog) this.backlogInflight--;
+    if (rec.backlog) {
+      this.backlogInflight--;
+      this.backlogQosInflight--;
+    }
     return true;
   }
 
@@ -303,12 +324,21 @@ export class SendWindow {
 
   /**
    * QoS 0 entries wait for a PINGRESP that proves the broker read them; makes sure one is coming: at once when
-   * the window is full (nothing else can move), else within QOS0_CONFIRM_DELAY_MS, so one ping covers many.
+   * the window is full (nothing else can move) or when a live-first backlog waits at its share for its QoS 0
+   * entries (`backlogWaits`: without the ping it would move a share per QOS0_CONFIRM_DELAY_MS, 200 messages a
+   * second), else within QOS0_CONFIRM_DELAY_MS, so one ping covers many.
    */
-  requestConfirmation(): void {
+  requestConfirmation(backlogWaits: boolean): void {
     const last = this.q0.length > this.q0Head ? this.q0[this.q0.length - 1] : undefined;
     if (!last || this.uplink.pingCovers(last.sendIndex)) return;
-    if (this.full) {
+    const backlogQ0 = this.lastBacklogQ0;
+    if (
+      this.full ||
+      (backlogWaits &&
+        backlogQ0 !== undefined &&
+        this.inflight.get(backlogQ0.seq) === backlogQ0 &&
+        !this.uplink.pingCovers(backlogQ0.sendIndex))
+    ) {
       this.uplink.ping();
       return;
     }
@@ -320,4 +350,9 @@ export class SendWindow {
     }, QOS0_CONFIRM_DELAY_MS);
     this.confirmTimer.unref();
   }
+}
+
+/** `share` of `n`, at least 1. */
+function shareOf(share: number, n: number): number {
+  return Math.max(1, Math.floor(share * n));
 }

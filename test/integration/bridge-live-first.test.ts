@@ -78,6 +78,42 @@ describe('bridge: live-first replay', { timeout: 60_000 + 2 * n }, () => {
     );
   });
 
+  // The broker's Receive Maximum bounds QoS 1/2 flows only [MQTT-3.3.4-9]; a QoS 0 backlog (Sparkplug data) waits
+  // instead for a PINGRESP that confirms what it sent. Capped at a share of Receive Maximum 20 (10 in flight) and
+  // confirmed by a ping every 250 ms, a 24 h backlog took half a day to drain (bench/README.md#sizing).
+  it("drains a QoS 0 backlog with its share of the whole window, not of the broker's Receive Maximum, a ping confirming each share at once", async () => {
+    // Mosquitto's default window (Receive Maximum 20), and its debug log: what it received, in order.
+    const central = d.add(await startMosquitto({ extraConf: 'max_inflight_messages 20\nlog_type debug' }));
+    const proxy = d.add(await startFaultProxy(central.port));
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 0 }));
+    const metricsPort = await freePort();
+    const bridge = bridgePatch(proxy.url, { inflight: 100, replay: { order: 'live-first', share: 0.5 } });
+    const gw = d.add(await startGateway({ ...bridge, metrics: { host: '127.0.0.1', port: metricsPort } }));
+    const local = await connectClient(gw.url);
+    d.defer(() => local.endAsync(true));
+    proxy.refuse();
+    proxy.reset();
+    const backlog = await publishSequence(local, 'plant/backlog', 1000, { qos: 0, prefix: 'b' });
+    await waitFor(async () => (await bridgeGauge(metricsPort, 'edgeferry_bridge_backlog_messages')) === 1000, 10_000);
+    proxy.restore();
+    await waitFor(() => up.messages.length >= 1000, 30_000, { message: () => `${up.messages.length}/1000 upstream` });
+    expect(checkSequence(up.payloads(), backlog)).toEqual({
+      missing: [],
+      unexpected: [],
+      duplicates: 0,
+      outOfOrder: 0,
+    });
+    // The longest run of the bridge's PUBLISHes between two PINGREQs: its backlog share of 100 (50), not of 20.
+    let run = 0;
+    let longest = 0;
+    for (const line of central.log().split('\n')) {
+      if (!line.includes('from edgeferry-central')) continue;
+      if (line.includes('Received PUBLISH')) longest = Math.max(longest, ++run);
+      else if (line.includes('Received PINGREQ')) run = 0;
+    }
+    expect(longest).toBe(50);
+  });
+
   it('keeps the plain in-order default: the backlog first, nothing flagged', async () => {
     const central = d.add(await startMosquitto());
     const proxy = d.add(await startFaultProxy(central.port));
