@@ -1,17 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { parseWithMqttPacket } from '../helpers/mqtt-packet-parse.js';
 import mqttPacket from 'mqtt-packet';
-import type { IConnectPacket, Packet } from 'mqtt-packet';
+import type { IConnectPacket } from 'mqtt-packet';
 import { decodeConnectV4, encodeConnackV3 } from '../../src/protocol/connect-codec.js';
-
-/** What mqtt-packet makes of `bytes`: the packet, or its error. */
-function parseWithMqttPacket(bytes: Buffer, version: 3 | 4 | 5 = 4): { packet?: Packet; error?: string } {
-  const parser = mqttPacket.parser({ protocolVersion: version });
-  const result: { packet?: Packet; error?: string } = {};
-  parser.on('packet', (packet: Packet) => (result.packet ??= packet));
-  parser.on('error', (err: Error) => (result.error ??= err.message));
-  parser.parse(bytes);
-  return result;
-}
 
 /** Our decoding of one whole packet (fixed header of 2-5 bytes). */
 function decode(bytes: Buffer): IConnectPacket | undefined {

@@ -1,20 +1,11 @@
 /** Our SUBSCRIBE decoder against mqtt-packet's: the same fields for what we decode, mqtt-packet for the rest. */
 import { describe, expect, it } from 'vitest';
+import { parseWithMqttPacket } from '../helpers/mqtt-packet-parse.js';
 import mqttPacket from 'mqtt-packet';
-import type { ISubscribePacket, ISubscription, Packet } from 'mqtt-packet';
+import type { ISubscribePacket, ISubscription } from 'mqtt-packet';
 import { decodeSubscribe } from '../../src/protocol/subscribe-codec.js';
 
 type Version = 4 | 5;
-
-/** What mqtt-packet makes of `bytes`: the packet, or its error. */
-function parseWithMqttPacket(bytes: Buffer, version: Version): { packet?: Packet; error?: string } {
-  const parser = mqttPacket.parser({ protocolVersion: version });
-  const result: { packet?: Packet; error?: string } = {};
-  parser.on('packet', (packet: Packet) => (result.packet ??= packet));
-  parser.on('error', (err: Error) => (result.error ??= err.message));
-  parser.parse(bytes);
-  return result;
-}
 
 /** Where the body of one whole packet starts (after a fixed header of 2-5 bytes); -1 if its length is not the buffer's. */
 function bodyStart(bytes: Buffer): number {
