@@ -469,7 +469,7 @@ export class Bridge {
       this.send(entry, backlog);
     }
     if (window.backlog.done && this.liveFirst) this.replayRemaining = 0;
-    window.requestConfirmation(this.liveFirst && !window.backlog.done && window.backlogFull(this.config.replay.share));
+    window.requestConfirmation(this.liveFirst && !window.backlog.done ? this.config.replay.share : undefined);
   }
 
   private droppedTotal(): number {
@@ -565,7 +565,7 @@ export class Bridge {
   }
 
   private resetConnectionState(): void {
-    this.window.reset(this.liveFirst);
+    this.window.reset(this.liveFirst, this.config.replay.share);
     this.replayRemaining = 0;
     clearTimeout(this.paceTimer);
     this.paceTimer = undefined;
