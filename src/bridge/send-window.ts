@@ -255,7 +255,8 @@ export class SendWindow {
     if (msg.qos > 0) this.qosInflight++;
     else {
       this.q0.push(rec);
-      if (backlog) this.unpinged(rec);
+      // In order, a replay is the whole window and waits for it to fill (`full`): no ping per half share.
+      if (backlog && this.backlogPingEvery > 0) this.unpinged(rec);
     }
   }
 
