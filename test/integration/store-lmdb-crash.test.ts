@@ -89,6 +89,23 @@ function exited(child: ChildProcess): Promise<void> {
   });
 }
 
+/**
+ * Starts a fixture process (tracked for cleanup) and waits for its `ready` line; `out` keeps collecting its output.
+ */
+async function startFixture(
+  args: string[],
+  what: string,
+): Promise<{ child: ChildProcess; out: { stdout: string; stderr: string } }> {
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  const out = { stdout: '', stderr: '' };
+  child.stdout!.on('data', (d: Buffer) => (out.stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out.stderr += d.toString()));
+  await waitFor(() => out.stdout.includes('ready\n') || child.exitCode !== null, 30_000, { message: what });
+  expect(child.exitCode, out.stderr).toBeNull();
+  return { child, out };
+}
+
 describe('LMDB store under crashes', () => {
   it('moves outboxes of store format 1 to the journal through repeated SIGKILLs: every live entry once, in order', async () => {
     const dir = tempDir();
@@ -166,16 +183,7 @@ describe('LMDB store under crashes', () => {
       for (let round = 0; round < rounds; round++) {
         const args = [writerFixture, compiledStore, dir, String(round * 10_000_000)];
         if (compactAfterMs !== undefined) args.push(String(compactAfterMs));
-        const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-        children.push(child);
-        let stdout = '';
-        let stderr = '';
-        child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-        child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-        await waitFor(() => stdout.includes('ready\n') || child.exitCode !== null, 30_000, {
-          message: 'the writer to open the store',
-        });
-        expect(child.exitCode, stderr).toBeNull();
+        const { child, out } = await startFixture(args, 'the writer to open the store');
 
         if (round === 0) {
           // While the writer holds the directory, a second opener is refused instead of corrupting counters.
@@ -190,17 +198,17 @@ describe('LMDB store under crashes', () => {
 
         // Let it run for a random time, then kill it without warning.
         const runMs = 150 + Math.floor(Math.random() * 450);
-        const startedOk = stdout.split('\n').filter((l) => l.startsWith('ok ')).length;
+        const startedOk = out.stdout.split('\n').filter((l) => l.startsWith('ok ')).length;
         await new Promise((r) => setTimeout(r, runMs));
         child.kill('SIGKILL');
         await exited(child);
         expect(child.signalCode).toBe('SIGKILL');
 
-        const lines = stdout.split('\n');
+        const lines = out.stdout.split('\n');
         lines.pop(); // the last line may be cut short by the kill
         for (const line of lines) {
           const [kind, ...rest] = line.split(' ');
-          if (kind === 'fatal') throw new Error(`writer reported: ${line}\n${stderr}`);
+          if (kind === 'fatal') throw new Error(`writer reported: ${line}\n${out.stderr}`);
           if (kind === 'ok') {
             const [first, last] = rest.map(Number);
             for (let id = first; id <= last; id++) acked.add(id);
@@ -260,24 +268,16 @@ describe('LMDB store under crashes', () => {
     const count = 5000;
     let moves = 0;
     for (let round = 0; round < 6; round++) {
-      const child = spawn(process.execPath, [moverFixture, compiledStore, dir, String(count)], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      children.push(child);
-      let stdout = '';
-      let stderr = '';
-      child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-      child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-      await waitFor(() => stdout.includes('ready\n') || child.exitCode !== null, 30_000, {
-        message: 'the mover to open the store',
-      });
-      expect(child.exitCode, stderr).toBeNull();
-      const before = (stdout.match(/^moved /gm) ?? []).length;
+      const { child, out } = await startFixture(
+        [moverFixture, compiledStore, dir, String(count)],
+        'the mover to open the store',
+      );
+      const before = (out.stdout.match(/^moved /gm) ?? []).length;
       await new Promise((r) => setTimeout(r, 150 + Math.floor(Math.random() * 450)));
       child.kill('SIGKILL');
       await exited(child);
-      expect(stdout, stderr).not.toContain('fatal');
-      const after = (stdout.match(/^moved [1-9]/gm) ?? []).length;
+      expect(out.stdout, out.stderr).not.toContain('fatal');
+      const after = (out.stdout.match(/^moved [1-9]/gm) ?? []).length;
       expect(after, 'it moved entries before the kill').toBeGreaterThan(before);
       moves += after;
 
