@@ -202,6 +202,12 @@ export class RetainedIndex {
     }
   }
 
+  /** Whether a live retained message is at exactly `topic` (a filter without wildcards matches only that). */
+  holds(topic: string): boolean {
+    const entry = this.find(topic);
+    return entry !== undefined && this.live(entry, performance.now());
+  }
+
   /**
    * The whole message of an index entry, as it is now: from the messages being stored, the cache, or the store
    * (a read from LMDB's memory map). Undefined when it is gone meanwhile or damaged (then dropped from the index).

@@ -518,6 +518,35 @@ describe('#13 ill-formed UTF-8 and U+0000', () => {
     });
   }
 
+  malformed(
+    'MQTT 5: an ill-formed filter deep in a long SUBSCRIBE (checked across turns) subscribes none of the packet [MQTT-1.5.4-1]',
+    async () => {
+      // 300 filters, the 200th ill-formed: well past the first turn's slice of checks.
+      const filters = Array.from({ length: 300 }, (_, i) => (i === 199 ? hex('c0af') : Buffer.from(`deep/${i}`)));
+      const body = Buffer.concat([
+        hex('0007 00'), // packet id 7, no properties
+        ...filters.map((f) => Buffer.concat([Buffer.from([f.length >> 8, f.length & 0xff]), f, Buffer.from([1])])),
+      ]);
+      const length = body.length; // < 16384: a two-byte remaining length
+      const session = { clientId: 'deep-malformed', clean: false, properties: { sessionExpiryInterval: 300 } };
+      const c = await connected(5, session);
+      c.write(Buffer.concat([Buffer.from([0x82, (length & 0x7f) | 0x80, length >> 7]), body]));
+      await expectDisconnect(c, 0x81);
+      expect(c.packets('suback')).toEqual([]);
+      // The session lives on: none of the 199 well-formed filters before the bad one became a subscription.
+      const again = await RawClient.open(gw.port, { protocolVersion: 5 });
+      d.add(again);
+      expect((await again.connect(session)).sessionPresent).toBe(true);
+      const pub = await connected(5);
+      pub.publish('deep/0', 'x', { qos: 1 });
+      await pub.expect('puback');
+      await again.subscribe('deep/fence');
+      pub.publish('deep/fence', 'f', { qos: 1, messageId: 2 });
+      await again.expect('publish');
+      expect(again.publishes.map((p) => p.topic)).toEqual(['deep/fence']);
+    },
+  );
+
   malformed('MQTT 3.1.1: an ill-formed PUBLISH topic closes the connection [MQTT-1.5.3-1]', async () => {
     const c = await connected(4);
     c.write('30 05 0002 c0af 78');

@@ -66,6 +66,20 @@ describe('RetainedIndex', () => {
     expect(idx.count).toBe(TOPICS.length + 1);
   });
 
+  it('holds: a live retained message at exactly that topic (an expired, deleted or inner level is none)', () => {
+    const idx = index();
+    void idx.set({ ...retained('exp/1', 'x', { expiryS: 1 }), expiresAt: performance.now() - 1 });
+    void idx.set(retained('a/b', ''));
+    expect(['a', 'a/b/c', '$SYS/uptime'].map((t) => idx.holds(t))).toEqual([true, true, true]);
+    expect(['a/b', 'exp/1', '$SYS', 'a/x', 'nothing'].map((t) => idx.holds(t))).toEqual([
+      false,
+      false,
+      false,
+      false,
+      false,
+    ]);
+  });
+
   it('refuses a new topic past maxMessages and bytes past maxBytes, counting a replacement by its difference', () => {
     const idx = new RetainedIndex(createMemoryStore().retained, { maxMessages: 2, maxBytes: 10 }, silentLogger);
     expect(idx.set(retained('t/1', 'aaaa'))).toBeDefined();

@@ -21,10 +21,6 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
     throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE without filters [MQTT-3.8.3-3]');
   if (!packet.messageId)
     throw new ProtocolError(Reason.ProtocolError, 'SUBSCRIBE with packet identifier 0 [MQTT-2.3.1-1]');
-  // An ill-formed string makes the whole packet malformed, not just one filter invalid [MQTT-1.5.4-1/2].
-  if (!packet.subscriptions.every((s) => isValidMqttString(s.topic))) {
-    throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a topic filter [MQTT-1.5.4-1]');
-  }
   const subscriptionId = packet.properties?.subscriptionIdentifier as number | undefined;
   if (subscriptionId === 0) throw new ProtocolError(Reason.ProtocolError, 'subscription identifier 0');
   if (v5) {
@@ -42,6 +38,10 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
   let overQuota = 0;
   /** Checks one filter: validity, ACL, quota; its granted QoS or failure goes into `granted`, in order. */
   const check = (s: SubscribePacket['subscriptions'][number]): void => {
+    // An ill-formed string makes the whole packet malformed, not just one filter invalid [MQTT-1.5.4-1/2]: thrown
+    // before anything of the packet takes effect (the last check comes before the first subscribe).
+    if (!isValidMqttString(s.topic))
+      throw new ProtocolError(Reason.MalformedPacket, 'ill-formed UTF-8 or U+0000 in a topic filter [MQTT-1.5.4-1]');
     const shared = parseSharedFilter(s.topic);
     const inner = shared && shared !== 'invalid' ? shared.filter : s.topic;
     if (shared === 'invalid' || !isValidTopicFilter(inner, limits.maxTopicLevels)) {
@@ -76,22 +76,30 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
     });
   };
 
-  /** Subscribes `accepted` in slices, then SUBACK, then their retained messages [MQTT-3.3.1-9]. */
+  /** Subscribes `accepted` in slices, then SUBACK, then starts their retained messages in slices [MQTT-3.3.1-9]. */
   const subscribe = (pending: boolean): void => {
     const replaced: boolean[] = [];
+    let acked = false;
+    let started = 0;
     conn.inSlices(() => {
-      const end = Math.min(replaced.length + FILTERS_PER_TURN, accepted.length);
-      for (let i = replaced.length; i < end; i++) {
-        const record = accepted[i];
-        replaced.push(broker.subscribeSession(session, record));
-        // From pending to held: the quota count stays right while the rest is subscribed.
-        if (pending && added.has(record.filter)) conn.subscriptionsPending--;
+      if (!acked) {
+        const end = Math.min(replaced.length + FILTERS_PER_TURN, accepted.length);
+        for (let i = replaced.length; i < end; i++) {
+          const record = accepted[i];
+          replaced.push(broker.subscribeSession(session, record));
+          // From pending to held: the quota count stays right while the rest is subscribed.
+          if (pending && added.has(record.filter)) conn.subscriptionsPending--;
+        }
+        if (end < accepted.length) return false;
+        if (conn.state === 'closed') return true;
+        conn.send({ cmd: 'suback', messageId: packet.messageId, granted });
+        acked = true;
+        return accepted.length === 0;
       }
-      if (end < accepted.length) return false;
       if (conn.state === 'closed') return true;
-      conn.send({ cmd: 'suback', messageId: packet.messageId, granted });
-      for (let i = 0; i < accepted.length; i++) broker.startRetained(session, accepted[i], replaced[i]);
-      return true;
+      const end = Math.min(started + FILTERS_PER_TURN, accepted.length);
+      for (; started < end; started++) broker.startRetained(session, accepted[started], replaced[started]);
+      return started === accepted.length;
     });
   };
 
