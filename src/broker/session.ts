@@ -10,7 +10,7 @@ import { parseSharedFilter, topicMatches } from '../protocol/topics.js';
 import type { QueuedRecord, QueueWindow, SessionStore, SubscriptionRecord } from '../store/types.js';
 import { StoreError } from '../util/errors.js';
 import { IdTable } from '../util/id-table.js';
-import type { SharedGroup, Subscriber } from './topic-tree.js';
+import { sameOptions, type SharedGroup, type Subscriber } from './topic-tree.js';
 import type { RetainedPace } from './retained-sender.js';
 import type { ClientInfo } from './auth.js';
 import { highWaterOf, type SessionLimits } from './session-limits.js';
@@ -122,6 +122,9 @@ export class Session implements Subscriber, QueueOwner {
   /** Made at the first queued message: an idle client keeps no queue. */
   private queue: SessionQueue | undefined;
   private nextPacketId = 1;
+  /** The latest retained-message walk of each filter, by serial number (see `retainedPace`). */
+  private walks: Map<string, number> | undefined;
+  private walkSerial = 0;
   /** Back-pressure on the publishers feeding it; made the first time the queue reaches the high-water mark. */
   private hold: PublisherHold | undefined;
 
@@ -145,11 +148,15 @@ export class Session implements Subscriber, QueueOwner {
 
   subscribe(record: SubscriptionRecord): void {
     if (this.subs === NO_SUBSCRIPTIONS) this.subs = new Map();
-    this.subs.set(record.filter, record);
+    const held = this.subs.get(record.filter);
+    // The same subscription again keeps the record held (as the topic tree keeps its own): a client re-subscribing
+    // a thousand filters on every reconnect leaves no survivors for the collector to copy and later compact.
+    if (held === undefined || !sameOptions(held, record)) this.subs.set(record.filter, record);
   }
 
   /** False if it had no such subscription. */
   unsubscribe(filter: string): boolean {
+    this.walks?.delete(filter);
     return this.subs.delete(filter);
   }
 
@@ -208,8 +215,15 @@ export class Session implements Subscriber, QueueOwner {
   retainedPace(record: SubscriptionRecord): RetainedPace | undefined {
     const link = this.link;
     if (link === undefined) return undefined;
+    const filter = record.filter;
+    // The record held: `record` itself, or an alike one kept by `subscribe`.
+    const held = this.subs.get(filter);
+    const walk = ++this.walkSerial;
+    (this.walks ??= new Map()).set(filter, walk);
     return {
-      wanted: () => this.link === link && this.subs.get(record.filter) === record,
+      // Stopped by a subscription with other options (another record), by an alike one (a later walk), and by
+      // an unsubscribe or a clean start (no walk).
+      wanted: () => this.link === link && this.subs.get(filter) === held && this.walks?.get(filter) === walk,
       ready: () => !link.backedUp() && this.queuedCount < this.window,
     };
   }
@@ -384,6 +398,7 @@ export class Session implements Subscriber, QueueOwner {
   /** Forgets everything but the identity (clean start of a new connection on an existing session). */
   clear(): void {
     this.subs = NO_SUBSCRIPTIONS;
+    this.walks = undefined;
     this.inboundQoS2 = undefined;
     this.inflight = NO_FLOWS;
     this.queue?.clear();

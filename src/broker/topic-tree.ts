@@ -50,6 +50,17 @@ export interface Subscription {
   readonly group?: string;
 }
 
+/** Whether two subscriptions of one filter deliver alike (QoS, No Local, Retain As Published, Retain Handling, id). */
+export function sameOptions(a: SubscriptionRecord | Subscription, b: SubscriptionRecord | Subscription): boolean {
+  return (
+    a.qos === b.qos &&
+    a.noLocal === b.noLocal &&
+    a.retainAsPublished === b.retainAsPublished &&
+    a.retainHandling === b.retainHandling &&
+    a.subscriptionId === b.subscriptionId
+  );
+}
+
 /** Members of `$share/<name>/<filter>`; each message goes to one of them, round robin. */
 export class SharedGroup {
   readonly members: Subscription[] = [];
@@ -121,7 +132,9 @@ export class TopicTree {
     const list = sub.group === undefined ? node.subscriptions : this.groupOf(node, sub.group, sub.filter).members;
     const i = list.findIndex((s) => s.subscriber === sub.subscriber);
     if (i >= 0) {
-      list[i] = sub;
+      // The same subscription again keeps the one in place: the new object dies young, and a client that
+      // re-subscribes a thousand filters leaves no survivors for the next scavenge to copy.
+      if (!sameOptions(list[i], sub)) list[i] = sub;
       return true;
     }
     list.push(sub);

@@ -65,6 +65,20 @@ describe('retained messages at scale', { timeout: 120_000 }, () => {
     expect(retained.find((m) => m.topic === 'r/12345/x')?.payload).toBe('12345');
   });
 
+  it('restarts the retained messages of a subscription made again alike, and stops the earlier delivery [MQTT-3.3.1-9]', async () => {
+    const count = 20_000;
+    const gw = d.add(await startGateway({ broker: { sysIntervalS: 0 } }));
+    await preload(gw, count);
+    const all = d.add(await openClient(gw.url, { protocolVersion: 5, clientId: 'again' }));
+    await all.subscribe('#', { qos: 0 });
+    await all.subscribe('#', { qos: 0 });
+    // What came before the second SUBACK is from the first delivery; after it, all of them once, from the second.
+    const before = all.messages.length;
+    expect(before).toBeLessThan(count);
+    const received = await all.waitForMessages(before + count, { timeoutMs: 60_000 });
+    expect(new Set(received.slice(before).map((m) => m.topic)).size).toBe(count);
+  });
+
   it('sends a QoS 1 subscription as many retained messages as match, paced by its inflight window, none dropped for its queue limit [MQTT-3.3.1-6]', async () => {
     const count = 5000; // five times broker.maxQueuedMessages (1,000)
     const gw = d.add(await startGateway({ broker: { sysIntervalS: 0 } }));
