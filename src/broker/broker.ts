@@ -328,16 +328,9 @@ export class Broker {
     const shared = parseSharedFilter(record.filter);
     if (shared === 'invalid')
       throw new ProtocolError(Reason.TopicFilterInvalid, `invalid shared filter ${record.filter}`);
-    return this.tree.add({
-      subscriber,
-      filter: shared ? shared.filter : record.filter,
-      qos: record.qos,
-      noLocal: record.noLocal,
-      retainAsPublished: record.retainAsPublished,
-      retainHandling: record.retainHandling,
-      subscriptionId: record.subscriptionId,
-      group: shared ? shared.group : undefined,
-    });
+    return shared
+      ? this.tree.add(subscriber, shared.filter, record, shared.group)
+      : this.tree.add(subscriber, record.filter, record);
   }
 
   removeSubscription(subscriber: Subscriber, filter: string): boolean {
