@@ -115,6 +115,38 @@ describe('bridge: live-first replay', { timeout: 60_000 + 2 * n }, () => {
     expect(longest).toBe(25);
   });
 
+  it('drains an in-order QoS 0 backlog a whole window per ping, not a ping per message', async () => {
+    const central = d.add(await startMosquitto({ extraConf: 'max_inflight_messages 20\nlog_type debug' }));
+    const proxy = d.add(await startFaultProxy(central.port));
+    const up = d.add(await collect(central.url, 'plant/#', { qos: 0 }));
+    const metricsPort = await freePort();
+    const bridge = bridgePatch(proxy.url, { inflight: 100 });
+    const gw = d.add(await startGateway({ ...bridge, metrics: { host: '127.0.0.1', port: metricsPort } }));
+    const local = await connectClient(gw.url);
+    d.defer(() => local.endAsync(true));
+    proxy.refuse();
+    proxy.reset();
+    const backlog = await publishSequence(local, 'plant/backlog', 1000, { qos: 0, prefix: 'b' });
+    await waitFor(async () => (await bridgeGauge(metricsPort, 'edgeferry_bridge_backlog_messages')) === 1000, 10_000);
+    proxy.restore();
+    await waitFor(() => up.messages.length >= 1000, 30_000, { message: () => `${up.messages.length}/1000 upstream` });
+    expect(checkSequence(up.payloads(), backlog)).toMatchObject({ missing: [], duplicates: 0, outOfOrder: 0 });
+    // In order the replay is the whole window (100 QoS 0 entries, which the Receive Maximum does not bound), and
+    // it asks for its confirming PINGRESP once the window is full: runs of 100 PUBLISHes between PINGREQs.
+    const runs: number[] = [];
+    let run = 0;
+    for (const line of central.log().split('\n')) {
+      if (!line.includes('from edgeferry-central')) continue;
+      if (line.includes('Received PUBLISH')) run++;
+      else if (line.includes('Received PINGREQ') && run > 0) {
+        runs.push(run);
+        run = 0;
+      }
+    }
+    expect(Math.max(...runs, run)).toBe(100);
+    expect(runs.length).toBeLessThanOrEqual(12);
+  });
+
   it('keeps the plain in-order default: the backlog first, nothing flagged', async () => {
     const central = d.add(await startMosquitto());
     const proxy = d.add(await startFaultProxy(central.port));
