@@ -94,9 +94,11 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
         if (conn.state === 'closed') return true;
         conn.send({ cmd: 'suback', messageId: packet.messageId, granted });
         acked = true;
-        return accepted.length === 0;
       }
       if (conn.state === 'closed') return true;
+      // The first slice starts in the SUBACK's turn, so that the retained messages of up to 64 filters go out
+      // from the very next turn, as soon as the client can have the SUBACK (a later slice would give its own
+      // publish on the topic more time to overtake the retained message).
       const end = Math.min(started + FILTERS_PER_TURN, accepted.length);
       for (; started < end; started++) broker.startRetained(session, accepted[started], replaced[started]);
       return started === accepted.length;
