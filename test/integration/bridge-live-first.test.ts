@@ -81,13 +81,17 @@ describe('bridge: live-first replay', { timeout: 60_000 + 2 * n }, () => {
   // The broker's Receive Maximum bounds QoS 1/2 flows only [MQTT-3.3.4-9]; a QoS 0 backlog (Sparkplug data) waits
   // instead for a PINGRESP that confirms what it sent. Capped at a share of Receive Maximum 20 (10 in flight) and
   // confirmed by a ping every 250 ms, a 24 h backlog took half a day to drain (bench/README.md, sizing).
-  it("drains a QoS 0 backlog with its share of the whole window, not of the broker's Receive Maximum, a ping confirming each half share at once", async () => {
-    // Mosquitto's default window (Receive Maximum 20), and its debug log: what it received, in order.
+  /**
+   * 1,000 QoS 0 messages buffered while the link is cut, then drained to a Mosquitto with its default window
+   * (Receive Maximum 20) and its debug log: what arrived upstream, and the runs of the bridge's PUBLISHes between
+   * PINGREQs as Mosquitto received them (`trailing`: the run after the last PINGREQ).
+   */
+  async function drainQoS0Backlog(bridgeOptions: Parameters<typeof bridgePatch>[1]) {
     const central = d.add(await startMosquitto({ extraConf: 'max_inflight_messages 20\nlog_type debug' }));
     const proxy = d.add(await startFaultProxy(central.port));
     const up = d.add(await collect(central.url, 'plant/#', { qos: 0 }));
     const metricsPort = await freePort();
-    const bridge = bridgePatch(proxy.url, { inflight: 100, replay: { order: 'live-first', share: 0.5 } });
+    const bridge = bridgePatch(proxy.url, bridgeOptions);
     const gw = d.add(await startGateway({ ...bridge, metrics: { host: '127.0.0.1', port: metricsPort } }));
     const local = await connectClient(gw.url);
     d.defer(() => local.endAsync(true));
@@ -97,53 +101,36 @@ describe('bridge: live-first replay', { timeout: 60_000 + 2 * n }, () => {
     await waitFor(async () => (await bridgeGauge(metricsPort, 'edgeferry_bridge_backlog_messages')) === 1000, 10_000);
     proxy.restore();
     await waitFor(() => up.messages.length >= 1000, 30_000, { message: () => `${up.messages.length}/1000 upstream` });
-    expect(checkSequence(up.payloads(), backlog)).toEqual({
-      missing: [],
-      unexpected: [],
-      duplicates: 0,
-      outOfOrder: 0,
-    });
-    // The longest run of the bridge's PUBLISHes between two PINGREQs: half its backlog share of 100 (25, the other
-    // half still on the link meanwhile), not a share of 20 confirmed every 250 ms.
-    let run = 0;
-    let longest = 0;
+    const runs: number[] = [];
+    let trailing = 0;
     for (const line of central.log().split('\n')) {
       if (!line.includes('from edgeferry-central')) continue;
-      if (line.includes('Received PUBLISH')) longest = Math.max(longest, ++run);
-      else if (line.includes('Received PINGREQ')) run = 0;
+      if (line.includes('Received PUBLISH')) trailing++;
+      else if (line.includes('Received PINGREQ') && trailing > 0) {
+        runs.push(trailing);
+        trailing = 0;
+      }
     }
-    expect(longest).toBe(25);
+    return { sequence: checkSequence(up.payloads(), backlog), runs, trailing };
+  }
+
+  it("drains a QoS 0 backlog with its share of the whole window, not of the broker's Receive Maximum, a ping confirming each half share at once", async () => {
+    const { sequence, runs, trailing } = await drainQoS0Backlog({
+      inflight: 100,
+      replay: { order: 'live-first', share: 0.5 },
+    });
+    expect(sequence).toEqual({ missing: [], unexpected: [], duplicates: 0, outOfOrder: 0 });
+    // The longest run of the bridge's PUBLISHes between two PINGREQs: half its backlog share of 100 (25, the other
+    // half still on the link meanwhile), not a share of 20 confirmed every 250 ms.
+    expect(Math.max(...runs, trailing)).toBe(25);
   });
 
   it('drains an in-order QoS 0 backlog a whole window per ping, not a ping per message', async () => {
-    const central = d.add(await startMosquitto({ extraConf: 'max_inflight_messages 20\nlog_type debug' }));
-    const proxy = d.add(await startFaultProxy(central.port));
-    const up = d.add(await collect(central.url, 'plant/#', { qos: 0 }));
-    const metricsPort = await freePort();
-    const bridge = bridgePatch(proxy.url, { inflight: 100 });
-    const gw = d.add(await startGateway({ ...bridge, metrics: { host: '127.0.0.1', port: metricsPort } }));
-    const local = await connectClient(gw.url);
-    d.defer(() => local.endAsync(true));
-    proxy.refuse();
-    proxy.reset();
-    const backlog = await publishSequence(local, 'plant/backlog', 1000, { qos: 0, prefix: 'b' });
-    await waitFor(async () => (await bridgeGauge(metricsPort, 'edgeferry_bridge_backlog_messages')) === 1000, 10_000);
-    proxy.restore();
-    await waitFor(() => up.messages.length >= 1000, 30_000, { message: () => `${up.messages.length}/1000 upstream` });
-    expect(checkSequence(up.payloads(), backlog)).toMatchObject({ missing: [], duplicates: 0, outOfOrder: 0 });
+    const { sequence, runs, trailing } = await drainQoS0Backlog({ inflight: 100 });
+    expect(sequence).toMatchObject({ missing: [], duplicates: 0, outOfOrder: 0 });
     // In order the replay is the whole window (100 QoS 0 entries, which the Receive Maximum does not bound), and
     // it asks for its confirming PINGRESP once the window is full: runs of 100 PUBLISHes between PINGREQs.
-    const runs: number[] = [];
-    let run = 0;
-    for (const line of central.log().split('\n')) {
-      if (!line.includes('from edgeferry-central')) continue;
-      if (line.includes('Received PUBLISH')) run++;
-      else if (line.includes('Received PINGREQ') && run > 0) {
-        runs.push(run);
-        run = 0;
-      }
-    }
-    expect(Math.max(...runs, run)).toBe(100);
+    expect(Math.max(...runs, trailing)).toBe(100);
     expect(runs.length).toBeLessThanOrEqual(12);
   });
 
