@@ -298,7 +298,7 @@ export class Broker {
     const filter = record.filter;
     // A filter without wildcards matches one topic: with nothing retained there, no walk is scheduled (a SCADA
     // client's thousand exact filters cost a thousand lookups, not a thousand paced jobs).
-    if (!/[+#]/.test(filter) && !this.retained.holds(filter)) return;
+    if (!filter.includes('+') && !filter.includes('#') && !this.retained.holds(filter)) return;
     const send = (entry: RetainedMeta): number => this.sendRetained(subscriber, record, entry);
     // A client's are paced across turns, after its SUBACK; an in-process subscriber's arrive now.
     const pace = subscriber.retainedPace?.(record);

@@ -1,7 +1,7 @@
 /**
  * The retained-message index: a tree of topic levels holding what matching and delivery decide on (topic, QoS,
- * origin, expiry, size), written through to the store, which keeps the payloads; a bounded cache holds the recently
- * used ones (docs/architecture.md#retained-messages). Matching a filter walks only the levels it can match.
+ * origin, expiry, size), written through to the store, which keeps the payloads and serves each delivery
+ * (docs/architecture.md#retained-messages). Matching a filter walks only the levels it can match.
  */
 import type { Message } from '../protocol/message.js';
 import type { RetainedMeta, RetainedStore } from '../store/types.js';
@@ -15,12 +15,6 @@ export interface RetainedLimits {
   readonly maxBytes: number;
 }
 
-/**
- * Memory for recently delivered retained messages besides the store: their payloads plus CACHE_ENTRY_BYTES each
- * (the message object, its topic and origin, the cache's entry), so that small messages are bounded too.
- */
-export const RETAINED_CACHE_BYTES = 16 * 1024 * 1024;
-const CACHE_ENTRY_BYTES = 256;
 /** A walk reports progress (yields `undefined`) after this many levels visited without a match: see `matching`. */
 export const LEVELS_PER_STEP = 64;
 
@@ -42,14 +36,6 @@ export class RetainedIndex {
   private payloadBytes = 0;
   /** Messages whose write to the store has not settled yet: the store still holds the previous value. */
   private readonly unsettled = new Map<string, Message>();
-  /**
-   * Recently delivered messages, in two generations: new ones go into `recent`; when it holds half of
-   * RETAINED_CACHE_BYTES it becomes `older` (the one before is dropped whole). A hit in `older` moves to `recent`.
-   * Least recently used out, in O(1), without walking a Map's deleted entries.
-   */
-  private recent = new Map<string, Message>();
-  private older = new Map<string, Message>();
-  private recentBytes = 0;
   /** Retained messages not stored for the limits (`edgeferry_retained_refused_total`). */
   refused = 0;
   /**
@@ -90,7 +76,6 @@ export class RetainedIndex {
     this.apply(msg.topic, after);
     if (this.refusing && this.n < this.limits.maxMessages * 0.9 && this.payloadBytes < this.limits.maxBytes * 0.9)
       this.refusing = false;
-    this.uncache(msg.topic);
     if (after !== undefined) this.unsettled.set(msg.topic, msg);
     else this.unsettled.delete(msg.topic);
     const stored = this.store.set(msg);
@@ -209,53 +194,25 @@ export class RetainedIndex {
   }
 
   /**
-   * The whole message of an index entry, as it is now: from the messages being stored, the cache, or the store
-   * (a read from LMDB's memory map). Undefined when it is gone meanwhile or damaged (then dropped from the index).
+   * The whole message of an index entry, as it is now: from the messages being stored, or the store (a copy from
+   * LMDB's memory map). Undefined when it is gone meanwhile or damaged (then dropped from the index). Nothing read is
+   * kept: a cache of delivered messages saved 2-3 µs per delivery of a set read again and again, but what it kept
+   * survived scavenges, and V8 then allocated the messages' objects in the old generation, so every scavenge while a
+   * `#` over 100,000 was delivered took 5-10 ms instead of half a millisecond (docs/architecture.md#retained-messages).
    */
   message(entry: RetainedMeta): Message | undefined {
     const topic = entry.topic;
     const unsettled = this.unsettled.get(topic);
     if (unsettled !== undefined) return unsettled;
-    const recent = this.recent.get(topic);
-    if (recent !== undefined) return recent;
-    const older = this.older.get(topic);
-    if (older !== undefined) {
-      this.older.delete(topic);
-      this.remember(older);
-      return older;
-    }
     const msg = this.store.get(topic);
-    if (msg === undefined) {
-      if (this.find(topic) === entry) this.apply(topic, undefined);
-      return undefined;
-    }
-    this.remember(msg);
+    if (msg === undefined && this.find(topic) === entry) this.apply(topic, undefined);
     return msg;
-  }
-
-  /** Keeps a delivered message in the cache (see `recent`); one above a sixteenth of the cache (1 MiB) is never kept. */
-  private remember(msg: Message): void {
-    if (msg.payload.length > RETAINED_CACHE_BYTES / 16) return;
-    if (this.recentBytes >= RETAINED_CACHE_BYTES / 2) {
-      this.older = this.recent;
-      this.recent = new Map();
-      this.recentBytes = 0;
-    }
-    this.recent.set(msg.topic, msg);
-    this.recentBytes += msg.payload.length + CACHE_ENTRY_BYTES;
-  }
-
-  /** Forgets a cached message that is replaced or deleted (its bytes count until its generation is dropped). */
-  private uncache(topic: string): void {
-    this.recent.delete(topic);
-    this.older.delete(topic);
   }
 
   /** False for an expired entry, which goes from the index and the store. */
   private live(entry: RetainedMeta, now: number): boolean {
     if (entry.expiresAt === undefined || entry.expiresAt > now) return true;
     this.apply(entry.topic, undefined);
-    this.uncache(entry.topic);
     this.unsettled.delete(entry.topic);
     const deletion: Message = {
       topic: entry.topic,
@@ -276,11 +233,14 @@ export class RetainedIndex {
 
   private find(topic: string): RetainedMeta | undefined {
     let level: Level | undefined = this.root;
-    for (const word of topic.split('/')) {
-      level = level.children?.get(word);
+    // Level by level without a split: `holds` runs for every exact filter of a SUBSCRIBE.
+    for (let start = 0; ;) {
+      const end = topic.indexOf('/', start);
+      level = level.children?.get(topic.slice(start, end < 0 ? undefined : end));
       if (level === undefined) return undefined;
+      if (end < 0) return level.entry;
+      start = end + 1;
     }
-    return level.entry;
   }
 
   /** Puts (or with undefined, removes) the entry of `topic`, keeping count and bytes; removes levels left empty. */

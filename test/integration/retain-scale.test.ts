@@ -108,7 +108,7 @@ describe('retained messages at scale', { timeout: 120_000 }, () => {
     await pub.disconnect();
     await gw.restart();
     const after = rssAnon(gw.proc.pid!);
-    // 120 MB of payloads; the index and the bounded cache (16 MiB) are far less.
+    // 120 MB of payloads; the index is far less.
     expect(after - before).toBeLessThan(32 * 1024 * 1024);
     const sub = d.add(await openClient(gw.url, { protocolVersion: 4, clientId: 'big-sub' }));
     await sub.subscribe('big/77', { qos: 1 });
