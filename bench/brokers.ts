@@ -110,9 +110,9 @@ export { freePort };
 
 /**
  * The Node.js flags the gateway runs with, as the systemd unit, the release's wrapper and `npm start` run it
- * (docs/architecture.md#hot-path, "No memory reducer"): every benchmark starts it this way.
+ * (docs/architecture.md#hot-path, "No memory reducer" and "V8's worker threads"): every benchmark starts it this way.
  */
-export const GATEWAY_NODE_FLAGS: readonly string[] = ['--no-memory-reducer'];
+export const GATEWAY_NODE_FLAGS: readonly string[] = ['--no-memory-reducer', '--v8-pool-size=0'];
 
 function nodeArgs(name: BrokerName, env: BrokerEnv): string[] {
   if (env.cpuProfDir === undefined) return [];

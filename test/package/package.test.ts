@@ -253,7 +253,7 @@ describe('the release package, installed into this machine', { timeout: 180_000 
     expect(r.status, r.stderr).toBe(0);
     expect(`${r.stdout}${r.stderr}`).not.toMatch(/edgeferry/);
     expect(readFileSync(UNIT, 'utf8')).toMatch(
-      /^ExecStart=\/opt\/edgeferry\/node\/bin\/node --enable-source-maps --no-memory-reducer /m,
+      /^ExecStart=\/opt\/edgeferry\/node\/bin\/node --enable-source-maps --no-memory-reducer --v8-pool-size=0 /m,
     );
   });
 
