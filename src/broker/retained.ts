@@ -196,9 +196,9 @@ export class RetainedIndex {
   /**
    * The whole message of an index entry, as it is now: from the messages being stored, or the store (a copy from
    * LMDB's memory map). Undefined when it is gone meanwhile or damaged (then dropped from the index). Nothing read is
-   * kept: a cache of delivered messages saved 2-3 µs per delivery of a set read again and again, but what it kept
+   * kept: a cache of delivered messages saved 1-4 µs per delivery of a set read again and again, but what it kept
    * survived scavenges, and V8 then allocated the messages' objects in the old generation, so every scavenge while a
-   * `#` over 100,000 was delivered took 5-10 ms instead of half a millisecond (docs/architecture.md#retained-messages).
+   * `#` over 100,000 was delivered took 4-12 ms instead of half a millisecond (docs/architecture.md#retained-messages).
    */
   message(entry: RetainedMeta): Message | undefined {
     const topic = entry.topic;
