@@ -48,11 +48,8 @@ const IDLE_MS = 2000;
 const SETTLE_MS = 3000;
 const SUBSCRIBE_BUDGET_MS = 20_000;
 
-interface Run {
-  broker: BrokerName;
-  rep: number;
-  idleP50: number;
-  idleP99: number;
+/** One round of SUBSCRIBEs and a `#` (`subscribeRound`). */
+interface Round {
   subackMs: number;
   /** SUBSCRIBEs answered within the budget. */
   subscribes: number;
@@ -60,12 +57,16 @@ interface Run {
   wildcardMs: number;
   wildcardDelivered: number;
   wildcardP99: number;
-  /** The second round, after the first: the broker's code warm. */
-  warmSubackMs: number;
-  warmNoMatchP99: number;
-  warmWildcardMs: number;
-  warmWildcardDelivered: number;
-  warmWildcardP99: number;
+}
+
+interface Run {
+  broker: BrokerName;
+  rep: number;
+  idleP50: number;
+  idleP99: number;
+  /** The broker's first SUBSCRIBEs, and the same again once its code is compiled. */
+  first: Round;
+  again: Round;
 }
 
 /** A connected raw MQTT 3.1.1 client; `on` sees every packet's type and body. */
@@ -160,11 +161,7 @@ function retainedPublish(topic: string, payload: Buffer): Buffer {
 }
 
 /** One round: the 50 SUBSCRIBEs of filters matching none (a client of its own), then a `#` subscriber reading all. */
-async function subscribeRound(
-  port: number,
-  pingers: Pingers,
-  name: string,
-): Promise<Pick<Run, 'subackMs' | 'subscribes' | 'noMatchP99' | 'wildcardMs' | 'wildcardDelivered' | 'wildcardP99'>> {
+async function subscribeRound(port: number, pingers: Pingers, name: string): Promise<Round> {
   const waiters = new Map<number, () => void>();
   const subscriber = await client(port, `no-match-${name}`, (type) => waiters.get(type)?.());
   const subscribe = generate({
@@ -227,28 +224,12 @@ async function runOne(broker: BrokerName, rep: number, tmpDir: string): Promise<
     await new Promise((r) => setTimeout(r, IDLE_MS));
     const idle = pingers.percentiles(idleFrom, performance.now());
 
-    const cold = await subscribeRound(b.port, pingers, 'first');
+    const first = await subscribeRound(b.port, pingers, 'first');
     // The same again: the code the first round ran is compiled by now (V8's optimizing compiler works through it
     // during the first round, on threads of its own), which is how every later SUBSCRIBE of the gateway's life runs.
     await new Promise((r) => setTimeout(r, SETTLE_MS));
-    const warm = await subscribeRound(b.port, pingers, 'again');
-    return {
-      broker,
-      rep,
-      idleP50: idle.p50,
-      idleP99: idle.p99,
-      subackMs: cold.subackMs,
-      subscribes: cold.subscribes,
-      noMatchP99: cold.noMatchP99,
-      wildcardMs: cold.wildcardMs,
-      wildcardDelivered: cold.wildcardDelivered,
-      wildcardP99: cold.wildcardP99,
-      warmSubackMs: warm.subackMs,
-      warmNoMatchP99: warm.noMatchP99,
-      warmWildcardMs: warm.wildcardMs,
-      warmWildcardDelivered: warm.wildcardDelivered,
-      warmWildcardP99: warm.wildcardP99,
-    };
+    const again = await subscribeRound(b.port, pingers, 'again');
+    return { broker, rep, idleP50: idle.p50, idleP99: idle.p99, first, again };
   } finally {
     await pingers.stop();
     await b.stop();
@@ -278,55 +259,58 @@ async function main(): Promise<void> {
   } finally {
     cleanup();
   }
-  /** Per broker, medians over its runs; the rounds' keys as in `Run` (`warm…` for the second round). */
+  /** Per broker and round, medians over its runs, and the pingers' p99 as ratios to each run's idle p99. */
+  const roundSummary = (mine: Run[], round: 'first' | 'again'): Record<string, number> => {
+    const m = (key: keyof Round): number => median(mine.map((r) => r[round][key]));
+    const vsIdle = (key: keyof Round): number => median(mine.map((r) => r[round][key] / r.idleP99));
+    return {
+      subackMs: m('subackMs'),
+      subscribes: m('subscribes'),
+      noMatchP99: m('noMatchP99'),
+      noMatchP99VsIdle: vsIdle('noMatchP99'),
+      wildcardMs: m('wildcardMs'),
+      wildcardDelivered: m('wildcardDelivered'),
+      wildcardP99: m('wildcardP99'),
+      wildcardP99VsIdle: vsIdle('wildcardP99'),
+    };
+  };
   const summary = Object.fromEntries(
     BROKERS.map((broker) => {
       const mine = runs.filter((r) => r.broker === broker);
-      const m = (key: keyof Run): number => median(mine.map((r) => r[key] as number));
-      const vsIdle = (key: keyof Run): number => median(mine.map((r) => (r[key] as number) / r.idleP99));
       return [
         broker,
         {
-          idleP50: m('idleP50'),
-          idleP99: m('idleP99'),
-          subackMs: m('subackMs'),
-          subscribes: m('subscribes'),
-          noMatchP99: m('noMatchP99'),
-          noMatchP99VsIdle: vsIdle('noMatchP99'),
-          wildcardMs: m('wildcardMs'),
-          wildcardDelivered: m('wildcardDelivered'),
-          wildcardP99: m('wildcardP99'),
-          wildcardP99VsIdle: vsIdle('wildcardP99'),
-          warmSubackMs: m('warmSubackMs'),
-          warmNoMatchP99: m('warmNoMatchP99'),
-          warmNoMatchP99VsIdle: vsIdle('warmNoMatchP99'),
-          warmWildcardMs: m('warmWildcardMs'),
-          warmWildcardDelivered: m('warmWildcardDelivered'),
-          warmWildcardP99: m('warmWildcardP99'),
-          warmWildcardP99VsIdle: vsIdle('warmWildcardP99'),
+          idleP50: median(mine.map((r) => r.idleP50)),
+          idleP99: median(mine.map((r) => r.idleP99)),
+          first: roundSummary(mine, 'first'),
+          again: roundSummary(mine, 'again'),
         },
       ];
     }),
-  ) as Partial<Record<BrokerName, Record<string, number>>>;
+  ) as Partial<
+    Record<
+      BrokerName,
+      { idleP50: number; idleP99: number; first: Record<string, number>; again: Record<string, number> }
+    >
+  >;
   const f = (n: number, digits = 2): string => (Number.isFinite(n) ? n.toFixed(digits) : 'n/a');
-  const ref = summary.mosquitto as Record<string, number> | undefined;
-  const vsMosquitto = (s: Record<string, number>, key: string): string =>
-    ref === undefined ? 'n/a' : `${f(s[key] / ref[key])}x`;
-  /** A table row of one round: `prefix` '' for the first, 'warm' for the second (keys as in the summary). */
-  const row = (broker: BrokerName, round: string, prefix: '' | 'warm'): string[] => {
-    const s = summary[broker]!;
-    const key = (name: string): string => (prefix === '' ? name : prefix + name[0].toUpperCase() + name.slice(1));
+  const vsMosquitto = (round: 'first' | 'again', s: Record<string, number>, key: string): string => {
+    const ref = summary.mosquitto?.[round];
+    return ref === undefined ? 'n/a' : `${f(s[key] / ref[key])}x`;
+  };
+  const row = (broker: BrokerName, round: 'first' | 'again'): string[] => {
+    const { idleP50, idleP99, [round]: s } = summary[broker]!;
     return [
       broker,
       round,
-      `${f(s.idleP50)} / ${f(s.idleP99)}`,
-      f(s[key('subackMs')]),
-      vsMosquitto(s, key('subackMs')),
-      `${f(s[key('noMatchP99VsIdle')])}x`,
-      f(s[key('wildcardMs')] / 1000),
-      String(s[key('wildcardDelivered')]),
-      vsMosquitto(s, key('wildcardMs')),
-      `${f(s[key('wildcardP99VsIdle')])}x`,
+      `${f(idleP50)} / ${f(idleP99)}`,
+      f(s.subackMs),
+      vsMosquitto(round, s, 'subackMs'),
+      `${f(s.noMatchP99VsIdle)}x`,
+      f(s.wildcardMs / 1000),
+      String(s.wildcardDelivered),
+      vsMosquitto(round, s, 'wildcardMs'),
+      `${f(s.wildcardP99VsIdle)}x`,
     ];
   };
   process.stdout.write(
@@ -344,7 +328,7 @@ async function main(): Promise<void> {
           'vs mosquitto',
           'p99 during # / idle',
         ],
-        BROKERS.flatMap((broker) => [row(broker, 'first', ''), row(broker, 'again', 'warm')]),
+        BROKERS.flatMap((broker) => [row(broker, 'first'), row(broker, 'again')]),
       ) +
       '\n',
   );

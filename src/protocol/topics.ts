@@ -36,9 +36,10 @@ export function isValidTopicFilter(filter: string, maxLevels: number = Infinity)
     const c = filter.charCodeAt(i);
     if (c === 47 /* / */) levels++;
     else if (c === 35 /* # */ || c === 43 /* + */) {
-      // A wildcard is a whole level; `#` the last one.
+      // A wildcard is a whole level: it starts its level, `+` ends it, `#` ends the filter.
       if (i > 0 && filter.charCodeAt(i - 1) !== 47) return false;
-      if (c === 35 ? i !== n - 1 : i + 1 < n && filter.charCodeAt(i + 1) !== 47) return false;
+      if (c === 35 && i !== n - 1) return false;
+      if (c === 43 && i + 1 < n && filter.charCodeAt(i + 1) !== 47) return false;
     }
   }
   return levels <= maxLevels;
