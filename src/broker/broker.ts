@@ -398,6 +398,8 @@ export class Broker {
    */
   subscribeSession(session: Session, record: SubscriptionRecord): boolean {
     if (this.sessions.get(session.id) !== session) return false;
+    // The very record the session holds (the same subscription again): the topic tree has it as well, unchanged.
+    if (session.subscriptions.get(record.filter) === record) return true;
     session.subscribe(record);
     return this.index(session, record);
   }

@@ -76,12 +76,24 @@ function subscription(
 
 /** Whether two subscriptions of one filter deliver alike (QoS, No Local, Retain As Published, Retain Handling, id). */
 export function sameOptions(a: SubscriptionOptions, b: SubscriptionOptions): boolean {
+  return hasOptions(a, b.qos, b.noLocal, b.retainAsPublished, b.retainHandling, b.subscriptionId);
+}
+
+/** `sameOptions` against options not in an object yet: a SUBSCRIBE's filter before its record is made. */
+export function hasOptions(
+  a: SubscriptionOptions,
+  qos: QoS,
+  noLocal: boolean,
+  retainAsPublished: boolean,
+  retainHandling: 0 | 1 | 2,
+  subscriptionId: number | undefined,
+): boolean {
   return (
-    a.qos === b.qos &&
-    a.noLocal === b.noLocal &&
-    a.retainAsPublished === b.retainAsPublished &&
-    a.retainHandling === b.retainHandling &&
-    a.subscriptionId === b.subscriptionId
+    a.qos === qos &&
+    a.noLocal === noLocal &&
+    a.retainAsPublished === retainAsPublished &&
+    a.retainHandling === retainHandling &&
+    a.subscriptionId === subscriptionId
   );
 }
 
@@ -162,8 +174,9 @@ export class TopicTree {
       start = end + 1;
     }
     const list = group === undefined ? node.subscriptions : this.groupOf(node, group, filter).members;
-    const i = list.findIndex((s) => s.subscriber === subscriber);
-    if (i >= 0) {
+    // A loop, not findIndex: its closure was an allocation per filter of every SUBSCRIBE.
+    for (let i = 0; i < list.length; i++) {
+      if (list[i].subscriber !== subscriber) continue;
       if (!sameOptions(list[i], options)) list[i] = subscription(subscriber, filter, options, group);
       return true;
     }

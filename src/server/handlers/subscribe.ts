@@ -4,6 +4,7 @@ import type { QoS } from '../../protocol/message.js';
 import { Reason } from '../../protocol/reason-codes.js';
 import { isValidMqttString, isValidTopicFilter, parseSharedFilter } from '../../protocol/topics.js';
 import type { SubscriptionRecord } from '../../store/types.js';
+import { hasOptions } from '../../broker/topic-tree.js';
 import { ProtocolError } from '../../util/errors.js';
 import type { ClientConnection } from '../context.js';
 import { checkUserProperties, checkWireProperties } from './properties.js';
@@ -31,13 +32,17 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
   const failure = (v5reason: number): number => (v5 ? v5reason : 0x80);
 
   const session = conn.session!;
-  const granted: number[] = [];
-  const accepted: SubscriptionRecord[] = [];
+  // Sized once: a thousand-filter SUBSCRIBE grew each array some ten times, garbage at every step.
+  const count = packet.subscriptions.length;
+  const granted = new Array<number>(count);
+  const accepted = new Array<SubscriptionRecord>(count);
+  let acceptedCount = 0;
   /** Filters this packet adds (not replacing one the session has), counted against maxSubscriptionsPerClient. */
   const added = new Set<string>();
   let overQuota = 0;
-  /** Checks one filter: validity, ACL, quota; its granted QoS or failure goes into `granted`, in order. */
-  const check = (s: SubscribePacket['subscriptions'][number]): void => {
+  /** Checks filter `i`: validity, ACL, quota; its granted QoS or failure goes into `granted[i]`. */
+  const check = (i: number): void => {
+    const s = packet.subscriptions[i];
     // An ill-formed string makes the whole packet malformed, not just one filter invalid [MQTT-1.5.4-1/2]: thrown
     // before anything of the packet takes effect (the last check comes before the first subscribe).
     if (!isValidMqttString(s.topic))
@@ -45,48 +50,51 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
     const shared = parseSharedFilter(s.topic);
     const inner = shared && shared !== 'invalid' ? shared.filter : s.topic;
     if (shared === 'invalid' || !isValidTopicFilter(inner, limits.maxTopicLevels)) {
-      granted.push(failure(Reason.TopicFilterInvalid));
+      granted[i] = failure(Reason.TopicFilterInvalid);
       return;
     }
     if (shared && s.nl)
       throw new ProtocolError(Reason.ProtocolError, 'no local on a shared subscription [MQTT-3.8.3-4]');
     const decision = auth.authorizeSubscribe(conn, s.topic, s.qos as QoS);
     if (decision >= 0x80) {
-      granted.push(failure(decision));
+      granted[i] = failure(decision);
       return;
     }
-    if (!session.subscriptions.has(s.topic) && !added.has(s.topic)) {
+    const held = session.subscriptions.get(s.topic);
+    if (held === undefined && !added.has(s.topic)) {
       // Counted now, not at the packet's start: an earlier SUBSCRIBE still being stored may have become subscriptions.
       if (session.subscriptions.size + conn.subscriptionsPending + added.size >= limits.maxSubscriptionsPerClient) {
         overQuota++;
-        granted.push(failure(Reason.QuotaExceeded));
+        granted[i] = failure(Reason.QuotaExceeded);
         return;
       }
       added.add(s.topic);
     }
     const qos = decision as QoS;
-    granted.push(qos);
-    accepted.push({
-      filter: s.topic,
-      qos,
-      noLocal: s.nl ?? false,
-      retainAsPublished: s.rap ?? false,
-      retainHandling: (s.rh ?? 0) as 0 | 1 | 2,
-      subscriptionId,
-    });
+    const noLocal = s.nl ?? false;
+    const retainAsPublished = s.rap ?? false;
+    const retainHandling = (s.rh ?? 0) as 0 | 1 | 2;
+    granted[i] = qos;
+    // The same subscription again keeps the record held, as session and topic tree keep theirs: a client that
+    // re-subscribes its whole set makes no object per filter.
+    accepted[acceptedCount++] =
+      held !== undefined && hasOptions(held, qos, noLocal, retainAsPublished, retainHandling, subscriptionId)
+        ? held
+        : { filter: s.topic, qos, noLocal, retainAsPublished, retainHandling, subscriptionId };
   };
 
   /** Subscribes `accepted` in slices, then SUBACK, then starts their retained messages in slices [MQTT-3.3.1-9]. */
   const subscribe = (pending: boolean): void => {
-    const replaced: boolean[] = [];
+    const replaced = new Array<boolean>(accepted.length);
+    let subscribed = 0;
     let acked = false;
     let started = 0;
     conn.inSlices(() => {
       if (!acked) {
-        const end = Math.min(replaced.length + FILTERS_PER_TURN, accepted.length);
-        for (let i = replaced.length; i < end; i++) {
-          const record = accepted[i];
-          replaced.push(broker.subscribeSession(session, record));
+        const end = Math.min(subscribed + FILTERS_PER_TURN, accepted.length);
+        for (; subscribed < end; subscribed++) {
+          const record = accepted[subscribed];
+          replaced[subscribed] = broker.subscribeSession(session, record);
           // From pending to held: the quota count stays right while the rest is subscribed.
           if (pending && added.has(record.filter)) conn.subscriptionsPending--;
         }
@@ -110,9 +118,10 @@ export function handleSubscribe(conn: ClientConnection, packet: SubscribePacket)
   let checked = 0;
   conn.inSlices(() => {
     if (conn.state === 'closed') return true;
-    const end = Math.min(checked + FILTERS_PER_TURN, packet.subscriptions.length);
-    for (; checked < end; checked++) check(packet.subscriptions[checked]);
-    if (checked < packet.subscriptions.length) return false;
+    const end = Math.min(checked + FILTERS_PER_TURN, count);
+    for (; checked < end; checked++) check(checked);
+    if (checked < count) return false;
+    accepted.length = acceptedCount;
     if (overQuota > 0) {
       const max = limits.maxSubscriptionsPerClient;
       conn.log.info(
