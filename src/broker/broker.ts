@@ -299,11 +299,19 @@ export class Broker {
     // A filter without wildcards matches one topic: with nothing retained there, no walk is scheduled (a SCADA
     // client's thousand exact filters cost a thousand lookups, not a thousand paced jobs).
     if (!filter.includes('+') && !filter.includes('#') && !this.retained.holds(filter)) return;
+    this.sendMatching(subscriber, record);
+  }
+
+  /**
+   * `startRetained`'s sending, a method of its own: the closure's captured variables would otherwise be allocated
+   * on every entry to `startRetained`, also for the thousand filters of a SUBSCRIBE that have nothing retained.
+   */
+  private sendMatching(subscriber: Subscriber, record: SubscriptionRecord): void {
     const send = (entry: RetainedMeta): number => this.sendRetained(subscriber, record, entry);
     // A client's are paced across turns, after its SUBACK; an in-process subscriber's arrive now.
     const pace = subscriber.retainedPace?.(record);
-    if (pace !== undefined) this.retainedSender.start(filter, pace, send);
-    else for (const entry of this.retained.matching(filter)) if (entry !== undefined) send(entry);
+    if (pace !== undefined) this.retainedSender.start(record.filter, pace, send);
+    else for (const entry of this.retained.matching(record.filter)) if (entry !== undefined) send(entry);
   }
 
   /**
