@@ -126,7 +126,7 @@ class Pingers {
     }
   }
 
-  /** p50 and p99 of the round trips sent between `from` and `to`. */
+  /** p50, p99 and the worst of the round trips sent between `from` and `to`. */
   percentiles(from: number, to: number): { p50: number; p99: number; max: number } {
     const ms = this.samples
       .filter((s) => s.at >= from && s.at <= to)
@@ -145,8 +145,8 @@ class Pingers {
 
 /**
  * Keeps one core busy for IDLE_MS in a process that is neither broker nor client. A broker handling a burst is busy
- * at least that much, so the pingers' p99 meanwhile is the floor under every broker's ratio on this machine (on a
- * 2-core VM the kernel queues a woken client behind a busy process for a slice of a few milliseconds).
+ * at least that much, so the pingers' p99 meanwhile is the floor under every broker's ratio on this machine: what
+ * its scheduling alone adds when a core is taken (bench/README.md).
  */
 async function spinElsewhere(): Promise<void> {
   const spin = `process.once('message', () => { const end = Date.now() + ${IDLE_MS}; while (Date.now() < end); process.exit(0); }); process.send('up');`;
