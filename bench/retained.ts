@@ -260,6 +260,15 @@ async function runOne(broker: BrokerName, rep: number, tmpDir: string): Promise<
   }
 }
 
+/** One broker's medians over its runs (`main`), each round's keyed as `roundSummary` names them. */
+interface BrokerSummary {
+  idleP50: number;
+  idleP99: number;
+  floorP99VsIdle: number;
+  first: Record<string, number>;
+  again: Record<string, number>;
+}
+
 async function main(): Promise<void> {
   const startedAt = new Date();
   const { tmpDir, cleanup } = scratchDir('edgeferry-retained-bench-', killAllBrokers, 'retained bench interrupted');
@@ -313,18 +322,7 @@ async function main(): Promise<void> {
         },
       ];
     }),
-  ) as Partial<
-    Record<
-      BrokerName,
-      {
-        idleP50: number;
-        idleP99: number;
-        floorP99VsIdle: number;
-        first: Record<string, number>;
-        again: Record<string, number>;
-      }
-    >
-  >;
+  ) as Partial<Record<BrokerName, BrokerSummary>>;
   const f = (n: number, digits = 2): string => (Number.isFinite(n) ? n.toFixed(digits) : 'n/a');
   const vsMosquitto = (round: 'first' | 'again', s: Record<string, number>, key: string): string => {
     const ref = summary.mosquitto?.[round];
